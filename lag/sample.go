@@ -1,0 +1,104 @@
+// Package lag turns raw broker observations into lag in messages and in time,
+// smoothed produce and consume rates, time to drain, and a status.
+//
+// It is pure: it imports only the standard library, starts no goroutines and
+// does no I/O. Every function that needs the time takes it as an argument
+// (now time.Time), which is what makes the control logic above it testable to
+// the millisecond. A test enforces the import rule.
+//
+// The data flow is one way: broker adapters (brokers/kafka, brokers/nats)
+// produce [Sample] values; a [Tracker] folds successive samples of a target
+// into a [State]; the quota controller consumes States.
+package lag
+
+import (
+	"fmt"
+	"time"
+)
+
+// Kind names the broker family a target lives on.
+type Kind string
+
+// The broker kinds lagbridge observes.
+const (
+	KindKafka Kind = "kafka"
+	KindNATS  Kind = "nats"
+)
+
+// Target is what lag is measured for: a Kafka (cluster, topic, consumer
+// group) or a NATS JetStream (cluster, stream, consumer). It is comparable
+// and used as a map key.
+type Target struct {
+	Kind    Kind   `json:"kind"`
+	Cluster string `json:"cluster"`
+	// Topic is the Kafka topic or the NATS stream.
+	Topic string `json:"topic"`
+	// Group is the Kafka consumer group or the NATS consumer name.
+	Group string `json:"group"`
+}
+
+// String returns kind/cluster/topic/group, the form used in logs.
+func (t Target) String() string {
+	return fmt.Sprintf("%s/%s/%s/%s", t.Kind, t.Cluster, t.Topic, t.Group)
+}
+
+// Sample is one observation of one target, as a broker adapter reports it.
+// It holds plain values only: adapters do the I/O, this package the math.
+type Sample struct {
+	Target Target
+	// At is when the observation was taken (the adapter's clock).
+	At time.Time
+	// GroupState is the broker's word for the group or consumer state
+	// ("Stable", "Empty", "active", ...). Informational.
+	GroupState string
+	// Members is the number of live consumers (Kafka group members, NATS
+	// waiting pull requests or a bound push subscription). -1 when unknown.
+	Members int
+	// Partitions holds one entry per partition (Kafka) or a single entry
+	// with Partition 0 (NATS). Partitions that could not be observed carry
+	// Err and Stale; they keep their previous values in the State.
+	Partitions []PartitionSample
+	// Err is set when the whole target could not be observed this cycle.
+	Err string
+}
+
+// PartitionSample is one partition's reading.
+//
+// The two counters that matter are End and Lag. End is a monotonic
+// "messages ever made available to this consumer" counter (Kafka: the log end
+// offset, which under read_committed is the last stable offset; NATS: an
+// equivalent counter, see brokers/nats). Lag is how many of them are not yet
+// consumed. Their difference End-Lag is the consumed position; the rates are
+// derived from the deltas of these two. Retention removing unconsumed
+// messages shows as consumption (they will never be consumed), which keeps
+// lag and rates consistent.
+type PartitionSample struct {
+	Partition int32 `json:"partition"`
+	// LogStart is the first offset (or sequence) still stored.
+	LogStart int64 `json:"logStart"`
+	// End is the next offset to be written (high watermark or LSO).
+	End int64 `json:"end"`
+	// Committed is the consumer's committed offset (the next record it
+	// will read), or -1 when it never committed.
+	Committed int64 `json:"committed"`
+	// Lag is the number of unconsumed messages, never negative. A partition
+	// with no commit counts End-LogStart (everything still stored).
+	Lag int64 `json:"lag"`
+	// HeadTime is the timestamp of the oldest unconsumed message (the one
+	// at the committed offset). Zero when Lag is 0 or when unknown; see
+	// HeadKnown.
+	HeadTime time.Time `json:"headTime,omitzero"`
+	// HeadKnown reports whether HeadTime was read. A partition with lag
+	// whose head could not be read keeps the previous head time if the
+	// committed offset did not move.
+	HeadKnown bool `json:"headKnown"`
+	// AckPending and Redelivered are NATS-only detail: messages delivered
+	// but not yet acknowledged (already part of Lag), and messages
+	// redelivered at least once. Zero on Kafka.
+	AckPending  int64 `json:"ackPending,omitempty"`
+	Redelivered int64 `json:"redelivered,omitempty"`
+	// Stale is true when this partition's values are not from this cycle.
+	Stale bool `json:"stale,omitempty"`
+	// Err says why this partition could not be (fully) observed.
+	Err string `json:"err,omitempty"`
+}

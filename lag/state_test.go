@@ -1,0 +1,335 @@
+package lag
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/internal/importcheck"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+var tg = Target{Kind: KindKafka, Cluster: "c1", Topic: "orders", Group: "billing"}
+
+// part builds a fresh partition reading with its head at headAt (zero: no head).
+func part(id int32, end, lag int64, headAt time.Time) PartitionSample {
+	return PartitionSample{Partition: id, End: end, Lag: lag, Committed: end - lag, HeadTime: headAt, HeadKnown: !headAt.IsZero()}
+}
+
+func sample(at time.Time, members int, parts ...PartitionSample) Sample {
+	return Sample{Target: tg, At: at, Members: members, Partitions: parts}
+}
+
+func sec(n float64) time.Duration { return time.Duration(n * float64(time.Second)) }
+
+// TestRules is the proof of each status rule: every case feeds a history of
+// samples and checks the verdict of the last one.
+func TestRules(t *testing.T) {
+	rules := Rules{LagAge: 10 * time.Second, StallAfter: 30 * time.Second, StaleAfter: 5 * time.Second}
+	type step struct {
+		at      time.Duration // since t0
+		members int
+		end     int64
+		lag     int64
+		headAt  time.Duration // since t0; <0: no head known
+		skip    bool          // the observation failed: a sample with Err and no partitions
+	}
+	cases := []struct {
+		name  string
+		steps []step
+		now   time.Duration // evaluation time since t0; 0 means the last step's
+		want  Status
+		rule  string
+	}{
+		{
+			// Nothing has been written for an hour and nothing is
+			// unconsumed: a quiet topic, not a stopped consumer.
+			name:  "quiet topic is ok",
+			steps: []step{{at: 0, end: 10}, {at: time.Hour, end: 10}},
+			want:  StatusOK, rule: "caught-up",
+		},
+		{
+			// After an hour of silence one message arrives and waits 2 s:
+			// no consumption "for an hour", but the head is young, and the
+			// consumer was caught up a second ago.
+			name:  "low throughput after silence is ok",
+			steps: []step{{at: 0, end: 10}, {at: time.Hour, end: 10}, {at: time.Hour + sec(2), end: 11, lag: 1, headAt: time.Hour}},
+			want:  StatusOK, rule: "within-age",
+		},
+		{
+			// The consumer makes progress but the head is 15 s old.
+			name: "progressing but over age is lagging",
+			steps: []step{
+				{at: 0, end: 1000, lag: 500, headAt: -sec(10), members: 1},
+				{at: sec(5), end: 2000, lag: 1000, headAt: -sec(10), members: 1},
+			},
+			want: StatusLagging, rule: "over-age",
+		},
+		{
+			// Lag, members present, nothing consumed for 31 s, head 40 s
+			// old: the consumer is there but stuck.
+			name: "no progress with members is stalled",
+			steps: []step{
+				{at: 0, end: 100, lag: 50, headAt: -sec(9), members: 2},
+				{at: sec(31), end: 200, lag: 150, headAt: -sec(9), members: 2},
+			},
+			want: StatusStalled, rule: "no-progress",
+		},
+		{
+			// Same, with an empty group: nobody is consuming.
+			name: "no progress and no members is stopped",
+			steps: []step{
+				{at: 0, end: 100, lag: 50, headAt: -sec(9), members: 0},
+				{at: sec(31), end: 200, lag: 150, headAt: -sec(9), members: 0},
+			},
+			want: StatusStopped, rule: "no-progress",
+		},
+		{
+			// Unknown membership (-1) is not evidence of absence.
+			name: "no progress with unknown members is stalled",
+			steps: []step{
+				{at: 0, end: 100, lag: 50, headAt: -sec(9), members: -1},
+				{at: sec(31), end: 200, lag: 150, headAt: -sec(9), members: -1},
+			},
+			want: StatusStalled, rule: "no-progress",
+		},
+		{
+			// No progress for 31 s of watching, but the only waiting
+			// message is 5 s old: too early to call it stopped.
+			name: "young head is not a stall",
+			steps: []step{
+				{at: 0, end: 100, lag: 0, members: 0},
+				{at: sec(20), end: 100, lag: 0, members: 0},
+				{at: sec(51), end: 101, lag: 1, headAt: sec(46), members: 0},
+			},
+			want: StatusOK, rule: "within-age",
+		},
+		{
+			// The last good observation is 6 s old (> StaleAfter 5 s):
+			// whatever it said, it is stale now.
+			name:  "old data is stale",
+			steps: []step{{at: 0, end: 100, lag: 0}, {at: sec(6), skip: true}},
+			want:  StatusStale, rule: "stale",
+		},
+		{
+			// Failing observations shorter than StaleAfter keep the last
+			// verdict (no flapping on one lost cycle).
+			name:  "one lost cycle keeps the verdict",
+			steps: []step{{at: 0, end: 100, lag: 0}, {at: sec(1), skip: true}},
+			want:  StatusOK, rule: "caught-up",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr := NewTracker(func(Target) Rules { return rules })
+			var st State
+			for _, s := range c.steps {
+				at := t0.Add(s.at)
+				if s.skip {
+					st = tr.Observe(Sample{Target: tg, At: at, Err: "broker down"}, at)
+					continue
+				}
+				var head time.Time
+				if s.lag > 0 && s.headAt >= -time.Hour {
+					head = t0.Add(s.headAt)
+				}
+				st = tr.Observe(sample(at, s.members, part(0, s.end, s.lag, head)), at)
+			}
+			if c.now != 0 {
+				st = tr.States(t0.Add(c.now))[0]
+			}
+			if st.Status != c.want || st.Rule != c.rule {
+				t.Fatalf("status %s (rule %s: %s), want %s (rule %s)", st.Status, st.Rule, st.Reason, c.want, c.rule)
+			}
+		})
+	}
+}
+
+// TestStoppedLagKeepsGrowing: a group that stopped committing keeps its lag
+// growing with the end offset (it must not freeze at the last commit).
+func TestStoppedLagKeepsGrowing(t *testing.T) {
+	tr := NewTracker(nil)
+	head := t0.Add(-time.Second)
+	var last int64
+	for i := range 10 {
+		at := t0.Add(sec(float64(i)))
+		end := int64(1000 + 100*i)
+		st := tr.Observe(sample(at, 0, part(0, end, end-1000, head)), at)
+		if i > 0 && st.Lag <= last {
+			t.Fatalf("step %d: lag %d did not grow past %d", i, st.Lag, last)
+		}
+		last = st.Lag
+		if i > 1 && math.Abs(st.ProduceRate-100) > 1e-6 {
+			t.Fatalf("produce rate %v, want 100", st.ProduceRate)
+		}
+		if st.ConsumeRate != 0 {
+			t.Fatalf("consume rate %v, want 0", st.ConsumeRate)
+		}
+		if i > 0 && st.TimeToDrain != Never {
+			t.Fatalf("time to drain %v, want Never", st.TimeToDrain)
+		}
+	}
+}
+
+// TestRatesStepDrop is the mission's example: 2,000 msg/s consumed, then 400.
+// The instantaneous rate shows the drop within one interval; the smoothed one
+// follows with time constant RateWindow (63% after 2 s, 95% after 6 s).
+func TestRatesStepDrop(t *testing.T) {
+	tr := NewTracker(func(Target) Rules { return Rules{RateWindow: 2 * time.Second} })
+	var consumed, produced int64
+	var st State
+	for i := 0; i <= 20; i++ {
+		at := t0.Add(sec(float64(i)))
+		st = tr.Observe(sample(at, 1, part(0, produced, produced-consumed, at.Add(-sec(0.1)))), at)
+		rate := int64(2000)
+		if i >= 10 {
+			rate = 400
+		}
+		consumed += rate
+		produced += 2000
+		if i == 10 {
+			if math.Abs(st.ConsumeRate-2000) > 1 {
+				t.Fatalf("before the drop: smoothed consume rate %v, want 2000", st.ConsumeRate)
+			}
+		}
+		if i == 11 {
+			if math.Abs(st.ConsumeRateInstant-400) > 1e-6 {
+				t.Fatalf("one interval after the drop: instant rate %v, want 400", st.ConsumeRateInstant)
+			}
+			// One interval of 1 s with tau 2 s: 2000 - (1-e^-0.5)*1600.
+			want := 2000 - (1-math.Exp(-0.5))*1600
+			if math.Abs(st.ConsumeRate-want) > 1e-6 {
+				t.Fatalf("smoothed after 1 s: %v, want %v", st.ConsumeRate, want)
+			}
+		}
+	}
+	if math.Abs(st.ConsumeRate-400) > 400*0.05 {
+		t.Fatalf("10 s after the drop: smoothed %v, want 400 +- 5%%", st.ConsumeRate)
+	}
+	if st.ProduceRate != 2000 {
+		t.Fatalf("produce rate %v, want 2000", st.ProduceRate)
+	}
+}
+
+// TestTimeToDrain: 12,000 behind, consuming 2,000/s net of 400/s produced
+// drains in 7.5 s.
+func TestTimeToDrain(t *testing.T) {
+	tr := NewTracker(nil)
+	at1, at2 := t0, t0.Add(time.Second)
+	tr.Observe(sample(at1, 1, part(0, 100_000, 13_600, at1)), at1)
+	st := tr.Observe(sample(at2, 1, part(0, 100_400, 12_000, at1)), at2)
+	if st.ProduceRate != 400 || st.ConsumeRate != 2000 {
+		t.Fatalf("rates %v/%v, want 400/2000", st.ProduceRate, st.ConsumeRate)
+	}
+	if want := sec(7.5); st.TimeToDrain != want {
+		t.Fatalf("time to drain %v, want %v", st.TimeToDrain, want)
+	}
+}
+
+// TestPartialIsNoSpike: one partition's broker fails; its last values are
+// kept and flagged, the sum does not jump, the rates come from the others.
+func TestPartialIsNoSpike(t *testing.T) {
+	tr := NewTracker(nil)
+	h := t0.Add(-sec(1))
+	tr.Observe(sample(t0, 1, part(0, 1000, 10, h), part(1, 5000, 20, h)), t0)
+	at := t0.Add(time.Second)
+	st := tr.Observe(sample(at, 1, part(0, 1100, 10, h), PartitionSample{Partition: 1, Stale: true, Err: "broker 2: i/o timeout"}), at)
+	if st.Lag != 30 {
+		t.Fatalf("lag %d, want 30 (10 fresh + 20 kept)", st.Lag)
+	}
+	if !st.Stale || !st.Partial || st.Partitions[1].Err == "" || !st.Partitions[1].Stale {
+		t.Fatalf("want partial stale state with partition 1 flagged: %+v", st)
+	}
+	if st.ProduceRate != 100 {
+		t.Fatalf("produce rate %v, want 100 (from partition 0 only)", st.ProduceRate)
+	}
+	// The partition comes back: no spike either, and it is fresh again.
+	at = at.Add(time.Second)
+	st = tr.Observe(sample(at, 1, part(0, 1200, 10, h), part(1, 5100, 20, h)), at)
+	if st.Partial || st.Lag != 30 {
+		t.Fatalf("after recovery: partial %v lag %d", st.Partial, st.Lag)
+	}
+}
+
+// TestEdgeCases covers the numeric care: future heads, offset resets,
+// unread heads, recreated partitions.
+func TestEdgeCases(t *testing.T) {
+	t.Run("head in the future is age 0", func(t *testing.T) {
+		tr := NewTracker(nil)
+		st := tr.Observe(sample(t0, 1, part(0, 10, 5, t0.Add(time.Minute))), t0)
+		if st.HeadAge != 0 || !st.HeadAgeKnown {
+			t.Fatalf("head age %v known %v", st.HeadAge, st.HeadAgeKnown)
+		}
+	})
+	t.Run("offset reset backward is not negative consumption", func(t *testing.T) {
+		tr := NewTracker(nil)
+		tr.Observe(sample(t0, 1, part(0, 1000, 0, time.Time{})), t0)
+		at := t0.Add(time.Second)
+		st := tr.Observe(sample(at, 1, part(0, 1000, 1000, t0)), at)
+		if st.ConsumeRate != 0 || st.ProduceRate != 0 {
+			t.Fatalf("rates %v/%v, want 0/0", st.ProduceRate, st.ConsumeRate)
+		}
+	})
+	t.Run("unread head with unmoved commit keeps the old head", func(t *testing.T) {
+		tr := NewTracker(nil)
+		tr.Observe(sample(t0, 1, part(0, 100, 50, t0.Add(-sec(3)))), t0)
+		at := t0.Add(time.Second)
+		p := part(0, 110, 60, time.Time{}) // same committed offset 50
+		st := tr.Observe(sample(at, 1, p), at)
+		if !st.HeadAgeKnown || st.HeadAge != sec(4) {
+			t.Fatalf("head age %v known %v, want 4s known", st.HeadAge, st.HeadAgeKnown)
+		}
+	})
+	t.Run("unread head with moved commit is unknown", func(t *testing.T) {
+		tr := NewTracker(nil)
+		tr.Observe(sample(t0, 1, part(0, 100, 50, t0.Add(-sec(3)))), t0)
+		at := t0.Add(time.Second)
+		st := tr.Observe(sample(at, 1, part(0, 110, 40, time.Time{})), at)
+		if st.HeadAgeKnown {
+			t.Fatalf("head age known after the commit moved without a new head")
+		}
+	})
+	t.Run("recreated partition gives no rate", func(t *testing.T) {
+		tr := NewTracker(nil)
+		tr.Observe(sample(t0, 1, part(0, 5000, 0, time.Time{})), t0)
+		at := t0.Add(time.Second)
+		st := tr.Observe(sample(at, 1, part(0, 10, 0, time.Time{})), at)
+		if st.RatesKnown {
+			t.Fatalf("rates from a shrinking end offset: %+v", st)
+		}
+	})
+	t.Run("forget drops targets not seen", func(t *testing.T) {
+		tr := NewTracker(nil)
+		tr.Observe(sample(t0, 1, part(0, 1, 0, time.Time{})), t0)
+		if gone := tr.Forget(t0.Add(time.Second)); len(gone) != 1 || tr.Len() != 0 {
+			t.Fatalf("forget: %v, len %d", gone, tr.Len())
+		}
+	})
+}
+
+// TestObserveDoesNotAlias: a returned State must not change when the
+// tracker moves on (the HTTP API serves snapshots while the loop runs).
+func TestObserveDoesNotAlias(t *testing.T) {
+	tr := NewTracker(nil)
+	st := tr.Observe(sample(t0, 1, part(0, 10, 5, t0)), t0)
+	tr.Observe(sample(t0.Add(time.Second), 1, part(0, 20, 15, t0)), t0.Add(time.Second))
+	if st.Partitions[0].Lag != 5 {
+		t.Fatalf("snapshot changed: %+v", st.Partitions[0])
+	}
+}
+
+func TestImportsOnlyStdlib(t *testing.T) { importcheck.Only(t, ".") }
+
+func BenchmarkObserve(b *testing.B) {
+	tr := NewTracker(nil)
+	parts := make([]PartitionSample, 100)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		at := t0.Add(time.Duration(i) * time.Second)
+		for p := range parts {
+			parts[p] = part(int32(p), int64(i*100), 10, at.Add(-time.Second))
+		}
+		tr.Observe(sample(at, 1, parts...), at)
+	}
+}
