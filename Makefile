@@ -1,0 +1,43 @@
+# lagbridge: the two commands that matter are `make demo` and `make test`.
+GO        ?= go
+PKGS      ?= ./...
+STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: all build test test-fast lint demo bench kafka-up kafka-down clean
+
+all: build
+
+build:
+	$(GO) build -o bin/lagbridge ./cmd/lagbridge
+
+## test: everything CI runs: lint, then all tests with -race, including the
+## real Apache Kafka 4.x tests (the broker is fetched through Maven and
+## started on 127.0.0.1 by integration/kafka/kafka.sh, and stopped after).
+test: lint
+	scripts/test.sh
+
+## test-fast: the tests that need no real Kafka (kfake, embedded NATS).
+test-fast:
+	$(GO) test -race -count=1 $(PKGS)
+
+lint:
+	@echo "== gofmt"; out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@echo "== go vet"; $(GO) vet $(PKGS)
+	@echo "== staticcheck"; $(GO) run $(STATICCHECK) $(PKGS)
+
+demo:
+	$(GO) run ./cmd/lagbridge demo --duration 60s
+
+## bench: the benchmarks the README reports.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s $(PKGS)
+
+kafka-up:
+	integration/kafka/kafka.sh start
+
+kafka-down:
+	integration/kafka/kafka.sh stop
+
+clean:
+	rm -rf bin
