@@ -1,0 +1,175 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// Handler serves the daemon's HTTP API on a mux that callers may extend:
+// /metrics, /healthz, /readyz and /v1/lag.
+type Handler struct {
+	Mux   *http.ServeMux
+	store *Store
+	now   func() time.Time
+}
+
+// NewHandler builds the mux. gather is the registry /metrics exposes.
+func NewHandler(store *Store, gather prometheus.Gatherer, now func() time.Time) *Handler {
+	if now == nil {
+		now = time.Now
+	}
+	h := &Handler{Mux: http.NewServeMux(), store: store, now: now}
+	h.Mux.Handle("GET /metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	h.Mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	h.Mux.HandleFunc("GET /readyz", h.readyz)
+	h.Mux.HandleFunc("GET /v1/lag", h.lag)
+	return h
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.Mux.ServeHTTP(w, r) }
+
+func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if ok, missing := h.store.Ready(); !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not ready: no successful observation yet of %s\n", strings.Join(missing, ", "))
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// LagResponse is the body of GET /v1/lag. Durations are in seconds.
+type LagResponse struct {
+	GeneratedAt time.Time     `json:"generatedAt"`
+	Clusters    []ClusterView `json:"clusters"`
+	Targets     []TargetView  `json:"targets"`
+}
+
+// ClusterView is one cluster's observation health.
+type ClusterView struct {
+	ClusterStatus
+	DurationSeconds float64 `json:"lastCycleSeconds"`
+}
+
+// TargetView is a lag.State as served over HTTP.
+type TargetView struct {
+	lag.Target
+	Status               lag.Status      `json:"status"`
+	Rule                 string          `json:"rule"`
+	Reason               string          `json:"reason"`
+	GroupState           string          `json:"groupState,omitempty"`
+	Members              int             `json:"members"`
+	Lag                  int64           `json:"lag"`
+	HeadAgeSeconds       float64         `json:"headAgeSeconds"`
+	HeadAgeKnown         bool            `json:"headAgeKnown"`
+	ProduceRate          float64         `json:"produceRate"`
+	ConsumeRate          float64         `json:"consumeRate"`
+	TimeToDrainSeconds   *float64        `json:"timeToDrainSeconds"` // null: never at current rates
+	ObservedAt           time.Time       `json:"observedAt"`
+	Stale                bool            `json:"stale"`
+	Partial              bool            `json:"partial,omitempty"`
+	StalenessSeconds     float64         `json:"stalenessSeconds"`
+	Err                  string          `json:"error,omitempty"`
+	Partitions           []PartitionView `json:"partitions,omitempty"`
+	LastProgress         time.Time       `json:"lastProgress"`
+	SecondsSinceProgress float64         `json:"secondsSinceProgress"`
+	InstantProduceRate   float64         `json:"instantProduceRate"`
+	InstantConsumeRate   float64         `json:"instantConsumeRate"`
+	RatesKnown           bool            `json:"ratesKnown"`
+}
+
+// PartitionView is one partition as served over HTTP.
+type PartitionView struct {
+	lag.PartitionSample
+	HeadAgeSeconds   float64   `json:"headAgeSeconds"`
+	ObservedAt       time.Time `json:"observedAt"`
+	StalenessSeconds float64   `json:"stalenessSeconds"`
+}
+
+// ViewOf converts a state for the API as of now.
+func ViewOf(s lag.State, now time.Time, withPartitions bool) TargetView {
+	v := TargetView{
+		Target: s.Target, Status: s.Status, Rule: s.Rule, Reason: s.Reason, GroupState: s.GroupState,
+		Members: s.Members, Lag: s.Lag, HeadAgeSeconds: s.HeadAge.Seconds(), HeadAgeKnown: s.HeadAgeKnown,
+		ProduceRate: round3(s.ProduceRate), ConsumeRate: round3(s.ConsumeRate), ObservedAt: s.At,
+		Stale: s.Stale, Partial: s.Partial, StalenessSeconds: now.Sub(s.At).Seconds(), Err: s.Err,
+		LastProgress: s.LastProgress, SecondsSinceProgress: now.Sub(s.LastProgress).Seconds(),
+		InstantProduceRate: round3(s.ProduceRateInstant), InstantConsumeRate: round3(s.ConsumeRateInstant),
+		RatesKnown: s.RatesKnown,
+	}
+	if s.TimeToDrain != lag.Never {
+		d := s.TimeToDrain.Seconds()
+		v.TimeToDrainSeconds = &d
+	}
+	if withPartitions {
+		v.Partitions = make([]PartitionView, len(s.Partitions))
+		for i, p := range s.Partitions {
+			v.Partitions[i] = PartitionView{PartitionSample: p.PartitionSample, HeadAgeSeconds: p.HeadAge.Seconds(),
+				ObservedAt: p.ObservedAt, StalenessSeconds: now.Sub(p.ObservedAt).Seconds()}
+		}
+	}
+	return v
+}
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+// lag serves GET /v1/lag. Query: cluster, topic, group (exact match),
+// status, partitions=false to leave per-partition detail out.
+func (h *Handler) lag(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k := range q {
+		switch k {
+		case "cluster", "topic", "group", "status", "partitions":
+		default:
+			httpError(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q (known: cluster, topic, group, status, partitions)", k))
+			return
+		}
+	}
+	withParts := true
+	switch q.Get("partitions") {
+	case "", "true", "1":
+	case "false", "0":
+		withParts = false
+	default:
+		httpError(w, http.StatusBadRequest, "partitions must be true or false")
+		return
+	}
+	now := h.now()
+	resp := LagResponse{GeneratedAt: now, Clusters: []ClusterView{}, Targets: []TargetView{}}
+	for _, c := range h.store.Clusters() {
+		resp.Clusters = append(resp.Clusters, ClusterView{ClusterStatus: c, DurationSeconds: c.Duration.Seconds()})
+	}
+	match := func(key, val string) bool { f := q.Get(key); return f == "" || f == val }
+	for _, s := range h.store.States() {
+		if match("cluster", s.Target.Cluster) && match("topic", s.Target.Topic) && match("group", s.Target.Group) && match("status", string(s.Status)) {
+			resp.Targets = append(resp.Targets, ViewOf(s, now, withParts))
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// httpError writes {"error": msg} with code.
+func httpError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}

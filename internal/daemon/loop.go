@@ -1,0 +1,112 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// Source is what the daemon needs from a broker adapter: one observation
+// cycle at a time. brokers/kafka.Observer and brokers/nats.Observer
+// implement it.
+type Source interface {
+	// Observe returns one Sample per watched target. A non-nil error means
+	// nothing could be observed this cycle; partial failures are reported
+	// inside the samples.
+	Observe(ctx context.Context) ([]lag.Sample, error)
+}
+
+// Loop observes one cluster every Interval and keeps its states in a Store.
+type Loop struct {
+	Name     string
+	Kind     lag.Kind
+	Source   Source
+	Interval time.Duration
+	// Timeout bounds one cycle; default Interval*3 capped below by 2s.
+	Timeout time.Duration
+	// Rules gives the status thresholds per target; nil: lag.DefaultRules.
+	Rules   func(lag.Target) lag.Rules
+	Store   *Store
+	Metrics *Metrics
+	Logger  *slog.Logger
+	// Now is the clock; nil means time.Now. Tests may inject one.
+	Now func() time.Time
+	// OnCycle, when set, runs after each cycle with the new states (the
+	// quota controller hangs here). It runs on the loop's goroutine.
+	OnCycle func(now time.Time, states []lag.State)
+	// Forget drops targets not seen for this long; default 5m.
+	Forget time.Duration
+}
+
+// Run observes until ctx is done. It runs on the caller's goroutine and
+// returns ctx's error.
+func (l *Loop) Run(ctx context.Context) error {
+	now := l.Now
+	if now == nil {
+		now = time.Now
+	}
+	log := l.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	timeout := l.Timeout
+	if timeout <= 0 {
+		timeout = max(3*l.Interval, 2*time.Second)
+	}
+	forget := l.Forget
+	if forget <= 0 {
+		forget = 5 * time.Minute
+	}
+	tracker := lag.NewTracker(l.Rules)
+	status := ClusterStatus{Name: l.Name, Kind: l.Kind}
+	failing := false
+
+	t := time.NewTicker(l.Interval)
+	defer t.Stop()
+	for {
+		start := now()
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		samples, err := l.Source.Observe(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		at := now()
+		dur := at.Sub(start)
+		status.LastCycle, status.Duration = start, dur
+		if err != nil {
+			status.Err = err.Error()
+			if !failing {
+				log.Warn("observation failed", "cluster", l.Name, "err", err)
+			}
+			failing = true
+		} else {
+			if failing {
+				log.Info("observation recovered", "cluster", l.Name)
+			}
+			failing = false
+			status.Err, status.LastSuccess, status.Observed = "", start, true
+			for _, s := range samples {
+				tracker.Observe(s, at)
+			}
+			for _, g := range tracker.Forget(at.Add(-forget)) {
+				log.Info("target gone", "target", g.String())
+			}
+		}
+		states := tracker.States(at)
+		l.Store.Update(status, states)
+		if l.Metrics != nil {
+			l.Metrics.observed(l.Name, dur, err)
+		}
+		if l.OnCycle != nil {
+			l.OnCycle(at, states)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

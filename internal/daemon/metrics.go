@@ -1,0 +1,116 @@
+package daemon
+
+import (
+	"math"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// Metrics exports the store's states and the loops' own health. The
+// per-target gauges are computed from the store at scrape time, so targets
+// that disappear leave no stale series behind and a scrape sees one
+// consistent cycle per cluster.
+type Metrics struct {
+	store *Store
+
+	observeDuration *prometheus.HistogramVec
+	observeErrors   *prometheus.CounterVec
+
+	lagDesc, ageDesc, consumeDesc, produceDesc, drainDesc *prometheus.Desc
+	statusDesc, staleDesc, membersDesc                    *prometheus.Desc
+	lastSuccessDesc, targetsDesc                          *prometheus.Desc
+}
+
+var targetLabels = []string{"cluster", "topic", "group"}
+
+// NewMetrics registers lagbridge's daemon metrics on reg.
+func NewMetrics(reg prometheus.Registerer, store *Store) *Metrics {
+	m := &Metrics{
+		store: store,
+		observeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "lagbridge_observe_duration_seconds",
+			Help:    "Duration of one observation cycle of a cluster.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"cluster"}),
+		observeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lagbridge_observe_errors_total",
+			Help: "Observation cycles of a cluster that returned no data.",
+		}, []string{"cluster"}),
+		lagDesc:     prometheus.NewDesc("lagbridge_consumer_lag_messages", "Unconsumed messages of a consumer group (Kafka) or consumer (NATS: pending plus ack pending).", targetLabels, nil),
+		ageDesc:     prometheus.NewDesc("lagbridge_head_age_seconds", "Age of the oldest unconsumed message.", targetLabels, nil),
+		consumeDesc: prometheus.NewDesc("lagbridge_consume_rate", "Smoothed consume rate in messages per second.", targetLabels, nil),
+		produceDesc: prometheus.NewDesc("lagbridge_produce_rate", "Smoothed produce rate in messages per second.", targetLabels, nil),
+		drainDesc:   prometheus.NewDesc("lagbridge_time_to_drain_seconds", "Time to consume the backlog at current rates; +Inf when it does not shrink.", targetLabels, nil),
+		statusDesc:  prometheus.NewDesc("lagbridge_target_status", "1 for the target's current status (ok, lagging, stalled, stopped, stale), 0 for the others.", append(targetLabels[:3:3], "status"), nil),
+		staleDesc:   prometheus.NewDesc("lagbridge_target_stale", "1 when the target's data is old or partial.", targetLabels, nil),
+		membersDesc: prometheus.NewDesc("lagbridge_group_members", "Live consumers of the target; -1 when unknown.", targetLabels, nil),
+		lastSuccessDesc: prometheus.NewDesc("lagbridge_last_observe_success_timestamp_seconds",
+			"Unix time of the start of the newest observation cycle that returned data.", []string{"cluster"}, nil),
+		targetsDesc: prometheus.NewDesc("lagbridge_targets", "Targets watched on a cluster.", []string{"cluster"}, nil),
+	}
+	reg.MustRegister(m.observeDuration, m.observeErrors, m)
+	return m
+}
+
+// observed records one cycle; called by Loop.
+func (m *Metrics) observed(cluster string, d time.Duration, err error) {
+	m.observeDuration.WithLabelValues(cluster).Observe(d.Seconds())
+	c := m.observeErrors.WithLabelValues(cluster)
+	if err != nil {
+		c.Inc()
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.lagDesc, m.ageDesc, m.consumeDesc, m.produceDesc, m.drainDesc,
+		m.statusDesc, m.staleDesc, m.membersDesc, m.lastSuccessDesc, m.targetsDesc} {
+		ch <- d
+	}
+}
+
+var allStatuses = []lag.Status{lag.StatusOK, lag.StatusLagging, lag.StatusStalled, lag.StatusStopped, lag.StatusStale}
+
+// Collect implements prometheus.Collector; it reads the store.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
+	}
+	for _, c := range m.store.Clusters() {
+		gauge(m.targetsDesc, float64(c.Targets), c.Name)
+		if !c.LastSuccess.IsZero() {
+			gauge(m.lastSuccessDesc, float64(c.LastSuccess.UnixNano())/1e9, c.Name)
+		}
+	}
+	for _, s := range m.store.States() {
+		lv := []string{s.Target.Cluster, s.Target.Topic, s.Target.Group}
+		gauge(m.lagDesc, float64(s.Lag), lv...)
+		gauge(m.ageDesc, s.HeadAge.Seconds(), lv...)
+		gauge(m.consumeDesc, s.ConsumeRate, lv...)
+		gauge(m.produceDesc, s.ProduceRate, lv...)
+		drain := s.TimeToDrain.Seconds()
+		if s.TimeToDrain == lag.Never {
+			drain = math.Inf(1)
+		}
+		gauge(m.drainDesc, drain, lv...)
+		for _, st := range allStatuses {
+			v := 0.0
+			if s.Status == st {
+				v = 1
+			}
+			gauge(m.statusDesc, v, append(lv, string(st))...)
+		}
+		gauge(m.staleDesc, b2f(s.Stale), lv...)
+		gauge(m.membersDesc, float64(s.Members), lv...)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,130 @@
+// Package daemon holds the running parts of lagbridge that are not broker
+// specific: one observation loop per cluster, the store of current states the
+// loops write and the HTTP API and metrics read, and the HTTP server.
+//
+// It declares what it needs from a broker ([Source]) and knows nothing of
+// franz-go or nats.go; cmd/lagbridge wires the adapters in.
+package daemon
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// ClusterStatus is what the store knows of one cluster's observation loop.
+type ClusterStatus struct {
+	Name string   `json:"name"`
+	Kind lag.Kind `json:"kind"`
+	// Observed is true once one cycle returned data (ready).
+	Observed bool `json:"observed"`
+	// LastCycle and LastSuccess are the start times of the newest cycle
+	// and of the newest cycle that returned data.
+	LastCycle   time.Time     `json:"lastCycle"`
+	LastSuccess time.Time     `json:"lastSuccess"`
+	Duration    time.Duration `json:"-"`
+	Err         string        `json:"error,omitempty"`
+	Targets     int           `json:"targets"`
+}
+
+// Store holds the newest states of every cluster. Loops write one cluster
+// at a time; readers get consistent copies. Safe for concurrent use.
+type Store struct {
+	mu       sync.RWMutex
+	clusters map[string]*clusterEntry
+	order    []string
+	// subs are notified (non-blocking) after each update.
+	subs map[chan struct{}]struct{}
+}
+
+type clusterEntry struct {
+	status ClusterStatus
+	states []lag.State
+}
+
+// NewStore returns a store expecting the named clusters; readiness waits
+// for all of them.
+func NewStore(clusters map[string]lag.Kind) *Store {
+	s := &Store{clusters: make(map[string]*clusterEntry), subs: make(map[chan struct{}]struct{})}
+	for name, kind := range clusters {
+		s.clusters[name] = &clusterEntry{status: ClusterStatus{Name: name, Kind: kind}}
+		s.order = append(s.order, name)
+	}
+	sort.Strings(s.order)
+	return s
+}
+
+// Update replaces a cluster's states and status. states must not be
+// modified by the caller afterwards.
+func (s *Store) Update(st ClusterStatus, states []lag.State) {
+	s.mu.Lock()
+	e := s.clusters[st.Name]
+	if e == nil {
+		e = &clusterEntry{}
+		s.clusters[st.Name] = e
+		s.order = append(s.order, st.Name)
+		sort.Strings(s.order)
+	}
+	st.Targets = len(states)
+	e.status, e.states = st, states
+	for ch := range s.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	s.mu.Unlock()
+}
+
+// Subscribe returns a channel that receives a token (coalesced) after each
+// update, and a function that ends the subscription.
+func (s *Store) Subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	s.subs[ch] = struct{}{}
+	s.mu.Unlock()
+	return ch, func() {
+		s.mu.Lock()
+		delete(s.subs, ch)
+		s.mu.Unlock()
+	}
+}
+
+// Clusters returns every cluster's status, sorted by name.
+func (s *Store) Clusters() []ClusterStatus {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]ClusterStatus, 0, len(s.order))
+	for _, n := range s.order {
+		out = append(out, s.clusters[n].status)
+	}
+	return out
+}
+
+// States returns the current states of every cluster, sorted by target.
+// The slices are shared snapshots: read only.
+func (s *Store) States() []lag.State {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []lag.State
+	for _, n := range s.order {
+		out = append(out, s.clusters[n].states...)
+	}
+	return out
+}
+
+// Ready reports whether every cluster completed one cycle, and the names of
+// those that did not.
+func (s *Store) Ready() (bool, []string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var missing []string
+	for _, n := range s.order {
+		if !s.clusters[n].status.Observed {
+			missing = append(missing, n)
+		}
+	}
+	return len(missing) == 0, missing
+}
