@@ -1,0 +1,280 @@
+// Package config loads and validates the daemon's configuration: a YAML
+// file, LAGBRIDGE_* environment variables and command-line flags, in that
+// order of increasing precedence (viper). Validate reports every problem at
+// once, each as `<path>: <problem>`.
+//
+// Only cmd/lagbridge and the daemon's wiring import this package; the
+// producer SDK never does.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/lagbridge/lagbridge/brokers/kafka"
+	"github.com/lagbridge/lagbridge/brokers/nats"
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// Defaults of the top-level settings.
+const (
+	DefaultListen   = ":9464"
+	DefaultInterval = time.Second
+)
+
+// Config is the whole daemon configuration. The zero value of each field
+// means the default documented on it (applied by Load).
+type Config struct {
+	// Listen is the HTTP address for the API, metrics and dashboard.
+	// Default ":9464". Env LAGBRIDGE_LISTEN, flag --listen.
+	Listen string `mapstructure:"listen"`
+	// Interval is the observation interval of every cluster. Default 1s,
+	// from 100ms to 1m. Env LAGBRIDGE_INTERVAL, flag --interval.
+	Interval time.Duration `mapstructure:"interval"`
+	// ShutdownTimeout bounds the graceful shutdown. Default 10s.
+	ShutdownTimeout time.Duration `mapstructure:"shutdownTimeout"`
+	Log             Log           `mapstructure:"log"`
+	// Rules are the lag status thresholds (see lag.Rules); zero fields take
+	// lag.DefaultRules, except StaleAfter which defaults to 3 intervals
+	// (at least 3s).
+	Rules Rules `mapstructure:"rules"`
+	// Kafka and NATS list the clusters to watch; at least one in all.
+	Kafka []kafka.Config `mapstructure:"kafka"`
+	NATS  []nats.Config  `mapstructure:"nats"`
+}
+
+// Log configures log/slog output on standard error.
+type Log struct {
+	// Level is debug, info, warn or error. Default info.
+	Level string `mapstructure:"level"`
+	// Format is text or json. Default text.
+	Format string `mapstructure:"format"`
+}
+
+// Rules mirrors lag.Rules in the config file.
+type Rules struct {
+	LagAge     time.Duration `mapstructure:"lagAge"`
+	StallAfter time.Duration `mapstructure:"stallAfter"`
+	StaleAfter time.Duration `mapstructure:"staleAfter"`
+	RateWindow time.Duration `mapstructure:"rateWindow"`
+}
+
+// Lag returns the lag.Rules the loops use.
+func (c Config) Lag() lag.Rules {
+	r := lag.Rules(c.Rules)
+	if r.StaleAfter == 0 {
+		r.StaleAfter = max(3*c.Interval, 3*time.Second)
+	}
+	return r
+}
+
+// Flags returns the flag set shared by run, check and demo: --config and the
+// top-level settings. Every flag is also settable in the file and as
+// LAGBRIDGE_<NAME> (dots and dashes become underscores).
+func Flags(name string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.String("config", "", "path of the YAML config file (env LAGBRIDGE_CONFIG)")
+	fs.String("listen", DefaultListen, "HTTP listen address for /metrics, /v1/ and the dashboard")
+	fs.Duration("interval", DefaultInterval, "observation interval of every cluster")
+	fs.String("log-level", "info", "log level: debug, info, warn, error")
+	fs.String("log-format", "text", "log format: text or json")
+	return fs
+}
+
+// flagKeys maps flag names to config keys.
+var flagKeys = map[string]string{"listen": "listen", "interval": "interval", "log-level": "log.level", "log-format": "log.format"}
+
+// Load reads the file named by --config (or LAGBRIDGE_CONFIG; none is fine
+// when env and flags say enough), applies env and flags, fills defaults, and
+// validates. The error joins every problem found: unknown keys, values of
+// the wrong type, and everything Validate reports.
+func Load(fs *pflag.FlagSet) (Config, error) {
+	v := viper.New()
+	v.SetEnvPrefix("LAGBRIDGE")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
+	v.AutomaticEnv()
+	v.SetDefault("listen", DefaultListen)
+	v.SetDefault("interval", DefaultInterval.String())
+	v.SetDefault("shutdownTimeout", "10s")
+	v.SetDefault("log.level", "info")
+	v.SetDefault("log.format", "text")
+	for _, k := range []string{"rules.lagAge", "rules.stallAfter", "rules.staleAfter", "rules.rateWindow"} {
+		v.SetDefault(k, "0s")
+	}
+	if fs != nil {
+		for flag, key := range flagKeys {
+			if f := fs.Lookup(flag); f != nil {
+				if err := v.BindPFlag(key, f); err != nil {
+					return Config{}, err
+				}
+			}
+		}
+	}
+	file := v.GetString("config")
+	if fs != nil {
+		if f := fs.Lookup("config"); f != nil && f.Changed {
+			file = f.Value.String()
+		}
+	}
+	if file != "" {
+		v.SetConfigFile(file)
+		v.SetConfigType("yaml")
+		if err := v.ReadInConfig(); err != nil {
+			return Config{}, fmt.Errorf("read config %s: %w", file, err)
+		}
+	}
+	var c Config
+	derr := v.Unmarshal(&c, func(dc *mapstructure.DecoderConfig) {
+		dc.ErrorUnused = true
+		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(
+			mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","))
+	})
+	var errs []error
+	if derr != nil {
+		errs = append(errs, decodeErrors(derr)...)
+	}
+	if err := c.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return c, errors.Join(errs...)
+}
+
+// decodeErrors splits mapstructure's error into one `path: problem` line
+// per problem, in the shape Validate uses.
+func decodeErrors(err error) []error {
+	var errs []error
+	for _, line := range strings.Split(err.Error(), "\n") {
+		line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "*"))
+		if line == "" || strings.HasPrefix(line, "decoding failed due to") || strings.HasSuffix(line, "error(s) decoding:") {
+			continue
+		}
+		if m := invalidKeys.FindStringSubmatch(line); m != nil {
+			for _, k := range strings.Split(m[2], ", ") {
+				path := k
+				if m[1] != "" {
+					path = m[1] + "." + k
+				}
+				errs = append(errs, fmt.Errorf("%s: unknown key (misspelt, or not a setting of this version)", path))
+			}
+			continue
+		}
+		if m := quotedPath.FindStringSubmatch(line); m != nil {
+			errs = append(errs, fmt.Errorf("%s: %s", m[1], m[2]))
+			continue
+		}
+		errs = append(errs, errors.New("config: "+line))
+	}
+	if len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("config: %w", err))
+	}
+	return errs
+}
+
+var (
+	invalidKeys = regexp.MustCompile(`^'([^']*)' has invalid keys: (.+)$`)
+	quotedPath  = regexp.MustCompile(`^'([^']+)' (.+)$`)
+)
+
+// Validate reports every problem at once, joined; nil when c is valid.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+	}
+	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
+		add("listen", "%q is not host:port: %v", c.Listen, err)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		add("listen", "port %q is not a number from 0 to 65535", port)
+	}
+	if c.Interval < 100*time.Millisecond || c.Interval > time.Minute {
+		add("interval", "must be from 100ms to 1m, got %v", c.Interval)
+	}
+	if c.ShutdownTimeout <= 0 {
+		add("shutdownTimeout", "must be positive, got %v", c.ShutdownTimeout)
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.Log.Level)); err != nil {
+		add("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		add("log.format", "%q is not text or json", c.Log.Format)
+	}
+	for name, d := range map[string]time.Duration{"lagAge": c.Rules.LagAge, "stallAfter": c.Rules.StallAfter, "staleAfter": c.Rules.StaleAfter, "rateWindow": c.Rules.RateWindow} {
+		if d < 0 {
+			add("rules."+name, "must not be negative, got %v", d)
+		}
+	}
+	if len(c.Kafka)+len(c.NATS) == 0 {
+		add("kafka, nats", "no cluster to watch: configure at least one")
+	}
+	seen := map[string]string{}
+	cluster := func(path, name string) {
+		if name == "" {
+			return
+		}
+		if prev, ok := seen[name]; ok {
+			add(path+".cluster", "%q is already the name of %s; cluster names must be unique", name, prev)
+		}
+		seen[name] = path
+	}
+	for i, k := range c.Kafka {
+		path := fmt.Sprintf("kafka[%d]", i)
+		cluster(path, k.Cluster)
+		errs = append(errs, reprefix(k.Validate(), "kafka.", path+".")...)
+	}
+	for i, n := range c.NATS {
+		path := fmt.Sprintf("nats[%d]", i)
+		cluster(path, n.Cluster)
+		errs = append(errs, reprefix(n.Validate(), "nats.", path+".")...)
+	}
+	return errors.Join(errs...)
+}
+
+// reprefix splits a joined error and renames each problem's leading
+// "kafka." into "kafka[i]." so every message names its place in the file.
+func reprefix(err error, from, to string) []error {
+	if err == nil {
+		return nil
+	}
+	var list []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		list = j.Unwrap()
+	} else {
+		list = []error{err}
+	}
+	out := make([]error, 0, len(list))
+	for _, e := range list {
+		out = append(out, prefixed{msg: to + strings.TrimPrefix(e.Error(), from), err: e})
+	}
+	return out
+}
+
+// prefixed renames an error's message and keeps it for errors.Is/As.
+type prefixed struct {
+	msg string
+	err error
+}
+
+func (p prefixed) Error() string { return p.msg }
+func (p prefixed) Unwrap() error { return p.err }
+
+// Logger builds the slog logger c.Log asks for, writing to w.
+func (c Config) Logger(w interface{ Write([]byte) (int, error) }) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(c.Log.Level))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

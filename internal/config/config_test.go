@@ -1,0 +1,130 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/brokers/kafka"
+)
+
+func writeFile(tb testing.TB, body string) string {
+	tb.Helper()
+	p := filepath.Join(tb.TempDir(), "lagbridge.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+func load(tb testing.TB, args ...string) (Config, error) {
+	tb.Helper()
+	fs := Flags("test")
+	if err := fs.Parse(args); err != nil {
+		tb.Fatal(err)
+	}
+	return Load(fs)
+}
+
+const good = `
+interval: 500ms
+log: {level: debug, format: json}
+rules: {lagAge: 2s}
+kafka:
+  - cluster: main
+    brokers: ["127.0.0.1:9092"]
+    groups: {include: ["billing.*"], exclude: ["billing-test"]}
+    sasl: {mechanism: SCRAM-SHA-512, username: u, password: p}
+    requestTimeout: 3s
+nats:
+  - cluster: js
+    urls: ["nats://127.0.0.1:4222"]
+    streams: {include: ["ORDERS"]}
+`
+
+func TestLoadGood(t *testing.T) {
+	c, err := load(t, "--config", writeFile(t, good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Interval != 500*time.Millisecond || c.Listen != DefaultListen || c.Log.Level != "debug" {
+		t.Fatalf("top level: %+v", c)
+	}
+	k := c.Kafka[0]
+	if k.Cluster != "main" || k.SASL.Mechanism != "SCRAM-SHA-512" || k.RequestTimeout != 3*time.Second || k.Groups.Exclude[0] != "billing-test" {
+		t.Fatalf("kafka: %+v", k)
+	}
+	if c.NATS[0].Streams.Include[0] != "ORDERS" {
+		t.Fatalf("nats: %+v", c.NATS[0])
+	}
+	if r := c.Lag(); r.LagAge != 2*time.Second || r.StaleAfter != 3*time.Second {
+		t.Fatalf("rules: %+v", r)
+	}
+}
+
+// TestEveryProblemAtOnce is the contract of `lagbridge check`: one run names
+// every mistake in the file, each with its place.
+func TestEveryProblemAtOnce(t *testing.T) {
+	bad := `
+listen: "nohost"
+interval: 10ms
+log: {level: loud, format: xml}
+rules: {lagAge: -1s}
+kafak: []
+kafka:
+  - cluster: main
+    brokers: []
+  - cluster: main
+    brokers: ["127.0.0.1"]
+    sasl: {mechanism: KERBEROS}
+nats:
+  - urls: ["nats://127.0.0.1:4222"]
+    user: a
+    token: b
+`
+	_, err := load(t, "--config", writeFile(t, bad))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		"listen:", "interval:", "log.level:", "log.format:", "rules.lagAge:", "kafak",
+		"kafka[0].brokers:", "kafka[1].cluster:", "kafka[1].brokers[0]:", "kafka[1].sasl",
+		"nats[0].cluster:",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("missing %q in:\n%s", want, msg)
+		}
+	}
+	if !errors.Is(err, kafka.ErrInvalidConfig) {
+		t.Errorf("kafka problems do not match kafka.ErrInvalidConfig")
+	}
+}
+
+// TestPrecedence: flags over env over file over defaults.
+func TestPrecedence(t *testing.T) {
+	p := writeFile(t, "interval: 2s\nlisten: ':1'\nkafka: [{cluster: a, brokers: ['127.0.0.1:9092']}]\n")
+	t.Setenv("LAGBRIDGE_INTERVAL", "3s")
+	t.Setenv("LAGBRIDGE_LOG_LEVEL", "warn")
+	c, err := load(t, "--config", p, "--listen", ":2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Interval != 3*time.Second || c.Listen != ":2" || c.Log.Level != "warn" {
+		t.Fatalf("got interval %v listen %q level %q", c.Interval, c.Listen, c.Log.Level)
+	}
+	t.Setenv("LAGBRIDGE_CONFIG", p)
+	if _, err := load(t); err != nil {
+		t.Fatalf("config from env: %v", err)
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	_, err := load(t, "--config", filepath.Join(t.TempDir(), "nope.yaml"))
+	if err == nil || !strings.Contains(err.Error(), "nope.yaml") {
+		t.Fatalf("err = %v", err)
+	}
+}
