@@ -1,0 +1,171 @@
+// Command lagbridge is the backpressure bridge daemon: it watches consumer
+// lag and message age on Kafka and NATS JetStream and serves them (and, as
+// it grows, the quotas made from them) over HTTP and Prometheus.
+//
+//	lagbridge run --config FILE     run the daemon
+//	lagbridge check --config FILE   validate a config, report every problem, exit 1 if any
+//	lagbridge demo [--duration 20s] embedded brokers, a synthetic workload, the daemon
+//	lagbridge version               print the version
+//
+// Every flag is also settable in the file and as LAGBRIDGE_<FLAG>.
+// This package is wiring only.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/lagbridge/lagbridge/internal/app"
+	"github.com/lagbridge/lagbridge/internal/config"
+	"github.com/lagbridge/lagbridge/internal/demo"
+)
+
+const usage = `lagbridge restores backpressure across message brokers.
+
+Usage:
+  lagbridge run --config FILE     run the daemon
+  lagbridge check --config FILE   validate a config and report every problem
+  lagbridge demo [flags]          embedded Kafka and NATS, a synthetic workload, the daemon
+  lagbridge version               print the version
+
+Run 'lagbridge COMMAND --help' for a command's flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch args[0] {
+	case "run":
+		return cmdRun(ctx, args[1:], stderr)
+	case "check":
+		return cmdCheck(args[1:], stdout, stderr)
+	case "demo":
+		return cmdDemo(ctx, args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "lagbridge", app.Version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "lagbridge: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}
+
+// parse parses flags; it returns false with the exit code when done.
+func parse(fs *pflag.FlagSet, args []string, stderr io.Writer) (int, bool) {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "lagbridge %s: unexpected arguments %v\n", fs.Name(), fs.Args())
+		return 2, false
+	}
+	return 0, true
+}
+
+// report prints every problem of a config error, one per line.
+func report(stderr io.Writer, err error) {
+	var list []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		list = flatten(j.Unwrap())
+	} else {
+		list = []error{err}
+	}
+	fmt.Fprintf(stderr, "lagbridge: config has %d problem(s):\n", len(list))
+	for _, e := range list {
+		fmt.Fprintf(stderr, "  - %v\n", e)
+	}
+}
+
+func flatten(errs []error) []error {
+	var out []error
+	for _, e := range errs {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			out = append(out, flatten(j.Unwrap())...)
+		} else {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func cmdCheck(args []string, stdout, stderr io.Writer) int {
+	fs := config.Flags("check")
+	if code, ok := parse(fs, args, stderr); !ok {
+		return code
+	}
+	cfg, err := config.Load(fs)
+	if err != nil {
+		report(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "config ok: %d kafka and %d nats cluster(s), interval %s, listen %s\n", len(cfg.Kafka), len(cfg.NATS), cfg.Interval, cfg.Listen)
+	return 0
+}
+
+func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := config.Flags("run")
+	if code, ok := parse(fs, args, stderr); !ok {
+		return code
+	}
+	cfg, err := config.Load(fs)
+	if err != nil {
+		report(stderr, err)
+		return 1
+	}
+	log := cfg.Logger(stderr)
+	a, err := app.New(ctx, cfg, log)
+	if err != nil {
+		log.Error("start", "err", err)
+		return 1
+	}
+	if err := a.Run(ctx); err != nil {
+		log.Error("stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("demo", pflag.ContinueOnError)
+	duration := fs.Duration("duration", 0, "end the demo after this long (0: run until interrupted; the story then spans 60s)")
+	listen := fs.String("listen", "127.0.0.1:9464", "the daemon's HTTP address")
+	rate := fs.Float64("rate", 1000, "producer rate per broker, messages per second")
+	interval := fs.Duration("interval", time.Second, "observation interval")
+	verbose := fs.Bool("verbose", false, "print the daemon's logs")
+	if code, ok := parse(fs, args, stderr); !ok {
+		return code
+	}
+	o := demo.Options{Duration: *duration, Listen: *listen, ProduceRate: *rate, Interval: *interval, Out: stdout}
+	if *verbose {
+		o.Log = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	if err := demo.Run(ctx, o); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		fmt.Fprintf(stderr, "lagbridge demo: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,151 @@
+// Package app wires the daemon together from a validated config: one
+// broker adapter and one observation loop per cluster, the store, the
+// metrics and the HTTP server. It runs them under one context and stops them
+// in order. cmd/lagbridge (run, demo) and the integration tests use it.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/lagbridge/lagbridge/brokers/kafka"
+	"github.com/lagbridge/lagbridge/brokers/nats"
+	"github.com/lagbridge/lagbridge/internal/config"
+	"github.com/lagbridge/lagbridge/internal/daemon"
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// Version is set at build time with -ldflags "-X ...app.Version=v1.2.3".
+var Version = "dev"
+
+// App is a configured daemon, connected but not yet running.
+type App struct {
+	cfg      config.Config
+	log      *slog.Logger
+	Registry *prometheus.Registry
+	Store    *daemon.Store
+	Metrics  *daemon.Metrics
+	Handler  *daemon.Handler
+	loops    []*daemon.Loop
+	closers  []func()
+	ln       net.Listener
+}
+
+// New builds the daemon from cfg (which must be valid) and connects to every
+// cluster. It listens on cfg.Listen right away, so Addr is known before Run.
+// On error everything built so far is closed.
+func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error) {
+	a := &App{cfg: cfg, log: log, Registry: prometheus.NewRegistry()}
+	a.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "lagbridge_build_info", Help: "Build information; always 1.",
+		ConstLabels: prometheus.Labels{"version": Version}})
+	build.Set(1)
+	a.Registry.MustRegister(build)
+
+	kinds := map[string]lag.Kind{}
+	for _, k := range cfg.Kafka {
+		kinds[k.Cluster] = lag.KindKafka
+	}
+	for _, n := range cfg.NATS {
+		kinds[n.Cluster] = lag.KindNATS
+	}
+	a.Store = daemon.NewStore(kinds)
+	a.Metrics = daemon.NewMetrics(a.Registry, a.Store)
+	rules := cfg.Lag()
+	rulesFor := func(lag.Target) lag.Rules { return rules }
+
+	addLoop := func(name string, kind lag.Kind, src daemon.Source) {
+		a.loops = append(a.loops, &daemon.Loop{Name: name, Kind: kind, Source: src, Interval: cfg.Interval,
+			Rules: rulesFor, Store: a.Store, Metrics: a.Metrics, Logger: log.With("cluster", name)})
+	}
+	for _, kc := range cfg.Kafka {
+		o, err := kafka.New(kc)
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("kafka cluster %q: %w", kc.Cluster, err)
+		}
+		a.closers = append(a.closers, o.Close)
+		addLoop(kc.Cluster, lag.KindKafka, o)
+	}
+	for _, nc := range cfg.NATS {
+		if nc.Interval == 0 {
+			nc.Interval = cfg.Interval
+		}
+		o, err := nats.New(ctx, nc)
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("nats cluster %q: %w", nc.Cluster, err)
+		}
+		a.closers = append(a.closers, o.Close)
+		addLoop(nc.Cluster, lag.KindNATS, o)
+	}
+	a.Handler = daemon.NewHandler(a.Store, a.Registry, nil)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	a.ln = ln
+	return a, nil
+}
+
+// Addr is the address the HTTP server listens on.
+func (a *App) Addr() string { return a.ln.Addr().String() }
+
+// Run serves HTTP and runs every observation loop until ctx is done, then
+// stops in order: the HTTP server (draining requests for up to
+// ShutdownTimeout), the loops, the broker connections. It returns nil after
+// a clean stop.
+func (a *App) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv := &http.Server{Handler: a.Handler, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
+	var wg sync.WaitGroup
+	srvErr := make(chan error, 1)
+	wg.Go(func() {
+		if err := srv.Serve(a.ln); !errors.Is(err, http.ErrServerClosed) {
+			srvErr <- err
+			cancel()
+		}
+	})
+	for _, l := range a.loops {
+		wg.Go(func() { _ = l.Run(ctx) })
+	}
+	a.log.Info("lagbridge running", "version", Version, "listen", a.Addr(), "clusters", len(a.loops), "interval", a.cfg.Interval)
+	<-ctx.Done()
+	a.log.Info("shutting down")
+	sctx, scancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+	defer scancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		a.log.Warn("http shutdown", "err", err)
+	}
+	wg.Wait()
+	a.Close()
+	select {
+	case err := <-srvErr:
+		return fmt.Errorf("http server: %w", err)
+	default:
+		return nil
+	}
+}
+
+// Close closes the broker connections and the listener. Idempotent; Run
+// calls it.
+func (a *App) Close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+	a.closers = nil
+	if a.ln != nil {
+		_ = a.ln.Close()
+	}
+}

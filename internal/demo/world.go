@@ -1,0 +1,299 @@
+// Package demo builds the self-contained world of `lagbridge demo`: an
+// embedded Kafka (kfake) and an embedded nats-server with JetStream, a
+// synthetic producer on each, and consumers whose speed follows a profile
+// (normal, slowed, recovered), so that lag and head age rise and fall.
+//
+// Everything listens on 127.0.0.1 and stops with Close.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/time/rate"
+)
+
+// Names of the demo's topics, groups, streams and consumers.
+const (
+	KafkaTopic   = "orders"
+	KafkaGroup   = "billing"
+	NATSStream   = "EVENTS"
+	NATSSubject  = "events.created"
+	NATSConsumer = "processor"
+	partitions   = 6
+)
+
+// Brokers are the embedded brokers.
+type Brokers struct {
+	Kafka    *kfake.Cluster
+	NATS     *server.Server
+	storeDir string
+}
+
+// KafkaAddrs returns the kfake listen addresses.
+func (b *Brokers) KafkaAddrs() []string { return b.Kafka.ListenAddrs() }
+
+// NATSURL returns the embedded server's client URL.
+func (b *Brokers) NATSURL() string { return b.NATS.ClientURL() }
+
+// StartBrokers starts kfake (one topic, six partitions) and a JetStream
+// nats-server storing in storeDir (a temporary folder the caller removes).
+func StartBrokers(storeDir string) (*Brokers, error) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, KafkaTopic))
+	if err != nil {
+		return nil, fmt.Errorf("start embedded kafka: %w", err)
+	}
+	ns, err := StartNATS(storeDir)
+	if err != nil {
+		kc.Close()
+		return nil, err
+	}
+	return &Brokers{Kafka: kc, NATS: ns, storeDir: storeDir}, nil
+}
+
+// StartNATS starts an embedded nats-server with JetStream on a free
+// loopback port.
+func StartNATS(storeDir string) (*server.Server, error) {
+	ns, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: storeDir, NoSigs: true, NoLog: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start embedded nats-server: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("start embedded nats-server: not ready after 10s")
+	}
+	return ns, nil
+}
+
+// Close stops both brokers.
+func (b *Brokers) Close() {
+	b.Kafka.Close()
+	b.NATS.Shutdown()
+	b.NATS.WaitForShutdown()
+}
+
+// Profile gives the consumers' speed in messages per second at elapsed time
+// d since the start.
+type Profile func(d time.Duration) float64
+
+// StepProfile is the demo's story in thirds of total: normal speed, a slow
+// middle (the bad query plan), and recovery.
+func StepProfile(total time.Duration, normal, slow float64) Profile {
+	return func(d time.Duration) float64 {
+		if d >= total/4 && d < total*3/5 {
+			return slow
+		}
+		return normal
+	}
+}
+
+// Workload runs the synthetic producers and consumers.
+type Workload struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	kcl    []*kgo.Client
+	nc     *nats.Conn
+	mu     sync.Mutex
+	err    error
+	// Counters, read with Stats.
+	stats Stats
+}
+
+// Stats counts what the workload did.
+type Stats struct {
+	KafkaProduced, KafkaConsumed, NATSProduced, NATSConsumed int64
+}
+
+// StartWorkload produces at produceRate msg/s to both brokers and consumes
+// at the profile's speed until Close. It starts five goroutines (two
+// producers, two consumers, one speed governor); Close stops them.
+func StartWorkload(b *Brokers, produceRate float64, profile Profile) (*Workload, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Workload{cancel: cancel}
+	prod, err := kgo.NewClient(kgo.SeedBrokers(b.KafkaAddrs()...), kgo.DefaultProduceTopic(KafkaTopic),
+		kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	cons, err := kgo.NewClient(kgo.SeedBrokers(b.KafkaAddrs()...), kgo.ConsumerGroup(KafkaGroup),
+		kgo.ConsumeTopics(KafkaTopic), kgo.AutoCommitInterval(200*time.Millisecond),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		prod.Close()
+		cancel()
+		return nil, err
+	}
+	w.kcl = []*kgo.Client{prod, cons}
+	nc, err := nats.Connect(b.NATSURL())
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("connect to embedded nats: %w", err)
+	}
+	w.nc = nc
+	js, err := jetstream.New(nc)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: NATSStream, Subjects: []string{"events.>"}, AllowDirect: true}); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("create stream: %w", err)
+	}
+	jc, err := js.CreateOrUpdateConsumer(ctx, NATSStream, jetstream.ConsumerConfig{
+		Durable: NATSConsumer, AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "events.>", MaxAckPending: 1000,
+	})
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("create consumer: %w", err)
+	}
+
+	start := time.Now()
+	klim := rate.NewLimiter(rate.Limit(profile(0)), 50)
+	nlim := rate.NewLimiter(rate.Limit(profile(0)), 50)
+	w.wg.Add(5)
+	go func() { // governor: follows the profile
+		defer w.wg.Done()
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				r := rate.Limit(profile(time.Since(start)))
+				klim.SetLimit(r)
+				nlim.SetLimit(r)
+			}
+		}
+	}()
+	go func() { defer w.wg.Done(); w.produceKafka(ctx, prod, produceRate) }()
+	go func() { defer w.wg.Done(); w.produceNATS(ctx, js, produceRate) }()
+	go func() { defer w.wg.Done(); w.consumeKafka(ctx, cons, klim) }()
+	go func() { defer w.wg.Done(); w.consumeNATS(ctx, jc, nlim) }()
+	return w, nil
+}
+
+// pace calls fn with the number of messages due every 10 ms for rate r.
+func pace(ctx context.Context, r float64, fn func(n int)) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	start, sent := time.Now(), 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			due := int(time.Since(start).Seconds()*r) - sent
+			if due > 0 {
+				fn(due)
+				sent += due
+			}
+		}
+	}
+}
+
+func (w *Workload) produceKafka(ctx context.Context, cl *kgo.Client, r float64) {
+	pace(ctx, r, func(n int) {
+		for range n {
+			cl.Produce(ctx, &kgo.Record{Value: []byte("order")}, func(_ *kgo.Record, err error) {
+				if err == nil {
+					w.add(&w.stats.KafkaProduced)
+				} else if ctx.Err() == nil {
+					w.fail(err)
+				}
+			})
+		}
+	})
+}
+
+func (w *Workload) produceNATS(ctx context.Context, js jetstream.JetStream, r float64) {
+	pace(ctx, r, func(n int) {
+		for range n {
+			if _, err := js.PublishAsync(NATSSubject, []byte("event")); err != nil {
+				if ctx.Err() == nil {
+					w.fail(err)
+				}
+				return
+			}
+			w.add(&w.stats.NATSProduced)
+		}
+	})
+}
+
+func (w *Workload) consumeKafka(ctx context.Context, cl *kgo.Client, lim *rate.Limiter) {
+	for ctx.Err() == nil {
+		fs := cl.PollRecords(ctx, 50)
+		for _, r := range fs.Records() {
+			if lim.Wait(ctx) != nil {
+				return
+			}
+			_ = r
+			w.add(&w.stats.KafkaConsumed)
+		}
+	}
+}
+
+func (w *Workload) consumeNATS(ctx context.Context, c jetstream.Consumer, lim *rate.Limiter) {
+	for ctx.Err() == nil {
+		batch, err := c.Fetch(50, jetstream.FetchMaxWait(500*time.Millisecond))
+		if err != nil {
+			continue
+		}
+		for m := range batch.Messages() {
+			if lim.Wait(ctx) != nil {
+				return
+			}
+			if m.Ack() == nil {
+				w.add(&w.stats.NATSConsumed)
+			}
+		}
+	}
+}
+
+func (w *Workload) add(p *int64) {
+	w.mu.Lock()
+	*p++
+	w.mu.Unlock()
+}
+
+func (w *Workload) fail(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.mu.Unlock()
+}
+
+// Stats returns the counters so far and the first error seen.
+func (w *Workload) Stats() (Stats, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stats, w.err
+}
+
+// Close stops the goroutines and waits for them, then closes the clients.
+// It is idempotent.
+func (w *Workload) Close() {
+	w.cancel()
+	w.wg.Wait()
+	for _, c := range w.kcl {
+		c.Close()
+	}
+	w.kcl = nil
+	if w.nc != nil {
+		w.nc.Close()
+		w.nc = nil
+	}
+}
