@@ -18,7 +18,7 @@
 #   kafka.sh log              print the path of the broker log
 #
 # Environment (all optional):
-#   KAFKA_VERSION              Kafka version to resolve (default 4.1.1)
+#   KAFKA_VERSION              Kafka version to resolve (default 4.3.1)
 #   KAFKA_PORT                 PLAINTEXT port (default 39092; 0 = pick a free one)
 #   KAFKA_CONTROLLER_PORT      controller port (default: a free one)
 #   KAFKA_HEAP_OPTS            broker heap (default -Xms128m -Xmx512m)
@@ -34,7 +34,7 @@
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-KAFKA_VERSION=${KAFKA_VERSION:-4.1.1}
+KAFKA_VERSION=${KAFKA_VERSION:-4.3.1}
 CACHE_DIR=${LAGBRIDGE_KAFKA_HOME:-$SCRIPT_DIR/.cache}
 RUN_DIR=${LAGBRIDGE_KAFKA_RUN:-$CACHE_DIR/run}
 JARS_DIR=$CACHE_DIR/kafka-$KAFKA_VERSION/libs
