@@ -15,11 +15,11 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/lagbridge/lagbridge/brokers/kafka"
+	"github.com/lagbridge/lagbridge/integration/kafkatest"
 	"github.com/lagbridge/lagbridge/internal/app"
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/daemon"
 	"github.com/lagbridge/lagbridge/internal/demo"
-	"github.com/lagbridge/lagbridge/integration/kafkatest"
 	"github.com/lagbridge/lagbridge/lag"
 )
 
