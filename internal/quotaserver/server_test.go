@@ -1,0 +1,307 @@
+package quotaserver
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// echoEngine grants every reported topic an unlimited lease and publishes
+// the set; the real engine is exercised in integration/.
+type echoEngine struct {
+	hub *Hub
+	mu  sync.Mutex
+	ver uint64
+}
+
+func (e *echoEngine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
+	e.mu.Lock()
+	e.ver++
+	set := quotaproto.LeaseSet{Producer: r.Producer, Version: e.ver, RefreshAfterMs: 1000}
+	for _, t := range r.Topics {
+		set.Leases = append(set.Leases, quotaproto.Lease{Topic: t.Topic, Signal: quotaproto.SignalOK, Version: e.ver})
+	}
+	e.mu.Unlock()
+	e.hub.Publish(set)
+	return set, nil
+}
+
+func (e *echoEngine) Quotas() any { return []string{} }
+
+func newTestServer(tb testing.TB, auth Auth) (*httptest.Server, *Hub) {
+	ts, hub, _ := newTestServerS(tb, auth)
+	return ts, hub
+}
+
+func newTestServerS(tb testing.TB, auth Auth) (*httptest.Server, *Hub, *Server) {
+	tb.Helper()
+	hub := NewHub()
+	s := New(hub, &echoEngine{hub: hub}, auth, prometheus.NewRegistry())
+	mux := http.NewServeMux()
+	s.Register(mux)
+	ts := httptest.NewServer(mux)
+	tb.Cleanup(func() { hub.Close(); ts.Close() })
+	return ts, hub, s
+}
+
+func do(tb testing.TB, method, url, token, body string) (int, string) {
+	tb.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+const goodReport = `{"producer":"svc-a","topics":[{"topic":"orders","criticality":"CRITICAL","demand":100}]}`
+
+// TestBadRequests: every malformed request gets a 4xx that says what is
+// wrong.
+func TestBadRequests(t *testing.T) {
+	ts, _ := newTestServer(t, Auth{})
+	cases := []struct {
+		name, method, path, body string
+		code                     int
+		msg                      string
+	}{
+		{"not json", "POST", "/v1/leases", "{", 400, "malformed"},
+		// A typo'd field is an error, not silently ignored.
+		{"unknown field", "POST", "/v1/leases", `{"producer":"a","topcs":[]}`, 400, "unknown field"},
+		{"trailing data", "POST", "/v1/leases", goodReport + "{}", 400, "trailing"},
+		{"bad producer", "POST", "/v1/leases", `{"producer":"a b","topics":[]}`, 400, "producer"},
+		{"bad criticality", "POST", "/v1/leases", `{"producer":"a","topics":[{"topic":"t","criticality":"URGENT"}]}`, 400, "criticality"},
+		{"negative demand", "POST", "/v1/leases", `{"producer":"a","topics":[{"topic":"t","demand":-1}]}`, 400, "demand"},
+		{"duplicate topic", "POST", "/v1/leases", `{"producer":"a","topics":[{"topic":"t"},{"topic":"t"}]}`, 400, "twice"},
+		{"oversized", "POST", "/v1/leases", `{"producer":"a","topics":[],"x":"` + strings.Repeat("x", quotaproto.MaxBodyBytes) + `"}`, 413, "exceeds"},
+		{"watch unknown producer", "GET", "/v1/leases/watch?producer=nobody", "", 404, "POST /v1/leases first"},
+		{"watch bad version", "GET", "/v1/leases/watch?producer=a&version=x", "", 400, "version"},
+		{"watch long timeout", "GET", "/v1/leases/watch?producer=a&timeout=10m", "", 400, "timeout"},
+		{"stream no producer", "GET", "/v1/leases/stream", "", 400, "producer"},
+		{"wrong method", "GET", "/v1/leases", "", 405, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, body := do(t, c.method, ts.URL+c.path, "", c.body)
+			if code != c.code || !strings.Contains(body, c.msg) {
+				t.Fatalf("%d %s, want %d containing %q", code, body, c.code, c.msg)
+			}
+		})
+	}
+}
+
+// TestAuth: a token acts only for its producers; /v1/quotas needs an
+// admin token.
+func TestAuth(t *testing.T) {
+	auth := Auth{
+		Tokens:      []Token{{Token: "token-of-svc-a-0123", Producers: []string{"svc-a"}}, {Token: "token-of-everyone-01", Producers: []string{"*"}}},
+		AdminTokens: []string{"admin-token-0123456"},
+	}
+	if err := auth.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ts, _ := newTestServer(t, auth)
+	other := strings.Replace(goodReport, "svc-a", "svc-b", 1)
+	cases := []struct {
+		name, method, path, token, body string
+		code                            int
+	}{
+		{"no token", "POST", "/v1/leases", "", goodReport, 401},
+		{"unknown token", "POST", "/v1/leases", "guess-guess-guess-1", goodReport, 401},
+		{"own producer", "POST", "/v1/leases", "token-of-svc-a-0123", goodReport, 200},
+		// svc-a's token cannot alter svc-b's demand ...
+		{"other producer", "POST", "/v1/leases", "token-of-svc-a-0123", other, 403},
+		{"wildcard token", "POST", "/v1/leases", "token-of-everyone-01", other, 200},
+		// ... nor read its grant.
+		{"watch other", "GET", "/v1/leases/watch?producer=svc-b&timeout=0s", "token-of-svc-a-0123", "", 403},
+		{"watch own", "GET", "/v1/leases/watch?producer=svc-a&timeout=0s", "token-of-svc-a-0123", "", 200},
+		{"quotas without admin", "GET", "/v1/quotas", "token-of-everyone-01", "", 403},
+		{"quotas with admin", "GET", "/v1/quotas", "admin-token-0123456", "", 200},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if code, body := do(t, c.method, ts.URL+c.path, c.token, c.body); code != c.code {
+				t.Fatalf("%d %s, want %d", code, body, c.code)
+			}
+		})
+	}
+	bad := Auth{Tokens: []Token{{Token: "short", Producers: []string{"a b"}}, {Token: "long-enough-token-1"}}}
+	err := bad.Validate()
+	for _, want := range []string{"tokens[0].token", "tokens[0].producers[0]", "tokens[1].producers"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate: %v, want %s", err, want)
+		}
+	}
+}
+
+// TestWatch: a long-poll answers at once when the client is behind, and
+// wakes on a publish otherwise.
+func TestWatch(t *testing.T) {
+	ts, hub, srv := newTestServerS(t, Auth{})
+	if code, _ := do(t, "POST", ts.URL+"/v1/leases", "", goodReport); code != 200 {
+		t.Fatal(code)
+	}
+	set, _, _ := hub.Current("svc-a")
+	code, body := do(t, "GET", ts.URL+"/v1/leases/watch?producer=svc-a&version=0", "", "")
+	if code != 200 || !strings.Contains(body, fmt.Sprintf(`"version":%d`, set.Version)) {
+		t.Fatalf("behind client: %d %s", code, body)
+	}
+	got := make(chan string, 1)
+	go func() {
+		_, body := do(t, "GET", fmt.Sprintf("%s/v1/leases/watch?producer=svc-a&version=%d&timeout=20s", ts.URL, set.Version), "", "")
+		got <- body
+	}()
+	waitWatchers(t, srv, 1)
+	set.Version++
+	hub.Publish(set)
+	select {
+	case body := <-got:
+		if !strings.Contains(body, fmt.Sprintf(`"version":%d`, set.Version)) {
+			t.Fatalf("woken with %s", body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("long-poll not woken by publish")
+	}
+}
+
+// waitWatchers polls the server's lagbridge_quota_watchers gauge until n
+// long-polls are waiting.
+func waitWatchers(tb testing.TB, s *Server, n int) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if testutil.ToFloat64(s.watchers) >= float64(n) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	tb.Fatalf("never %d watchers", n)
+}
+
+// sseClient reads lease events from a stream.
+func sseClient(tb testing.TB, url string) (<-chan quotaproto.LeaseSet, func()) {
+	tb.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		tb.Fatalf("stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	ch := make(chan quotaproto.LeaseSet, 1024)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(ch)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				var set quotaproto.LeaseSet
+				if json.Unmarshal([]byte(d), &set) == nil && set.Producer != "" {
+					ch <- set
+				}
+			}
+		}
+	})
+	return ch, func() { resp.Body.Close(); wg.Wait() }
+}
+
+// TestStreamPushes: the stream sends the current set at once and every
+// change after; closing the hub ends it (shutdown does not hang on it).
+func TestStreamPushes(t *testing.T) {
+	ts, hub := newTestServer(t, Auth{})
+	do(t, "POST", ts.URL+"/v1/leases", "", goodReport)
+	ch, stop := sseClient(t, ts.URL+"/v1/leases/stream?producer=svc-a")
+	defer stop()
+	first := <-ch
+	for i := 1; i <= 3; i++ {
+		s := first
+		s.Version += uint64(i)
+		hub.Publish(s)
+		select {
+		case got := <-ch:
+			if got.Version != s.Version {
+				t.Fatalf("got version %d, want %d", got.Version, s.Version)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no push")
+		}
+	}
+	hub.Close()
+	select {
+	case _, open := <-ch:
+		if open {
+			t.Fatal("unexpected event after close")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("stream not ended by hub close")
+	}
+}
+
+// BenchmarkPushLatency measures publish-to-receive latency over a real
+// loopback SSE connection and reports p50/p99 (the protocol's target:
+// p99 <= 100 ms).
+func BenchmarkPushLatency(b *testing.B) {
+	ts, hub := newTestServer(b, Auth{})
+	do(b, "POST", ts.URL+"/v1/leases", "", goodReport)
+	ch, stop := sseClient(b, ts.URL+"/v1/leases/stream?producer=svc-a")
+	defer stop()
+	set := <-ch
+	lat := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		set.Version++
+		start := time.Now()
+		hub.Publish(set)
+		for got := range ch {
+			if got.Version == set.Version {
+				break
+			}
+		}
+		lat = append(lat, time.Since(start))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkRejectOversized: rejecting an oversized report costs a header
+// read.
+func BenchmarkRejectOversized(b *testing.B) {
+	hub := NewHub()
+	s := New(hub, &echoEngine{hub: hub}, Auth{}, prometheus.NewRegistry())
+	mux := http.NewServeMux()
+	s.Register(mux)
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest("POST", "/v1/leases", strings.NewReader(""))
+		req.ContentLength = 1 << 30
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		if rec.Code != 413 {
+			b.Fatal(rec.Code)
+		}
+	}
+}

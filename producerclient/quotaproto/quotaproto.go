@@ -1,0 +1,184 @@
+// Package quotaproto is the wire format of lagbridge's quota protocol:
+// plain JSON types and path names shared by the daemon (which serves it) and
+// the producer SDK (which speaks it). The full description, with every
+// status code, is docs/quota-protocol.yaml (OpenAPI 3.1).
+//
+// It imports only the standard library, so any Go producer can speak the
+// protocol without the SDK and the SDK never depends on the daemon.
+//
+// The protocol in three calls:
+//
+//	POST /v1/leases          a producer reports its topics and demand and
+//	                         receives its LeaseSet (register and refresh)
+//	GET  /v1/leases/watch    long-poll: returns as soon as the producer's
+//	                         LeaseSet version differs from ?version=, or
+//	                         after ?timeout= with the same set (200 either way)
+//	GET  /v1/leases/stream   server-sent events: one "leases" event with the
+//	                         LeaseSet at once and at every change
+//
+// A producer identifies itself with ?producer= (watch, stream) or in the
+// body (report). When the daemon requires bearer tokens, a token may only
+// act for the producers it is configured for.
+package quotaproto
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Paths of the protocol, relative to the daemon's base URL.
+const (
+	PathLeases = "/v1/leases"
+	PathWatch  = "/v1/leases/watch"
+	PathStream = "/v1/leases/stream"
+	// PathQuotas is the operators' view of every current grant.
+	PathQuotas = "/v1/quotas"
+)
+
+// Limits the daemon enforces on requests; requests beyond them get 400 or
+// 413 before any other work is done.
+const (
+	MaxBodyBytes     = 64 << 10
+	MaxTopics        = 256
+	MaxWatchWait     = 60 * time.Second
+	DefaultWatchWait = 30 * time.Second
+)
+
+// Signals a lease carries: the three a rejection should carry, and ok.
+const (
+	// SignalOK: produce within Rate.
+	SignalOK = "ok"
+	// SignalSlowDown: the queue is over its deadline; produce at most at
+	// Rate and retry rejected messages no sooner than RetryAfterMs.
+	SignalSlowDown = "slow-down"
+	// SignalStop: retrying will not help (messages would be dead on
+	// arrival, or the consumer is stopped). Fail fast; do not retry.
+	SignalStop = "stop"
+	// SignalAvoidPartitions: a few partitions are behind while the rest
+	// are fine; records without a key should go elsewhere.
+	SignalAvoidPartitions = "avoid-partitions"
+)
+
+// Criticality names, most important first (as in Google's SRE book).
+const (
+	CriticalPlus  = "CRITICAL_PLUS"
+	Critical      = "CRITICAL"
+	SheddablePlus = "SHEDDABLE_PLUS"
+	Sheddable     = "SHEDDABLE"
+)
+
+// Report is the body of POST /v1/leases.
+type Report struct {
+	// Producer is the producer's stable id: 1-128 characters of
+	// [A-Za-z0-9._:-]. Required.
+	Producer string `json:"producer"`
+	// Topics the producer writes (Kafka topics or NATS streams), each with
+	// the demand it sees. At most MaxTopics.
+	Topics []TopicDemand `json:"topics"`
+}
+
+// TopicDemand is one topic a producer writes and what it would like to send.
+type TopicDemand struct {
+	// Topic is the Kafka topic or NATS stream name. Required.
+	Topic string `json:"topic"`
+	// Criticality of this producer's traffic on the topic; empty means
+	// CRITICAL.
+	Criticality string `json:"criticality,omitempty"`
+	// Demand is the rate, in messages per second, that the producer was
+	// asked to send over its last report window (admitted or not); 0 means
+	// unknown, which the allocator treats as "wants its full share".
+	Demand float64 `json:"demand"`
+}
+
+// LeaseSet is a producer's current leases, one per reported topic.
+type LeaseSet struct {
+	Producer string `json:"producer"`
+	// Version changes whenever any lease of the set changes materially.
+	Version uint64  `json:"version"`
+	Leases  []Lease `json:"leases"`
+	// RefreshAfterMs is when to report again (jittered by the daemon).
+	RefreshAfterMs int64 `json:"refreshAfterMs"`
+}
+
+// Lease is the quota of one producer on one topic.
+type Lease struct {
+	Topic string `json:"topic"`
+	// Rate is the allowed rate in messages per second; null means
+	// unlimited (the queue is healthy).
+	Rate *float64 `json:"rate"`
+	// Burst is how many messages may go at once above Rate (token bucket
+	// size); 0 with a non-null Rate means max(1, Rate/10).
+	Burst int `json:"burst"`
+	// Signal is one of the Signal* constants.
+	Signal string `json:"signal"`
+	// RetryAfterMs is the slow-down hint: wait at least this long before
+	// retrying a rejected message. 0 means no hint.
+	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
+	// AvoidPartitions lists the partitions keyless records should avoid.
+	AvoidPartitions []int32 `json:"avoidPartitions,omitempty"`
+	// Advisory is true when the matching policy is in advise mode: the
+	// SDK reports but does not enforce.
+	Advisory bool `json:"advisory,omitempty"`
+	// Version of this lease; ExpiresAt is when the SDK must stop trusting
+	// it without a refresh (fail-static until then).
+	Version   uint64    `json:"version"`
+	ExpiresAt time.Time `json:"expiresAt"`
+	// Reason explains the lease in words, for logs and errors.
+	Reason string `json:"reason,omitempty"`
+}
+
+// ErrorBody is the body of every 4xx and 5xx answer.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
+
+var producerID = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// ErrInvalid is wrapped by every validation error of this package.
+var ErrInvalid = errors.New("invalid quota protocol request")
+
+// ValidProducer reports whether id is an acceptable producer id.
+func ValidProducer(id string) bool { return producerID.MatchString(id) }
+
+// ValidCriticality reports whether c is a criticality name (or empty).
+func ValidCriticality(c string) bool {
+	switch c {
+	case "", CriticalPlus, Critical, SheddablePlus, Sheddable:
+		return true
+	}
+	return false
+}
+
+// Validate checks a report; every problem is reported at once, each
+// wrapping ErrInvalid.
+func (r Report) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...)))
+	}
+	if !ValidProducer(r.Producer) {
+		bad("producer %q must be 1-128 characters of A-Z a-z 0-9 . _ : -", r.Producer)
+	}
+	if len(r.Topics) > MaxTopics {
+		bad("%d topics, at most %d", len(r.Topics), MaxTopics)
+	}
+	seen := make(map[string]bool, len(r.Topics))
+	for i, t := range r.Topics {
+		if t.Topic == "" || len(t.Topic) > 249 {
+			bad("topics[%d].topic must be 1-249 characters", i)
+		}
+		if seen[t.Topic] {
+			bad("topics[%d].topic %q is listed twice", i, t.Topic)
+		}
+		seen[t.Topic] = true
+		if !ValidCriticality(t.Criticality) {
+			bad("topics[%d].criticality %q is not one of CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS, SHEDDABLE", i, t.Criticality)
+		}
+		if t.Demand < 0 || t.Demand != t.Demand || t.Demand > 1e12 {
+			bad("topics[%d].demand %v must be a rate from 0 to 1e12 messages per second", i, t.Demand)
+		}
+	}
+	return errors.Join(errs...)
+}
