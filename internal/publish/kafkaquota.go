@@ -1,0 +1,149 @@
+// Package publish puts the daemon's quotas where producers and brokers see
+// them without the SDK's HTTP protocol: a NATS KV bucket of leases, and
+// Kafka broker-native client quotas (producer_byte_rate per client-id) for
+// producers that never imported the SDK.
+package publish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// QuotaKey is the Kafka client quota lagbridge sets.
+const QuotaKey = "producer_byte_rate"
+
+// Every client quota lagbridge sets is a whole number of bytes per second
+// congruent to MarkerResidue modulo MarkerModulus (41 mod 64). That is how
+// lagbridge recognises its own quotas, across restarts and without a state
+// store, so that it clears what it set and never touches a quota an
+// operator set: the residue is odd, so no round-number quota (a multiple of
+// 1000 or 1024, or any even number) can be taken for one of lagbridge's.
+// (Kafka refuses fractional producer_byte_rate values, so the marker cannot
+// hide in a fraction.) The cost is a 64 B/s granularity.
+const (
+	MarkerModulus = 64
+	MarkerResidue = 41
+)
+
+// IsOurs reports whether a producer_byte_rate value was set by lagbridge.
+func IsOurs(v float64) bool {
+	return v == math.Trunc(v) && v >= 0 && math.Mod(v, MarkerModulus) == MarkerResidue
+}
+
+// Marked returns the value lagbridge stores for a rate: rounded down to a
+// multiple of 64 bytes per second, plus 41 (so at least 41 B/s).
+func Marked(bytesPerSecond float64) float64 {
+	return math.Floor(max(bytesPerSecond, 0)/MarkerModulus)*MarkerModulus + MarkerResidue
+}
+
+// ClientQuotas keeps a Kafka cluster's producer_byte_rate client quotas in
+// line with what the daemon wants. It is not safe for concurrent use: the
+// quota cycle owns it.
+type ClientQuotas struct {
+	adm *kadm.Client
+	log *slog.Logger
+	// Tolerance is the relative change below which a set quota is left
+	// as is (no churn on the broker for noise). Default 0.02.
+	Tolerance float64
+}
+
+// NewClientQuotas uses cl (the observer's admin client).
+func NewClientQuotas(cl *kgo.Client, log *slog.Logger) *ClientQuotas {
+	return &ClientQuotas{adm: kadm.NewClient(cl), log: log, Tolerance: 0.02}
+}
+
+// Result says what Apply did.
+type Result struct {
+	// Set and Removed name the client-ids whose quota was set or cleared.
+	Set, Removed []string
+	// Conflicts names client-ids that have a producer_byte_rate lagbridge
+	// did not set: they were left alone.
+	Conflicts []string
+}
+
+// Current returns every client-id's producer_byte_rate on the cluster.
+func (c *ClientQuotas) Current(ctx context.Context) (map[string]float64, error) {
+	described, err := c.adm.DescribeClientQuotas(ctx, true, []kadm.DescribeClientQuotaComponent{{Type: "client-id", MatchType: 2}})
+	if err != nil {
+		return nil, fmt.Errorf("describe client quotas: %w", err)
+	}
+	cur := map[string]float64{}
+	for _, d := range described {
+		if len(d.Entity) != 1 || d.Entity[0].Type != "client-id" || d.Entity[0].Name == nil {
+			continue // defaults and user/ip entities are never ours
+		}
+		for _, v := range d.Values {
+			if v.Key == QuotaKey {
+				cur[*d.Entity[0].Name] = v.Value
+			}
+		}
+	}
+	return cur, nil
+}
+
+// Apply makes the cluster's client quotas match want (client-id to bytes
+// per second): it sets missing or changed ones, clears the ones lagbridge set
+// that want no longer holds, and leaves every quota it did not set alone.
+func (c *ClientQuotas) Apply(ctx context.Context, want map[string]float64) (Result, error) {
+	var res Result
+	cur, err := c.Current(ctx)
+	if err != nil {
+		return res, err
+	}
+	var entries []kadm.AlterClientQuotaEntry
+	entity := func(id string) kadm.ClientQuotaEntity {
+		return kadm.ClientQuotaEntity{{Type: "client-id", Name: &id}}
+	}
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		target := Marked(want[id])
+		v, has := cur[id]
+		switch {
+		case has && !IsOurs(v):
+			res.Conflicts = append(res.Conflicts, id)
+		case has && math.Abs(v-target) <= c.Tolerance*target:
+			// close enough: no churn
+		default:
+			entries = append(entries, kadm.AlterClientQuotaEntry{Entity: entity(id), Ops: []kadm.AlterClientQuotaOp{{Key: QuotaKey, Value: target}}})
+			res.Set = append(res.Set, id)
+		}
+	}
+	for id, v := range cur {
+		if _, wanted := want[id]; !wanted && IsOurs(v) {
+			entries = append(entries, kadm.AlterClientQuotaEntry{Entity: entity(id), Ops: []kadm.AlterClientQuotaOp{{Key: QuotaKey, Remove: true}}})
+			res.Removed = append(res.Removed, id)
+		}
+	}
+	sort.Strings(res.Removed)
+	if len(entries) == 0 {
+		return res, nil
+	}
+	altered, err := c.adm.AlterClientQuotas(ctx, entries)
+	if err != nil {
+		return Result{Conflicts: res.Conflicts}, fmt.Errorf("alter client quotas: %w", err)
+	}
+	var errs []error
+	for _, a := range altered {
+		if a.Err != nil {
+			errs = append(errs, fmt.Errorf("client quota %s: %w (%s)", a.Entity, a.Err, a.ErrMessage))
+		}
+	}
+	for _, id := range res.Set {
+		c.log.Info("kafka client quota set", "client_id", id, QuotaKey, math.Floor(want[id]))
+	}
+	for _, id := range res.Removed {
+		c.log.Info("kafka client quota cleared", "client_id", id)
+	}
+	return res, errors.Join(errs...)
+}
