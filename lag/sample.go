@@ -84,13 +84,15 @@ type PartitionSample struct {
 	// Lag is the number of unconsumed messages, never negative. A partition
 	// with no commit counts End-LogStart (everything still stored).
 	Lag int64 `json:"lag"`
-	// HeadTime is the timestamp of the oldest unconsumed message (the one
-	// at the committed offset). Zero when Lag is 0 or when unknown; see
-	// HeadKnown.
+	// HeadTime is the timestamp of the oldest unconsumed message: the
+	// first consumable record at or after the consumer's position (which
+	// skips transaction markers, aborted records and compacted-away
+	// offsets). Zero when Lag is 0 or when unknown.
 	HeadTime time.Time `json:"headTime,omitzero"`
-	// HeadKnown reports whether HeadTime was read. A partition with lag
-	// whose head could not be read keeps the previous head time if the
-	// committed offset did not move.
+	// HeadKnown reports whether HeadTime was read (true with Lag 0: there
+	// is no head to know). A partition with lag whose head could not be
+	// read keeps the previous head time if the committed offset did not
+	// move.
 	HeadKnown bool `json:"headKnown"`
 	// AckPending and Redelivered are NATS-only detail: messages delivered
 	// but not yet acknowledged (already part of Lag), and messages

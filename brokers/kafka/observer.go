@@ -1,0 +1,867 @@
+package kafka
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// Errors returned by [Observer.Observe].
+var (
+	// ErrUnavailable wraps the cause when a cycle observed nothing at all:
+	// no broker answered Metadata, or no broker answered ListGroups.
+	ErrUnavailable = errors.New("kafka: cluster unavailable")
+	// ErrClosed is returned by Observe after Close.
+	ErrClosed = errors.New("kafka: observer closed")
+)
+
+// Observer reads consumer lag and head ages from one Kafka cluster.
+//
+// Observe serializes itself: concurrent calls run one after the other.
+// Client and Close are safe for concurrent use. New starts no goroutine of
+// its own (the kgo client it builds starts its own, stopped by Close);
+// Observe starts goroutines for its parallel requests and waits for all of
+// them before returning.
+type Observer struct {
+	cfg    Config
+	cl     *kgo.Client
+	adm    *kadm.Client
+	groups filter
+	topics filter
+	now    func() time.Time
+
+	decompressor kgo.Decompressor
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+
+	mu    sync.Mutex // serializes Observe; guards everything below
+	cycle uint64
+	heads map[string]*topicHeads
+	known map[string]knownGroup
+	// starve counts, per partition, the cycles in a row whose head fetch
+	// left some wanted offset unread.
+	starve map[tpKey]uint32
+	// pending is the head-need buffer, reused from cycle to cycle.
+	pending []pendingHead
+	// lastMeta is the broker that last answered Metadata, brokerIDs the
+	// brokers it listed.
+	lastMeta  int32
+	brokerIDs []int32
+}
+
+// knownGroup is what the last good cycle saw of a group, used to report its
+// pairs as stale when its coordinator does not answer.
+type knownGroup struct {
+	coordinator int32
+	topics      []knownTopic
+}
+
+type knownTopic struct {
+	name       string
+	partitions int32
+}
+
+// New validates cfg, applies its defaults and builds the observer's client.
+// It does not contact the cluster. opts are appended to the options built
+// from cfg (so they win), for example kgo.WithLogger in tests and the demo.
+//
+// The error wraps [ErrInvalidConfig] when cfg is invalid.
+func New(cfg Config, opts ...kgo.Opt) (*Observer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	groups, err := cfg.Groups.compile()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	topics, err := cfg.Topics.compile()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	kopts, err := cfg.clientOpts()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append(kopts, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: building client: %w", err)
+	}
+	adm := kadm.NewClient(cl)
+	adm.SetTimeoutMillis(int32(cfg.RequestTimeout.Milliseconds()))
+	return &Observer{
+		cfg:    cfg,
+		cl:     cl,
+		adm:    adm,
+		groups: groups,
+		topics: topics,
+		now:    time.Now,
+
+		decompressor: kgo.DefaultDecompressor(),
+		heads:        make(map[string]*topicHeads),
+		known:        make(map[string]knownGroup),
+	}, nil
+}
+
+// Client returns the observer's admin client, shared with publishers that
+// need one (client quotas, offset moves). It is closed by Close; callers
+// must not close it.
+func (o *Observer) Client() *kgo.Client { return o.cl }
+
+// Close closes the client. It is idempotent and safe to call concurrently
+// with Observe, which then fails with [ErrClosed] or a closed-client error.
+func (o *Observer) Close() {
+	o.closeOnce.Do(func() {
+		o.closed.Store(true)
+		o.cl.Close()
+	})
+}
+
+// phase runs fns concurrently under one RequestTimeout and waits for all.
+func (o *Observer) phase(ctx context.Context, fns ...func(context.Context)) {
+	ctx, cancel := context.WithTimeout(ctx, o.cfg.RequestTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, fn := range fns[1:] {
+		wg.Go(func() { fn(ctx) })
+	}
+	fns[0](ctx)
+	wg.Wait()
+}
+
+// topicInfo is one topic of this cycle's metadata with its offsets.
+type topicInfo struct {
+	name    string
+	id      [16]byte
+	err     string // topic-level metadata error
+	watched bool
+	needed  bool // some watched pair reads it this cycle
+	parts   []partInfo
+}
+
+type partInfo struct {
+	leader   int32
+	err      string // metadata or ListOffsets error: offsets unknown
+	logStart int64
+	end      int64
+	startOK  bool
+	endOK    bool
+}
+
+// groupInfo is the describe result of one group.
+type groupInfo struct {
+	state   string
+	members int
+	topics  []string // subscribed or assigned, may repeat
+}
+
+// Observe runs one observation cycle and returns one sample per watched
+// (group, topic) pair, sorted by group then topic, each with its partitions
+// in partition order. See the package doc for what is measured, the cost of
+// a cycle and how failures are reported.
+//
+// It returns an error wrapping [ErrUnavailable] only when nothing could be
+// observed, [ErrClosed] after Close, or ctx's error when ctx ends first.
+func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed.Load() {
+		return nil, ErrClosed
+	}
+	o.cycle++
+
+	// Phase 1: metadata.
+	var (
+		meta    *kmsg.MetadataResponse
+		metaErr error
+	)
+	o.phase(ctx, func(ctx context.Context) { meta, metaErr = o.metadata(ctx) })
+	if err := o.stopped(ctx); err != nil {
+		return nil, err
+	}
+	if metaErr != nil {
+		return nil, fmt.Errorf("%w: metadata: %w", ErrUnavailable, metaErr)
+	}
+	// Phase 2: the group list, from every broker.
+	var lg listing
+	o.phase(ctx, func(ctx context.Context) { lg = o.listGroups(ctx, meta.Brokers) })
+	if err := o.stopped(ctx); err != nil {
+		return nil, err
+	}
+	if len(meta.Brokers) == 0 {
+		return nil, fmt.Errorf("%w: metadata lists no broker", ErrUnavailable)
+	}
+	if len(lg.failed) == len(meta.Brokers) {
+		return nil, fmt.Errorf("%w: list groups: %w", ErrUnavailable, lg.failed[meta.Brokers[0].NodeID])
+	}
+	listed, failedCoord := lg.groups, lg.failed
+	topics, byID := o.topicTable(meta)
+	// Partitions led by a broker that did not answer at all are stale
+	// without asking it again: one hung broker costs one timeout a cycle.
+	for _, ti := range topics {
+		for i := range ti.parts {
+			pi := &ti.parts[i]
+			if why, ok := lg.suspect[pi.leader]; ok && pi.err == "" {
+				pi.err = why
+			}
+		}
+	}
+
+	// Phase 3: describe and offsets of the watched groups.
+	var classic, consumer, all []string
+	for name, g := range listed {
+		if !o.groups.match(name) {
+			continue
+		}
+		switch g.typ {
+		case "share":
+			continue // no committed offsets; not observed
+		case "consumer":
+			consumer = append(consumer, name)
+		case "", "classic":
+			classic = append(classic, name)
+		}
+		all = append(all, name)
+	}
+	slices.Sort(all)
+	var (
+		described map[string]groupInfo
+		fetched   map[string]*groupOffsets
+	)
+	if len(all) > 0 {
+		var classicInfo, consumerInfo map[string]groupInfo
+		o.phase(ctx,
+			func(ctx context.Context) { fetched = o.fetchOffsets(ctx, all, topics, byID) },
+			func(ctx context.Context) { classicInfo = o.describeClassic(ctx, classic) },
+			func(ctx context.Context) { consumerInfo = o.describeConsumer(ctx, consumer, byID) },
+		)
+		if err := o.stopped(ctx); err != nil {
+			return nil, err
+		}
+		described = classicInfo
+		for k, v := range consumerInfo {
+			described[k] = v
+		}
+	}
+
+	// Build the pairs.
+	var (
+		pairs    []pair
+		stale    []lag.Sample
+		newKnown = make(map[string]knownGroup, len(all))
+	)
+	for _, name := range all {
+		fr, ok := fetched[name]
+		if !ok || fr.err != "" {
+			why := "offset fetch: no response"
+			if ok {
+				why = "offset fetch: " + fr.err
+			}
+			if kg, ok := o.known[name]; ok {
+				newKnown[name] = kg
+				stale = appendStaleGroup(stale, o.cfg.Cluster, name, kg, why)
+			}
+			continue
+		}
+		gi, ok := described[name]
+		if !ok {
+			gi = groupInfo{state: listed[name].state, members: -1}
+		}
+		var names []string
+		for t := range fr.topics {
+			names = append(names, t)
+		}
+		names = append(names, gi.topics...)
+		slices.Sort(names)
+		names = slices.Compact(names)
+		kg := knownGroup{coordinator: listed[name].coordinator}
+		for _, t := range names {
+			ti := topics[t]
+			if ti == nil || !ti.watched {
+				continue
+			}
+			ti.needed = true
+			pairs = append(pairs, pair{group: name, state: gi.state, members: gi.members, topic: ti, offsets: fr.topics[t], heads: o.topicHeads(ti)})
+			kg.topics = append(kg.topics, knownTopic{name: t, partitions: int32(len(ti.parts))})
+		}
+		newKnown[name] = kg
+	}
+	// Groups we knew whose coordinator could not list its groups.
+	if len(failedCoord) > 0 {
+		for name, kg := range o.known {
+			if _, listedNow := listed[name]; listedNow {
+				continue
+			}
+			why, ok := failedCoord[kg.coordinator]
+			if !ok {
+				continue
+			}
+			newKnown[name] = kg
+			stale = appendStaleGroup(stale, o.cfg.Cluster, name, kg, "list groups: "+why.Error())
+		}
+	}
+	o.known = newKnown
+
+	// Phase 4: log start and end offsets of the partitions in use.
+	o.listOffsets(ctx, topics)
+	if err := o.stopped(ctx); err != nil {
+		return nil, err
+	}
+	at := o.now()
+
+	// Compute lag; collect the heads to fetch.
+	total := 0
+	for _, p := range pairs {
+		total += len(p.topic.parts)
+	}
+	slab := make([]lag.PartitionSample, total)
+	samples := make([]lag.Sample, 0, len(pairs)+len(stale))
+	pending := o.pending[:0]
+	off := 0
+	for _, p := range pairs {
+		ps := slab[off : off+len(p.topic.parts) : off+len(p.topic.parts)]
+		off += len(p.topic.parts)
+		for i := range ps {
+			if need, ok := o.partition(&ps[i], p, int32(i)); ok {
+				pending = append(pending, pendingHead{ps: &ps[i], need: need})
+			}
+		}
+		samples = append(samples, lag.Sample{
+			Target:     lag.Target{Kind: lag.KindKafka, Cluster: o.cfg.Cluster, Topic: p.topic.name, Group: p.group},
+			At:         at,
+			GroupState: p.state,
+			Members:    p.members,
+			Partitions: ps,
+		})
+	}
+
+	// Phase 5: head records, one Fetch per leader, then resolve.
+	if len(pending) > 0 {
+		o.fetchHeads(ctx, byID, pending)
+		if err := o.stopped(ctx); err != nil {
+			return nil, err
+		}
+	}
+	o.sweepHeads()
+	clear(pending) // keep the buffer, not the samples it points into
+	o.pending = pending[:0]
+
+	for i := range stale {
+		stale[i].At = at
+	}
+	samples = append(samples, stale...)
+	slices.SortFunc(samples, func(a, b lag.Sample) int {
+		return cmp.Or(strings.Compare(a.Target.Group, b.Target.Group), strings.Compare(a.Target.Topic, b.Target.Topic))
+	})
+	return samples, nil
+}
+
+func (o *Observer) stopped(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if o.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// listedGroup is one group of the ListGroups answers.
+type listedGroup struct {
+	coordinator int32
+	typ         string // "classic", "consumer", "share", ...; "" before Kafka 3.8
+	state       string
+}
+
+type listing struct {
+	groups map[string]listedGroup
+	// failed holds the brokers whose ListGroups failed, with why.
+	failed map[int32]error
+	// suspect holds the failed brokers whose failure was not a Kafka
+	// error code (a timeout, a closed connection): the rest of the cycle
+	// does not ask them again.
+	suspect map[int32]string
+}
+
+// listGroups asks every broker for the groups it coordinates, in parallel,
+// so that a failure is tied to the broker that failed.
+func (o *Observer) listGroups(ctx context.Context, brokers []kmsg.MetadataResponseBroker) listing {
+	type answer struct {
+		node int32
+		resp *kmsg.ListGroupsResponse
+		err  error
+	}
+	answers := make([]answer, len(brokers))
+	var wg sync.WaitGroup
+	for i, b := range brokers {
+		wg.Go(func() {
+			req := kmsg.NewPtrListGroupsRequest()
+			kresp, err := o.cl.Broker(int(b.NodeID)).RetriableRequest(ctx, req)
+			answers[i] = answer{node: b.NodeID, err: err}
+			if err == nil {
+				answers[i].resp = kresp.(*kmsg.ListGroupsResponse)
+			}
+		})
+	}
+	wg.Wait()
+	out := listing{groups: map[string]listedGroup{}, failed: map[int32]error{}, suspect: map[int32]string{}}
+	for _, a := range answers {
+		err := a.err
+		if err == nil {
+			err = kerr.ErrorForCode(a.resp.ErrorCode)
+		}
+		if err != nil {
+			out.failed[a.node] = brokerErrE(a.node, err)
+			if _, isKafka := errors.AsType[*kerr.Error](err); !isKafka {
+				out.suspect[a.node] = brokerErr(a.node, err)
+			}
+			continue
+		}
+		for _, g := range a.resp.Groups {
+			out.groups[g.Group] = listedGroup{coordinator: a.node, typ: g.GroupType, state: g.GroupState}
+		}
+	}
+	return out
+}
+
+// pair is one watched (group, topic) of this cycle.
+type pair struct {
+	group   string
+	state   string
+	members int
+	topic   *topicInfo
+	offsets *topicOffsets // nil: no commit on this topic
+	heads   [][]headEntry // the head cache of the topic, by partition
+}
+
+// groupOffsets is one group's OffsetFetch answer.
+type groupOffsets struct {
+	err    string // the whole group failed
+	topics map[string]*topicOffsets
+}
+
+// topicOffsets holds a group's commits on one topic, by partition.
+type topicOffsets struct {
+	committed []int64          // -1: no commit
+	errs      map[int32]string // per-partition errors, usually nil
+}
+
+// fetchOffsets reads the committed offsets of groups with one OffsetFetch
+// per coordinator (kgo shards the multi-group request), decoding straight
+// into slices rather than kadm's maps: at a thousand groups this is the
+// largest response of the cycle.
+func (o *Observer) fetchOffsets(ctx context.Context, groups []string, topics map[string]*topicInfo, byID map[[16]byte]*topicInfo) map[string]*groupOffsets {
+	out := make(map[string]*groupOffsets, len(groups))
+	req := kmsg.NewPtrOffsetFetchRequest()
+	for _, g := range groups {
+		rg := kmsg.NewOffsetFetchRequestGroup()
+		rg.Group = g
+		req.Groups = append(req.Groups, rg)
+	}
+	for _, sh := range o.cl.RequestSharded(ctx, req) {
+		failAll := func(why string) {
+			for _, g := range sh.Req.(*kmsg.OffsetFetchRequest).Groups {
+				out[g.Group] = &groupOffsets{err: why}
+			}
+		}
+		if sh.Err != nil {
+			failAll(brokerErr(sh.Meta.NodeID, sh.Err))
+			continue
+		}
+		resp := sh.Resp.(*kmsg.OffsetFetchResponse)
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			failAll(brokerErr(sh.Meta.NodeID, err))
+			continue
+		}
+		for gi := range resp.Groups {
+			rg := &resp.Groups[gi]
+			if err := kerr.ErrorForCode(rg.ErrorCode); err != nil {
+				out[rg.Group] = &groupOffsets{err: err.Error()}
+				continue
+			}
+			gofs := &groupOffsets{topics: make(map[string]*topicOffsets, len(rg.Topics))}
+			out[rg.Group] = gofs
+			for ti := range rg.Topics {
+				rt := &rg.Topics[ti]
+				info := topics[rt.Topic]
+				if info == nil {
+					info = byID[rt.TopicID]
+				}
+				if info == nil || !info.watched {
+					continue
+				}
+				tofs := &topicOffsets{committed: make([]int64, len(info.parts))}
+				for i := range tofs.committed {
+					tofs.committed[i] = -1
+				}
+				for _, rp := range rt.Partitions {
+					if rp.Partition < 0 || int(rp.Partition) >= len(tofs.committed) {
+						continue
+					}
+					if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+						if tofs.errs == nil {
+							tofs.errs = map[int32]string{}
+						}
+						tofs.errs[rp.Partition] = err.Error()
+						continue
+					}
+					tofs.committed[rp.Partition] = max(rp.Offset, -1)
+				}
+				gofs.topics[info.name] = tofs
+			}
+		}
+	}
+	return out
+}
+
+func appendStaleGroup(out []lag.Sample, cluster, group string, kg knownGroup, why string) []lag.Sample {
+	for _, t := range kg.topics {
+		ps := make([]lag.PartitionSample, t.partitions)
+		for i := range ps {
+			ps[i] = lag.PartitionSample{Partition: int32(i), LogStart: -1, End: -1, Committed: -1, Stale: true, Err: why}
+		}
+		out = append(out, lag.Sample{
+			Target:     lag.Target{Kind: lag.KindKafka, Cluster: cluster, Topic: t.name, Group: group},
+			Members:    -1,
+			Partitions: ps,
+			Err:        why,
+		})
+	}
+	return out
+}
+
+// metadata asks for every topic once; kgo also learns the brokers from it,
+// which the per-broker requests need. It asks the broker that answered last
+// time first, then each other known broker, one attempt timeout each, so a
+// hung broker does not fail the cycle; the first cycle goes through kgo's
+// seed brokers.
+func (o *Observer) metadata(ctx context.Context) (*kmsg.MetadataResponse, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = nil // all topics
+	ids := slices.Clone(o.brokerIDs)
+	slices.SortStableFunc(ids, func(a, b int32) int { return cmp.Compare(b2i(a != o.lastMeta), b2i(b != o.lastMeta)) })
+	var firstErr error
+	for _, id := range ids {
+		actx, cancel := context.WithTimeout(ctx, o.cfg.attemptTimeout())
+		kresp, err := o.cl.Broker(int(id)).Request(actx, req)
+		cancel()
+		if err == nil {
+			o.lastMeta = id
+			return o.remember(kresp.(*kmsg.MetadataResponse)), nil
+		}
+		if firstErr == nil {
+			firstErr = brokerErrE(id, err)
+		}
+		if ctx.Err() != nil {
+			return nil, firstErr
+		}
+	}
+	resp, err := req.RequestWith(ctx, o.cl)
+	if err != nil {
+		return nil, cmp.Or(firstErr, err)
+	}
+	return o.remember(resp), nil
+}
+
+func (o *Observer) remember(m *kmsg.MetadataResponse) *kmsg.MetadataResponse {
+	o.brokerIDs = o.brokerIDs[:0]
+	for _, b := range m.Brokers {
+		o.brokerIDs = append(o.brokerIDs, b.NodeID)
+	}
+	return m
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func brokerErrE(node int32, err error) error { return fmt.Errorf("broker %d: %w", node, err) }
+
+func (o *Observer) topicTable(meta *kmsg.MetadataResponse) (map[string]*topicInfo, map[[16]byte]*topicInfo) {
+	topics := make(map[string]*topicInfo, len(meta.Topics))
+	byID := make(map[[16]byte]*topicInfo, len(meta.Topics))
+	for i := range meta.Topics {
+		mt := &meta.Topics[i]
+		if mt.Topic == nil {
+			continue
+		}
+		name := *mt.Topic
+		ti := &topicInfo{
+			name:    name,
+			id:      mt.TopicID,
+			watched: !mt.IsInternal && !internalTopics[name] && o.topics.match(name),
+		}
+		if err := kerr.ErrorForCode(mt.ErrorCode); err != nil {
+			ti.err = "metadata: " + err.Error()
+		}
+		n := 0
+		for _, p := range mt.Partitions {
+			n = max(n, int(p.Partition)+1)
+		}
+		ti.parts = make([]partInfo, n)
+		for j := range ti.parts {
+			ti.parts[j] = partInfo{leader: -1, err: "metadata: partition missing", logStart: -1, end: -1}
+		}
+		for _, p := range mt.Partitions {
+			pi := &ti.parts[p.Partition]
+			pi.leader = p.Leader
+			pi.err = ti.err
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil && pi.err == "" && !errors.Is(err, kerr.ReplicaNotAvailable) {
+				pi.err = "metadata: " + err.Error()
+			}
+		}
+		topics[name] = ti
+		if mt.TopicID != ([16]byte{}) {
+			byID[mt.TopicID] = ti
+		}
+	}
+	return topics, byID
+}
+
+func (o *Observer) describeClassic(ctx context.Context, groups []string) map[string]groupInfo {
+	out := make(map[string]groupInfo, len(groups))
+	if len(groups) == 0 {
+		return out
+	}
+	// Shard errors leave groups out; they are then reported with the
+	// state from ListGroups and Members -1.
+	described, _ := o.adm.DescribeGroups(ctx, groups...)
+	for name, d := range described {
+		if d.Err != nil {
+			continue
+		}
+		gi := groupInfo{state: d.State, members: len(d.Members)}
+		for _, m := range d.Members {
+			if a, ok := m.Assigned.AsConsumer(); ok {
+				for _, t := range a.Topics {
+					gi.topics = append(gi.topics, t.Topic)
+				}
+			}
+			if j, ok := m.Join.AsConsumer(); ok {
+				gi.topics = append(gi.topics, j.Topics...)
+			}
+		}
+		out[name] = gi
+	}
+	return out
+}
+
+// describeConsumer describes KIP-848 groups. kadm's DescribeConsumerGroups
+// keys assignments by topic name, which brokers leave empty (assignments
+// carry topic IDs), so this issues the request itself and maps IDs through
+// this cycle's metadata.
+func (o *Observer) describeConsumer(ctx context.Context, groups []string, byID map[[16]byte]*topicInfo) map[string]groupInfo {
+	out := make(map[string]groupInfo, len(groups))
+	if len(groups) == 0 {
+		return out
+	}
+	req := kmsg.NewPtrConsumerGroupDescribeRequest()
+	req.Groups = groups
+	for _, shard := range o.cl.RequestSharded(ctx, req) {
+		if shard.Err != nil {
+			continue
+		}
+		resp := shard.Resp.(*kmsg.ConsumerGroupDescribeResponse)
+		for _, g := range resp.Groups {
+			if g.ErrorCode != 0 {
+				continue
+			}
+			gi := groupInfo{state: g.State, members: len(g.Members)}
+			for _, m := range g.Members {
+				gi.topics = append(gi.topics, m.SubscribedTopics...)
+				for _, a := range [...]kmsg.Assignment{m.Assignment, m.TargetAssignment} {
+					for _, tp := range a.TopicPartitions {
+						switch {
+						case tp.Topic != "":
+							gi.topics = append(gi.topics, tp.Topic)
+						case byID[tp.TopicID] != nil:
+							gi.topics = append(gi.topics, byID[tp.TopicID].name)
+						}
+					}
+				}
+			}
+			out[g.Group] = gi
+		}
+	}
+	return out
+}
+
+// listOffsets fills logStart and end of every partition of the needed
+// topics with two sharded ListOffsets requests run in parallel. The end is
+// read under read_committed: it is the last stable offset.
+func (o *Observer) listOffsets(ctx context.Context, topics map[string]*topicInfo) {
+	build := func(ts int64, isolation int8) *kmsg.ListOffsetsRequest {
+		req := kmsg.NewPtrListOffsetsRequest()
+		req.IsolationLevel = isolation
+		req.TimeoutMillis = int32(o.cfg.attemptTimeout().Milliseconds())
+		for _, ti := range topics {
+			if !ti.needed {
+				continue
+			}
+			rt := kmsg.NewListOffsetsRequestTopic()
+			rt.Topic = ti.name
+			for p := range ti.parts {
+				if ti.parts[p].err != "" {
+					continue
+				}
+				rp := kmsg.NewListOffsetsRequestTopicPartition()
+				rp.Partition = int32(p)
+				rp.Timestamp = ts
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			if len(rt.Partitions) > 0 {
+				req.Topics = append(req.Topics, rt)
+			}
+		}
+		return req
+	}
+	startReq, endReq := build(-2, 0), build(-1, 1)
+	if len(startReq.Topics) == 0 {
+		return
+	}
+	var startShards, endShards []kgo.ResponseShard
+	o.phase(ctx,
+		func(ctx context.Context) { startShards = o.cl.RequestSharded(ctx, startReq) },
+		func(ctx context.Context) { endShards = o.cl.RequestSharded(ctx, endReq) },
+	)
+	apply := func(shards []kgo.ResponseShard, set func(pi *partInfo, off int64)) {
+		for _, sh := range shards {
+			if sh.Err != nil {
+				why := "list offsets: " + brokerErr(sh.Meta.NodeID, sh.Err)
+				for _, rt := range sh.Req.(*kmsg.ListOffsetsRequest).Topics {
+					ti := topics[rt.Topic]
+					for _, rp := range rt.Partitions {
+						if pi := ti.part(rp.Partition); pi != nil && pi.err == "" {
+							pi.err = why
+						}
+					}
+				}
+				continue
+			}
+			for _, rt := range sh.Resp.(*kmsg.ListOffsetsResponse).Topics {
+				ti := topics[rt.Topic]
+				if ti == nil {
+					continue
+				}
+				for _, rp := range rt.Partitions {
+					pi := ti.part(rp.Partition)
+					if pi == nil {
+						continue
+					}
+					if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+						if pi.err == "" {
+							pi.err = "list offsets: " + err.Error()
+						}
+						continue
+					}
+					set(pi, rp.Offset)
+				}
+			}
+		}
+	}
+	apply(startShards, func(pi *partInfo, off int64) { pi.logStart, pi.startOK = off, true })
+	apply(endShards, func(pi *partInfo, off int64) { pi.end, pi.endOK = off, true })
+}
+
+func (ti *topicInfo) part(p int32) *partInfo {
+	if ti == nil || p < 0 || int(p) >= len(ti.parts) {
+		return nil
+	}
+	return &ti.parts[p]
+}
+
+func brokerErr(node int32, err error) string {
+	if node < 0 {
+		return err.Error()
+	}
+	return fmt.Sprintf("broker %d: %v", node, err)
+}
+
+// partition fills ps for partition p of the pair. It returns the head to
+// fetch when the head is not cached.
+func (o *Observer) partition(ps *lag.PartitionSample, pr pair, p int32) (need headNeed, fetch bool) {
+	*ps = lag.PartitionSample{Partition: p, LogStart: -1, End: -1, Committed: -1}
+	if tofs := pr.offsets; tofs != nil {
+		if why, ok := tofs.errs[p]; ok {
+			ps.Stale, ps.Err = true, "offset fetch: "+why
+			return need, false
+		}
+		ps.Committed = tofs.committed[p]
+	}
+	pi := &pr.topic.parts[p]
+	switch {
+	case pi.err != "":
+		ps.Stale, ps.Err = true, pi.err
+		return need, false
+	case !pi.startOK || !pi.endOK:
+		// Never report lag from half the offsets.
+		ps.Stale, ps.Err = true, "list offsets: no answer"
+		return need, false
+	}
+	ps.LogStart, ps.End = pi.logStart, pi.end
+
+	// The position the group will read next: its commit, or the log start
+	// when it has none or retention removed what it had not read.
+	pos := ps.Committed
+	if pos < pi.logStart {
+		pos = pi.logStart
+	}
+	key := headKey{topic: pr.topic.name, partition: p, offset: pos}
+	if pos >= pi.end {
+		// Nothing to read. A commit past the LSO (a read_uncommitted
+		// consumer) would give negative lag: clamped to 0.
+		ps.HeadKnown = true
+		return need, false
+	}
+	slot := &pr.heads[p]
+	if e := o.lookupHead(slot, pos); e != nil {
+		if applyHead(ps, *e, pi.end) {
+			return need, false
+		}
+		return headNeed{key: key, slot: slot, from: e.scanned, leader: pi.leader, topic: pr.topic}, true
+	}
+	ps.Lag = pi.end - pos
+	return headNeed{key: key, slot: slot, from: pos, leader: pi.leader, topic: pr.topic}, true
+}
+
+// applyHead sets Lag and the head from a cache entry. It reports false when
+// the entry leaves the head unknown (scanned up to below end).
+func applyHead(ps *lag.PartitionSample, e headEntry, end int64) bool {
+	switch {
+	case e.pos >= 0:
+		// Offsets between the commit and the head hold no consumable
+		// record (markers, aborted or compacted): not lag.
+		ps.Lag = max(0, end-e.pos)
+		if ps.Lag > 0 {
+			ps.HeadTime = time.UnixMilli(e.ts)
+		}
+		ps.HeadKnown = true
+		return true
+	case e.scanned >= end:
+		// Only markers or aborted records up to the end: the classic
+		// phantom lag of transactional topics is 0.
+		ps.Lag = 0
+		ps.HeadKnown = true
+		return true
+	default:
+		ps.Lag = max(0, end-e.scanned)
+		return false
+	}
+}
