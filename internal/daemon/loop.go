@@ -79,7 +79,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		if err != nil {
 			status.Err = err.Error()
 			if !failing {
-				log.Warn("observation failed", "cluster", l.Name, "err", err)
+				log.Warn("observation failed", "cluster", l.Name, "err", err, "samples", len(samples))
 			}
 			failing = true
 		} else {
@@ -87,7 +87,12 @@ func (l *Loop) Run(ctx context.Context) error {
 				log.Info("observation recovered", "cluster", l.Name)
 			}
 			failing = false
-			status.Err, status.LastSuccess, status.Observed = "", start, true
+			status.Err = ""
+		}
+		// A partial failure still returns what it could read: use it (the
+		// samples flag what is stale) and count the error all the same.
+		if err == nil || len(samples) > 0 {
+			status.LastSuccess, status.Observed = start, true
 			for _, s := range samples {
 				tracker.Observe(s, at)
 			}

@@ -1,0 +1,309 @@
+package nats
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Defaults applied by [Config] to zero-valued fields.
+const (
+	DefaultInterval       = time.Second
+	DefaultJitter         = 0.2
+	DefaultRequestTimeout = 5 * time.Second
+	DefaultReconnectWait  = time.Second
+	DefaultMaxListPages   = 64
+	DefaultConcurrency    = 4
+)
+
+// Config configures an [Observer]. The zero value of every optional field
+// means its documented default; [Config.Validate] reports every problem at
+// once. A Config is a plain value: safe to copy, not mutated by New.
+type Config struct {
+	// Cluster names this NATS deployment in lag.Target.Cluster. Required.
+	Cluster string `mapstructure:"cluster"`
+	// URLs are the server URLs to connect to (nats://, tls://, ws://,
+	// wss:// or bare host:port). At least one is required.
+	URLs []string `mapstructure:"urls"`
+	// Domain is the JetStream domain, empty for the default API prefix
+	// ($JS.API.); with a domain the prefix is $JS.<domain>.API.
+	Domain string `mapstructure:"domain"`
+
+	// Streams selects the streams to watch by name; Consumers selects the
+	// consumers (by consumer name, on every watched stream). The zero
+	// Filter watches everything.
+	Streams   Filter `mapstructure:"streams"`
+	Consumers Filter `mapstructure:"consumers"`
+
+	// TLS configures transport security. The zero value uses whatever the
+	// URL scheme implies (tls:// turns TLS on with the system roots).
+	TLS TLS `mapstructure:"tls"`
+
+	// At most one authentication method may be set: CredsFile (a .creds
+	// file with JWT and seed), NKeyFile (a file holding an nkey seed), User
+	// and Password, or Token. None set means no authentication.
+	CredsFile string `mapstructure:"credsFile"`
+	NKeyFile  string `mapstructure:"nkeyFile"`
+	User      string `mapstructure:"user"`
+	Password  string `mapstructure:"password"`
+	Token     string `mapstructure:"token"`
+
+	// Interval is the daemon's observation interval, how often it calls
+	// Observe. Zero means DefaultInterval (1s). It only serves to size the
+	// scheduling slack (see InfoInterval).
+	Interval time.Duration `mapstructure:"interval"`
+	// InfoInterval bounds the JetStream API load: a stream's consumer infos
+	// (and its stream info) are fetched at most once per InfoInterval,
+	// minus a slack of min(Interval, InfoInterval)/4 that absorbs tick
+	// scheduling noise, so that InfoInterval == Interval refreshes every
+	// cycle instead of every other one. Between refreshes Observe repeats
+	// the last readings (same At). Zero means Interval.
+	InfoInterval time.Duration `mapstructure:"infoInterval"`
+	// Jitter, a fraction in [0, 1] of InfoInterval, spreads the refreshes
+	// of different streams over the interval: a stream's second refresh is
+	// delayed by a stable per-stream share of Jitter*InfoInterval, after
+	// which it keeps that phase. Zero means DefaultJitter (0.2); a negative
+	// value disables jitter.
+	Jitter float64 `mapstructure:"jitter"`
+	// RequestTimeout bounds each JetStream API request and the initial
+	// connect. Zero means DefaultRequestTimeout (5s).
+	RequestTimeout time.Duration `mapstructure:"requestTimeout"`
+	// ReconnectWait is the pause between reconnect attempts; reconnects are
+	// unlimited. Zero means DefaultReconnectWait (1s).
+	ReconnectWait time.Duration `mapstructure:"reconnectWait"`
+	// MaxListPages bounds the number of pages one listing (stream list, or
+	// the consumer list of one stream) may take. The page size is fixed by
+	// the server: 256 entries for stream and consumer info lists; the
+	// client cannot choose it. Zero means DefaultMaxListPages (64, i.e.
+	// 16,384 streams or consumers per stream).
+	MaxListPages int `mapstructure:"maxListPages"`
+	// Concurrency is how many streams are refreshed in parallel within one
+	// Observe call. Zero means DefaultConcurrency (4).
+	Concurrency int `mapstructure:"concurrency"`
+}
+
+// Filter selects names by anchored regular expressions (Go RE2 syntax;
+// "orders" matches only "orders", "orders\..*" its dotted children). A name
+// is selected when Include is empty or one Include pattern matches it, and
+// no Exclude pattern matches it. The zero value selects every name.
+type Filter struct {
+	Include []string `mapstructure:"include"`
+	Exclude []string `mapstructure:"exclude"`
+}
+
+// TLS configures the client side of TLS. The zero value leaves TLS to the
+// URL scheme.
+type TLS struct {
+	// Enabled turns TLS on for every URL.
+	Enabled bool `mapstructure:"enabled"`
+	// CAFile is a PEM bundle of roots that verify the server; empty means
+	// the system roots.
+	CAFile string `mapstructure:"caFile"`
+	// CertFile and KeyFile are a PEM client certificate and its key, for
+	// mutual TLS; both or neither.
+	CertFile string `mapstructure:"certFile"`
+	KeyFile  string `mapstructure:"keyFile"`
+	// ServerName overrides the name verified in the server certificate.
+	ServerName string `mapstructure:"serverName"`
+	// InsecureSkipVerify disables server verification. Tests only.
+	InsecureSkipVerify bool `mapstructure:"insecureSkipVerify"`
+}
+
+// ErrInvalidConfig is wrapped by every problem [Config.Validate] reports.
+var ErrInvalidConfig = errors.New("invalid nats config")
+
+// ConfigError is one configuration problem. Its message has the shape
+// "nats.<field>: <problem>"; it unwraps to [ErrInvalidConfig].
+type ConfigError struct {
+	Field   string
+	Problem string
+}
+
+func (e *ConfigError) Error() string { return "nats." + e.Field + ": " + e.Problem }
+
+// Unwrap returns ErrInvalidConfig.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// Validate reports every problem of c at once, joined with errors.Join; each
+// is a *[ConfigError] wrapping [ErrInvalidConfig]. It does no I/O: files
+// named by the config are read by New.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &ConfigError{Field: field, Problem: fmt.Sprintf(format, args...)})
+	}
+	if strings.TrimSpace(c.Cluster) == "" {
+		bad("cluster", "required")
+	}
+	if len(c.URLs) == 0 {
+		bad("urls", "at least one server URL is required")
+	}
+	for i, u := range c.URLs {
+		if p := checkURL(u); p != "" {
+			bad(fmt.Sprintf("urls[%d]", i), "%s", p)
+		}
+	}
+	if strings.ContainsAny(c.Domain, " \t.*>") {
+		bad("domain", "must be a single subject token, got %q", c.Domain)
+	}
+	checkFilter := func(name string, f Filter) {
+		for i, p := range f.Include {
+			if _, err := compilePattern(p); err != nil {
+				bad(fmt.Sprintf("%s.include[%d]", name, i), "%v", err)
+			}
+		}
+		for i, p := range f.Exclude {
+			if _, err := compilePattern(p); err != nil {
+				bad(fmt.Sprintf("%s.exclude[%d]", name, i), "%v", err)
+			}
+		}
+	}
+	checkFilter("streams", c.Streams)
+	checkFilter("consumers", c.Consumers)
+
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		bad("tls", "certFile and keyFile must be set together")
+	}
+
+	var methods []string
+	if c.CredsFile != "" {
+		methods = append(methods, "credsFile")
+	}
+	if c.NKeyFile != "" {
+		methods = append(methods, "nkeyFile")
+	}
+	if c.User != "" || c.Password != "" {
+		methods = append(methods, "user/password")
+		if c.User == "" {
+			bad("user", "required when password is set")
+		}
+	}
+	if c.Token != "" {
+		methods = append(methods, "token")
+	}
+	if len(methods) > 1 {
+		bad("auth", "at most one authentication method may be set, got %s", strings.Join(methods, ", "))
+	}
+
+	nonNeg := func(field string, d time.Duration) {
+		if d < 0 {
+			bad(field, "must not be negative, got %v", d)
+		}
+	}
+	nonNeg("interval", c.Interval)
+	nonNeg("infoInterval", c.InfoInterval)
+	nonNeg("requestTimeout", c.RequestTimeout)
+	nonNeg("reconnectWait", c.ReconnectWait)
+	if c.Jitter > 1 {
+		bad("jitter", "must be at most 1 (a fraction of infoInterval), got %v", c.Jitter)
+	}
+	if c.MaxListPages < 0 {
+		bad("maxListPages", "must not be negative, got %d", c.MaxListPages)
+	}
+	if c.Concurrency < 0 {
+		bad("concurrency", "must not be negative, got %d", c.Concurrency)
+	}
+	return errors.Join(errs...)
+}
+
+func checkURL(raw string) string {
+	s := strings.TrimSpace(raw)
+	if s == "" {
+		return "empty URL"
+	}
+	if !strings.Contains(s, "://") {
+		s = "nats://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Sprintf("invalid URL %q: %v", raw, err)
+	}
+	switch u.Scheme {
+	case "nats", "tls", "ws", "wss":
+	default:
+		return fmt.Sprintf("unsupported scheme %q (want nats, tls, ws or wss)", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return fmt.Sprintf("no host in %q", raw)
+	}
+	return ""
+}
+
+// withDefaults returns c with every zero optional field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.InfoInterval == 0 {
+		c.InfoInterval = c.Interval
+	}
+	switch {
+	case c.Jitter == 0:
+		c.Jitter = DefaultJitter
+	case c.Jitter < 0:
+		c.Jitter = 0
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.ReconnectWait == 0 {
+		c.ReconnectWait = DefaultReconnectWait
+	}
+	if c.MaxListPages == 0 {
+		c.MaxListPages = DefaultMaxListPages
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	return c
+}
+
+// matcher is a compiled Filter.
+type matcher struct {
+	include, exclude []*regexp.Regexp
+}
+
+func compilePattern(p string) (*regexp.Regexp, error) {
+	return regexp.Compile(`^(?:` + p + `)$`)
+}
+
+func compileFilter(f Filter) (matcher, error) {
+	var m matcher
+	for _, p := range f.Include {
+		re, err := compilePattern(p)
+		if err != nil {
+			return matcher{}, err
+		}
+		m.include = append(m.include, re)
+	}
+	for _, p := range f.Exclude {
+		re, err := compilePattern(p)
+		if err != nil {
+			return matcher{}, err
+		}
+		m.exclude = append(m.exclude, re)
+	}
+	return m, nil
+}
+
+func (m matcher) match(name string) bool {
+	ok := len(m.include) == 0
+	for _, re := range m.include {
+		if re.MatchString(name) {
+			ok = true
+			break
+		}
+	}
+	if !ok {
+		return false
+	}
+	for _, re := range m.exclude {
+		if re.MatchString(name) {
+			return false
+		}
+	}
+	return true
+}
