@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -21,7 +22,11 @@ import (
 	"github.com/lagbridge/lagbridge/brokers/nats"
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/daemon"
+	"github.com/lagbridge/lagbridge/internal/engine"
+	"github.com/lagbridge/lagbridge/internal/publish"
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/quota"
 )
 
 // Version is set at build time with -ldflags "-X ...app.Version=v1.2.3".
@@ -35,6 +40,8 @@ type App struct {
 	Store    *daemon.Store
 	Metrics  *daemon.Metrics
 	Handler  *daemon.Handler
+	Engine   *engine.Engine
+	Hub      *quotaserver.Hub
 	loops    []*daemon.Loop
 	closers  []func()
 	ln       net.Listener
@@ -60,12 +67,25 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	}
 	a.Store = daemon.NewStore(kinds)
 	a.Metrics = daemon.NewMetrics(a.Registry, a.Store)
-	rules := cfg.Lag()
-	rulesFor := func(lag.Target) lag.Rules { return rules }
-
+	// The loops are built once the quota engine exists; collect their
+	// sources first.
+	type source struct {
+		name string
+		kind lag.Kind
+		src  daemon.Source
+	}
+	var sources []source
 	addLoop := func(name string, kind lag.Kind, src daemon.Source) {
-		a.loops = append(a.loops, &daemon.Loop{Name: name, Kind: kind, Source: src, Interval: cfg.Interval,
-			Rules: rulesFor, Store: a.Store, Metrics: a.Metrics, Logger: log.With("cluster", name)})
+		sources = append(sources, source{name, kind, src})
+	}
+	var pubs []engine.Publisher
+	bpm := cfg.Quota.KafkaClientQuotas.BytesPerMessage
+	if bpm == 0 {
+		bpm = 1024
+	}
+	clientQuotas := false
+	for _, p := range cfg.Quota.Policies {
+		clientQuotas = clientQuotas || p.KafkaClientQuota
 	}
 	for _, kc := range cfg.Kafka {
 		o, err := kafka.New(kc)
@@ -75,6 +95,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		}
 		a.closers = append(a.closers, o.Close)
 		addLoop(kc.Cluster, lag.KindKafka, o)
+		if clientQuotas {
+			pubs = append(pubs, engine.ClientQuotaPublisher{Cluster: kc.Cluster, BytesPerMessage: bpm,
+				Quotas: publish.NewClientQuotas(o.Client(), log.With("cluster", kc.Cluster))})
+		}
 	}
 	for _, nc := range cfg.NATS {
 		if nc.Interval == 0 {
@@ -87,8 +111,39 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		}
 		a.closers = append(a.closers, o.Close)
 		addLoop(nc.Cluster, lag.KindNATS, o)
+		if cfg.Quota.NATSKV.Cluster == nc.Cluster {
+			js, err := jetstream.New(o.Conn())
+			if err == nil {
+				var kv *publish.KV
+				if kv, err = publish.NewKV(ctx, js, cfg.Quota.NATSKV.Bucket); err == nil {
+					pubs = append(pubs, engine.KVPublisher{KV: kv})
+				}
+			}
+			if err != nil {
+				a.Close()
+				return nil, fmt.Errorf("quota KV on nats cluster %q: %w", nc.Cluster, err)
+			}
+		}
+	}
+	a.Hub = quotaserver.NewHub()
+	eng, err := engine.New(engine.Config{
+		Policies: cfg.Quota.Policies, Hub: a.Hub, Publishers: pubs, Logger: log.With("component", "quota"),
+		Lease: quota.LeaseConfig{Interval: cfg.Interval, Lifetime: cfg.Quota.LeaseLifetime},
+	})
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("quota engine: %w", err)
+	}
+	a.Engine = eng
+	engine.NewCollector(a.Registry, eng)
+	rules := eng.Rules(cfg.Lag())
+	for _, sc := range sources {
+		a.loops = append(a.loops, &daemon.Loop{Name: sc.name, Kind: sc.kind, Source: sc.src, Interval: cfg.Interval,
+			Rules: rules, Store: a.Store, Metrics: a.Metrics, Logger: log.With("cluster", sc.name),
+			OnCycle: func(now time.Time, states []lag.State) { eng.OnCycle(sc.name, now, states) }})
 	}
 	a.Handler = daemon.NewHandler(a.Store, a.Registry, nil)
+	quotaserver.New(a.Hub, eng, cfg.Quota.Auth, a.Registry).Register(a.Handler.Mux)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		a.Close()
@@ -117,18 +172,22 @@ func (a *App) Run(ctx context.Context) error {
 			cancel()
 		}
 	})
+	a.Engine.Start(ctx)
 	for _, l := range a.loops {
 		wg.Go(func() { _ = l.Run(ctx) })
 	}
 	a.log.Info("lagbridge running", "version", Version, "listen", a.Addr(), "clusters", len(a.loops), "interval", a.cfg.Interval)
 	<-ctx.Done()
 	a.log.Info("shutting down")
+	// End long-polls and streams first: the HTTP server waits for them.
+	a.Hub.Close()
 	sctx, scancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer scancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		a.log.Warn("http shutdown", "err", err)
 	}
 	wg.Wait()
+	a.Engine.Close()
 	a.Close()
 	select {
 	case err := <-srvErr:

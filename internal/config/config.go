@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,7 +24,9 @@ import (
 
 	"github.com/lagbridge/lagbridge/brokers/kafka"
 	"github.com/lagbridge/lagbridge/brokers/nats"
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/quota"
 )
 
 // Defaults of the top-level settings.
@@ -51,6 +54,40 @@ type Config struct {
 	// Kafka and NATS list the clusters to watch; at least one in all.
 	Kafka []kafka.Config `mapstructure:"kafka"`
 	NATS  []nats.Config  `mapstructure:"nats"`
+	// Quota configures the quota engine and its publishers. Without
+	// policies every producer gets an unlimited lease.
+	Quota Quota `mapstructure:"quota"`
+}
+
+// Quota configures how lag becomes quotas and where they are published.
+type Quota struct {
+	// Policies say what each target's consumers can bear (quota.Policy).
+	Policies []quota.Policy `mapstructure:"policies"`
+	// LeaseLifetime is how long a producer may keep a lease without
+	// reaching the daemon (fail-static). Default 10 intervals.
+	LeaseLifetime time.Duration `mapstructure:"leaseLifetime"`
+	// Auth turns on bearer tokens for the quota protocol.
+	Auth quotaserver.Auth `mapstructure:"auth"`
+	// NATSKV publishes every lease to a KV bucket on a NATS cluster.
+	NATSKV NATSKV `mapstructure:"natsKV"`
+	// KafkaClientQuotas tunes the broker-native quotas of policies with
+	// kafkaClientQuota: true.
+	KafkaClientQuotas KafkaClientQuotas `mapstructure:"kafkaClientQuotas"`
+}
+
+// NATSKV names the NATS cluster (one of nats[].cluster) and bucket that
+// receive the leases. Empty Cluster: not published.
+type NATSKV struct {
+	Cluster string `mapstructure:"cluster"`
+	// Bucket defaults to lagbridge-quotas.
+	Bucket string `mapstructure:"bucket"`
+}
+
+// KafkaClientQuotas converts message rates into producer_byte_rate.
+type KafkaClientQuotas struct {
+	// BytesPerMessage is the typical record size (key, value, headers and
+	// overhead). Default 1024.
+	BytesPerMessage float64 `mapstructure:"bytesPerMessage"`
 }
 
 // Log configures log/slog output on standard error.
@@ -137,7 +174,8 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	derr := v.Unmarshal(&c, func(dc *mapstructure.DecoderConfig) {
 		dc.ErrorUnused = true
 		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(
-			mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","))
+			mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","),
+			mapstructure.TextUnmarshallerHookFunc())
 	})
 	var errs []error
 	if derr != nil {
@@ -237,7 +275,45 @@ func (c Config) Validate() error {
 		cluster(path, n.Cluster)
 		errs = append(errs, reprefix(n.Validate(), "nats.", path+".")...)
 	}
+	errs = append(errs, c.Quota.validate(c)...)
 	return errors.Join(errs...)
+}
+
+func (q Quota) validate(c Config) []error {
+	var errs []error
+	if _, err := quota.NewPolicies(q.Policies); err != nil {
+		errs = append(errs, split(quota.PrefixFields(err, "quota."))...)
+	}
+	if q.LeaseLifetime < 0 || (q.LeaseLifetime > 0 && q.LeaseLifetime < 2*c.Interval) {
+		errs = append(errs, fmt.Errorf("quota.leaseLifetime: must be at least two intervals (%v), got %v", 2*c.Interval, q.LeaseLifetime))
+	}
+	if err := q.Auth.Validate(); err != nil {
+		for _, e := range split(err) {
+			errs = append(errs, fmt.Errorf("quota.%w", e))
+		}
+	}
+	if q.NATSKV.Cluster != "" && !slices.ContainsFunc(c.NATS, func(n nats.Config) bool { return n.Cluster == q.NATSKV.Cluster }) {
+		errs = append(errs, fmt.Errorf("quota.natsKV.cluster: %q is not the name of a nats cluster", q.NATSKV.Cluster))
+	}
+	if q.KafkaClientQuotas.BytesPerMessage < 0 {
+		errs = append(errs, fmt.Errorf("quota.kafkaClientQuotas.bytesPerMessage: must not be negative"))
+	}
+	return errs
+}
+
+// split flattens a joined error.
+func split(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, split(e)...)
+		}
+		return out
+	}
+	return []error{err}
 }
 
 // reprefix splits a joined error and renames each problem's leading

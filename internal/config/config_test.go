@@ -128,3 +128,49 @@ func TestMissingFile(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestQuotaSection(t *testing.T) {
+	body := `
+kafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]
+nats: [{cluster: js, urls: ['nats://127.0.0.1:4222']}]
+quota:
+  leaseLifetime: 20s
+  natsKV: {cluster: js}
+  kafkaClientQuotas: {bytesPerMessage: 512}
+  auth:
+    tokens: [{token: "0123456789abcdef", producers: [svc-a]}]
+  policies:
+    - name: orders
+      match: {topic: "orders.*"}
+      maxAge: 2s
+      hardAge: 10s
+      kafkaClientQuota: true
+      producers:
+        - {id: svc-a, weight: 2, criticality: CRITICAL_PLUS}
+        - {id: batch, criticality: sheddable}
+`
+	c, err := load(t, "--config", writeFile(t, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Quota.Policies[0]
+	if p.MaxAge != 2*time.Second || p.Producers[0].Criticality.String() != "CRITICAL_PLUS" || p.Producers[1].Criticality.String() != "SHEDDABLE" || !p.KafkaClientQuota {
+		t.Fatalf("policy %+v", p)
+	}
+	bad := `
+kafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]
+quota:
+  leaseLifetime: 1ms
+  natsKV: {cluster: nowhere}
+  auth: {tokens: [{token: short, producers: []}]}
+  policies:
+    - {name: a, maxAge: 0s}
+    - {name: a, maxAge: 1s, producers: [{id: x, criticality: URGENT}]}
+`
+	_, err = load(t, "--config", writeFile(t, bad))
+	for _, want := range []string{"quota.leaseLifetime", "quota.natsKV.cluster", "quota.auth.tokens[0].token", "quota.policies[0].maxAge", "quota.policies[1].producers[0].criticality"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+}

@@ -8,7 +8,6 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -17,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/lagbridge/lagbridge/internal/embedded"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/time/rate"
 )
@@ -60,21 +61,8 @@ func StartBrokers(storeDir string) (*Brokers, error) {
 }
 
 // StartNATS starts an embedded nats-server with JetStream on a free
-// loopback port.
-func StartNATS(storeDir string) (*server.Server, error) {
-	ns, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: storeDir, NoSigs: true, NoLog: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("start embedded nats-server: %w", err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		return nil, errors.New("start embedded nats-server: not ready after 10s")
-	}
-	return ns, nil
-}
+// loopback port (see package embedded).
+func StartNATS(storeDir string) (*server.Server, error) { return embedded.NATS(storeDir) }
 
 // Close stops both brokers.
 func (b *Brokers) Close() {

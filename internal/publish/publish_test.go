@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
-	"github.com/lagbridge/lagbridge/internal/demo"
+	"github.com/lagbridge/lagbridge/internal/embedded"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
 
@@ -112,7 +112,7 @@ func TestClientQuotas(t *testing.T) {
 // TestKV: leases land under their keys as JSON, unchanged versions are not
 // rewritten, vanished leases are deleted, and a restart adopts old keys.
 func TestKV(t *testing.T) {
-	ns, err := demo.StartNATS(t.TempDir())
+	ns, err := embedded.NATS(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

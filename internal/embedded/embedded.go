@@ -1,0 +1,29 @@
+// Package embedded starts the in-process brokers lagbridge's demo and tests
+// use: a nats-server with JetStream on a free loopback port. It imports
+// nothing of lagbridge, so any package's tests can use it.
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// NATS starts a nats-server with JetStream on 127.0.0.1 (a free port),
+// storing in storeDir. The caller shuts it down.
+func NATS(storeDir string) (*server.Server, error) {
+	ns, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: storeDir, NoSigs: true, NoLog: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start embedded nats-server: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("start embedded nats-server: not ready after 10s")
+	}
+	return ns, nil
+}

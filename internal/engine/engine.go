@@ -1,0 +1,468 @@
+// Package engine turns the observation loops' lag states into leases: it
+// steps the quota controller per target, combines the decisions of every
+// consumer group of a topic, allocates each topic's rate across the
+// producers that reported demand, and publishes the resulting lease sets to
+// the quota protocol's hub (push), a NATS KV bucket and Kafka client quotas.
+//
+// The pure parts live in quota/; this package owns the state, the lock and
+// the publishing goroutine.
+package engine
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// Publisher receives every producer's lease sets after each change. It runs
+// on the engine's publishing goroutine, never on an observation loop.
+type Publisher interface {
+	Publish(ctx context.Context, s Snapshot) error
+	Name() string
+}
+
+// Snapshot is what publishers see: every producer's lease set, every lease,
+// and the combined decision and policy of every topic.
+type Snapshot struct {
+	Sets     []quotaproto.LeaseSet
+	Leases   []quota.Lease
+	Topics   map[quota.Topic]quota.Decision
+	Policies *quota.Policies
+}
+
+// Config builds an Engine.
+type Config struct {
+	Policies   []quota.Policy
+	Controller quota.ControllerConfig
+	Lease      quota.LeaseConfig
+	Hub        *quotaserver.Hub
+	Publishers []Publisher
+	Logger     *slog.Logger
+	// Now is the clock for HTTP reports; nil means time.Now.
+	Now func() time.Time
+}
+
+// Engine is safe for concurrent use: observation loops call OnCycle, the
+// HTTP server calls Report and Quotas.
+type Engine struct {
+	mu       sync.Mutex
+	policies *quota.Policies
+	ctl      *quota.Controller
+	book     *quota.LeaseBook
+	hub      *quotaserver.Hub
+	log      *slog.Logger
+	now      func() time.Time
+	pubs     []Publisher
+
+	// decisions holds the newest decision per target, by cluster.
+	decisions map[string]map[lag.Target]quota.Decision
+	// topics holds the combined decision per topic.
+	topics map[quota.Topic]quota.Decision
+	// published is the fingerprint and version of each producer's set.
+	published map[string]published
+	version   uint64
+	// lifetime is the lease lifetime (quota.LeaseConfig's, defaults applied).
+	lifetime time.Duration
+	// reportedNames holds the topic names each producer reported last.
+	reportedNames map[string]reported
+
+	kick chan struct{}
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+type published struct {
+	fingerprint string
+	set         quotaproto.LeaseSet
+}
+
+// New validates cfg and returns an engine; Start runs its publishing
+// goroutine.
+func New(cfg Config) (*Engine, error) {
+	policies, err := quota.NewPolicies(cfg.Policies)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Lease.VersionBase == 0 {
+		// Versions keep increasing across restarts: a producer never
+		// takes a fresh daemon's lease for an old one.
+		cfg.Lease.VersionBase = uint64(time.Now().UnixMicro())
+	}
+	book, err := quota.NewLeaseBook(cfg.Lease)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Controller.Interval == 0 {
+		cfg.Controller.Interval = cfg.Lease.Interval
+	}
+	ctl, err := quota.NewController(cfg.Controller)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	lifetime := cfg.Lease.Lifetime
+	if lifetime == 0 {
+		// quota.LeaseConfig's default: ten intervals (interval 1s).
+		lifetime = 10 * cmp.Or(cfg.Lease.Interval, time.Second)
+	}
+	return &Engine{lifetime: lifetime,
+		policies: policies, ctl: ctl, book: book, hub: cfg.Hub, log: cfg.Logger, now: cfg.Now, pubs: cfg.Publishers,
+		decisions: map[string]map[lag.Target]quota.Decision{}, topics: map[quota.Topic]quota.Decision{},
+		published: map[string]published{}, version: cfg.Lease.VersionBase,
+		kick: make(chan struct{}, 1), stop: func() {},
+	}, nil
+}
+
+// Start runs the publishing goroutine until Close.
+func (e *Engine) Start(ctx context.Context) {
+	if len(e.pubs) == 0 {
+		return
+	}
+	ctx, e.stop = context.WithCancel(ctx)
+	e.wg.Go(func() {
+		failing := map[string]bool{}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-e.kick:
+			}
+			snap := e.snapshot()
+			for _, p := range e.pubs {
+				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				err := p.Publish(pctx, snap)
+				cancel()
+				if err != nil && ctx.Err() == nil {
+					if !failing[p.Name()] {
+						e.log.Warn("publishing quotas failed", "publisher", p.Name(), "err", err)
+					}
+					failing[p.Name()] = true
+				} else if failing[p.Name()] {
+					e.log.Info("publishing quotas recovered", "publisher", p.Name())
+					failing[p.Name()] = false
+				}
+			}
+		}
+	})
+}
+
+// Close stops the publishing goroutine and waits for it. Idempotent.
+func (e *Engine) Close() {
+	e.stop()
+	e.wg.Wait()
+}
+
+// snapshot returns a copy of the current state for the publishers.
+func (e *Engine) snapshot() Snapshot {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	sets := make([]quotaproto.LeaseSet, 0, len(e.published))
+	for _, p := range e.published {
+		sets = append(sets, p.set)
+	}
+	sort.Slice(sets, func(i, j int) bool { return sets[i].Producer < sets[j].Producer })
+	return Snapshot{Sets: sets, Leases: e.book.Leases(), Topics: maps.Clone(e.topics), Policies: e.policies}
+}
+
+// Rules returns the lag status rules for a target: a matching policy's
+// maxAge is its lag age. Safe to call from the loops.
+func (e *Engine) Rules(base lag.Rules) func(lag.Target) lag.Rules {
+	return func(t lag.Target) lag.Rules {
+		r := base
+		if p, ok := e.policies.Match(t); ok {
+			r.LagAge = p.MaxAge
+		}
+		return r
+	}
+}
+
+// OnCycle folds one cluster's states into decisions and leases. It is the
+// daemon.Loop's OnCycle hook.
+func (e *Engine) OnCycle(cluster string, now time.Time, states []lag.State) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	prev := e.decisions[cluster]
+	next := make(map[lag.Target]quota.Decision, len(states))
+	for _, st := range states {
+		p, ok := e.policies.Match(st.Target)
+		if !ok {
+			continue
+		}
+		next[st.Target] = e.ctl.Step(st, p, now)
+	}
+	for t := range prev {
+		if _, ok := next[t]; !ok {
+			e.ctl.Forget(t)
+		}
+	}
+	e.decisions[cluster] = next
+	e.recombine()
+	for _, d := range e.topics {
+		if p, ok := e.policies.ByName(d.Policy); ok {
+			e.book.Apply(d, p, now)
+		}
+	}
+	e.book.Expire(now)
+	e.publishAll(now)
+}
+
+// recombine rebuilds the per-topic decisions from every cluster's targets:
+// a producer's quota on a topic is the strictest of its consumer groups.
+func (e *Engine) recombine() {
+	byTopic := map[quota.Topic][]quota.Decision{}
+	for _, ds := range e.decisions {
+		for t, d := range ds {
+			byTopic[quota.TopicOf(t)] = append(byTopic[quota.TopicOf(t)], d)
+		}
+	}
+	clear(e.topics)
+	for t, ds := range byTopic {
+		sort.Slice(ds, func(i, j int) bool { return ds[i].Target.String() < ds[j].Target.String() })
+		e.topics[t] = quota.CombineTopic(ds)
+	}
+}
+
+// topicsNamed returns the known topics with a name (a producer reports names
+// only; one name may exist on several clusters).
+func (e *Engine) topicsNamed(name string) []quota.Topic {
+	var out []quota.Topic
+	for t := range e.topics {
+		if t.Name == name {
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+// Report records a producer's demand and returns its lease set at once.
+func (e *Engine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
+	now := e.now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var errs []error
+	touched := map[quota.Topic]bool{}
+	for _, td := range r.Topics {
+		crit := quota.Critical
+		if td.Criticality != "" {
+			c, err := quota.ParseCriticality(td.Criticality)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			crit = c
+		}
+		demand := td.Demand
+		if demand == 0 {
+			demand = quota.UnknownDemand
+		}
+		for _, t := range e.topicsNamed(td.Topic) {
+			if err := e.book.Report(quota.Report{Producer: r.Producer, Topic: t, Criticality: crit, Demand: demand}, now); err != nil {
+				errs = append(errs, err)
+			}
+			touched[t] = true
+		}
+	}
+	if len(errs) > 0 {
+		return quotaproto.LeaseSet{}, errors.Join(errs...)
+	}
+	for t := range touched {
+		d := e.topics[t]
+		if p, ok := e.policies.ByName(d.Policy); ok {
+			e.book.Apply(d, p, now)
+		}
+	}
+	e.setReported(r)
+	e.publishAll(now)
+	return e.published[r.Producer].set, nil
+}
+
+// reported remembers which topic names each producer reported last, so that
+// topics with no decision yet still get an (open) lease.
+func (e *Engine) setReported(r quotaproto.Report) {
+	names := make([]string, 0, len(r.Topics))
+	for _, t := range r.Topics {
+		names = append(names, t.Topic)
+	}
+	if e.reportedNames == nil {
+		e.reportedNames = map[string]reported{}
+	}
+	e.reportedNames[r.Producer] = reported{names: names, at: e.now()}
+}
+
+type reported struct {
+	names []string
+	at    time.Time
+}
+
+// publishAll rebuilds every producer's set from the book and pushes the ones
+// that changed. Called with e.mu held.
+func (e *Engine) publishAll(now time.Time) {
+	byProducer := map[string][]quota.Lease{}
+	for _, l := range e.book.Leases() {
+		byProducer[l.Producer] = append(byProducer[l.Producer], l)
+	}
+	ttl := e.lifetime
+	for p, r := range e.reportedNames {
+		if now.Sub(r.at) > ttl {
+			delete(e.reportedNames, p)
+			continue
+		}
+		if _, ok := byProducer[p]; !ok {
+			byProducer[p] = nil
+		}
+	}
+	changed := false
+	for producer, ls := range byProducer {
+		set := e.buildSet(producer, ls, now)
+		fp := fingerprint(set)
+		old, had := e.published[producer]
+		if had && old.fingerprint == fp {
+			// Same content: refresh expiries without a new version (no push).
+			set.Version = old.set.Version
+			e.published[producer] = published{fingerprint: fp, set: set}
+			e.hub.Publish(set)
+			continue
+		}
+		e.version++
+		set.Version = e.version
+		e.published[producer] = published{fingerprint: fp, set: set}
+		e.hub.Publish(set)
+		changed = true
+	}
+	for producer := range e.published {
+		if _, ok := byProducer[producer]; !ok {
+			delete(e.published, producer)
+			e.hub.Remove(producer)
+			changed = true
+		}
+	}
+	if changed || len(e.pubs) > 0 {
+		select {
+		case e.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// buildSet converts a producer's leases to the wire form; topic names it
+// reported that have no lease (no policy, nothing observed yet) get an open
+// lease so the SDK always has an answer.
+func (e *Engine) buildSet(producer string, ls []quota.Lease, now time.Time) quotaproto.LeaseSet {
+	set := quotaproto.LeaseSet{Producer: producer, Leases: []quotaproto.Lease{}}
+	byName := map[string]*quotaproto.Lease{}
+	refresh := time.Duration(0)
+	for _, l := range ls {
+		w := wire(l, e.topics[l.Topic].Reason)
+		if cur := byName[w.Topic]; cur != nil {
+			// The same name on several clusters: the strictest wins.
+			if stricter(w, *cur) {
+				*cur = w
+			}
+			continue
+		}
+		set.Leases = append(set.Leases, w)
+		byName[w.Topic] = &set.Leases[len(set.Leases)-1]
+		if refresh == 0 || l.RefreshAfter < refresh {
+			refresh = l.RefreshAfter
+		}
+	}
+	for _, name := range e.reportedNames[producer].names {
+		if byName[name] == nil {
+			set.Leases = append(set.Leases, quotaproto.Lease{Topic: name, Signal: quotaproto.SignalOK,
+				ExpiresAt: now.Add(e.lifetime), Reason: "no policy or no observation for this topic: unlimited"})
+			byName[name] = &set.Leases[len(set.Leases)-1]
+		}
+	}
+	sort.Slice(set.Leases, func(i, j int) bool { return set.Leases[i].Topic < set.Leases[j].Topic })
+	if refresh == 0 {
+		refresh = e.lifetime / 3
+	}
+	set.RefreshAfterMs = refresh.Milliseconds()
+	return set
+}
+
+func stricter(a, b quotaproto.Lease) bool {
+	ra, rb := math.Inf(1), math.Inf(1)
+	if a.Rate != nil {
+		ra = *a.Rate
+	}
+	if b.Rate != nil {
+		rb = *b.Rate
+	}
+	return ra < rb
+}
+
+// wire converts a lease to the protocol's form.
+func wire(l quota.Lease, reason string) quotaproto.Lease {
+	w := quotaproto.Lease{
+		Topic: l.Topic.Name, Burst: l.Burst, Signal: l.Signal.String(), RetryAfterMs: l.RetryAfter.Milliseconds(),
+		AvoidPartitions: slices.Clone(l.AvoidPartitions), Advisory: l.Advisory, Version: l.Version, ExpiresAt: l.Expires, Reason: reason,
+	}
+	if !l.IsUnlimited() {
+		r := l.Rate
+		w.Rate = &r
+	}
+	return w
+}
+
+// fingerprint identifies a set's content (not its expiries).
+func fingerprint(s quotaproto.LeaseSet) string {
+	b := make([]byte, 0, 32*len(s.Leases))
+	for _, l := range s.Leases {
+		b = fmt.Appendf(b, "%s@%d;", l.Topic, l.Version)
+	}
+	return string(b)
+}
+
+// TargetView is one target's decision as served at /v1/quotas.
+type TargetView struct {
+	quota.Decision
+	Topic quota.Topic `json:"topic"`
+}
+
+// Quotas is the operators' view: every target's decision and every topic's
+// combined one.
+func (e *Engine) Quotas() any {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []quota.Decision
+	for _, c := range slices.Sorted(maps.Keys(e.decisions)) {
+		for _, d := range e.decisions[c] {
+			out = append(out, d)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Target.String() < out[j].Target.String() })
+	if out == nil {
+		out = []quota.Decision{}
+	}
+	return out
+}
+
+// Decisions returns every target's decision (for metrics).
+func (e *Engine) Decisions() []quota.Decision { return e.Quotas().([]quota.Decision) }
+
+// Leases returns every current lease (for metrics).
+func (e *Engine) Leases() []quota.Lease {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.book.Leases()
+}
