@@ -1,0 +1,717 @@
+package quota
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// ErrInvalidConfig is wrapped by every problem [ControllerConfig.Validate]
+// and [LeaseConfig.Validate] report.
+var ErrInvalidConfig = errors.New("quota: invalid config")
+
+// Unlimited is the rate of a decision, grant or lease that does not limit:
+// +Inf messages per second.
+var Unlimited = math.Inf(1)
+
+// ControllerConfig tunes the [Controller]. The zero value means the defaults
+// noted on each field, which are the values the control law in
+// docs/quota-control.md is argued for; most deployments change none.
+type ControllerConfig struct {
+	// Interval is the observation interval assumed for a target until two
+	// observations of it have been seen; after that the measured spacing
+	// of State.At is used. Default 1s.
+	Interval time.Duration
+	// Setpoint is the fraction of the wait budget (MaxAge -
+	// ProcessingTime) the controller steers the predicted wait of a new
+	// message to under sustained overload. Default 0.25; in (0, 1). A
+	// lower setpoint keeps a smaller standing backlog, which is what a
+	// sudden capacity drop turns into old messages (a k-fold drop makes
+	// the wait Setpoint x k x budget at once).
+	Setpoint float64
+	// Engage is the fraction of the wait budget above which the consumer
+	// is taken to be saturated: its consume rate is then its capacity,
+	// and an unlimited target becomes limited. Default 0.2; in
+	// (0, Setpoint]. Higher lets bursts ride on the queue longer before
+	// the controller engages.
+	Engage float64
+	// Probe is the multiplicative increase per interval of a limited
+	// rate while the backlog is near empty (wait under Engage/2 of the
+	// budget) and the consumer keeps up: rate x (1 + Probe). It is capped
+	// per target so that one interval of probing cannot overshoot by
+	// more than half the slack between the setpoint and the budget.
+	// Default 0.5; > 0.
+	Probe float64
+	// Smoothing is the time constant of the controller's own smoothing
+	// of the consume rate (an exponentially weighted average of the
+	// instant rates, restarted on a step; see StepThreshold). Default 2s.
+	Smoothing time.Duration
+	// StepThreshold is the relative difference between the instant
+	// consume rate and the smoothed one beyond which the smoothing
+	// restarts from the instant rate (a step change is under way: react
+	// now). Default 0.25; > 0.
+	StepThreshold float64
+	// ReleaseRatio and ReleaseAfter: a limited target whose consumer keeps
+	// up becomes unlimited again after ReleaseAfter consecutive
+	// observations in which the producers used less than ReleaseRatio of
+	// the rate. Defaults 0.75 and 3.
+	ReleaseRatio float64
+	ReleaseAfter int
+	// MaxHold is how long a decision is held while a target's data is
+	// stale; after it the target fails open (unlimited, signal ok), so
+	// that lagbridge losing sight of a broker never throttles producers
+	// for longer than this. Default 30s.
+	MaxHold time.Duration
+	// MaxRetryAfter caps the retry-after hint. Default 30s.
+	MaxRetryAfter time.Duration
+	// AvoidBelow: late partitions (head older than MaxAge, or predicted
+	// wait over the budget) are listed for avoidance while they are fewer
+	// than AvoidBelow of the partitions (at least two partitions).
+	// Default 0.5 (fewer than half).
+	AvoidBelow float64
+}
+
+// DefaultControllerConfig holds the defaults of [ControllerConfig].
+var DefaultControllerConfig = ControllerConfig{
+	Interval:      time.Second,
+	Setpoint:      0.25,
+	Engage:        0.2,
+	Probe:         0.5,
+	Smoothing:     2 * time.Second,
+	StepThreshold: 0.25,
+	ReleaseRatio:  0.75,
+	ReleaseAfter:  3,
+	MaxHold:       30 * time.Second,
+	MaxRetryAfter: 30 * time.Second,
+	AvoidBelow:    0.5,
+}
+
+// bindRatio: the producers "use the whole rate" when they produced at least
+// this fraction of it during the last interval.
+const bindRatio = 0.9
+
+// maxFill: while the consumer is saturated and the backlog under its
+// setpoint, the allowed rate exceeds the capacity by at most this fraction
+// (from the engage threshold up).
+const maxFill = 0.1
+
+// keepUpRatio: the consumer "keeps up" when it consumed at least this
+// fraction of what was produced during the last interval.
+const keepUpRatio = 0.95
+
+func (c ControllerConfig) withDefaults() ControllerConfig {
+	d := DefaultControllerConfig
+	if c.Interval == 0 {
+		c.Interval = d.Interval
+	}
+	if c.Setpoint == 0 {
+		c.Setpoint = d.Setpoint
+	}
+	if c.Engage == 0 {
+		c.Engage = min(d.Engage, c.Setpoint)
+	}
+	if c.Probe == 0 {
+		c.Probe = d.Probe
+	}
+	if c.Smoothing == 0 {
+		c.Smoothing = d.Smoothing
+	}
+	if c.StepThreshold == 0 {
+		c.StepThreshold = d.StepThreshold
+	}
+	if c.ReleaseRatio == 0 {
+		c.ReleaseRatio = d.ReleaseRatio
+	}
+	if c.ReleaseAfter == 0 {
+		c.ReleaseAfter = d.ReleaseAfter
+	}
+	if c.MaxHold == 0 {
+		c.MaxHold = d.MaxHold
+	}
+	if c.MaxRetryAfter == 0 {
+		c.MaxRetryAfter = d.MaxRetryAfter
+	}
+	if c.AvoidBelow == 0 {
+		c.AvoidBelow = d.AvoidBelow
+	}
+	return c
+}
+
+func configError(field, format string, args ...any) error {
+	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...), sentinel: ErrInvalidConfig}
+}
+
+func inOpen(x, lo, hi float64) bool { return x > lo && x < hi }
+
+// Validate returns every problem of c (after defaults) at once, each a
+// [*FieldError] wrapping [ErrInvalidConfig].
+func (c ControllerConfig) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.Interval < 0 {
+		errs = append(errs, configError("interval", "must be > 0, got %v", c.Interval))
+	}
+	if !inOpen(c.Setpoint, 0, 1) {
+		errs = append(errs, configError("setpoint", "must be in (0, 1), got %v", c.Setpoint))
+	}
+	if !(c.Engage > 0 && c.Engage <= c.Setpoint) {
+		errs = append(errs, configError("engage", "must be in (0, setpoint=%v], got %v", c.Setpoint, c.Engage))
+	}
+	if !(c.Probe > 0) || math.IsInf(c.Probe, 0) {
+		errs = append(errs, configError("probe", "must be a finite number > 0, got %v", c.Probe))
+	}
+	if c.Smoothing < 0 {
+		errs = append(errs, configError("smoothing", "must be > 0, got %v", c.Smoothing))
+	}
+	if !(c.StepThreshold > 0) || math.IsInf(c.StepThreshold, 0) {
+		errs = append(errs, configError("stepThreshold", "must be a finite number > 0, got %v", c.StepThreshold))
+	}
+	if !inOpen(c.ReleaseRatio, 0, bindRatio) {
+		errs = append(errs, configError("releaseRatio", "must be in (0, %v), got %v", bindRatio, c.ReleaseRatio))
+	}
+	if c.ReleaseAfter < 1 {
+		errs = append(errs, configError("releaseAfter", "must be >= 1, got %d", c.ReleaseAfter))
+	}
+	if c.MaxHold < 0 {
+		errs = append(errs, configError("maxHold", "must be > 0, got %v", c.MaxHold))
+	}
+	if c.MaxRetryAfter < 0 {
+		errs = append(errs, configError("maxRetryAfter", "must be > 0, got %v", c.MaxRetryAfter))
+	}
+	if !(c.AvoidBelow > 0 && c.AvoidBelow <= 1) {
+		errs = append(errs, configError("avoidBelow", "must be in (0, 1], got %v", c.AvoidBelow))
+	}
+	return errors.Join(errs...)
+}
+
+// Decision is the controller's verdict on one target (or, from
+// [CombineTopic], on one topic) at one instant.
+type Decision struct {
+	// Target is the target decided on; from CombineTopic, its Group is
+	// empty.
+	Target lag.Target `json:"target"`
+	// Policy is the name of the policy applied (from CombineTopic: the
+	// policy of the binding decision).
+	Policy string `json:"policy"`
+	// At is the time the decision was made (the now passed to Step).
+	At time.Time `json:"at"`
+	// Rate is the allowed total produce rate of the target in messages
+	// per second, never below MinRate; +Inf ([Unlimited]) when the target
+	// does not limit. See [Decision.MarshalJSON] for its JSON form.
+	Rate float64 `json:"-"`
+	// Signal and RetryAfter: what producers are told besides the rate.
+	// RetryAfter is set with SignalSlowDown only.
+	Signal     Signal        `json:"signal"`
+	RetryAfter time.Duration `json:"retryAfter,omitempty"`
+	// AvoidPartitions lists the late partitions (head older than MaxAge,
+	// or a new message's wait there over the budget) while most others
+	// are fine, sorted. It may be set with any
+	// signal; the signal is SignalAvoidPartitions only when nothing worse
+	// applies.
+	AvoidPartitions []int32 `json:"avoidPartitions,omitempty"`
+	// Advisory is true when the policy's mode is advise.
+	Advisory bool `json:"advisory,omitempty"`
+	// MinRate is the policy's floor, msg/s.
+	MinRate float64 `json:"minRate,omitempty"`
+	// Capacity is the consume rate the controller works with, msg/s.
+	// When CapacityKnown is false the consumer was not saturated and
+	// this is only what it consumed (a lower bound of its capacity).
+	Capacity      float64 `json:"capacity"`
+	CapacityKnown bool    `json:"capacityKnown"`
+	// Wait is the predicted wait of a message produced now: Lag /
+	// Capacity. lag.Never (-1) when there is lag and nothing is consumed.
+	Wait time.Duration `json:"wait"`
+	// TargetWait is the wait the controller steers to under sustained
+	// overload: Setpoint x (MaxAge - ProcessingTime).
+	TargetWait time.Duration `json:"targetWait"`
+	// HeadAge and Lag are copied from the state.
+	HeadAge time.Duration `json:"headAge"`
+	Lag     int64         `json:"lag"`
+	// Held is true when the state was stale and this is the last fresh
+	// decision, held (see ControllerConfig.MaxHold).
+	Held bool `json:"held,omitempty"`
+	// Reason says in words why.
+	Reason string `json:"reason"`
+}
+
+// IsUnlimited reports whether d.Rate is +Inf.
+func (d Decision) IsUnlimited() bool { return math.IsInf(d.Rate, 1) }
+
+// rateJSON is how a rate travels in JSON: a number, or absent with
+// unlimited set (JSON has no infinity).
+type rateJSON struct {
+	Rate      *float64 `json:"rate,omitempty"`
+	Unlimited bool     `json:"unlimited,omitempty"`
+}
+
+func toRateJSON(r float64) rateJSON {
+	if math.IsInf(r, 1) {
+		return rateJSON{Unlimited: true}
+	}
+	return rateJSON{Rate: &r}
+}
+
+func (r rateJSON) value() float64 {
+	if r.Unlimited || r.Rate == nil {
+		return Unlimited
+	}
+	return *r.Rate
+}
+
+// MarshalJSON encodes d with its rate as "rate" (msg/s) or, when unlimited,
+// "unlimited": true and no rate, since JSON has no infinity.
+func (d Decision) MarshalJSON() ([]byte, error) {
+	type plain Decision
+	return json.Marshal(struct {
+		plain
+		rateJSON
+	}{plain(d), toRateJSON(d.Rate)})
+}
+
+// UnmarshalJSON is the inverse of MarshalJSON; a missing rate is unlimited.
+func (d *Decision) UnmarshalJSON(b []byte) error {
+	type plain Decision
+	var v struct {
+		plain
+		rateJSON
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*d = Decision(v.plain)
+	d.Rate = v.rateJSON.value()
+	return nil
+}
+
+// Controller turns successive [lag.State] values of each target into
+// [Decision] values. It keeps a small record per target (the rate in force,
+// whether it limits, the last decision). The control law is documented in
+// docs/quota-control.md.
+//
+// A Controller is not safe for concurrent use: one loop owns it.
+type Controller struct {
+	cfg     ControllerConfig
+	targets map[lag.Target]*control
+}
+
+type control struct {
+	// has is true once a decision was made from fresh data.
+	has       bool
+	last      Decision
+	lastAt    time.Time // State.At of that data
+	lastFresh time.Time // now of that decision
+	limited   bool
+	rate      float64 // rate in force while limited
+	capacity  float64 // smoothed consume rate, msg/s
+	release   int     // consecutive observations with the rate unused
+	// hardStopped: the last decision was a stop for hard age.
+	hardStopped bool
+	parts       map[int32]partTrack
+	gen         uint64
+}
+
+// partTrack is what the controller remembers of one partition.
+type partTrack struct {
+	pos  int64 // consumed position (End - Lag)
+	late bool  // listed for avoidance
+	gen  uint64
+}
+
+// NewController returns a Controller, or the problems of cfg (see
+// [ControllerConfig.Validate]).
+func NewController(cfg ControllerConfig) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Controller{cfg: cfg.withDefaults(), targets: make(map[lag.Target]*control)}, nil
+}
+
+// Forget drops the record of t (a target no longer observed).
+func (c *Controller) Forget(t lag.Target) { delete(c.targets, t) }
+
+// Len is the number of targets with a record.
+func (c *Controller) Len() int { return len(c.targets) }
+
+// Step folds st, the newest state of its target, into a decision as of now,
+// under policy p (which must be valid; an invalid one gives an unlimited
+// decision that says so).
+//
+// Call it once per observation of the target. A state with the same At as
+// the previous call brings no new rates: the previous decision is returned
+// again (with At set to now). A stale state (lag.StatusStale, or rates not
+// yet known) holds the last decision for up to MaxHold after it was made,
+// then fails open.
+func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
+	tc := c.targets[st.Target]
+	if tc == nil {
+		tc = &control{}
+		c.targets[st.Target] = tc
+	}
+	cfg := c.cfg
+	budget := p.Budget().Seconds()
+	d := Decision{
+		Target:     st.Target,
+		Policy:     p.Name,
+		At:         now,
+		Rate:       Unlimited,
+		Advisory:   p.Mode.Advisory(),
+		MinRate:    p.MinRate,
+		TargetWait: time.Duration(cfg.Setpoint * float64(p.Budget())),
+		HeadAge:    st.HeadAge,
+		Lag:        st.Lag,
+	}
+	if p.MaxAge <= 0 || budget <= 0 {
+		d.Reason = "invalid policy (maxAge - processingTime <= 0): unlimited"
+		return d
+	}
+
+	fresh := st.Status != lag.StatusStale && st.RatesKnown && !st.At.IsZero()
+	if !fresh {
+		if tc.has && now.Sub(tc.lastFresh) <= cfg.MaxHold {
+			h := tc.last
+			h.At, h.Held = now, true
+			h.Reason = fmt.Sprintf("no fresh data (%s): holding the decision of %s", orDash(st.Reason), tc.lastFresh.Format(time.RFC3339Nano))
+			return h
+		}
+		// Fail open, and start from scratch when data returns.
+		*tc = control{}
+		d.Wait = 0
+		if st.RatesKnown || st.Status == lag.StatusStale {
+			d.Reason = fmt.Sprintf("no fresh data for more than %s (%s): fail-open", cfg.MaxHold, orDash(st.Reason))
+		} else {
+			d.Reason = "rates not known yet: unlimited"
+		}
+		return d
+	}
+	if tc.has && !st.At.After(tc.lastAt) {
+		// Same observation again: nothing new to decide on.
+		r := tc.last
+		r.At = now
+		return r
+	}
+
+	// The observation interval, as measured.
+	dt := cfg.Interval.Seconds()
+	if tc.has {
+		dt = st.At.Sub(tc.lastAt).Seconds()
+	}
+
+	// Capacity: the smoothed consume rate, restarted from the instant
+	// one when they differ by more than StepThreshold (a step is under
+	// way: react now, not one time constant later).
+	cInst := st.ConsumeRateInstant
+	if !tc.has || tc.capacity <= 0 || math.Abs(cInst-tc.capacity) > cfg.StepThreshold*tc.capacity {
+		tc.capacity = cInst
+	} else {
+		tc.capacity += (1 - math.Exp(-dt/cfg.Smoothing.Seconds())) * (cInst - tc.capacity)
+	}
+	capacity := tc.capacity
+	backlog := float64(st.Lag)
+	var wait float64 // seconds; +Inf when there is lag and no consumption
+	switch {
+	case backlog <= 0:
+		wait = 0
+	case capacity > 0:
+		wait = backlog / capacity
+	default:
+		wait = math.Inf(1)
+	}
+	engaged := wait > cfg.Engage*budget
+
+	// The law: consume rate plus the backlog error over tau; nothing
+	// while a new message would be dead on arrival. Draining (backlog
+	// above the setpoint) uses tau; filling up to the setpoint uses a
+	// slower tauFill, so that a saturated consumer is never offered more
+	// than maxFill above its capacity.
+	tau := max((1-cfg.Setpoint)*budget, 2*dt)
+	tauFill := max(tau, (cfg.Setpoint-cfg.Engage)*budget/maxFill)
+	setBacklog := cfg.Setpoint * budget * capacity
+	law := capacity + (setBacklog-backlog)/tau
+	if backlog < setBacklog {
+		law = capacity + (setBacklog-backlog)/tauFill
+	}
+	if wait >= budget {
+		law = 0
+	}
+	law = max(law, 0)
+	// Probing overshoots by at most Probe x rate x dt messages per
+	// interval; keep that within half the slack of the budget.
+	probe := min(cfg.Probe, (1-cfg.Setpoint)*budget/(2*dt))
+
+	produced := st.ProduceRateInstant
+	inForce := tc.rate
+	binding := tc.limited && produced >= bindRatio*inForce
+
+	proc := p.ProcessingTime.Seconds()
+	avoid, fewBad := c.lateParts(tc, st, &p, dt, tc.has)
+	// Hard age: stop when a new message would be dead on arrival or the
+	// head is past it (unless only a few partitions are); once stopped,
+	// stay stopped until both the head is under the hard age and a new
+	// message's wait is back within the budget (hysteresis: the head age
+	// lags the wait, so without it the signal would flap stop, slow-down,
+	// stop while the backlog drains).
+	headOver := st.HeadAge > p.HardAge && !fewBad
+	hardStop := p.HardAge > 0 && ((!math.IsInf(wait, 1) && wait+proc > p.HardAge.Seconds()) || headOver ||
+		(tc.hardStopped && wait > budget))
+	tc.hardStopped = hardStop
+	stopped := st.Status == lag.StatusStopped
+
+	var reason string
+	switch {
+	case stopped:
+		tc.limited, tc.rate, tc.release = true, 0, 0
+		reason = "consumer stopped: " + st.Reason
+	case !tc.limited && !engaged:
+		reason = fmt.Sprintf("wait %s <= engage %s: unlimited", secs(wait), secs(cfg.Engage*budget))
+	case engaged:
+		if !tc.limited {
+			tc.limited = true
+		}
+		tc.rate, tc.release = law, 0
+		if wait >= budget {
+			reason = fmt.Sprintf("wait %s >= budget %s: a new message would be dead on arrival, draining", secs(wait), secs(budget))
+		} else {
+			reason = fmt.Sprintf("saturated: capacity %.0f/s, wait %s, target %s", capacity, secs(wait), secs(cfg.Setpoint*budget))
+		}
+	case cInst < keepUpRatio*produced || wait > cfg.Engage*budget/2:
+		// Limited, the backlog under the engage threshold but growing, or
+		// not near empty: the consumer showed (some of) its capacity;
+		// follow the law, which here allows at least that. No probing
+		// into a consumer that may be at its limit.
+		tc.rate, tc.release = law, 0
+		reason = fmt.Sprintf("backlog small (wait %s), consumed %.0f/s of %.0f/s: capacity %.0f/s", secs(wait), cInst, produced, capacity)
+	default:
+		// Limited and caught up: the capacity is invisible, so never cut;
+		// probe upward (multiplicative increase) while the consumer keeps
+		// up; release once the producers leave the rate unused.
+		r := max(tc.rate, law, inForce*(1+probe))
+		if produced < cfg.ReleaseRatio*inForce {
+			tc.release++
+		} else {
+			tc.release = 0
+		}
+		tc.rate = r
+		reason = fmt.Sprintf("caught up: probing from %.0f/s", r)
+		if tc.release >= cfg.ReleaseAfter {
+			tc.limited, tc.release = false, 0
+			reason = fmt.Sprintf("caught up and the rate unused for %d observations: unlimited", cfg.ReleaseAfter)
+		}
+	}
+
+	d.Capacity, d.CapacityKnown = capacity, engaged
+	d.Wait = lag.Never
+	if !math.IsInf(wait, 1) {
+		d.Wait = time.Duration(wait * float64(time.Second))
+	}
+	d.AvoidPartitions = avoid
+	if tc.limited {
+		d.Rate = max(tc.rate, p.MinRate)
+	}
+	switch {
+	case stopped || hardStop:
+		d.Signal = SignalStop
+		d.Rate = p.MinRate
+		if hardStop && !stopped {
+			reason = fmt.Sprintf("hard age %s exceeded (wait %s + processing, head age %s): %s", p.HardAge, secs(wait), st.HeadAge.Round(time.Millisecond), reason)
+		}
+	case tc.limited && (wait > cfg.Setpoint*budget || binding || d.Rate < capacity):
+		d.Signal = SignalSlowDown
+		d.RetryAfter = retryAfter(backlog, setBacklog, capacity, d.Rate, dt, cfg.MaxRetryAfter)
+	case len(avoid) > 0:
+		d.Signal = SignalAvoidPartitions
+	}
+	if len(avoid) > 0 {
+		reason += fmt.Sprintf("; partitions %v late (head older than %s or wait over budget)", avoid, p.MaxAge)
+	}
+	d.Reason = reason
+
+	tc.has, tc.last, tc.lastAt, tc.lastFresh = true, d, st.At, now
+	return d
+}
+
+// retryAfter is the time the backlog above the setpoint takes to drain at
+// the net rate capacity - rate, at least one interval, at most max.
+func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Duration) time.Duration {
+	s := dt
+	switch {
+	case backlog > setBacklog && capacity > rate:
+		s = max((backlog-setBacklog)/(capacity-rate), dt)
+	case backlog > setBacklog:
+		return maxWait
+	}
+	return min(time.Duration(s*float64(time.Second)), maxWait)
+}
+
+// lateParts returns the partitions producers should avoid: those with lag
+// whose head is older than MaxAge, or whose predicted wait (lag over the
+// partition's own consume rate in the last interval) reaches the budget
+// while the head is past the target wait; once listed, a partition stays
+// listed until its wait is back to the target wait and its head under
+// MaxAge (hysteresis, so that producers writing around it do not flap). The
+// list is returned only while it holds fewer than AvoidBelow of the
+// partitions (and there are at least two): "a few lag, most are fine";
+// fewBad reports that.
+func (c *Controller) lateParts(tc *control, st lag.State, p *Policy, dt float64, havePrev bool) (late []int32, fewBad bool) {
+	budget := p.Budget().Seconds()
+	setWait := c.cfg.Setpoint * budget
+	if tc.parts == nil {
+		tc.parts = make(map[int32]partTrack, len(st.Partitions))
+	}
+	tc.gen++
+	for _, ps := range st.Partitions {
+		pos := ps.End - ps.Lag
+		pt, had := tc.parts[ps.Partition]
+		head := ps.HeadAge.Seconds()
+		isLate := false
+		if ps.Lag > 0 {
+			wait := -1.0 // unknown
+			if had && havePrev && dt > 0 && !ps.Stale {
+				if r := float64(pos-pt.pos) / dt; r > 0 {
+					wait = float64(ps.Lag) / r
+				} else {
+					wait = math.Inf(1)
+				}
+			}
+			isLate = head > p.MaxAge.Seconds() || (wait >= budget && head > setWait)
+			if pt.late && !isLate {
+				isLate = wait < 0 || wait > setWait
+			}
+		}
+		tc.parts[ps.Partition] = partTrack{pos: pos, late: isLate, gen: tc.gen}
+		if isLate {
+			late = append(late, ps.Partition)
+		}
+	}
+	if len(tc.parts) > len(st.Partitions) {
+		for id, pt := range tc.parts {
+			if pt.gen != tc.gen {
+				delete(tc.parts, id)
+			}
+		}
+	}
+	n := len(st.Partitions)
+	if n < 2 || len(late) == 0 || float64(len(late)) >= c.cfg.AvoidBelow*float64(n) {
+		return nil, false
+	}
+	slices.Sort(late)
+	return late, true
+}
+
+func secs(s float64) string {
+	if math.IsInf(s, 1) {
+		return "unbounded"
+	}
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// Topic names what producers write to: a Kafka topic or a NATS stream on
+// one cluster. It is comparable and used as a map key.
+type Topic struct {
+	Kind    lag.Kind `json:"kind"`
+	Cluster string   `json:"cluster"`
+	// Name is the Kafka topic or the NATS stream.
+	Name string `json:"name"`
+}
+
+// TopicOf returns the topic a target reads.
+func TopicOf(t lag.Target) Topic { return Topic{Kind: t.Kind, Cluster: t.Cluster, Name: t.Topic} }
+
+// String returns kind/cluster/name.
+func (t Topic) String() string { return string(t.Kind) + "/" + t.Cluster + "/" + t.Name }
+
+// CombineTopic combines the decisions of the consumer groups that read one
+// topic into the topic's decision: a producer may write no faster than the
+// slowest reader can bear. ds must all be of one topic (the first one's is
+// used). The result:
+//
+//   - considers the enforced decisions only, when there is any (advisory
+//     ones must not bind an enforced topic); otherwise all, and is then
+//     advisory;
+//   - has the minimum Rate, and the Policy, MinRate, Capacity, Wait,
+//     TargetWait and Lag of the decision with that minimum (the binding
+//     one; among equal rates, the one with the worst signal);
+//   - has the worst signal (stop > slow-down > avoid-partitions > ok), the
+//     longest retry-after, the union of the partitions to avoid, the
+//     oldest head age, the latest At, and Held if any was held;
+//   - has a Reason naming the binding group.
+//
+// With no decisions it returns an unlimited decision with signal ok.
+func CombineTopic(ds []Decision) Decision {
+	if len(ds) == 0 {
+		return Decision{Rate: Unlimited, Reason: "no consumer groups"}
+	}
+	use := ds
+	var enforced []Decision
+	for _, d := range ds {
+		if !d.Advisory {
+			enforced = append(enforced, d)
+		}
+	}
+	if len(enforced) > 0 {
+		use = enforced
+	}
+	bind := use[0]
+	for _, d := range use[1:] {
+		if d.Rate < bind.Rate || (d.Rate == bind.Rate && d.Signal.severity() > bind.Signal.severity()) {
+			bind = d
+		}
+	}
+	out := bind
+	out.Target.Group = ""
+	out.Target.Kind, out.Target.Cluster, out.Target.Topic = ds[0].Target.Kind, ds[0].Target.Cluster, ds[0].Target.Topic
+	out.Advisory = len(enforced) == 0
+	out.AvoidPartitions = nil
+	var avoid []int32
+	for _, d := range use {
+		if d.Signal.severity() > out.Signal.severity() {
+			out.Signal = d.Signal
+		}
+		out.RetryAfter = max(out.RetryAfter, d.RetryAfter)
+		out.HeadAge = max(out.HeadAge, d.HeadAge)
+		if d.At.After(out.At) {
+			out.At = d.At
+		}
+		out.Held = out.Held || d.Held
+		avoid = append(avoid, d.AvoidPartitions...)
+	}
+	if len(avoid) > 0 {
+		slices.Sort(avoid)
+		out.AvoidPartitions = slices.Compact(avoid)
+	}
+	if out.Signal != SignalSlowDown {
+		out.RetryAfter = 0
+	}
+	out.Reason = fmt.Sprintf("group %s binds (%d groups): %s", bind.Target.Group, len(ds), bind.Reason)
+	return out
+}
+
+// CombineTopics groups ds by topic ([TopicOf] their targets) and combines
+// each group with [CombineTopic]. The result is sorted by topic.
+func CombineTopics(ds []Decision) []Decision {
+	by := make(map[Topic][]Decision)
+	for _, d := range ds {
+		t := TopicOf(d.Target)
+		by[t] = append(by[t], d)
+	}
+	out := make([]Decision, 0, len(by))
+	for _, g := range by {
+		out = append(out, CombineTopic(g))
+	}
+	slices.SortFunc(out, func(a, b Decision) int {
+		return strings.Compare(TopicOf(a.Target).String(), TopicOf(b.Target).String())
+	})
+	return out
+}

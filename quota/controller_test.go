@@ -1,0 +1,335 @@
+package quota
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// st builds a fresh, saturated-looking state at t0+at seconds.
+func st(at float64, lagN int64, consume, produce float64) lag.State {
+	return lag.State{
+		Target: ordersK, At: leaseT0.Add(time.Duration(at * float64(time.Second))), Status: lag.StatusOK,
+		Lag: lagN, ConsumeRate: consume, ConsumeRateInstant: consume, ProduceRate: produce, ProduceRateInstant: produce,
+		RatesKnown: true, Members: 1,
+	}
+}
+
+func newCtl(tb testing.TB, cfg ControllerConfig) *Controller {
+	tb.Helper()
+	c, err := NewController(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// TestControllerRules walks the controller through short histories; each
+// case checks the last decision. The law itself is exercised end to end by
+// the simulations; these pin each branch.
+func TestControllerRules(t *testing.T) {
+	pol := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	cases := []struct {
+		name   string
+		policy Policy
+		states []lag.State
+		now    float64 // seconds; 0: the last state's At
+		rate   float64 // want
+		signal Signal
+		reason string // substring of Reason
+		held   bool
+	}{
+		{
+			// The first observation has no rates: nothing to judge.
+			name:   "rates unknown",
+			states: []lag.State{{Target: ordersK, At: leaseT0, Status: lag.StatusOK}},
+			rate:   inf, signal: SignalOK, reason: "rates not known",
+		},
+		{
+			// Caught up: unlimited.
+			name:   "healthy",
+			states: []lag.State{st(1, 0, 800, 800)},
+			rate:   inf, signal: SignalOK, reason: "unlimited",
+		},
+		{
+			// Backlog of 0.3 s at 400/s (engage is 0.4 s): still
+			// unlimited.
+			name:   "small backlog",
+			states: []lag.State{st(1, 120, 400, 500)},
+			rate:   inf, signal: SignalOK,
+		},
+		{
+			// 1.5 s of wait (target 0.5 s): drain: 400 + (200-600)/2.
+			name:   "drain",
+			states: []lag.State{st(1, 600, 400, 800)},
+			rate:   200, signal: SignalSlowDown, reason: "saturated",
+		},
+		{
+			// A new message would wait 3 s > 2 s: admit nothing but the
+			// floor.
+			name:   "dead on arrival",
+			states: []lag.State{st(1, 1200, 400, 800)},
+			rate:   5, signal: SignalSlowDown, reason: "dead on arrival",
+		},
+		{
+			// Lag and nothing consumed this interval: the wait is
+			// unbounded, the floor only, still slow-down (lag has not
+			// declared a stop yet).
+			name:   "nothing consumed",
+			states: []lag.State{st(1, 100, 0, 800)},
+			rate:   5, signal: SignalSlowDown,
+		},
+		{
+			// lag says stopped: stop at the floor.
+			name: "stopped",
+			states: []lag.State{func() lag.State {
+				s := st(1, 100, 0, 0)
+				s.Status, s.Reason = lag.StatusStopped, "no members"
+				return s
+			}()},
+			rate: 5, signal: SignalStop, reason: "consumer stopped",
+		},
+		{
+			// Hard age: a 3 s wait passes a 2.5 s hard age: stop.
+			name:   "hard age",
+			policy: Policy{Name: "p", MaxAge: 2 * time.Second, HardAge: 2500 * time.Millisecond},
+			states: []lag.State{st(1, 1200, 400, 800)},
+			rate:   0, signal: SignalStop, reason: "hard age",
+		},
+		{
+			// Caught up after being limited at 200 with the producers
+			// using it all: multiplicative increase (x1.5).
+			name:   "probe",
+			states: []lag.State{st(1, 600, 400, 800), st(2, 0, 200, 200)},
+			rate:   300, signal: SignalSlowDown, reason: "probing",
+		},
+		{
+			// The rate unused three times in a row: unlimited again.
+			name:   "release",
+			states: []lag.State{st(1, 600, 400, 800), st(2, 0, 100, 100), st(3, 0, 100, 100), st(4, 0, 100, 100)},
+			rate:   inf, signal: SignalOK, reason: "unused",
+		},
+		{
+			// Stale state within MaxHold: the last decision, held.
+			name: "stale held",
+			states: []lag.State{st(1, 600, 400, 800), func() lag.State {
+				s := st(1, 600, 400, 800)
+				s.Status, s.Reason = lag.StatusStale, "broker down"
+				return s
+			}()},
+			now:  20,
+			rate: 200, signal: SignalSlowDown, reason: "holding", held: true,
+		},
+		{
+			// Stale beyond MaxHold (30 s): fail open.
+			name: "stale fail-open",
+			states: []lag.State{st(1, 600, 400, 800), func() lag.State {
+				s := st(1, 600, 400, 800)
+				s.Status = lag.StatusStale
+				return s
+			}()},
+			now:  32,
+			rate: inf, signal: SignalOK, reason: "fail-open",
+		},
+		{
+			// The same observation twice: the same decision.
+			name:   "same observation",
+			states: []lag.State{st(1, 600, 400, 800), st(1, 9999, 1, 1)},
+			rate:   200, signal: SignalSlowDown,
+		},
+		{
+			// An invalid policy never throttles.
+			name:   "invalid policy",
+			policy: Policy{Name: "bad"},
+			states: []lag.State{st(1, 1200, 400, 800)},
+			rate:   inf, signal: SignalOK, reason: "invalid policy",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctl := newCtl(t, ControllerConfig{})
+			p := c.policy
+			if p.Name == "" {
+				p = pol
+			}
+			var d Decision
+			for i, s := range c.states {
+				now := s.At
+				if i == len(c.states)-1 && c.now > 0 {
+					now = leaseT0.Add(time.Duration(c.now * float64(time.Second)))
+				}
+				d = ctl.Step(s, p, now)
+			}
+			if !close(d.Rate, c.rate) || d.Signal != c.signal || d.Held != c.held || !strings.Contains(d.Reason, c.reason) {
+				t.Fatalf("got rate %v signal %v held %v reason %q; want %v %v %v %q", d.Rate, d.Signal, d.Held, d.Reason, c.rate, c.signal, c.held, c.reason)
+			}
+			if d.Signal == SignalSlowDown && d.RetryAfter <= 0 {
+				t.Errorf("slow-down without retry-after")
+			}
+			if d.Signal != SignalSlowDown && d.RetryAfter != 0 {
+				t.Errorf("retry-after %v with %v", d.RetryAfter, d.Signal)
+			}
+		})
+	}
+}
+
+// TestControllerRetryAfter: the time the excess backlog takes to drain at
+// capacity - rate, at least one interval, at most MaxRetryAfter.
+func TestControllerRetryAfter(t *testing.T) {
+	ctl := newCtl(t, ControllerConfig{MaxRetryAfter: 5 * time.Second})
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	// Wait 1.5 s, target 0.5 s: 400 excess messages at 400-200 = 200/s: 2 s.
+	if d := ctl.Step(st(1, 600, 400, 800), p, leaseT0.Add(time.Second)); d.RetryAfter != 2*time.Second {
+		t.Fatalf("retry-after %v, want 2s", d.RetryAfter)
+	}
+	// Nothing consumed: capped.
+	if d := ctl.Step(st(2, 600, 0, 800), p, leaseT0.Add(2*time.Second)); d.RetryAfter != 5*time.Second {
+		t.Fatalf("retry-after %v, want the 5s cap", d.RetryAfter)
+	}
+}
+
+// TestControllerAvoidPartitions: a few late partitions are listed (head
+// older than MaxAge); half or more are not "a few"; one partition is never
+// listed.
+func TestControllerAvoidPartitions(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	mk := func(heads ...float64) lag.State {
+		s := st(1, 0, 1000, 1000)
+		for i, h := range heads {
+			ps := lag.PartitionState{PartitionSample: lag.PartitionSample{Partition: int32(i), End: 100}, HeadAge: time.Duration(h * float64(time.Second))}
+			if h > 0 {
+				ps.Lag = 10
+				s.Lag += 10
+			}
+			s.Partitions = append(s.Partitions, ps)
+		}
+		return s
+	}
+	cases := []struct {
+		name  string
+		heads []float64
+		want  []int32
+	}{
+		{"one late of four", []float64{0, 3, 0.1, 0}, []int32{1}},       // listed
+		{"two late of five", []float64{5, 0, 0, 2.5, 0}, []int32{0, 3}}, // listed, sorted
+		{"half late", []float64{3, 3, 0, 0}, nil},                       // not a few: the target's problem
+		{"single partition", []float64{9}, nil},                         // nowhere else to go
+		{"at maxAge", []float64{2, 0, 0}, nil},                          // not over
+	}
+	for _, c := range cases {
+		ctl := newCtl(t, ControllerConfig{})
+		d := ctl.Step(mk(c.heads...), p, leaseT0.Add(time.Second))
+		if !slices.Equal(d.AvoidPartitions, c.want) {
+			t.Errorf("%s: avoid %v, want %v", c.name, d.AvoidPartitions, c.want)
+		}
+		if wantSig := SignalOK; len(c.want) > 0 && d.Signal != SignalAvoidPartitions || len(c.want) == 0 && d.Signal != wantSig {
+			t.Errorf("%s: signal %v", c.name, d.Signal)
+		}
+	}
+}
+
+// TestCombineTopic: the minimum over the groups of a topic, enforced ones
+// first.
+func TestCombineTopic(t *testing.T) {
+	g := func(group string, rate float64, sig Signal, advisory bool, avoid ...int32) Decision {
+		tg := ordersK
+		tg.Group = group
+		d := Decision{Target: tg, Policy: "pol-" + group, Rate: rate, Signal: sig, Advisory: advisory, AvoidPartitions: avoid, Reason: group + " reason"}
+		if sig == SignalSlowDown {
+			d.RetryAfter = time.Duration(rate) * time.Millisecond
+		}
+		return d
+	}
+	cases := []struct {
+		name     string
+		in       []Decision
+		rate     float64
+		signal   Signal
+		policy   string
+		advisory bool
+		avoid    []int32
+		retry    time.Duration
+	}{
+		{name: "none", rate: inf, signal: SignalOK}, // no readers: no limit
+		{name: "one", in: []Decision{g("a", 100, SignalSlowDown, false)}, rate: 100, signal: SignalSlowDown, policy: "pol-a", retry: 100 * time.Millisecond},
+		{name: "slowest binds", in: []Decision{g("a", inf, SignalOK, false), g("b", 300, SignalSlowDown, false), g("c", 500, SignalSlowDown, false)}, rate: 300, signal: SignalSlowDown, policy: "pol-b", retry: 500 * time.Millisecond},
+		{name: "worst signal", in: []Decision{g("a", 100, SignalSlowDown, false), g("b", 200, SignalStop, false)}, rate: 100, signal: SignalStop, policy: "pol-a"},
+		{name: "avoid union", in: []Decision{g("a", inf, SignalAvoidPartitions, false, 3, 1), g("b", inf, SignalAvoidPartitions, false, 1, 2)}, rate: inf, signal: SignalAvoidPartitions, policy: "pol-a", avoid: []int32{1, 2, 3}},
+		{name: "advisory ignored", in: []Decision{g("a", 10, SignalSlowDown, true), g("b", 800, SignalOK, false)}, rate: 800, signal: SignalOK, policy: "pol-b"},
+		{name: "all advisory", in: []Decision{g("a", 10, SignalSlowDown, true), g("b", 800, SignalOK, true)}, rate: 10, signal: SignalSlowDown, policy: "pol-a", advisory: true, retry: 10 * time.Millisecond},
+	}
+	for _, c := range cases {
+		d := CombineTopic(c.in)
+		if !close(d.Rate, c.rate) || d.Signal != c.signal || d.Policy != c.policy || d.Advisory != c.advisory || !slices.Equal(d.AvoidPartitions, c.avoid) || d.RetryAfter != c.retry {
+			t.Errorf("%s: got rate %v signal %v policy %q advisory %v avoid %v retry %v", c.name, d.Rate, d.Signal, d.Policy, d.Advisory, d.AvoidPartitions, d.RetryAfter)
+		}
+		if len(c.in) > 0 && (d.Target.Group != "" || TopicOf(d.Target) != ordersT) {
+			t.Errorf("%s: target %v", c.name, d.Target)
+		}
+	}
+	// CombineTopics groups by topic.
+	other := g("x", 5, SignalSlowDown, false)
+	other.Target.Topic = "payments"
+	out := CombineTopics([]Decision{g("a", 100, SignalOK, false), other, g("b", 50, SignalSlowDown, false)})
+	if len(out) != 2 || out[0].Target.Topic != "orders" || out[0].Rate != 50 || out[1].Target.Topic != "payments" || out[1].Rate != 5 {
+		t.Fatalf("CombineTopics: %+v", out)
+	}
+}
+
+// TestDecisionJSON: round trip, with an unlimited rate as "unlimited": true.
+func TestDecisionJSON(t *testing.T) {
+	for _, rate := range []float64{42, inf} {
+		d := Decision{Target: ordersK, Policy: "p", At: leaseT0, Rate: rate, Signal: SignalAvoidPartitions, AvoidPartitions: []int32{4}, Wait: lag.Never}
+		b, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Decision
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if back.Rate != rate && !(math.IsInf(rate, 1) && back.IsUnlimited()) || back.Signal != d.Signal || back.Target != ordersK || back.Wait != lag.Never {
+			t.Fatalf("%s -> %+v", b, back)
+		}
+		if strings.Contains(string(b), `"unlimited":true`) != math.IsInf(rate, 1) {
+			t.Fatalf("encoding %s", b)
+		}
+	}
+}
+
+// TestControllerConfigValidate: every problem at once, wrapping
+// ErrInvalidConfig; the zero value is valid.
+func TestControllerConfigValidate(t *testing.T) {
+	if err := (ControllerConfig{}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	err := ControllerConfig{Interval: -1, Setpoint: 1.5, Engage: 2, Probe: -1, Smoothing: -1, StepThreshold: -1, ReleaseRatio: 0.95, ReleaseAfter: -1, MaxHold: -1, MaxRetryAfter: -1, AvoidBelow: 2}.Validate()
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("%v", err)
+	}
+	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 11 {
+		t.Fatalf("%d problems, want 11:\n%v", n, err)
+	}
+	if _, err := NewController(ControllerConfig{Setpoint: -1}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("%v", err)
+	}
+}
+
+// TestControllerForget: per-target records can be dropped.
+func TestControllerForget(t *testing.T) {
+	ctl := newCtl(t, ControllerConfig{})
+	ctl.Step(st(1, 0, 1, 1), plainPolic, leaseT0)
+	if ctl.Len() != 1 {
+		t.Fatal(ctl.Len())
+	}
+	ctl.Forget(ordersK)
+	if ctl.Len() != 0 {
+		t.Fatal(ctl.Len())
+	}
+}
