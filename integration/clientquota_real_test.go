@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -8,8 +9,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/lagbridge/lagbridge/brokers/kafka"
 	"github.com/lagbridge/lagbridge/integration/kafkatest"
+	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/publish"
+	"github.com/lagbridge/lagbridge/quota"
 )
 
 // producer sends 1 KiB records synchronously, in batches of 16, as one
@@ -96,4 +100,43 @@ func TestRealKafkaClientQuotaThrottles(t *testing.T) {
 	if _, ok := cur[throttled]; ok {
 		t.Fatalf("quota still set after clearing: %v", cur)
 	}
+}
+
+// TestRealKafkaEngineSetsAndClearsClientQuota: the daemon itself, on the
+// real broker, with a policy that opts into client quotas: a group that
+// fell behind (stopped, head far past its deadline) gets the listed
+// producer's client-id throttled by the broker; once the group catches up,
+// lagbridge removes the quota it set.
+func TestRealKafkaEngineSetsAndClearsClientQuota(t *testing.T) {
+	addr := kafkatest.Bootstrap(t)
+	topic, group, clientID := unique("cq"), unique("cq-g"), unique("legacy-producer")
+	createTopic(t, addr, topic, 1, nil)
+	prod := client(t, addr)
+	old := time.Now().Add(-time.Minute)
+	produce(t, prod, topic, 0, 200, func(int) time.Time { return old })
+	consumeAndCommit(t, addr, group, topic, 1) // a commit, then nobody: stopped
+
+	cfg := config.Config{
+		Kafka: []kafka.Config{{Cluster: "real", Brokers: []string{addr}, Groups: kafka.Filter{Include: []string{group}}}},
+		Quota: config.Quota{Policies: []quota.Policy{{
+			Name: "cq", MaxAge: 2 * time.Second, KafkaClientQuota: true,
+			Producers: []quota.ProducerSpec{{ID: clientID}},
+		}}},
+	}
+	startApp(t, cfg)
+	q := publish.NewClientQuotas(client(t, addr), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	poll(t, 30*time.Second, func() (bool, string) {
+		cur, err := q.Current(ctxT(t, 10*time.Second))
+		v, ok := cur[clientID]
+		return err == nil && ok && publish.IsOurs(v), fmt.Sprintf("quotas %v err %v", cur, err)
+	})
+	t.Logf("behind: the broker holds client-id %s to a lagbridge quota", clientID)
+
+	consumeAndCommit(t, addr, group, topic, 199) // caught up
+	poll(t, 60*time.Second, func() (bool, string) {
+		cur, err := q.Current(ctxT(t, 10*time.Second))
+		_, ok := cur[clientID]
+		return err == nil && !ok, fmt.Sprintf("quotas %v err %v", cur, err)
+	})
+	t.Logf("recovered: the quota is gone")
 }
