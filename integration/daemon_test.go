@@ -6,15 +6,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/lagbridge/lagbridge/brokers/kafka"
+	"github.com/lagbridge/lagbridge/brokers/nats"
 	"github.com/lagbridge/lagbridge/integration/kafkatest"
 	"github.com/lagbridge/lagbridge/internal/app"
 	"github.com/lagbridge/lagbridge/internal/config"
@@ -199,5 +202,43 @@ func TestDaemonRealKafka(t *testing.T) {
 		tg := r.Targets[0]
 		return tg.Lag == kafkatest.TotalLag(rows) && tg.HeadAgeSeconds >= 30 && tg.Status == lag.StatusLagging,
 			fmt.Sprintf("api lag %d head %.1fs status %s; kafka-consumer-groups lag %d", tg.Lag, tg.HeadAgeSeconds, tg.Status, kafkatest.TotalLag(rows))
+	})
+}
+
+// TestDaemonStartsBeforeNATS: the daemon starts while its NATS server is
+// not up yet, answers /readyz 503 saying which cluster it waits for, and
+// turns ready by itself once the server comes.
+func TestDaemonStartsBeforeNATS(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cfg := config.Config{Listen: "127.0.0.1:0", Interval: 250 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+		Log:  config.Log{Level: "info", Format: "text"},
+		NATS: []nats.Config{{Cluster: "late", URLs: []string{fmt.Sprintf("nats://127.0.0.1:%d", port)}, ReconnectWait: 100 * time.Millisecond}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := app.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		cancel()
+		t.Fatalf("daemon refused to start without NATS: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	base := "http://" + a.Addr()
+	if code, body := get(t, base+"/readyz"); code != 503 || !strings.Contains(body, "late") {
+		t.Fatalf("readyz before NATS: %d %s", code, body)
+	}
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	defer ns.Shutdown()
+	poll(t, 30*time.Second, func() (bool, string) {
+		code, body := get(t, base+"/readyz")
+		return code == 200, body
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -22,6 +23,7 @@ import (
 	"github.com/lagbridge/lagbridge/brokers/nats"
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/daemon"
+	"github.com/lagbridge/lagbridge/internal/dashboard"
 	"github.com/lagbridge/lagbridge/internal/engine"
 	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
@@ -104,7 +106,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		if nc.Interval == 0 {
 			nc.Interval = cfg.Interval
 		}
-		o, err := nats.New(ctx, nc)
+		// Start even while NATS is unreachable: not ready until it answers.
+		o, err := nats.New(ctx, nc, nats.WithNATSOptions(natsgo.RetryOnFailedConnect(true)))
 		if err != nil {
 			a.Close()
 			return nil, fmt.Errorf("nats cluster %q: %w", nc.Cluster, err)
@@ -113,16 +116,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		addLoop(nc.Cluster, lag.KindNATS, o)
 		if cfg.Quota.NATSKV.Cluster == nc.Cluster {
 			js, err := jetstream.New(o.Conn())
-			if err == nil {
-				var kv *publish.KV
-				if kv, err = publish.NewKV(ctx, js, cfg.Quota.NATSKV.Bucket); err == nil {
-					pubs = append(pubs, engine.KVPublisher{KV: kv})
-				}
-			}
 			if err != nil {
 				a.Close()
 				return nil, fmt.Errorf("quota KV on nats cluster %q: %w", nc.Cluster, err)
 			}
+			pubs = append(pubs, &engine.KVPublisher{JS: js, Bucket: cfg.Quota.NATSKV.Bucket})
 		}
 	}
 	a.Hub = quotaserver.NewHub()
@@ -144,6 +142,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	}
 	a.Handler = daemon.NewHandler(a.Store, a.Registry, nil)
 	quotaserver.New(a.Hub, eng, cfg.Quota.Auth, a.Registry).Register(a.Handler.Mux)
+	a.Handler.Mux.Handle("/", dashboard.Handler()) // the built-in dashboard; /metrics, /v1/... are more specific
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		a.Close()

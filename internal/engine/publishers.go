@@ -5,22 +5,35 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
 )
 
-// KVPublisher publishes every lease set to a NATS KV bucket.
+// KVPublisher publishes every lease set to a NATS KV bucket. The bucket is
+// created (or adopted) at the first publish, so the daemon can start while
+// NATS is still unreachable.
 type KVPublisher struct {
-	KV *publish.KV
+	JS     jetstream.JetStream
+	Bucket string
+	kv     *publish.KV
 }
 
 // Name implements Publisher.
-func (p KVPublisher) Name() string { return "nats-kv" }
+func (p *KVPublisher) Name() string { return "nats-kv" }
 
 // Publish implements Publisher.
-func (p KVPublisher) Publish(ctx context.Context, s Snapshot) error {
-	_, _, err := p.KV.Publish(ctx, s.Sets)
+func (p *KVPublisher) Publish(ctx context.Context, s Snapshot) error {
+	if p.kv == nil {
+		kv, err := publish.NewKV(ctx, p.JS, p.Bucket)
+		if err != nil {
+			return err
+		}
+		p.kv = kv
+	}
+	_, _, err := p.kv.Publish(ctx, s.Sets)
 	return err
 }
 
