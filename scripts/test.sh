@@ -5,6 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Debian packages the tests drive: Chromium (the dashboard's browser test),
+# promtool (alert rules), fonts for legible screenshots. Idempotent and fast
+# when present.
+scripts/deps.sh
+
 started=""
 if [[ -z "${LAGBRIDGE_KAFKA_BOOTSTRAP:-}" ]]; then
   echo "== real Kafka: fetching jars through Maven and starting a KRaft node on 127.0.0.1"

@@ -1,0 +1,322 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/lagbridge/lagbridge/internal/dashboard/chromium"
+	"github.com/lagbridge/lagbridge/internal/importcheck"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestImports: the dashboard speaks the daemon's JSON and imports none of
+// its packages.
+func TestImports(t *testing.T) {
+	importcheck.Only(t, ".")
+	importcheck.Only(t, "chromium")
+}
+
+func TestHandlerRoutes(t *testing.T) {
+	srv := httptest.NewServer(Handler())
+	t.Cleanup(srv.Close)
+	cases := []struct {
+		name, method, path string
+		code               int
+		ctype, contains    string
+	}{
+		// The page itself, at / and /index.html.
+		{"root", "GET", "/", 200, "text/html; charset=utf-8", `<script src="ui/app.js" defer>`},
+		{"index", "GET", "/index.html", 200, "text/html; charset=utf-8", "<title>lagbridge</title>"},
+		// Assets under /ui/ with their own types, not the host's mime.types.
+		{"script", "GET", "/ui/app.js", 200, "text/javascript; charset=utf-8", "v1/quotas"},
+		{"style", "GET", "/ui/style.css", 200, "text/css; charset=utf-8", ".badge"},
+		{"icon", "GET", "/ui/favicon.svg", 200, "image/svg+xml", "<svg"},
+		// HEAD works like GET without a body.
+		{"head", "HEAD", "/", 200, "text/html; charset=utf-8", ""},
+		// A mistyped API path is a 404, not the page.
+		{"unknown path", "GET", "/v1/lagg", 404, "", ""},
+		{"unknown asset", "GET", "/ui/nope.js", 404, "", ""},
+		// The page is not an asset: /ui/index.html is not served twice.
+		{"page as asset", "GET", "/ui/index.html", 404, "", ""},
+		// Directory listing of /ui/ is not offered.
+		{"asset dir", "GET", "/ui/", 404, "", ""},
+		// Writes are refused.
+		{"post", "POST", "/", 405, "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequest(c.method, srv.URL+c.path, nil)
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.code {
+				t.Fatalf("%s %s: %d, want %d", c.method, c.path, resp.StatusCode, c.code)
+			}
+			if c.code != 200 {
+				return
+			}
+			if got := resp.Header.Get("Content-Type"); got != c.ctype {
+				t.Errorf("Content-Type %q, want %q", got, c.ctype)
+			}
+			if !strings.Contains(resp.Header.Get("Content-Security-Policy"), "script-src 'self'") {
+				t.Errorf("no strict CSP: %q", resp.Header.Get("Content-Security-Policy"))
+			}
+			if resp.Header.Get("ETag") == "" || resp.Header.Get("Cache-Control") != "no-cache" {
+				t.Errorf("caching headers: %v", resp.Header)
+			}
+			if !strings.Contains(string(body), c.contains) {
+				t.Errorf("body lacks %q", c.contains)
+			}
+		})
+	}
+	// A conditional GET with the ETag is answered 304.
+	resp, _ := srv.Client().Get(srv.URL + "/ui/app.js")
+	resp.Body.Close()
+	req, _ := http.NewRequest("GET", srv.URL+"/ui/app.js", nil)
+	req.Header.Set("If-None-Match", resp.Header.Get("ETag"))
+	resp2, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp2.Body.Close()
+	if resp2.StatusCode != http.StatusNotModified {
+		t.Errorf("If-None-Match: %d, want 304", resp2.StatusCode)
+	}
+}
+
+// TestSelfContained: nothing in the embedded files loads from another
+// origin (no CDN, no web font): the machine the daemon runs on may have no
+// internet access, and the CSP would block it anyway.
+func TestSelfContained(t *testing.T) {
+	external := regexp.MustCompile(`(?i)(https?:)?//[a-z0-9.-]+\.[a-z]{2,}|@import|url\(\s*['"]?https?:`)
+	err := fs.WalkDir(static, "static", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, _ := static.ReadFile(p)
+		for _, m := range external.FindAllString(string(b), -1) {
+			if m == "http://www.w3.org" { // the SVG namespace, an identifier, not a fetch
+				continue
+			}
+			t.Errorf("%s refers to another origin: %q", p, m)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fakeAPI serves the dashboard with a canned daemon behind it: two targets
+// whose head age and lag grow by one step per /v1/lag call, a decision in
+// stop on one, slow-down on the other, and two producers' leases. With
+// quotas false, /v1/quotas answers 404 like a daemon without quotas.
+func fakeAPI(tb testing.TB, quotas bool) *httptest.Server {
+	tb.Helper()
+	var calls atomic.Int64
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	mux := http.NewServeMux()
+	mux.Handle("/", Handler())
+	mux.HandleFunc("GET /v1/lag", func(w http.ResponseWriter, _ *http.Request) {
+		n := calls.Add(1)
+		now := start.Add(time.Duration(n) * time.Second)
+		head := float64(n) * 0.5
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"generatedAt": %q,
+ "clusters": [{"name":"main","kind":"kafka","observed":true,"lastCycle":%[1]q,"lastSuccess":%[1]q,"targets":1},
+              {"name":"js","kind":"nats","observed":true,"lastCycle":%[1]q,"lastSuccess":%[1]q,"targets":1}],
+ "targets": [
+  {"kind":"kafka","cluster":"main","topic":"orders","group":"billing","status":"lagging","rule":"over-age","reason":"head age %.1fs > 2s",
+   "members":3,"lag":%d,"headAgeSeconds":%.1f,"headAgeKnown":true,"produceRate":1000,"consumeRate":400,"timeToDrainSeconds":null,
+   "observedAt":%[1]q,"stale":false,"ratesKnown":true},
+  {"kind":"nats","cluster":"js","topic":"EVENTS","group":"<img src=x onerror=alert(1)>","status":"ok","rule":"within-age","reason":"fine",
+   "members":-1,"lag":12,"headAgeSeconds":0.2,"headAgeKnown":true,"produceRate":500,"consumeRate":510,"timeToDrainSeconds":1.2,
+   "observedAt":%[1]q,"stale":false,"ratesKnown":true}]}`,
+			now.Format(time.RFC3339Nano), head, 600*n, head)
+	})
+	mux.HandleFunc("GET /v1/quotas", func(w http.ResponseWriter, r *http.Request) {
+		if !quotas {
+			http.NotFound(w, r)
+			return
+		}
+		exp := start.Add(time.Duration(calls.Load())*time.Second + 8*time.Second).Format(time.RFC3339Nano)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"producers": [
+  {"producer":"checkout","version":4,"refreshAfterMs":1000,"leases":[{"topic":"orders","rate":300,"burst":30,"signal":"stop","version":4,"expiresAt":%q,"reason":"dead on arrival"}]},
+  {"producer":"audit","version":2,"refreshAfterMs":1000,"leases":[{"topic":"orders","rate":100,"signal":"slow-down","retryAfterMs":1500,"avoidPartitions":[2,5],"advisory":true,"version":2,"expiresAt":%[1]q}]}],
+ "policies": [{"name":"orders","maxAge":5000000000}],
+ "targets": [
+  {"target":{"kind":"kafka","cluster":"main","topic":"orders","group":"billing"},"policy":"orders","signal":"stop","rate":400,
+   "capacity":400,"capacityKnown":true,"wait":2000000000,"targetWait":2500000000,"headAge":1000000000,"lag":10,"reason":"over budget"},
+  {"target":{"kind":"nats","cluster":"js","topic":"EVENTS","group":""},"policy":"events","signal":"ok","unlimited":true,
+   "capacity":510,"wait":0,"targetWait":1000000000,"headAge":0,"lag":12,"reason":"keeps up"}]}`, exp)
+	})
+	srv := httptest.NewServer(mux)
+	tb.Cleanup(srv.Close)
+	return srv
+}
+
+// pageState is what the tests read back from the page.
+type pageState struct {
+	Ready     string         `json:"ready"`
+	Polls     int            `json:"polls"`
+	Cards     int            `json:"cards"`
+	Points    map[string]int `json:"points"`
+	Producers int            `json:"producers"`
+	Text      string         `json:"text"`
+	Injected  int            `json:"injected"`
+}
+
+const readPage = `(() => {
+  const points = {};
+  for (const c of document.querySelectorAll('[data-chart]')) {
+    const k = c.closest('[data-key]').dataset.key + ' ' + c.dataset.chart;
+    points[k] = +c.dataset.points;
+  }
+  const t = document.querySelector('#producers table');
+  return {ready: document.body.dataset.ready, polls: +document.body.dataset.polls,
+    cards: document.querySelectorAll('article.target').length, points,
+    producers: t ? +t.dataset.rows : 0, text: document.body.innerText,
+    injected: document.querySelectorAll('img[src=x]').length};
+})()`
+
+// waitPage polls the page until cond holds or d passes.
+func waitPage(tb testing.TB, b *chromium.Browser, d time.Duration, cond func(pageState) bool) pageState {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var st pageState
+	for {
+		err := b.Eval(ctx, readPage, &st)
+		if err == nil && cond(st) {
+			return st
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("page never got there in %s (last eval error %v): %+v\nchromium stderr:\n%s", d, err, st, tail(b.Stderr(), 2000))
+		case <-time.After(100 * time.Millisecond): // polling the live page, not waiting for a result
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func minPoints(st pageState) int {
+	m := -1
+	for _, n := range st.Points {
+		if m < 0 || n < m {
+			m = n
+		}
+	}
+	return m
+}
+
+// TestBrowserFakeAPI runs the page in real headless Chromium against a
+// canned daemon: charts fill, quotas and producers show, values from the
+// API are text (never HTML), there is no script error and no CSP
+// violation; and against a daemon without quotas (404) the page says so
+// and still draws.
+func TestBrowserFakeAPI(t *testing.T) {
+	b := chromium.Start(t, 1400, 1000)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	full := fakeAPI(t, true)
+	if err := b.Navigate(ctx, full.URL+"/?refresh=100ms&window=30s"); err != nil {
+		t.Fatal(err)
+	}
+	st := waitPage(t, b, 20*time.Second, func(s pageState) bool { return s.Cards == 2 && minPoints(s) >= 5 && s.Producers == 2 })
+	if len(st.Points) != 6 {
+		t.Errorf("want 3 charts per target, got %v", st.Points)
+	}
+	for _, want := range []string{"stop", "slow-down", "checkout", "audit", "advise", "allowed 400/s", "unlimited",
+		"policy orders", "5.00s" /* max age from the policy */, "2, 5" /* avoided partitions */, "max age"} {
+		if !strings.Contains(st.Text, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if st.Injected != 0 || !strings.Contains(st.Text, "<img src=x onerror=alert(1)>") {
+		t.Errorf("a group name was rendered as HTML (injected %d)", st.Injected)
+	}
+	shot, err := b.Screenshot(ctx, 1400, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeArtifact(t, "dashboard-fake.png", shot)
+
+	none := fakeAPI(t, false)
+	if err := b.Navigate(ctx, none.URL+"/?refresh=100ms"); err != nil {
+		t.Fatal(err)
+	}
+	st = waitPage(t, b, 20*time.Second, func(s pageState) bool { return s.Cards == 2 && minPoints(s) >= 2 })
+	if !strings.Contains(st.Text, "no quotas configured") || st.Producers != 0 {
+		t.Errorf("without quotas the page should say so: %q", st.Text)
+	}
+	for _, p := range b.Problems() {
+		// The 404 of v1/quotas is logged by the browser as a failed
+		// resource; that is the degradation under test, not a fault.
+		if p.Kind == "log/network" && strings.Contains(p.URL, "/v1/quotas") {
+			continue
+		}
+		t.Errorf("page problem: %s", p)
+	}
+}
+
+// writeArtifact saves a test artifact in $LAGBRIDGE_ARTIFACTS (or the
+// test's temporary folder) and logs where.
+func writeArtifact(tb testing.TB, name string, data []byte) string {
+	tb.Helper()
+	dir := os.Getenv("LAGBRIDGE_ARTIFACTS")
+	if dir == "" {
+		dir = tb.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("artifact: %s (%d bytes)", p, len(data))
+	return p
+}
+
+// The fake API's JSON must stay valid JSON as it is edited.
+func TestFakeAPIIsJSON(t *testing.T) {
+	srv := fakeAPI(t, true)
+	for _, p := range []string{"/v1/lag", "/v1/quotas"} {
+		resp, err := srv.Client().Get(srv.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		err = json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}
