@@ -316,3 +316,16 @@ func (ps *Policies) Len() int {
 	}
 	return len(ps.list)
 }
+
+// List returns the policies in order (copies; their Producers slices are
+// shared: do not modify them).
+func (ps *Policies) List() []Policy {
+	if ps == nil {
+		return []Policy{}
+	}
+	out := make([]Policy, len(ps.list))
+	for i, c := range ps.list {
+		out[i] = c.p
+	}
+	return out
+}

@@ -433,32 +433,26 @@ func fingerprint(s quotaproto.LeaseSet) string {
 	return string(b)
 }
 
-// TargetView is one target's decision as served at /v1/quotas.
-type TargetView struct {
-	quota.Decision
-	Topic quota.Topic `json:"topic"`
+// Quotas is the operators' view served at /v1/quotas: every target's
+// decision ("targets") and the policies behind them ("policies", with
+// maxAge, so the dashboard can draw each deadline).
+func (e *Engine) Quotas() map[string]any {
+	return map[string]any{"targets": e.Decisions(), "policies": e.policies.List()}
 }
 
-// Quotas is the operators' view: every target's decision and every topic's
-// combined one.
-func (e *Engine) Quotas() any {
+// Decisions returns every target's decision, sorted by target.
+func (e *Engine) Decisions() []quota.Decision {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var out []quota.Decision
+	out := []quota.Decision{}
 	for _, c := range slices.Sorted(maps.Keys(e.decisions)) {
 		for _, d := range e.decisions[c] {
 			out = append(out, d)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Target.String() < out[j].Target.String() })
-	if out == nil {
-		out = []quota.Decision{}
-	}
 	return out
 }
-
-// Decisions returns every target's decision (for metrics).
-func (e *Engine) Decisions() []quota.Decision { return e.Quotas().([]quota.Decision) }
 
 // Leases returns every current lease (for metrics).
 func (e *Engine) Leases() []quota.Lease {

@@ -22,8 +22,9 @@ type Engine interface {
 	// Report records a producer's topics and demand and returns its lease
 	// set as of now (it also publishes the set to the hub).
 	Report(r quotaproto.Report) (quotaproto.LeaseSet, error)
-	// Quotas is the operators' view served at /v1/quotas.
-	Quotas() any
+	// Quotas is the operators' view served at /v1/quotas, merged with
+	// the producers' lease sets ("producers").
+	Quotas() map[string]any
 }
 
 // Auth maps bearer tokens to the producers they may act for. The zero value
@@ -343,5 +344,7 @@ func (s *Server) quotas(w http.ResponseWriter, r *http.Request) {
 	}
 	sets := s.hub.All()
 	sort.Slice(sets, func(i, j int) bool { return sets[i].Producer < sets[j].Producer })
-	s.ok(w, ep, map[string]any{"producers": sets, "targets": s.engine.Quotas()})
+	out := s.engine.Quotas()
+	out["producers"] = sets
+	s.ok(w, ep, out)
 }

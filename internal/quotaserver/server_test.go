@@ -42,7 +42,7 @@ func (e *echoEngine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
 	return set, nil
 }
 
-func (e *echoEngine) Quotas() any { return []string{} }
+func (e *echoEngine) Quotas() map[string]any { return map[string]any{"targets": []string{}} }
 
 func newTestServer(tb testing.TB, auth Auth) (*httptest.Server, *Hub) {
 	ts, hub, _ := newTestServerS(tb, auth)

@@ -1,0 +1,158 @@
+package engine
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+var target = lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "orders", Group: "billing"}
+
+type clock struct{ now time.Time }
+
+func (c *clock) Now() time.Time { return c.now }
+
+func newEngine(tb testing.TB, c *clock, policies ...quota.Policy) (*Engine, *quotaserver.Hub) {
+	tb.Helper()
+	hub := quotaserver.NewHub()
+	e, err := New(Config{Policies: policies, Hub: hub, Now: c.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Lease: quota.LeaseConfig{Interval: time.Second, VersionBase: 100, Rand: func() float64 { return 0.5 }}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e, hub
+}
+
+// feed runs the tracker and the engine for n one-second cycles of a
+// consumer at consume msg/s under produce msg/s, starting with backlog.
+type world struct {
+	tr               *lag.Tracker
+	end, consumed    int64
+	produce, consume int64
+	c                *clock
+	e                *Engine
+}
+
+func (w *world) cycles(n int) {
+	for range n {
+		w.c.now = w.c.now.Add(time.Second)
+		w.end += w.produce
+		w.consumed = min(w.consumed+w.consume, w.end)
+		backlog := w.end - w.consumed
+		// The head is as old as the backlog at the produce rate.
+		head := w.c.now.Add(-time.Duration(float64(backlog) / float64(max(w.produce, 1)) * float64(time.Second)))
+		st := w.tr.Observe(lag.Sample{Target: target, At: w.c.now, Members: 1, Partitions: []lag.PartitionSample{{
+			End: w.end, Lag: backlog, Committed: w.consumed, HeadTime: head, HeadKnown: true}}}, w.c.now)
+		w.e.OnCycle("c1", w.c.now, []lag.State{st})
+	}
+}
+
+func rateOf(l quotaproto.Lease) float64 {
+	if l.Rate == nil {
+		return -1 // unlimited
+	}
+	return *l.Rate
+}
+
+// TestEngine walks one topic through the story: producers report (an
+// unknown topic gets an open lease), the consumer slows and the leases are
+// cut with a new version pushed to the hub, sheddable before critical; a
+// producer that stops reporting loses its lease.
+func TestEngine(t *testing.T) {
+	c := &clock{now: t0}
+	e, hub := newEngine(t, c, quota.Policy{Name: "p", MaxAge: 2 * time.Second,
+		Producers: []quota.ProducerSpec{{ID: "checkout", Criticality: quota.CriticalPlus}, {ID: "batch", Criticality: quota.Sheddable}}})
+	w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 1000, consume: 2000}
+	w.cycles(3)
+
+	// A topic nobody observes: an open lease, at once.
+	set, err := e.Report(quotaproto.Report{Producer: "checkout", Topics: []quotaproto.TopicDemand{{Topic: "orders", Demand: 400}, {Topic: "elsewhere"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(set.Leases) != 2 || rateOf(set.Leases[0]) != -1 || set.Leases[0].Topic != "elsewhere" || set.Version <= 100 {
+		t.Fatalf("first set: %+v", set)
+	}
+	if _, err := e.Report(quotaproto.Report{Producer: "batch", Topics: []quotaproto.TopicDemand{{Topic: "orders", Demand: 600}}}); err != nil {
+		t.Fatal(err)
+	}
+	before, changed, _ := hub.Current("checkout")
+
+	// The consumer drops to 400 msg/s.
+	w.consume = 400
+	w.cycles(4)
+	select {
+	case <-changed:
+	default:
+		t.Fatal("no push to checkout after the drop")
+	}
+	ck, _, _ := hub.Current("checkout")
+	bt, _, _ := hub.Current("batch")
+	if ck.Version <= before.Version {
+		t.Fatalf("version did not move: %d -> %d", before.Version, ck.Version)
+	}
+	ckRate, btRate := rateOf(ck.Leases[1]), rateOf(bt.Leases[0])
+	if ckRate < 0 || btRate < 0 || btRate > ckRate {
+		t.Fatalf("after the drop: checkout %v, batch %v: want both limited, sheddable below critical", ckRate, btRate)
+	}
+	if ck.Leases[1].Signal == quotaproto.SignalOK {
+		t.Fatalf("signal %s after the drop", ck.Leases[1].Signal)
+	}
+	d := e.Decisions()
+	if len(d) != 1 || d[0].Target != target {
+		t.Fatalf("decisions %+v", d)
+	}
+
+	// batch stops reporting; past its lease lifetime (10 intervals) it
+	// is gone from the hub, checkout (which reports) stays.
+	for range 12 {
+		w.cycles(1)
+		if _, err := e.Report(quotaproto.Report{Producer: "checkout", Topics: []quotaproto.TopicDemand{{Topic: "orders", Demand: 400}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, ok := hub.Current("batch"); ok {
+		t.Fatal("batch still has leases after it stopped reporting")
+	}
+	if _, _, ok := hub.Current("checkout"); !ok {
+		t.Fatal("checkout lost its leases")
+	}
+}
+
+// TestClientQuotaWant: only listed producers of opted-in policies, on that
+// cluster, with finite enforced grants, become client quotas.
+func TestClientQuotaWant(t *testing.T) {
+	pols, err := quota.NewPolicies([]quota.Policy{
+		{Name: "in", MaxAge: time.Second, KafkaClientQuota: true, Producers: []quota.ProducerSpec{{ID: "legacy"}}},
+		{Name: "out", MaxAge: time.Second, Producers: []quota.ProducerSpec{{ID: "other"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "orders"}
+	other := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "events"}
+	s := Snapshot{Policies: pols,
+		Topics: map[quota.Topic]quota.Decision{topic: {Policy: "in"}, other: {Policy: "out"}},
+		Leases: []quota.Lease{
+			{Producer: "legacy", Topic: topic, Rate: 100},
+			{Producer: "sdk-user", Topic: topic, Rate: 50},                                                        // not listed
+			{Producer: "legacy", Topic: other, Rate: 70},                                                          // policy not opted in
+			{Producer: "legacy", Topic: quota.Topic{Kind: lag.KindKafka, Cluster: "c2", Name: "orders"}, Rate: 5}, // other cluster
+		}}
+	want := ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 1000}.Want(s)
+	if len(want) != 1 || want["legacy"] != 100*1000 {
+		t.Fatalf("want %v", want)
+	}
+	s.Leases[0].Rate = quota.Unlimited
+	if want := (ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 1000}).Want(s); len(want) != 0 {
+		t.Fatalf("unlimited grant still wants a quota: %v", want)
+	}
+}
