@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"net/http"
 	"strings"
 	"testing"
@@ -40,7 +41,7 @@ func startApp(tb testing.TB, cfg config.Config) string {
 		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := app.New(ctx, cfg, testLogger(tb))
 	if err != nil {
 		cancel()
 		tb.Fatal(err)
@@ -241,4 +242,12 @@ func TestDaemonStartsBeforeNATS(t *testing.T) {
 		code, body := get(t, base+"/readyz")
 		return code == 200, body
 	})
+}
+
+// testLogger discards the daemon's logs unless LAGBRIDGE_TEST_LOGS is set.
+func testLogger(tb testing.TB) *slog.Logger {
+	if os.Getenv("LAGBRIDGE_TEST_LOGS") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/daemon"
 	"github.com/lagbridge/lagbridge/internal/dashboard"
+	"github.com/lagbridge/lagbridge/internal/enforce"
 	"github.com/lagbridge/lagbridge/internal/engine"
 	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
@@ -44,6 +45,7 @@ type App struct {
 	Handler  *daemon.Handler
 	Engine   *engine.Engine
 	Hub      *quotaserver.Hub
+	ttl      *enforce.Runner
 	loops    []*daemon.Loop
 	closers  []func()
 	ln       net.Listener
@@ -81,6 +83,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		sources = append(sources, source{name, kind, src})
 	}
 	var pubs []engine.Publisher
+	movers, streams := map[string]*enforce.KafkaMover{}, map[string]*enforce.StreamEnforcer{}
+	em, err := enforce.NewMetrics(a.Registry)
+	if err != nil {
+		return nil, err
+	}
 	bpm := cfg.Quota.KafkaClientQuotas.BytesPerMessage
 	if bpm == 0 {
 		bpm = 1024
@@ -97,6 +104,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		}
 		a.closers = append(a.closers, o.Close)
 		addLoop(kc.Cluster, lag.KindKafka, o)
+		movers[kc.Cluster] = enforce.NewKafkaMover(o.Client(), enforce.KafkaMoverConfig{Cluster: kc.Cluster, Logger: log, Metrics: em})
 		if clientQuotas {
 			pubs = append(pubs, engine.ClientQuotaPublisher{Cluster: kc.Cluster, BytesPerMessage: bpm,
 				Quotas: publish.NewClientQuotas(o.Client(), log.With("cluster", kc.Cluster))})
@@ -114,6 +122,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		}
 		a.closers = append(a.closers, o.Close)
 		addLoop(nc.Cluster, lag.KindNATS, o)
+		if js, err := jetstream.New(o.Conn()); err == nil {
+			streams[nc.Cluster] = enforce.NewStreamEnforcer(js, enforce.StreamEnforcerConfig{Cluster: nc.Cluster, Logger: log, Metrics: em})
+		}
 		if cfg.Quota.NATSKV.Cluster == nc.Cluster {
 			js, err := jetstream.New(o.Conn())
 			if err != nil {
@@ -134,11 +145,19 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	}
 	a.Engine = eng
 	engine.NewCollector(a.Registry, eng)
+	pols, _ := quota.NewPolicies(cfg.Quota.Policies) // validated with the config
+	a.ttl = enforce.NewRunner(pols, cfg.TTL.Enforce, movers, streams, log.With("component", "ttl"))
+	if cfg.TTL.StreamCheckInterval > 0 {
+		a.ttl.StreamEvery = cfg.TTL.StreamCheckInterval
+	}
 	rules := eng.Rules(cfg.Lag())
 	for _, sc := range sources {
 		a.loops = append(a.loops, &daemon.Loop{Name: sc.name, Kind: sc.kind, Source: sc.src, Interval: cfg.Interval,
 			Rules: rules, Store: a.Store, Metrics: a.Metrics, Logger: log.With("cluster", sc.name),
-			OnCycle: func(now time.Time, states []lag.State) { eng.OnCycle(sc.name, now, states) }})
+			OnCycle: func(now time.Time, states []lag.State) {
+				eng.OnCycle(sc.name, now, states)
+				a.ttl.OnCycle(sc.name, now, states)
+			}})
 	}
 	a.Handler = daemon.NewHandler(a.Store, a.Registry, nil)
 	quotaserver.New(a.Hub, eng, cfg.Quota.Auth, a.Registry).Register(a.Handler.Mux)
@@ -172,6 +191,7 @@ func (a *App) Run(ctx context.Context) error {
 		}
 	})
 	a.Engine.Start(ctx)
+	a.ttl.Start(ctx)
 	for _, l := range a.loops {
 		wg.Go(func() { _ = l.Run(ctx) })
 	}
@@ -187,6 +207,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	a.Engine.Close()
+	a.ttl.Close()
 	a.Close()
 	select {
 	case err := <-srvErr:

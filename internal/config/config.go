@@ -24,6 +24,7 @@ import (
 
 	"github.com/lagbridge/lagbridge/brokers/kafka"
 	"github.com/lagbridge/lagbridge/brokers/nats"
+	"github.com/lagbridge/lagbridge/internal/enforce"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
@@ -57,6 +58,18 @@ type Config struct {
 	// Quota configures the quota engine and its publishers. Without
 	// policies every producer gets an unlimited lease.
 	Quota Quota `mapstructure:"quota"`
+	// TTL configures broker-side enforcement of queue age bounds.
+	TTL TTL `mapstructure:"ttl"`
+}
+
+// TTL opts quota policies into broker-side enforcement (see docs/ttl.md).
+type TTL struct {
+	// Enforce lists the policies enforced on the brokers; each is a dry
+	// run unless apply: true.
+	Enforce []enforce.PolicyRule `mapstructure:"enforce"`
+	// StreamCheckInterval is how often a NATS stream's configuration is
+	// checked against its policy. Default 1m.
+	StreamCheckInterval time.Duration `mapstructure:"streamCheckInterval"`
 }
 
 // Quota configures how lag becomes quotas and where they are published.
@@ -276,6 +289,12 @@ func (c Config) Validate() error {
 		errs = append(errs, reprefix(n.Validate(), "nats.", path+".")...)
 	}
 	errs = append(errs, c.Quota.validate(c)...)
+	if err := enforce.ValidateRules(c.TTL.Enforce, c.Quota.Policies); err != nil {
+		errs = append(errs, split(err)...)
+	}
+	if c.TTL.StreamCheckInterval < 0 {
+		errs = append(errs, fmt.Errorf("ttl.streamCheckInterval: must not be negative"))
+	}
 	return errors.Join(errs...)
 }
 

@@ -174,3 +174,38 @@ quota:
 		}
 	}
 }
+
+func TestTTLSection(t *testing.T) {
+	body := `
+kafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]
+quota:
+  policies:
+    - {name: soft, maxAge: 2s}
+    - {name: hard, maxAge: 2s, hardAge: 10s}
+ttl:
+  streamCheckInterval: 30s
+  enforce:
+    - {policy: hard, kafkaOffsetMove: true, natsStream: true, allowMsgTTL: true, apply: true}
+`
+	c, err := load(t, "--config", writeFile(t, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.TTL.Enforce[0]; !r.KafkaOffsetMove || !r.Apply || c.TTL.StreamCheckInterval != 30*time.Second {
+		t.Fatalf("ttl %+v", c.TTL)
+	}
+	bad := `
+kafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]
+quota: {policies: [{name: soft, maxAge: 2s}]}
+ttl:
+  enforce:
+    - {policy: nope}
+    - {policy: soft, kafkaOffsetMove: true, allowMsgTTL: true}
+`
+	_, err = load(t, "--config", writeFile(t, bad))
+	for _, want := range []string{"ttl.enforce[0].policy", "ttl.enforce[1].kafkaOffsetMove: policy \"soft\" needs a hardAge", "ttl.enforce[1].allowMsgTTL"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+}

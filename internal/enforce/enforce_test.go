@@ -455,7 +455,8 @@ func TestPerMessageTTL(t *testing.T) {
 func TestImports(t *testing.T) {
 	importcheck.Only(t, ".", "github.com/twmb/franz-go/pkg/kgo", "github.com/twmb/franz-go/pkg/kadm",
 		"github.com/twmb/franz-go/pkg/kerr", "github.com/nats-io/nats.go/jetstream",
-		"github.com/prometheus/client_golang/prometheus")
+		"github.com/prometheus/client_golang/prometheus",
+		"github.com/lagbridge/lagbridge/lag", "github.com/lagbridge/lagbridge/quota")
 }
 
 func TestDesiredMaxAge(t *testing.T) {

@@ -113,6 +113,12 @@ func (e *StreamEnforcer) Enforce(ctx context.Context, spec StreamSpec, dryRun bo
 	if spec.MaxAge > 0 && cfg.MaxAge != spec.MaxAge {
 		d.Changes = append(d.Changes, fmt.Sprintf("max_age %v -> %v", cfg.MaxAge, spec.MaxAge))
 		cfg.MaxAge = spec.MaxAge
+		// The server refuses a duplicates window longer than MaxAge (its
+		// default is 2m): shorten it with MaxAge, and say so.
+		if cfg.Duplicates > cfg.MaxAge {
+			d.Changes = append(d.Changes, fmt.Sprintf("duplicate_window %v -> %v", cfg.Duplicates, cfg.MaxAge))
+			cfg.Duplicates = cfg.MaxAge
+		}
 	}
 	if spec.AllowMsgTTL && !cfg.AllowMsgTTL {
 		d.Changes = append(d.Changes, "allow_msg_ttl false -> true")
