@@ -1,0 +1,195 @@
+package producerclient
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The three signals a rejection carries. Every [*RejectError] matches
+// exactly one of them with errors.Is, according to its Signal field.
+var (
+	// ErrSlowDown: the topic is over its quota or the broker is pushing
+	// back; the message may be retried, no sooner than RetryAfter when
+	// that is set.
+	ErrSlowDown = errors.New("producerclient: slow down")
+	// ErrStop: retrying will not help (the quota says stop, the message
+	// would be dead on arrival, the broker refused it for good, or the
+	// producer is closed). Do not retry this message.
+	ErrStop = errors.New("producerclient: stop, retrying will not help")
+	// ErrTryElsewhere: this partition (or replica) is busy but others are
+	// not; the message may succeed on another partition or subject.
+	ErrTryElsewhere = errors.New("producerclient: try elsewhere")
+)
+
+// Why a message was rejected. A [*RejectError] matches at most one of
+// these besides its signal (and, for broker failures, the broker's error).
+var (
+	// ErrQuotaUnavailable: no valid lease and the safe quota is closed
+	// (LeaseConfig.Safe). Matches ErrSlowDown too.
+	ErrQuotaUnavailable = errors.New("producerclient: quota unavailable")
+	// ErrClosed: the producer is closed. Matches ErrStop too.
+	ErrClosed = errors.New("producerclient: producer closed")
+	// ErrRateLimited: the topic's token bucket had no token in time.
+	// RetryAfter is when the next token is due. Matches ErrSlowDown.
+	ErrRateLimited = errors.New("producerclient: rate limited by quota")
+	// ErrInFlightLimit: the topic already has MaxInFlight messages
+	// outstanding. Matches ErrSlowDown.
+	ErrInFlightLimit = errors.New("producerclient: in-flight limit reached")
+	// ErrThrottled: adaptive throttling refused the message locally
+	// because the broker has been rejecting most requests. Matches
+	// ErrSlowDown.
+	ErrThrottled = errors.New("producerclient: throttled locally after broker rejections")
+	// ErrExpired: the message's deadline (from its context or its
+	// lagbridge-deadline header) passed before it could be sent. Matches
+	// ErrStop.
+	ErrExpired = errors.New("producerclient: message deadline passed")
+	// ErrBrokerRejected: the broker failed the message and it was not
+	// (or no longer) retried. The broker's own error is wrapped too.
+	ErrBrokerRejected = errors.New("producerclient: broker rejected the message")
+	// ErrRetryBudgetExhausted: a retry was due but the shared retry
+	// budget refused it. Comes with ErrBrokerRejected.
+	ErrRetryBudgetExhausted = errors.New("producerclient: retry budget exhausted")
+	// ErrInvalidOption is wrapped by every configuration error and by
+	// calls with invalid arguments (a nil record, an empty topic).
+	ErrInvalidOption = errors.New("producerclient: invalid option")
+)
+
+// Signal is what a lease or a rejection tells the producer. The numeric
+// values are stable and match the daemon's quota signals (lease signal
+// "avoid-partitions" is SignalTryElsewhere).
+type Signal uint8
+
+// The signals.
+const (
+	// SignalOK: produce within the rate. Never carried by a RejectError.
+	SignalOK Signal = iota
+	// SignalSlowDown: over quota or pushed back; retry later.
+	SignalSlowDown
+	// SignalStop: do not retry.
+	SignalStop
+	// SignalTryElsewhere: some partitions are busy; others are fine.
+	SignalTryElsewhere
+)
+
+// String returns "ok", "slow-down", "stop" or "try-elsewhere".
+func (s Signal) String() string {
+	switch s {
+	case SignalOK:
+		return "ok"
+	case SignalSlowDown:
+		return "slow-down"
+	case SignalStop:
+		return "stop"
+	case SignalTryElsewhere:
+		return "try-elsewhere"
+	}
+	return "Signal(" + strconv.Itoa(int(s)) + ")"
+}
+
+func (s Signal) sentinel() error {
+	switch s {
+	case SignalStop:
+		return ErrStop
+	case SignalTryElsewhere:
+		return ErrTryElsewhere
+	}
+	return ErrSlowDown
+}
+
+// RejectError is the error of every message the SDK did not deliver. It
+// hands the message back (Record for Kafka, Msg for NATS) so that nothing
+// is lost quietly: the caller decides whether to retry, park or drop it.
+//
+// errors.Is matches the sentinel of Signal (ErrSlowDown, ErrStop or
+// ErrTryElsewhere), the reason sentinel (ErrRateLimited, ErrThrottled, ...)
+// and whatever Err wraps (the broker's error, a context error). Use
+// errors.As to get the details.
+type RejectError struct {
+	// Topic is the Kafka topic or the NATS stream (the lease key).
+	Topic string
+	// Signal says what to do: slow down, stop, or try elsewhere.
+	Signal Signal
+	// Reason says why, in words (the lease's reason when it decided).
+	Reason string
+	// RetryAfter is the earliest sensible retry, 0 for no hint. It is
+	// never negative.
+	RetryAfter time.Duration
+	// Attempts is how many times the message was handed to the broker
+	// client (0 when it was rejected before any send).
+	Attempts int
+	// Record is the rejected Kafka record (nil for NATS).
+	Record *kgo.Record
+	// Msg is the rejected NATS message (nil for Kafka).
+	Msg *nats.Msg
+	// Err is the underlying error, if any: the broker's, or a context's.
+	Err error
+
+	kind    error // one of the reason sentinels, or nil
+	extra   error // a second reason sentinel (ErrRetryBudgetExhausted), or nil
+	counted bool  // already counted in lagbridge_client_rejected_total
+}
+
+// Error describes the rejection in one line.
+func (e *RejectError) Error() string {
+	var b strings.Builder
+	b.WriteString("producerclient: ")
+	b.WriteString(e.Topic)
+	b.WriteString(": ")
+	b.WriteString(e.Signal.String())
+	if e.kind != nil {
+		b.WriteString(" (")
+		b.WriteString(strings.TrimPrefix(e.kind.Error(), "producerclient: "))
+		if e.extra != nil {
+			b.WriteString("; ")
+			b.WriteString(strings.TrimPrefix(e.extra.Error(), "producerclient: "))
+		}
+		b.WriteString(")")
+	}
+	if e.Reason != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Reason)
+	}
+	if e.RetryAfter > 0 {
+		b.WriteString("; retry after ")
+		b.WriteString(e.RetryAfter.String())
+	}
+	if e.Attempts > 0 {
+		b.WriteString("; after ")
+		b.WriteString(strconv.Itoa(e.Attempts))
+		b.WriteString(" attempt(s)")
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the signal sentinel, the reason sentinels and Err.
+func (e *RejectError) Unwrap() []error {
+	errs := make([]error, 0, 4)
+	errs = append(errs, e.Signal.sentinel())
+	if e.kind != nil {
+		errs = append(errs, e.kind)
+	}
+	if e.extra != nil {
+		errs = append(errs, e.extra)
+	}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	return errs
+}
+
+// reject builds a RejectError without the message (the producer sets it).
+func reject(topic string, sig Signal, kind error, reason string, after time.Duration, cause error) *RejectError {
+	if after < 0 {
+		after = 0
+	}
+	return &RejectError{Topic: topic, Signal: sig, kind: kind, Reason: reason, RetryAfter: after, Err: cause}
+}

@@ -1,0 +1,439 @@
+package producerclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/ttl"
+)
+
+// KafkaClientOpts returns the franz-go options a client wrapped by
+// NewKafka must be built with; append them after your own:
+//
+//	cl, err := kgo.NewClient(append(myOpts, producerclient.KafkaClientOpts(nil)...)...)
+//
+// They are:
+//
+//   - kgo.RecordRetries(0): franz-go tries a record once and hands a
+//     failure back to the SDK, which is the one retry layer (budgeted,
+//     throttled, deadline-aware). franz-go still re-sends on its own when
+//     it cannot know whether a request was applied (a timeout on an
+//     idempotent producer), which keeps ordering and exactly-once intact.
+//     A topic whose metadata fails to load (it does not exist yet, or has
+//     no leader) also fails its records at the first failed load rather
+//     than after franz-go's own retries; the SDK retries them.
+//   - kgo.RecordPartitioner(NewAvoidPartitioner(base)): base (nil means
+//     franz-go's default partitioner) wrapped so that keyless records skip
+//     the partitions a lease says to avoid.
+//
+// Metadata and other requests keep franz-go's defaults; they are not
+// produce traffic.
+func KafkaClientOpts(base kgo.Partitioner) []kgo.Opt {
+	return []kgo.Opt{kgo.RecordRetries(0), kgo.RecordPartitioner(NewAvoidPartitioner(base))}
+}
+
+// KafkaProducer produces Kafka records through a *kgo.Client under
+// lagbridge quotas. It is safe for concurrent use. Create it with NewKafka.
+type KafkaProducer struct {
+	c            *core
+	cl           *kgo.Client
+	part         *AvoidPartitioner // nil when the client's partitioner is not ours
+	defaultTopic string
+	promiseFn    func(*kgo.Record, error)
+}
+
+// NewKafka wraps cl. It checks that cl was built with KafkaClientOpts: a
+// client that retries records on its own (franz-go's default is to retry
+// forever) would multiply the SDK's retries, so such a client is refused
+// with ErrInvalidOption. A client with another partitioner is accepted,
+// but then avoid-partitions leases cannot be honoured (a warning is
+// logged once).
+//
+// NewKafka starts the lease goroutines of cfg.Leases (none when no source
+// is configured). The caller keeps ownership of cl and closes it after
+// the producer's Close.
+func NewKafka(cl *kgo.Client, cfg Config) (*KafkaProducer, error) {
+	if cl == nil {
+		return nil, fmt.Errorf("%w: nil *kgo.Client", ErrInvalidOption)
+	}
+	if n, ok := cl.OptValue(kgo.RecordRetries).(int64); !ok || n > 0 {
+		return nil, fmt.Errorf("%w: the client retries records %v times on its own; build it with producerclient.KafkaClientOpts (kgo.RecordRetries(0)) so the SDK is the only retry layer", ErrInvalidOption, cl.OptValue(kgo.RecordRetries))
+	}
+	c, err := newCore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p := &KafkaProducer{c: c, cl: cl}
+	p.promiseFn = p.promise
+	if t, ok := cl.OptValue(kgo.DefaultProduceTopic).(string); ok {
+		p.defaultTopic = t
+	}
+	if ap, ok := cl.OptValue(kgo.RecordPartitioner).(*AvoidPartitioner); ok {
+		if !ap.attach(c) {
+			c.close()
+			return nil, fmt.Errorf("%w: the client's AvoidPartitioner already serves another producer; build one client per producer", ErrInvalidOption)
+		}
+		p.part = ap
+	} else {
+		c.cfg.Logger.Warn("lagbridge: the Kafka client's partitioner is not producerclient's AvoidPartitioner; avoid-partitions leases will not be honoured")
+	}
+	if err := c.start(nil); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// kpending is one Kafka record in flight: 88 bytes, the SDK's only
+// allocation for a record without a deadline. It is the record's Context
+// while franz-go holds the record (so the single promise function finds it
+// without a closure per record), and it behaves as the context franz-go
+// would have used (the record's own, else the call's), so cancellation
+// works unchanged. It is never reused: franz-go may still read a record's
+// Context after its promise ran.
+type kpending struct {
+	m       msg
+	userCtx context.Context // the record's own Context, restored before the callback
+	done    func(*kgo.Record, error)
+	counted bool // admitted: holds an in-flight slot
+}
+
+func (kp *kpending) rc() context.Context {
+	if kp.userCtx != nil {
+		return kp.userCtx
+	}
+	return kp.m.ctx
+}
+
+// Deadline, Done, Err and Value make kpending a context.Context.
+func (kp *kpending) Deadline() (time.Time, bool) { return kp.rc().Deadline() }
+func (kp *kpending) Done() <-chan struct{}       { return kp.rc().Done() }
+func (kp *kpending) Err() error                  { return kp.rc().Err() }
+func (kp *kpending) Value(key any) any           { return kp.rc().Value(key) }
+
+// Produce sends r and waits for the outcome: nil once the broker
+// acknowledged it, else a *RejectError holding r (or an error wrapping
+// ErrInvalidOption for a nil record or no topic). Retries happen inside,
+// within the retry budget, the context's deadline and the lease's signal.
+func (p *KafkaProducer) Produce(ctx context.Context, r *kgo.Record, opts ...CallOption) error {
+	ch := make(chan error, 1)
+	p.ProduceAsync(ctx, r, func(_ *kgo.Record, err error) { ch <- err }, opts...)
+	return <-ch
+}
+
+// ProduceAsync sends r and calls done exactly once with r and the outcome
+// (nil, or a *RejectError holding r). done may run before ProduceAsync
+// returns (for a local rejection) or on a franz-go goroutine: it must not
+// block. In Block mode ProduceAsync itself waits for quota, up to the
+// context's deadline.
+//
+// A nil done is allowed but then failures cannot be handed back: each is
+// logged at Warn and counted in lagbridge_client_unhandled_failures_total.
+//
+// The record gets the lagbridge-deadline and lagbridge-criticality headers
+// (see the ttl package). A deadline header already on the record is kept
+// when it is earlier than the context's deadline; a criticality header
+// already on it is kept unless WithCriticality is given. A record without
+// headers and without a deadline gets a header slice shared between
+// records (capped, so an append copies it): do not modify header values in
+// place.
+func (p *KafkaProducer) ProduceAsync(ctx context.Context, r *kgo.Record, done func(*kgo.Record, error), opts ...CallOption) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if r == nil {
+		p.unhandled(nil, done, fmt.Errorf("%w: nil record", ErrInvalidOption))
+		return
+	}
+	name := r.Topic
+	if name == "" {
+		name = p.defaultTopic
+	}
+	if name == "" {
+		p.unhandled(r, done, fmt.Errorf("%w: record has no topic and the client has no default produce topic", ErrInvalidOption))
+		return
+	}
+	t := p.c.topic(name)
+	meta, hasCrit, _ := readKafkaMeta(r.Headers)
+	kp := new(kpending)
+	p.c.prepare(ctx, &kp.m, t, opts, meta, hasCrit)
+	kp.done = done
+	now := p.now(r)
+	if rej := p.c.admit(&kp.m, now); rej != nil {
+		p.finishReject(kp, r, rej)
+		return
+	}
+	kp.counted = true
+	stampKafka(r, p.c.deadline(&kp.m), kp.m.crit)
+	kp.userCtx = r.Context
+	p.send(kp, r, now)
+}
+
+// now reads the clock once for a record. With the system clock and no
+// timestamp on the record, the reading also becomes the record's
+// timestamp, which franz-go would otherwise read the clock for.
+func (p *KafkaProducer) now(r *kgo.Record) int64 {
+	if p.c.mono.system && r.Timestamp.IsZero() {
+		ts := time.Now()
+		r.Timestamp = ts
+		return p.c.mono.of(ts)
+	}
+	return p.c.mono.nanos()
+}
+
+func (p *KafkaProducer) send(kp *kpending, r *kgo.Record, now int64) {
+	if rej := p.c.beforeSend(&kp.m, now); rej != nil {
+		p.finishReject(kp, r, rej)
+		return
+	}
+	r.Context = kp
+	p.cl.Produce(kp.m.ctx, r, p.promiseFn)
+}
+
+// promise is the one franz-go promise of the producer.
+func (p *KafkaProducer) promise(r *kgo.Record, err error) {
+	kp, ok := r.Context.(*kpending)
+	if !ok {
+		return // not ours (cannot happen: only send passes this promise)
+	}
+	r.Context = kp.userCtx
+	if err == nil {
+		p.c.succeeded(&kp.m)
+		if kp.done != nil {
+			kp.done(r, nil)
+		}
+		p.c.finish(&kp.m)
+		return
+	}
+	delay, rej := p.c.failed(&kp.m, err, classifyKafka(err))
+	if rej != nil {
+		p.finishReject(kp, r, rej)
+		return
+	}
+	if !p.c.spawn(func() {
+		if rej := p.c.waitRetry(&kp.m, delay, err); rej != nil {
+			p.finishReject(kp, r, rej)
+			return
+		}
+		p.send(kp, r, p.c.mono.nanos())
+	}) {
+		p.finishReject(kp, r, p.c.closedReject(kp.m.t, kp.m.attempts, err))
+	}
+}
+
+func (p *KafkaProducer) finishReject(kp *kpending, r *kgo.Record, rej *RejectError) {
+	rej.Record = r
+	if r.Context == kp {
+		r.Context = kp.userCtx
+	}
+	if kp.done != nil {
+		kp.done(r, rej)
+	} else {
+		p.c.unhandledFailure(rej)
+	}
+	if kp.counted {
+		p.c.finish(&kp.m)
+	} else {
+		p.c.releaseSlot(&kp.m)
+	}
+}
+
+func (p *KafkaProducer) unhandled(r *kgo.Record, done func(*kgo.Record, error), err error) {
+	if done != nil {
+		done(r, err)
+		return
+	}
+	p.c.unhandledFailure(err)
+}
+
+// Flush waits until every record produced so far is finally acknowledged
+// or failed (retries included), or ctx ends.
+func (p *KafkaProducer) Flush(ctx context.Context) error {
+	if err := p.cl.Flush(ctx); err != nil {
+		return err
+	}
+	return p.c.flush(ctx)
+}
+
+// Close stops the lease goroutines and ends pending retries (their records
+// fail with ErrClosed); later produce calls fail with ErrClosed. It does
+// not close the *kgo.Client: records the client already holds still reach
+// their callbacks. Close is idempotent, waits for every goroutine the
+// producer started, and always returns nil.
+func (p *KafkaProducer) Close() error {
+	p.c.close()
+	if p.part != nil {
+		p.part.detach(p.c)
+	}
+	return nil
+}
+
+// Client returns the wrapped client (for consuming, admin requests, or
+// producing without quota).
+func (p *KafkaProducer) Client() *kgo.Client { return p.cl }
+
+// Quota returns the quota the producer currently enforces on topic; false
+// for a topic it has not seen.
+func (p *KafkaProducer) Quota(topic string) (Quota, bool) { return p.c.quota(topic) }
+
+// Stats returns the producer's counters.
+func (p *KafkaProducer) Stats() Stats { return p.c.stats() }
+
+// classifyKafka maps a franz-go failure to a signal and whether a retry
+// may help.
+func classifyKafka(err error) errClass {
+	switch {
+	case errors.Is(err, kgo.ErrClientClosed):
+		return errClass{signal: SignalStop, why: "the Kafka client is closed"}
+	case errors.Is(err, kgo.ErrMaxBuffered):
+		return errClass{signal: SignalSlowDown, retriable: true, why: "the Kafka client's buffer is full"}
+	case errors.Is(err, kgo.ErrRecordTimeout), errors.Is(err, kgo.ErrRecordRetries):
+		return errClass{signal: SignalSlowDown, retriable: true, why: "the broker did not take the record in time"}
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		switch ke {
+		case kerr.NotLeaderForPartition, kerr.LeaderNotAvailable, kerr.NotEnoughReplicas,
+			kerr.NotEnoughReplicasAfterAppend, kerr.KafkaStorageError, kerr.ReplicaNotAvailable,
+			kerr.FencedLeaderEpoch, kerr.UnknownLeaderEpoch, kerr.PreferredLeaderNotAvailable:
+			return errClass{signal: SignalTryElsewhere, retriable: true, why: "the partition is unavailable: " + ke.Message}
+		case kerr.ThrottlingQuotaExceeded:
+			return errClass{signal: SignalSlowDown, retriable: true, why: "the broker's quota is exceeded"}
+		}
+		if ke.Retriable {
+			return errClass{signal: SignalSlowDown, retriable: true, why: "the broker refused the record for now: " + ke.Message}
+		}
+		return errClass{signal: SignalStop, why: "the broker refused the record for good: " + ke.Message}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errClass{signal: SignalSlowDown, retriable: true, why: "network error"}
+	}
+	return errClass{signal: SignalSlowDown, retriable: true, why: "produce failed"}
+}
+
+// errClass is what a broker failure means for the retry decision.
+type errClass struct {
+	signal     Signal
+	retriable  bool
+	why        string
+	retryAfter time.Duration // a broker-given minimum delay; 0: none
+}
+
+// Headers.
+
+var critValues = func() [4][]byte {
+	var v [4][]byte
+	for c := range v {
+		v[c] = []byte(ttl.Criticality(c).String())
+	}
+	return v
+}()
+
+// readKafkaMeta reads the lagbridge headers already on a record. A
+// malformed value is ignored (no deadline, no criticality).
+func readKafkaMeta(hs []kgo.RecordHeader) (m ttl.Meta, hasCrit bool, bad int) {
+	for i := range hs {
+		switch hs[i].Key {
+		case ttl.HeaderDeadline:
+			if d, err := ttl.ParseDeadline(string(hs[i].Value)); err == nil {
+				m.Deadline = d
+			} else {
+				bad++
+			}
+		case ttl.HeaderCriticality:
+			if c, err := ttl.ParseCriticality(string(hs[i].Value)); err == nil && len(hs[i].Value) > 0 {
+				m.Criticality, hasCrit = c, true
+			} else {
+				bad++
+			}
+		}
+	}
+	return m, hasCrit, bad
+}
+
+// hdrBlock is the storage of both lagbridge headers of a record that had
+// none: one allocation.
+type hdrBlock struct {
+	h [2]kgo.RecordHeader
+	b [20]byte
+}
+
+// critOnly are the shared header slices of records without headers and
+// without a deadline (length and capacity 1: an append copies).
+var critOnly = func() [4][]kgo.RecordHeader {
+	var v [4][]kgo.RecordHeader
+	for c := range v {
+		v[c] = []kgo.RecordHeader{{Key: ttl.HeaderCriticality, Value: critValues[c]}}
+	}
+	return v
+}()
+
+// sharedHeaders reports whether hs is one of the critOnly slices (a record
+// produced through the SDK before): it must be replaced, never written.
+func sharedHeaders(hs []kgo.RecordHeader) bool {
+	if len(hs) != 1 || cap(hs) != 1 {
+		return false
+	}
+	for c := range critOnly {
+		if &hs[0] == &critOnly[c][0] {
+			return true
+		}
+	}
+	return false
+}
+
+// stampKafka sets (or replaces) the lagbridge headers of r. A record
+// without headers costs at most one allocation (none without a deadline).
+func stampKafka(r *kgo.Record, deadline time.Time, crit ttl.Criticality) {
+	cv := critValues[crit&3]
+	if len(r.Headers) == 0 || sharedHeaders(r.Headers) {
+		if deadline.IsZero() {
+			r.Headers = critOnly[crit&3][:1:1]
+			return
+		}
+		blk := new(hdrBlock)
+		blk.h[0] = kgo.RecordHeader{Key: ttl.HeaderDeadline, Value: ttl.AppendDeadline(blk.b[:0], deadline)}
+		blk.h[1] = kgo.RecordHeader{Key: ttl.HeaderCriticality, Value: cv}
+		r.Headers = blk.h[:2:2]
+		return
+	}
+	var dv []byte
+	if !deadline.IsZero() {
+		dv = ttl.AppendDeadline(make([]byte, 0, 20), deadline)
+	}
+	di, ci := -1, -1
+	for i := range r.Headers {
+		switch r.Headers[i].Key {
+		case ttl.HeaderDeadline:
+			di = i
+		case ttl.HeaderCriticality:
+			ci = i
+		}
+	}
+	if dv != nil {
+		if di >= 0 {
+			r.Headers[di].Value = dv
+		} else {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: ttl.HeaderDeadline, Value: dv})
+		}
+	} else if di >= 0 {
+		// A malformed deadline header is dropped rather than passed on.
+		r.Headers = append(r.Headers[:di], r.Headers[di+1:]...)
+		if ci > di {
+			ci--
+		}
+	}
+	if ci >= 0 {
+		r.Headers[ci].Value = cv
+	} else {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: ttl.HeaderCriticality, Value: cv})
+	}
+}

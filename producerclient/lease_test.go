@@ -1,0 +1,526 @@
+package producerclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+)
+
+// fakeDaemon serves the quota protocol faithfully (report, long-poll
+// watch, server-sent events) from a table of lease sets, with fault
+// injection: failing answers with any status and Retry-After, garbage
+// bodies, forgetting producers, and being killed.
+type fakeDaemon struct {
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	sets     map[string]quotaproto.LeaseSet
+	changed  chan struct{}
+	reports  []quotaproto.Report
+	failN    int    // answer the next failN requests with failCode
+	failCode int    // status for injected failures
+	retryHdr string // Retry-After of injected failures
+	garbage  bool   // answer 200 with a body that is not JSON
+	forget   bool   // answer watch and stream with 404 (producer unknown)
+
+	requests atomic.Int64
+	posts    atomic.Int64
+	killed   chan struct{}
+	killOnce sync.Once
+}
+
+func newFakeDaemon(tb testing.TB) *fakeDaemon {
+	tb.Helper()
+	d := &fakeDaemon{sets: map[string]quotaproto.LeaseSet{}, changed: make(chan struct{}), killed: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+quotaproto.PathLeases, d.report)
+	mux.HandleFunc("GET "+quotaproto.PathWatch, d.watch)
+	mux.HandleFunc("GET "+quotaproto.PathStream, d.stream)
+	d.srv = httptest.NewServer(mux)
+	tb.Cleanup(d.kill)
+	return d
+}
+
+// kill stops the daemon: waiting requests are cut without an answer, open
+// connections closed, new ones refused.
+func (d *fakeDaemon) kill() {
+	d.killOnce.Do(func() { close(d.killed) })
+	d.srv.CloseClientConnections()
+	d.srv.Close()
+}
+
+// cut drops a request's connection without an answer (a dead daemon).
+func cut(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, _, err := hj.Hijack(); err == nil {
+			_ = conn.Close()
+		}
+	}
+}
+
+// set publishes a producer's lease set and wakes its watchers.
+func (d *fakeDaemon) set(s quotaproto.LeaseSet) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.sets[s.Producer] = s
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+func (d *fakeDaemon) inject(n, code int, retryAfter string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.failN, d.failCode, d.retryHdr = n, code, retryAfter
+}
+
+func (d *fakeDaemon) lastReport() (quotaproto.Report, int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.reports) == 0 {
+		return quotaproto.Report{}, 0
+	}
+	return d.reports[len(d.reports)-1], len(d.reports)
+}
+
+// fault answers an injected failure; true when it did.
+func (d *fakeDaemon) fault(w http.ResponseWriter) bool {
+	d.requests.Add(1)
+	select {
+	case <-d.killed:
+		cut(w)
+		return true
+	default:
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failN > 0 {
+		d.failN--
+		if d.retryHdr != "" {
+			w.Header().Set("Retry-After", d.retryHdr)
+		}
+		w.WriteHeader(d.failCode)
+		_ = json.NewEncoder(w).Encode(quotaproto.ErrorBody{Error: "injected"})
+		return true
+	}
+	if d.garbage {
+		_, _ = w.Write([]byte(`{"producer": <<<garbage`))
+		return true
+	}
+	return false
+}
+
+func (d *fakeDaemon) report(w http.ResponseWriter, r *http.Request) {
+	d.posts.Add(1)
+	if d.fault(w) {
+		return
+	}
+	var rep quotaproto.Report
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil || rep.Validate() != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		_ = json.NewEncoder(w).Encode(quotaproto.ErrorBody{Error: fmt.Sprint(err, rep.Validate())})
+		return
+	}
+	d.mu.Lock()
+	d.reports = append(d.reports, rep)
+	s, ok := d.sets[rep.Producer]
+	if !ok {
+		s = quotaproto.LeaseSet{Producer: rep.Producer, Version: 1, RefreshAfterMs: 3_600_000}
+		d.sets[rep.Producer] = s
+	}
+	d.mu.Unlock()
+	_ = json.NewEncoder(w).Encode(s)
+}
+
+func (d *fakeDaemon) current(p string) (quotaproto.LeaseSet, <-chan struct{}, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sets[p]
+	return s, d.changed, ok && !d.forget
+}
+
+func (d *fakeDaemon) watch(w http.ResponseWriter, r *http.Request) {
+	if d.fault(w) {
+		return
+	}
+	q := r.URL.Query()
+	since, _ := strconv.ParseUint(q.Get("version"), 10, 64)
+	wait, err := time.ParseDuration(q.Get("timeout"))
+	if err != nil || wait > quotaproto.MaxWatchWait {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	s, changed, ok := d.current(q.Get("producer"))
+	if !ok {
+		w.WriteHeader(http.StatusNotFound)
+		_ = json.NewEncoder(w).Encode(quotaproto.ErrorBody{Error: "unknown producer"})
+		return
+	}
+	if s.Version == since {
+		t := time.NewTimer(wait)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-r.Context().Done():
+		case <-d.killed:
+			t.Stop()
+			cut(w)
+			return
+		}
+		t.Stop()
+		s, _, _ = d.current(q.Get("producer"))
+	}
+	_ = json.NewEncoder(w).Encode(s)
+}
+
+func (d *fakeDaemon) stream(w http.ResponseWriter, r *http.Request) {
+	if d.fault(w) {
+		return
+	}
+	p := r.URL.Query().Get("producer")
+	s, changed, ok := d.current(p)
+	if !ok {
+		w.WriteHeader(http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	fl := w.(http.Flusher)
+	send := func(s quotaproto.LeaseSet) {
+		b, _ := json.Marshal(s)
+		fmt.Fprintf(w, "id: %d\nevent: leases\ndata: %s\n\n", s.Version, b)
+		fl.Flush()
+	}
+	send(s)
+	fmt.Fprint(w, ": keepalive\n\n")
+	fl.Flush()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-d.killed:
+			return
+		case <-changed:
+			s, changed, ok = d.current(p)
+			if !ok {
+				fmt.Fprint(w, "event: expired\ndata: {}\n\n")
+				fl.Flush()
+				return
+			}
+			send(s)
+		}
+	}
+}
+
+func leaseSet(producer string, version uint64, leases ...quotaproto.Lease) quotaproto.LeaseSet {
+	return quotaproto.LeaseSet{Producer: producer, Version: version, Leases: leases, RefreshAfterMs: 3_600_000}
+}
+
+func TestLeasesPushed(t *testing.T) {
+	for _, tr := range []struct {
+		name string
+		t    LeaseTransport
+	}{{"long-poll", LongPoll}, {"sse", SSE}} {
+		t.Run(tr.name, func(t *testing.T) {
+			d := newFakeDaemon(t)
+			c := newKfake(t, 1, "orders")
+			p := newKafkaProducer(t, newKgo(t, c), Config{Producer: "svc-a", Topics: []string{"orders"}, Criticality: SheddablePlus,
+				Leases: LeaseConfig{URL: d.srv.URL, Transport: tr.t, ReportInterval: time.Hour}})
+			eventually(t, 10*time.Second, "the first report", func() bool { _, n := d.lastReport(); return n > 0 })
+			rep, _ := d.lastReport()
+			if len(rep.Topics) != 1 || rep.Topics[0].Topic != "orders" || rep.Topics[0].Criticality != "SHEDDABLE_PLUS" {
+				t.Fatalf("report %+v", rep)
+			}
+			// A new lease is pushed, not found at the next report (an hour
+			// away).
+			exp := time.Now().Add(time.Minute).UTC()
+			d.set(leaseSet("svc-a", 2, quotaproto.Lease{Topic: "orders", Rate: ptr(5.0), Burst: 1, Signal: "slow-down", RetryAfterMs: 300, Version: 7, ExpiresAt: exp, Reason: "lag 12s over 2s"}))
+			eventually(t, 10*time.Second, "the pushed lease", func() bool { q, _ := p.Quota("orders"); return q.Version == 7 })
+			q, _ := p.Quota("orders")
+			if !q.FromLease || q.Rate != 5 || q.Burst != 1 || q.Signal != SignalSlowDown || q.RetryAfter != 300*time.Millisecond || !q.ExpiresAt.Equal(exp) {
+				t.Fatalf("quota %+v", q)
+			}
+			// Stop reaches the caller as a typed error.
+			d.set(leaseSet("svc-a", 3, quotaproto.Lease{Topic: "orders", Rate: ptr(0.0), Signal: "stop", Version: 8, ExpiresAt: exp, Reason: "consumer stopped"}))
+			eventually(t, 10*time.Second, "the stop lease", func() bool { q, _ := p.Quota("orders"); return q.Version == 8 })
+			if err := p.Produce(context.Background(), &kgo.Record{Topic: "orders"}); !errors.Is(err, ErrStop) {
+				t.Fatalf("produce under stop: %v", err)
+			}
+			// A topic first used later is reported at once.
+			_ = p.Produce(ctxFor(t, 5*time.Second), &kgo.Record{Topic: "payments"})
+			eventually(t, 10*time.Second, "a report with the new topic", func() bool {
+				rep, _ := d.lastReport()
+				return len(rep.Topics) == 2
+			})
+		})
+	}
+}
+
+// TestLeaseFailStatic: with the daemon killed, the last lease holds until
+// it expires, then the safe quota applies.
+func TestLeaseFailStatic(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		safe  SafeQuota
+		check func(t *testing.T, q Quota, err error)
+	}{
+		// Open (the default): no limit after expiry.
+		{"open", SafeQuota{}, func(t *testing.T, q Quota, err error) {
+			if err != nil || !math.IsInf(q.Rate, 1) {
+				t.Fatalf("open safe quota: rate %v err %v", q.Rate, err)
+			}
+		}},
+		// Closed: messages are refused with ErrQuotaUnavailable.
+		{"closed", SafeQuota{Mode: SafeClosed}, func(t *testing.T, q Quota, err error) {
+			if !q.Closed || !errors.Is(err, ErrQuotaUnavailable) || !errors.Is(err, ErrSlowDown) {
+				t.Fatalf("closed safe quota: %+v %v", q, err)
+			}
+		}},
+		// A fixed rate.
+		{"rate", SafeQuota{Mode: SafeRate, Rate: 50}, func(t *testing.T, q Quota, err error) {
+			if err != nil || q.Rate != 50 || q.Burst != 5 {
+				t.Fatalf("fixed safe quota: %+v %v", q, err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newFakeDaemon(t)
+			c := newKfake(t, 1, "orders")
+			clk := newFakeClock()
+			p := newKafkaProducer(t, newKgo(t, c), Config{Producer: "svc-a", Topics: []string{"orders"}, Clock: clk, Mode: Drop,
+				Leases: LeaseConfig{URL: d.srv.URL, Safe: tc.safe}})
+			exp := clk.Now().Add(30 * time.Second)
+			d.set(leaseSet("svc-a", 2, quotaproto.Lease{Topic: "orders", Rate: ptr(1000.0), Burst: 100, Signal: "ok", Version: 5, ExpiresAt: exp}))
+			eventually(t, 10*time.Second, "the lease", func() bool { q, _ := p.Quota("orders"); return q.Version == 5 })
+			d.kill()
+			// Fail-static: 29s later the lease still holds.
+			clk.Advance(29 * time.Second)
+			if q, _ := p.Quota("orders"); !q.FromLease || q.Rate != 1000 {
+				t.Fatalf("lease dropped before expiry: %+v", q)
+			}
+			clk.Advance(2 * time.Second)
+			eventually(t, 10*time.Second, "the safe quota", func() bool { q, _ := p.Quota("orders"); return !q.FromLease })
+			q, _ := p.Quota("orders")
+			err := p.Produce(ctxFor(t, 5*time.Second), &kgo.Record{Topic: "orders"})
+			tc.check(t, q, err)
+			// (A set the watcher got just before the kill may be applied
+			// after the clock jumped: it then counts as arrived expired.)
+			if s := p.Stats(); s.LeaseExpired < 1 || s.LeaseErrors == 0 {
+				t.Fatalf("stats: expired %d errors %d", s.LeaseExpired, s.LeaseErrors)
+			}
+		})
+	}
+}
+
+// TestLeaseRetryAfter: a daemon answering 503 is retried after its
+// Retry-After when it parses, and after the SDK's own backoff when it is
+// garbled: never at once.
+func TestLeaseRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		header   string
+		minDelay time.Duration // no new request before this
+		maxDelay time.Duration // a new request by this
+	}{
+		// A valid hint is honoured.
+		{"valid", "7", 7 * time.Second, 7 * time.Second},
+		// Garbage is no hint: the backoff (MinBackoff 1s, jittered to
+		// 0.5-1s), not zero.
+		{"garbled", "soon", 500 * time.Millisecond, time.Second},
+		// A negative value is garbage too.
+		{"negative", "-3", 500 * time.Millisecond, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newFakeDaemon(t)
+			d.inject(1, http.StatusServiceUnavailable, tc.header)
+			clk := newFakeClock()
+			c := newKfake(t, 1, "orders")
+			p := newKafkaProducer(t, newKgo(t, c), Config{Producer: "svc-a", Topics: []string{"orders"}, Clock: clk,
+				Leases: LeaseConfig{URL: d.srv.URL, MinBackoff: time.Second}})
+			eventually(t, 10*time.Second, "the failed report and the backoff", func() bool {
+				return d.posts.Load() == 1 && clk.Waiters() > 0 && p.Stats().LeaseErrors == 1
+			})
+			clk.Advance(tc.minDelay - time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // give a wrong early retry the chance to show
+			if n := d.posts.Load(); n != 1 {
+				t.Fatalf("retried before %v: %d reports", tc.minDelay, n)
+			}
+			clk.Advance(tc.maxDelay - tc.minDelay + time.Millisecond)
+			eventually(t, 10*time.Second, "the retried report", func() bool { return d.posts.Load() >= 2 })
+		})
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		// Delay-seconds.
+		{"seconds", "7", 7 * time.Second, true},
+		// Zero is a valid hint: retry now.
+		{"zero", "0", 0, true},
+		// An HTTP date.
+		{"date", "Thu, 01 Jan 2026 00:00:30 GMT", 30 * time.Second, true},
+		// A date in the past is "now".
+		{"past date", "Wed, 31 Dec 2025 00:00:00 GMT", 0, true},
+		// Garbage is no hint.
+		{"garbage", "soon", 0, false},
+		// Negative is garbage.
+		{"negative", "-1", 0, false},
+		// Absurdly long is garbage (over an hour).
+		{"absurd", "999999", 0, false},
+		// Empty: no header.
+		{"empty", "", 0, false},
+		// Fractions are not delay-seconds.
+		{"fraction", "1.5", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := ParseRetryAfter(tc.in, now)
+			if got != tc.want || ok != tc.ok {
+				t.Fatalf("ParseRetryAfter(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// TestLeaseGarbage: malformed answers cost nothing but a count; one bad
+// lease in a set does not cost the others; a garbled retry-after is no
+// hint.
+func TestLeaseGarbage(t *testing.T) {
+	good := json.RawMessage(`{"topic":"a","rate":10,"burst":2,"signal":"ok","version":1,"expiresAt":"2099-01-01T00:00:00Z"}`)
+	badRate := json.RawMessage(`{"topic":"b","rate":"fast","signal":"ok","version":1}`)
+	hint := json.RawMessage(`{"topic":"c","rate":10,"signal":"slow-down","retryAfterMs":-40,"version":1,"expiresAt":"2099-01-01T00:00:00Z"}`)
+	huge := json.RawMessage(`{"topic":"d","rate":10,"signal":"slow-down","retryAfterMs":1e30,"version":1,"expiresAt":"2099-01-01T00:00:00Z"}`)
+	noTopic := json.RawMessage(`{"rate":10,"signal":"ok","version":1}`)
+	body, _ := json.Marshal(map[string]any{"producer": "p", "version": 4, "refreshAfterMs": "x",
+		"leases": []json.RawMessage{good, badRate, hint, huge, noTopic}})
+	ds, problems, err := decodeSet(body, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds.leases) != 3 || len(problems) != 2 || ds.version != 4 || ds.refresh != 0 {
+		t.Fatalf("decoded %d leases, %d problems, version %d, refresh %v", len(ds.leases), len(problems), ds.version, ds.refresh)
+	}
+	for _, l := range ds.leases[1:] {
+		if !l.garbledHint || l.RetryAfterMs != 0 {
+			t.Fatalf("lease %s: garbled %v hint %d", l.Topic, l.garbledHint, l.RetryAfterMs)
+		}
+	}
+	if _, _, err := decodeSet([]byte("<html>"), "p"); err == nil {
+		t.Fatal("HTML decoded as a lease set")
+	}
+	if _, _, err := decodeSet([]byte(`{"producer":"someone-else","version":1}`), "p"); err == nil {
+		t.Fatal("another producer's set accepted")
+	}
+
+	// End to end: the daemon starts answering garbage; the producer keeps
+	// its lease and counts the failures.
+	d := newFakeDaemon(t)
+	c := newKfake(t, 1, "orders")
+	p := newKafkaProducer(t, newKgo(t, c), Config{Producer: "svc-a", Topics: []string{"orders"},
+		Leases: LeaseConfig{URL: d.srv.URL, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}})
+	d.set(leaseSet("svc-a", 2, quotaproto.Lease{Topic: "orders", Rate: ptr(77.0), Signal: "ok", Version: 3, ExpiresAt: time.Now().Add(time.Hour)}))
+	eventually(t, 10*time.Second, "the lease", func() bool { q, _ := p.Quota("orders"); return q.Version == 3 })
+	d.mu.Lock()
+	d.garbage = true
+	d.mu.Unlock()
+	d.set(leaseSet("svc-a", 3)) // wake the watcher into the garbage
+	eventually(t, 10*time.Second, "malformed answers to be counted", func() bool { return p.Stats().LeaseMalformed >= 2 })
+	if q, _ := p.Quota("orders"); q.Version != 3 || q.Rate != 77 {
+		t.Fatalf("garbage changed the lease: %+v", q)
+	}
+}
+
+// TestLeaseReRegisters: a daemon that forgot the producer (404 on watch)
+// gets a fresh report.
+func TestLeaseReRegisters(t *testing.T) {
+	d := newFakeDaemon(t)
+	c := newKfake(t, 1, "orders")
+	_ = newKafkaProducer(t, newKgo(t, c), Config{Producer: "svc-a", Topics: []string{"orders"},
+		Leases: LeaseConfig{URL: d.srv.URL, ReportInterval: time.Hour, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}})
+	eventually(t, 10*time.Second, "the first report", func() bool { return d.posts.Load() >= 1 })
+	before := d.posts.Load()
+	d.mu.Lock()
+	d.forget = true
+	d.mu.Unlock()
+	d.set(leaseSet("svc-a", 2)) // wake the watcher
+	eventually(t, 10*time.Second, "a report after the 404", func() bool { return d.posts.Load() > before })
+}
+
+func TestReportDemand(t *testing.T) {
+	c := newKfake(t, 1, "orders")
+	clk := newFakeClock()
+	p := newKafkaProducer(t, newKgo(t, c), Config{Producer: "svc-a", Clock: clk, Mode: Drop,
+		Leases: LeaseConfig{Safe: SafeQuota{Mode: SafeRate, Rate: 1, Burst: 1}}})
+	start := clk.Now()
+	// 20 messages asked in 2s (most refused): demand counts what was
+	// asked, not what was admitted.
+	for i := 0; i < 20; i++ {
+		_ = p.Produce(context.Background(), &kgo.Record{Topic: "orders"})
+	}
+	clk.Advance(2 * time.Second)
+	rep := p.c.leases.report(start, clk.Now())
+	if len(rep.Topics) != 1 || rep.Topics[0].Demand != 10 {
+		t.Fatalf("report %+v, want demand 10/s", rep)
+	}
+	if err := rep.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLeasesFromKV(t *testing.T) {
+	_, _, js := startNATS(t)
+	createStream(t, js, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	kv, err := js.CreateKeyValue(ctxFor(t, 10*time.Second), jetstream.KeyValueConfig{Bucket: quotaproto.DefaultKVBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A producer id with characters KV keys do not allow.
+	producer := "team:svc.a"
+	p := newNATSProducer(t, js, Config{Producer: producer, Leases: LeaseConfig{KVBucket: quotaproto.DefaultKVBucket}})
+	l := quotaproto.Lease{Topic: "ORDERS", Rate: ptr(3.0), Burst: 1, Signal: "slow-down", RetryAfterMs: 500, Version: 11, ExpiresAt: time.Now().Add(time.Hour)}
+	b, _ := json.Marshal(l)
+	if _, err := kv.Put(ctxFor(t, 5*time.Second), quotaproto.KVKey(producer, "ORDERS"), b); err != nil {
+		t.Fatal(err)
+	}
+	// Another producer's lease is not ours.
+	other, _ := json.Marshal(quotaproto.Lease{Topic: "ORDERS", Rate: ptr(999.0), Signal: "ok", Version: 99})
+	if _, err := kv.Put(ctxFor(t, 5*time.Second), quotaproto.KVKey("team:svc", "a.ORDERS"), other); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the KV lease", func() bool { q, _ := p.Quota("ORDERS"); return q.Version == 11 })
+	if q, _ := p.Quota("ORDERS"); q.Rate != 3 || q.RetryAfter != 500*time.Millisecond || q.Signal != SignalSlowDown {
+		t.Fatalf("quota %+v", q)
+	}
+	if _, ok := p.Quota("a.ORDERS"); ok {
+		t.Fatal("picked up another producer's lease")
+	}
+	if _, err := p.Publish(context.Background(), &nats.Msg{Subject: "orders.x"}); err != nil {
+		t.Fatal(err)
+	}
+	// A deleted key withdraws the lease: the safe quota applies.
+	if err := kv.Delete(ctxFor(t, 5*time.Second), quotaproto.KVKey(producer, "ORDERS")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the withdrawal", func() bool { q, _ := p.Quota("ORDERS"); return !q.FromLease })
+}

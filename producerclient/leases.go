@@ -1,0 +1,370 @@
+package producerclient
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+)
+
+// quotaView is a topic's effective quota: from a lease, or the safe quota.
+// Immutable once published; the lease goroutine replaces it.
+type quotaView struct {
+	params     *bucketParams
+	rate       float64 // +Inf: unlimited
+	burst      int
+	signal     Signal
+	retryAfter time.Duration
+	avoid      []int32 // sorted
+	advisory   bool
+	fromLease  bool
+	closed     bool // safe quota closed: ErrQuotaUnavailable
+	version    uint64
+	expires    time.Time
+	received   time.Time
+	reason     string
+}
+
+func (v *quotaView) rateReason() string {
+	var b strings.Builder
+	b.WriteString("quota ")
+	b.WriteString(strconv.FormatFloat(v.rate, 'g', 6, 64))
+	b.WriteString(" msg/s, burst ")
+	b.WriteString(strconv.Itoa(v.burst))
+	if v.reason != "" {
+		b.WriteString(" (")
+		b.WriteString(v.reason)
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+// maxRetryAfter bounds a believable slow-down hint; anything longer (or
+// negative, or not a number) is garbled and means "no hint".
+const maxRetryAfter = time.Hour
+
+// decodedLease is a lease as received, checked, with its garbled hint
+// noted.
+type decodedLease struct {
+	quotaproto.Lease
+	garbledHint bool
+}
+
+// looseLease decodes a lease whose retryAfterMs may be garbage: the
+// shallower field wins over the embedded one in encoding/json.
+type looseLease struct {
+	quotaproto.Lease
+	RetryAfterMs json.RawMessage `json:"retryAfterMs"`
+}
+
+// decodeLease decodes one JSON lease. A garbled retryAfterMs is not an
+// error (the lease applies with no hint); anything else malformed is.
+func decodeLease(raw []byte) (decodedLease, error) {
+	var l looseLease
+	if err := json.Unmarshal(raw, &l); err != nil {
+		return decodedLease{}, fmt.Errorf("malformed lease: %w", err)
+	}
+	d := decodedLease{Lease: l.Lease}
+	d.RetryAfterMs = 0
+	if s := strings.TrimSpace(string(l.RetryAfterMs)); s != "" && s != "null" {
+		ms, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || ms < 0 || time.Duration(ms)*time.Millisecond > maxRetryAfter {
+			d.garbledHint = true
+		} else {
+			d.RetryAfterMs = ms
+		}
+	}
+	var errs []string
+	if d.Topic == "" {
+		errs = append(errs, "no topic")
+	}
+	if d.Rate != nil && (bad(*d.Rate) || *d.Rate < 0) {
+		errs = append(errs, fmt.Sprintf("rate %v", *d.Rate))
+	}
+	if d.Burst < 0 {
+		errs = append(errs, fmt.Sprintf("burst %d", d.Burst))
+	}
+	for _, p := range d.AvoidPartitions {
+		if p < 0 {
+			errs = append(errs, fmt.Sprintf("partition %d", p))
+			break
+		}
+	}
+	if len(errs) > 0 {
+		return decodedLease{}, fmt.Errorf("invalid lease for topic %q: %s", d.Topic, strings.Join(errs, ", "))
+	}
+	return d, nil
+}
+
+// looseSet decodes a LeaseSet lease by lease, so that one bad lease does
+// not cost the others.
+type looseSet struct {
+	Producer       string            `json:"producer"`
+	Version        uint64            `json:"version"`
+	Leases         []json.RawMessage `json:"leases"`
+	RefreshAfterMs json.RawMessage   `json:"refreshAfterMs"`
+}
+
+// decodedSet is a LeaseSet as received.
+type decodedSet struct {
+	version uint64
+	leases  []decodedLease
+	refresh time.Duration // 0: none (or garbled)
+}
+
+// decodeSet decodes a LeaseSet. It fails only when the JSON is not a set
+// at all; bad leases are skipped and reported in problems.
+func decodeSet(b []byte, producer string) (decodedSet, []error, error) {
+	var ls looseSet
+	if err := json.Unmarshal(b, &ls); err != nil {
+		return decodedSet{}, nil, fmt.Errorf("malformed lease set: %w", err)
+	}
+	if ls.Producer != "" && ls.Producer != producer {
+		return decodedSet{}, nil, fmt.Errorf("lease set is for producer %q, not %q", ls.Producer, producer)
+	}
+	ds := decodedSet{version: ls.Version}
+	if ms, err := strconv.ParseInt(strings.TrimSpace(string(ls.RefreshAfterMs)), 10, 64); err == nil && ms > 0 && ms <= int64(time.Hour/time.Millisecond) {
+		ds.refresh = time.Duration(ms) * time.Millisecond
+	}
+	var problems []error
+	for _, raw := range ls.Leases {
+		d, err := decodeLease(raw)
+		if err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		ds.leases = append(ds.leases, d)
+	}
+	return ds, problems, nil
+}
+
+// leaseUpdate is what the source goroutines send to the owner.
+type leaseUpdate struct {
+	leases  []decodedLease
+	deleted []string // topics whose lease was withdrawn (KV deletes)
+	version uint64   // the set's version (HTTP); 0 for KV
+	isSet   bool
+}
+
+// activeLease is a lease the owner trusts until expiry.
+type activeLease struct {
+	view   *quotaView
+	expiry time.Time
+}
+
+// leaseOwner is the one goroutine that owns lease state: it applies
+// updates from the sources (HTTP reporter and watcher, or the KV watcher),
+// expires leases into the safe quota, and publishes each topic's view.
+type leaseOwner struct {
+	c       *core
+	updates chan leaseUpdate
+	version atomic.Uint64 // last applied set version (the watcher's ?version=)
+
+	// reRegister asks the reporter to report now (the daemon forgot us).
+	reRegister chan struct{}
+	// registered is closed after the first successful report.
+	registered chan struct{}
+	regOnce    atomic.Bool
+
+	noLease *quotaView // the safe view before any lease
+
+	// owned by the run goroutine
+	active map[string]*activeLease
+
+	// counters for metrics
+	errorsTotal   atomic.Uint64
+	malformed     atomic.Uint64
+	garbledHints  atomic.Uint64
+	expiredTotal  atomic.Uint64
+	appliedTotal  atomic.Uint64
+	lastErrorUnix atomic.Int64
+}
+
+func newLeaseOwner(c *core) *leaseOwner {
+	o := &leaseOwner{
+		c:          c,
+		updates:    make(chan leaseUpdate, 16),
+		reRegister: make(chan struct{}, 1),
+		registered: make(chan struct{}),
+		active:     map[string]*activeLease{},
+	}
+	o.noLease = o.makeSafe("no lease yet")
+	return o
+}
+
+// safeView returns the view of the safe quota: the shared "no lease yet"
+// view, or one saying when the last lease expired.
+func (o *leaseOwner) safeView(expired time.Time) *quotaView {
+	if expired.IsZero() {
+		return o.noLease
+	}
+	return o.makeSafe("lease expired at " + expired.UTC().Format(time.RFC3339) + " without a refresh (daemon unreachable?)")
+}
+
+func (o *leaseOwner) makeSafe(why string) *quotaView {
+	s := o.c.cfg.Leases.Safe
+	v := &quotaView{signal: SignalOK}
+	switch s.Mode {
+	case SafeClosed:
+		v.closed = true
+		v.rate, v.params = 0, newBucketParams(0, 1)
+		v.retryAfter = o.c.cfg.Leases.MinBackoff
+		v.reason = why + "; the safe quota is closed"
+	case SafeRate:
+		v.rate, v.burst = s.Rate, s.Burst
+		if v.burst == 0 {
+			v.burst = int(math.Max(1, s.Rate/10))
+		}
+		v.params = newBucketParams(v.rate, v.burst)
+		v.reason = why + "; safe quota " + strconv.FormatFloat(s.Rate, 'g', 6, 64) + " msg/s"
+	default:
+		v.rate, v.params = math.Inf(1), unlimitedParams
+		v.reason = why + "; the safe quota is open"
+	}
+	return v
+}
+
+// viewOf turns a lease received at now into a view.
+func viewOf(d decodedLease, now time.Time, expiry time.Time) *quotaView {
+	v := &quotaView{fromLease: true, version: d.Version, expires: expiry, received: now, reason: d.Reason, advisory: d.Advisory}
+	if d.Rate == nil {
+		v.rate, v.params = math.Inf(1), unlimitedParams
+	} else {
+		v.rate, v.burst = *d.Rate, d.Burst
+		if v.burst == 0 {
+			v.burst = int(math.Max(1, v.rate/10))
+		}
+		v.params = newBucketParams(v.rate, v.burst)
+	}
+	switch d.Signal {
+	case quotaproto.SignalSlowDown:
+		v.signal = SignalSlowDown
+	case quotaproto.SignalStop:
+		v.signal = SignalStop
+	case quotaproto.SignalAvoidPartitions:
+		v.signal = SignalTryElsewhere
+	default: // ok, and signals this SDK does not know yet: the rate still applies
+		v.signal = SignalOK
+	}
+	v.retryAfter = time.Duration(d.RetryAfterMs) * time.Millisecond
+	if len(d.AvoidPartitions) > 0 {
+		v.avoid = append([]int32(nil), d.AvoidPartitions...)
+		sort.Slice(v.avoid, func(i, j int) bool { return v.avoid[i] < v.avoid[j] })
+	}
+	return v
+}
+
+// deliver hands an update to the owner; false when the producer closed.
+func (o *leaseOwner) deliver(u leaseUpdate) bool {
+	select {
+	case o.updates <- u:
+		return true
+	case <-o.c.ctx.Done():
+		return false
+	}
+}
+
+// run is the owner goroutine.
+func (o *leaseOwner) run() {
+	c := o.c
+	tm := c.clock.NewTimer(time.Hour)
+	defer tm.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case u := <-o.updates:
+			o.apply(u)
+		case <-tm.C():
+			o.expire()
+		}
+		tm.Stop()
+		if next, ok := o.nextExpiry(); ok {
+			d := next.Sub(c.clock.Now())
+			if d < 0 {
+				d = 0
+			}
+			tm.Reset(d)
+		} else {
+			tm.Reset(time.Hour)
+		}
+	}
+}
+
+func (o *leaseOwner) apply(u leaseUpdate) {
+	c := o.c
+	now := c.clock.Now()
+	for _, d := range u.leases {
+		if d.garbledHint {
+			o.garbledHints.Add(1)
+			c.cfg.Logger.Warn("lagbridge lease has a garbled retry-after; treating it as no hint", "topic", d.Topic)
+		}
+		expiry := d.ExpiresAt
+		if expiry.IsZero() {
+			expiry = now.Add(c.cfg.Leases.DefaultLeaseTTL)
+		}
+		t := c.topic(d.Topic)
+		if !expiry.After(now) {
+			// Already expired on arrival (stale, or clocks apart): not
+			// trusted; the safe quota applies.
+			o.expiredTotal.Add(1)
+			c.cfg.Logger.Warn("lagbridge lease arrived expired; check clock sync", "topic", d.Topic, "expiresAt", expiry)
+			delete(o.active, d.Topic)
+			t.setView(o.safeView(expiry), c.mono.nanos())
+			continue
+		}
+		v := viewOf(d, now, expiry)
+		o.active[d.Topic] = &activeLease{view: v, expiry: expiry}
+		t.setView(v, c.mono.nanos())
+		o.appliedTotal.Add(1)
+	}
+	for _, name := range u.deleted {
+		if _, ok := o.active[name]; ok {
+			delete(o.active, name)
+			c.topic(name).setView(o.makeSafe("lease withdrawn by the daemon"), c.mono.nanos())
+		}
+	}
+	if u.isSet {
+		o.version.Store(u.version)
+	}
+}
+
+func (o *leaseOwner) expire() {
+	now := o.c.clock.Now()
+	for name, a := range o.active {
+		if !a.expiry.After(now) {
+			delete(o.active, name)
+			o.expiredTotal.Add(1)
+			o.c.cfg.Logger.Warn("lagbridge lease expired without a refresh; using the safe quota", "topic", name)
+			o.c.topic(name).setView(o.safeView(a.expiry), o.c.mono.nanos())
+		}
+	}
+}
+
+func (o *leaseOwner) nextExpiry() (time.Time, bool) {
+	var next time.Time
+	for _, a := range o.active {
+		if next.IsZero() || a.expiry.Before(next) {
+			next = a.expiry
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// leaseError records a source error for metrics and logs.
+func (o *leaseOwner) leaseError(msg string, err error) {
+	o.errorsTotal.Add(1)
+	o.lastErrorUnix.Store(o.c.clock.Now().Unix())
+	o.c.cfg.Logger.Warn(msg, "error", err)
+}
+
+// errNoLeaseSource is returned by start for a KV configuration without a
+// JetStream context.
+var errNoLeaseSource = errors.New("leases from a KV bucket need LeaseConfig.KV (a JetStream context)")

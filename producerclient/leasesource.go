@@ -1,0 +1,556 @@
+package producerclient
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+)
+
+// start launches the owner and the configured sources. js is the
+// producer's own JetStream context (nil for Kafka), used for KVBucket
+// when LeaseConfig.KV is nil.
+func (o *leaseOwner) start(js jetstream.JetStream) error {
+	l := o.c.cfg.Leases
+	kvJS := l.KV
+	if kvJS == nil {
+		kvJS = js
+	}
+	if l.KVBucket != "" && kvJS == nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOption, errNoLeaseSource)
+	}
+	if l.URL == "" && l.KVBucket == "" {
+		return nil // no source: the safe quota only
+	}
+	o.c.goroutine(o.run)
+	if l.URL != "" {
+		o.c.goroutine(o.reporter)
+		if l.KVBucket == "" {
+			if l.Transport == SSE {
+				o.c.goroutine(o.streamer)
+			} else {
+				o.c.goroutine(o.watcher)
+			}
+		}
+	}
+	if l.KVBucket != "" {
+		o.c.goroutine(func() { o.kvWatcher(kvJS) })
+	}
+	return nil
+}
+
+func (o *leaseOwner) httpClient() *http.Client {
+	if o.c.cfg.Leases.HTTPClient != nil {
+		return o.c.cfg.Leases.HTTPClient
+	}
+	return defaultHTTPClient
+}
+
+var defaultHTTPClient = &http.Client{Transport: &http.Transport{
+	Proxy:                 http.ProxyFromEnvironment,
+	DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	ResponseHeaderTimeout: quotaproto.MaxWatchWait + 15*time.Second,
+	MaxIdleConnsPerHost:   4,
+	IdleConnTimeout:       90 * time.Second,
+}}
+
+// backoffState is an exponential backoff with jitter between the lease
+// config's MinBackoff and MaxBackoff.
+type backoffState struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoffState) next() time.Duration {
+	if b.cur < b.min {
+		b.cur = b.min
+	}
+	d := jitter(b.cur)
+	b.cur *= 2
+	if b.cur > b.max {
+		b.cur = b.max
+	}
+	return d
+}
+
+func (b *backoffState) reset() { b.cur = b.min }
+
+func (o *leaseOwner) newBackoff() backoffState {
+	l := o.c.cfg.Leases
+	return backoffState{min: l.MinBackoff, max: l.MaxBackoff, cur: l.MinBackoff}
+}
+
+// pause sleeps d on the clock; false when the producer closed.
+func (o *leaseOwner) pause(d time.Duration, wake ...<-chan struct{}) bool {
+	var w1, w2 <-chan struct{}
+	if len(wake) > 0 {
+		w1 = wake[0]
+	}
+	if len(wake) > 1 {
+		w2 = wake[1]
+	}
+	tm := o.c.clock.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C():
+	case <-w1:
+	case <-w2:
+	case <-o.c.ctx.Done():
+		return false
+	}
+	return true
+}
+
+// httpStatusError is a non-200 answer of the daemon.
+type httpStatusError struct {
+	code       int
+	msg        string
+	retryAfter time.Duration // 0: no (or a garbled) hint
+}
+
+func (e *httpStatusError) Error() string {
+	return fmt.Sprintf("lagbridge daemon answered %d: %s", e.code, e.msg)
+}
+
+// ParseRetryAfter parses an HTTP Retry-After value (delay-seconds or an
+// HTTP date, RFC 9110) relative to now. It returns false for a garbled,
+// negative or absurd (over an hour) value: no hint, which is not the same
+// as "retry at once".
+func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 || n > int64(maxRetryAfter/time.Second) {
+			return 0, false
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		d := t.Sub(now)
+		if d < 0 {
+			d = 0
+		}
+		if d > maxRetryAfter {
+			return 0, false
+		}
+		return d, true
+	}
+	return 0, false
+}
+
+// do performs one request to the daemon and returns the 200 body.
+func (o *leaseOwner) do(ctx context.Context, method, path string, q url.Values, body []byte) (*http.Response, error) {
+	u := strings.TrimRight(o.c.cfg.Leases.URL, "/") + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if tok := o.c.cfg.Leases.Token; tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := o.httpClient().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		e := &httpStatusError{code: resp.StatusCode}
+		var eb quotaproto.ErrorBody
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
+			e.msg = eb.Error
+		} else {
+			e.msg = strings.TrimSpace(string(b))
+		}
+		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), o.c.clock.Now()); ok {
+			e.retryAfter = d
+		}
+		return nil, e
+	}
+	return resp, nil
+}
+
+// readSet reads and decodes a LeaseSet body (at most 4 MiB).
+func (o *leaseOwner) readSet(r io.Reader) (decodedSet, error) {
+	b, err := io.ReadAll(io.LimitReader(r, 4<<20))
+	if err != nil {
+		return decodedSet{}, err
+	}
+	return o.decode(b)
+}
+
+func (o *leaseOwner) decode(b []byte) (decodedSet, error) {
+	ds, problems, err := decodeSet(b, o.c.cfg.Producer)
+	if err != nil {
+		o.malformed.Add(1)
+		return decodedSet{}, err
+	}
+	for _, p := range problems {
+		o.malformed.Add(1)
+		o.c.cfg.Logger.Warn("lagbridge lease skipped", "error", p)
+	}
+	return ds, nil
+}
+
+func (o *leaseOwner) deliverSet(ds decodedSet) bool {
+	return o.deliver(leaseUpdate{leases: ds.leases, version: ds.version, isSet: true})
+}
+
+// hintOr is the wait after a failed request: the daemon's Retry-After
+// when it sent a valid one, else the next backoff.
+func hintOr(err error, b *backoffState) time.Duration {
+	var se *httpStatusError
+	if errors.As(err, &se) && se.retryAfter > 0 {
+		return se.retryAfter
+	}
+	return b.next()
+}
+
+// report builds the demand report: every topic, the messages per second
+// asked since the last report.
+func (o *leaseOwner) report(last time.Time, now time.Time) quotaproto.Report {
+	c := o.c
+	topics := *c.topics.Load()
+	r := quotaproto.Report{Producer: c.cfg.Producer, Topics: make([]quotaproto.TopicDemand, 0, len(topics))}
+	secs := now.Sub(last).Seconds()
+	crit := c.cfg.Criticality.String()
+	for name, t := range topics {
+		asked := t.admitted.Load() + t.refused.Load()
+		n := asked - t.reportedDemand.Swap(asked)
+		d := 0.0
+		if secs >= 0.1 && !last.IsZero() {
+			d = float64(n) / secs
+		}
+		if len(r.Topics) == quotaproto.MaxTopics {
+			c.cfg.Logger.Warn("lagbridge: more topics than the protocol allows in one report; the rest run on the safe quota", "max", quotaproto.MaxTopics)
+			break
+		}
+		r.Topics = append(r.Topics, quotaproto.TopicDemand{Topic: name, Criticality: crit, Demand: math.Min(d, 1e12)})
+	}
+	return r
+}
+
+// reporter registers the producer and reports demand: at once, then every
+// refreshAfterMs (jittered ±10%), at once for a new topic, and with backoff
+// after failures.
+func (o *leaseOwner) reporter() {
+	c := o.c
+	b := o.newBackoff()
+	var last time.Time
+	for {
+		// This report includes every topic known now.
+		select {
+		case <-c.topicAdded:
+		default:
+		}
+		now := c.clock.Now()
+		body, _ := json.Marshal(o.report(last, now))
+		last = now
+		ctx, cancel := context.WithTimeout(c.ctx, 15*time.Second)
+		resp, err := o.do(ctx, http.MethodPost, quotaproto.PathLeases, nil, body)
+		var ds decodedSet
+		if err == nil {
+			ds, err = o.readSet(resp.Body)
+			resp.Body.Close()
+		}
+		cancel()
+		if c.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			o.leaseError("lagbridge lease report failed", err)
+			if !o.pause(hintOr(err, &b)) {
+				return
+			}
+			continue
+		}
+		b.reset()
+		if !o.deliverSet(ds) {
+			return
+		}
+		if o.regOnce.CompareAndSwap(false, true) {
+			close(o.registered)
+		}
+		every := ds.refresh
+		if every <= 0 {
+			every = c.cfg.Leases.ReportInterval
+		}
+		every = time.Duration(float64(every) * (0.9 + 0.2*rand.Float64()))
+		if !o.pause(every, c.topicAdded, o.reRegister) {
+			return
+		}
+	}
+}
+
+// askReport makes the reporter report now (the daemon does not know us).
+func (o *leaseOwner) askReport() {
+	select {
+	case o.reRegister <- struct{}{}:
+	default:
+	}
+}
+
+func (o *leaseOwner) waitRegistered() bool {
+	select {
+	case <-o.registered:
+		return true
+	case <-o.c.ctx.Done():
+		return false
+	}
+}
+
+// watcher long-polls /v1/leases/watch and hands every answer to the owner.
+func (o *leaseOwner) watcher() {
+	c := o.c
+	if !o.waitRegistered() {
+		return
+	}
+	b := o.newBackoff()
+	wait := c.cfg.Leases.WatchWait
+	// since is the version of the last set this watcher handed over (the
+	// owner may not have applied it yet); a newer one from the reporter
+	// just makes the daemon answer at once.
+	since := o.version.Load()
+	for {
+		q := url.Values{
+			"producer": {c.cfg.Producer},
+			"version":  {strconv.FormatUint(since, 10)},
+			"timeout":  {wait.String()},
+		}
+		asked := since
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(c.ctx, wait+15*time.Second)
+		resp, err := o.do(ctx, http.MethodGet, quotaproto.PathWatch, q, nil)
+		var ds decodedSet
+		if err == nil {
+			ds, err = o.readSet(resp.Body)
+			resp.Body.Close()
+		}
+		cancel()
+		if c.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			var se *httpStatusError
+			if errors.As(err, &se) && se.code == http.StatusNotFound {
+				o.askReport()
+			}
+			o.leaseError("lagbridge lease watch failed", err)
+			if !o.pause(hintOr(err, &b)) {
+				return
+			}
+			continue
+		}
+		b.reset()
+		if !o.deliverSet(ds) {
+			return
+		}
+		since = ds.version
+		// A daemon that answers at once with an unchanged set would make
+		// this loop spin: pause as after an error.
+		if ds.version == asked && time.Since(start) < wait/10 {
+			if !o.pause(b.next()) {
+				return
+			}
+		}
+	}
+}
+
+// streamer reads /v1/leases/stream (server-sent events) and reconnects
+// with backoff.
+func (o *leaseOwner) streamer() {
+	c := o.c
+	if !o.waitRegistered() {
+		return
+	}
+	b := o.newBackoff()
+	for {
+		got, err := o.streamOnce(&b)
+		if c.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			var se *httpStatusError
+			if errors.As(err, &se) && se.code == http.StatusNotFound {
+				o.askReport()
+			}
+			o.leaseError("lagbridge lease stream failed", err)
+		}
+		if got {
+			b.reset()
+		}
+		if !o.pause(hintOr(err, &b)) {
+			return
+		}
+	}
+}
+
+// streamIdle is how long a stream may stay silent (the daemon sends a
+// keepalive every 15s) before it is considered dead.
+const streamIdle = 45 * time.Second
+
+// streamOnce reads one SSE connection until it ends; got reports whether
+// any lease set arrived.
+func (o *leaseOwner) streamOnce(b *backoffState) (got bool, err error) {
+	c := o.c
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	resp, err := o.do(ctx, http.MethodGet, quotaproto.PathStream, url.Values{"producer": {c.cfg.Producer}}, nil)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		return false, fmt.Errorf("stream answered with content type %q", ct)
+	}
+	watchdog := time.AfterFunc(streamIdle, cancel)
+	defer watchdog.Stop()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	var event string
+	var data bytes.Buffer
+	for sc.Scan() {
+		watchdog.Reset(streamIdle)
+		line := sc.Bytes()
+		switch {
+		case len(line) == 0: // dispatch
+			switch event {
+			case "leases", "":
+				if data.Len() > 0 {
+					ds, err := o.decode(data.Bytes())
+					if err != nil {
+						o.leaseError("lagbridge lease stream event skipped", err)
+					} else {
+						if !o.deliverSet(ds) {
+							return got, nil
+						}
+						if !got {
+							b.reset()
+						}
+						got = true
+					}
+				}
+			case "expired":
+				o.askReport()
+				return got, errors.New("the daemon expired this producer's registration")
+			}
+			event = ""
+			data.Reset()
+		case line[0] == ':': // comment (keepalive)
+		default:
+			field, value, _ := bytes.Cut(line, []byte(":"))
+			value = bytes.TrimPrefix(value, []byte(" "))
+			switch string(field) {
+			case "event":
+				event = string(value)
+			case "data":
+				if data.Len() > 0 {
+					data.WriteByte('\n')
+				}
+				data.Write(value)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil && ctx.Err() == nil {
+		return got, err
+	}
+	if ctx.Err() != nil && c.ctx.Err() == nil {
+		return got, errors.New("lease stream silent for too long")
+	}
+	return got, io.ErrUnexpectedEOF
+}
+
+// kvWatcher reads this producer's leases from the KV bucket: every key
+// quotaproto.KVKey(producer, topic) holds one JSON lease.
+func (o *leaseOwner) kvWatcher(js jetstream.JetStream) {
+	c := o.c
+	b := o.newBackoff()
+	bucket := c.cfg.Leases.KVBucket
+	for {
+		err := o.kvWatchOnce(js, bucket, &b)
+		if c.ctx.Err() != nil {
+			return
+		}
+		o.leaseError("lagbridge lease KV watch failed", err)
+		if !o.pause(b.next()) {
+			return
+		}
+	}
+}
+
+func (o *leaseOwner) kvWatchOnce(js jetstream.JetStream, bucket string, b *backoffState) error {
+	c := o.c
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	kv, err := js.KeyValue(ctx, bucket)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("KV bucket %q: %w", bucket, err)
+	}
+	w, err := kv.Watch(c.ctx, quotaproto.KVProducerPrefix(c.cfg.Producer)+">")
+	if err != nil {
+		return fmt.Errorf("watch KV bucket %q: %w", bucket, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("KV watcher closed")
+			}
+			if e == nil {
+				continue // end of the initial values
+			}
+			b.reset()
+			_, topic, err := quotaproto.ParseKVKey(e.Key())
+			if err != nil {
+				o.malformed.Add(1)
+				continue
+			}
+			var u leaseUpdate
+			switch e.Operation() {
+			case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
+				u.deleted = []string{topic}
+			default:
+				d, err := decodeLease(e.Value())
+				if err != nil {
+					o.malformed.Add(1)
+					c.cfg.Logger.Warn("lagbridge KV lease skipped", "key", e.Key(), "error", err)
+					continue
+				}
+				d.Topic = topic // the key names the topic
+				u.leases = []decodedLease{d}
+			}
+			if !o.deliver(u) {
+				return nil
+			}
+		}
+	}
+}

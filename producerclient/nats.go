@@ -1,0 +1,490 @@
+package producerclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lagbridge/lagbridge/ttl"
+)
+
+// noRetry turns off nats.go's own publish retries (by default it retries
+// twice, 250ms apart, when no stream answers): the SDK is the one retry
+// layer. Shared, so that passing it allocates nothing.
+var noRetry = []jetstream.PublishOpt{jetstream.WithRetryAttempts(0)}
+
+// closeDrain bounds how long Close waits for the acks of async publishes.
+const closeDrain = 5 * time.Second
+
+// defaultAckWait bounds the wait for an async ack when the message has no
+// deadline (nats.go has no ack timeout unless the JetStream context was
+// built with jetstream.WithPublishAsyncTimeout).
+const defaultAckWait = 30 * time.Second
+
+// errNoAck is the failure of an async publish whose ack did not come in
+// time; whether the message was stored is unknown.
+var errNoAck = errors.New("no ack from JetStream in time; the message may or may not be stored")
+
+// NATSProducer publishes to JetStream under lagbridge quotas. The lease key
+// ("topic") of a message is its stream, found from the subject. It is
+// safe for concurrent use. Create it with NewNATS.
+type NATSProducer struct {
+	c     *core
+	js    jetstream.JetStream
+	queue chan *npending
+
+	mu     sync.RWMutex
+	routes map[string]natsRoute // subject -> stream
+	ttls   map[string]ttlInfo   // stream -> per-message TTL allowed
+}
+
+type natsRoute struct {
+	topic   string
+	found   bool
+	checked time.Time
+}
+
+type ttlInfo struct {
+	allowed bool
+	checked time.Time
+	known   bool
+}
+
+// routeCacheMax bounds the subject cache; it is cleared when full.
+const routeCacheMax = 10_000
+
+// NewNATS wraps js. Every publish passes jetstream.WithRetryAttempts(0), so
+// nats.go does not retry under the SDK. NewNATS starts the ack collector
+// goroutine and the lease goroutines of cfg.Leases; with
+// Leases.KVBucket set and Leases.KV nil, leases are read through js. The
+// caller keeps ownership of js and its connection.
+func NewNATS(js jetstream.JetStream, cfg Config) (*NATSProducer, error) {
+	if js == nil {
+		return nil, fmt.Errorf("%w: nil jetstream.JetStream", ErrInvalidOption)
+	}
+	c, err := newCore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p := &NATSProducer{c: c, js: js, queue: make(chan *npending, c.cfg.NATS.MaxPendingAcks),
+		routes: map[string]natsRoute{}, ttls: map[string]ttlInfo{}}
+	c.goroutine(p.collect)
+	if err := c.start(js); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// npending is one async message in flight.
+type npending struct {
+	m       msg
+	nm      *nats.Msg
+	stream  string
+	done    func(*nats.Msg, *jetstream.PubAck, error)
+	fut     jetstream.PubAckFuture
+	counted bool
+}
+
+// Publish sends m and waits for its ack. It returns the ack, or a
+// *RejectError holding m (or an error wrapping ErrInvalidOption for a nil
+// message or no subject). Retries happen inside, within the retry budget,
+// the context's deadline and the lease's signal; a timed-out publish is
+// retried only when m has a Nats-Msg-Id header (the stream then drops a
+// duplicate), since otherwise a retry could store it twice.
+//
+// m gets the lagbridge-deadline and lagbridge-criticality headers and, on a
+// stream that allows it (see NATSConfig.MessageTTL), Nats-TTL: the time to
+// the deadline, rounded up to whole seconds.
+func (p *NATSProducer) Publish(ctx context.Context, m *nats.Msg, opts ...CallOption) (*jetstream.PubAck, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if m == nil || m.Subject == "" {
+		return nil, fmt.Errorf("%w: nil message or empty subject", ErrInvalidOption)
+	}
+	stream := p.topicOf(ctx, m.Subject)
+	t := p.c.topic(stream)
+	meta, hasCrit := readNATSMeta(m.Header)
+	var ms msg
+	p.c.prepare(ctx, &ms, t, opts, meta, hasCrit)
+	now := p.c.mono.nanos()
+	if rej := p.c.admit(&ms, now); rej != nil {
+		rej.Msg = m
+		return nil, rej
+	}
+	p.stamp(ctx, m, &ms, stream)
+	for first := true; ; first = false {
+		if !first {
+			now = p.c.mono.nanos()
+		}
+		if rej := p.c.beforeSend(&ms, now); rej != nil {
+			return nil, p.failSync(&ms, m, rej)
+		}
+		ack, err := p.js.PublishMsg(ctx, m, noRetry...)
+		if err == nil {
+			p.c.succeeded(&ms)
+			p.c.finish(&ms)
+			return ack, nil
+		}
+		if p.ttlRefused(err, m, stream) {
+			continue
+		}
+		delay, rej := p.c.failed(&ms, err, classifyNATS(err, m))
+		if rej != nil {
+			return nil, p.failSync(&ms, m, rej)
+		}
+		if rej := p.c.waitRetry(&ms, delay, err); rej != nil {
+			return nil, p.failSync(&ms, m, rej)
+		}
+	}
+}
+
+func (p *NATSProducer) failSync(ms *msg, m *nats.Msg, rej *RejectError) error {
+	rej.Msg = m
+	p.c.finish(ms)
+	return rej
+}
+
+// PublishAsync sends m and calls done exactly once with m and the outcome:
+// the ack, or a *RejectError holding m. done may run before PublishAsync
+// returns (a local rejection) or on the producer's ack goroutine: it must
+// not block. In Block mode PublishAsync waits for quota up to the
+// context's deadline; it also blocks while MaxPendingAcks acks are
+// outstanding. The ack is awaited until the message's deadline (or 30s
+// without one); after that the outcome is unknown and reported as an
+// error. A nil done is allowed; failures are then logged and counted.
+func (p *NATSProducer) PublishAsync(ctx context.Context, m *nats.Msg, done func(*nats.Msg, *jetstream.PubAck, error), opts ...CallOption) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if m == nil || m.Subject == "" {
+		err := fmt.Errorf("%w: nil message or empty subject", ErrInvalidOption)
+		if done != nil {
+			done(m, nil, err)
+		} else {
+			p.c.unhandledFailure(err)
+		}
+		return
+	}
+	stream := p.topicOf(ctx, m.Subject)
+	np := &npending{nm: m, stream: stream, done: done}
+	meta, hasCrit := readNATSMeta(m.Header)
+	p.c.prepare(ctx, &np.m, p.c.topic(stream), opts, meta, hasCrit)
+	now := p.c.mono.nanos()
+	if rej := p.c.admit(&np.m, now); rej != nil {
+		p.finishAsync(np, nil, rej)
+		return
+	}
+	np.counted = true
+	p.stamp(ctx, m, &np.m, stream)
+	p.sendAsync(np, now)
+}
+
+func (p *NATSProducer) sendAsync(np *npending, now int64) {
+	if rej := p.c.beforeSend(&np.m, now); rej != nil {
+		p.finishAsync(np, nil, rej)
+		return
+	}
+	f, err := p.js.PublishMsgAsync(np.nm, noRetry...)
+	if err != nil {
+		p.resultAsync(np, nil, err)
+		return
+	}
+	np.fut = f
+	select {
+	case p.queue <- np:
+	case <-p.c.ctx.Done():
+		p.finishAsync(np, nil, p.c.closedReject(np.m.t, np.m.attempts, errNoAck))
+	}
+}
+
+// resultAsync handles the outcome of one async attempt.
+func (p *NATSProducer) resultAsync(np *npending, ack *jetstream.PubAck, err error) {
+	if err == nil {
+		p.c.succeeded(&np.m)
+		if np.done != nil {
+			np.done(np.nm, ack, nil)
+		}
+		p.c.finish(&np.m)
+		return
+	}
+	if p.ttlRefused(err, np.nm, np.stream) {
+		if !p.c.spawn(func() { p.sendAsync(np, p.c.mono.nanos()) }) {
+			p.finishAsync(np, nil, p.c.closedReject(np.m.t, np.m.attempts, err))
+		}
+		return
+	}
+	delay, rej := p.c.failed(&np.m, err, classifyNATS(err, np.nm))
+	if rej != nil {
+		p.finishAsync(np, nil, rej)
+		return
+	}
+	if !p.c.spawn(func() {
+		if rej := p.c.waitRetry(&np.m, delay, err); rej != nil {
+			p.finishAsync(np, nil, rej)
+			return
+		}
+		p.sendAsync(np, p.c.mono.nanos())
+	}) {
+		p.finishAsync(np, nil, p.c.closedReject(np.m.t, np.m.attempts, err))
+	}
+}
+
+func (p *NATSProducer) finishAsync(np *npending, ack *jetstream.PubAck, rej *RejectError) {
+	rej.Msg = np.nm
+	if np.done != nil {
+		np.done(np.nm, ack, rej)
+	} else {
+		p.c.unhandledFailure(rej)
+	}
+	if np.counted {
+		p.c.finish(&np.m)
+	}
+}
+
+// collect is the ack goroutine: it awaits the futures in publish order
+// (JetStream acks a stream's messages in order) and, once the producer is
+// closed, drains what is queued for up to closeDrain.
+func (p *NATSProducer) collect() {
+	tm := p.c.clock.NewTimer(time.Hour)
+	defer tm.Stop()
+	for {
+		select {
+		case np := <-p.queue:
+			p.await(np, tm, nil)
+		case <-p.c.ctx.Done():
+			drain := time.NewTimer(closeDrain)
+			defer drain.Stop()
+			for {
+				select {
+				case np := <-p.queue:
+					p.await(np, tm, drain.C)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (p *NATSProducer) await(np *npending, tm Timer, drain <-chan time.Time) {
+	select {
+	case ack := <-np.fut.Ok():
+		p.resultAsync(np, ack, nil)
+		return
+	case err := <-np.fut.Err():
+		p.resultAsync(np, nil, err)
+		return
+	default:
+	}
+	wait := defaultAckWait
+	if np.m.hasDL {
+		wait = time.Duration(np.m.dl - p.c.mono.nanos())
+	}
+	if wait <= 0 {
+		wait = time.Millisecond
+	}
+	tm.Stop()
+	tm.Reset(wait)
+	select {
+	case ack := <-np.fut.Ok():
+		p.resultAsync(np, ack, nil)
+	case err := <-np.fut.Err():
+		p.resultAsync(np, nil, err)
+	case <-tm.C():
+		p.resultAsync(np, nil, errNoAck)
+	case <-drain:
+		p.finishAsync(np, nil, p.c.closedReject(np.m.t, np.m.attempts, errNoAck))
+	}
+}
+
+// Flush waits until every message published so far is finally
+// acknowledged or failed (retries included), or ctx ends.
+func (p *NATSProducer) Flush(ctx context.Context) error { return p.c.flush(ctx) }
+
+// Close stops the lease goroutines, ends pending retries (their messages
+// fail with ErrClosed), and waits up to 5s for the acks of async messages
+// already published (those still unacknowledged then fail with ErrClosed:
+// stored or not, unknown). Later publishes fail with ErrClosed. It does not
+// close the NATS connection. Idempotent; it waits for every goroutine the
+// producer started and always returns nil.
+func (p *NATSProducer) Close() error {
+	p.c.close()
+	return nil
+}
+
+// Quota returns the quota the producer currently enforces on stream;
+// false for a stream it has not seen.
+func (p *NATSProducer) Quota(stream string) (Quota, bool) { return p.c.quota(stream) }
+
+// Stats returns the producer's counters.
+func (p *NATSProducer) Stats() Stats { return p.c.stats() }
+
+// topicOf returns the lease key of subject: NATSConfig.Topic's answer, or
+// the stream that captures the subject (cached), or the subject itself
+// when no stream does (the publish will then fail on its own).
+func (p *NATSProducer) topicOf(ctx context.Context, subject string) string {
+	if f := p.c.cfg.NATS.Topic; f != nil {
+		if t := f(subject); t != "" {
+			return t
+		}
+		return subject
+	}
+	p.mu.RLock()
+	r, ok := p.routes[subject]
+	p.mu.RUnlock()
+	if ok && r.found {
+		return r.topic
+	}
+	now := p.c.clock.Now()
+	if ok && now.Sub(r.checked) < 10*time.Second {
+		return r.topic
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r = natsRoute{topic: subject, checked: now}
+	if name, err := p.js.StreamNameBySubject(lctx, subject); err == nil && name != "" {
+		r.topic, r.found = name, true
+	}
+	p.mu.Lock()
+	if len(p.routes) >= routeCacheMax {
+		p.routes = map[string]natsRoute{}
+	}
+	p.routes[subject] = r
+	p.mu.Unlock()
+	return r.topic
+}
+
+// ttlAllowed reports whether stream takes Nats-TTL headers.
+func (p *NATSProducer) ttlAllowed(ctx context.Context, stream string) bool {
+	switch p.c.cfg.NATS.MessageTTL {
+	case TTLNever:
+		return false
+	case TTLAlways:
+		return true
+	}
+	p.mu.RLock()
+	ti, ok := p.ttls[stream]
+	p.mu.RUnlock()
+	if ok && ti.known {
+		return ti.allowed
+	}
+	now := p.c.clock.Now()
+	if ok && now.Sub(ti.checked) < 10*time.Second {
+		return ti.allowed
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ti = ttlInfo{checked: now}
+	if s, err := p.js.Stream(lctx, stream); err == nil {
+		ti.allowed, ti.known = s.CachedInfo().Config.AllowMsgTTL, true
+	}
+	p.mu.Lock()
+	if len(p.ttls) >= routeCacheMax {
+		p.ttls = map[string]ttlInfo{}
+	}
+	p.ttls[stream] = ti
+	p.mu.Unlock()
+	return ti.allowed
+}
+
+// ttlRefused handles a stream that refused Nats-TTL (its config changed
+// since it was cached): it drops the header, remembers, and reports true
+// so the message is sent again at once, outside the retry budget (this is
+// the SDK's mistake, not the broker's pushback).
+func (p *NATSProducer) ttlRefused(err error, m *nats.Msg, stream string) bool {
+	var api *jetstream.APIError
+	if !errors.As(err, &api) || api.ErrorCode != jsErrMsgTTLDisabled || m.Header.Get(jetstream.MsgTTLHeader) == "" {
+		return false
+	}
+	m.Header.Del(jetstream.MsgTTLHeader)
+	p.mu.Lock()
+	p.ttls[stream] = ttlInfo{allowed: false, known: true, checked: p.c.clock.Now()}
+	p.mu.Unlock()
+	return true
+}
+
+// stamp sets the lagbridge headers (and Nats-TTL) on m.
+func (p *NATSProducer) stamp(ctx context.Context, m *nats.Msg, ms *msg, stream string) {
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	if ms.hasDL {
+		m.Header.Set(ttl.HeaderDeadline, ttl.FormatDeadline(p.c.deadline(ms)))
+		if m.Header.Get(jetstream.MsgTTLHeader) == "" && p.ttlAllowed(ctx, stream) {
+			m.Header.Set(jetstream.MsgTTLHeader, ttl.NATSTTL(time.Duration(ms.dl-p.c.mono.nanos())))
+		}
+	} else {
+		m.Header.Del(ttl.HeaderDeadline)
+	}
+	m.Header.Set(ttl.HeaderCriticality, ms.crit.String())
+}
+
+// readNATSMeta reads the lagbridge headers already on a message; a
+// malformed value counts as absent.
+func readNATSMeta(h nats.Header) (m ttl.Meta, hasCrit bool) {
+	if h == nil {
+		return m, false
+	}
+	if v := h.Get(ttl.HeaderDeadline); v != "" {
+		if d, err := ttl.ParseDeadline(v); err == nil {
+			m.Deadline = d
+		}
+	}
+	if v := h.Get(ttl.HeaderCriticality); v != "" {
+		if c, err := ttl.ParseCriticality(v); err == nil {
+			m.Criticality, hasCrit = c, true
+		}
+	}
+	return m, hasCrit
+}
+
+// JetStream error codes the SDK branches on (nats-server's
+// jetstream_errors_generated.go).
+const (
+	jsErrStreamStoreFailed  = 10077 // "maximum messages exceeded", "maximum bytes exceeded", ...
+	jsErrMsgTTLInvalid      = 10165
+	jsErrMsgTTLDisabled     = 10166
+	jsErrWrongLastSequence  = 10071
+	jsErrWrongLastSequence2 = 10164
+)
+
+// classifyNATS maps a publish failure to a signal and whether a retry may
+// help.
+func classifyNATS(err error, m *nats.Msg) errClass {
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode {
+		case jsErrStreamStoreFailed:
+			return errClass{signal: SignalSlowDown, retriable: true, why: "the stream refused the message: " + api.Description}
+		case jetstream.JSErrCodeStreamMessageExceedsMaximum, jetstream.JSErrCodeStreamNotFound,
+			jsErrWrongLastSequence, jsErrWrongLastSequence2, jsErrMsgTTLInvalid, jsErrMsgTTLDisabled:
+			return errClass{signal: SignalStop, why: "the stream refused the message for good: " + api.Description}
+		}
+		if api.Code >= 500 || api.Code == 429 {
+			return errClass{signal: SignalSlowDown, retriable: true, why: "JetStream is unavailable: " + api.Description}
+		}
+		return errClass{signal: SignalStop, why: "JetStream refused the message: " + api.Description}
+	}
+	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+		return errClass{signal: SignalSlowDown, retriable: true, why: "no stream answered (none captures the subject, or it has no leader)"}
+	case errors.Is(err, nats.ErrMaxPayload):
+		return errClass{signal: SignalStop, why: "the message exceeds the server's max payload"}
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining):
+		return errClass{signal: SignalStop, why: "the NATS connection is closed"}
+	case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, errNoAck):
+		if m != nil && m.Header.Get(jetstream.MsgIDHeader) != "" {
+			return errClass{signal: SignalSlowDown, retriable: true, why: "no ack in time (retried: Nats-Msg-Id deduplicates)"}
+		}
+		return errClass{signal: SignalSlowDown, why: "no ack in time; not retried, since without a Nats-Msg-Id a retry could store the message twice"}
+	}
+	return errClass{signal: SignalSlowDown, retriable: true, why: "publish failed"}
+}
