@@ -65,7 +65,7 @@ func TestDemoSmoke(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"demo-kafka/orders/billing", "demo-nats/EVENTS/processor", "daemon on http://127.0.0.1:"} {
+	for _, want := range []string{"demo-kafka/orders", "demo-nats/EVENTS", "dashboard: http://127.0.0.1:", "lagbridge demo report", "checkout", "batch-export"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -15,6 +16,8 @@ import (
 	"github.com/lagbridge/lagbridge/internal/app"
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/producerclient"
+	"github.com/lagbridge/lagbridge/quota"
 )
 
 // Options configure a demo run. The zero value of each field means its
@@ -71,8 +74,10 @@ func Config(b *Brokers, listen string, interval time.Duration) config.Config {
 	}
 }
 
-// Run starts the embedded brokers, the workload and the daemon, prints a
-// live table every interval, and stops everything when ctx is done or the
+// Run starts the embedded brokers, the daemon with the demo's quota policy,
+// and the story (SDK producers of three criticalities, consumers that slow
+// from Normal to Slow and recover); it prints a live summary every interval
+// and a report at the end, and stops everything when ctx is done or the
 // duration has passed.
 func Run(ctx context.Context, o Options) error {
 	o.defaults()
@@ -92,6 +97,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer b.Close()
 	cfg := Config(b, o.Listen, o.Interval)
+	cfg.Quota.Policies = []quota.Policy{StoryPolicy()}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -103,49 +109,125 @@ func Run(ctx context.Context, o Options) error {
 	if story == 0 {
 		story = time.Minute
 	}
-	w, err := StartWorkload(b, o.ProduceRate, StepProfile(story, o.Normal, o.Slow))
-	if err != nil {
-		a.Close()
-		return err
-	}
-	defer w.Close()
-
-	fmt.Fprintf(o.Out, "lagbridge demo: embedded Kafka %s, NATS %s\n", strings.Join(b.KafkaAddrs(), ","), b.NATSURL())
-	fmt.Fprintf(o.Out, "daemon on http://%s  (/v1/lag, /metrics)\n", a.Addr())
-	fmt.Fprintf(o.Out, "producers %.0f msg/s; consumers %.0f msg/s, slowed to %.0f msg/s from %s to %s, then recovered\n\n",
-		o.ProduceRate, o.Normal, o.Slow, (story / 4).Round(time.Second), (story * 3 / 5).Round(time.Second))
-
+	base := "http://" + a.Addr()
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
+	st, err := StartStory(b, base, StepProfile(story, o.Normal, o.Slow))
+	if err != nil {
+		<-ctx.Done()
+		<-done
+		return err
+	}
+
+	var offered float64
+	for _, p := range StoryProducers {
+		offered += p.Rate
+	}
+	fmt.Fprintf(o.Out, "lagbridge demo: embedded Kafka %s, NATS %s\n", strings.Join(b.KafkaAddrs(), ","), b.NATSURL())
+	fmt.Fprintf(o.Out, "dashboard: %s/   API: %s/v1/lag  %s/v1/quotas  %s/metrics\n", base, base, base, base)
+	fmt.Fprintf(o.Out, "producers offer %.0f msg/s per broker (checkout CRITICAL_PLUS 300, orders-api CRITICAL 500, batch-export SHEDDABLE 1000),\n", offered)
+	fmt.Fprintf(o.Out, "consumers serve %.0f msg/s, slowed to %.0f msg/s from %s to %s; messages are dead after %s\n\n",
+		o.Normal, o.Slow, (story / 4).Round(time.Second), (story * 3 / 5).Round(time.Second), MessageDeadline)
+
 	start := time.Now()
 	t := time.NewTicker(o.Interval)
 	defer t.Stop()
+	prev := snapshotTallies(st)
+	var maxHead = map[string]time.Duration{}
 	for {
 		select {
 		case err := <-done:
-			s, werr := w.Stats()
-			fmt.Fprintf(o.Out, "\nproduced kafka %d, nats %d; consumed kafka %d, nats %d\n", s.KafkaProduced, s.NATSProduced, s.KafkaConsumed, s.NATSConsumed)
-			if werr != nil {
-				fmt.Fprintf(o.Out, "workload error: %v\n", werr)
-			}
+			st.Close()
+			Report(o.Out, time.Since(start), st, maxHead, o)
 			return err
 		case <-t.C:
-			PrintTable(o.Out, time.Since(start), a.Store.States())
+			states := a.Store.States()
+			for _, s := range states {
+				maxHead[s.Target.Cluster] = max(maxHead[s.Target.Cluster], s.HeadAge)
+			}
+			cur := snapshotTallies(st)
+			PrintLive(o.Out, time.Since(start), st.Speed(), states, a.Engine.Decisions(), cur, prev, o.Interval, st.KafkaQuotas())
+			prev = cur
 		}
 	}
 }
 
-// PrintTable writes one block of the live table.
-func PrintTable(out io.Writer, elapsed time.Duration, states []lag.State) {
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "t=%s\ttarget\tstatus\tlag\thead age\tproduce/s\tconsume/s\tdrain\t\n", elapsed.Round(time.Second))
+type tallies map[string][4]int64 // offered, acked, shed, failed
+
+func snapshotTallies(st *Story) tallies {
+	out := tallies{}
+	for id, t := range st.Producers {
+		out[id] = [4]int64{t.Offered.Load(), t.Acked.Load(), t.Shed.Load(), t.Failed.Load()}
+	}
+	return out
+}
+
+// PrintLive writes one block of the live summary: each target's lag, head
+// age against the deadline, allowed rate and signal; then each service's
+// admitted rate on Kafka over the last interval.
+func PrintLive(out io.Writer, elapsed time.Duration, speed int64, states []lag.State, ds []quota.Decision, cur, prev tallies, interval time.Duration, qs []producerclient.Quota) {
+	allowed := map[lag.Target]quota.Decision{}
+	for _, d := range ds {
+		allowed[d.Target] = d
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "t=%s  consumers %d msg/s\ttarget\tstatus\tlag\thead age\tallowed\tsignal\n", elapsed.Round(time.Second), speed)
 	for _, s := range states {
-		drain := "never"
-		if s.TimeToDrain != lag.Never {
-			drain = s.TimeToDrain.Round(100 * time.Millisecond).String()
+		d, ok := allowed[s.Target]
+		rate, sig := "-", "-"
+		if ok {
+			rate, sig = "unlimited", d.Signal.String()
+			if !d.IsUnlimited() {
+				rate = fmt.Sprintf("%.0f/s", d.Rate)
+			}
 		}
-		fmt.Fprintf(tw, "\t%s/%s/%s\t%s\t%d\t%s\t%.0f\t%.0f\t%s\t\n", s.Target.Cluster, s.Target.Topic, s.Target.Group,
-			s.Status, s.Lag, s.HeadAge.Round(10*time.Millisecond), s.ProduceRate, s.ConsumeRate, drain)
+		fmt.Fprintf(tw, "\t%s/%s\t%s\t%d\t%s / %s\t%s\t%s\n", s.Target.Cluster, s.Target.Topic, s.Status, s.Lag,
+			s.HeadAge.Round(10*time.Millisecond), MessageDeadline, rate, sig)
+	}
+	var line strings.Builder
+	for i, p := range StoryProducers {
+		c, pr := cur[p.ID], prev[p.ID]
+		grant := "open"
+		if i < len(qs) && !math.IsInf(qs[i].Rate, 1) {
+			grant = fmt.Sprintf("%.0f", qs[i].Rate)
+		}
+		fmt.Fprintf(&line, "  %s %.0f/%.0f (lease %s)", p.ID, float64(c[1]-pr[1])/interval.Seconds(), float64(c[0]-pr[0])/interval.Seconds(), grant)
+	}
+	fmt.Fprintf(tw, "\tdelivered/offered on kafka (msg/s):%s\n", line.String())
+
+	tw.Flush()
+}
+
+// Report writes the end-of-run report: what each service got, goodput,
+// dead work and head age against the deadline.
+func Report(out io.Writer, elapsed time.Duration, st *Story, maxHead map[string]time.Duration, o Options) {
+	fmt.Fprintf(out, "\n== lagbridge demo report (%s)\n", elapsed.Round(time.Second))
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "service\tbroker\tcriticality\toffered\tdelivered\tshed by quota\tshed %\tfailed\t")
+	for _, p := range StoryProducers {
+		for _, b := range []struct{ name, key string }{{"kafka", p.ID}, {"nats", p.ID + natsSuffix}} {
+			t := st.Producers[b.key]
+			off := t.Offered.Load()
+			pct := 0.0
+			if off > 0 {
+				pct = 100 * float64(t.Shed.Load()) / float64(off)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%.1f%%\t%d\t\n", p.ID, b.name, p.Criticality, off, t.Acked.Load(), t.Shed.Load(), pct, t.Failed.Load())
+		}
 	}
 	tw.Flush()
+	for _, c := range []struct {
+		name, cluster string
+		t             *ConsumerTally
+	}{{"kafka", "demo-kafka", &st.Kafka}, {"nats", "demo-nats", &st.NATS}} {
+		good, dead, skipped := c.t.Good.Load(), c.t.Dead.Load(), c.t.Skipped.Load()
+		consumed := good + dead
+		deadPct := 0.0
+		if consumed > 0 {
+			deadPct = 100 * float64(dead) / float64(consumed)
+		}
+		fmt.Fprintf(out, "%s consumer: goodput %.0f msg/s (%d within the %s deadline), dead work %d (%.2f%%), expired and skipped %d; head age max %s, oldest processed %s\n",
+			c.name, float64(good)/elapsed.Seconds(), good, MessageDeadline, dead, deadPct, skipped,
+			maxHead[c.cluster].Round(10*time.Millisecond), time.Duration(c.t.MaxAge.Load()).Round(10*time.Millisecond))
+	}
 }
