@@ -143,25 +143,10 @@ func StartStory(b *Brokers, daemonURL string, profile Profile) (*Story, error) {
 		s.wg.Go(func() { s.produceNATS(ctx, np, sp.Rate, nt) })
 	}
 
-	start := time.Now()
 	klim := rate.NewLimiter(rate.Limit(profile(0)), 20)
 	nlim := rate.NewLimiter(rate.Limit(profile(0)), 20)
 	s.speed.Store(int64(profile(0)))
-	s.wg.Go(func() {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				r := profile(time.Since(start))
-				s.speed.Store(int64(r))
-				klim.SetLimit(rate.Limit(r))
-				nlim.SetLimit(rate.Limit(r))
-			}
-		}
-	})
+	s.wg.Go(func() { govern(ctx, profile, func(r float64) { s.speed.Store(int64(r)) }, klim, nlim) })
 	s.wg.Go(func() { s.consumeKafka(ctx, cons, klim) })
 	s.wg.Go(func() { s.consumeNATS(ctx, jc, nlim) })
 	return s, nil

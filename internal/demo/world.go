@@ -147,30 +147,37 @@ func StartWorkload(b *Brokers, produceRate float64, profile Profile) (*Workload,
 		return nil, fmt.Errorf("create consumer: %w", err)
 	}
 
-	start := time.Now()
 	klim := rate.NewLimiter(rate.Limit(profile(0)), 50)
 	nlim := rate.NewLimiter(rate.Limit(profile(0)), 50)
 	w.wg.Add(5)
-	go func() { // governor: follows the profile
-		defer w.wg.Done()
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				r := rate.Limit(profile(time.Since(start)))
-				klim.SetLimit(r)
-				nlim.SetLimit(r)
-			}
-		}
-	}()
+	go func() { defer w.wg.Done(); govern(ctx, profile, nil, klim, nlim) }()
 	go func() { defer w.wg.Done(); w.produceKafka(ctx, prod, produceRate) }()
 	go func() { defer w.wg.Done(); w.produceNATS(ctx, js, produceRate) }()
 	go func() { defer w.wg.Done(); w.consumeKafka(ctx, cons, klim) }()
 	go func() { defer w.wg.Done(); w.consumeNATS(ctx, jc, nlim) }()
 	return w, nil
+}
+
+// govern sets the limiters' rate to the profile's speed every 100 ms until
+// ctx is done; onSet, when not nil, sees each speed.
+func govern(ctx context.Context, profile Profile, onSet func(float64), lims ...*rate.Limiter) {
+	start := time.Now()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r := profile(time.Since(start))
+			if onSet != nil {
+				onSet(r)
+			}
+			for _, l := range lims {
+				l.SetLimit(rate.Limit(r))
+			}
+		}
+	}
 }
 
 // pace calls fn with the number of messages due every 10 ms for rate r.
