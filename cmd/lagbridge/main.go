@@ -5,6 +5,7 @@
 //	lagbridge run --config FILE     run the daemon
 //	lagbridge check --config FILE   validate a config, report every problem, exit 1 if any
 //	lagbridge demo [--duration 20s] embedded brokers, a synthetic workload, the daemon
+//	lagbridge bench [--short]       overload benchmark, naive vs lagbridge (internal/bench)
 //	lagbridge version               print the version
 //
 // Every flag is also settable in the file and as LAGBRIDGE_<FLAG>.
@@ -25,6 +26,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/lagbridge/lagbridge/internal/app"
+	"github.com/lagbridge/lagbridge/internal/bench"
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/demo"
 )
@@ -35,6 +37,7 @@ Usage:
   lagbridge run --config FILE     run the daemon
   lagbridge check --config FILE   validate a config and report every problem
   lagbridge demo [flags]          embedded Kafka and NATS, a synthetic workload, the daemon
+  lagbridge bench [flags]         overload benchmark: naive producers vs lagbridge, side by side
   lagbridge version               print the version
 
 Run 'lagbridge COMMAND --help' for a command's flags.
@@ -58,6 +61,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdCheck(args[1:], stdout, stderr)
 	case "demo":
 		return cmdDemo(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return bench.Command(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "lagbridge", app.Version)
 		return 0

@@ -1,0 +1,408 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testScenario is small enough to reason about by hand: 1,000 msg/s for
+// 1s, 100 msg/s for 2s, 1,000 msg/s for 1s; one class.
+func testScenario() Scenario {
+	return Scenario{Normal: 1000, Slow: 100, NormalFor: time.Second, SlowFor: 2 * time.Second, RecoverFor: time.Second,
+		Deadline: time.Second, Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
+}
+
+// series builds a one-class series of 40 bins of 100ms from per-bin
+// functions of the bin index (counts per bin).
+func series(offered, acked, good, dead func(i int) int64, head func(i int) float64) *Series {
+	const n = 40
+	s := &Series{Bin: 100 * time.Millisecond, Offered: [][]int64{make([]int64, n)}, Acked: [][]int64{make([]int64, n)},
+		Good: [][]int64{make([]int64, n)}, Dead: [][]int64{make([]int64, n)}, Skipped: [][]int64{make([]int64, n)},
+		HeadAge: make([]float64, n), Lag: make([]float64, n), Allowed: make([]float64, n), Decided: make([]float64, n),
+		Capacity: make([]float64, n), Wait: make([]float64, n), Reason: make([]string, n), Ages: make([]int64, ageBuckets)}
+	for i := range n {
+		s.Offered[0][i], s.Acked[0][i], s.Good[0][i], s.Dead[0][i] = offered(i), acked(i), good(i), dead(i)
+		s.HeadAge[i], s.Lag[i], s.Allowed[i], s.Decided[i] = head(i), float64(i), math.Inf(1), math.NaN()
+		s.Ages[10] += good(i)
+		s.Ages[150] += dead(i)
+	}
+	return s
+}
+
+func TestAnalyze(t *testing.T) {
+	scn := testScenario()
+	c := func(v int64) func(int) int64 { return func(int) int64 { return v } }
+	phase := func(normal, slow int64) func(int) int64 {
+		return func(i int) int64 {
+			if i >= 10 && i < 30 {
+				return slow
+			}
+			return normal
+		}
+	}
+	// Offered 500 msg/s (50 a bin) throughout: possible goodput is
+	// 50 a bin in the normal phases and 10 in the slow one: 20*50+20*10 = 1,200.
+	t.Run("perfect", func(t *testing.T) {
+		// Stores 10 a bin (100/s <= 110) from bin 12 on in the slow
+		// phase, processes everything in time.
+		acked := func(i int) int64 {
+			if i >= 12 && i < 30 {
+				return 10
+			}
+			return 50
+		}
+		s := series(c(50), acked, phase(50, 10), c(0), func(i int) float64 { return 0.1 })
+		r := Analyze(scn, "k", ModeLagbridge, 5, s, Totals{Attempts: 1000})
+		if r.Offered != 500 || r.Requested != 2000 || r.Good != 1200 || r.Dead != 0 {
+			t.Fatalf("counts: %+v", r)
+		}
+		if math.Abs(r.GoodputShare-1) > 1e-9 || math.Abs(r.SlowGoodputShare-1) > 1e-9 || r.DeadShare != 0 {
+			t.Errorf("shares: goodput %v slow %v dead %v", r.GoodputShare, r.SlowGoodputShare, r.DeadShare)
+		}
+		if r.Goodput != 300 { // 1,200 over 4s
+			t.Errorf("goodput %v msg/s, want 300", r.Goodput)
+		}
+		// The window of bins [12-5, 12) still holds bins 10-11 at 50:
+		// the 500ms rate is first <= 110 at bin 15 (bins 10..14 hold
+		// 2x50+3x10 = 130 in 0.5s = 260/s; bin 16: 1x50+4x10 = 180/s;
+		// bin 17: 100/s).
+		if r.Reaction != 700*time.Millisecond {
+			t.Errorf("reaction %v, want 700ms", r.Reaction)
+		}
+		// Good is back to 50 a bin at bin 30, the first window [30, 31)
+		// is 500/s >= 450: recovery one bin after the restore.
+		if r.Recovery != 100*time.Millisecond || r.RecoveryAdmitted != 100*time.Millisecond {
+			t.Errorf("recovery %v / %v, want 100ms", r.Recovery, r.RecoveryAdmitted)
+		}
+		if r.Amplification != 0.5 {
+			t.Errorf("amplification %v, want 0.5", r.Amplification)
+		}
+		if r.HeadAgeP99 != 100*time.Millisecond || r.AgeP99 != 110*time.Millisecond {
+			t.Errorf("head age p99 %v, age p99 %v", r.HeadAgeP99, r.AgeP99)
+		}
+		if r.EndLag != 39 {
+			t.Errorf("end lag %d, want 39 (the last sample)", r.EndLag)
+		}
+	})
+	t.Run("naive", func(t *testing.T) {
+		// Stores everything, processes at capacity, and everything
+		// after the drop is dead: no reaction, no recovery.
+		s := series(c(50), c(50), func(i int) int64 {
+			if i < 10 {
+				return 50
+			}
+			return 0
+		}, func(i int) int64 {
+			if i < 10 {
+				return 0
+			}
+			return phase(50, 10)(i)
+		}, func(i int) float64 { return float64(i) / 10 })
+		r := Analyze(scn, "k", ModeNaive, 5, s, Totals{Attempts: 2000})
+		if r.Reaction != Never || r.Recovery != Never {
+			t.Errorf("reaction %v recovery %v, want never", r.Reaction, r.Recovery)
+		}
+		if want := 500.0 / 1200; math.Abs(r.GoodputShare-want) > 1e-9 {
+			t.Errorf("goodput share %v, want %v", r.GoodputShare, want)
+		}
+		if want := 700.0 / 1200; math.Abs(r.DeadShare-want) > 1e-9 { // 20x10 + 10x50 dead, 10x50 good
+			t.Errorf("dead share %v, want %v", r.DeadShare, want)
+		}
+		if r.HeadAgeMax != 3900*time.Millisecond || r.AgeMax != 1510*time.Millisecond {
+			t.Errorf("head age max %v, age max %v", r.HeadAgeMax, r.AgeMax)
+		}
+		if r.Amplification != 1 {
+			t.Errorf("amplification %v", r.Amplification)
+		}
+	})
+	t.Run("no samples", func(t *testing.T) {
+		// A run the daemon never saw: head age and end lag unknown.
+		s := series(c(0), c(0), c(0), c(0), func(int) float64 { return math.NaN() })
+		for i := range s.Lag {
+			s.Lag[i] = math.NaN()
+		}
+		r := Analyze(scn, "k", ModeNaive, 5, s, Totals{})
+		if r.HeadAgeP99 != Never || r.EndLag != -1 || r.AgeP99 != Never || !math.IsNaN(r.DeadShare) {
+			t.Errorf("%+v", r)
+		}
+	})
+}
+
+func TestFirstSustained(t *testing.T) {
+	low := func(v float64) bool { return v <= 15 }
+	cases := []struct {
+		name   string
+		counts []int64
+		want   time.Duration
+	}{
+		// Already low in the first bin and after.
+		{"at once", []int64{10, 10, 10, 10}, 100 * time.Millisecond},
+		// Low from the third bin: the window ending at 300ms.
+		{"later", []int64{30, 30, 10, 10, 10, 10}, 300 * time.Millisecond},
+		// A dip that does not hold over the next bins does not count.
+		{"dip", []int64{30, 10, 30, 30, 10, 10, 10, 10}, 500 * time.Millisecond},
+		// Never low.
+		{"never", []int64{30, 30, 30}, Never},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// Rates over bins of 1s so counts are rates; window 1, hold 2.
+			got := firstSustained(c.counts, 0, len(c.counts), 1, 2, 1, low, 100*time.Millisecond)
+			if got != c.want {
+				t.Errorf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestQuantiles(t *testing.T) {
+	// Nearest rank: p50 of 1..4 is 2, p99 is 4; empty is NaN.
+	if q := quantile([]float64{1, 2, 3, 4}, 0.5); q != 2 {
+		t.Errorf("p50 %v", q)
+	}
+	if q := quantile([]float64{1, 2, 3, 4}, 0.99); q != 4 {
+		t.Errorf("p99 %v", q)
+	}
+	if q := quantile(nil, 0.5); !math.IsNaN(q) {
+		t.Errorf("empty %v", q)
+	}
+	// 99 in bucket 0 and 1 in bucket 5: p99 is bucket 0's upper edge,
+	// max bucket 5's.
+	h := make([]int64, 10)
+	h[0], h[5] = 99, 1
+	if q := histQuantile(h, 0.99); q != AgeBucket {
+		t.Errorf("hist p99 %v", q)
+	}
+	if q := histQuantile(h, 1); q != 6*AgeBucket {
+		t.Errorf("hist max %v", q)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	cases := []struct {
+		name string
+		o    Options
+		want []string // substrings of the problems, all reported at once
+	}{
+		// The zero value takes every default and is valid.
+		{"zero", Options{}, nil},
+		// Bad scalars are all reported.
+		{"scalars", Options{Scale: -1, Loads: []float64{0}, Brokers: []string{"rabbit"}, Interval: time.Millisecond},
+			[]string{"scale", "loads[0]", `"rabbit"`, "interval"}},
+		// A scenario whose shares do not add up and whose phase is empty.
+		{"scenario", Options{Scenario: Scenario{Normal: 10, Slow: 1, NormalFor: time.Second, SlowFor: 0, RecoverFor: time.Second,
+			Deadline: time.Second, Classes: []Class{{Producer: "a", Share: 0.5}}}},
+			[]string{"every phase", "add up"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.o.Validate()
+			if len(c.want) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidOptions) {
+				t.Fatalf("got %v, want ErrInvalidOptions", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q not in %v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestScenario(t *testing.T) {
+	s := DefaultScenario()
+	if s.Duration() != 45*time.Second || s.Capacity(9*time.Second) != 2000 || s.Capacity(10*time.Second) != 400 ||
+		s.Capacity(29*time.Second) != 400 || s.Capacity(30*time.Second) != 2000 {
+		t.Errorf("default scenario: %+v", s)
+	}
+	if d := s.Scaled(0.5).Duration(); d != 22500*time.Millisecond {
+		t.Errorf("scaled: %v", d)
+	}
+}
+
+func TestPayload(t *testing.T) {
+	at := time.Unix(1_700_000_000, 123456789)
+	created, class, err := decode(encode(at, 2))
+	if err != nil || !created.Equal(at) || class != 2 {
+		t.Errorf("got %v %d %v", created, class, err)
+	}
+	if _, _, err := decode([]byte("x")); !errors.Is(err, errPayload) {
+		t.Errorf("short payload: %v", err)
+	}
+}
+
+// results returns a naive and a lagbridge result for two loads.
+func results() []Result {
+	scn := testScenario()
+	c := func(v int64) func(int) int64 { return func(int) int64 { return v } }
+	var out []Result
+	for _, load := range []float64{2, 5} {
+		naive := series(c(50), c(50), c(20), c(30), func(i int) float64 { return float64(i) / 10 })
+		lb := series(c(50), c(10), c(10), c(0), func(int) float64 { return 0.3 })
+		out = append(out, Analyze(scn, "kfake", ModeNaive, load, naive, Totals{Attempts: 2000}),
+			Analyze(scn, "kfake", ModeLagbridge, load, lb, Totals{Attempts: 400, Shed: map[string]int64{"rate": 1600}}))
+	}
+	return out
+}
+
+func TestMarkdown(t *testing.T) {
+	md := Markdown(testScenario(), 250*time.Millisecond, true, results())
+	for _, want := range []string{
+		"| | 2x naive | 2x lagbridge | 5x naive | 5x lagbridge |",
+		"| **goodput, % of possible** |",
+		"| shed by the SDK before sending | 0 | 1600 | 0 | 1600 |",
+		"CRITICAL_PLUS (100%)",
+		"- 2x lagbridge: misses",
+		"### Kafka (embedded kfake)",
+		"Definitions.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("%q not in\n%s", want, md)
+		}
+	}
+}
+
+func TestChart(t *testing.T) {
+	b, err := Chart(testScenario(), results())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two rows (loads), two cells each.
+	wantH := 2*chartMargin + legendH + 2*(titleH+rateH+plotGap+ageH+axisH+rowGap)
+	if img.Bounds().Dx() != 2*chartMargin+2*cellWidth+cellGap || img.Bounds().Dy() != wantH {
+		t.Errorf("size %v", img.Bounds())
+	}
+	// Some of the stored-rate colour is drawn.
+	found := false
+	for y := 0; y < img.Bounds().Dy() && !found; y++ {
+		for x := 0; x < img.Bounds().Dx(); x++ {
+			r, g, b, _ := img.At(x, y).RGBA()
+			if r>>8 == uint32(colStored.R) && g>>8 == uint32(colStored.G) && b>>8 == uint32(colStored.B) {
+				found = true
+				break
+			}
+		}
+	}
+	if !found {
+		t.Error("no produce-rate line in the chart")
+	}
+	if _, err := Chart(testScenario(), nil); err == nil {
+		t.Error("a chart of nothing should fail")
+	}
+}
+
+func TestCSV(t *testing.T) {
+	out := string(CSV(testScenario(), results()[1]))
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 41 || !strings.HasPrefix(lines[0], "t_s,capacity,offered,stored") {
+		t.Fatalf("%d lines; header %q", len(lines), lines[0])
+	}
+	// Bin 1 (0.1s): 1,000 msg/s capacity, 500 offered/s, 100 stored/s,
+	// head age 0.3, allowed unlimited, no decision.
+	if want := "0.100,1000,500,100,100,0,0,0.3,0,inf,,0,0,"; lines[1] != want {
+		t.Errorf("got %q, want %q", lines[1], want)
+	}
+}
+
+func TestCommandFlags(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		code int
+		err  string
+	}{
+		// --help prints the usage and succeeds.
+		{"help", []string{"--help"}, 0, "Usage: lagbridge bench"},
+		// An unknown flag is a usage error.
+		{"unknown flag", []string{"--nope"}, 2, "unknown flag"},
+		// Stray arguments are refused.
+		{"arguments", []string{"extra"}, 2, "unexpected arguments"},
+		// A load that is not a number.
+		{"bad load", []string{"--loads", "2,x"}, 2, `"x" is not a number`},
+		// Invalid values are reported before anything runs.
+		{"invalid", []string{"--loads", "0", "--brokers", "rabbit"}, 2, "rabbit"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := Command(context.Background(), c.args, &stdout, &stderr); code != c.code {
+				t.Errorf("exit %d, want %d; stderr %s", code, c.code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), c.err) {
+				t.Errorf("%q not in %s", c.err, stderr.String())
+			}
+		})
+	}
+}
+
+// TestRunEndToEnd runs a tiny scenario on kfake and on the embedded
+// nats-server: both modes, the real daemon, the SDK and the guard. It
+// checks the files and that lagbridge beats the naive producers where the
+// scenario leaves no doubt (the naive queue outgrows the deadline).
+func TestRunEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the brokers and the daemon for about 40s")
+	}
+	scn := Scenario{Normal: 1000, Slow: 200, NormalFor: 2 * time.Second, SlowFor: 4 * time.Second, RecoverFor: 2 * time.Second,
+		Deadline: time.Second, Classes: DefaultScenario().Classes}
+	dir := t.TempDir()
+	var out bytes.Buffer
+	res, err := Run(context.Background(), Options{Scenario: scn, Loads: []float64{5}, Brokers: []string{BrokerKafka, BrokerNATS},
+		OutDir: dir, Out: &out})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(res) != 4 {
+		t.Fatalf("%d results", len(res))
+	}
+	for _, f := range []string{TableFile, ChartFile, "bench-kfake-5x-naive.csv", "bench-embedded-nats-5x-lagbridge.csv"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	for i := 0; i < len(res); i += 2 {
+		naive, lb := res[i], res[i+1]
+		if naive.Mode != ModeNaive || lb.Mode != ModeLagbridge || naive.Broker != lb.Broker {
+			t.Fatalf("order: %s %s / %s %s", naive.Broker, naive.Mode, lb.Broker, lb.Mode)
+		}
+		// 800 msg/s of excess for 4s is a 16s queue at 200/s: most of
+		// the naive side's processing after the drop is dead work.
+		if naive.DeadShare < 0.2 || naive.Acked < naive.Requested*9/10 {
+			t.Errorf("%s naive: dead share %v, stored %d of %d", naive.Broker, naive.DeadShare, naive.Acked, naive.Requested)
+		}
+		if !(lb.GoodputShare > naive.GoodputShare) || !(lb.DeadShare < naive.DeadShare) {
+			t.Errorf("%s: lagbridge goodput %v dead %v, naive %v %v\n%s", lb.Broker, lb.GoodputShare, lb.DeadShare,
+				naive.GoodputShare, naive.DeadShare, out.String())
+		}
+		if lb.Reaction == Never {
+			t.Errorf("%s lagbridge never reacted", lb.Broker)
+		}
+	}
+	if !strings.Contains(out.String(), "wrote ") {
+		t.Errorf("no closing line:\n%s", out.String())
+	}
+}

@@ -1,0 +1,327 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/ttl/kafkaguard"
+	"github.com/lagbridge/lagbridge/ttl/natsguard"
+)
+
+// pacer makes a consumer as fast as its capacity: each message takes
+// 1/capacity seconds of the consumer's time, dead or alive. Idle time is
+// not banked beyond slack, so a consumer that waited for messages does not
+// burst through the next ones.
+type pacer struct {
+	next     time.Time
+	capacity func(now time.Time) float64
+}
+
+const pacerSlack = 10 * time.Millisecond
+
+// take waits until the consumer has processed one more message.
+func (p *pacer) take(ctx context.Context) error {
+	now := time.Now()
+	if floor := now.Add(-pacerSlack); p.next.Before(floor) {
+		p.next = floor
+	}
+	p.next = p.next.Add(time.Duration(float64(time.Second) / p.capacity(now)))
+	if d := p.next.Sub(now); d > 2*time.Millisecond {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// capacityAt is the scenario's capacity at the recorder's clock (Normal
+// before the run starts).
+func capacityAt(scn Scenario, rec *recorder) func(time.Time) float64 {
+	return func(now time.Time) float64 {
+		if d, ok := rec.elapsed(now); ok {
+			return scn.Capacity(d)
+		}
+		return scn.Normal
+	}
+}
+
+// consumer runs until Close.
+type consumer struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	close1 sync.Once
+	closeF func()
+}
+
+// Close stops the consumer and waits for it. Idempotent.
+func (c *consumer) Close() {
+	c.close1.Do(func() {
+		c.cancel()
+		c.wg.Wait()
+		if c.closeF != nil {
+			c.closeF()
+		}
+	})
+}
+
+// commitInterval is how often the Kafka consumers commit what they have
+// processed (franz-go's autocommit cannot go below 100ms, so a committer
+// goroutine commits the marks). The daemon reads a group's progress from
+// its committed offsets: with commits every 100ms and observations every
+// 250ms, each observation would see two or three commits, a ±20% sawtooth
+// in the measured consume rate (docs/quota-control.md, Limits). Every
+// 20ms keeps that under ±8% at the bench's 250ms interval.
+const commitInterval = 20 * time.Millisecond
+
+// readAhead is how many fetched records a Kafka consumer holds before it
+// stops taking more from franz-go.
+const readAhead = 1000
+
+// kqueue holds fetched records per partition and hands out the oldest head
+// first: the consumer works through the topic as one FIFO queue in
+// production order, as a JetStream consumer does through its stream.
+// Without it, a consumer slower than its producers drains one partition's
+// fetched records while the others' heads age: the head age, which the
+// daemon takes over all partitions, would measure the consumer's
+// partition skew rather than what the producers do.
+type kqueue struct {
+	parts map[int32][]*kgo.Record
+	n     int
+}
+
+func (q *kqueue) push(recs []*kgo.Record) {
+	if q.parts == nil {
+		q.parts = map[int32][]*kgo.Record{}
+	}
+	for _, r := range recs {
+		q.parts[r.Partition] = append(q.parts[r.Partition], r)
+	}
+	q.n += len(recs)
+}
+
+// pop removes and returns the record with the oldest timestamp among the
+// partitions' heads (the lowest partition on a tie); nil when empty.
+func (q *kqueue) pop() *kgo.Record {
+	best := int32(-1)
+	for p, rs := range q.parts {
+		if len(rs) == 0 {
+			continue
+		}
+		if best < 0 || rs[0].Timestamp.Before(q.parts[best][0].Timestamp) ||
+			(rs[0].Timestamp.Equal(q.parts[best][0].Timestamp) && p < best) {
+			best = p
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	r := q.parts[best][0]
+	q.parts[best][0] = nil
+	q.parts[best] = q.parts[best][1:]
+	q.n--
+	return r
+}
+
+// startKafkaConsumer joins w's group and processes records at the
+// scenario's capacity, marking each finished record for the next
+// autocommit (every commitInterval). With guard, expired records are skipped
+// unprocessed (at no cost) and committed past. It returns once the group
+// has assigned partitions.
+func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, guard bool) (*consumer, error) {
+	assigned := make(chan struct{})
+	var once sync.Once
+	cl, err := kgo.NewClient(append(w.kafkaOpts(),
+		kgo.ConsumerGroup(w.group), kgo.ConsumeTopics(w.topic),
+		kgo.AutoCommitMarks(), kgo.AutoCommitInterval(time.Second),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond),
+		// Small fetches (franz-go's default is 1 MiB a partition), so the
+		// records held cover every partition.
+		kgo.FetchMaxPartitionBytes(16<<10), kgo.FetchMaxBytes(128<<10),
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { once.Do(func() { close(assigned) }) }),
+	)...)
+	if err != nil {
+		return nil, err
+	}
+	var g *kafkaguard.Guard
+	if guard {
+		if g, err = kafkaguard.New(kafkaguard.Config{MaxAge: scn.Deadline}); err != nil {
+			cl.Close()
+			return nil, err
+		}
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	c := &consumer{cancel: cancel, closeF: cl.Close}
+	p := &pacer{capacity: capacityAt(scn, rec)}
+	processed := func(r *kgo.Record) {
+		created, class, err := decode(r.Value)
+		if err == nil {
+			rec.consumed(class, created, time.Now(), scn.Deadline)
+		}
+	}
+	c.wg.Go(func() {
+		t := time.NewTicker(commitInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-cctx.Done():
+				return
+			case <-t.C:
+				_ = cl.CommitMarkedOffsets(cctx)
+			}
+		}
+	})
+	// The poller hands batches to the processor; the processor keeps up
+	// to readAhead records and processes them oldest first across
+	// partitions (see kqueue).
+	batches := make(chan []*kgo.Record, 2)
+	c.wg.Go(func() {
+		for cctx.Err() == nil {
+			recs := cl.PollRecords(cctx, 100).Records()
+			if len(recs) == 0 {
+				continue
+			}
+			select {
+			case batches <- recs:
+			case <-cctx.Done():
+				return
+			}
+		}
+	})
+	c.wg.Go(func() {
+		q := kqueue{}
+		one := make([]*kgo.Record, 1)
+		for {
+			// Top up without blocking; block only when empty.
+			for q.n < readAhead {
+				if q.n == 0 {
+					select {
+					case b := <-batches:
+						q.push(b)
+						continue
+					case <-cctx.Done():
+						return
+					}
+				}
+				select {
+				case b := <-batches:
+					q.push(b)
+					continue
+				default:
+				}
+				break
+			}
+			r := q.pop()
+			if g == nil {
+				if p.take(cctx) != nil {
+					return
+				}
+				processed(r)
+				cl.MarkCommitRecords(r)
+				continue
+			}
+			handled := false
+			one[0] = r
+			done, err := g.Process(cctx, one, func(_ context.Context, r *kgo.Record) error {
+				if err := p.take(cctx); err != nil {
+					return err
+				}
+				processed(r)
+				handled = true
+				return nil
+			})
+			if err != nil {
+				return
+			}
+			if len(done) == 1 {
+				if !handled {
+					if _, class, err := decode(r.Value); err == nil {
+						rec.add(rec.skipped, class, time.Now())
+					}
+				}
+				cl.MarkCommitRecords(r)
+			}
+		}
+	})
+	select {
+	case <-assigned:
+		return c, nil
+	case <-time.After(60 * time.Second):
+	case <-ctx.Done():
+	}
+	c.Close()
+	return nil, fmt.Errorf("consumer group %s: no partitions assigned within 60s", w.group)
+}
+
+// startNATSConsumer creates a durable pull consumer on w's stream and
+// processes messages at the scenario's capacity, acking each when done.
+// With guard, expired messages are terminated unprocessed.
+func startNATSConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, guard bool) (*consumer, error) {
+	jc, err := w.js.CreateOrUpdateConsumer(ctx, w.topic, jetstream.ConsumerConfig{
+		Durable: w.group, AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1000, AckWait: 30 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create consumer %s: %w", w.group, err)
+	}
+	var g *natsguard.Guard
+	if guard {
+		if g, err = natsguard.New(natsguard.Config{MaxAge: scn.Deadline, AutoAck: true, AckExpired: true}); err != nil {
+			return nil, err
+		}
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	c := &consumer{cancel: cancel}
+	p := &pacer{capacity: capacityAt(scn, rec)}
+	handle := func(_ context.Context, m jetstream.Msg) error {
+		if err := p.take(cctx); err != nil {
+			return err
+		}
+		if created, class, err := decode(m.Data()); err == nil {
+			rec.consumed(class, created, time.Now(), scn.Deadline)
+		}
+		return nil
+	}
+	c.wg.Go(func() {
+		for cctx.Err() == nil {
+			batch, err := jc.Fetch(100, jetstream.FetchMaxWait(200*time.Millisecond))
+			if err != nil {
+				if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+					return
+				}
+				continue
+			}
+			for m := range batch.Messages() {
+				if cctx.Err() != nil {
+					break
+				}
+				if g == nil {
+					if handle(cctx, m) != nil {
+						break
+					}
+					_ = m.Ack()
+					continue
+				}
+				called := false
+				err := g.Handle(cctx, m, func(hctx context.Context, m jetstream.Msg) error {
+					called = true
+					return handle(hctx, m)
+				})
+				if !called && err == nil {
+					if _, class, derr := decode(m.Data()); derr == nil {
+						rec.add(rec.skipped, class, time.Now())
+					}
+				}
+			}
+		}
+	})
+	return c, nil
+}

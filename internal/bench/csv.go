@@ -1,0 +1,57 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/csv"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// CSV renders one run's series, one row per bin: time (s, end of the
+// bin), consumer capacity, and per second over that bin the offered,
+// stored, good, dead and skipped counts; then the sampled daemon and SDK
+// figures (head age s, lag, allowed and decided msg/s, the decision's
+// capacity estimate, predicted wait and reason). Empty cells are unknown;
+// "inf" is unlimited. It is a pure function.
+func CSV(scn Scenario, r Result) []byte {
+	s := r.Series
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	_ = w.Write([]string{"t_s", "capacity", "offered", "stored", "good", "dead", "skipped", "head_age_s", "lag",
+		"allowed", "decided", "decision_capacity", "decision_wait_s", "decision_reason"})
+	per := 1 / s.Bin.Seconds()
+	f := func(v float64) string {
+		switch {
+		case math.IsNaN(v):
+			return ""
+		case math.IsInf(v, 1):
+			return "inf"
+		}
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	at := func(c [][]int64, i int) string {
+		var n int64
+		for _, row := range c {
+			n += row[i]
+		}
+		return f(float64(n) * per)
+	}
+	for i := range s.Bins() {
+		t := time.Duration(i+1) * s.Bin
+		_ = w.Write([]string{fmt.Sprintf("%.3f", t.Seconds()), f(scn.Capacity(t - s.Bin/2)),
+			at(s.Offered, i), at(s.Acked, i), at(s.Good, i), at(s.Dead, i), at(s.Skipped, i),
+			f(round3(s.HeadAge[i])), f(s.Lag[i]), f(round3(s.Allowed[i])), f(round3(s.Decided[i])),
+			f(round3(s.Capacity[i])), f(round3(s.Wait[i])), s.Reason[i]})
+	}
+	w.Flush()
+	return b.Bytes()
+}
+
+func round3(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return v
+	}
+	return math.Round(v*1000) / 1000
+}

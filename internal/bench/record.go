@@ -1,0 +1,216 @@
+package bench
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Series is what one run recorded, in bins of Bin from the start of the
+// run. Counters are per producer class (index into Scenario.Classes) and
+// per bin; the sampled fields hold the daemon's and the SDK's view at the
+// end of each bin (NaN when unknown). It is a plain value once the run is
+// over; [Analyze] and [Chart] read it.
+type Series struct {
+	// Bin is the width of one bin.
+	Bin time.Duration
+	// Offered: messages the producers were asked to send (first tries).
+	Offered [][]int64
+	// Acked: messages the broker acknowledged (once each, whatever the
+	// number of attempts).
+	Acked [][]int64
+	// Good: messages processed within their deadline; Dead: processed
+	// after it (dead work); Skipped: expired messages a ttl guard skipped
+	// without processing them. Counted in the bin they were consumed in.
+	Good, Dead, Skipped [][]int64
+	// HeadAge is the daemon's head age (seconds) of the consumer group,
+	// as last observed; Lag its lag (messages).
+	HeadAge, Lag []float64
+	// Allowed is the total rate the SDK producers enforce (msg/s; +Inf
+	// unlimited; NaN for the naive producers); Decided is the daemon's
+	// decision for the target (what lagbridge allows, obeyed or not).
+	Allowed, Decided []float64
+	// Capacity, Wait and Reason trace the daemon's decision: its
+	// capacity estimate (msg/s), the predicted wait of a new message
+	// (seconds) and its reason in words.
+	Capacity, Wait []float64
+	Reason         []string
+	// Ages is the histogram of the age of processed messages when their
+	// processing ended, in buckets of AgeBucket (the last bucket holds
+	// everything older).
+	Ages []int64
+}
+
+// AgeBucket is the resolution of Series.Ages.
+const AgeBucket = 10 * time.Millisecond
+
+// ageBuckets covers two minutes.
+const ageBuckets = 12_001
+
+// Bins is the number of bins.
+func (s *Series) Bins() int { return len(s.HeadAge) }
+
+// recorder collects a Series while a run goes on. The counters are atomic
+// (producers, ack callbacks and consumers add concurrently); the sampled
+// fields are written by the sampler goroutine only and read after it has
+// stopped.
+type recorder struct {
+	start   atomic.Int64 // unix nanoseconds of the run's start; 0 before begin
+	bin     time.Duration
+	n       int
+	offered [][]atomic.Int64
+	acked   [][]atomic.Int64
+	good    [][]atomic.Int64
+	dead    [][]atomic.Int64
+	skipped [][]atomic.Int64
+	ages    []atomic.Int64
+	// Totals the bins do not need.
+	attempts, retries, failed atomic.Int64
+	// sampled: written by the sampler, read by the progress printer,
+	// under mu.
+	mu                             sync.Mutex
+	headAge, lag, allowed, decided []float64
+	capacity, wait                 []float64
+	reason                         []string
+}
+
+// setSample records the view at bin i.
+func (r *recorder) setSample(i int, v view, allowed float64) {
+	r.mu.Lock()
+	r.headAge[i], r.lag[i], r.decided[i], r.allowed[i] = v.headAge, v.lag, v.decided, allowed
+	r.capacity[i], r.wait[i], r.reason[i] = v.capacity, v.wait, v.reason
+	r.mu.Unlock()
+}
+
+// lastSample returns the latest head age and allowed rate sampled before
+// bin i (NaN when none in the ten bins before).
+func (r *recorder) lastSample(i int) (headAge, allowed float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for b := i - 1; b >= 0 && b >= i-10; b-- {
+		if !math.IsNaN(r.headAge[b]) {
+			return r.headAge[b], r.allowed[b]
+		}
+	}
+	return math.NaN(), math.NaN()
+}
+
+func newRecorder(classes int, d, bin time.Duration) *recorder {
+	n := int((d + bin - 1) / bin)
+	r := &recorder{bin: bin, n: n, ages: make([]atomic.Int64, ageBuckets)}
+	mk := func() [][]atomic.Int64 {
+		out := make([][]atomic.Int64, classes)
+		for i := range out {
+			out[i] = make([]atomic.Int64, n)
+		}
+		return out
+	}
+	r.offered, r.acked, r.good, r.dead, r.skipped = mk(), mk(), mk(), mk(), mk()
+	nan := func() []float64 {
+		f := make([]float64, n)
+		for i := range f {
+			f[i] = math.NaN()
+		}
+		return f
+	}
+	r.headAge, r.lag, r.allowed, r.decided = nan(), nan(), nan(), nan()
+	r.capacity, r.wait, r.reason = nan(), nan(), make([]string, n)
+	return r
+}
+
+// begin starts the run's clock at t.
+func (r *recorder) begin(t time.Time) { r.start.Store(t.UnixNano()) }
+
+// elapsed is the time from the start of the run to t; false before begin.
+func (r *recorder) elapsed(t time.Time) (time.Duration, bool) {
+	s := r.start.Load()
+	if s == 0 {
+		return 0, false
+	}
+	return time.Duration(t.UnixNano() - s), true
+}
+
+// index is the bin of t, or -1 outside the run.
+func (r *recorder) index(t time.Time) int {
+	d, ok := r.elapsed(t)
+	if !ok || d < 0 {
+		return -1
+	}
+	i := int(d / r.bin)
+	if i >= r.n {
+		return -1
+	}
+	return i
+}
+
+func (r *recorder) add(c [][]atomic.Int64, class int, t time.Time) {
+	if i := r.index(t); i >= 0 && class >= 0 && class < len(c) {
+		c[class][i].Add(1)
+	}
+}
+
+// consumed records a processed message of class created at created whose
+// processing ended at now.
+func (r *recorder) consumed(class int, created, now time.Time, deadline time.Duration) {
+	age := now.Sub(created)
+	if age <= deadline {
+		r.add(r.good, class, now)
+	} else {
+		r.add(r.dead, class, now)
+	}
+	if r.index(now) < 0 {
+		return
+	}
+	b := int(age / AgeBucket)
+	b = max(0, min(b, ageBuckets-1))
+	r.ages[b].Add(1)
+}
+
+// series copies the recorded values out.
+func (r *recorder) series() *Series {
+	cp := func(c [][]atomic.Int64) [][]int64 {
+		out := make([][]int64, len(c))
+		for i := range c {
+			out[i] = make([]int64, r.n)
+			for j := range c[i] {
+				out[i][j] = c[i][j].Load()
+			}
+		}
+		return out
+	}
+	ages := make([]int64, len(r.ages))
+	for i := range r.ages {
+		ages[i] = r.ages[i].Load()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return &Series{Bin: r.bin, Offered: cp(r.offered), Acked: cp(r.acked), Good: cp(r.good), Dead: cp(r.dead),
+		Skipped: cp(r.skipped), HeadAge: r.headAge, Lag: r.lag, Allowed: r.allowed, Decided: r.decided,
+		Capacity: r.capacity, Wait: r.wait, Reason: r.reason, Ages: ages}
+}
+
+// payloadSize is the size of every message value: the creation time, the
+// class, and padding to a typical small event.
+const payloadSize = 128
+
+// errPayload is returned for a message that is not one of the bench's.
+var errPayload = errors.New("bench: not a bench message")
+
+// encode returns a message value carrying created and class.
+func encode(created time.Time, class int) []byte {
+	b := make([]byte, payloadSize)
+	binary.BigEndian.PutUint64(b, uint64(created.UnixNano()))
+	b[8] = byte(class)
+	return b
+}
+
+// decode reads what encode wrote.
+func decode(b []byte) (created time.Time, class int, err error) {
+	if len(b) < 9 {
+		return time.Time{}, 0, errPayload
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(b))), int(b[8]), nil
+}

@@ -1,0 +1,332 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/lagbridge/lagbridge/brokers/kafka"
+	"github.com/lagbridge/lagbridge/brokers/nats"
+	"github.com/lagbridge/lagbridge/internal/app"
+	"github.com/lagbridge/lagbridge/internal/config"
+	"github.com/lagbridge/lagbridge/internal/embedded"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// partitions of every Kafka topic the bench creates.
+const partitions = 6
+
+// world is one run's broker, names and connections. Close undoes what
+// start did, in reverse order.
+type world struct {
+	broker     string // BrokerKafka or BrokerNATS
+	name       string // cluster name in the daemon's config and the report
+	kafkaAddrs []string
+	natsURL    string
+	topic      string // Kafka topic or NATS stream
+	subject    string // NATS subject of the stream
+	group      string // Kafka consumer group or NATS durable consumer
+	nc         *natsgo.Conn
+	js         jetstream.JetStream
+	closers    []func()
+}
+
+// startWorld starts (or connects to) the broker of one run and creates its
+// topic or stream.
+func startWorld(ctx context.Context, o Options, broker, id string) (w *world, err error) {
+	w = &world{broker: broker}
+	defer func() {
+		if err != nil {
+			w.Close()
+		}
+	}()
+	switch broker {
+	case BrokerKafka:
+		w.name = "kfake"
+		w.kafkaAddrs = o.KafkaBrokers
+		if len(w.kafkaAddrs) == 0 {
+			kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+			if err != nil {
+				return nil, fmt.Errorf("start kfake: %w", err)
+			}
+			w.closers = append(w.closers, kc.Close)
+			w.kafkaAddrs = kc.ListenAddrs()
+		} else {
+			w.name = "kafka"
+		}
+		w.topic, w.group = "lagbench-"+id, "lagbench-"+id
+		if err := createTopic(ctx, w.kafkaAddrs, w.topic); err != nil {
+			return nil, err
+		}
+		if len(o.KafkaBrokers) > 0 {
+			addrs, topic, group := w.kafkaAddrs, w.topic, w.group
+			w.closers = append(w.closers, func() { deleteTopic(addrs, topic, group) })
+		}
+	case BrokerNATS:
+		w.name = "embedded-nats"
+		w.natsURL = o.NATSURL
+		if w.natsURL == "" {
+			dir, err := os.MkdirTemp("", "lagbridge-bench-")
+			if err != nil {
+				return nil, err
+			}
+			w.closers = append(w.closers, func() { _ = os.RemoveAll(dir) })
+			ns, err := embedded.NATS(dir)
+			if err != nil {
+				return nil, err
+			}
+			w.closers = append(w.closers, func() { shutdownNATS(ns) })
+			w.natsURL = ns.ClientURL()
+		} else {
+			w.name = "nats"
+		}
+		w.topic, w.subject, w.group = "LAGBENCH_"+id, "lagbench."+id, "lagbench-"+id
+		nc, err := natsgo.Connect(w.natsURL, natsgo.Name("lagbridge-bench"))
+		if err != nil {
+			return nil, fmt.Errorf("connect to nats %s: %w", w.natsURL, err)
+		}
+		w.nc = nc
+		w.closers = append(w.closers, nc.Close)
+		if w.js, err = jetstream.New(nc); err != nil {
+			return nil, err
+		}
+		if _, err := w.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: w.topic, Subjects: []string{w.subject}, AllowDirect: true}); err != nil {
+			return nil, fmt.Errorf("create stream %s: %w", w.topic, err)
+		}
+		js, stream := w.js, w.topic
+		w.closers = append(w.closers, func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = js.DeleteStream(dctx, stream)
+		})
+	default:
+		return nil, fmt.Errorf("%w: unknown broker %q", ErrInvalidOptions, broker)
+	}
+	return w, nil
+}
+
+func shutdownNATS(ns *server.Server) {
+	ns.Shutdown()
+	ns.WaitForShutdown()
+}
+
+// Close closes everything start opened. Idempotent.
+func (w *world) Close() {
+	for i := len(w.closers) - 1; i >= 0; i-- {
+		w.closers[i]()
+	}
+	w.closers = nil
+}
+
+// kafkaOpts are the client options shared by every Kafka client of a run.
+func (w *world) kafkaOpts() []kgo.Opt {
+	return []kgo.Opt{kgo.SeedBrokers(w.kafkaAddrs...), kgo.ProducerLinger(5 * time.Millisecond),
+		kgo.ProducerBatchCompression(kgo.NoCompression())}
+}
+
+func createTopic(ctx context.Context, addrs []string, topic string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	t := kmsg.NewCreateTopicsRequestTopic()
+	t.Topic, t.NumPartitions, t.ReplicationFactor = topic, partitions, -1
+	req.Topics = append(req.Topics, t)
+	req.TimeoutMillis = 15_000
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(cctx, cl)
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	for _, rt := range resp.Topics {
+		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", topic, err)
+		}
+	}
+	// Wait until the metadata knows every partition's leader.
+	for {
+		m := kmsg.NewPtrMetadataRequest()
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(topic)
+		m.Topics = append(m.Topics, mt)
+		if mr, err := m.RequestWith(cctx, cl); err == nil && len(mr.Topics) == 1 && mr.Topics[0].ErrorCode == 0 && len(mr.Topics[0].Partitions) == partitions {
+			return nil
+		}
+		select {
+		case <-cctx.Done():
+			return fmt.Errorf("topic %s not ready: %w", topic, cctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// deleteTopic deletes a run's topic and consumer group from a real
+// cluster, best effort.
+func deleteTopic(addrs []string, topic, group string) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	t := kmsg.NewDeleteTopicsRequestTopic()
+	t.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, t)
+	req.TopicNames = []string{topic}
+	req.TimeoutMillis = 10_000
+	_, _ = req.RequestWith(ctx, cl)
+	greq := kmsg.NewPtrDeleteGroupsRequest()
+	greq.Groups = []string{group}
+	_, _ = greq.RequestWith(ctx, cl)
+}
+
+// daemon is the real lagbridge daemon, in process.
+type daemon struct {
+	app    *app.App
+	base   string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// daemonConfig is the daemon's config for a run: the one cluster, a quota
+// policy for the run's topic with maxAge = the deadline and the scenario's
+// producers.
+func daemonConfig(o Options, scn Scenario, w *world) (config.Config, error) {
+	var producers []quota.ProducerSpec
+	for _, c := range scn.Classes {
+		var qc quota.Criticality
+		if err := qc.UnmarshalText([]byte(c.Criticality.String())); err != nil {
+			return config.Config{}, err
+		}
+		producers = append(producers, quota.ProducerSpec{ID: c.Producer, Criticality: qc})
+	}
+	cfg := config.Config{
+		Listen: "127.0.0.1:0", Interval: o.Interval, ShutdownTimeout: 5 * time.Second,
+		Log:   config.Log{Level: "info", Format: "text"},
+		Rules: config.Rules{LagAge: scn.Deadline},
+		Quota: config.Quota{LeaseLifetime: max(5*time.Second, 4*o.Interval), Policies: []quota.Policy{{
+			Name: "bench", Match: quota.Match{Topic: regexp.QuoteMeta(w.topic)}, MaxAge: scn.Deadline, Producers: producers,
+		}}},
+	}
+	switch w.broker {
+	case BrokerKafka:
+		cfg.Kafka = []kafka.Config{{Cluster: w.name, Brokers: w.kafkaAddrs,
+			Groups: kafka.Filter{Include: []string{regexp.QuoteMeta(w.group)}}, Topics: kafka.Filter{Include: []string{regexp.QuoteMeta(w.topic)}}}}
+	case BrokerNATS:
+		cfg.NATS = []nats.Config{{Cluster: w.name, URLs: []string{w.natsURL},
+			Streams: nats.Filter{Include: []string{regexp.QuoteMeta(w.topic)}}, Consumers: nats.Filter{Include: []string{regexp.QuoteMeta(w.group)}}}}
+	}
+	return cfg, cfg.Validate()
+}
+
+// startDaemon runs the daemon for w and returns once /readyz answers 200.
+func startDaemon(ctx context.Context, o Options, scn Scenario, w *world) (*daemon, error) {
+	cfg, err := daemonConfig(o, scn, w)
+	if err != nil {
+		return nil, fmt.Errorf("daemon config: %w", err)
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	a, err := app.New(dctx, cfg, o.Log.With("component", "daemon"))
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("start daemon: %w", err)
+	}
+	d := &daemon{app: a, base: "http://" + a.Addr(), cancel: cancel, done: make(chan error, 1)}
+	go func() { d.done <- a.Run(dctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if ok := ready(dctx, d.base); ok {
+			return d, nil
+		}
+		if time.Now().After(deadline) || dctx.Err() != nil {
+			_ = d.stop()
+			return nil, errors.New("the daemon did not become ready within 30s")
+		}
+		select {
+		case <-dctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func ready(ctx context.Context, base string) bool {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, base+"/readyz", nil)
+	if err != nil {
+		return false
+	}
+	// A client of its own, whose idle connection is closed at once: no
+	// keep-alive goroutine outlives the check.
+	cl := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	defer cl.CloseIdleConnections()
+	resp, err := cl.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// stop ends the daemon and waits for it. Idempotent.
+func (d *daemon) stop() error {
+	if d.cancel == nil {
+		return nil
+	}
+	d.cancel()
+	d.cancel = nil
+	return <-d.done
+}
+
+// view is what the daemon says about the run's consumer at one moment.
+type view struct {
+	headAge, lag float64 // seconds, messages; NaN unknown
+	decided      float64 // msg/s, +Inf unlimited, NaN none
+	// The decision's capacity estimate (msg/s), predicted wait (s) and
+	// reason, for the trace.
+	capacity, wait float64
+	reason         string
+}
+
+// look reads the daemon's store and quota engine for w's target.
+func (d *daemon) look(w *world) view {
+	v := view{headAge: math.NaN(), lag: math.NaN(), decided: math.NaN(), capacity: math.NaN(), wait: math.NaN()}
+	for _, s := range d.app.Store.States() {
+		if s.Target.Topic != w.topic || s.Target.Group != w.group || s.Stale {
+			continue
+		}
+		v.lag = float64(s.Lag)
+		switch {
+		case s.HeadAgeKnown:
+			v.headAge = s.HeadAge.Seconds()
+		case s.Lag == 0:
+			v.headAge = 0
+		}
+	}
+	for _, dec := range d.app.Engine.Decisions() {
+		if dec.Target.Topic == w.topic && (math.IsNaN(v.decided) || dec.Rate < v.decided) {
+			v.decided, v.capacity, v.wait, v.reason = dec.Rate, dec.Capacity, dec.Wait.Seconds(), dec.Reason
+		}
+	}
+	return v
+}
