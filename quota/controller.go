@@ -309,7 +309,9 @@ type control struct {
 	limited   bool
 	rate      float64 // rate in force while limited
 	capacity  float64 // smoothed consume rate, msg/s
-	release   int     // consecutive observations with the rate unused
+	// headLate: the last observation's head was older than MaxAge.
+	headLate bool
+	release  int // consecutive observations with the rate unused
 	// hardStopped: the last decision was a stop for hard age.
 	hardStopped bool
 	parts       map[int32]partTrack
@@ -406,6 +408,14 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	// one when they differ by more than StepThreshold (a step is under
 	// way: react now, not one time constant later).
 	cInst := st.ConsumeRateInstant
+	if tc.has && tc.headLate && tc.capacity > 0 && cInst > tc.capacity {
+		// The head was past the deadline: consumers that skip expired
+		// messages (the ttl guard) or retention then "consume" in bursts
+		// that cost them nothing. A rise seen now is not capacity; hold
+		// the estimate until the head is live again (at most the time to
+		// drain what is late, since the quota keeps new work out).
+		cInst = tc.capacity
+	}
 	if !tc.has || tc.capacity <= 0 || math.Abs(cInst-tc.capacity) > cfg.StepThreshold*tc.capacity {
 		tc.capacity = cInst
 	} else {
@@ -532,6 +542,7 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	d.Reason = reason
 
 	tc.has, tc.last, tc.lastAt, tc.lastFresh = true, d, st.At, now
+	tc.headLate = st.HeadAge > p.MaxAge
 	return d
 }
 

@@ -333,3 +333,28 @@ func TestControllerForget(t *testing.T) {
 		t.Fatal(ctl.Len())
 	}
 }
+
+// TestControllerIgnoresSkipBursts: while the head is past MaxAge, a consumer
+// that skips expired messages (the ttl guard) shows a burst of
+// "consumption" that costs it nothing; the controller must not read it as
+// capacity and open the quota. Once the head is live again, a real rise
+// counts.
+func TestControllerIgnoresSkipBursts(t *testing.T) {
+	c := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	late := func(s lag.State, age time.Duration) lag.State { s.HeadAge = age; return s }
+	// Saturated at 400 msg/s with a head past the deadline.
+	c.Step(late(st(1, 1200, 400, 400), 3*time.Second), p, leaseT0.Add(time.Second))
+	d := c.Step(late(st(1.25, 1100, 400, 400), 2500*time.Millisecond), p, leaseT0.Add(1250*time.Millisecond))
+	before := d.Capacity
+	// The guard skips 600 expired messages in one interval: 2,800 msg/s.
+	d = c.Step(late(st(1.5, 400, 2800, 400), 500*time.Millisecond), p, leaseT0.Add(1500*time.Millisecond))
+	if d.Capacity > before*1.01 || d.Rate > 2*before {
+		t.Fatalf("skip burst read as capacity: capacity %.0f (was %.0f), rate %.0f", d.Capacity, before, d.Rate)
+	}
+	// The head is live now: a real rise of capacity is taken.
+	d = c.Step(late(st(1.75, 300, 2000, 400), 200*time.Millisecond), p, leaseT0.Add(1750*time.Millisecond))
+	if d.Capacity < 1500 {
+		t.Fatalf("a real rise after the head is live again was ignored: capacity %.0f", d.Capacity)
+	}
+}
