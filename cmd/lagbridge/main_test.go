@@ -71,3 +71,48 @@ func TestDemoSmoke(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeConfig keeps the README's configuration true: its yaml blocks,
+// together, are a config `lagbridge check` accepts (the files they name are
+// replaced by temporary ones).
+func TestReadmeConfig(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var yaml strings.Builder
+	for _, part := range strings.Split(string(readme), "```yaml\n")[1:] {
+		yaml.WriteString(part[:strings.Index(part, "```")])
+	}
+	dir := t.TempDir()
+	ca, creds := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "lb.creds")
+	os.WriteFile(creds, nil, 0o600)
+	os.WriteFile(ca, []byte(testCA), 0o600)
+	body := strings.NewReplacer("/etc/lagbridge/ca.pem", ca, "/etc/lagbridge/lagbridge.creds", creds).Replace(yaml.String())
+	cfg := filepath.Join(dir, "readme.yaml")
+	os.WriteFile(cfg, []byte(body), 0o600)
+	if code, out, stderr := runCLI("check", "--config", cfg); code != 0 {
+		t.Fatalf("README config rejected (%d): %s%s", code, out, stderr)
+	}
+}
+
+// testCA is a throwaway self-signed certificate for TestReadmeConfig.
+const testCA = `-----BEGIN CERTIFICATE-----
+MIIC+TCCAeGgAwIBAgIUATAnWlAoliXGGn5DUqmkl1FucZYwDQYJKoZIhvcNAQEL
+BQAwDDEKMAgGA1UEAwwBeDAeFw0yNjExMzAwNDEwMDNaFw0yNjEyMDEwNDEwMDNa
+MAwxCjAIBgNVBAMMAXgwggEiMA0GCSqGSIb3DQEBAQUAA4IBDwAwggEKAoIBAQCl
+8ILtwlH/g1+5ZgdDUaMLpUeqaVhYFjMMuHwQBDdDUm3hdB/0lYRejAWniYyog4fV
+IqdH5NwX2QW8bRrN0tB3pEwXRgoX1lof7aYTI7eAtAjeyr6sXvyBjKXmN5rFJwOO
+IEjnSCaI1SLCrv3ZGrO4A2knOdEBm3QZYEimYqO4aGXf5TTCDOuvtVoPQe6N9C+8
+D7TQt4MhOHltS1wWsksomC8NvvddeZrtQx/773vxAe0CXmbsXeZGx81pvJzAaZ1V
+rOtr4L5/y1PomNa8zclhLIhczQSuWkp9GUWOFkWg9+HM6FCkgtSHjPz/sM3KTQHg
+ImUnhAbs7cJPXxYJ6iDDAgMBAAGjUzBRMB0GA1UdDgQWBBT7s6iB+ler8aHLR90t
+vHIrrylwFDAfBgNVHSMEGDAWgBT7s6iB+ler8aHLR90tvHIrrylwFDAPBgNVHRMB
+Af8EBTADAQH/MA0GCSqGSIb3DQEBCwUAA4IBAQBTHXSRbFtctEl+7RQZ/rJ7s+Ql
+E0fiaPkW9wYvs5dRVj/ZDQwagQ6UGPjSfmkMPhp78Q4fLqzwk/kiTTKS88bTJiag
+gbzhZBYMsflGou4JK6D8dpCbOcyi1pjl8zX15RsNjxzHDum+En67cgZoQXIdgelL
+T+1hHE5z2ZlsEi6Wn5dXN1B6Z4GZzQ/P/0JkeclmSDWJ23Fw9Mqn6hzLvFScypw4
+GrqeBRpYAP51hhr+8Uakojx6ay8fkeW/tOuFNA2GFdd2fXyu4xEsN2HNPQCXY+Gh
+3RdKJPPoAZY3Qa3wZXLm3xo8EYdsGlPBcRXXK9hPsC9TsBh8Z2gOk3X7sXG/
+-----END CERTIFICATE-----
+`
