@@ -25,7 +25,8 @@ fi
 cleanup() { if [[ -n "$started" ]]; then integration/kafka/kafka.sh stop >/dev/null 2>&1 || true; fi; }
 trap cleanup EXIT
 
-# Tests that need the real broker fail rather than skip when it is missing.
-export LAGBRIDGE_REQUIRE_KAFKA=1
+# Tests that need the real broker, Chromium or promtool fail rather than skip
+# when one is missing.
+export LAGBRIDGE_REQUIRE_KAFKA=1 LAGBRIDGE_REQUIRE_CHROMIUM=1 LAGBRIDGE_REQUIRE_TOOLS=1
 echo "== go test -race ./... (real Kafka at $LAGBRIDGE_KAFKA_BOOTSTRAP)"
 go test -race -count=1 -timeout 20m ./...
