@@ -122,15 +122,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		}
 		a.closers = append(a.closers, o.Close)
 		addLoop(nc.Cluster, lag.KindNATS, o)
-		if js, err := jetstream.New(o.Conn()); err == nil {
-			streams[nc.Cluster] = enforce.NewStreamEnforcer(js, enforce.StreamEnforcerConfig{Cluster: nc.Cluster, Logger: log, Metrics: em})
+		js, err := jetstream.New(o.Conn())
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("nats cluster %q: jetstream: %w", nc.Cluster, err)
 		}
+		streams[nc.Cluster] = enforce.NewStreamEnforcer(js, enforce.StreamEnforcerConfig{Cluster: nc.Cluster, Logger: log, Metrics: em})
 		if cfg.Quota.NATSKV.Cluster == nc.Cluster {
-			js, err := jetstream.New(o.Conn())
-			if err != nil {
-				a.Close()
-				return nil, fmt.Errorf("quota KV on nats cluster %q: %w", nc.Cluster, err)
-			}
 			pubs = append(pubs, &engine.KVPublisher{JS: js, Bucket: cfg.Quota.NATSKV.Bucket})
 		}
 	}
