@@ -176,24 +176,10 @@ func (s *sdkKafka) send(ctx context.Context, class int, created time.Time) {
 	s.producers[class].ProduceAsync(ctx, r, s.done[class])
 }
 
-func (s *sdkKafka) allowed() float64 {
-	qs := make([]producerclient.Quota, 0, len(s.producers))
-	for _, p := range s.producers {
-		q, _ := p.Quota(s.w.topic)
-		qs = append(qs, q)
-	}
-	return sumQuota(qs)
-}
+func (s *sdkKafka) allowed() float64 { return allowedOf(s.producers, s.w.topic) }
 
 func (s *sdkKafka) close() Totals {
-	fctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	var tot Totals
-	for _, p := range s.producers {
-		_ = p.Flush(fctx)
-		addStats(&tot, p.Stats())
-		_ = p.Close()
-	}
+	tot := closeAll(s.producers)
 	for _, cl := range s.clients {
 		cl.Close()
 	}
@@ -354,24 +340,10 @@ func (s *sdkNATS) send(ctx context.Context, class int, created time.Time) {
 	s.producers[class].PublishAsync(ctx, m, s.done[class])
 }
 
-func (s *sdkNATS) allowed() float64 {
-	qs := make([]producerclient.Quota, 0, len(s.producers))
-	for _, p := range s.producers {
-		q, _ := p.Quota(s.w.topic)
-		qs = append(qs, q)
-	}
-	return sumQuota(qs)
-}
+func (s *sdkNATS) allowed() float64 { return allowedOf(s.producers, s.w.topic) }
 
 func (s *sdkNATS) close() Totals {
-	fctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	var tot Totals
-	for _, p := range s.producers {
-		_ = p.Flush(fctx)
-		addStats(&tot, p.Stats())
-		_ = p.Close()
-	}
+	tot := closeAll(s.producers)
 	s.producers = nil
 	tot.Failed = s.rec.failed.Load()
 	return tot
@@ -398,4 +370,35 @@ func generate(ctx context.Context, start time.Time, rate float64, send func(crea
 			sent += max(due, 0)
 		}
 	}
+}
+
+// sdkProducer is what the bench needs of the SDK's Kafka and NATS producers.
+type sdkProducer interface {
+	Quota(topic string) (producerclient.Quota, bool)
+	Flush(ctx context.Context) error
+	Stats() producerclient.Stats
+	Close() error
+}
+
+// allowedOf sums the producers' current quotas on topic.
+func allowedOf[P sdkProducer](ps []P, topic string) float64 {
+	qs := make([]producerclient.Quota, 0, len(ps))
+	for _, p := range ps {
+		q, _ := p.Quota(topic)
+		qs = append(qs, q)
+	}
+	return sumQuota(qs)
+}
+
+// closeAll flushes (for up to a second), counts and closes the producers.
+func closeAll[P sdkProducer](ps []P) Totals {
+	fctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var tot Totals
+	for _, p := range ps {
+		_ = p.Flush(fctx)
+		addStats(&tot, p.Stats())
+		_ = p.Close()
+	}
+	return tot
 }
