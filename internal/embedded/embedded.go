@@ -6,6 +6,7 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -26,4 +27,16 @@ func NATS(storeDir string) (*server.Server, error) {
 		return nil, errors.New("start embedded nats-server: not ready after 10s")
 	}
 	return ns, nil
+}
+
+// NATSTest starts NATS for a test, storing in tb.TempDir, and shuts it down
+// when the test ends (callers may also shut it down earlier).
+func NATSTest(tb testing.TB) *server.Server {
+	tb.Helper()
+	s, err := NATS(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
 }

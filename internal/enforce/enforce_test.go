@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
+	"github.com/lagbridge/lagbridge/internal/embedded"
 	"github.com/lagbridge/lagbridge/internal/importcheck"
 	"github.com/lagbridge/lagbridge/ttl"
 )
@@ -301,11 +301,7 @@ func waitMembers(tb testing.TB, cl *kgo.Client, group string, ok func(int) bool)
 
 func startNATS(tb testing.TB) jetstream.JetStream {
 	tb.Helper()
-	s := startServer(tb)
-	tb.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
+	s := embedded.NATSTest(tb)
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		tb.Fatal(err)
@@ -474,23 +470,4 @@ func TestDesiredMaxAge(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
-}
-
-// startServer runs an embedded nats-server with JetStream on loopback, as
-// internal/demo.StartNATS does (not imported: it would tie these tests to
-// the whole daemon's build).
-func startServer(tb testing.TB) *server.Server {
-	tb.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: tb.TempDir(), NoSigs: true, NoLog: true,
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		tb.Fatal("embedded nats-server not ready after 10s")
-	}
-	return s
 }

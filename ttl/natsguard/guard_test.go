@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
+	"github.com/lagbridge/lagbridge/internal/embedded"
 	"github.com/lagbridge/lagbridge/internal/importcheck"
 	"github.com/lagbridge/lagbridge/ttl"
 	"github.com/lagbridge/lagbridge/ttl/ttlmetrics"
@@ -324,11 +325,7 @@ func TestConfigValidate(t *testing.T) {
 
 func startNATS(tb testing.TB) (*nats.Conn, jetstream.JetStream) {
 	tb.Helper()
-	s := startServer(tb)
-	tb.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
+	s := embedded.NATSTest(tb)
 	return connect(tb, s)
 }
 
@@ -541,23 +538,4 @@ func mustAtoi(tb testing.TB, s string) int {
 		tb.Fatal(err)
 	}
 	return n
-}
-
-// startServer runs an embedded nats-server with JetStream on loopback, as
-// internal/demo.StartNATS does (not imported: it would tie these tests to
-// the whole daemon's build).
-func startServer(tb testing.TB) *server.Server {
-	tb.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: tb.TempDir(), NoSigs: true, NoLog: true,
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		tb.Fatal("embedded nats-server not ready after 10s")
-	}
-	return s
 }
