@@ -197,6 +197,17 @@ func (o *leaseOwner) do(ctx context.Context, method, path string, q url.Values, 
 }
 
 // readSet reads and decodes a LeaseSet body (at most 4 MiB).
+// fetchSet makes one request to the daemon and decodes the lease set it
+// answers with.
+func (o *leaseOwner) fetchSet(ctx context.Context, method, path string, q url.Values, body []byte) (decodedSet, error) {
+	resp, err := o.do(ctx, method, path, q, body)
+	if err != nil {
+		return decodedSet{}, err
+	}
+	defer resp.Body.Close()
+	return o.readSet(resp.Body)
+}
+
 func (o *leaseOwner) readSet(r io.Reader) (decodedSet, error) {
 	b, err := io.ReadAll(io.LimitReader(r, 4<<20))
 	if err != nil {
@@ -273,12 +284,7 @@ func (o *leaseOwner) reporter() {
 		body, _ := json.Marshal(o.report(last, now))
 		last = now
 		ctx, cancel := context.WithTimeout(c.ctx, 15*time.Second)
-		resp, err := o.do(ctx, http.MethodPost, quotaproto.PathLeases, nil, body)
-		var ds decodedSet
-		if err == nil {
-			ds, err = o.readSet(resp.Body)
-			resp.Body.Close()
-		}
+		ds, err := o.fetchSet(ctx, http.MethodPost, quotaproto.PathLeases, nil, body)
 		cancel()
 		if c.ctx.Err() != nil {
 			return
@@ -346,12 +352,7 @@ func (o *leaseOwner) watcher() {
 		asked := since
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(c.ctx, wait+15*time.Second)
-		resp, err := o.do(ctx, http.MethodGet, quotaproto.PathWatch, q, nil)
-		var ds decodedSet
-		if err == nil {
-			ds, err = o.readSet(resp.Body)
-			resp.Body.Close()
-		}
+		ds, err := o.fetchSet(ctx, http.MethodGet, quotaproto.PathWatch, q, nil)
 		cancel()
 		if c.ctx.Err() != nil {
 			return
