@@ -394,6 +394,9 @@ func (c *core) releaseSlot(m *msg) {
 func (c *core) takeToken(m *msg, now int64) *RejectError {
 	t := m.t
 	for first := true; ; first = false {
+		// The change channel first, then the lease: a change in between
+		// wakes the wait below instead of being missed.
+		ch := t.changedCh()
 		v := t.view.Load()
 		if !first {
 			now = c.mono.nanos()
@@ -418,7 +421,6 @@ func (c *core) takeToken(m *msg, now int64) *RejectError {
 			// come after the deadline.
 			return limited(nil)
 		}
-		ch := t.changedCh()
 		if err := c.sleep(m.ctx, time.Duration(wait), ch); err != nil && !errors.Is(err, errTimer) {
 			return c.waitErr(t, err, limited)
 		}
@@ -533,7 +535,17 @@ func (c *core) waitRetry(m *msg, delay time.Duration, cause error) *RejectError 
 		if wait <= 0 {
 			break
 		}
-		err := c.sleep(m.ctx, wait, t.changedCh())
+		// Take the change channel before looking at the lease: a stop
+		// that lands in between closes this channel and wakes the sleep,
+		// instead of being missed for the whole backoff.
+		ch := t.changedCh()
+		if v := t.view.Load(); v.signal == SignalStop && !v.advisory {
+			// A stop ends the retry at once.
+			r := reject(t.name, SignalStop, ErrBrokerRejected, "the quota says stop: "+v.reason, 0, cause)
+			r.Attempts = int(m.attempts)
+			return c.rejectCount(t, reasonStop, r)
+		}
+		err := c.sleep(m.ctx, wait, ch)
 		if errors.Is(err, errTimer) {
 			break
 		}
@@ -546,12 +558,6 @@ func (c *core) waitRetry(m *msg, delay time.Duration, cause error) *RejectError 
 			}
 			r.Attempts = int(m.attempts)
 			return r
-		}
-		// The lease changed: a stop ends the retry at once.
-		if v := t.view.Load(); v.signal == SignalStop && !v.advisory {
-			r := reject(t.name, SignalStop, ErrBrokerRejected, "the quota says stop: "+v.reason, 0, cause)
-			r.Attempts = int(m.attempts)
-			return c.rejectCount(t, reasonStop, r)
 		}
 	}
 	if r := c.checkView(t, t.view.Load()); r != nil {
