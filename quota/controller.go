@@ -309,6 +309,9 @@ type control struct {
 	limited   bool
 	rate      float64 // rate in force while limited
 	capacity  float64 // smoothed consume rate, msg/s
+	interval  float64 // smoothed observation interval, seconds
+	// paused: the last decision paused admission on a step down.
+	paused bool
 	// headLate: the last observation's head was older than MaxAge.
 	headLate bool
 	release  int // consecutive observations with the rate unused
@@ -358,15 +361,14 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	cfg := c.cfg
 	budget := p.Budget().Seconds()
 	d := Decision{
-		Target:     st.Target,
-		Policy:     p.Name,
-		At:         now,
-		Rate:       Unlimited,
-		Advisory:   p.Mode.Advisory(),
-		MinRate:    p.MinRate,
-		TargetWait: time.Duration(cfg.Setpoint * float64(p.Budget())),
-		HeadAge:    st.HeadAge,
-		Lag:        st.Lag,
+		Target:   st.Target,
+		Policy:   p.Name,
+		At:       now,
+		Rate:     Unlimited,
+		Advisory: p.Mode.Advisory(),
+		MinRate:  p.MinRate,
+		HeadAge:  st.HeadAge,
+		Lag:      st.Lag,
 	}
 	if p.MaxAge <= 0 || budget <= 0 {
 		d.Reason = "invalid policy (maxAge - processingTime <= 0): unlimited"
@@ -398,17 +400,33 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 		return r
 	}
 
-	// The observation interval, as measured.
+	// The observation interval, as measured, and its smoothed value, the
+	// delay of the feedback loop.
 	dt := cfg.Interval.Seconds()
 	if tc.has {
 		dt = st.At.Sub(tc.lastAt).Seconds()
 	}
+	if tc.interval <= 0 {
+		tc.interval = dt
+	} else {
+		tc.interval += 0.25 * (dt - tc.interval)
+	}
+	// The standing wait steered to under overload: Setpoint of the budget,
+	// but no more than one loop delay. A backlog of one interval of work
+	// is what keeps the consumer busy (its capacity visible) until the
+	// next decision takes effect; more only waits, and is what a sudden
+	// capacity drop turns into dead messages. Engage keeps its ratio to
+	// the setpoint.
+	setWait := min(cfg.Setpoint*budget, tc.interval)
+	engageWait := setWait * cfg.Engage / cfg.Setpoint
+	d.TargetWait = time.Duration(setWait * float64(time.Second))
 
 	// Capacity: the smoothed consume rate, restarted from the instant
 	// one when they differ by more than StepThreshold (a step is under
 	// way: react now, not one time constant later).
 	cInst := st.ConsumeRateInstant
-	if tc.has && tc.headLate && tc.capacity > 0 && cInst > tc.capacity {
+	prevCapacity := tc.capacity
+	if tc.has && (tc.headLate || st.HeadAge > p.MaxAge) && tc.capacity > 0 && cInst > tc.capacity {
 		// The head was past the deadline: consumers that skip expired
 		// messages (the ttl guard) or retention then "consume" in bursts
 		// that cost them nothing. A rise seen now is not capacity; hold
@@ -432,16 +450,16 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	default:
 		wait = math.Inf(1)
 	}
-	engaged := wait > cfg.Engage*budget
+	engaged := wait > engageWait
 
 	// The law: consume rate plus the backlog error over tau; nothing
 	// while a new message would be dead on arrival. Draining (backlog
 	// above the setpoint) uses tau; filling up to the setpoint uses a
 	// slower tauFill, so that a saturated consumer is never offered more
 	// than maxFill above its capacity.
-	tau := max((1-cfg.Setpoint)*budget, 2*dt)
-	tauFill := max(tau, (cfg.Setpoint-cfg.Engage)*budget/maxFill)
-	setBacklog := cfg.Setpoint * budget * capacity
+	tau := max(budget-setWait, 2*dt)
+	tauFill := max(tau, (setWait-engageWait)/maxFill)
+	setBacklog := setWait * capacity
 	law := capacity + (setBacklog-backlog)/tau
 	if backlog < setBacklog {
 		law = capacity + (setBacklog-backlog)/tauFill
@@ -449,17 +467,30 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	if wait >= budget {
 		law = 0
 	}
+	// A step down is measured over an interval that straddles it: the
+	// instant rate mixes the old capacity with the new one, so it
+	// overstates the new one, and every message admitted on it joins a
+	// queue that now drains slower than it looks. When the consumer was
+	// saturated before the step and its backlog covers another interval
+	// even at the rate it just showed (so a pause cannot starve it),
+	// admit nothing for one interval and decide on the next, clean
+	// measurement (which is clean: the step was in the interval before).
+	stepDown := tc.has && tc.last.CapacityKnown && !tc.paused && prevCapacity > 0 &&
+		st.ConsumeRateInstant < (1-cfg.StepThreshold)*prevCapacity && backlog >= st.ConsumeRateInstant*dt
+	if stepDown {
+		law = 0
+	}
 	law = max(law, 0)
 	// Probing overshoots by at most Probe x rate x dt messages per
 	// interval; keep that within half the slack of the budget.
-	probe := min(cfg.Probe, (1-cfg.Setpoint)*budget/(2*dt))
+	probe := min(cfg.Probe, (budget-setWait)/(2*dt))
 
 	produced := st.ProduceRateInstant
 	inForce := tc.rate
 	binding := tc.limited && produced >= bindRatio*inForce
 
 	proc := p.ProcessingTime.Seconds()
-	avoid, fewBad := c.lateParts(tc, st, &p, dt, tc.has)
+	avoid, fewBad := c.lateParts(tc, st, &p, dt, setWait, tc.has)
 	// Hard age: stop when a new message would be dead on arrival or the
 	// head is past it (unless only a few partitions are); once stopped,
 	// stay stopped until both the head is under the hard age and a new
@@ -478,18 +509,21 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 		tc.limited, tc.rate, tc.release = true, 0, 0
 		reason = "consumer stopped: " + st.Reason
 	case !tc.limited && !engaged:
-		reason = fmt.Sprintf("wait %s <= engage %s: unlimited", secs(wait), secs(cfg.Engage*budget))
+		reason = fmt.Sprintf("wait %s <= engage %s: unlimited", secs(wait), secs(engageWait))
 	case engaged:
 		if !tc.limited {
 			tc.limited = true
 		}
 		tc.rate, tc.release = law, 0
-		if wait >= budget {
+		switch {
+		case wait >= budget:
 			reason = fmt.Sprintf("wait %s >= budget %s: a new message would be dead on arrival, draining", secs(wait), secs(budget))
-		} else {
-			reason = fmt.Sprintf("saturated: capacity %.0f/s, wait %s, target %s", capacity, secs(wait), secs(cfg.Setpoint*budget))
+		case stepDown:
+			reason = fmt.Sprintf("capacity fell from %.0f/s to at most %.0f/s during the interval: admitting nothing until the next observation measures it (wait %s)", prevCapacity, st.ConsumeRateInstant, secs(wait))
+		default:
+			reason = fmt.Sprintf("saturated: capacity %.0f/s, wait %s, target %s", capacity, secs(wait), secs(setWait))
 		}
-	case cInst < keepUpRatio*produced || wait > cfg.Engage*budget/2:
+	case cInst < keepUpRatio*produced || wait > engageWait/2:
 		// Limited, the backlog under the engage threshold but growing, or
 		// not near empty: the consumer showed (some of) its capacity;
 		// follow the law, which here allows at least that. No probing
@@ -530,7 +564,7 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 		if hardStop && !stopped {
 			reason = fmt.Sprintf("hard age %s exceeded (wait %s + processing, head age %s): %s", p.HardAge, secs(wait), st.HeadAge.Round(time.Millisecond), reason)
 		}
-	case tc.limited && (wait > cfg.Setpoint*budget || binding || d.Rate < capacity):
+	case tc.limited && (wait > setWait || binding || d.Rate < capacity):
 		d.Signal = SignalSlowDown
 		d.RetryAfter = retryAfter(backlog, setBacklog, capacity, d.Rate, dt, cfg.MaxRetryAfter)
 	case len(avoid) > 0:
@@ -543,6 +577,7 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 
 	tc.has, tc.last, tc.lastAt, tc.lastFresh = true, d, st.At, now
 	tc.headLate = st.HeadAge > p.MaxAge
+	tc.paused = stepDown && engaged && !stopped
 	return d
 }
 
@@ -568,9 +603,8 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 // list is returned only while it holds fewer than AvoidBelow of the
 // partitions (and there are at least two): "a few lag, most are fine";
 // fewBad reports that.
-func (c *Controller) lateParts(tc *control, st lag.State, p *Policy, dt float64, havePrev bool) (late []int32, fewBad bool) {
+func (c *Controller) lateParts(tc *control, st lag.State, p *Policy, dt, setWait float64, havePrev bool) (late []int32, fewBad bool) {
 	budget := p.Budget().Seconds()
-	setWait := c.cfg.Setpoint * budget
 	if tc.parts == nil {
 		tc.parts = make(map[int32]partTrack, len(st.Partitions))
 	}

@@ -358,3 +358,99 @@ func TestControllerIgnoresSkipBursts(t *testing.T) {
 		t.Fatalf("a real rise after the head is live again was ignored: capacity %.0f", d.Capacity)
 	}
 }
+
+// TestControllerPausesOnStepDown: the observation whose interval straddles
+// a capacity drop shows a mix of the old and the new rate; the controller
+// admits nothing for that interval (when the backlog keeps the consumer
+// busy meanwhile) and follows the law again on the next, clean one.
+func TestControllerPausesOnStepDown(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	at := func(s float64) time.Time { return leaseT0.Add(time.Duration(s * float64(time.Second))) }
+	saturated := func(c *Controller) {
+		// Saturated at 2,000 msg/s, wait 0.25 s (the setpoint at 250 ms).
+		for i, s := range []float64{1, 1.25, 1.5} {
+			if d := c.Step(st(s, 500, 2000, 2000), p, at(s)); i > 0 && !d.CapacityKnown {
+				t.Fatalf("not saturated at %.2fs: %s", s, d.Reason)
+			}
+		}
+	}
+	cases := []struct {
+		name    string
+		backlog int64
+		inst    float64 // the straddling interval's consume rate
+		paused  bool
+	}{
+		// 2,000 -> 400 a fifth into the interval: 720/s seen, 1.3 s of
+		// backlog at it: pause.
+		{name: "drop, backlog covers the pause", backlog: 940, inst: 720, paused: true},
+		// The same drop with less than one interval of work queued at
+		// the rate seen: pausing would starve the consumer; the law.
+		{name: "drop, backlog too small", backlog: 150, inst: 720, paused: false},
+		// A dip within StepThreshold is noise, not a step.
+		{name: "dip", backlog: 520, inst: 1700, paused: false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+			saturated(c)
+			d := c.Step(st(1.75, tc.backlog, tc.inst, 2000), p, at(1.75))
+			if paused := d.Rate == p.MinRate && strings.Contains(d.Reason, "capacity fell"); paused != tc.paused {
+				t.Fatalf("paused = %v, want %v: rate %.0f, %s", paused, tc.paused, d.Rate, d.Reason)
+			}
+			if !tc.paused {
+				return
+			}
+			// The next interval is clean: 400/s, 500 queued (1.25 s):
+			// the law drains toward the setpoint, it does not stay shut.
+			d = c.Step(st(2, 500, 400, 0), p, at(2))
+			if d.Rate <= p.MinRate || d.Rate >= 400 || strings.Contains(d.Reason, "capacity fell") {
+				t.Fatalf("after the pause: rate %.0f (want in (5, 400)), %s", d.Rate, d.Reason)
+			}
+		})
+	}
+}
+
+// TestControllerSetpointIsOneLoopDelay: the standing wait steered to is
+// Setpoint of the budget, but at most one observation interval.
+func TestControllerSetpointIsOneLoopDelay(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	for _, tc := range []struct {
+		interval time.Duration
+		want     time.Duration
+	}{
+		{interval: time.Second, want: 500 * time.Millisecond},            // 0.25 x 2 s
+		{interval: 250 * time.Millisecond, want: 250 * time.Millisecond}, // one interval
+		{interval: 100 * time.Millisecond, want: 100 * time.Millisecond},
+	} {
+		c := newCtl(t, ControllerConfig{Interval: tc.interval})
+		dt := tc.interval.Seconds()
+		var d Decision
+		// Saturated at 400 msg/s with the wait at 2x the setpoint.
+		for i := 1; i <= 8; i++ {
+			s := float64(i) * dt
+			d = c.Step(st(s, int64(800*tc.want.Seconds()), 400, 400), p, leaseT0.Add(time.Duration(s*float64(time.Second))))
+		}
+		if d.TargetWait != tc.want {
+			t.Errorf("interval %s: target wait %s, want %s", tc.interval, d.TargetWait, tc.want)
+		}
+		// Draining toward it: allowed below the capacity.
+		if !d.CapacityKnown || d.Rate >= 400 {
+			t.Errorf("interval %s: rate %.0f (capacity known %v), want < 400: %s", tc.interval, d.Rate, d.CapacityKnown, d.Reason)
+		}
+	}
+}
+
+// TestControllerSkipBurstAsHeadTurnsLate: a burst seen in the very
+// observation in which the head passed MaxAge is skipping, not capacity.
+func TestControllerSkipBurstAsHeadTurnsLate(t *testing.T) {
+	c := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	aged := func(s lag.State, age time.Duration) lag.State { s.HeadAge = age; return s }
+	c.Step(aged(st(1, 700, 400, 0), 1600*time.Millisecond), p, leaseT0.Add(time.Second))
+	d := c.Step(aged(st(1.25, 690, 400, 0), 1800*time.Millisecond), p, leaseT0.Add(1250*time.Millisecond))
+	before := d.Capacity
+	d = c.Step(aged(st(1.5, 550, 1600, 0), 2010*time.Millisecond), p, leaseT0.Add(1500*time.Millisecond))
+	if d.Capacity > before*1.01 {
+		t.Fatalf("skip burst read as capacity: %.0f (was %.0f)", d.Capacity, before)
+	}
+}
