@@ -158,3 +158,39 @@ func (b *bucket) admit(now int64, c ttl.Criticality) (bool, int64) {
 		}
 	}
 }
+
+// admitN takes up to n tokens at once at now for criticality c, in one
+// compare-and-swap: as many as fit, a prefix of the n. It returns how many
+// it took and, when fewer than n, how long until the next token would be
+// due for c. Exactness is that of admit: each token taken moves tat one
+// interval on, and the new tat is at most now+tolerance, so n tokens taken
+// in one call count exactly as n calls of admit at the same now would.
+func (b *bucket) admitN(now int64, c ttl.Criticality, n int) (int, int64) {
+	p := b.p.Load()
+	if p.unlimited || n <= 0 {
+		return n, 0
+	}
+	tol := p.tol[c&3]
+	for {
+		old := b.tat.Load()
+		tat := old
+		if tat < now {
+			tat = now
+		}
+		// room is under 2^62 (now < 2^62, tol <= 2^61): no overflow.
+		room := now + tol - tat
+		k := int64(n)
+		if fit := room / p.interval; fit < k {
+			k = fit
+		}
+		if k <= 0 {
+			return 0, tat + p.interval - now - tol
+		}
+		if b.tat.CompareAndSwap(old, tat+k*p.interval) {
+			if int(k) == n {
+				return n, 0
+			}
+			return int(k), tat + (k+1)*p.interval - now - tol
+		}
+	}
+}

@@ -97,13 +97,22 @@ func TestBucketExactUnderContention(t *testing.T) {
 		name  string
 		rate  float64
 		burst int
+		// batch > 0: half the goroutines take up to batch tokens per
+		// call (admitN, sizes 1..batch), the others one (admit).
+		batch int
 	}{
 		// A low rate: almost everything is refused.
-		{"low rate", 1000, 10},
+		{"low rate", 1000, 10, 0},
 		// A high rate: the CAS loop is contended by admissions.
-		{"high rate", 5e6, 100},
+		{"high rate", 5e6, 100, 0},
 		// A rate that does not divide a second.
-		{"odd rate", 333.3, 7},
+		{"odd rate", 333.3, 7, 0},
+		// Batches against single admissions, at a low rate (batches
+		// mostly get a prefix) and a high one.
+		{"batches, low rate", 1000, 10, 64},
+		{"batches, high rate", 5e6, 100, 64},
+		// Batches larger than the burst.
+		{"batches over the burst", 333.3, 7, 50},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bucket
@@ -117,19 +126,27 @@ func TestBucketExactUnderContention(t *testing.T) {
 			workers := 4 * runtime.GOMAXPROCS(0)
 			for w := 0; w < workers; w++ {
 				wg.Add(1)
-				go func() {
+				go func(w int) {
 					defer wg.Done()
-					for {
+					for i := 0; ; i++ {
 						select {
 						case <-stop:
 							return
 						default:
 						}
-						if ok, _ := b.admit(now.Load(), ttl.Critical); ok {
+						if tc.batch > 0 && w%2 == 0 {
+							n := 1 + (i+w)%tc.batch
+							k, _ := b.admitN(now.Load(), ttl.Critical, n)
+							if k < 0 || k > n {
+								t.Errorf("admitN(%d) = %d", n, k)
+								return
+							}
+							admitted.Add(int64(k))
+						} else if ok, _ := b.admit(now.Load(), ttl.Critical); ok {
 							admitted.Add(1)
 						}
 					}
-				}()
+				}(w)
 			}
 			// Advance 2 simulated seconds in 1µs steps of real progress.
 			for i := 0; i < 20000; i++ {
@@ -147,6 +164,54 @@ func TestBucketExactUnderContention(t *testing.T) {
 				t.Fatalf("admitted %v > rate*t+burst = %v", got, limit)
 			}
 			t.Logf("admitted %v of at most %.1f (%d goroutines)", got, limit, workers)
+		})
+	}
+}
+
+// TestBucketAdmitN: taking n tokens at once is the same as n single
+// admissions at the same instant: a prefix as long as the bucket holds,
+// and the time until the next token.
+func TestBucketAdmitN(t *testing.T) {
+	const iv = int64(100 * time.Millisecond) // 10 per second
+	type step struct {
+		at   int64 // nanoseconds after the start
+		crit ttl.Criticality
+		n    int
+		k    int   // tokens taken
+		wait int64 // until the next one, when k < n
+	}
+	for _, tc := range []struct {
+		name  string
+		rate  float64
+		burst int
+		steps []step
+	}{
+		// The burst goes in one call; the rest waits an interval.
+		{"burst then refuse", 10, 10, []step{{0, ttl.Critical, 15, 10, iv}, {0, ttl.Critical, 1, 0, iv}}},
+		// Tokens accrue at the rate: 250ms hold 2, the third is 50ms out.
+		{"accrual", 10, 10, []step{{0, ttl.Critical, 10, 10, 0}, {250 * time.Millisecond.Nanoseconds(), ttl.Critical, 5, 2, iv / 2}}},
+		// A batch that fits takes exactly n, and the next token is still
+		// there.
+		{"fits", 10, 10, []step{{0, ttl.Critical, 4, 4, 0}, {0, ttl.Critical, 6, 6, 0}, {0, ttl.Critical, 1, 0, iv}}},
+		// Sheddable traffic leaves half the burst to critical traffic.
+		{"criticality reserve", 10, 10, []step{{0, ttl.Sheddable, 10, 5, iv}, {0, ttl.Critical, 10, 5, iv}}},
+		// Zero tokens asked: nothing taken, nothing refused.
+		{"zero", 10, 1, []step{{0, ttl.Critical, 0, 0, 0}, {0, ttl.Critical, 1, 1, 0}}},
+		// Unlimited: everything.
+		{"unlimited", math.Inf(1), 0, []step{{0, ttl.Critical, 1000, 1000, 0}}},
+		// A zero rate: nothing.
+		{"zero rate", 0, 5, []step{{0, ttl.Critical, 3, 0, -1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bucket
+			start := int64(10 * time.Second)
+			b.set(newBucketParams(tc.rate, tc.burst), start)
+			for i, s := range tc.steps {
+				k, wait := b.admitN(start+s.at, s.crit, s.n)
+				if k != s.k || s.wait >= 0 && k < s.n && wait != s.wait || s.wait < 0 && wait <= 0 {
+					t.Fatalf("step %d: admitN(%d) = %d, wait %v; want %d, wait %v", i, s.n, k, time.Duration(wait), s.k, time.Duration(s.wait))
+				}
+			}
 		})
 	}
 }

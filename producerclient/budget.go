@@ -145,26 +145,38 @@ func (b *RetryBudget) request(now int64) {
 	}
 }
 
+// requestN records n first attempts at once.
+func (b *RetryBudget) requestN(now int64, n int64) {
+	if b.cfg.Kind == BudgetRatio && n > 0 {
+		b.w.add(now, n*countA)
+	}
+}
+
 // outcome records an attempt's result (for BudgetTokens).
-func (b *RetryBudget) outcome(ok bool) {
-	if b.cfg.Kind != BudgetTokens {
+func (b *RetryBudget) outcome(ok bool) { b.outcomeN(ok, 1) }
+
+// outcomeN records n attempts with the same result at once (for
+// BudgetTokens): the same as n calls of outcome, since the bucket is only
+// clamped at its ends.
+func (b *RetryBudget) outcomeN(ok bool, n int64) {
+	if b.cfg.Kind != BudgetTokens || n <= 0 {
 		return
 	}
 	max := int64(b.cfg.MaxTokens * 1000)
-	d := int64(-1000)
+	d := -1000 * n
 	if ok {
-		d = int64(b.cfg.TokenRatio * 1000)
+		d = int64(b.cfg.TokenRatio*1000) * n
 	}
 	for {
 		old := b.milli.Load()
-		n := old + d
-		if n > max {
-			n = max
+		v := old + d
+		if v > max {
+			v = max
 		}
-		if n < 0 {
-			n = 0
+		if v < 0 {
+			v = 0
 		}
-		if n == old || b.milli.CompareAndSwap(old, n) {
+		if v == old || b.milli.CompareAndSwap(old, v) {
 			return
 		}
 	}

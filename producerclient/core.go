@@ -286,6 +286,19 @@ func (c *core) prepare(ctx context.Context, m *msg, t *topic, opts []CallOption,
 // returns nil or a rejection (without the message).
 func (c *core) admit(m *msg, now int64) *RejectError {
 	t := m.t
+	c.limits(m, now)
+	if r := c.admitChecks(m, now); r != nil {
+		t.refused.Add(1)
+		return r
+	}
+	t.admitted.Add(1)
+	return nil
+}
+
+// limits completes m's deadline and Block limit at now, its first
+// admission: Config.MessageTTL for a message without a deadline, and
+// Config.MaxBlock for a wait without a context deadline.
+func (c *core) limits(m *msg, now int64) {
 	if !m.hasDL && c.cfg.MessageTTL > 0 {
 		m.dl, m.hasDL = now+int64(c.cfg.MessageTTL), true
 	}
@@ -297,12 +310,6 @@ func (c *core) admit(m *msg, now int64) *RejectError {
 	if m.hasDL && m.dl < m.limit {
 		m.limit = m.dl
 	}
-	if r := c.admitChecks(m, now); r != nil {
-		t.refused.Add(1)
-		return r
-	}
-	t.admitted.Add(1)
-	return nil
 }
 
 func (c *core) admitChecks(m *msg, now int64) *RejectError {
@@ -333,11 +340,19 @@ func (c *core) admitChecks(m *msg, now int64) *RejectError {
 
 // checkView rejects when the quota says stop or is closed.
 func (c *core) checkView(t *topic, v *quotaView) *RejectError {
+	if r := viewReject(t, v); r != nil {
+		return c.rejectCount(t, int(r.reason), r)
+	}
+	return nil
+}
+
+// viewReject is checkView's rejection, not counted.
+func viewReject(t *topic, v *quotaView) *RejectError {
 	switch {
 	case v.closed:
-		return c.rejectCount(t, reasonQuotaUnavailable, reject(t.name, SignalSlowDown, ErrQuotaUnavailable, v.reason, v.retryAfter, nil))
+		return uncounted(reasonQuotaUnavailable, reject(t.name, SignalSlowDown, ErrQuotaUnavailable, v.reason, v.retryAfter, nil))
 	case v.signal == SignalStop && !v.advisory:
-		return c.rejectCount(t, reasonStop, reject(t.name, SignalStop, nil, v.reason, 0, nil))
+		return uncounted(reasonStop, reject(t.name, SignalStop, nil, v.reason, 0, nil))
 	}
 	return nil
 }
@@ -427,6 +442,79 @@ func (c *core) takeToken(m *msg, now int64) *RejectError {
 		if r := c.checkView(t, t.view.Load()); r != nil {
 			return r
 		}
+	}
+}
+
+// admitN admits up to n messages that share m (topic, mode, criticality,
+// deadline; m went through limits) at now, without waiting: admit's checks
+// once, then up to n in-flight slots in one operation and as many tokens
+// in one compare-and-swap. It returns how many, a prefix of the n, now
+// hold a slot and a token, and when fewer than n, why the next one was
+// not admitted; the rejection is not counted (countRejects), and its
+// reason is reasonRate or reasonInFlight when k > 0 (waiting may help).
+// It counts nothing else either: the caller counts admitted and refused.
+func (c *core) admitN(m *msg, n int, now int64) (int, *RejectError) {
+	t := m.t
+	if c.closed.Load() {
+		return 0, uncounted(reasonClosed, reject(t.name, SignalStop, ErrClosed, "the producer is closed", 0, nil))
+	}
+	if err := m.ctx.Err(); err != nil {
+		return 0, uncounted(reasonCanceled, reject(t.name, SignalSlowDown, nil, "context done before sending", 0, err))
+	}
+	if m.hasDL && now >= m.dl {
+		return 0, uncounted(reasonExpired, reject(t.name, SignalStop, ErrExpired, "the message's deadline passed before it was sent", 0, nil))
+	}
+	v := t.view.Load()
+	if r := viewReject(t, v); r != nil {
+		return 0, r
+	}
+	slots := int(t.inflight.tryAcquireN(int64(n)))
+	k, wait := t.bucket.admitN(now, m.crit, slots)
+	if k < slots {
+		if v.advisory {
+			t.advisory.Add(uint64(slots - k))
+			k = slots
+		} else {
+			t.inflight.releaseN(int64(slots - k))
+		}
+	}
+	switch {
+	case k == n:
+		return n, nil
+	case k < slots:
+		after := time.Duration(wait)
+		if v.signal == SignalSlowDown && v.retryAfter > after {
+			after = v.retryAfter
+		}
+		return k, uncounted(reasonRate, reject(t.name, SignalSlowDown, ErrRateLimited, v.rateReason(), after, nil))
+	default:
+		return k, uncounted(reasonInFlight, reject(t.name, SignalSlowDown, ErrInFlightLimit,
+			fmt.Sprintf("%d messages in flight on %s", t.inflight.limit, t.name), 0, nil))
+	}
+}
+
+// sentN is beforeSend's bookkeeping for n first attempts sent at now
+// under m (the adaptive throttle's decision is the caller's, per message).
+func (c *core) sentN(m *msg, n int, now int64) {
+	if n <= 0 {
+		return
+	}
+	c.budget.requestN(c.budgetNow(now), int64(n))
+	m.t.attempts.Add(uint64(n))
+}
+
+// succeededN is succeeded and finish for n messages of one batch sent
+// under m, after their callbacks ran.
+func (c *core) succeededN(m *msg, n int64) {
+	if n > 0 {
+		t := m.t
+		t.throttle.outcomeN(m.sent, n)
+		t.accepted.Add(uint64(n))
+		c.budget.outcomeN(true, n)
+		t.inflight.releaseN(n)
+	}
+	if c.flushers.Load() > 0 {
+		c.idle.broadcast()
 	}
 }
 
@@ -637,9 +725,29 @@ func (c *core) waitErr(t *topic, err error, mk func(error) *RejectError) *Reject
 func (c *core) rejectCount(t *topic, reason int, r *RejectError) *RejectError {
 	if !r.counted {
 		t.rejected[reason].Add(1)
-		r.counted = true
+		r.counted, r.reason = true, uint8(reason)
 	}
 	return r
+}
+
+// uncounted marks r with its reason without counting it yet (see
+// countRejects): a batch counts a rejection once per message it ends up
+// handed to.
+func uncounted(reason int, r *RejectError) *RejectError {
+	r.reason = uint8(reason)
+	return r
+}
+
+// countRejects counts r for n messages: n, or n-1 more when r was counted
+// once already.
+func (c *core) countRejects(t *topic, r *RejectError, n int) {
+	if r.counted {
+		n--
+	}
+	if n > 0 {
+		t.rejected[r.reason].Add(uint64(n))
+	}
+	r.counted = true
 }
 
 // outstanding is the number of messages admitted and not finally done.

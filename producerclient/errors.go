@@ -132,6 +132,7 @@ type RejectError struct {
 	kind    error // one of the reason sentinels, or nil
 	extra   error // a second reason sentinel (ErrRetryBudgetExhausted), or nil
 	counted bool  // already counted in lagbridge_client_rejected_total
+	reason  uint8 // the reason it is counted under (valid when counted)
 }
 
 // Error describes the rejection in one line.

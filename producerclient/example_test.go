@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sort"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -93,6 +95,51 @@ func ExampleRejectError() {
 	// Output:
 	// true true
 	// clicks slow-down 1s 2
+}
+
+// Produce many records in one call: the quota, the headers and the
+// bookkeeping are handled once per batch instead of once per record, and
+// each record still gets its own callback. In Drop mode a batch larger
+// than the tokens available sends the prefix that fits and hands the rest
+// back, each record in its own *RejectError.
+func ExampleKafkaProducer_ProduceBatchAsync() {
+	cluster, _ := kfake.NewCluster(kfake.SeedTopics(2, "events"))
+	defer cluster.Close()
+	cl, _ := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, producerclient.KafkaClientOpts(nil)...)...)
+	defer cl.Close()
+	p, _ := producerclient.NewKafka(cl, producerclient.Config{
+		Producer: "ingest",
+		Mode:     producerclient.Drop,
+		Leases:   producerclient.LeaseConfig{Safe: producerclient.SafeQuota{Mode: producerclient.SafeRate, Rate: 1, Burst: 3}},
+	})
+	defer p.Close()
+
+	batch := make([]*kgo.Record, 5)
+	for i := range batch {
+		batch[i] = &kgo.Record{Topic: "events", Value: []byte(fmt.Sprint(i))}
+	}
+	var mu sync.Mutex
+	var delivered, limited []string
+	p.ProduceBatchAsync(context.Background(), batch, func(r *kgo.Record, err error) {
+		mu.Lock() // callbacks run on franz-go's goroutine and on this one
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			delivered = append(delivered, string(r.Value))
+		case errors.Is(err, producerclient.ErrRateLimited):
+			limited = append(limited, string(r.Value)) // err is a *RejectError holding r
+		}
+	})
+	_ = p.Flush(context.Background()) // every callback has run
+	sort.Strings(delivered)
+	fmt.Println("delivered", delivered, "rate-limited", limited)
+
+	// The synchronous form returns franz-go's ProduceResults.
+	res := p.ProduceBatch(context.Background(), []*kgo.Record{{Topic: "events", Value: []byte("5")}})
+	fmt.Println(errors.Is(res.FirstErr(), producerclient.ErrSlowDown))
+	// Output:
+	// delivered [0 1 2] rate-limited [3 4]
+	// true
 }
 
 // Wrap a JetStream context: the lease key is the stream the subject

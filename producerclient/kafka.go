@@ -91,8 +91,8 @@ func NewKafka(cl *kgo.Client, cfg Config) (*KafkaProducer, error) {
 	return p, nil
 }
 
-// kpending is one Kafka record in flight: 88 bytes, the SDK's only
-// allocation for a record without a deadline. It is the record's Context
+// kpending is one Kafka record in flight: 80 bytes (a size class), the
+// SDK's only allocation for a record without a deadline. It is the record's Context
 // while franz-go holds the record (so the single promise function finds it
 // without a closure per record), and it behaves as the context franz-go
 // would have used (the record's own, else the call's), so cancellation
@@ -102,7 +102,6 @@ type kpending struct {
 	m       msg
 	userCtx context.Context // the record's own Context, restored before the callback
 	done    func(*kgo.Record, error)
-	counted bool // admitted: holds an in-flight slot
 }
 
 func (kp *kpending) rc() context.Context {
@@ -170,7 +169,6 @@ func (p *KafkaProducer) ProduceAsync(ctx context.Context, r *kgo.Record, done fu
 		p.finishReject(kp, r, rej)
 		return
 	}
-	kp.counted = true
 	stampKafka(r, p.c.deadline(&kp.m), kp.m.crit)
 	kp.userCtx = r.Context
 	p.send(kp, r, now)
@@ -199,6 +197,16 @@ func (p *KafkaProducer) send(kp *kpending, r *kgo.Record, now int64) {
 
 // promise is the one franz-go promise of the producer.
 func (p *KafkaProducer) promise(r *kgo.Record, err error) {
+	switch x := r.Context.(type) {
+	case *kbatch:
+		r.Context = nil
+		p.batchPromise(x, nil, r, err)
+		return
+	case *kbrec:
+		r.Context = x.Context
+		p.batchPromise(x.b, x.Context, r, err)
+		return
+	}
 	kp, ok := r.Context.(*kpending)
 	if !ok {
 		return // not ours (cannot happen: only send passes this promise)
@@ -212,6 +220,12 @@ func (p *KafkaProducer) promise(r *kgo.Record, err error) {
 		p.c.finish(&kp.m)
 		return
 	}
+	p.failedAttempt(kp, r, err)
+}
+
+// failedAttempt follows a failed attempt of kp's record: a retry on an
+// owned goroutine, or the final rejection.
+func (p *KafkaProducer) failedAttempt(kp *kpending, r *kgo.Record, err error) {
 	delay, rej := p.c.failed(&kp.m, err, classifyKafka(err))
 	if rej != nil {
 		p.finishReject(kp, r, rej)
@@ -238,11 +252,8 @@ func (p *KafkaProducer) finishReject(kp *kpending, r *kgo.Record, rej *RejectErr
 	} else {
 		p.c.unhandledFailure(rej)
 	}
-	if kp.counted {
-		p.c.finish(&kp.m)
-	} else {
-		p.c.releaseSlot(&kp.m)
-	}
+	// The slot, if the record holds one (admitted), goes back.
+	p.c.finish(&kp.m)
 }
 
 func (p *KafkaProducer) unhandled(r *kgo.Record, done func(*kgo.Record, error), err error) {
@@ -390,6 +401,14 @@ func sharedHeaders(hs []kgo.RecordHeader) bool {
 	return false
 }
 
+// stampBlock gives r, a record without headers of its own, both lagbridge
+// headers stored in blk.
+func stampBlock(r *kgo.Record, blk *hdrBlock, deadline time.Time, crit ttl.Criticality) {
+	blk.h[0] = kgo.RecordHeader{Key: ttl.HeaderDeadline, Value: ttl.AppendDeadline(blk.b[:0], deadline)}
+	blk.h[1] = kgo.RecordHeader{Key: ttl.HeaderCriticality, Value: critValues[crit&3]}
+	r.Headers = blk.h[:2:2]
+}
+
 // stampKafka sets (or replaces) the lagbridge headers of r. A record
 // without headers costs at most one allocation (none without a deadline).
 func stampKafka(r *kgo.Record, deadline time.Time, crit ttl.Criticality) {
@@ -399,10 +418,7 @@ func stampKafka(r *kgo.Record, deadline time.Time, crit ttl.Criticality) {
 			r.Headers = critOnly[crit&3][:1:1]
 			return
 		}
-		blk := new(hdrBlock)
-		blk.h[0] = kgo.RecordHeader{Key: ttl.HeaderDeadline, Value: ttl.AppendDeadline(blk.b[:0], deadline)}
-		blk.h[1] = kgo.RecordHeader{Key: ttl.HeaderCriticality, Value: cv}
-		r.Headers = blk.h[:2:2]
+		stampBlock(r, new(hdrBlock), deadline, crit)
 		return
 	}
 	var dv []byte

@@ -80,6 +80,37 @@ func (f *inflight) release() {
 	f.broadcast()
 }
 
+// tryAcquireN acquires up to n slots at once and returns how many (n
+// when the cap allows). It keeps tryAcquire's guarantee: every check
+// counts the slots other callers hold or are about to give back, so the
+// cap is never exceeded; a partial grant gives back only the excess.
+func (f *inflight) tryAcquireN(n int64) int64 {
+	a := f.acq.Add(n)
+	if f.limit <= 0 || a-f.relSnap.Load() <= f.limit {
+		return n
+	}
+	r := f.rel.Load()
+	f.relSnap.Store(r)
+	over := a - r - f.limit
+	if over <= 0 {
+		return n
+	}
+	if over > n {
+		over = n
+	}
+	f.acq.Add(-over)
+	return n - over
+}
+
+// releaseN gives back n slots.
+func (f *inflight) releaseN(n int64) {
+	if n <= 0 {
+		return
+	}
+	f.rel.Add(n)
+	f.broadcast()
+}
+
 // count is the number in flight now.
 func (f *inflight) count() int64 { return f.acq.Load() - f.rel.Load() }
 
@@ -215,6 +246,14 @@ func (t *throttler) allow(now int64) (bool, float64) {
 	}
 	t.w.add(now, countA)
 	return false, p
+}
+
+// outcomeN counts n accepted requests sent at now.
+func (t *throttler) outcomeN(now int64, n int64) {
+	if t == nil || n <= 0 {
+		return
+	}
+	t.w.add(now, n*(countA+countB))
 }
 
 // outcome counts a request whose broker outcome is known.
