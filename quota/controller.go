@@ -30,14 +30,18 @@ type ControllerConfig struct {
 	Interval time.Duration
 	// Setpoint is the fraction of the wait budget (MaxAge -
 	// ProcessingTime) the controller steers the predicted wait of a new
-	// message to under sustained overload. Default 0.25; in (0, 1). A
-	// lower setpoint keeps a smaller standing backlog, which is what a
-	// sudden capacity drop turns into old messages (a k-fold drop makes
-	// the wait Setpoint x k x budget at once).
+	// message to under sustained overload, capped at one observation
+	// interval (the loop's delay: the backlog that keeps the consumer busy
+	// until the next decision). Default 0.25; in (0, 1). A lower setpoint
+	// keeps a smaller standing backlog, which is what a sudden capacity
+	// drop turns into old messages (a k-fold drop makes the wait k times
+	// the target at once).
 	Setpoint float64
 	// Engage is the fraction of the wait budget above which the consumer
 	// is taken to be saturated: its consume rate is then its capacity,
-	// and an unlimited target becomes limited. Default 0.2; in
+	// and an unlimited target becomes limited. When the interval caps
+	// the setpoint, the engage wait is scaled with it (it keeps its ratio
+	// Engage/Setpoint). Default 0.2; in
 	// (0, Setpoint]. Higher lets bursts ride on the queue longer before
 	// the controller engages.
 	Engage float64
@@ -228,7 +232,8 @@ type Decision struct {
 	// Capacity. lag.Never (-1) when there is lag and nothing is consumed.
 	Wait time.Duration `json:"wait"`
 	// TargetWait is the wait the controller steers to under sustained
-	// overload: Setpoint x (MaxAge - ProcessingTime).
+	// overload: Setpoint x (MaxAge - ProcessingTime), but at most one
+	// observation interval.
 	TargetWait time.Duration `json:"targetWait"`
 	// HeadAge and Lag are copied from the state.
 	HeadAge time.Duration `json:"headAge"`

@@ -111,7 +111,8 @@ type Policy struct {
 	// than this when it is consumed is dead work. Required, > 0. The
 	// controller keeps the predicted wait of a new message under
 	// MaxAge - ProcessingTime and, under sustained overload, steers it to
-	// ControllerConfig.Setpoint of that (a quarter by default).
+	// ControllerConfig.Setpoint of that (a quarter by default), or one
+	// observation interval when that is less.
 	MaxAge time.Duration `json:"maxAge" mapstructure:"maxAge"`
 	// HardAge, when set, is the age beyond which retrying cannot help:
 	// when the head is older, or a message produced now would wait longer
