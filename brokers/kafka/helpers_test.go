@@ -206,3 +206,19 @@ func wantPart(tb testing.TB, s *lag.Sample, p int32, logStart, end, committed, l
 		tb.Fatalf("%s p%d: head time at +%v, want +%ds", s.Target, p, ps.HeadTime.Sub(base), head)
 	}
 }
+
+// pollAndCommit polls cons until it has seen n records, then commits what
+// it consumed.
+func pollAndCommit(tb testing.TB, cons *kgo.Client, n int) {
+	tb.Helper()
+	for seen := 0; seen < n; {
+		fs := cons.PollFetches(ctxT(tb))
+		if err := fs.Err0(); err != nil {
+			tb.Fatal(err)
+		}
+		seen += fs.NumRecords()
+	}
+	if err := cons.CommitUncommittedOffsets(ctxT(tb)); err != nil {
+		tb.Fatal(err)
+	}
+}

@@ -66,16 +66,7 @@ func TestEmptyGroupKeepsGrowing(t *testing.T) {
 	cons := newClient(t, c,
 		kgo.ConsumerGroup("billing"), kgo.ConsumeTopics("events"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
-	for n := 0; n < 4; {
-		fs := cons.PollFetches(ctxT(t))
-		if err := fs.Err0(); err != nil {
-			t.Fatal(err)
-		}
-		n += fs.NumRecords()
-	}
-	if err := cons.CommitUncommittedOffsets(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
+	pollAndCommit(t, cons, 4)
 	o := newObserver(t, c, nil)
 	got := observe(t, o)
 	s := mustFind(t, got, "billing", "events")
@@ -137,16 +128,7 @@ func TestStoppedConsumer(t *testing.T) {
 	cons := newClient(t, c,
 		kgo.ConsumerGroup("workers"), kgo.ConsumeTopics("jobs"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
-	for n := 0; n < 3; {
-		fs := cons.PollFetches(ctxT(t))
-		if err := fs.Err0(); err != nil {
-			t.Fatal(err)
-		}
-		n += fs.NumRecords()
-	}
-	if err := cons.CommitUncommittedOffsets(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
+	pollAndCommit(t, cons, 3)
 	// The consumer now stops polling but stays a member.
 	produceN(t, prod, "jobs", 0, 4, 30)
 	o := newObserver(t, c, nil)
@@ -173,16 +155,7 @@ func TestKIP848Group(t *testing.T) {
 	cons := newClient(t, c,
 		kgo.ConsumerGroup("nextgen"), kgo.ConsumeTopics("kip848"), kgo.ServerSideBalancer(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
-	for n := 0; n < 10; {
-		fs := cons.PollFetches(ctxT(t))
-		if err := fs.Err0(); err != nil {
-			t.Fatal(err)
-		}
-		n += fs.NumRecords()
-	}
-	if err := cons.CommitUncommittedOffsets(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
+	pollAndCommit(t, cons, 10)
 	listed, err := adm.ListGroups(ctxT(t))
 	if err != nil {
 		t.Fatal(err)
@@ -279,16 +252,7 @@ func TestTransactions(t *testing.T) {
 	// A real read_committed consumer that read everything.
 	cons := newClient(t, c, kgo.ConsumerGroup("reader"), kgo.ConsumeTopics("txn"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit())
-	for n := 0; n < 7; {
-		fs := cons.PollFetches(ctxT(t))
-		if err := fs.Err0(); err != nil {
-			t.Fatal(err)
-		}
-		n += fs.NumRecords()
-	}
-	if err := cons.CommitUncommittedOffsets(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
+	pollAndCommit(t, cons, 7)
 	cons.Close()
 
 	o := newObserver(t, c, nil)
