@@ -74,16 +74,7 @@ func TestSimulationReport(t *testing.T) {
 		fmt.Fprintf(&b, "- recovery 400 -> 2,000 msg/s under 4,000 offered: allowed rate >= 1,800 msg/s (and staying there) %.2f s after the recovery\n", rec)
 	}
 	{
-		ramp := func(t float64) float64 {
-			switch {
-			case t < 10:
-				return highCap
-			case t < 70:
-				return highCap - (highCap-lowCap)*(t-10)/60
-			}
-			return lowCap
-		}
-		res := runSim(t, simConfig{duration: 90 * time.Second, capacity: ramp, policy: drainPolicy(), producers: producersOffering(4, 2000)})
+		res := runSim(t, simConfig{duration: 90 * time.Second, capacity: slowRamp, policy: drainPolicy(), producers: producersOffering(4, 2000)})
 		hm, hp := res.headStats(0, 90)
 		fmt.Fprintf(&b, "- slow ramp 2,000 -> 400 msg/s over 60 s, 2,000 offered: head age max %.2f s, p99 %.2f s\n", hm, hp)
 	}

@@ -155,16 +155,7 @@ func TestSimStepDrop(t *testing.T) {
 // must never pass MaxAge, retrying always helps (no stop), and at the end
 // the allowed rate sits within 10% of the consume rate.
 func TestSimSlowRamp(t *testing.T) {
-	ramp := func(t float64) float64 {
-		switch {
-		case t < 10:
-			return highCap
-		case t < 70:
-			return highCap - (highCap-lowCap)*(t-10)/60
-		}
-		return lowCap
-	}
-	res := runSim(t, simConfig{duration: 90 * time.Second, capacity: ramp, policy: drainPolicy(), producers: producersOffering(4, 2000)})
+	res := runSim(t, simConfig{duration: 90 * time.Second, capacity: slowRamp, policy: drainPolicy(), producers: producersOffering(4, 2000)})
 	headMax, p99 := res.headStats(0, 90)
 	t.Logf("slow ramp 2000 -> 400 over 60s, offered 2000: head age max %.2fs p99 %.2fs", headMax, p99)
 	if headMax > 2 {
@@ -559,4 +550,16 @@ func TestSimAdvisory(t *testing.T) {
 	if headMax, _ := res.headStats(20, 40); headMax < 10 {
 		t.Errorf("head age %.2fs: advisory leases throttled the producers", headMax)
 	}
+}
+
+// slowRamp is a consumer slowing from highCap to lowCap over 60 s, from
+// t = 10 s.
+func slowRamp(t float64) float64 {
+	switch {
+	case t < 10:
+		return highCap
+	case t < 70:
+		return highCap - (highCap-lowCap)*(t-10)/60
+	}
+	return lowCap
 }
