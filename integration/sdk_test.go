@@ -128,10 +128,36 @@ type grantWatch struct {
 	inGrant    float64       // admitted during limited intervals
 	bound      float64       // what the grants allowed in them
 	limitedFor time.Duration // total length of those intervals
+
+	// Over the intervals under a limited lease that is not stop (the
+	// quota binds but admits, so criticality decides who gets it; under
+	// stop everyone is refused alike): messages asked and refused.
+	stopped          bool
+	asked, refused   uint64
+	bindingFor       time.Duration
+	lastAsked, lastR uint64
+}
+
+// refusedShare is the share of what the producer asked for that was
+// refused, over the intervals under a binding, non-stop lease.
+func (g *grantWatch) refusedShare() float64 {
+	if g.asked == 0 {
+		return 0
+	}
+	return float64(g.refused) / float64(g.asked)
 }
 
 func (g *grantWatch) sample(q producerclient.Quota, s producerclient.TopicStats, now time.Time) {
 	limited := q.FromLease && !math.IsInf(q.Rate, 1)
+	stopped := q.Signal == producerclient.SignalStop
+	asked := s.Admitted + s.RejectedTotal()
+	refused := s.Rejected["rate"] + s.Rejected["stop"] + s.Rejected["throttled"] + s.Rejected["in_flight"]
+	if g.have && g.limited && !g.stopped && limited && !stopped {
+		g.asked += asked - g.lastAsked
+		g.refused += refused - g.lastR
+		g.bindingFor += now.Sub(g.at)
+	}
+	g.stopped, g.lastAsked, g.lastR = stopped, asked, refused
 	if g.have && g.limited && limited {
 		g.inGrant += float64(s.Admitted - g.admitted)
 		g.bound += math.Max(g.rate, q.Rate) * now.Sub(g.at).Seconds()
@@ -305,7 +331,7 @@ func TestSDKAgainstDaemon(t *testing.T) {
 		for i, p := range producers {
 			q, _ := p.quota()
 			watches[i].sample(q, p.stats().Topics[p.topic], now)
-			done = done && watches[i].limitedFor >= 3*time.Second
+			done = done && watches[i].limitedFor >= 3*time.Second && watches[i].bindingFor >= 2*time.Second
 		}
 		if done {
 			break
@@ -333,13 +359,15 @@ func TestSDKAgainstDaemon(t *testing.T) {
 			t.Errorf("%s: %d failures were not a RejectError handing the message back", p.name, n)
 		}
 	}
-	// Criticality: per broker, the sheddable producer is refused a larger
-	// share of what it offers than the critical-plus one.
+	// Criticality: per broker, while the quota binds (limited, not stop),
+	// the sheddable producer is refused a larger share of what it offers
+	// than the critical-plus one.
 	for i := 0; i < 2; i++ {
-		crit, shed := producers[i], producers[i+2]
-		rc := refusedShare(crit)
-		rs := refusedShare(shed)
-		t.Logf("%s: refused share critical-plus %.2f, sheddable %.2f", crit.topic, rc, rs)
+		crit := producers[i]
+		rc := watches[i].refusedShare()
+		rs := watches[i+2].refusedShare()
+		t.Logf("%s: refused share under a binding lease (%v, %v of it) critical-plus %.2f, sheddable %.2f", crit.topic,
+			watches[i].bindingFor.Round(time.Millisecond), watches[i+2].bindingFor.Round(time.Millisecond), rc, rs)
 		if rs <= rc {
 			t.Errorf("%s: sheddable traffic refused %.2f, critical-plus %.2f: sheddable must go first", crit.topic, rs, rc)
 		}
@@ -413,15 +441,6 @@ func TestSDKAgainstDaemon(t *testing.T) {
 		}
 		return true, ""
 	})
-}
-
-func refusedShare(p *sdkProducer) float64 {
-	s := p.stats().Topics[p.topic]
-	asked := s.Admitted + s.RejectedTotal()
-	if asked == 0 {
-		return 0
-	}
-	return float64(s.Rejected["rate"]+s.Rejected["stop"]+s.Rejected["throttled"]+s.Rejected["in_flight"]) / float64(asked)
 }
 
 func errorRecord(err error) *kgo.Record {
