@@ -101,11 +101,9 @@ func TestKafkaProduceBatch(t *testing.T) {
 			want: make([]error, 50),
 			check: func(t *testing.T, p *KafkaProducer, rs []*kgo.Record, _ batchResult) {
 				for i, r := range rs {
-					if v, _ := header(r, ttl.HeaderCriticality); v != "CRITICAL" {
-						t.Fatalf("record %d criticality %q", i, v)
-					}
-					if _, ok := header(r, ttl.HeaderDeadline); ok {
-						t.Fatalf("record %d has a deadline without one", i)
+					// CRITICAL without a deadline: no header at all.
+					if len(r.Headers) != 0 {
+						t.Fatalf("record %d has headers %v, want none", i, r.Headers)
 					}
 					if r.Context != nil {
 						t.Fatalf("record %d: Context not restored to nil", i)
@@ -228,7 +226,8 @@ func TestKafkaProduceBatch(t *testing.T) {
 		{
 			// Records with lagbridge headers of their own form runs of
 			// their own: the criticality header is kept, an expired
-			// deadline header rejects that record alone.
+			// deadline header rejects that record alone; the others are
+			// CRITICAL, written as no header.
 			name: "own headers",
 			rs: func() []*kgo.Record {
 				return []*kgo.Record{
@@ -240,8 +239,8 @@ func TestKafkaProduceBatch(t *testing.T) {
 			},
 			want: []error{nil, nil, ErrExpired, nil},
 			check: func(t *testing.T, p *KafkaProducer, rs []*kgo.Record, _ batchResult) {
-				for i, want := range []string{"CRITICAL", "SHEDDABLE", "", "CRITICAL"} {
-					if got, _ := header(rs[i], ttl.HeaderCriticality); i != 2 && got != want {
+				for i, want := range []string{"", "SHEDDABLE", "", ""} {
+					if got, _ := header(rs[i], ttl.HeaderCriticality); got != want {
 						t.Fatalf("record %d criticality %q, want %q", i, got, want)
 					}
 				}

@@ -21,7 +21,10 @@
 //   - Deadline and criticality travel with every message as the
 //     lagbridge-deadline and lagbridge-criticality headers (format in the
 //     ttl package); a context deadline becomes the message's deadline; on
-//     NATS streams that allow it, Nats-TTL too.
+//     NATS streams that allow it, Nats-TTL too. The defaults are written
+//     by leaving the header out (the format reads no criticality header as
+//     CRITICAL and no deadline header as no deadline), so default traffic
+//     costs no header bytes.
 //   - Typed errors. A message the SDK does not deliver comes back to the
 //     caller inside a [*RejectError] that matches one signal ([ErrSlowDown],
 //     [ErrStop], [ErrTryElsewhere]) and one reason ([ErrRateLimited],

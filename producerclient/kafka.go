@@ -137,12 +137,15 @@ func (p *KafkaProducer) Produce(ctx context.Context, r *kgo.Record, opts ...Call
 // logged at Warn and counted in lagbridge_client_unhandled_failures_total.
 //
 // The record gets the lagbridge-deadline and lagbridge-criticality headers
-// (see the ttl package). A deadline header already on the record is kept
-// when it is earlier than the context's deadline; a criticality header
-// already on it is kept unless WithCriticality is given. A record without
-// headers and without a deadline gets a header slice shared between
-// records (capped, so an append copies it): do not modify header values in
-// place.
+// (see the ttl package), the latter only when the criticality is not
+// CRITICAL: the format reads a record without it as CRITICAL, so default
+// traffic without a deadline carries no header bytes. A deadline header
+// already on the record is kept when it is earlier than the context's
+// deadline; a criticality header already on it is kept unless
+// WithCriticality is given (and is then overwritten, CRITICAL included). A
+// record without headers and without a deadline may get a header slice
+// shared between records (capped, so an append copies it): do not modify
+// header values in place.
 func (p *KafkaProducer) ProduceAsync(ctx context.Context, r *kgo.Record, done func(*kgo.Record, error), opts ...CallOption) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -370,7 +373,7 @@ func readKafkaMeta(hs []kgo.RecordHeader) (m ttl.Meta, hasCrit bool, bad int) {
 	return m, hasCrit, bad
 }
 
-// hdrBlock is the storage of both lagbridge headers of a record that had
+// hdrBlock is the storage of the lagbridge headers of a record that had
 // none: one allocation.
 type hdrBlock struct {
 	h [2]kgo.RecordHeader
@@ -378,7 +381,8 @@ type hdrBlock struct {
 }
 
 // critOnly are the shared header slices of records without headers and
-// without a deadline (length and capacity 1: an append copies).
+// without a deadline (length and capacity 1: an append copies). Critical
+// has none in use: the default is written by leaving the header out.
 var critOnly = func() [4][]kgo.RecordHeader {
 	var v [4][]kgo.RecordHeader
 	for c := range v {
@@ -401,24 +405,37 @@ func sharedHeaders(hs []kgo.RecordHeader) bool {
 	return false
 }
 
-// stampBlock gives r, a record without headers of its own, both lagbridge
-// headers stored in blk.
+// stampBlock gives r, a record without headers of its own, the lagbridge
+// headers stored in blk: the deadline, and the criticality unless it is
+// the default (see stampKafka).
 func stampBlock(r *kgo.Record, blk *hdrBlock, deadline time.Time, crit ttl.Criticality) {
 	blk.h[0] = kgo.RecordHeader{Key: ttl.HeaderDeadline, Value: ttl.AppendDeadline(blk.b[:0], deadline)}
+	if crit == ttl.Critical {
+		r.Headers = blk.h[:1:1]
+		return
+	}
 	blk.h[1] = kgo.RecordHeader{Key: ttl.HeaderCriticality, Value: critValues[crit&3]}
 	r.Headers = blk.h[:2:2]
 }
 
-// stampKafka sets (or replaces) the lagbridge headers of r. A record
-// without headers costs at most one allocation (none without a deadline).
+// stampKafka sets (or replaces) the lagbridge headers of r. The ttl
+// format reads a record without lagbridge-criticality as CRITICAL, so
+// that header is written only for the other criticalities, or over a
+// criticality header the record already has; a record of the default
+// criticality without a deadline gets no header at all (and costs the
+// broker and consumers no header bytes). A record without headers costs
+// at most one allocation (none without a deadline).
 func stampKafka(r *kgo.Record, deadline time.Time, crit ttl.Criticality) {
 	cv := critValues[crit&3]
 	if len(r.Headers) == 0 || sharedHeaders(r.Headers) {
-		if deadline.IsZero() {
+		switch {
+		case !deadline.IsZero():
+			stampBlock(r, new(hdrBlock), deadline, crit)
+		case crit == ttl.Critical:
+			r.Headers = nil
+		default:
 			r.Headers = critOnly[crit&3][:1:1]
-			return
 		}
-		stampBlock(r, new(hdrBlock), deadline, crit)
 		return
 	}
 	var dv []byte
@@ -447,9 +464,10 @@ func stampKafka(r *kgo.Record, deadline time.Time, crit ttl.Criticality) {
 			ci--
 		}
 	}
-	if ci >= 0 {
+	switch {
+	case ci >= 0:
 		r.Headers[ci].Value = cv
-	} else {
+	case crit != ttl.Critical:
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: ttl.HeaderCriticality, Value: cv})
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,10 +155,10 @@ func TestKafkaProduceCarriesDeadlineAndCriticality(t *testing.T) {
 // criticality) replaces its slice and leaves the others alone.
 func TestKafkaSharedHeadersNotWritten(t *testing.T) {
 	c := newKfake(t, 1, "orders")
-	p := newKafkaProducer(t, newKgo(t, c), Config{})
+	p := newKafkaProducer(t, newKgo(t, c), Config{Criticality: SheddablePlus})
 	ctx := context.Background()
-	a, b := &kgo.Record{Topic: "orders"}, &kgo.Record{Topic: "orders"}
-	for _, r := range []*kgo.Record{a, b} {
+	a, b, d := &kgo.Record{Topic: "orders"}, &kgo.Record{Topic: "orders"}, &kgo.Record{Topic: "orders"}
+	for _, r := range []*kgo.Record{a, b, d} {
 		if err := p.Produce(ctx, r); err != nil {
 			t.Fatal(err)
 		}
@@ -167,11 +169,88 @@ func TestKafkaSharedHeadersNotWritten(t *testing.T) {
 	if v, _ := header(a, ttl.HeaderCriticality); v != "SHEDDABLE" {
 		t.Fatalf("re-produced record: %q", v)
 	}
-	if v, _ := header(b, ttl.HeaderCriticality); v != "CRITICAL" {
+	// Back to the default: the shared slice goes, no header is written.
+	if err := p.Produce(ctx, d, WithCriticality(Critical)); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Headers) != 0 {
+		t.Fatalf("record re-produced as CRITICAL has headers %v", d.Headers)
+	}
+	if v, _ := header(b, ttl.HeaderCriticality); v != "SHEDDABLE_PLUS" {
 		t.Fatalf("another record's shared header changed to %q", v)
 	}
-	if string(critOnly[Critical][0].Value) != "CRITICAL" {
-		t.Fatal("the shared header slice was written")
+	for c, want := range []string{"CRITICAL", "CRITICAL_PLUS", "SHEDDABLE_PLUS", "SHEDDABLE"} {
+		if string(critOnly[c][0].Value) != want {
+			t.Fatalf("the shared header slice of %s was written", want)
+		}
+	}
+}
+
+// TestKafkaDefaultCriticalityHasNoHeader: CRITICAL, the default, is
+// written by leaving lagbridge-criticality out (the ttl format reads a
+// missing header as CRITICAL), on the single and the batch call; a
+// criticality header the record already has is overwritten instead, so a
+// relayed record never keeps a stale one. What the consumer reads back is
+// CRITICAL in every case.
+func TestKafkaDefaultCriticalityHasNoHeader(t *testing.T) {
+	c := newKfake(t, 1, "orders")
+	p := newKafkaProducer(t, newKgo(t, c), Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stale := []kgo.RecordHeader{{Key: "trace", Value: []byte("x")}, {Key: ttl.HeaderCriticality, Value: []byte("SHEDDABLE")}}
+	cases := []struct {
+		name string
+		ctx  context.Context
+		r    *kgo.Record
+		opts []CallOption
+		// want is the lagbridge headers the record ends with.
+		want []string
+	}{
+		{"no deadline", context.Background(), &kgo.Record{Topic: "orders"}, nil, nil},
+		{"deadline", ctx, &kgo.Record{Topic: "orders"}, nil, []string{ttl.HeaderDeadline}},
+		{"own headers", context.Background(), &kgo.Record{Topic: "orders", Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("x")}}}, nil, nil},
+		{"stale criticality overwritten", context.Background(), &kgo.Record{Topic: "orders", Headers: slices.Clone(stale)},
+			[]CallOption{WithCriticality(Critical)}, []string{ttl.HeaderCriticality}},
+	}
+	lagbridgeKeys := func(r *kgo.Record) []string {
+		var ks []string
+		for _, h := range r.Headers {
+			if strings.HasPrefix(h.Key, "lagbridge-") {
+				ks = append(ks, h.Key)
+			}
+		}
+		return ks
+	}
+	produced := 0
+	for _, batch := range []bool{false, true} {
+		for _, tc := range cases {
+			r := &kgo.Record{Topic: tc.r.Topic, Headers: slices.Clone(tc.r.Headers)}
+			var err error
+			if batch {
+				res := make(chan error, 1)
+				p.ProduceBatchAsync(tc.ctx, []*kgo.Record{r}, func(_ *kgo.Record, err error) { res <- err }, tc.opts...)
+				err = <-res
+			} else {
+				err = p.Produce(tc.ctx, r, tc.opts...)
+			}
+			produced++
+			if err != nil {
+				t.Fatalf("%s (batch %v): %v", tc.name, batch, err)
+			}
+			if got := lagbridgeKeys(r); !slices.Equal(got, tc.want) {
+				t.Fatalf("%s (batch %v): lagbridge headers %v, want %v", tc.name, batch, got, tc.want)
+			}
+			if v, ok := header(r, ttl.HeaderCriticality); ok && v != "CRITICAL" {
+				t.Fatalf("%s (batch %v): criticality %q", tc.name, batch, v)
+			}
+		}
+	}
+	// Read back as the ttl format reads it: every record is CRITICAL.
+	for i, r := range consumeAll(t, c, "orders", produced) {
+		m, _, _ := readKafkaMeta(r.Headers)
+		if m.Criticality != ttl.Critical {
+			t.Fatalf("consumed record %d reads as %v", i, m.Criticality)
+		}
 	}
 }
 

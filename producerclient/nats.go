@@ -410,9 +410,15 @@ func (p *NATSProducer) ttlRefused(err error, m *nats.Msg, stream string) bool {
 	return true
 }
 
-// stamp sets the lagbridge headers (and Nats-TTL) on m.
+// stamp sets the lagbridge headers (and Nats-TTL) on m. As on Kafka, the
+// criticality header is left out for CRITICAL unless m already has one
+// (the format reads a missing header as CRITICAL): a default message
+// without a deadline keeps a nil header and goes out as a plain PUB.
 func (p *NATSProducer) stamp(ctx context.Context, m *nats.Msg, ms *msg, stream string) {
 	if m.Header == nil {
+		if !ms.hasDL && ms.crit == ttl.Critical {
+			return
+		}
 		m.Header = nats.Header{}
 	}
 	if ms.hasDL {
@@ -423,7 +429,9 @@ func (p *NATSProducer) stamp(ctx context.Context, m *nats.Msg, ms *msg, stream s
 	} else {
 		m.Header.Del(ttl.HeaderDeadline)
 	}
-	m.Header.Set(ttl.HeaderCriticality, ms.crit.String())
+	if ms.crit != ttl.Critical || m.Header.Get(ttl.HeaderCriticality) != "" {
+		m.Header.Set(ttl.HeaderCriticality, ms.crit.String())
+	}
 }
 
 // readNATSMeta reads the lagbridge headers already on a message; a

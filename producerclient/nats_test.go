@@ -121,6 +121,45 @@ func TestNATSPublishHeadersAndTTL(t *testing.T) {
 	})
 }
 
+// TestNATSDefaultCriticalityHasNoHeader: as on Kafka, CRITICAL is written
+// by leaving lagbridge-criticality out (a default message without a
+// deadline has no header block at all), and a stale criticality header is
+// overwritten rather than left.
+func TestNATSDefaultCriticalityHasNoHeader(t *testing.T) {
+	_, _, js := startNATS(t)
+	st := createStream(t, js, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	p := newNATSProducer(t, js, Config{})
+	ctx := ctxFor(t, 5*time.Second)
+	if _, err := p.Publish(context.Background(), &nats.Msg{Subject: "orders.a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Publish(ctx, &nats.Msg{Subject: "orders.b"}); err != nil {
+		t.Fatal(err)
+	}
+	stale := &nats.Msg{Subject: "orders.c", Header: nats.Header{ttl.HeaderCriticality: []string{"SHEDDABLE"}}}
+	if _, err := p.Publish(context.Background(), stale, WithCriticality(Critical)); err != nil {
+		t.Fatal(err)
+	}
+	for seq, want := range map[uint64]struct {
+		deadline bool
+		crit     string
+	}{1: {false, ""}, 2: {true, ""}, 3: {false, "CRITICAL"}} {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Header.Get(ttl.HeaderDeadline) != ""; got != want.deadline {
+			t.Fatalf("message %d: deadline header %v, want %v", seq, got, want.deadline)
+		}
+		if got := m.Header.Get(ttl.HeaderCriticality); got != want.crit {
+			t.Fatalf("message %d: criticality header %q, want %q", seq, got, want.crit)
+		}
+		if meta, _ := readNATSMeta(m.Header); meta.Criticality != ttl.Critical {
+			t.Fatalf("message %d reads as %v", seq, meta.Criticality)
+		}
+	}
+}
+
 func TestNATSTTLRefusedIsResentWithout(t *testing.T) {
 	_, _, js := startNATS(t)
 	createStream(t, js, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})

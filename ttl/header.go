@@ -28,6 +28,13 @@
 // SHEDDABLE (the four values of Google's SRE book). Readers accept the names
 // case-insensitively with '-' for '_'; writers write them as above.
 //
+// A message without lagbridge-criticality is CRITICAL, the default, and a
+// message without lagbridge-deadline has no deadline. Writers may leave
+// either header out for those values, as proto3 leaves out default fields;
+// the producer SDK does, so default traffic without a deadline carries no
+// header bytes at all. A reader must therefore treat absence as the
+// default, never as "unknown".
+//
 // # Garbage in
 //
 // Headers come from the network and from other people's code. Every parser
