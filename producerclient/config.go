@@ -16,7 +16,7 @@ import (
 
 // Criticality is a message's importance, carried in the
 // lagbridge-criticality header; see the ttl package. The zero value is
-// Critical.
+// Critical, which the SDK writes by leaving the header out.
 type Criticality = ttl.Criticality
 
 // The four criticalities, most important first.

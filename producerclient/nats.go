@@ -98,9 +98,10 @@ type npending struct {
 // retried only when m has a Nats-Msg-Id header (the stream then drops a
 // duplicate), since otherwise a retry could store it twice.
 //
-// m gets the lagbridge-deadline and lagbridge-criticality headers and, on a
-// stream that allows it (see NATSConfig.MessageTTL), Nats-TTL: the time to
-// the deadline, rounded up to whole seconds.
+// m gets the lagbridge-deadline and lagbridge-criticality headers (each
+// left out for its default, no deadline and CRITICAL, as the ttl format
+// allows) and, on a stream that allows it (see NATSConfig.MessageTTL),
+// Nats-TTL: the time to the deadline, rounded up to whole seconds.
 func (p *NATSProducer) Publish(ctx context.Context, m *nats.Msg, opts ...CallOption) (*jetstream.PubAck, error) {
 	if ctx == nil {
 		ctx = context.Background()
