@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -15,10 +16,34 @@ import (
 // (producer, topic) as quotaproto.KVKey names it, with a JSON
 // quotaproto.Lease as value. Any NATS client can watch it. Not safe for
 // concurrent use: the quota cycle owns it.
+//
+// A key is rewritten when its lease changes (a new version) and, for a
+// lease that stays the same, once its expiry has moved on by the set's
+// refresh interval: the daemon extends a steady lease every cycle without
+// a new version, and a reader of the bucket must never see it expire while
+// the daemon still grants it.
 type KV struct {
 	kv jetstream.KeyValue
-	// last holds the lease version last written per key.
-	last map[string]uint64
+	// last is what was last written per key.
+	last map[string]written
+}
+
+// written is the version and expiry of the lease last written to a key;
+// the zero value is a key adopted from an earlier run (rewritten at once).
+type written struct {
+	version uint64
+	expires time.Time
+	ours    bool
+}
+
+// stale reports whether the key holding w must be rewritten for l, a
+// lease of a set that is refreshed every refresh.
+func (w written) stale(l quotaproto.Lease, refresh time.Duration) bool {
+	if !w.ours || w.version != l.Version {
+		return true
+	}
+	moved := l.ExpiresAt.Sub(w.expires)
+	return moved > 0 && moved >= refresh
 }
 
 // NewKV creates (or reuses) the bucket. Keys left by an earlier run are
@@ -33,27 +58,29 @@ func NewKV(ctx context.Context, js jetstream.JetStream, bucket string) (*KV, err
 	if err != nil {
 		return nil, fmt.Errorf("quota KV bucket %q: %w", bucket, err)
 	}
-	p := &KV{kv: kv, last: map[string]uint64{}}
+	p := &KV{kv: kv, last: map[string]written{}}
 	keys, err := kv.ListKeys(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list quota KV keys: %w", err)
 	}
 	for k := range keys.Keys() {
-		p.last[k] = 0
+		p.last[k] = written{}
 	}
 	return p, nil
 }
 
-// Publish writes the leases whose version changed and deletes the keys of
-// leases that are gone. It returns how many keys it wrote and deleted.
-func (p *KV) Publish(ctx context.Context, sets []quotaproto.LeaseSet) (written, deleted int, err error) {
+// Publish writes the leases that changed or whose written expiry fell a
+// refresh interval behind, and deletes the keys of leases that are gone.
+// It returns how many keys it wrote and deleted.
+func (p *KV) Publish(ctx context.Context, sets []quotaproto.LeaseSet) (wrote, deleted int, err error) {
 	seen := make(map[string]bool, len(p.last))
 	var errs []error
 	for _, s := range sets {
+		refresh := time.Duration(s.RefreshAfterMs) * time.Millisecond
 		for _, l := range s.Leases {
 			k := quotaproto.KVKey(s.Producer, l.Topic)
 			seen[k] = true
-			if v, ok := p.last[k]; ok && v == l.Version && v != 0 {
+			if w, ok := p.last[k]; ok && !w.stale(l, refresh) {
 				continue
 			}
 			b, _ := json.Marshal(l)
@@ -61,8 +88,8 @@ func (p *KV) Publish(ctx context.Context, sets []quotaproto.LeaseSet) (written, 
 				errs = append(errs, fmt.Errorf("put %s: %w", k, err))
 				continue
 			}
-			p.last[k] = l.Version
-			written++
+			p.last[k] = written{version: l.Version, expires: l.ExpiresAt, ours: true}
+			wrote++
 		}
 	}
 	for k := range p.last {
@@ -76,5 +103,5 @@ func (p *KV) Publish(ctx context.Context, sets []quotaproto.LeaseSet) (written, 
 		delete(p.last, k)
 		deleted++
 	}
-	return written, deleted, errors.Join(errs...)
+	return wrote, deleted, errors.Join(errs...)
 }

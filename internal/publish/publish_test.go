@@ -160,3 +160,66 @@ func TestKV(t *testing.T) {
 		t.Fatal("vanished lease still in the bucket")
 	}
 }
+
+// TestKVRefreshesSteadyLeaseExpiry: the daemon extends a lease that stays
+// the same every cycle without a new version. The bucket's copy must
+// follow once its expiry falls a refresh interval behind, or a producer
+// reading leases from the bucket sees a lease the daemon still grants
+// expire, and falls back to its safe quota (open by default) in the middle
+// of an overload. Version-0 leases are not rewritten every cycle either.
+func TestKVRefreshesSteadyLeaseExpiry(t *testing.T) {
+	ns, err := embedded.NATS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	kv, err := NewKV(ctx(t), js, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, _ := js.KeyValue(ctx(t), quotaproto.DefaultKVBucket)
+	stored := func(topic string) time.Time {
+		t.Helper()
+		e, err := bucket.Get(ctx(t), quotaproto.KVKey("svc.a", topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var l quotaproto.Lease
+		if err := json.Unmarshal(e.Value(), &l); err != nil {
+			t.Fatal(err)
+		}
+		return l.ExpiresAt
+	}
+	// A 10 s lifetime refreshed every ~3.3 s, one cycle per second.
+	const lifetime, refresh = 10 * time.Second, 3300 * time.Millisecond
+	rate := 0.0
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	writes := 0
+	for cycle := range 30 {
+		now := t0.Add(time.Duration(cycle) * time.Second)
+		sets := []quotaproto.LeaseSet{{Producer: "svc.a", Version: 7, RefreshAfterMs: refresh.Milliseconds(), Leases: []quotaproto.Lease{
+			{Topic: "orders", Rate: &rate, Signal: quotaproto.SignalSlowDown, Version: 7, ExpiresAt: now.Add(lifetime)},
+			{Topic: "events", Signal: quotaproto.SignalOK, Version: 0, ExpiresAt: now.Add(lifetime)},
+		}}}
+		w, _, err := kv.Publish(ctx(t), sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writes += w
+		for _, topic := range []string{"orders", "events"} {
+			if left := stored(topic).Sub(now); left < lifetime-refresh {
+				t.Fatalf("cycle %d: the bucket's %s lease has %v left, want at least %v", cycle, topic, left, lifetime-refresh)
+			}
+		}
+	}
+	// One write per key per refresh interval, not one per cycle.
+	if max := 2 * (30/3 + 1); writes > max {
+		t.Fatalf("%d writes in 30 cycles, want at most %d", writes, max)
+	}
+}
