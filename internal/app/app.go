@@ -105,9 +105,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		a.closers = append(a.closers, o.Close)
 		addLoop(kc.Cluster, lag.KindKafka, o)
 		movers[kc.Cluster] = enforce.NewKafkaMover(o.Client(), enforce.KafkaMoverConfig{Cluster: kc.Cluster, Logger: log, Metrics: em})
+		cq := publish.NewClientQuotas(o.Client(), log.With("cluster", kc.Cluster))
 		if clientQuotas {
-			pubs = append(pubs, engine.ClientQuotaPublisher{Cluster: kc.Cluster, BytesPerMessage: bpm,
-				Quotas: publish.NewClientQuotas(o.Client(), log.With("cluster", kc.Cluster))})
+			pubs = append(pubs, engine.ClientQuotaPublisher{Cluster: kc.Cluster, BytesPerMessage: bpm, Quotas: cq})
+		} else {
+			// Quotas an earlier run set stay on the broker until cleared.
+			pubs = append(pubs, &engine.ClientQuotaSweeper{Cluster: kc.Cluster, Quotas: cq, Log: log})
 		}
 	}
 	for _, nc := range cfg.NATS {

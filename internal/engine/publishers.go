@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -57,6 +58,48 @@ func (p ClientQuotaPublisher) Publish(ctx context.Context, s Snapshot) error {
 	_, err := p.Quotas.Apply(ctx, p.Want(s))
 	if err != nil {
 		return fmt.Errorf("cluster %s: %w", p.Cluster, err)
+	}
+	return nil
+}
+
+// ClientQuotaSweeper clears, once, the client quotas an earlier run of
+// lagbridge left on a Kafka cluster where no policy opts in to
+// kafkaClientQuota any more (the marker tells them apart from an
+// operator's, which it never touches). Without it, turning the option off
+// and restarting would leave those producers throttled by the broker for
+// good. A failed attempt is retried with a doubling wait, from one
+// publish to 64, until one succeeds: a cluster that refuses to describe
+// client quotas costs one request a minute, not one a cycle.
+type ClientQuotaSweeper struct {
+	Cluster string
+	Quotas  *publish.ClientQuotas
+	Log     *slog.Logger
+	done    bool
+	wait    int // publishes to skip before the next attempt
+	backoff int
+}
+
+// Name implements Publisher.
+func (p *ClientQuotaSweeper) Name() string { return "kafka-client-quota-sweep/" + p.Cluster }
+
+// Publish implements Publisher.
+func (p *ClientQuotaSweeper) Publish(ctx context.Context, _ Snapshot) error {
+	if p.done {
+		return nil
+	}
+	if p.wait > 0 {
+		p.wait--
+		return nil
+	}
+	res, err := p.Quotas.Apply(ctx, nil)
+	if err != nil {
+		p.backoff = min(max(2*p.backoff, 1), 64)
+		p.wait = p.backoff
+		return fmt.Errorf("cluster %s: clearing client quotas an earlier run left: %w", p.Cluster, err)
+	}
+	p.done = true
+	if len(res.Removed) > 0 && p.Log != nil {
+		p.Log.Info("cleared client quotas an earlier run set (no policy has kafkaClientQuota)", "cluster", p.Cluster, "client_ids", res.Removed)
 	}
 	return nil
 }
