@@ -79,10 +79,15 @@ type PartitionSample struct {
 	// End is the next offset to be written (high watermark or LSO).
 	End int64 `json:"end"`
 	// Committed is the consumer's committed offset (the next record it
-	// will read), or -1 when it never committed.
+	// will read), or -1 when it never committed. A partition with no
+	// commit has no known position: where the consumer would start
+	// depends on its reset policy, so its lag is unknown (Kafka's
+	// kafka-consumer-groups shows "-"). It carries Lag 0 and HeadKnown
+	// false, and the Tracker counts it in State.Uncommitted, never in
+	// Lag, HeadAge or the rates.
 	Committed int64 `json:"committed"`
-	// Lag is the number of unconsumed messages, never negative. A partition
-	// with no commit counts End-LogStart (everything still stored).
+	// Lag is the number of unconsumed messages, never negative; 0 when
+	// Committed is -1 (unknown, see Committed).
 	Lag int64 `json:"lag"`
 	// HeadTime is the timestamp of the oldest unconsumed message: the
 	// first consumable record at or after the consumer's position (which
@@ -90,9 +95,10 @@ type PartitionSample struct {
 	// offsets). Zero when Lag is 0 or when unknown.
 	HeadTime time.Time `json:"headTime,omitzero"`
 	// HeadKnown reports whether HeadTime was read (true with Lag 0: there
-	// is no head to know). A partition with lag whose head could not be
-	// read keeps the previous head time if the committed offset did not
-	// move.
+	// is no head to know; false without a commit). A partition with lag
+	// whose head could not be read keeps the previous head time if its
+	// position did not move. The position is the larger of Committed and
+	// LogStart: retention moves it past a commit it deleted.
 	HeadKnown bool `json:"headKnown"`
 	// AckPending and Redelivered are NATS-only detail: messages delivered
 	// but not yet acknowledged (already part of Lag), and messages

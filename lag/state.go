@@ -97,6 +97,11 @@ type State struct {
 	// HeadAgeKnown is false when some partition has lag but its head time
 	// could not be read; HeadAge then covers only the known ones.
 	HeadAgeKnown bool `json:"headAgeKnown"`
+	// Uncommitted is the number of partitions without a committed offset
+	// (Committed -1). Their lag and head age are unknown, so they count in
+	// none of Lag, HeadAge, the rates and the status rules; Reason
+	// mentions them. A target whose partitions all lack a commit has Lag 0.
+	Uncommitted int `json:"uncommitted,omitempty"`
 
 	// ProduceRate and ConsumeRate are exponentially weighted rates in
 	// messages per second (time constant Rules.RateWindow). RatesKnown is
@@ -172,7 +177,9 @@ func NewTracker(rules func(Target) Rules) *Tracker {
 // Partitions of s that are Stale keep their previous values, so one
 // unreachable broker produces partial results flagged stale, never a lag
 // spike or drop. A sample with Err and no partitions keeps the whole previous
-// state and only ages it.
+// state and only ages it. A sample without Err that read at least one
+// partition lists all the target has: partitions it does not list (a topic
+// recreated with fewer partitions) are dropped.
 func (t *Tracker) Observe(s Sample, now time.Time) State {
 	tr := t.targets[s.Target]
 	if tr == nil {
@@ -204,7 +211,9 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 			continue
 		}
 		fresh++
-		if had && !prev.Stale && tr.haveSample {
+		// Without a commit on either side the consumed position is
+		// unknown: no rate from this pair.
+		if had && !prev.Stale && tr.haveSample && p.Committed >= 0 && prev.Committed >= 0 {
 			dp := p.End - prev.End
 			dc := (p.End - p.Lag) - (prev.End - prev.Lag)
 			// A shrinking end offset means the partition was recreated
@@ -217,12 +226,27 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 				rateParts++
 			}
 		}
-		// A head that could not be read this time but whose committed
-		// offset did not move is still the same message.
-		if !p.HeadKnown && p.Lag > 0 && had && prev.HeadKnown && prev.Committed == p.Committed {
+		// A head that could not be read this time but whose position did
+		// not move is still the same message. The position is the commit,
+		// or the log start when retention deleted past the commit: then
+		// the log start moving is the position moving.
+		if !p.HeadKnown && p.Lag > 0 && p.Committed >= 0 && had && prev.HeadKnown && position(prev.PartitionSample) == position(p) {
 			p.HeadTime, p.HeadKnown = prev.HeadTime, true
 		}
 		tr.parts[p.Partition] = PartitionState{PartitionSample: p, ObservedAt: s.At}
+	}
+	// Every partition s lists is in tr.parts now; more there means some
+	// are gone from the target.
+	if s.Err == "" && fresh > 0 && len(tr.parts) > len(s.Partitions) {
+		listed := make(map[int32]bool, len(s.Partitions))
+		for _, p := range s.Partitions {
+			listed[p.Partition] = true
+		}
+		for id := range tr.parts {
+			if !listed[id] {
+				delete(tr.parts, id)
+			}
+		}
 	}
 
 	if fresh > 0 {
@@ -268,17 +292,29 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 	return t.snapshot(tr)
 }
 
+// position is where the consumer of p reads next: its commit, or the log
+// start when retention deleted past the commit.
+func position(p PartitionSample) int64 { return max(p.Committed, p.LogStart) }
+
 // summarize recomputes the sums over partitions as of now.
 func (t *Tracker) summarize(tr *track, now time.Time) {
 	st := &tr.state
-	st.Lag, st.HeadAge, st.HeadAgeKnown, st.Partial = 0, 0, true, false
+	st.Lag, st.HeadAge, st.HeadAgeKnown, st.Partial, st.Uncommitted = 0, 0, true, false, 0
 	st.Partitions = st.Partitions[:0]
 	for id, p := range tr.parts {
 		p.HeadAge = 0
 		if p.Stale {
 			st.Partial = true
 		}
-		if p.Lag > 0 {
+		switch {
+		case p.Committed < 0:
+			// No commit: lag unknown, not counted. A stale
+			// placeholder for a partition never read is not
+			// counted either.
+			if !p.ObservedAt.IsZero() {
+				st.Uncommitted++
+			}
+		case p.Lag > 0:
 			st.Lag += p.Lag
 			if p.HeadKnown {
 				// A head stamped in the future (producer clock skew) is
@@ -324,6 +360,11 @@ func (t *Tracker) snapshot(tr *track) State {
 //  4. over-age: the oldest unconsumed message is older than LagAge:
 //     lagging.
 //  5. within-age: OK.
+//
+// Partitions without a committed offset (State.Uncommitted) take part in no
+// rule: their lag is unknown. Reason ends with their number when there are
+// any, so a target whose partitions all lack a commit is OK (caught-up) and
+// says why.
 func Evaluate(st *State, r Rules, now, lastFresh time.Time) {
 	r = r.withDefaults()
 	st.Stale = st.Partial
@@ -349,6 +390,9 @@ func Evaluate(st *State, r Rules, now, lastFresh time.Time) {
 		set(StatusLagging, "over-age", fmt.Sprintf("head age %s > %s", st.HeadAge.Round(time.Millisecond), r.LagAge))
 	default:
 		set(StatusOK, "within-age", fmt.Sprintf("head age %s <= %s", st.HeadAge.Round(time.Millisecond), r.LagAge))
+	}
+	if st.Uncommitted > 0 {
+		st.Reason += fmt.Sprintf("; %d of %d partitions without a committed offset (lag unknown, not counted)", st.Uncommitted, len(st.Partitions))
 	}
 }
 

@@ -2,6 +2,7 @@ package lag
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -304,6 +305,148 @@ func TestEdgeCases(t *testing.T) {
 		tr.Observe(sample(t0, 1, part(0, 1, 0, time.Time{})), t0)
 		if gone := tr.Forget(t0.Add(time.Second)); len(gone) != 1 || tr.Len() != 0 {
 			t.Fatalf("forget: %v, len %d", gone, tr.Len())
+		}
+	})
+}
+
+// TestVanishedPartitionsDropped pins that a fresh sample lists all of a
+// target's partitions: a topic deleted and recreated with fewer partitions
+// leaves no ghost of the old ones (their lag and an ever older head would
+// make the target stopped). Samples that cannot say which partitions exist
+// (a whole-target error, or nothing read) drop nothing.
+func TestVanishedPartitionsDropped(t *testing.T) {
+	old := t0.Add(-sec(5))
+	four := sample(t0, 0, part(0, 10, 0, time.Time{}), part(1, 10, 0, time.Time{}), part(2, 10, 0, time.Time{}), part(3, 15, 5, old))
+
+	tr := NewTracker(nil)
+	tr.Observe(four, t0)
+	// The group failed this cycle: the observer lists the partitions it
+	// knew, stale, with the target's error; nothing is dropped.
+	at := t0.Add(time.Second)
+	failed := sample(at, -1, PartitionSample{Partition: 0, Committed: -1, Stale: true, Err: "offset fetch: timeout"})
+	failed.Err = "offset fetch: timeout"
+	if st := tr.Observe(failed, at); len(st.Partitions) != 4 || st.Lag != 5 {
+		t.Fatalf("after a failed sample: %d partitions, lag %d; want the 4 kept, lag 5", len(st.Partitions), st.Lag)
+	}
+	// Every listed partition stale (no Err): it says nothing read.
+	at = at.Add(time.Second)
+	if st := tr.Observe(sample(at, 0, PartitionSample{Partition: 0, Committed: -1, Stale: true, Err: "broker 1: i/o timeout"}), at); len(st.Partitions) != 4 {
+		t.Fatalf("after an all-stale sample: %d partitions, want 4 kept", len(st.Partitions))
+	}
+
+	// Recreated with two partitions, caught up: the old 2 and 3 are gone.
+	for range 3 {
+		at = at.Add(time.Minute)
+		st := tr.Observe(sample(at, 0, part(0, 1, 0, time.Time{}), part(1, 0, 0, time.Time{})), at)
+		t.Logf("recreated: %d partitions, lag %d, head age %v, status %s", len(st.Partitions), st.Lag, st.HeadAge, st.Status)
+		if len(st.Partitions) != 2 || st.Lag != 0 || st.HeadAge != 0 || st.Status != StatusOK {
+			t.Fatalf("after the recreate: %d partitions, lag %d, head age %v, status %s (%s); want 2, 0, 0, ok",
+				len(st.Partitions), st.Lag, st.HeadAge, st.Status, st.Reason)
+		}
+	}
+	if st := tr.States(at.Add(time.Second))[0]; len(st.Partitions) != 2 {
+		t.Fatalf("States: %d partitions, want 2", len(st.Partitions))
+	}
+}
+
+// TestKeptHeadFollowsLogStart pins when an unread head keeps the previous
+// head time: only when the position, max(Committed, LogStart), did not
+// move. A commit below the log start does not move, but retention moving
+// the log start moves the position: the old head is a deleted record.
+func TestKeptHeadFollowsLogStart(t *testing.T) {
+	old := t0.Add(-2 * time.Hour) // the record at offset 5
+	first := PartitionSample{Partition: 0, LogStart: 0, End: 1000, Committed: 5, Lag: 995, HeadTime: old, HeadKnown: true}
+	t.Run("retention moved the log start past the commit", func(t *testing.T) {
+		tr := NewTracker(nil)
+		tr.Observe(sample(t0, 1, first), t0)
+		at := t0.Add(time.Second)
+		st := tr.Observe(sample(at, 1, PartitionSample{Partition: 0, LogStart: 900, End: 1000, Committed: 5, Lag: 100, Err: "head fetch: timeout"}), at)
+		t.Logf("head age %v known %v", st.HeadAge, st.HeadAgeKnown)
+		if st.HeadAgeKnown || st.HeadAge != 0 {
+			t.Fatalf("head age %v (known %v): the age of offset 5, deleted; the position is 900 and its head unread", st.HeadAge, st.HeadAgeKnown)
+		}
+	})
+	t.Run("log start moved but stays below the commit", func(t *testing.T) {
+		tr := NewTracker(nil)
+		tr.Observe(sample(t0, 1, first), t0)
+		at := t0.Add(time.Second)
+		st := tr.Observe(sample(at, 1, PartitionSample{Partition: 0, LogStart: 3, End: 1000, Committed: 5, Lag: 995, Err: "head fetch: timeout"}), at)
+		if want := 2*time.Hour + time.Second; !st.HeadAgeKnown || st.HeadAge != want {
+			t.Fatalf("head age %v (known %v), want %v kept: the position is still 5", st.HeadAge, st.HeadAgeKnown, want)
+		}
+	})
+	t.Run("retention moved the log start again, commit below both", func(t *testing.T) {
+		tr := NewTracker(nil)
+		tr.Observe(sample(t0, 1, PartitionSample{Partition: 0, LogStart: 100, End: 1000, Committed: 5, Lag: 900, HeadTime: old, HeadKnown: true}), t0)
+		at := t0.Add(time.Second)
+		st := tr.Observe(sample(at, 1, PartitionSample{Partition: 0, LogStart: 100, End: 1000, Committed: 5, Lag: 900}), at)
+		if !st.HeadAgeKnown {
+			t.Fatalf("unmoved log start above the commit: head not kept")
+		}
+		at = at.Add(time.Second)
+		st = tr.Observe(sample(at, 1, PartitionSample{Partition: 0, LogStart: 200, End: 1000, Committed: 5, Lag: 800}), at)
+		if st.HeadAgeKnown {
+			t.Fatalf("log start moved from 100 to 200 above commit 5: head age %v kept", st.HeadAge)
+		}
+	})
+}
+
+// TestUncommittedPartitions pins the treatment of partitions without a
+// committed offset (Committed -1), as Kafka's own tools show them (lag
+// "-"): their lag and head age are unknown, so they count in neither Lag,
+// HeadAge nor the rates, cannot make a target stalled or stopped, and are
+// counted in Uncommitted and named in Reason.
+func TestUncommittedPartitions(t *testing.T) {
+	none := func(id int32, logStart, end int64) PartitionSample {
+		return PartitionSample{Partition: id, LogStart: logStart, End: end, Committed: -1}
+	}
+	t.Run("next to committed ones", func(t *testing.T) {
+		tr := NewTracker(nil)
+		var st State
+		for i := range 3 {
+			at := t0.Add(time.Duration(i) * time.Minute)
+			// Partition 1 was never consumed by this group and holds
+			// records a day old; partition 0 is caught up.
+			st = tr.Observe(sample(at, 0, part(0, 100, 0, time.Time{}), none(1, 0, 1000)), at)
+		}
+		t.Logf("status %s: %s", st.Status, st.Reason)
+		if st.Lag != 0 || st.HeadAge != 0 || st.Status != StatusOK || st.Uncommitted != 1 {
+			t.Fatalf("lag %d head age %v status %s uncommitted %d; want 0, 0, ok, 1", st.Lag, st.HeadAge, st.Status, st.Uncommitted)
+		}
+		if !strings.Contains(st.Reason, "1 of 2 partitions without a committed offset") {
+			t.Fatalf("reason %q does not name the partition without a commit", st.Reason)
+		}
+	})
+	t.Run("on every partition, no members, for an hour", func(t *testing.T) {
+		tr := NewTracker(nil)
+		var st State
+		for i := range 61 {
+			at := t0.Add(time.Duration(i) * time.Minute)
+			st = tr.Observe(sample(at, 0, none(0, 0, 500+int64(i)), none(1, 10, 20)), at)
+		}
+		if st.Lag != 0 || st.Status != StatusOK || st.Uncommitted != 2 || st.RatesKnown {
+			t.Fatalf("lag %d status %s (%s) uncommitted %d rates known %v; want 0, ok, 2, no rates",
+				st.Lag, st.Status, st.Reason, st.Uncommitted, st.RatesKnown)
+		}
+	})
+	t.Run("first commit is no consumption burst", func(t *testing.T) {
+		tr := NewTracker(nil)
+		tr.Observe(sample(t0, 1, part(0, 100, 0, time.Time{}), none(1, 0, 1000)), t0)
+		at := t0.Add(time.Second)
+		tr.Observe(sample(at, 1, part(0, 110, 0, time.Time{}), none(1, 0, 1000)), at)
+		at = at.Add(time.Second)
+		// The group commits 1000 on partition 1: it started at the end.
+		st := tr.Observe(sample(at, 1, part(0, 120, 0, time.Time{}), part(1, 1000, 0, time.Time{})), at)
+		if st.ConsumeRateInstant != 10 || st.ProduceRateInstant != 10 || st.Uncommitted != 0 {
+			t.Fatalf("instant rates %v/%v uncommitted %d; want 10/10 (partition 0 only), 0",
+				st.ProduceRateInstant, st.ConsumeRateInstant, st.Uncommitted)
+		}
+	})
+	t.Run("stale placeholder is not counted", func(t *testing.T) {
+		tr := NewTracker(nil)
+		st := tr.Observe(sample(t0, 1, part(0, 10, 0, time.Time{}), PartitionSample{Partition: 1, Committed: -1, Stale: true, Err: "x"}), t0)
+		if st.Uncommitted != 0 {
+			t.Fatalf("uncommitted %d for a partition never read", st.Uncommitted)
 		}
 	})
 }
