@@ -260,15 +260,24 @@ func NewPolicies(ps []Policy) (*Policies, error) {
 	for i := range ps {
 		p := ps[i]
 		prefix := fmt.Sprintf("policies[%d].", i)
+		bad := false
 		if err := p.Validate(); err != nil {
 			errs = append(errs, PrefixFields(err, prefix))
+			bad = true
+		}
+		// Names are checked whether or not the policy has other problems,
+		// so that one run reports a duplicate next to them.
+		if p.Name != "" {
+			if j, dup := names[p.Name]; dup {
+				errs = append(errs, &FieldError{Field: prefix + "name", Problem: fmt.Sprintf("duplicates policies[%d] (%q)", j, p.Name)})
+				bad = true
+			} else {
+				names[p.Name] = i
+			}
+		}
+		if bad {
 			continue
 		}
-		if j, dup := names[p.Name]; dup {
-			errs = append(errs, &FieldError{Field: prefix + "name", Problem: fmt.Sprintf("duplicates policies[%d] (%q)", j, p.Name)})
-			continue
-		}
-		names[p.Name] = i
 		c := compiled{p: p}
 		// Validate compiled these already; errors cannot happen here.
 		c.cluster, _ = compilePattern(p.Match.Cluster)

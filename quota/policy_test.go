@@ -118,6 +118,29 @@ func TestNewPolicies(t *testing.T) {
 	}
 }
 
+// TestNewPoliciesDuplicateBesideOtherProblems pins that a duplicate name is
+// reported even when either policy of that name has problems of its own:
+// one `lagbridge check` run must name every mistake, not reveal the
+// duplicate only after the other problem is fixed. Unnamed policies are
+// reported as unnamed, not as duplicates of each other.
+func TestNewPoliciesDuplicateBesideOtherProblems(t *testing.T) {
+	_, err := NewPolicies([]Policy{
+		{Name: "a"},                      // no maxAge
+		{Name: "a", MaxAge: time.Second}, // duplicate of the invalid first
+		{Name: "a"},                      // duplicate, and no maxAge
+		{MaxAge: time.Second},
+		{MaxAge: time.Second},
+	})
+	got := fieldsOf(t, err)
+	want := []string{"policies[0].maxAge", "policies[1].name", "policies[2].maxAge", "policies[2].name", "policies[3].name", "policies[4].name"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("fields %v, want %v", got, want)
+	}
+	if !strings.Contains(err.Error(), `policies[2].name: duplicates policies[0] ("a")`) {
+		t.Fatalf("duplicate not named after its first occurrence: %v", err)
+	}
+}
+
 // TestPoliciesMatch: anchored patterns, empty matches anything, first match
 // wins.
 func TestPoliciesMatch(t *testing.T) {
