@@ -182,7 +182,11 @@ func (a *App) Addr() string { return a.ln.Addr().String() }
 func (a *App) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv := &http.Server{Handler: a.Handler, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
+	// No global ReadTimeout or WriteTimeout: long-polls and lease streams
+	// are long by design. Report bodies have their own read deadline
+	// (quotaserver); idle keep-alive connections are closed after 2 min.
+	srv := &http.Server{Handler: a.Handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
 	var wg sync.WaitGroup
 	srvErr := make(chan error, 1)
 	wg.Go(func() {

@@ -76,17 +76,18 @@ type Server struct {
 	tokens map[[32]byte]map[string]bool
 	admins map[[32]byte]bool
 
-	requests  *prometheus.CounterVec
-	pushes    prometheus.Counter
-	watchers  prometheus.Gauge
-	heartbeat time.Duration
+	requests    *prometheus.CounterVec
+	pushes      prometheus.Counter
+	watchers    prometheus.Gauge
+	heartbeat   time.Duration
+	bodyTimeout time.Duration // to read a report's body once its headers are in
 }
 
 // New returns a server publishing from hub. reg receives
 // lagbridge_quota_requests_total{endpoint,code}, lagbridge_quota_pushes_total
 // and lagbridge_quota_watchers.
 func New(hub *Hub, engine Engine, auth Auth, reg prometheus.Registerer) *Server {
-	s := &Server{hub: hub, engine: engine, heartbeat: 15 * time.Second}
+	s := &Server{hub: hub, engine: engine, heartbeat: 15 * time.Second, bodyTimeout: 10 * time.Second}
 	if len(auth.Tokens) > 0 || len(auth.AdminTokens) > 0 {
 		s.tokens = map[[32]byte]map[string]bool{}
 		s.admins = map[[32]byte]bool{}
@@ -137,25 +138,39 @@ func (s *Server) ok(w http.ResponseWriter, endpoint string, v any) {
 
 // allowed checks the bearer token for producer; it writes the error itself.
 func (s *Server) allowed(w http.ResponseWriter, r *http.Request, endpoint, producer string) bool {
+	perms, ok := s.authenticate(w, r, endpoint)
+	return ok && s.permits(w, endpoint, perms, producer)
+}
+
+// authenticate checks that the request carries a known bearer token (when
+// auth is on) and returns the producers the token may act for (nil with
+// auth off). It writes the error itself.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, endpoint string) (map[string]bool, bool) {
 	if s.tokens == nil {
-		return true
+		return nil, true
 	}
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || tok == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="lagbridge"`)
 		s.fail(w, endpoint, http.StatusUnauthorized, "a bearer token is required")
-		return false
+		return nil, false
 	}
 	m := s.tokens[sha256.Sum256([]byte(tok))]
 	if m == nil {
 		s.fail(w, endpoint, http.StatusUnauthorized, "unknown token")
-		return false
+		return nil, false
 	}
-	if !m["*"] && !m[producer] {
-		s.fail(w, endpoint, http.StatusForbidden, "this token may not act for producer %q", producer)
-		return false
+	return m, true
+}
+
+// permits checks that a token with perms (from authenticate) may act for
+// producer; it writes the error itself.
+func (s *Server) permits(w http.ResponseWriter, endpoint string, perms map[string]bool, producer string) bool {
+	if s.tokens == nil || perms["*"] || perms[producer] {
+		return true
 	}
-	return true
+	s.fail(w, endpoint, http.StatusForbidden, "this token may not act for producer %q", producer)
+	return false
 }
 
 func (s *Server) report(w http.ResponseWriter, r *http.Request) {
@@ -170,6 +185,16 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, ep, http.StatusUnsupportedMediaType, "content type %q: send application/json", ct)
 		return
 	}
+	// A request without a known token is refused before its body is read;
+	// which producer it may act for is checked once the body says.
+	perms, ok := s.authenticate(w, r, ep)
+	if !ok {
+		return
+	}
+	// A report is at most MaxBodyBytes: a client that trickles it gets
+	// bodyTimeout, not a connection and a goroutine for as long as it
+	// likes (the server's ReadHeaderTimeout ends once the headers are in).
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.bodyTimeout))
 	body := http.MaxBytesReader(w, r.Body, quotaproto.MaxBodyBytes)
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(body); err != nil {
@@ -196,7 +221,7 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, ep, http.StatusBadRequest, "%s", strings.ReplaceAll(err.Error(), "\n", "; "))
 		return
 	}
-	if !s.allowed(w, r, ep, rep.Producer) {
+	if !s.permits(w, ep, perms, rep.Producer) {
 		return
 	}
 	set, err := s.engine.Report(rep)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -131,6 +132,9 @@ func TestAuth(t *testing.T) {
 		code                            int
 	}{
 		{"no token", "POST", "/v1/leases", "", goodReport, 401},
+		// Refused before the body is read: a bad body does not turn it
+		// into a 400 that tells a stranger about the protocol.
+		{"no token, bad body", "POST", "/v1/leases", "", `{"junk":1}`, 401},
 		{"unknown token", "POST", "/v1/leases", "guess-guess-guess-1", goodReport, 401},
 		{"own producer", "POST", "/v1/leases", "token-of-svc-a-0123", goodReport, 200},
 		// svc-a's token cannot alter svc-b's demand ...
@@ -155,6 +159,48 @@ func TestAuth(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v, want %s", err, want)
 		}
+	}
+}
+
+// TestSlowReportBodyIsCut: a client that sends a report's headers and
+// then trickles its body is cut off after bodyTimeout instead of holding a
+// connection (and graceful shutdown) for as long as it likes.
+func TestSlowReportBodyIsCut(t *testing.T) {
+	ts, _, srv := newTestServerS(t, Auth{})
+	srv.bodyTimeout = 300 * time.Millisecond
+	conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/leases HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+	start := time.Now()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // keep trickling, one byte every 50ms
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+				if _, err := conn.Write([]byte(" ")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("status %d, want 400", resp.StatusCode)
+		}
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the trickling client was not cut off within 5s")
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("cut off after %v, want about 300ms", took)
 	}
 }
 
