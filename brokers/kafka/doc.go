@@ -23,9 +23,15 @@
 //     watermark.
 //   - Committed: the group's committed offset, -1 when it has none.
 //   - Lag: End minus the consumer position, where the position is the
-//     committed offset, or the log start offset when there is no commit or
-//     when retention removed records the group had not consumed (those will
-//     never be consumed, so they are counted as consumed). When the head
+//     committed offset, or the log start offset when retention removed
+//     records the group had not consumed (those will never be consumed, so
+//     they are counted as consumed). A partition without a commit has no
+//     known position (where the group starts depends on its reset policy; a
+//     group started at the end commits nothing on an idle partition), so
+//     its lag is unknown, as kafka-consumer-groups shows it ("-"): it is
+//     reported with Committed -1, Lag 0 and HeadKnown false, no head is
+//     fetched for it, and lag.Tracker counts it in State.Uncommitted, not in
+//     the lag, head age or status of the target. When the head
 //     fetch shows that the records from the position onwards are only
 //     transaction markers, aborted records or compacted-away offsets, the
 //     position moves past them, so a caught-up consumer of a transactional
@@ -39,9 +45,10 @@
 //     kgo.ProcessFetchPartition). The first record at or after, not at: the
 //     record at the committed offset may be a marker or compacted away.
 //
-// A worked example: log start 10, end 30, no commit: lag is 20 (not 30) and
-// the head is the record at offset 10. Committed 5 with log start 10: lag 20,
-// head at 10. Committed 29, and offset 29 is a commit marker: lag 0.
+// A worked example: log start 10, end 30. Committed 5 (retention removed 5
+// to 9): lag 20, not 25, and the head is the record at offset 10. Committed
+// 29, and offset 29 is a commit marker: lag 0. No commit: lag unknown
+// (reported as 0 with Committed -1), not 20 and not 30.
 //
 // # Cost of one cycle
 //

@@ -207,6 +207,20 @@ func wantPart(tb testing.TB, s *lag.Sample, p int32, logStart, end, committed, l
 	}
 }
 
+// wantUncommitted checks that partition p of s was read (log start and end)
+// and has no commit, so its lag and head are unknown: Lag 0, no head.
+func wantUncommitted(tb testing.TB, s *lag.Sample, p int32, logStart, end int64) {
+	tb.Helper()
+	if int(p) >= len(s.Partitions) {
+		tb.Fatalf("%s: no partition %d", s.Target, p)
+	}
+	ps := s.Partitions[p]
+	if ps.Stale || ps.Err != "" || ps.LogStart != logStart || ps.End != end || ps.Committed != -1 ||
+		ps.Lag != 0 || ps.HeadKnown || !ps.HeadTime.IsZero() {
+		tb.Fatalf("%s p%d: %+v; want log start %d, end %d, no commit, lag 0, no head", s.Target, p, ps, logStart, end)
+	}
+}
+
 // pollAndCommit polls cons until it has seen n records, then commits what
 // it consumed.
 func pollAndCommit(tb testing.TB, cons *kgo.Client, n int) {

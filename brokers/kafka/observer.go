@@ -816,13 +816,17 @@ func (o *Observer) partition(ps *lag.PartitionSample, pr pair, p int32) (need he
 		return need, false
 	}
 	ps.LogStart, ps.End = pi.logStart, pi.end
+	if ps.Committed < 0 {
+		// No commit: the position depends on the consumer's reset
+		// policy (a group started at the end commits nothing on an idle
+		// partition), so lag and head are unknown, as Kafka's
+		// kafka-consumer-groups shows them ("-"): Lag 0, HeadKnown false.
+		return need, false
+	}
 
 	// The position the group will read next: its commit, or the log start
-	// when it has none or retention removed what it had not read.
-	pos := ps.Committed
-	if pos < pi.logStart {
-		pos = pi.logStart
-	}
+	// when retention removed what it had not read.
+	pos := max(ps.Committed, pi.logStart)
 	key := headKey{topic: pr.topic.name, partition: p, offset: pos}
 	if pos >= pi.end {
 		// Nothing to read. A commit past the LSO (a read_uncommitted

@@ -44,7 +44,7 @@ func TestHeadAndLag(t *testing.T) {
 	wantPart(t, s, 1, 0, 5, 5, 0, -1) // caught up: no head
 	s = mustFind(t, got, "ahead", "orders")
 	wantPart(t, s, 0, 0, 10, 10, 0, -1)
-	wantPart(t, s, 1, 0, 5, -1, 5, 100) // no commit: lag from log start, head at log start
+	wantUncommitted(t, s, 1, 0, 5) // no commit: lag and head unknown
 	s = mustFind(t, got, "beyond", "orders")
 	wantPart(t, s, 0, 0, 10, 12, 0, -1)
 	wantPart(t, s, 1, 0, 5, 0, 5, 100)
@@ -92,28 +92,70 @@ func TestEmptyGroupKeepsGrowing(t *testing.T) {
 	wantPart(t, s, 0, 0, 12, 4, 8, 10) // grew by 5, head unchanged
 }
 
-// TestNoCommits: a live member assigned a topic it never committed on is
-// measured from the log start.
+// TestNoCommits pins partitions without a committed offset: their lag and
+// head are unknown, as kafka-consumer-groups shows them ("-"), not the
+// whole retained log. A group started at the end on an idle topic commits
+// nothing; counting the retained records as its lag and the oldest of them
+// (here from 2023) as its head age would stop every producer of the topic
+// although the group is caught up. The partitions stay visible (Committed
+// -1, State.Uncommitted and the reason) and cost no head fetch.
 func TestNoCommits(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	prod := newClient(t, c)
 	adm := kadm.NewClient(prod)
-	createTopic(t, adm, "fresh", 1, nil)
+	createTopic(t, adm, "fresh", 2, nil)
 	produceN(t, prod, "fresh", 0, 6, 50)
+	produceN(t, prod, "fresh", 1, 2, 60)
 	// Start from the end: the member polls nothing and commits nothing.
 	cons := newClient(t, c,
 		kgo.ConsumerGroup("lazy"), kgo.ConsumeTopics("fresh"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.DisableAutoCommit())
 	_ = cons // joins in the background
+	// Another group committed on partition 1 only.
+	commit(t, adm, "half", "fresh", map[int32]int64{1: 1})
 
+	fetches := countRequests(c, kmsg.Fetch)
 	o := newObserver(t, c, nil)
 	got := eventually(t, o, "member assigned", func(got []lag.Sample) bool {
 		s := find(got, "lazy", "fresh")
 		return s != nil && s.Members == 1
 	})
-	s := mustFind(t, got, "lazy", "fresh")
-	wantPart(t, s, 0, 0, 6, -1, 6, 50)
+	lazy := mustFind(t, got, "lazy", "fresh")
+	wantUncommitted(t, lazy, 0, 0, 6)
+	wantUncommitted(t, lazy, 1, 0, 2)
+	half := mustFind(t, got, "half", "fresh")
+	wantUncommitted(t, half, 0, 0, 6)
+	wantPart(t, half, 1, 0, 2, 1, 1, 61)
+
+	// Folded over minutes: no commit anywhere is caught up (never stopped
+	// or stalled), and no commit next to a commit counts only the latter.
+	tr := lag.NewTracker(nil)
+	var stLazy, stHalf lag.State
+	fetchesBefore := fetches.Load()
+	for i := range 3 {
+		now := time.Now().Add(time.Duration(i) * time.Minute)
+		for _, s := range observe(t, o) {
+			s.At = now
+			switch s.Target.Group {
+			case "lazy":
+				stLazy = tr.Observe(s, now)
+			case "half":
+				stHalf = tr.Observe(s, now)
+			}
+		}
+	}
+	t.Logf("lazy: %s (%s), lag %d, head age %v, uncommitted %d", stLazy.Status, stLazy.Reason, stLazy.Lag, stLazy.HeadAge, stLazy.Uncommitted)
+	t.Logf("half: %s (%s), lag %d, head age %v, uncommitted %d", stHalf.Status, stHalf.Reason, stHalf.Lag, stHalf.HeadAge, stHalf.Uncommitted)
+	if stLazy.Status != lag.StatusOK || stLazy.Lag != 0 || stLazy.HeadAge != 0 || stLazy.Uncommitted != 2 {
+		t.Fatalf("lazy: status %s lag %d head age %v uncommitted %d; want ok, 0, 0, 2", stLazy.Status, stLazy.Lag, stLazy.HeadAge, stLazy.Uncommitted)
+	}
+	if want := time.Since(base.Add(61 * time.Second)); stHalf.Lag != 1 || stHalf.Uncommitted != 1 || stHalf.HeadAge < want-time.Hour || stHalf.HeadAge > want+time.Hour {
+		t.Fatalf("half: lag %d head age %v uncommitted %d; want 1, about %v (partition 1's head), 1", stHalf.Lag, stHalf.HeadAge, stHalf.Uncommitted, want)
+	}
+	if n := fetches.Load() - fetchesBefore; n != 0 {
+		t.Fatalf("%d head fetches for cached or uncommitted partitions, want 0", n)
+	}
 }
 
 // TestStoppedConsumer: a member that stays in the group but stopped
@@ -200,7 +242,7 @@ func TestKIP848SubscribedNoCommit(t *testing.T) {
 		s := find(got, "idle848", "quiet")
 		return s != nil && s.Members == 1
 	})
-	wantPart(t, mustFind(t, got, "idle848", "quiet"), 0, 0, 2, -1, 2, 5)
+	wantUncommitted(t, mustFind(t, got, "idle848", "quiet"), 0, 0, 2)
 }
 
 // TestTransactions: commit markers and aborted records are not lag; open
@@ -333,6 +375,51 @@ func TestRetentionRemovedHead(t *testing.T) {
 	}
 }
 
+// TestRecreatedTopicFewerPartitions pins, end to end through lag.Tracker,
+// that a topic deleted and recreated with fewer partitions (same name, same
+// group, within the tracker's forget window) leaves no ghost partitions:
+// the old partition 3, with 5 unconsumed records, must not keep its lag and
+// an ever older head (which made the target stopped), since the observer no
+// longer reports it.
+func TestRecreatedTopicFewerPartitions(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	cl := newClient(t, c)
+	adm := kadm.NewClient(cl)
+	createTopic(t, adm, "re", 4, nil)
+	produceN(t, cl, "re", 3, 5, 0) // 5 unconsumed records on partition 3
+	commit(t, adm, "g", "re", map[int32]int64{0: 0, 1: 0, 2: 0, 3: 0})
+	o := newObserver(t, c, nil)
+	tr := lag.NewTracker(nil)
+	now := time.Now()
+	if st := tr.Observe(*mustFind(t, observe(t, o), "g", "re"), now); st.Lag != 5 || len(st.Partitions) != 4 {
+		t.Fatalf("before: lag %d over %d partitions, want 5 over 4", st.Lag, len(st.Partitions))
+	}
+
+	if _, err := adm.DeleteTopics(ctxT(t), "re"); err != nil {
+		t.Fatal(err)
+	}
+	createTopic(t, adm, "re", 2, nil)
+	cl2 := newClient(t, c)
+	produceN(t, cl2, "re", 0, 1, 0)
+	commit(t, kadm.NewClient(cl2), "g", "re", map[int32]int64{0: 1, 1: 0}) // caught up on the new topic
+	var s *lag.Sample
+	eventually(t, o, "recreated topic with 2 partitions", func(ss []lag.Sample) bool {
+		s = find(ss, "g", "re")
+		return s != nil && len(s.Partitions) == 2 && !s.Partitions[0].Stale && s.Partitions[0].Committed == 1
+	})
+	for range 3 {
+		now = now.Add(time.Minute)
+		s.At = now
+		st := tr.Observe(*s, now)
+		t.Logf("tracker: %d partitions, lag %d, head age %v, status %s", len(st.Partitions), st.Lag, st.HeadAge, st.Status)
+		if st.Lag != 0 || len(st.Partitions) != 2 || st.HeadAge != 0 || st.Status != lag.StatusOK {
+			t.Fatalf("after the recreate: lag %d over %d partitions, head age %v, status %s (%s); want 0 over 2, 0, ok",
+				st.Lag, len(st.Partitions), st.HeadAge, st.Status, st.Reason)
+		}
+	}
+}
+
 // TestFilters: include and exclude patterns, anchored, for groups and
 // topics.
 func TestFilters(t *testing.T) {
@@ -440,8 +527,8 @@ func TestHeadCache(t *testing.T) {
 	if n := fetches.Load(); n != first+1 {
 		t.Fatalf("fetches %d, want %d", n, first+1)
 	}
-	if n := o.cachedHeads(); n != 6 { // g1: p0@3 p1@1 p2@1; g2: p0@2 p1@2 p2@0 (no commit); g1 p0@1 swept
-		t.Fatalf("cache holds %d entries, want the 6 live heads", n)
+	if n := o.cachedHeads(); n != 5 { // g1: p0@3 p1@1 p2@1; g2: p0@2 p1@2 (p2 no commit: no head); g1 p0@1 swept
+		t.Fatalf("cache holds %d entries, want the 5 live heads", n)
 	}
 }
 
