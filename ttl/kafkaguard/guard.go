@@ -4,16 +4,28 @@
 // past without reaching the handler; live records reach the handler under a
 // context that ends at their deadline.
 //
-// Typical loop (manual commits):
+// Typical loop (manual commits: kgo.DisableAutoCommit, and with a consumer
+// group kgo.BlockRebalanceOnPoll):
 //
 //	g, err := kafkaguard.New(kafkaguard.Config{MaxAge: 2 * time.Second, Metrics: m})
 //	...
 //	for {
 //		fs := cl.PollFetches(ctx)
-//		done, err := g.Process(ctx, fs.Records(), handle)
+//		recs := fs.Records()
+//		done, err := g.Process(ctx, recs, handle)
 //		if cerr := cl.CommitRecords(ctx, done...); cerr != nil { ... }
-//		if err != nil { ... } // a handler or dead-letter error: done stops before it
+//		if err != nil {
+//			// A handler or dead-letter error, or ctx ended: consume
+//			// the records that are not finished again.
+//			cl.SetOffsets(kafkaguard.RewindOffsets(recs, done))
+//			...
+//		}
+//		cl.AllowRebalance()
 //	}
+//
+// The rewind is what brings a failed record back: franz-go's PollFetches
+// continues after the last record it returned, so without it the next
+// commit would pass the failed record and it would be lost.
 //
 // It imports franz-go's kgo and the ttl core; it must not import kadm, the
 // daemon or the producer SDK.
@@ -24,8 +36,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -41,7 +55,8 @@ var ErrInvalidConfig = errors.New("kafkaguard: invalid config")
 
 // ErrDeadLetter is wrapped by the error [Guard.Process] returns when an
 // expired record could not be forwarded to its dead-letter topic. Such a
-// record is not committed past: the returned prefix stops before it.
+// record is not finished: it is not in done, and [RewindOffsets] points its
+// partition back at it.
 var ErrDeadLetter = errors.New("kafkaguard: dead-letter forward failed")
 
 // Handler handles one live record. ctx ends at the record's effective
@@ -70,8 +85,10 @@ func (e *HandlerError) Unwrap() error { return e.Err }
 // fresh timestamp, and partitioned by Client's partitioner.
 //
 // Forwarding is at least once: a crash between the forward and the commit
-// forwards the record again on redelivery. A record that already carries
-// lagbridge-expired-reason (a forward itself) is never forwarded again.
+// forwards the record again on redelivery. A failed forward is retried
+// only by consuming the record again (see [RewindOffsets]). A record that
+// already carries lagbridge-expired-reason (a forward itself) is never
+// forwarded again.
 type DeadLetter struct {
 	// Client produces the forwarded records. Required; it may be the
 	// consuming client.
@@ -145,6 +162,21 @@ type Guard struct {
 	perTopic map[string]ttl.Rule
 	dl       *DeadLetter
 	core     guardcore.Core
+
+	// ahead holds, per partition and in increasing order, the offsets of
+	// records that are finished but were left out of done because an
+	// earlier record of their partition was not finished (see Process).
+	// nAhead is its number of offsets, read without aheadMu so that
+	// Process looks nothing up while it is empty.
+	aheadMu sync.Mutex
+	ahead   map[partition][]int64
+	nAhead  atomic.Int64
+}
+
+// partition names a topic partition.
+type partition struct {
+	topic string
+	part  int32
 }
 
 // New returns a guard for cfg, or the errors of cfg.Validate.
@@ -210,18 +242,30 @@ func bytesString(b []byte) string {
 //   - a live record is handled by h under a context bounded by its
 //     effective deadline; if h returns an error, Process stops there.
 //
-// It returns done, the longest prefix of recs that is finished (handled
-// successfully, or expired and, when configured, forwarded): commit it with
-// cl.CommitRecords(ctx, done...) or cl.MarkCommitRecords(done...). Records
-// after done were not finished (not handled, or not counted at all) and must
-// be consumed again. Because done is a prefix and a fetch lists each
-// partition's records in offset order, its last record per partition is a
-// correct commit point.
+// A record is finished when it was handled successfully, or expired and
+// (when configured) forwarded, or finished in an earlier call (below).
+// Process returns done, the records of recs (in their order) that are
+// finished and that every earlier record of their partition in recs is
+// finished too: per partition, everything before its first unfinished
+// record. So its last record per partition is a correct commit point:
+// commit it with cl.CommitRecords(ctx, done...) or
+// cl.MarkCommitRecords(done...). done is all of recs exactly when err is
+// nil.
+//
+// Every other record must be consumed again: franz-go does not do that by
+// itself, so after an error seek the client back with
+// cl.SetOffsets([RewindOffsets](recs, done)) (from the polling goroutine;
+// with a consumer group, kgo.BlockRebalanceOnPoll makes sure no revoke
+// runs in between). A record past an unfinished one can itself be finished
+// already (handled while an earlier record's forward was failing): the
+// guard remembers it, and when it is consumed again Process puts it in done
+// without handling or counting it again. It forgets such a record once it
+// sees a later offset of that partition instead.
 //
 // The error is nil, or joins a [*HandlerError], errors wrapping
 // [ErrDeadLetter] (after waiting for every forward of this call), and the
 // context's error when ctx ended before all records were judged. Expired
-// records before done count as processed for the commit: that is the point.
+// records in done count as processed for the commit: that is the point.
 func (g *Guard) Process(ctx context.Context, recs []*kgo.Record, h Handler) (done []*kgo.Record, err error) {
 	var (
 		end      = len(recs)
@@ -231,12 +275,16 @@ func (g *Guard) Process(ctx context.Context, recs []*kgo.Record, h Handler) (don
 		tm       *ttlmetrics.Topic
 		resolved bool
 		now      = g.core.Now()
+		ahead    = g.nAhead.Load() > 0
 	)
 	for i, r := range recs {
 		if cerr := ctx.Err(); cerr != nil {
 			end = i
 			stopErr = fmt.Errorf("kafkaguard: stopped before %s[%d]@%d: %w", r.Topic, r.Partition, r.Offset, context.Cause(ctx))
 			break
+		}
+		if ahead && g.takeAhead(r) {
+			continue // finished in an earlier call
 		}
 		if !resolved || r.Topic != topic {
 			topic, tm, resolved = r.Topic, g.core.Metrics.Topic(r.Topic), true
@@ -260,17 +308,129 @@ func (g *Guard) Process(ctx context.Context, recs []*kgo.Record, h Handler) (don
 			break
 		}
 	}
-	var dlErr error
+	var (
+		dlErr  error
+		failed []int // indexes of the records whose forward failed
+	)
 	if dl != nil {
 		dl.wg.Wait()
-		if dl.first >= 0 && dl.first < end {
-			end = dl.first
-		}
+		failed = dl.failedAt
 		if dl.err != nil {
-			dlErr = fmt.Errorf("%w: %d record(s), first: %w", ErrDeadLetter, dl.failed, dl.err)
+			dlErr = fmt.Errorf("%w: %d record(s), first: %w", ErrDeadLetter, len(failed), dl.err)
 		}
 	}
-	return recs[:end], errors.Join(stopErr, dlErr)
+	if end == len(recs) && len(failed) == 0 {
+		return recs, errors.Join(stopErr, dlErr)
+	}
+	return g.finished(recs[:end], failed), errors.Join(stopErr, dlErr)
+}
+
+// finished returns the records of judged (all judged, every one finished
+// except those at the indexes in failed) that precede their partition's
+// first unfinished record, and remembers the other finished ones. Records
+// after judged are unfinished, but no later record is finished either, so
+// they need not be looked at.
+func (g *Guard) finished(judged []*kgo.Record, failed []int) []*kgo.Record {
+	slices.Sort(failed)
+	done := make([]*kgo.Record, 0, len(judged))
+	var (
+		blocked map[partition]bool
+		later   []*kgo.Record
+	)
+	for i, r := range judged {
+		p := partition{r.Topic, r.Partition}
+		if _, bad := slices.BinarySearch(failed, i); bad {
+			if blocked == nil {
+				blocked = make(map[partition]bool)
+			}
+			blocked[p] = true
+			continue
+		}
+		if blocked[p] {
+			later = append(later, r)
+			continue
+		}
+		done = append(done, r)
+	}
+	if len(later) > 0 {
+		g.remember(later)
+	}
+	return done
+}
+
+// remember records recs (finished, not in done) in g.ahead.
+func (g *Guard) remember(recs []*kgo.Record) {
+	g.aheadMu.Lock()
+	defer g.aheadMu.Unlock()
+	if g.ahead == nil {
+		g.ahead = make(map[partition][]int64)
+	}
+	for _, r := range recs {
+		p := partition{r.Topic, r.Partition}
+		offs := g.ahead[p]
+		if i, ok := slices.BinarySearch(offs, r.Offset); !ok {
+			g.ahead[p] = slices.Insert(offs, i, r.Offset)
+			g.nAhead.Add(1)
+		}
+	}
+}
+
+// takeAhead reports whether r finished in an earlier call, and forgets it.
+// It also forgets the offsets of r's partition below r's: consumption
+// moved past them without them coming back.
+func (g *Guard) takeAhead(r *kgo.Record) bool {
+	g.aheadMu.Lock()
+	defer g.aheadMu.Unlock()
+	p := partition{r.Topic, r.Partition}
+	offs, ok := g.ahead[p]
+	if !ok {
+		return false
+	}
+	i, found := slices.BinarySearch(offs, r.Offset)
+	n := i
+	if found {
+		n++
+	}
+	if n == 0 {
+		return false
+	}
+	if n == len(offs) {
+		delete(g.ahead, p)
+	} else {
+		g.ahead[p] = offs[n:]
+	}
+	g.nAhead.Add(-int64(n))
+	return found
+}
+
+// RewindOffsets returns, for each partition of recs with a record that is
+// not in done, the offset of its first such record, for cl.SetOffsets: the
+// client then fetches that partition again from there, so the records
+// Process did not finish are consumed again (and forwarded or handled
+// then). done must be what [Guard.Process] returned for recs. It returns
+// nil when every record is in done; cl.SetOffsets(nil) does nothing.
+func RewindOffsets(recs, done []*kgo.Record) map[string]map[int32]kgo.EpochOffset {
+	var out map[string]map[int32]kgo.EpochOffset
+	j := 0
+	for _, r := range recs {
+		if j < len(done) && done[j] == r {
+			j++
+			continue
+		}
+		parts := out[r.Topic]
+		if _, ok := parts[r.Partition]; ok {
+			continue
+		}
+		if parts == nil {
+			if out == nil {
+				out = make(map[string]map[int32]kgo.EpochOffset)
+			}
+			parts = make(map[int32]kgo.EpochOffset)
+			out[r.Topic] = parts
+		}
+		parts[r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
+	}
+	return out
 }
 
 // isDeadLetter reports whether r is itself a forward (it carries
@@ -287,17 +447,17 @@ func isDeadLetter(r *kgo.Record) bool {
 
 // forwards tracks the dead-letter produces of one Process call.
 type forwards struct {
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	first  int // index of the first failed record, -1 when none
-	failed int
-	err    error // the error of the first failed record
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	failedAt []int // indexes of the failed records, in completion order
+	first    int   // the lowest of failedAt, -1 when none
+	err      error // the error of the record at first
 }
 
 func (f *forwards) fail(i int, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.failed++
+	f.failedAt = append(f.failedAt, i)
 	if f.first < 0 || i < f.first {
 		f.first, f.err = i, err
 	}
@@ -317,7 +477,7 @@ func (g *Guard) forward(ctx context.Context, f *forwards, i int, r *kgo.Record, 
 	fail := func(err error) {
 		err = fmt.Errorf("%s[%d]@%d -> %s: %w", r.Topic, r.Partition, r.Offset, dst, err)
 		g.core.DeadLetterFailed(tm)
-		g.core.Log.Warn("ttl: dead-letter forward failed; the record will be consumed again", "err", err)
+		g.core.Log.Warn("ttl: dead-letter forward failed; the record is not finished (consume it again: RewindOffsets)", "err", err)
 		f.fail(i, err)
 	}
 	if dst == r.Topic {

@@ -530,3 +530,322 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+// --- rewinding: unfinished records are consumed again ----------------------
+
+// pollLoop is the loop of the package doc and docs/ttl.md: poll, Process,
+// commit done, and after an error seek back with RewindOffsets. It polls
+// for at most wait and returns the records polled and Process's error.
+func pollLoop(t *testing.T, cl *kgo.Client, g *Guard, h Handler, wait time.Duration) ([]*kgo.Record, error) {
+	t.Helper()
+	pctx, cancel := context.WithTimeout(ctxT(t), wait)
+	defer cancel()
+	fs := cl.PollFetches(pctx)
+	defer cl.AllowRebalance()
+	recs := fs.Records()
+	done, err := g.Process(ctxT(t), recs, h)
+	if cerr := cl.CommitRecords(ctxT(t), done...); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if err != nil {
+		cl.SetOffsets(RewindOffsets(recs, done))
+	}
+	return recs, err
+}
+
+func values(recs []*kgo.Record) []string {
+	out := make([]string, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, string(r.Value))
+	}
+	return out
+}
+
+func committedAt(t *testing.T, c *kfake.Cluster, topic string, part int32) int64 {
+	t.Helper()
+	offs, err := kadm.NewClient(newClient(t, c)).FetchOffsets(ctxT(t), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := offs.Lookup(topic, part)
+	return o.At
+}
+
+// TestKfakeRewindRetriesFailedForward pins that a record whose dead-letter
+// forward failed is not lost: with the documented loop it is consumed
+// again on the next poll, forwarded once the dead-letter topic works, and
+// committed past only then; the live records around it, handled while the
+// forward was failing, are not handled a second time when the rewind
+// delivers them again. Without the rewind franz-go continues after the
+// last polled record and the next commit passes the failed record.
+func TestKfakeRewindRetriesFailedForward(t *testing.T) {
+	// The dead-letter topic does not exist yet: forwards fail (the
+	// outage) until it is created.
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	prod := newClient(t, c, kgo.DefaultProduceTopic("orders"))
+	dlc := newClient(t, c, kgo.UnknownTopicRetries(0)) // fail a forward at once
+	cl := newClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("orders"), kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	g, err := New(Config{DeadLetter: &DeadLetter{Client: dlc, Topic: "orders.dlq"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := map[string]int{}
+	handle := func(_ context.Context, r *kgo.Record) error { handled[string(r.Value)]++; return nil }
+
+	dead := &kgo.Record{Value: []byte("dead"), Headers: []kgo.RecordHeader{
+		{Key: ttl.HeaderDeadline, Value: []byte(ttl.FormatDeadline(time.Now().Add(-time.Minute)))}}}
+	if err := prod.ProduceSync(ctxT(t), dead, &kgo.Record{Value: []byte("live-1")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// 1: the forward of "dead" fails; "live-1" is handled but cannot be
+	// committed before "dead".
+	recs, err := pollLoop(t, cl, g, handle, 5*time.Second)
+	t.Logf("poll 1: %v: %v", values(recs), err)
+	if fmt.Sprint(values(recs)) != "[dead live-1]" || !errors.Is(err, ErrDeadLetter) {
+		t.Fatalf("poll 1: %v, err %v; want [dead live-1] and ErrDeadLetter", values(recs), err)
+	}
+	if at := committedAt(t, c, "orders", 0); at > 0 {
+		t.Fatalf("committed %d past the record whose forward failed", at)
+	}
+
+	// 2: still failing. "dead" comes back; "live-1" is not handled again,
+	// the new "live-2" is.
+	if err := prod.ProduceSync(ctxT(t), &kgo.Record{Value: []byte("live-2")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	failedPolls := 1
+	var seen []string
+	for len(seen) < 3 { // the rewound fetch and live-2 can come in two polls
+		failedPolls++
+		recs, err = pollLoop(t, cl, g, handle, 5*time.Second)
+		t.Logf("poll 2: %v: %v", values(recs), err)
+		if len(recs) == 0 || recs[0].Offset != 0 || !errors.Is(err, ErrDeadLetter) {
+			t.Fatalf("poll 2: %v, err %v; want the failed record again first and ErrDeadLetter", values(recs), err)
+		}
+		seen = values(recs)
+	}
+
+	// 3: the dead-letter topic exists: "dead" is forwarded, and all three
+	// records are committed past.
+	if err := c.CreateTopic("orders.dlq", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	recs, err = pollLoop(t, cl, g, handle, 5*time.Second)
+	t.Logf("poll 3: %v: %v", values(recs), err)
+	if err != nil || fmt.Sprint(values(recs)) != "[dead live-1 live-2]" {
+		t.Fatalf("poll 3: %v, err %v; want [dead live-1 live-2] and no error", values(recs), err)
+	}
+	if at := committedAt(t, c, "orders", 0); at != 3 {
+		t.Fatalf("committed %d, want 3", at)
+	}
+	// 4: nothing is left to consume.
+	if recs, err := pollLoop(t, cl, g, handle, 300*time.Millisecond); len(recs) != 0 || err != nil {
+		t.Fatalf("poll 4: %v, err %v; want nothing", values(recs), err)
+	}
+
+	if fmt.Sprint(handled) != "map[live-1:1 live-2:1]" {
+		t.Fatalf("handled %v: each live record exactly once", handled)
+	}
+	s := g.Stats()
+	// Received counts deliveries: "dead" once per poll, each live record
+	// once.
+	nDead := uint64(failedPolls + 1)
+	want := ttl.Stats{Received: nDead + 2, Processed: 2, Expired: nDead, DeadLettered: 1, DeadLetterFailed: nDead - 1,
+		ExpiredBy: [ttl.NumReasons]uint64{ttl.ReasonDeadline: nDead}}
+	if s != want || !s.Balanced() {
+		t.Fatalf("stats %+v\nwant  %+v", s, want)
+	}
+	if n := g.nAhead.Load(); n != 0 {
+		t.Fatalf("the guard still remembers %d records", n)
+	}
+	dlq := newClient(t, c, kgo.ConsumeTopics("orders.dlq"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var got []string
+	for {
+		pctx, cancel := context.WithTimeout(ctxT(t), 500*time.Millisecond)
+		fs := dlq.PollFetches(pctx)
+		cancel()
+		if fs.NumRecords() == 0 {
+			break
+		}
+		got = append(got, values(fs.Records())...)
+	}
+	t.Logf("handled %v; stats %+v; dead letters %v", handled, s, got)
+	if fmt.Sprint(got) != "[dead]" {
+		t.Fatalf("dead letters %v, want [dead]", got)
+	}
+}
+
+// TestKfakeRewindRedeliversHandlerError pins that a record whose handler
+// failed is consumed again with the documented loop and handled until it
+// succeeds, and that the records of the other partition that Process did
+// not reach because it stopped are consumed again too; every record
+// handled successfully is handled once.
+func TestKfakeRewindRedeliversHandlerError(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	prod := newClient(t, c, kgo.DefaultProduceTopic("orders"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	var recs []*kgo.Record
+	for p := range int32(2) {
+		for i := range 3 {
+			recs = append(recs, &kgo.Record{Partition: p, Value: []byte(fmt.Sprintf("p%d-%d", p, i))})
+		}
+	}
+	if err := prod.ProduceSync(ctxT(t), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl := newClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("orders"), kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	g, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, ok := map[string]int{}, map[string]int{}
+	failOnce := map[string]bool{"p0-1": true, "p1-0": true}
+	handle := func(_ context.Context, r *kgo.Record) error {
+		v := string(r.Value)
+		calls[v]++
+		if failOnce[v] {
+			failOnce[v] = false
+			return errors.New("transient")
+		}
+		ok[v]++
+		return nil
+	}
+	var handlerErrs int
+	for len(ok) < len(recs) {
+		polled, err := pollLoop(t, cl, g, handle, 5*time.Second)
+		t.Logf("poll: %v: %v", values(polled), err)
+		var he *HandlerError
+		if errors.As(err, &he) {
+			handlerErrs++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(polled) == 0 {
+			t.Fatalf("nothing polled; handled %v", ok)
+		}
+	}
+	if polled, err := pollLoop(t, cl, g, handle, 300*time.Millisecond); len(polled) != 0 || err != nil {
+		t.Fatalf("extra poll: %v, err %v; want nothing", values(polled), err)
+	}
+	t.Logf("handler calls %v; handler errors %d; stats %+v", calls, handlerErrs, g.Stats())
+	for _, r := range recs {
+		v, want := string(r.Value), 1
+		if v == "p0-1" || v == "p1-0" {
+			want = 2 // failed once, redelivered, succeeded
+		}
+		if calls[v] != want || ok[v] != 1 {
+			t.Errorf("%s: %d handler calls (%d successful), want %d (1)", v, calls[v], ok[v], want)
+		}
+	}
+	if handlerErrs != 2 {
+		t.Errorf("%d handler errors, want 2", handlerErrs)
+	}
+	for p := range int32(2) {
+		if at := committedAt(t, c, "orders", p); at != 3 {
+			t.Errorf("partition %d committed %d, want 3", p, at)
+		}
+	}
+	if s := g.Stats(); s.Received != 8 || s.Processed != 6 || s.Failed != 2 || !s.Balanced() {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// TestRewindOffsets pins the rewind point: per partition, the first record
+// not in done, with its leader epoch; partitions entirely in done are left
+// out, and nothing to rewind is nil.
+func TestRewindOffsets(t *testing.T) {
+	rec := func(topic string, part int32, off int64) *kgo.Record {
+		return &kgo.Record{Topic: topic, Partition: part, Offset: off, LeaderEpoch: 7}
+	}
+	a0, a1, a2 := rec("a", 0, 10), rec("a", 0, 11), rec("a", 0, 12)
+	b0, b1 := rec("a", 1, 4), rec("a", 1, 5)
+	c0 := rec("c", 0, 0)
+	recs := []*kgo.Record{a0, b0, a1, c0, b1, a2}
+	for _, tc := range []struct {
+		name string
+		done []*kgo.Record
+		want string
+	}{
+		{"all done", recs, "map[]"},
+		{"a stops at 11, b and c not started", []*kgo.Record{a0}, "map[a:map[0:{7 11} 1:{7 4}] c:map[0:{7 0}]]"},
+		{"only c unfinished", []*kgo.Record{a0, b0, a1, b1, a2}, "map[c:map[0:{7 0}]]"},
+		{"nothing done", nil, "map[a:map[0:{7 10} 1:{7 4}] c:map[0:{7 0}]]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := RewindOffsets(recs, tc.done)
+			if fmt.Sprint(got) != tc.want {
+				t.Fatalf("got %v, want %s", got, tc.want)
+			}
+			if tc.want == "map[]" && got != nil {
+				t.Fatalf("got %#v, want nil", got)
+			}
+		})
+	}
+}
+
+// TestProcessRemembersFinishedAfterFailedForward pins done and the guard's
+// memory without a broker: a live record handled after a failed forward is
+// not in done, is returned in done without a second handler call when it
+// is delivered again, and is forgotten when its partition moves past it
+// without a rewind (so the memory stays bounded). Another partition is not
+// held back by the failure.
+func TestProcessRemembersFinishedAfterFailedForward(t *testing.T) {
+	broken, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken.Close() // every forward fails
+	g, err := New(Config{Now: newClock().Now, DeadLetter: &DeadLetter{Client: broken, Topic: "dlq"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled []string
+	handle := func(_ context.Context, rec *kgo.Record) error {
+		handled = append(handled, fmt.Sprintf("%d@%d", rec.Partition, rec.Offset))
+		return nil
+	}
+	other := r(0, time.Time{}, t0)
+	other.Partition = 1
+	recs := []*kgo.Record{r(0, time.Time{}, t0), r(1, t0.Add(-time.Second), t0), other, r(2, time.Time{}, t0)}
+	done, err := g.Process(ctxT(t), recs, handle)
+	if !errors.Is(err, ErrDeadLetter) || fmt.Sprint(done) != fmt.Sprint([]*kgo.Record{recs[0], other}) {
+		t.Fatalf("done %v err %v, want t[0]@0 and t[1]@0", done, err)
+	}
+	if n := g.nAhead.Load(); n != 1 {
+		t.Fatalf("remembers %d records, want 1 (offset 2)", n)
+	}
+	// Rewound: 1 fails again, 2 is finished already and not handled.
+	done, err = g.Process(ctxT(t), recs[3:], handle)
+	if err != nil || len(done) != 1 {
+		t.Fatalf("redelivered 2 alone: done %v err %v", offsets(done), err)
+	}
+	if want := "[0@0 1@0 0@2]"; fmt.Sprint(handled) != want {
+		t.Fatalf("handled %v, want %s", handled, want)
+	}
+	// Failing again, then the partition moves on without a rewind: the
+	// remembered offset is forgotten.
+	if _, err := g.Process(ctxT(t), []*kgo.Record{r(1, t0.Add(-time.Second), t0), r(2, time.Time{}, t0)}, handle); !errors.Is(err, ErrDeadLetter) {
+		t.Fatalf("err %v", err)
+	}
+	if n := g.nAhead.Load(); n != 1 {
+		t.Fatalf("remembers %d records, want 1", n)
+	}
+	if _, err := g.Process(ctxT(t), []*kgo.Record{r(9, time.Time{}, t0)}, handle); err != nil {
+		t.Fatal(err)
+	}
+	if n := g.nAhead.Load(); n != 0 {
+		t.Fatalf("remembers %d records after moving past them, want 0", n)
+	}
+	if s := g.Stats(); !s.Balanced() {
+		t.Fatalf("stats %+v", s)
+	}
+}
