@@ -51,7 +51,30 @@ type reading struct {
 	filters    []string // subjects to look the head up with; ">" when unfiltered
 	unfiltered bool
 	identity   string // changes when End's meaning restarts
+	acks       ackCounters
 	problems   []string
+}
+
+// ackCounters are the counters of one consumer reading that tell
+// redeliveries from acknowledgements (see endTracker). Only filtered
+// consumers with an ack policy need them: an unfiltered consumer's End
+// counts stream sequences, and without acknowledgements there are no
+// redeliveries.
+type ackCounters struct {
+	tracked    bool
+	delivered  int64     // Delivered.Consumer: every delivery, redeliveries included
+	ackPending int64     // NumAckPending
+	lastAck    time.Time // AckFloor.Last: when the server last processed an ack; zero if never
+}
+
+// ackedSince reports whether the server may have processed an
+// acknowledgement between the readings prev and c. The server stamps
+// AckFloor.Last on every ack and term (not on a nak or an in-progress),
+// so an unchanged stamp proves that none was processed. A stamp that
+// changed in any way, including one gone after a server restart or a
+// leader change, may hide acknowledgements.
+func (c ackCounters) ackedSince(prev ackCounters) bool {
+	return !c.lastAck.Equal(prev.lastAck)
 }
 
 // consumerFilters returns the consumer's filter subjects and whether it is
@@ -189,9 +212,20 @@ func read(ci *jetstream.ConsumerInfo, sv streamView) reading {
 		p.End = toInt64(last) + 1
 	} else {
 		// Deliveries (the consumer sequence counts redeliveries too) plus
-		// what is still to deliver. Decreases (undelivered messages
-		// removed) are absorbed by endTracker.
+		// what is still to deliver. endTracker takes out the
+		// redeliveries it can prove and absorbs decreases (undelivered
+		// messages removed).
 		p.End = toInt64(ci.Delivered.Consumer) + toInt64(pending)
+		if ci.Config.AckPolicy != jetstream.AckNonePolicy {
+			r.acks = ackCounters{
+				tracked:    true,
+				delivered:  toInt64(ci.Delivered.Consumer),
+				ackPending: toInt64(ackPending),
+			}
+			if ci.AckFloor.Last != nil {
+				r.acks.lastAck = *ci.AckFloor.Last
+			}
+		}
 	}
 	if p.End < p.Lag {
 		r.problems = append(r.problems, fmt.Sprintf("end %d below lag %d", p.End, p.Lag))
@@ -220,27 +254,48 @@ func read(ci *jetstream.ConsumerInfo, sv streamView) reading {
 	return r
 }
 
-// endTracker keeps End monotonic per target: when a target's raw End drops
-// (undelivered messages removed by retention or purge on a filtered
-// consumer, a consumer reset) the difference moves into an offset, so the
-// removal reads as consumption rather than as negative production. The
-// offset restarts when the target's identity (stream and consumer creation
-// times, filter set) changes.
+// endTracker turns a consumer's raw End into the End it reports, per
+// target. It restarts when the target's identity (stream and consumer
+// creation times, filter set) changes.
+//
+// Redeliveries (filtered consumers with an ack policy): the raw End,
+// Delivered.Consumer + NumPending, grows by one with every redelivery, and
+// so would the consumed position End-Lag. Between two readings in which
+// the server processed no acknowledgement (ackCounters.ackedSince), the
+// growth of Delivered.Consumer - NumAckPending can only be redeliveries
+// (or ack-pending messages removed from the stream); it is added to
+// redelivered and taken out of End. Such an interval thus moves End by
+// the change in NumPending + NumAckPending only, and the consumed
+// position by nothing but removals. Redeliveries in an interval that also
+// saw acknowledgements cannot be told apart from them and stay counted.
+//
+// Monotonic End: when End drops (undelivered messages removed by
+// retention or purge on a filtered consumer, a consumer reset) the
+// difference moves into offset, so the removal reads as consumption
+// rather than as negative production. End is also kept at least at Lag.
 type endTracker struct {
-	identity string
-	offset   int64
-	last     int64
+	identity    string
+	offset      int64
+	last        int64
+	prev        ackCounters
+	redelivered int64
 }
 
-func (t *endTracker) apply(identity string, raw int64) int64 {
-	if t.identity != identity {
-		*t = endTracker{identity: identity, last: raw}
+// apply returns the End to report for the reading r.
+func (t *endTracker) apply(r *reading) int64 {
+	raw, c := r.part.End, r.acks
+	if t.identity != r.identity {
+		*t = endTracker{identity: r.identity, last: raw, prev: c}
 		return raw
 	}
-	e := raw + t.offset
-	if e < t.last {
-		t.offset += t.last - e
-		e = t.last
+	if c.tracked && t.prev.tracked && !c.ackedSince(t.prev) {
+		t.redelivered += max(0, (c.delivered-c.ackPending)-(t.prev.delivered-t.prev.ackPending))
+	}
+	t.prev = c
+	e := raw - t.redelivered + t.offset
+	if floor := max(t.last, r.part.Lag); e < floor {
+		t.offset += floor - e
+		e = floor
 	}
 	t.last = e
 	return e

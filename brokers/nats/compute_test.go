@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lagbridge/lagbridge/lag"
 )
 
 // state builds a stream state.
@@ -244,25 +246,108 @@ func TestRead(t *testing.T) {
 	}
 }
 
-// TestEndTracker: End never decreases for one identity and restarts with
-// a new one.
+// TestReadAckCounters: only filtered consumers with an ack policy carry
+// the counters that tell redeliveries from acknowledgements.
+func TestReadAckCounters(t *testing.T) {
+	acked := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	sv := streamView{subjects: []string{"a.*", "b.*"}, before: state(1, 100, 100), after: state(1, 100, 100)}
+	for _, tc := range []struct {
+		name string
+		cfg  jetstream.ConsumerConfig
+		want ackCounters
+	}{
+		{"filtered explicit", jetstream.ConsumerConfig{FilterSubject: "a.*", AckPolicy: jetstream.AckExplicitPolicy},
+			ackCounters{tracked: true, delivered: 12, ackPending: 2, lastAck: acked}},
+		{"filtered ack all", jetstream.ConsumerConfig{FilterSubject: "a.*", AckPolicy: jetstream.AckAllPolicy},
+			ackCounters{tracked: true, delivered: 12, ackPending: 2, lastAck: acked}},
+		{"filtered ack none", jetstream.ConsumerConfig{FilterSubject: "a.*", AckPolicy: jetstream.AckNonePolicy}, ackCounters{}},
+		{"unfiltered", jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy}, ackCounters{}},
+	} {
+		ci := jetstream.ConsumerInfo{
+			Config:        tc.cfg,
+			AckFloor:      jetstream.SequenceInfo{Consumer: 10, Stream: 50, Last: &acked},
+			Delivered:     jetstream.SequenceInfo{Consumer: 12, Stream: 60},
+			NumAckPending: 2, NumPending: 7,
+		}
+		if got := read(&ci, sv).acks; got != tc.want {
+			t.Errorf("%s: ack counters %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestEndTracker: End never decreases for one identity, never falls below
+// Lag, and restarts with a new identity. Consumers without ack counters
+// (unfiltered, or AckNone) pass their raw End through.
 func TestEndTracker(t *testing.T) {
 	var et endTracker
 	for i, step := range []struct {
 		identity string
 		raw      int64
+		lag      int64
 		want     int64
 	}{
-		{"a", 10, 10}, // first reading
-		{"a", 15, 15}, // growth passes through
-		{"a", 12, 15}, // drop of 3 (purged before delivery) absorbed
-		{"a", 14, 17}, // later growth continues from the offset
-		{"a", 0, 17},  // everything purged: still monotonic
-		{"b", 5, 5},   // consumer recreated: restart
-		{"b", 7, 7},   // and grow from there
+		{"a", 10, 0, 10}, // first reading
+		{"a", 15, 0, 15}, // growth passes through
+		{"a", 12, 0, 15}, // drop of 3 (purged before delivery) absorbed
+		{"a", 14, 0, 17}, // later growth continues from the offset
+		{"a", 0, 0, 17},  // everything purged: still monotonic
+		{"a", 1, 20, 20}, // never below lag
+		{"b", 5, 0, 5},   // consumer recreated: restart
+		{"b", 7, 0, 7},   // and grow from there
 	} {
-		if got := et.apply(step.identity, step.raw); got != step.want {
-			t.Errorf("step %d: apply(%s, %d) = %d, want %d", i, step.identity, step.raw, got, step.want)
+		r := reading{identity: step.identity, part: lag.PartitionSample{End: step.raw, Lag: step.lag}}
+		if got := et.apply(&r); got != step.want {
+			t.Errorf("step %d: apply(%s, end %d, lag %d) = %d, want %d", i, step.identity, step.raw, step.lag, got, step.want)
+		}
+	}
+}
+
+// TestEndTrackerRedeliveries: for a filtered consumer with an ack policy,
+// the growth of Delivered.Consumer - NumAckPending between two readings
+// with the same last-ack time is redeliveries, taken out of End, so the
+// consumed position End-Lag does not move; once the last-ack time moves,
+// the deliveries count again (acknowledgements and any redeliveries of
+// the same interval alike).
+func TestEndTrackerRedeliveries(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var et endTracker
+	for i, step := range []struct {
+		name                       string
+		identity                   string
+		delivered, ackPending, lag int64 // lag: pending + ack pending
+		pending                    int64
+		lastAck                    time.Time
+		want                       int64 // End
+	}{
+		// 1 of 3 delivered and ack pending, never acked.
+		{"first reading", "a", 1, 1, 3, 2, time.Time{}, 3},
+		// Nak loop: three redeliveries, nothing acked: End and End-Lag stay.
+		{"redelivered 3 times", "a", 4, 1, 3, 2, time.Time{}, 3},
+		// Two new messages published meanwhile: production only.
+		{"published 2, redelivered 1", "a", 5, 1, 5, 4, time.Time{}, 5},
+		// First delivery of 2 more, still no ack: lag unchanged, End too.
+		{"delivered 2 new", "a", 7, 3, 5, 2, time.Time{}, 5},
+		// An ack (the server stamped a time): deliveries count again.
+		// One ack: Delivered - AckPending grows by 1, End-Lag by 1.
+		{"acked 1", "a", 7, 2, 4, 2, t0, 5},
+		// Same stamp, more redeliveries: held again.
+		{"redelivered 2 after the ack", "a", 9, 2, 4, 2, t0, 5},
+		// An ack and a redelivery in the same interval: both counted
+		// (the documented approximation).
+		{"acked 1 and redelivered 1", "a", 10, 1, 3, 2, t0.Add(time.Second), 6},
+		// Last-ack time gone (server restart): may hide acks, counted.
+		{"stamp gone", "a", 11, 1, 3, 2, time.Time{}, 7},
+		// New identity: restart from the raw value.
+		{"recreated", "b", 2, 1, 3, 2, time.Time{}, 4},
+		{"recreated, redelivered", "b", 3, 1, 3, 2, time.Time{}, 4},
+	} {
+		r := reading{
+			identity: step.identity,
+			part:     lag.PartitionSample{End: step.delivered + step.pending, Lag: step.lag},
+			acks:     ackCounters{tracked: true, delivered: step.delivered, ackPending: step.ackPending, lastAck: step.lastAck},
+		}
+		if got := et.apply(&r); got != step.want {
+			t.Errorf("step %d (%s): End %d, want %d (consumed position %d)", i, step.name, got, step.want, got-step.lag)
 		}
 	}
 }

@@ -28,17 +28,29 @@
 //     unfiltered consumers (no filter, ">", or the stream's own subject
 //     set): End = LastSeq + 1, exact, in stream sequences.
 //     Filtered consumers: End = Delivered.Consumer + NumPending, in
-//     deliveries. Approximation: the consumer sequence counts every
-//     redelivery, so redeliveries raise both the produce and the consume
-//     rate by the redelivery rate (lag is unaffected). The stream holds no
-//     per-filter "ever published" counter to do better.
-//     End never decreases for the same consumer: a drop (undelivered
-//     messages removed by a purge, MaxAge or MaxMsgs; a consumer reset) is
-//     kept as an offset, so removal reads as consumption. The offset
-//     restarts when the stream or consumer is recreated or its filters
-//     change. For a filtered consumer End is not in stream sequences and
-//     must not be compared with LogStart or Committed; only its deltas
-//     mean something.
+//     deliveries, minus the deliveries known to be redeliveries. The
+//     consumer sequence counts every redelivery and the stream holds no
+//     per-filter "ever published" counter, so redeliveries are told from
+//     acknowledgements by the consumer's last-ack time, AckFloor.Last,
+//     which the server stamps on every ack and term (never on a nak or an
+//     in-progress): between two readings with the same stamp nothing was
+//     acknowledged, so the growth of Delivered.Consumer minus
+//     NumAckPending is redeliveries (or ack-pending messages removed from
+//     the stream) and is taken out of End. A consumer that only receives
+//     redeliveries thus consumes nothing, as an unfiltered one: its End
+//     moves by the change in NumPending + NumAckPending, its consumed
+//     position by removals only. Approximation: redeliveries in a refresh
+//     interval that also saw an acknowledgement (or a stamp reset by a
+//     server restart or a leader change) still count, raising the produce
+//     and the consume rate by them (lag is unaffected). AckNone consumers
+//     have no redeliveries and count deliveries as they are.
+//     End never decreases for the same consumer (nor falls below Lag): a
+//     drop (undelivered messages removed by a purge, MaxAge or MaxMsgs; a
+//     consumer reset) is kept as an offset, so removal reads as
+//     consumption. The offset restarts when the stream or consumer is
+//     recreated or its filters change. For a filtered consumer End is not
+//     in stream sequences and must not be compared with LogStart or
+//     Committed; only its deltas mean something.
 //   - HeadTime: the stored timestamp of the oldest unprocessed message:
 //     the first stored message with sequence > AckFloor.Stream matching a
 //     filter subject (">" when unfiltered), read with a "next by subject"

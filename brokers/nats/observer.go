@@ -595,7 +595,7 @@ func (o *Observer) refresh(ctx context.Context, j refreshJob, cs *cycleCounters)
 			et = &endTracker{}
 			st.ends[ci.Name] = et
 		}
-		r.part.End = et.apply(r.identity, r.part.End)
+		r.part.End = et.apply(&r)
 		if r.part.Lag > 0 {
 			o.head(ctx, stream, st, ci.Name, ci.AckFloor.Stream, info.State.FirstSeq, &r, cs)
 		} else {

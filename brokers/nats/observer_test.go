@@ -251,6 +251,128 @@ func TestFilterSubjects(t *testing.T) {
 	}
 }
 
+// TestRedeliveriesAreNotConsumption: a consumer that receives the same
+// message over and over (fetch, nak, every cycle) and acknowledges nothing
+// makes no progress, filtered or not. The unfiltered consumer measures
+// consumption in stream sequences; the filtered one counts deliveries, and
+// its redeliveries (the consumer sequence grows with each) must not read
+// as consumption: both come out stalled with consume rate 0, while the
+// messages published meanwhile still count as production. An ack then
+// moves both consumed positions by exactly one.
+func TestRedeliveriesAreNotConsumption(t *testing.T) {
+	s := startServer(t, nil)
+	c := newClient(t, s)
+	c.stream(t, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.*"}})
+	c.publish(t, "s.a", "s.a", "s.a")
+	f := c.consumer(t, "S", jetstream.ConsumerConfig{Durable: "filtered", FilterSubject: "s.a", AckPolicy: jetstream.AckExplicitPolicy})
+	u := c.consumer(t, "S", jetstream.ConsumerConfig{Durable: "unfiltered", AckPolicy: jetstream.AckExplicitPolicy})
+	waitPending(t, f, 3)
+	waitPending(t, u, 3)
+	// The head is a real stored timestamp: start the clock at real time.
+	clock := &fakeClock{t: time.Now()}
+	o := newObserver(t, s, func(c *Config) { c.InfoInterval = time.Millisecond; c.Interval = time.Millisecond }, WithClock(clock.Now))
+	tr := lag.NewTracker(nil)
+	consumers := map[string]jetstream.Consumer{"filtered": f, "unfiltered": u}
+
+	// cycle observes both consumers once the server counts the published
+	// messages as pending, and returns their states and consumed positions.
+	cycle := func(pendingF, pendingU uint64) (map[string]lag.State, map[string]int64) {
+		t.Helper()
+		waitPending(t, f, pendingF)
+		waitPending(t, u, pendingU)
+		clock.Advance(10 * time.Second)
+		states, consumed := map[string]lag.State{}, map[string]int64{}
+		for _, sm := range observe(t, o) {
+			p := sm.Partitions[0]
+			states[sm.Target.Group] = tr.Observe(sm, clock.Now())
+			consumed[sm.Target.Group] = p.End - p.Lag
+		}
+		return states, consumed
+	}
+	// redeliver fetches the message redelivered to cons (the first s.a,
+	// which the server hands out again before anything new) and returns
+	// it, nak'ed when nak is set.
+	redeliver := func(cons jetstream.Consumer, nak bool) jetstream.Msg {
+		t.Helper()
+		m := fetch(t, cons, 1, 0)[0]
+		if md, err := m.Metadata(); err != nil || md.Sequence.Stream != 1 {
+			t.Fatalf("fetched %+v (%v), want stream sequence 1 again", md, err)
+		}
+		if nak {
+			if err := m.Nak(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return m
+	}
+
+	var states map[string]lag.State
+	var first map[string]int64
+	pendingF, pendingU := uint64(2), uint64(2)
+	for i := range 8 {
+		for _, cons := range consumers {
+			redeliver(cons, true)
+		}
+		if i > 0 {
+			// Production goes on: one message both consumers see, one
+			// only the unfiltered consumer sees.
+			c.publish(t, "s.a", "s.b")
+			pendingF, pendingU = pendingF+1, pendingU+2
+		}
+		var consumed map[string]int64
+		states, consumed = cycle(pendingF, pendingU)
+		if first == nil {
+			first = consumed
+		}
+		for name, pos := range consumed {
+			if pos != first[name] {
+				t.Errorf("cycle %d: %s consumed position %d, was %d: redeliveries read as consumption", i, name, pos, first[name])
+			}
+		}
+	}
+	for _, name := range []string{"unfiltered", "filtered"} {
+		st := states[name]
+		t.Logf("%s after 8 nak cycles: status %s (%s), lag %d, consume rate %.3f/s, produce rate %.3f/s, last progress %v ago",
+			name, st.Status, st.Reason, st.Lag, st.ConsumeRate, st.ProduceRate, clock.Now().Sub(st.LastProgress))
+		if st.Status != lag.StatusStalled || st.ConsumeRate != 0 {
+			t.Errorf("%s: status %s, consume rate %.3f/s; want stalled with consume rate 0 (nothing was acknowledged)", name, st.Status, st.ConsumeRate)
+		}
+		if st.ProduceRate <= 0 {
+			t.Errorf("%s: produce rate %.3f/s, want > 0 (messages were published)", name, st.ProduceRate)
+		}
+	}
+
+	// One more delivery, left ack pending: still nothing consumed.
+	held := map[string]jetstream.Msg{}
+	for name, cons := range consumers {
+		held[name] = redeliver(cons, false)
+	}
+	_, consumed := cycle(pendingF, pendingU)
+	for name, pos := range consumed {
+		if pos != first[name] {
+			t.Errorf("delivered, not acked: %s consumed position %d, was %d", name, pos, first[name])
+		}
+	}
+	// Acknowledge it: exactly one message consumed, and progress again.
+	for _, m := range held {
+		if err := m.DoubleAck(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	states, consumed = cycle(pendingF, pendingU)
+	for _, name := range []string{"unfiltered", "filtered"} {
+		st := states[name]
+		t.Logf("%s after the ack: status %s (%s), consumed %+d, consume rate %.3f/s",
+			name, st.Status, st.Reason, consumed[name]-first[name], st.ConsumeRate)
+		if got := consumed[name] - first[name]; got != 1 {
+			t.Errorf("%s: consumed position moved by %d after one ack, want 1", name, got)
+		}
+		if st.Status == lag.StatusStalled || st.ConsumeRate <= 0 || !st.LastProgress.Equal(clock.Now()) {
+			t.Errorf("%s after the ack: status %s, consume rate %.3f/s, last progress %v; want progress now", name, st.Status, st.ConsumeRate, st.LastProgress)
+		}
+	}
+}
+
 // TestPurge: a purge empties the lag, End does not go back (the purged
 // messages read as consumed), and the head follows new messages. Both an
 // unfiltered and a filtered consumer.
