@@ -60,7 +60,11 @@ type Config struct {
 	// minus a slack of min(Interval, InfoInterval)/4 that absorbs tick
 	// scheduling noise, so that InfoInterval == Interval refreshes every
 	// cycle instead of every other one. Between refreshes Observe repeats
-	// the last readings (same At). Zero means Interval.
+	// the last readings (same At, so that the core reads no new
+	// observation into them): a repeated reading is up to about
+	// (1+Jitter)*InfoInterval old. The core judges staleness by that age,
+	// so its staleAfter must be longer, or targets turn stale between
+	// refreshes. Zero means Interval.
 	InfoInterval time.Duration `mapstructure:"infoInterval"`
 	// Jitter, a fraction in [0, 1] of InfoInterval, spreads the refreshes
 	// of different streams over the interval: a stream's second refresh is
