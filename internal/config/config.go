@@ -3,6 +3,13 @@
 // order of increasing precedence (viper). Validate reports every problem at
 // once, each as `<path>: <problem>`.
 //
+// Environment variables reach the top-level settings only, not those inside
+// lists (kafka[0].sasl.password). Secrets are read from files instead: each
+// password and token setting has a <key>File twin (kafka[].sasl.passwordFile,
+// nats[].passwordFile, nats[].tokenFile, quota.auth.tokens[].tokenFile,
+// quota.auth.adminTokensFile), read by Load and exclusive with the inline
+// value; see resolveSecrets.
+//
 // Only cmd/lagbridge and the daemon's wiring import this package; the
 // producer SDK never does.
 package config
@@ -53,6 +60,8 @@ type Config struct {
 	// (at least 3s).
 	Rules Rules `mapstructure:"rules"`
 	// Kafka and NATS list the clusters to watch; at least one in all.
+	// Their passwords and tokens may come from files (passwordFile,
+	// tokenFile), resolved by Load.
 	Kafka []kafka.Config `mapstructure:"kafka"`
 	NATS  []nats.Config  `mapstructure:"nats"`
 	// Quota configures the quota engine and its publishers. Without
@@ -79,7 +88,8 @@ type Quota struct {
 	// LeaseLifetime is how long a producer may keep a lease without
 	// reaching the daemon (fail-static). Default 10 intervals.
 	LeaseLifetime time.Duration `mapstructure:"leaseLifetime"`
-	// Auth turns on bearer tokens for the quota protocol.
+	// Auth turns on bearer tokens for the quota protocol. Tokens may come
+	// from files (tokens[].tokenFile, adminTokensFile), resolved by Load.
 	Auth quotaserver.Auth `mapstructure:"auth"`
 	// NATSKV publishes every lease to a KV bucket on a NATS cluster.
 	NATSKV NATSKV `mapstructure:"natsKV"`
@@ -183,19 +193,31 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 			return Config{}, fmt.Errorf("read config %s: %w", file, err)
 		}
 	}
+	// What viper.Unmarshal does, with the secret files read in between.
+	settings := v.AllSettings()
+	errs, unread := resolveSecrets(settings)
 	var c Config
-	derr := v.Unmarshal(&c, func(dc *mapstructure.DecoderConfig) {
-		dc.ErrorUnused = true
-		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(
+	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		Result:           &c,
+		WeaklyTypedInput: true,
+		ErrorUnused:      true,
+		DecodeHook: mapstructure.ComposeDecodeHookFunc(
 			mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","),
-			mapstructure.TextUnmarshallerHookFunc())
+			mapstructure.TextUnmarshallerHookFunc()),
 	})
-	var errs []error
-	if derr != nil {
-		errs = append(errs, decodeErrors(derr)...)
+	if err != nil {
+		return Config{}, err
 	}
-	if err := c.Validate(); err != nil {
-		errs = append(errs, err)
+	if err := dec.Decode(settings); err != nil {
+		errs = append(errs, decodeErrors(err)...)
+	}
+	for _, e := range split(c.Validate()) {
+		// A secret whose file could not be read is reported once, as such,
+		// not also as missing.
+		if path, _, ok := strings.Cut(e.Error(), ": "); ok && unread[path] {
+			continue
+		}
+		errs = append(errs, e)
 	}
 	return c, errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -206,6 +207,106 @@ ttl:
 	for _, want := range []string{"ttl.enforce[0].policy", "ttl.enforce[1].kafkaOffsetMove: policy \"soft\" needs a hardAge", "ttl.enforce[1].allowMsgTTL"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+}
+
+// secretFile writes body to a file of its own, as a Kubernetes Secret
+// mounted as a volume or a systemd credential would be, and returns its
+// path.
+func secretFile(tb testing.TB, name, body string) string {
+	tb.Helper()
+	p := filepath.Join(tb.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// TestSecretFiles pins the way secrets reach settings inside lists, which
+// no LAGBRIDGE_* variable can: every password and token has a <key>File
+// setting read at load, losing one trailing newline; the admin tokens file
+// holds one token per line.
+func TestSecretFiles(t *testing.T) {
+	body := fmt.Sprintf(`
+kafka:
+  - cluster: k
+    brokers: ['127.0.0.1:9092']
+    sasl: {mechanism: PLAIN, username: u, passwordFile: %q}
+nats:
+  - {cluster: a, urls: ['nats://127.0.0.1:4222'], tokenFile: %q}
+  - {cluster: b, urls: ['nats://127.0.0.1:4222'], user: u, passwordFile: %q}
+quota:
+  auth:
+    tokens: [{tokenFile: %q, producers: [svc-a]}]
+    adminTokensFile: %q
+`,
+		secretFile(t, "kafka", "kafka pass\n\n"), // one newline trimmed, the other is the password's
+		secretFile(t, "nats-token", "nats-token\r\n"),
+		secretFile(t, "nats-password", "nats-password"),
+		secretFile(t, "producer", "0123456789abcdef-producer\n"),
+		secretFile(t, "admins", "0123456789abcdef-admin-1\n\n  0123456789abcdef-admin-2  \n"))
+	c, err := load(t, "--config", writeFile(t, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []struct{ what, got, want string }{
+		{"kafka password", c.Kafka[0].SASL.Password, "kafka pass\n"},
+		{"nats token", c.NATS[0].Token, "nats-token"},
+		{"nats password", c.NATS[1].Password, "nats-password"},
+		{"producer token", c.Quota.Auth.Tokens[0].Token, "0123456789abcdef-producer"},
+		{"admin tokens", strings.Join(c.Quota.Auth.AdminTokens, ","), "0123456789abcdef-admin-1,0123456789abcdef-admin-2"},
+	} {
+		if g.got != g.want {
+			t.Errorf("%s = %q, want %q", g.what, g.got, g.want)
+		}
+	}
+}
+
+// TestSecretFileProblems pins how secret files fail: inline and file
+// together is refused, and a file that cannot be read or is empty is named,
+// with the other problems of the config and without a second "required"
+// for the value it should have given.
+func TestSecretFileProblems(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-secret")
+	body := fmt.Sprintf(`
+interval: 1ms
+kafka:
+  - cluster: k
+    brokers: ['127.0.0.1:9092']
+    sasl: {mechanism: PLAIN, username: u, password: inline, passwordFile: %q}
+  - cluster: l
+    brokers: ['127.0.0.1:9092']
+    sasl: {mechanism: PLAIN, username: u, passwordFile: %q}
+nats:
+  - {cluster: a, urls: ['nats://127.0.0.1:4222'], tokenFile: %q}
+quota:
+  auth:
+    tokens: [{tokenFile: %q, producers: [svc-a]}]
+    adminTokensFile: %q
+`, secretFile(t, "p", "x"), missing, secretFile(t, "empty", "\n"), missing, secretFile(t, "blank", "\n  \n"))
+	_, err := load(t, "--config", writeFile(t, body))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		"interval:",
+		"kafka[0].sasl.passwordFile: set together with kafka[0].sasl.password",
+		"kafka[1].sasl.passwordFile: open " + missing,
+		"nats[0].tokenFile: ",
+		"is empty",
+		"quota.auth.tokens[0].tokenFile: open " + missing,
+		"quota.auth.adminTokensFile: ",
+		"holds no token",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("missing %q in:\n%s", want, msg)
+		}
+	}
+	for _, unwanted := range []string{"kafka[1].sasl.password:", "quota.auth.tokens[0].token:"} {
+		if strings.Contains(msg, unwanted) {
+			t.Errorf("an unreadable secret is also reported as %q:\n%s", unwanted, msg)
 		}
 	}
 }
