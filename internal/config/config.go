@@ -18,7 +18,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
+	"net/url"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -56,8 +59,9 @@ type Config struct {
 	ShutdownTimeout time.Duration `mapstructure:"shutdownTimeout"`
 	Log             Log           `mapstructure:"log"`
 	// Rules are the lag status thresholds (see lag.Rules); zero fields take
-	// lag.DefaultRules, except StaleAfter which defaults to 3 intervals
-	// (at least 3s).
+	// lag.DefaultRules, except StaleAfter which defaults to 3 intervals, at
+	// least 3s and at least 3 times the largest NATS infoInterval (see
+	// Config.Lag).
 	Rules Rules `mapstructure:"rules"`
 	// Kafka and NATS list the clusters to watch; at least one in all.
 	// Their passwords and tokens may come from files (passwordFile,
@@ -88,8 +92,10 @@ type Quota struct {
 	// LeaseLifetime is how long a producer may keep a lease without
 	// reaching the daemon (fail-static). Default 10 intervals.
 	LeaseLifetime time.Duration `mapstructure:"leaseLifetime"`
-	// Auth turns on bearer tokens for the quota protocol. Tokens may come
-	// from files (tokens[].tokenFile, adminTokensFile), resolved by Load.
+	// Auth turns on bearer tokens for the quota protocol. AdminTokens need
+	// Tokens: any token turns authentication on, for producers too. Tokens
+	// may come from files (tokens[].tokenFile, adminTokensFile), resolved
+	// by Load.
 	Auth quotaserver.Auth `mapstructure:"auth"`
 	// NATSKV publishes every lease to a KV bucket on a NATS cluster.
 	NATSKV NATSKV `mapstructure:"natsKV"`
@@ -102,7 +108,8 @@ type Quota struct {
 // receive the leases. Empty Cluster: not published.
 type NATSKV struct {
 	Cluster string `mapstructure:"cluster"`
-	// Bucket defaults to lagbridge-quotas.
+	// Bucket defaults to lagbridge-quotas; NATS allows letters, digits,
+	// "-" and "_".
 	Bucket string `mapstructure:"bucket"`
 }
 
@@ -130,12 +137,36 @@ type Rules struct {
 }
 
 // Lag returns the lag.Rules the loops use.
+//
+// An unset StaleAfter is 3 intervals, at least 3s, and at least 3 times the
+// largest NATS infoInterval: a NATS observer repeats its last readings (and
+// their time) between refreshes, so a StaleAfter shorter than infoInterval
+// would mark its targets stale between every two refreshes. The default is
+// raised rather than a short value rejected because StaleAfter is one rule
+// for every cluster while infoInterval is set per cluster: an operator who
+// slows one cluster's refreshes need not also work out StaleAfter. An
+// explicit StaleAfter is used as given.
 func (c Config) Lag() lag.Rules {
 	r := lag.Rules(c.Rules)
 	if r.StaleAfter == 0 {
 		r.StaleAfter = max(3*c.Interval, 3*time.Second)
+		for _, n := range c.NATS {
+			r.StaleAfter = max(r.StaleAfter, 3*c.infoInterval(n))
+		}
 	}
 	return r
+}
+
+// infoInterval is n's refresh interval as its observer applies it: its
+// infoInterval, else its interval, else the daemon's.
+func (c Config) infoInterval(n nats.Config) time.Duration {
+	switch {
+	case n.InfoInterval > 0:
+		return n.InfoInterval
+	case n.Interval > 0:
+		return n.Interval
+	}
+	return c.Interval
 }
 
 // Flags returns the flag set shared by run, check and demo: --config and the
@@ -203,7 +234,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 		ErrorUnused:      true,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
 			mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","),
-			mapstructure.TextUnmarshallerHookFunc()),
+			mapstructure.TextUnmarshallerHookFunc(), intRangeHook),
 	})
 	if err != nil {
 		return Config{}, err
@@ -222,6 +253,55 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	return c, errors.Join(errs...)
 }
 
+// intRangeHook reports a number that does not fit the integer setting it
+// is decoded into (headFetchMaxBytes is an int32), where mapstructure would
+// silently wrap it (4294967296 would become 0, which means the default)
+// or truncate a fraction. Strings are left to mapstructure, which parses
+// them with the setting's size.
+func intRangeHook(from, to reflect.Value) (any, error) {
+	if !from.IsValid() || !to.IsValid() {
+		return nil, nil
+	}
+	data := from.Interface()
+	signed := false
+	switch to.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		signed = true
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+	default:
+		return data, nil
+	}
+	bits := to.Type().Bits()
+	var fits bool
+	switch from.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		i := from.Int()
+		fits = (signed && !to.OverflowInt(i)) || (!signed && i >= 0 && !to.OverflowUint(uint64(i)))
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		u := from.Uint()
+		fits = (signed && u <= math.MaxInt64 && !to.OverflowInt(int64(u))) || (!signed && !to.OverflowUint(u))
+	case reflect.Float32, reflect.Float64:
+		f := from.Float()
+		if f != math.Trunc(f) {
+			return nil, fmt.Errorf("%v is not a whole number", f)
+		}
+		if signed {
+			fits = f >= -math.Ldexp(1, bits-1) && f < math.Ldexp(1, bits-1)
+		} else {
+			fits = f >= 0 && f < math.Ldexp(1, bits)
+		}
+	default:
+		return data, nil
+	}
+	if fits {
+		return data, nil
+	}
+	if signed {
+		return nil, fmt.Errorf("%v is out of range: must be from %d to %d", data, -(int64(1) << (bits - 1)), int64(uint64(1)<<(bits-1)-1))
+	}
+	return nil, fmt.Errorf("%v is out of range: must be from 0 to %d", data, uint64(math.MaxUint64)>>(64-bits))
+}
+
 // decodeErrors splits mapstructure's error into one `path: problem` line
 // per problem, in the shape Validate uses.
 func decodeErrors(err error) []error {
@@ -235,14 +315,14 @@ func decodeErrors(err error) []error {
 			for _, k := range strings.Split(m[2], ", ") {
 				path := k
 				if m[1] != "" {
-					path = m[1] + "." + k
+					path = fileSpelling(m[1]) + "." + k
 				}
 				errs = append(errs, fmt.Errorf("%s: unknown key (misspelt, or not a setting of this version)", path))
 			}
 			continue
 		}
 		if m := quotedPath.FindStringSubmatch(line); m != nil {
-			errs = append(errs, fmt.Errorf("%s: %s", m[1], m[2]))
+			errs = append(errs, fmt.Errorf("%s: %s", fileSpelling(m[1]), m[2]))
 			continue
 		}
 		errs = append(errs, errors.New("config: "+line))
@@ -251,6 +331,26 @@ func decodeErrors(err error) []error {
 		errs = append(errs, fmt.Errorf("config: %w", err))
 	}
 	return errs
+}
+
+// fileSpelling turns the Go field names in a decoder path into the config
+// file's spelling, as the Validate messages have them: the settings of
+// kafka.Config have no mapstructure tags, so mapstructure names them
+// kafka[0].HeadFetchMaxBytes, kafka[0].TLS.CAFile; they become
+// kafka[0].headFetchMaxBytes, kafka[0].tls.caFile.
+func fileSpelling(path string) string {
+	segs := strings.Split(path, ".")
+	for i, s := range segs {
+		n := 0
+		for n < len(s) && s[n] >= 'A' && s[n] <= 'Z' {
+			n++
+		}
+		if n > 1 && n < len(s) && s[n] >= 'a' && s[n] <= 'z' {
+			n-- // the last capital starts the next word: CAFile -> caFile
+		}
+		segs[i] = strings.ToLower(s[:n]) + s[n:]
+	}
+	return strings.Join(segs, ".")
 }
 
 var (
@@ -308,7 +408,17 @@ func (c Config) Validate() error {
 	for i, n := range c.NATS {
 		path := fmt.Sprintf("nats[%d]", i)
 		cluster(path, n.Cluster)
-		errs = append(errs, reprefix(n.Validate(), "nats.", path+".")...)
+		nerrs := n.Validate()
+		errs = append(errs, reprefix(nerrs, "nats.", path+".")...)
+		for j, u := range n.URLs {
+			field := fmt.Sprintf("urls[%d]", j)
+			if reported(nerrs, field) {
+				continue
+			}
+			if p := natsURLProblem(u); p != "" {
+				add(path+"."+field, "%s", p)
+			}
+		}
 	}
 	errs = append(errs, c.Quota.validate(c)...)
 	if err := enforce.ValidateRules(c.TTL.Enforce, c.Quota.Policies); err != nil {
@@ -319,6 +429,59 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// reported reports whether the nats package's Validate already names field.
+func reported(err error, field string) bool {
+	for _, e := range split(err) {
+		var ce *nats.ConfigError
+		if errors.As(e, &ce) && ce.Field == field {
+			return true
+		}
+	}
+	return false
+}
+
+// natsURLProblem says why raw would not dial, read the way the observer's
+// client reads it (nats.go's Options.Servers: one URL per entry, nats://
+// when no scheme is given, the scheme's default port when none is), or ""
+// when it would. nats.Config.Validate accepts some URLs that never dial,
+// such as "::::"; with them the daemon runs but is never ready.
+func natsURLProblem(raw string) string {
+	if strings.Contains(raw, ",") {
+		return fmt.Sprintf("%q holds a comma: give each URL its own entry", raw)
+	}
+	s := raw
+	if !strings.Contains(s, "://") {
+		s = "nats://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Sprintf("%q is not a URL: %v", raw, err)
+	}
+	switch u.Scheme {
+	case "nats", "tls", "ws", "wss":
+	default:
+		return fmt.Sprintf("%q: unsupported scheme %q (want nats, tls, ws or wss)", raw, u.Scheme)
+	}
+	hostPort := u.Host
+	if u.Port() == "" {
+		hostPort = strings.TrimSuffix(hostPort, ":") + ":4222" // any valid port: only the form is checked
+	}
+	host, port, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return fmt.Sprintf("%q: %q is not host:port (bracket IPv6 addresses: [::1]:4222): %v", raw, u.Host, err)
+	}
+	if host == "" {
+		return fmt.Sprintf("%q: no host", raw)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Sprintf("%q: port %q is not a number from 1 to 65535", raw, port)
+	}
+	return ""
+}
+
+// kvBucket is what NATS accepts as a KV bucket name.
+var kvBucket = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
 func (q Quota) validate(c Config) []error {
 	var errs []error
@@ -332,6 +495,15 @@ func (q Quota) validate(c Config) []error {
 		for _, e := range split(err) {
 			errs = append(errs, fmt.Errorf("quota.%w", e))
 		}
+	}
+	// Any token turns authentication on for every endpoint: admin tokens
+	// alone would refuse every producer's report (401), and producers would
+	// silently fall back to their safe quota.
+	if len(q.Auth.AdminTokens) > 0 && len(q.Auth.Tokens) == 0 {
+		errs = append(errs, fmt.Errorf("quota.auth.adminTokens: set without quota.auth.tokens, which would turn authentication on and refuse every producer; add producer tokens (producers: [\"*\"] lets a token act for any producer) or remove adminTokens"))
+	}
+	if q.NATSKV.Bucket != "" && !kvBucket.MatchString(q.NATSKV.Bucket) {
+		errs = append(errs, fmt.Errorf("quota.natsKV.bucket: %q is not a NATS KV bucket name (letters, digits, - and _)", q.NATSKV.Bucket))
 	}
 	if q.NATSKV.Cluster != "" && !slices.ContainsFunc(c.NATS, func(n nats.Config) bool { return n.Cluster == q.NATSKV.Cluster }) {
 		errs = append(errs, fmt.Errorf("quota.natsKV.cluster: %q is not the name of a nats cluster", q.NATSKV.Cluster))

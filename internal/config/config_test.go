@@ -310,3 +310,149 @@ quota:
 		}
 	}
 }
+
+// TestAdminTokensNeedProducerTokens pins the refusal of admin tokens
+// without producer tokens: any token turns the quota protocol's
+// authentication on, so such a config would answer 401 to every producer.
+func TestAdminTokensNeedProducerTokens(t *testing.T) {
+	body := "kafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]\nquota: {auth: {adminTokens: ['0123456789abcdef-admin']}}\n"
+	_, err := load(t, "--config", writeFile(t, body))
+	if err == nil || !strings.Contains(err.Error(), "quota.auth.adminTokens: set without quota.auth.tokens") {
+		t.Fatalf("admin tokens alone accepted: %v", err)
+	}
+	body = "kafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]\nquota: {auth: {adminTokens: ['0123456789abcdef-admin'], tokens: [{token: '0123456789abcdef-svc', producers: ['*']}]}}\n"
+	if _, err := load(t, "--config", writeFile(t, body)); err != nil {
+		t.Fatalf("admin and producer tokens: %v", err)
+	}
+}
+
+// TestIntegerRange pins that a number that does not fit its setting is
+// reported with the setting's name instead of wrapped (4294967296 in the
+// int32 headFetchMaxBytes used to become 0, the default) or truncated.
+func TestIntegerRange(t *testing.T) {
+	body := `
+kafka:
+  - cluster: k
+    brokers: ['127.0.0.1:9092']
+    headFetchMaxBytes: 4294967296
+    headFetchPartitionBytes: 99999999999
+nats:
+  - {cluster: a, urls: ['nats://127.0.0.1:4222'], maxListPages: 1.5}
+`
+	_, err := load(t, "--config", writeFile(t, body))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		"kafka[0].headFetchMaxBytes: 4294967296 is out of range: must be from -2147483648 to 2147483647",
+		"kafka[0].headFetchPartitionBytes: 99999999999 is out of range",
+		"nats[0].maxListPages: 1.5 is not a whole number",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	body = "kafka: [{cluster: k, brokers: ['127.0.0.1:9092'], headFetchMaxBytes: 2147483647, headFetchPartitionBytes: 1048576.0}]\n"
+	c, err := load(t, "--config", writeFile(t, body))
+	if err != nil || c.Kafka[0].HeadFetchMaxBytes != 2147483647 || c.Kafka[0].HeadFetchPartitionBytes != 1<<20 {
+		t.Fatalf("in range: %v %+v", err, c.Kafka)
+	}
+}
+
+// TestDuplicatePolicyBesideOtherProblems: `lagbridge check` names a
+// duplicate policy even while the first policy of that name is invalid.
+func TestDuplicatePolicyBesideOtherProblems(t *testing.T) {
+	body := "kafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]\nquota: {policies: [{name: a, maxAge: 0s}, {name: a, maxAge: 1s}]}\n"
+	_, err := load(t, "--config", writeFile(t, body))
+	for _, want := range []string{"quota.policies[0].maxAge", `quota.policies[1].name: duplicates policies[0] ("a")`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+}
+
+// TestNATSURLProblem pins which server URLs are refused: those nats.go
+// would never dial, read as the observer's client reads them.
+func TestNATSURLProblem(t *testing.T) {
+	good := []string{"nats://127.0.0.1:4222", "nats-0.nats", "tls://nats:4443", "ws://nats", "wss://nats:443", "nats://[::1]:4222", "nats://u:p@nats:4222", "nats:4222"}
+	bad := map[string]string{
+		"::::":                   "is not host:port",
+		"nats://::::":            "is not host:port",
+		"nats://a:4222,nats://b": "holds a comma",
+		"a,b":                    "holds a comma",
+		"nats://nats:0":          "port \"0\"",
+		"http://nats:4222":       "unsupported scheme",
+		"nats://:4222":           "no host",
+		"nats://nats:port":       "is not a URL",
+	}
+	for _, u := range good {
+		if p := natsURLProblem(u); p != "" {
+			t.Errorf("%q refused: %s", u, p)
+		}
+	}
+	for u, want := range bad {
+		if p := natsURLProblem(u); p == "" || !strings.Contains(p, want) {
+			t.Errorf("%q: problem %q, want one containing %q", u, p, want)
+		}
+	}
+}
+
+// TestNATSURLsAndBucket pins that `lagbridge check` refuses what nats.go
+// would never dial ("::::": the daemon would run and never be ready) and
+// KV bucket names NATS refuses (every publish would fail), each once.
+func TestNATSURLsAndBucket(t *testing.T) {
+	body := `
+nats:
+  - {cluster: js, urls: ['nats://127.0.0.1:4222', '::::', 'ftp://x']}
+quota: {natsKV: {cluster: js, bucket: "bad bucket!"}}
+`
+	_, err := load(t, "--config", writeFile(t, body))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	msg := err.Error()
+	for _, want := range []string{`nats[0].urls[1]: "::::"`, "nats[0].urls[2]:", `quota.natsKV.bucket: "bad bucket!" is not a NATS KV bucket name`} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("missing %q in:\n%s", want, msg)
+		}
+	}
+	if strings.Count(msg, "nats[0].urls[2]:") != 1 {
+		t.Errorf("urls[2] reported more than once:\n%s", msg)
+	}
+	if strings.Contains(msg, "urls[0]") {
+		t.Errorf("a good URL refused:\n%s", msg)
+	}
+}
+
+// TestStaleAfterCoversInfoInterval pins the default staleAfter against the
+// slowest NATS refresh: a NATS observer repeats its readings, and their
+// time, between refreshes, so a staleAfter below infoInterval would mark
+// its targets stale between refreshes. An explicit staleAfter is kept.
+func TestStaleAfterCoversInfoInterval(t *testing.T) {
+	body := `
+interval: 2s
+nats:
+  - {cluster: a, urls: ['nats://127.0.0.1:4222'], infoInterval: 10s}
+  - {cluster: b, urls: ['nats://127.0.0.1:4222'], interval: 5s}
+  - {cluster: c, urls: ['nats://127.0.0.1:4222']}
+`
+	c, err := load(t, "--config", writeFile(t, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Lag().StaleAfter; got != 30*time.Second {
+		t.Fatalf("staleAfter = %v, want 30s (3 x the largest infoInterval)", got)
+	}
+	c.NATS = c.NATS[1:]
+	if got := c.Lag().StaleAfter; got != 15*time.Second {
+		t.Fatalf("staleAfter = %v, want 15s (3 x cluster b's interval)", got)
+	}
+	c.NATS = c.NATS[1:]
+	if got := c.Lag().StaleAfter; got != 6*time.Second {
+		t.Fatalf("staleAfter = %v, want 6s (3 intervals)", got)
+	}
+	c.Rules.StaleAfter = 4 * time.Second
+	if got := c.Lag().StaleAfter; got != 4*time.Second {
+		t.Fatalf("explicit staleAfter changed to %v", got)
+	}
+}
