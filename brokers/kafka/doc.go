@@ -65,10 +65,14 @@
 // 0.1-0.2 s with warm heads and 0.25-0.5 s with every head fetched, broker
 // work included (BenchmarkObserve). Heads are cached by (topic,
 // partition, offset), so a group whose committed offset did not move costs no
-// fetch. One Fetch carries each partition once; when several groups wait on
-// different offsets of one partition, the cycle fetches one of them (rotating
-// from cycle to cycle) and any others that the returned bytes happen to
-// cover, and the rest report HeadKnown false until their turn.
+// fetch, except that a cached head record is read again once a minute:
+// compaction can remove it (the new head is then newer and the lag smaller),
+// so on a compacted topic a removed head is reported for at most that long.
+// Until the new read answers, the cached head stands. One Fetch carries each
+// partition once; when several groups wait on different offsets of one
+// partition, the cycle fetches one of them (rotating from cycle to cycle)
+// and any others that the returned bytes happen to cover, and the rest
+// report HeadKnown false until their turn.
 //
 // # Failures
 //

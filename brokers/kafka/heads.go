@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -31,8 +32,16 @@ type topicHeads struct {
 	parts [][]headEntry
 }
 
-// headEntry is a cached head lookup. Records never change at an offset, so
-// an entry stays true; it is dropped when no pair used it in a cycle.
+// headRefresh is how long a cached head (an entry with pos >= 0) is used
+// before it is read again. Records never change at an offset, but
+// compaction removes them: the record at a cached head may be gone, the
+// true head newer and the lag smaller. Re-reading bounds how long such a
+// head is reported; until the new read answers, the cached head stands.
+// Entries without a record (pos -1) need no refresh: compaction adds none.
+const headRefresh = time.Minute
+
+// headEntry is a cached head lookup, dropped when no pair used it in a
+// cycle and read again after headRefresh.
 type headEntry struct {
 	// offset is the key: the position the lookup starts at.
 	offset int64
@@ -46,6 +55,8 @@ type headEntry struct {
 	scanned int64
 	// seen is the last cycle that used this entry.
 	seen uint64
+	// read is when the entry was read (the cycle's time).
+	read time.Time
 }
 
 // topicHeads returns the cache slots of ti, one per partition, creating or
@@ -93,6 +104,9 @@ type headNeed struct {
 	from   int64
 	leader int32
 	topic  *topicInfo
+	// refresh: the sample already holds a cached head (older than
+	// headRefresh); the fetch only replaces it when it answers.
+	refresh bool
 }
 
 type pendingHead struct {
@@ -349,7 +363,7 @@ func truncatedBatchHead(raw []byte) (first, last, ts int64, ok bool) {
 func (o *Observer) resolve(ph pendingHead, pf *partFetch) bool {
 	ps, from := ph.ps, ph.need.from
 	if !pf.done {
-		if pf.err != "" {
+		if pf.err != "" && !ph.need.refresh {
 			ps.Err = "head fetch: " + pf.err
 		}
 		return true // a failure, not starvation
@@ -357,7 +371,7 @@ func (o *Observer) resolve(ph pendingHead, pf *partFetch) bool {
 	if from < pf.from {
 		return false // another group's offset was fetched this cycle
 	}
-	e := headEntry{offset: ph.need.key.offset, pos: -1, seen: o.cycle}
+	e := headEntry{offset: ph.need.key.offset, pos: -1, seen: o.cycle, read: o.at}
 	i, _ := slices.BinarySearchFunc(pf.recs, from, func(r recTime, off int64) int { return cmp.Compare(r.off, off) })
 	switch {
 	case i < len(pf.recs):

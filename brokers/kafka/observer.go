@@ -50,6 +50,7 @@ type Observer struct {
 
 	mu    sync.Mutex // serializes Observe; guards everything below
 	cycle uint64
+	at    time.Time // this cycle's time, taken after the offsets are read
 	heads map[string]*topicHeads
 	known map[string]knownGroup
 	// starve counts, per partition, the cycles in a row whose head fetch
@@ -322,6 +323,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 		return nil, err
 	}
 	at := o.now()
+	o.at = at
 
 	// Compute lag; collect the heads to fetch.
 	total := 0
@@ -837,7 +839,11 @@ func (o *Observer) partition(ps *lag.PartitionSample, pr pair, p int32) (need he
 	slot := &pr.heads[p]
 	if e := o.lookupHead(slot, pos); e != nil {
 		if applyHead(ps, *e, pi.end) {
-			return need, false
+			if e.pos < 0 || o.at.Sub(e.read) < headRefresh {
+				return need, false
+			}
+			// An old head record: compaction may have removed it.
+			return headNeed{key: key, slot: slot, from: pos, leader: pi.leader, topic: pr.topic, refresh: true}, true
 		}
 		return headNeed{key: key, slot: slot, from: e.scanned, leader: pi.leader, topic: pr.topic}, true
 	}
@@ -848,6 +854,8 @@ func (o *Observer) partition(ps *lag.PartitionSample, pr pair, p int32) (need he
 // applyHead sets Lag and the head from a cache entry. It reports false when
 // the entry leaves the head unknown (scanned up to below end).
 func applyHead(ps *lag.PartitionSample, e headEntry, end int64) bool {
+	// A refreshed entry replaces the cached one applied before.
+	ps.HeadTime, ps.HeadKnown = time.Time{}, false
 	switch {
 	case e.pos >= 0:
 		// Offsets between the commit and the head hold no consumable
