@@ -38,6 +38,16 @@ type NATSProducer struct {
 	js    jetstream.JetStream
 	queue chan *npending
 
+	// qmu orders enqueues against the collector's exit: sendAsync holds
+	// it for reading while it puts a message on queue, and the collector,
+	// once the producer is closed and queue is empty, takes it for writing,
+	// takes what was queued meanwhile and sets qdone. A message that
+	// reaches sendAsync after that (a PublishAsync admitted before Close,
+	// or a retry) fails with ErrClosed instead of going into a queue that
+	// nobody reads.
+	qmu   sync.RWMutex
+	qdone bool
+
 	mu     sync.RWMutex
 	routes map[string]natsRoute // subject -> stream
 	ttls   map[string]ttlInfo   // stream -> per-message TTL allowed
@@ -187,7 +197,15 @@ func (p *NATSProducer) PublishAsync(ctx context.Context, m *nats.Msg, done func(
 	p.sendAsync(np, now)
 }
 
+// sendAsync makes one attempt of np and hands its future to the
+// collector. Every path ends in exactly one of: np queued for the
+// collector, or np finished (its done called, its slot released).
 func (p *NATSProducer) sendAsync(np *npending, now int64) {
+	if p.c.closed.Load() {
+		// Admitted before Close but not sent yet: do not send after Close.
+		p.finishAsync(np, nil, p.c.closedReject(np.m.t, np.m.attempts, nil))
+		return
+	}
 	if rej := p.c.beforeSend(&np.m, now); rej != nil {
 		p.finishAsync(np, nil, rej)
 		return
@@ -198,11 +216,21 @@ func (p *NATSProducer) sendAsync(np *npending, now int64) {
 		return
 	}
 	np.fut = f
-	select {
-	case p.queue <- np:
-	case <-p.c.ctx.Done():
-		p.finishAsync(np, nil, p.c.closedReject(np.m.t, np.m.attempts, errNoAck))
+	p.qmu.RLock()
+	if !p.qdone {
+		// Before Close this may block (MaxPendingAcks outstanding); once
+		// the producer is closed the ctx case is ready, so the collector,
+		// waiting for qmu, is never held up for long.
+		select {
+		case p.queue <- np:
+			p.qmu.RUnlock()
+			return
+		case <-p.c.ctx.Done():
+		}
 	}
+	p.qmu.RUnlock()
+	// The collector has exited or is about to: nobody will await the ack.
+	p.finishAsync(np, nil, p.c.closedReject(np.m.t, np.m.attempts, errNoAck))
 }
 
 // resultAsync handles the outcome of one async attempt.
@@ -251,7 +279,8 @@ func (p *NATSProducer) finishAsync(np *npending, ack *jetstream.PubAck, rej *Rej
 
 // collect is the ack goroutine: it awaits the futures in publish order
 // (JetStream acks a stream's messages in order) and, once the producer is
-// closed, drains what is queued for up to closeDrain.
+// closed, drains what is queued for up to closeDrain. Before it returns it
+// sets qdone (see qmu), so that no message is queued after it is gone.
 func (p *NATSProducer) collect() {
 	tm := p.c.clock.NewTimer(time.Hour)
 	defer tm.Stop()
@@ -266,9 +295,27 @@ func (p *NATSProducer) collect() {
 				select {
 				case np := <-p.queue:
 					p.await(np, tm, drain.C)
+					continue
 				default:
-					return
 				}
+				// Empty: close the queue to senders, then await what
+				// they queued in between.
+				p.qmu.Lock()
+				p.qdone = true
+				var late []*npending
+				for more := true; more; {
+					select {
+					case np := <-p.queue:
+						late = append(late, np)
+					default:
+						more = false
+					}
+				}
+				p.qmu.Unlock()
+				for _, np := range late {
+					p.await(np, tm, drain.C)
+				}
+				return
 			}
 		}
 	}
@@ -312,7 +359,10 @@ func (p *NATSProducer) Flush(ctx context.Context) error { return p.c.flush(ctx) 
 // Close stops the lease goroutines, ends pending retries (their messages
 // fail with ErrClosed), and waits up to 5s for the acks of async messages
 // already published (those still unacknowledged then fail with ErrClosed:
-// stored or not, unknown). Later publishes fail with ErrClosed. It does not
+// stored or not, unknown). Later publishes fail with ErrClosed, and so does
+// a PublishAsync admitted before Close whose message had not reached the
+// ack goroutine by then: its done gets ErrClosed, possibly after Close
+// returns (if it was sent, whether it was stored is unknown). It does not
 // close the NATS connection. Idempotent; it waits for every goroutine the
 // producer started and always returns nil.
 func (p *NATSProducer) Close() error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -329,5 +330,92 @@ func TestNATSCloseIdempotent(t *testing.T) {
 	var re *RejectError
 	if !errors.Is(err, ErrClosed) || !errors.As(err, &re) || re.Msg != m {
 		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// gatedJS holds every call of one kind (the TTL probe js.Stream, or
+// js.PublishMsgAsync) until gate is closed, so that a test can run Close
+// while admitted messages sit at that point of PublishAsync.
+type gatedJS struct {
+	jetstream.JetStream
+	gateStream, gatePublish bool
+	gate                    chan struct{}
+	entered                 sync.WaitGroup
+}
+
+func (g *gatedJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	if g.gateStream {
+		g.entered.Done()
+		<-g.gate
+	}
+	return g.JetStream.Stream(ctx, name)
+}
+
+func (g *gatedJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if g.gatePublish {
+		g.entered.Done()
+		<-g.gate
+	}
+	return g.JetStream.PublishMsgAsync(m, opts...)
+}
+
+// TestNATSPublishAsyncRacingCloseCallsDone pins that every PublishAsync
+// admitted before Close gets its done exactly once, with ErrClosed, and
+// releases its in-flight slot, when Close (and the ack goroutine's exit)
+// happens while the call is still on its way to the ack queue: before the
+// send (held in stamp's TTL probe), or during it (held in
+// PublishMsgAsync, past the closed check). Such a message used to go into
+// the queue after the ack goroutine had gone, about half the time: done
+// never ran and Flush hung.
+func TestNATSPublishAsyncRacingCloseCallsDone(t *testing.T) {
+	for _, tc := range []struct {
+		name                    string
+		gateStream, gatePublish bool
+	}{
+		{"held before the send", true, false},
+		{"held in the send", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, js := startNATS(t)
+			createStream(t, js, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, AllowMsgTTL: true})
+			const n = 40
+			g := &gatedJS{JetStream: js, gateStream: tc.gateStream, gatePublish: tc.gatePublish, gate: make(chan struct{})}
+			g.entered.Add(n)
+			p := newNATSProducer(t, g, Config{NATS: NATSConfig{Topic: func(string) string { return "ORDERS" }}})
+
+			var calls [n]atomic.Int32
+			var closedErrs atomic.Int32
+			var returned sync.WaitGroup
+			for i := 0; i < n; i++ {
+				returned.Add(1)
+				go func() {
+					defer returned.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					p.PublishAsync(ctx, &nats.Msg{Subject: "orders.x", Data: []byte("x")}, func(_ *nats.Msg, _ *jetstream.PubAck, err error) {
+						calls[i].Add(1)
+						if errors.Is(err, ErrClosed) {
+							closedErrs.Add(1)
+						}
+					})
+				}()
+			}
+			g.entered.Wait() // all n admitted and held
+			_ = p.Close()    // the ack goroutine exits: nothing is queued yet
+			close(g.gate)
+			returned.Wait()
+			// Flush returns only when every admitted message has finished.
+			if err := p.Flush(ctxFor(t, 5*time.Second)); err != nil {
+				t.Fatalf("Flush after Close: %v; %d in flight (Stats: %+v)", err, p.c.outstanding(), p.Stats())
+			}
+			for i := range calls {
+				if got := calls[i].Load(); got != 1 {
+					t.Errorf("message %d: done called %d times, want 1", i, got)
+				}
+			}
+			if got := closedErrs.Load(); got != n {
+				t.Errorf("%d of %d callbacks got ErrClosed", got, n)
+			}
+		})
 	}
 }
