@@ -62,6 +62,28 @@ lagbridge_targets{cluster="c2"} 0
 		"lagbridge_produce_rate", "lagbridge_consume_rate", "lagbridge_time_to_drain_seconds", "lagbridge_targets"); err != nil {
 		t.Fatal(err)
 	}
+	// A partition without a commit is counted apart, not in the lag.
+	st := NewStore(map[string]lag.Kind{"c1": lag.KindKafka})
+	tg := lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "orders", Group: "new"}
+	st.Update(ClusterStatus{Name: "c1", Kind: lag.KindKafka, LastSuccess: t0, Observed: true}, []lag.State{lag.NewTracker(nil).Observe(lag.Sample{
+		Target: tg, At: t0, Members: 1, Partitions: []lag.PartitionSample{
+			{Partition: 0, End: 100, Lag: 10, Committed: 90, HeadTime: t0.Add(-time.Second), HeadKnown: true},
+			{Partition: 1, End: 500, Committed: -1}}}, t0)})
+	reg2 := prometheus.NewPedanticRegistry()
+	NewMetrics(reg2, st)
+	if err := testutil.GatherAndCompare(reg2, strings.NewReader(`
+# HELP lagbridge_consumer_lag_messages Unconsumed messages of a consumer group (Kafka) or consumer (NATS: pending plus ack pending).
+# TYPE lagbridge_consumer_lag_messages gauge
+lagbridge_consumer_lag_messages{cluster="c1",group="new",topic="orders"} 10
+# HELP lagbridge_partitions_without_commit Partitions of the target without a committed offset (Kafka): their lag is unknown and counted nowhere else.
+# TYPE lagbridge_partitions_without_commit gauge
+lagbridge_partitions_without_commit{cluster="c1",group="new",topic="orders"} 1
+`), "lagbridge_consumer_lag_messages", "lagbridge_partitions_without_commit"); err != nil {
+		t.Fatal(err)
+	}
+	if v := ViewOf(st.States()[0], t0, false); v.UncommittedPartitions != 1 || v.Lag != 10 {
+		t.Fatalf("view: uncommitted %d lag %d, want 1 and 10", v.UncommittedPartitions, v.Lag)
+	}
 	if n := testutil.CollectAndCount(NewMetrics(prometheus.NewRegistry(), testStore()), "lagbridge_target_status"); n != 5 {
 		t.Fatalf("status series: %d, want one per status", n)
 	}

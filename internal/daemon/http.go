@@ -67,28 +67,31 @@ type ClusterView struct {
 // TargetView is a lag.State as served over HTTP.
 type TargetView struct {
 	lag.Target
-	Status               lag.Status      `json:"status"`
-	Rule                 string          `json:"rule"`
-	Reason               string          `json:"reason"`
-	GroupState           string          `json:"groupState,omitempty"`
-	Members              int             `json:"members"`
-	Lag                  int64           `json:"lag"`
-	HeadAgeSeconds       float64         `json:"headAgeSeconds"`
-	HeadAgeKnown         bool            `json:"headAgeKnown"`
-	ProduceRate          float64         `json:"produceRate"`
-	ConsumeRate          float64         `json:"consumeRate"`
-	TimeToDrainSeconds   *float64        `json:"timeToDrainSeconds"` // null: never at current rates
-	ObservedAt           time.Time       `json:"observedAt"`
-	Stale                bool            `json:"stale"`
-	Partial              bool            `json:"partial,omitempty"`
-	StalenessSeconds     float64         `json:"stalenessSeconds"`
-	Err                  string          `json:"error,omitempty"`
-	Partitions           []PartitionView `json:"partitions,omitempty"`
-	LastProgress         time.Time       `json:"lastProgress"`
-	SecondsSinceProgress float64         `json:"secondsSinceProgress"`
-	InstantProduceRate   float64         `json:"instantProduceRate"`
-	InstantConsumeRate   float64         `json:"instantConsumeRate"`
-	RatesKnown           bool            `json:"ratesKnown"`
+	Status             lag.Status `json:"status"`
+	Rule               string     `json:"rule"`
+	Reason             string     `json:"reason"`
+	GroupState         string     `json:"groupState,omitempty"`
+	Members            int        `json:"members"`
+	Lag                int64      `json:"lag"`
+	HeadAgeSeconds     float64    `json:"headAgeSeconds"`
+	HeadAgeKnown       bool       `json:"headAgeKnown"`
+	ProduceRate        float64    `json:"produceRate"`
+	ConsumeRate        float64    `json:"consumeRate"`
+	TimeToDrainSeconds *float64   `json:"timeToDrainSeconds"` // null: never at current rates
+	ObservedAt         time.Time  `json:"observedAt"`
+	Stale              bool       `json:"stale"`
+	Partial            bool       `json:"partial,omitempty"`
+	// UncommittedPartitions counts partitions without a committed offset:
+	// their lag is unknown and in no other figure.
+	UncommittedPartitions int             `json:"uncommittedPartitions,omitempty"`
+	StalenessSeconds      float64         `json:"stalenessSeconds"`
+	Err                   string          `json:"error,omitempty"`
+	Partitions            []PartitionView `json:"partitions,omitempty"`
+	LastProgress          time.Time       `json:"lastProgress"`
+	SecondsSinceProgress  float64         `json:"secondsSinceProgress"`
+	InstantProduceRate    float64         `json:"instantProduceRate"`
+	InstantConsumeRate    float64         `json:"instantConsumeRate"`
+	RatesKnown            bool            `json:"ratesKnown"`
 }
 
 // PartitionView is one partition as served over HTTP.
@@ -105,7 +108,7 @@ func ViewOf(s lag.State, now time.Time, withPartitions bool) TargetView {
 		Target: s.Target, Status: s.Status, Rule: s.Rule, Reason: s.Reason, GroupState: s.GroupState,
 		Members: s.Members, Lag: s.Lag, HeadAgeSeconds: s.HeadAge.Seconds(), HeadAgeKnown: s.HeadAgeKnown,
 		ProduceRate: round3(s.ProduceRate), ConsumeRate: round3(s.ConsumeRate), ObservedAt: s.At,
-		Stale: s.Stale, Partial: s.Partial, StalenessSeconds: now.Sub(s.At).Seconds(), Err: s.Err,
+		Stale: s.Stale, Partial: s.Partial, UncommittedPartitions: s.Uncommitted, StalenessSeconds: now.Sub(s.At).Seconds(), Err: s.Err,
 		LastProgress: s.LastProgress, SecondsSinceProgress: now.Sub(s.LastProgress).Seconds(),
 		InstantProduceRate: round3(s.ProduceRateInstant), InstantConsumeRate: round3(s.ConsumeRateInstant),
 		RatesKnown: s.RatesKnown,

@@ -20,7 +20,7 @@ type Metrics struct {
 	observeErrors   *prometheus.CounterVec
 
 	lagDesc, ageDesc, consumeDesc, produceDesc, drainDesc *prometheus.Desc
-	statusDesc, staleDesc, membersDesc                    *prometheus.Desc
+	statusDesc, staleDesc, membersDesc, uncommittedDesc   *prometheus.Desc
 	lastSuccessDesc, targetsDesc                          *prometheus.Desc
 }
 
@@ -47,6 +47,8 @@ func NewMetrics(reg prometheus.Registerer, store *Store) *Metrics {
 		statusDesc:  prometheus.NewDesc("lagbridge_target_status", "1 for the target's current status (ok, lagging, stalled, stopped, stale), 0 for the others.", append(targetLabels[:3:3], "status"), nil),
 		staleDesc:   prometheus.NewDesc("lagbridge_target_stale", "1 when the target's data is old or partial.", targetLabels, nil),
 		membersDesc: prometheus.NewDesc("lagbridge_group_members", "Live consumers of the target; -1 when unknown.", targetLabels, nil),
+		uncommittedDesc: prometheus.NewDesc("lagbridge_partitions_without_commit",
+			"Partitions of the target without a committed offset (Kafka): their lag is unknown and counted nowhere else.", targetLabels, nil),
 		lastSuccessDesc: prometheus.NewDesc("lagbridge_last_observe_success_timestamp_seconds",
 			"Unix time of the start of the newest observation cycle that returned data.", []string{"cluster"}, nil),
 		targetsDesc: prometheus.NewDesc("lagbridge_targets", "Targets watched on a cluster.", []string{"cluster"}, nil),
@@ -67,7 +69,7 @@ func (m *Metrics) observed(cluster string, d time.Duration, err error) {
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.lagDesc, m.ageDesc, m.consumeDesc, m.produceDesc, m.drainDesc,
-		m.statusDesc, m.staleDesc, m.membersDesc, m.lastSuccessDesc, m.targetsDesc} {
+		m.statusDesc, m.staleDesc, m.membersDesc, m.uncommittedDesc, m.lastSuccessDesc, m.targetsDesc} {
 		ch <- d
 	}
 }
@@ -105,6 +107,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(m.staleDesc, b2f(s.Stale), lv...)
 		gauge(m.membersDesc, float64(s.Members), lv...)
+		gauge(m.uncommittedDesc, float64(s.Uncommitted), lv...)
 	}
 }
 
