@@ -20,9 +20,29 @@ import (
 // Until then, and after the producer's Close, it behaves exactly as base.
 // One AvoidPartitioner serves one producer. Safe for concurrent use (the
 // avoid list is read with one atomic load per record).
+//
+// franz-go does not hand a partitioner partition numbers: it asks for an
+// index into the partitions it may write now, those with a leader (all of
+// them when none has one). While every partition has a leader the index
+// is the partition number. While some are leaderless, the partitioner
+// rebuilds the list from the client's cached metadata (no request) and
+// avoids by it; should a metadata update land between franz-go's choice
+// of list and that rebuild, a record may still land on an avoided
+// partition. With kgo.RackAwarePartitioning, franz-go may restrict the
+// list to the partitions led in its rack, which the partitioner cannot
+// see: when the list is not one it can rebuild, records keep base's
+// choice, so avoid-partitions is not honoured there. Neither is it for the
+// records produced to a topic before the client first loaded its metadata.
 type AvoidPartitioner struct {
 	base kgo.Partitioner
-	c    atomic.Pointer[core]
+	b    atomic.Pointer[avoidBinding]
+}
+
+// avoidBinding is the producer an AvoidPartitioner serves: its leases, and
+// the client whose metadata says which partitions franz-go may write.
+type avoidBinding struct {
+	c  *core
+	cl *kgo.Client
 }
 
 // NewAvoidPartitioner wraps base; nil means franz-go's default partitioner
@@ -34,8 +54,15 @@ func NewAvoidPartitioner(base kgo.Partitioner) *AvoidPartitioner {
 	return &AvoidPartitioner{base: base}
 }
 
-func (a *AvoidPartitioner) attach(c *core) bool { return a.c.CompareAndSwap(nil, c) }
-func (a *AvoidPartitioner) detach(c *core)      { a.c.CompareAndSwap(c, nil) }
+func (a *AvoidPartitioner) attach(c *core, cl *kgo.Client) bool {
+	return a.b.CompareAndSwap(nil, &avoidBinding{c: c, cl: cl})
+}
+
+func (a *AvoidPartitioner) detach(c *core) {
+	if b := a.b.Load(); b != nil && b.c == c {
+		a.b.CompareAndSwap(b, nil)
+	}
+}
 
 // ForTopic implements kgo.Partitioner. The returned partitioner has the
 // same optional extensions (OnNewBatch, PartitionByBackup) as base's.
@@ -62,7 +89,10 @@ type avoidTopic struct {
 	// t caches the producer's state of topic (franz-go calls a topic's
 	// partitioner from one goroutine at a time).
 	t *topic
-	c *core
+	b *avoidBinding
+	// writable is scratch space for the rebuilt list of writable
+	// partitions (see mapping).
+	writable []int32
 }
 
 func (t *avoidTopic) RequiresConsistency(r *kgo.Record) bool { return t.base.RequiresConsistency(r) }
@@ -71,34 +101,97 @@ func (t *avoidTopic) Partition(r *kgo.Record, n int) int {
 	return t.redirect(r, t.base.Partition(r, n), n)
 }
 
-// redirect moves a keyless record off an avoided partition i to a random
-// partition that is not avoided (i itself when all are).
+// redirect moves a keyless record off an avoided partition: i is base's
+// choice among the n partitions franz-go offers, an index into its list of
+// writable partitions. It returns a random index whose partition is not
+// avoided (i itself when all are, or when the list cannot be known).
 func (t *avoidTopic) redirect(r *kgo.Record, i, n int) int {
 	if r.Key != nil || n <= 1 {
 		return i
 	}
 	avoid := t.avoided()
-	if len(avoid) == 0 || !contains(avoid, i) || t.base.RequiresConsistency(r) {
+	if len(avoid) == 0 || t.base.RequiresConsistency(r) {
+		return i
+	}
+	parts, ok := t.mapping(n)
+	if !ok {
+		return i
+	}
+	part := func(k int) int {
+		if parts == nil {
+			return k
+		}
+		return int(parts[k])
+	}
+	if !contains(avoid, part(i)) {
 		return i
 	}
 	start := rand.IntN(n)
 	for k := 0; k < n; k++ {
 		j := (start + k) % n
-		if !contains(avoid, j) {
+		if !contains(avoid, part(j)) {
 			return j
 		}
 	}
 	return i
 }
 
+// mapping returns the partition numbers of the n partitions franz-go
+// offers the partitioner, index by index: nil when index k is partition k,
+// and ok false when the list cannot be known.
+//
+// franz-go offers the topic's writable partitions (those whose metadata
+// has no error, so with a leader), in partition order, or all of them
+// when none is writable, or (kgo.RackAwarePartitioning) the writable ones
+// led in the client's rack. It read that list before calling the
+// partitioner, and a topic's partitions only ever grow in the client's
+// metadata (a partition missing from a later response is kept), so when
+// the client knows partitions 0 to n-1 and no partition n now, the topic
+// had n partitions when franz-go chose and the n it offered are all of
+// them: index k is partition k. (The one exception to "read before" is
+// the topic's first metadata: the records produced before it arrived are
+// placed before it is stored, when the cache still has no partitions, and
+// keep base's choice.) Otherwise the writable partitions are rebuilt from the
+// client's cache (PartitionLeader reads it without a request); when there
+// are n of them they are the list offered (a rack subset of the same size
+// is the same list). That rebuild costs one cache read per partition, and
+// happens only for keyless records under an avoid list while some
+// partition is leaderless.
+func (t *avoidTopic) mapping(n int) ([]int32, bool) {
+	cl := t.b.cl
+	if leader, _, _ := cl.PartitionLeader(t.topic, int32(n)); leader == -1 {
+		if last, _, _ := cl.PartitionLeader(t.topic, int32(n-1)); last != -1 {
+			return nil, true // exactly n partitions: the list is all of them
+		}
+		// Fewer than n known: the client is placing the records buffered
+		// before its first metadata of the topic, which it stores only
+		// afterwards.
+		return nil, false
+	}
+	t.writable = t.writable[:0]
+	for k := int32(0); ; k++ {
+		leader, _, err := cl.PartitionLeader(t.topic, k)
+		if leader == -1 {
+			break // past the last partition
+		}
+		if err == nil && leader >= 0 {
+			t.writable = append(t.writable, k)
+		}
+	}
+	if len(t.writable) != n {
+		return nil, false
+	}
+	return t.writable, true
+}
+
 // avoided returns the partitions to avoid now, caching the topic state.
 func (t *avoidTopic) avoided() []int32 {
-	c := t.a.c.Load()
-	if c == nil {
+	b := t.a.b.Load()
+	if b == nil {
 		return nil
 	}
-	if t.c != c || t.t == nil {
-		t.c, t.t = c, (*c.topics.Load())[t.topic]
+	if t.b != b || t.t == nil {
+		t.b, t.t = b, (*b.c.topics.Load())[t.topic]
 		if t.t == nil {
 			return nil
 		}

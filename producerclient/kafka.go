@@ -76,7 +76,7 @@ func NewKafka(cl *kgo.Client, cfg Config) (*KafkaProducer, error) {
 		p.defaultTopic = t
 	}
 	if ap, ok := cl.OptValue(kgo.RecordPartitioner).(*AvoidPartitioner); ok {
-		if !ap.attach(c) {
+		if !ap.attach(c, cl) {
 			c.close()
 			return nil, fmt.Errorf("%w: the client's AvoidPartitioner already serves another producer; build one client per producer", ErrInvalidOption)
 		}

@@ -444,8 +444,14 @@ func TestKafkaExpiredDeadlineHeader(t *testing.T) {
 func TestKafkaAvoidPartitions(t *testing.T) {
 	c := newKfake(t, 4, "orders")
 	p := newKafkaProducer(t, newKgo(t, c), Config{})
-	setLease(t, p.c, quotaproto.Lease{Topic: "orders", Signal: quotaproto.SignalAvoidPartitions, AvoidPartitions: []int32{0, 2}, Version: 1})
 	ctx := ctxFor(t, 10*time.Second)
+	// The client loads the topic's metadata first: records produced
+	// before that keep the base partitioner's choice (see
+	// AvoidPartitioner).
+	if err := p.Produce(ctx, &kgo.Record{Topic: "orders", Value: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	setLease(t, p.c, quotaproto.Lease{Topic: "orders", Signal: quotaproto.SignalAvoidPartitions, AvoidPartitions: []int32{0, 2}, Version: 1})
 	counts := map[int32]int{}
 	for i := 0; i < 200; i++ {
 		r := &kgo.Record{Topic: "orders", Value: []byte("x")}
@@ -472,6 +478,133 @@ func TestKafkaAvoidPartitions(t *testing.T) {
 		}
 		if a.Partition != b.Partition {
 			t.Fatalf("key %s: partition %d through the SDK, %d without", key, a.Partition, b.Partition)
+		}
+	}
+}
+
+// leaderless makes every Metadata answer of c report the partitions in
+// lost of topic as leaderless (LEADER_NOT_AVAILABLE, leader -1); the rest
+// is what the cluster really answers.
+func leaderless(tb testing.TB, c *kfake.Cluster, topic string, lost ...int32) {
+	tb.Helper()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer cl.Close()
+	raw, err := req.RequestWith(ctxFor(tb, 10*time.Second), cl)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c.ControlKey(int16(kmsg.Metadata), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		resp := *raw
+		resp.Version = r.GetVersion()
+		resp.Topics = nil
+		for _, tp := range raw.Topics {
+			tp.Partitions = slices.Clone(tp.Partitions)
+			for i := range tp.Partitions {
+				if slices.Contains(lost, tp.Partitions[i].Partition) {
+					tp.Partitions[i].ErrorCode = kerr.LeaderNotAvailable.Code
+					tp.Partitions[i].Leader = -1
+				}
+			}
+			resp.Topics = append(resp.Topics, tp)
+		}
+		return &resp, nil, true
+	})
+}
+
+// TestKafkaAvoidPartitionsWithLeaderlessPartition pins that avoided
+// partitions get no keyless records while another partition has no
+// leader. franz-go then offers the partitioner an index into the
+// partitions with a leader ([0 2 3] here), not a partition number; the
+// partitioner used to read the index as the number, so avoided partition
+// 2 (index 1) kept getting records.
+func TestKafkaAvoidPartitionsWithLeaderlessPartition(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		avoid []int32
+		want  []int32 // the partitions that may get records
+	}{
+		{"avoid the partition after the leaderless one", []int32{2}, []int32{0, 3}},
+		{"avoid the last partition", []int32{3}, []int32{0, 2}},
+		{"avoid the leaderless one and another", []int32{1, 0}, []int32{2, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newKfake(t, 4, "orders")
+			leaderless(t, c, "orders", 1)
+			p := newKafkaProducer(t, newKgo(t, c), Config{})
+			ctx := ctxFor(t, 20*time.Second)
+			// A lease to avoid partitions comes for a topic the producer
+			// writes: the client has its metadata. (Records produced
+			// before the first metadata keep the base partitioner's
+			// choice; see AvoidPartitioner.)
+			if err := p.Produce(ctx, &kgo.Record{Topic: "orders", Value: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+			setLease(t, p.c, quotaproto.Lease{Topic: "orders", Signal: quotaproto.SignalAvoidPartitions, AvoidPartitions: tc.avoid, Version: 1})
+			counts := map[int32]int{}
+			for i := 0; i < 300; i++ {
+				r := &kgo.Record{Topic: "orders", Value: []byte("x")}
+				if err := p.Produce(ctx, r); err != nil {
+					t.Fatal(err)
+				}
+				counts[r.Partition]++
+			}
+			t.Logf("keyless records by partition: %v", counts)
+			for part, n := range counts {
+				if n > 0 && !slices.Contains(tc.want, part) {
+					t.Fatalf("keyless records by partition: %v; partition %d (avoided %v, 1 leaderless) got %d", counts, part, tc.avoid, n)
+				}
+			}
+		})
+	}
+}
+
+// TestAvoidPartitionerMapping pins how the partitioner reads franz-go's
+// index from the client's cached metadata with partition 1 of 4
+// leaderless: offered 4 (every partition), the index is the partition;
+// offered 3, they are the writable [0 2 3]; offered any other number (a
+// rack-aware subset, or a metadata update in between), the list is unknown
+// and records keep the base partitioner's choice.
+func TestAvoidPartitionerMapping(t *testing.T) {
+	c := newKfake(t, 4, "orders")
+	leaderless(t, c, "orders", 1)
+	cl := newKgo(t, c)
+	p := newKafkaProducer(t, cl, Config{})
+	if err := p.Produce(ctxFor(t, 10*time.Second), &kgo.Record{Topic: "orders", Value: []byte("x")}); err != nil {
+		t.Fatal(err) // loads the topic's metadata into the client
+	}
+	at := &avoidTopic{a: p.part, topic: "orders", base: p.part.base.ForTopic("orders")}
+	at.avoided() // binds at to the producer
+	if parts, ok := at.mapping(4); !ok || parts != nil {
+		t.Errorf("offered 4: %v %v, want the identity", parts, ok)
+	}
+	if parts, ok := at.mapping(3); !ok || !slices.Equal(parts, []int32{0, 2, 3}) {
+		t.Errorf("offered 3: %v %v, want [0 2 3]", parts, ok)
+	}
+	if parts, ok := at.mapping(2); ok {
+		t.Errorf("offered 2: %v, want unknown", parts)
+	}
+	if parts, ok := at.mapping(5); ok {
+		t.Errorf("offered 5 (more than the cache knows): %v, want unknown", parts)
+	}
+	// A record offered an unknown list keeps the base partitioner's choice
+	// even when that index reads as an avoided partition number.
+	setLease(t, p.c, quotaproto.Lease{Topic: "orders", Signal: quotaproto.SignalAvoidPartitions, AvoidPartitions: []int32{1}, Version: 1})
+	if got := at.redirect(&kgo.Record{Topic: "orders"}, 1, 2); got != 1 {
+		t.Errorf("offered 2, base chose 1: redirected to %d", got)
+	}
+	// Offered the writable 3, index 1 is partition 2 (not avoided) and
+	// stays; index 0 is partition 0 and stays.
+	for _, i := range []int{0, 1, 2} {
+		if got := at.redirect(&kgo.Record{Topic: "orders"}, i, 3); got != i {
+			t.Errorf("offered 3, base chose %d: redirected to %d", i, got)
 		}
 	}
 }
