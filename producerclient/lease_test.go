@@ -538,3 +538,118 @@ func TestLeasesFromKV(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "the withdrawal", func() bool { q, _ := p.Quota("ORDERS"); return !q.FromLease })
 }
+
+// TestLeaseSetOlderThanAppliedIsIgnored pins that a lease set older than
+// the one applied does not replace it. The reporter (POST) and the watcher
+// deliver sets concurrently: here a report is answered with set v1 (ok),
+// the state when the daemon processed it, only after the watcher has
+// delivered v2 (stop). Applying the late v1 used to lift the stop and move
+// the applied version back, while the watcher, already at v2, waited for a
+// change that would not come.
+func TestLeaseSetOlderThanAppliedIsIgnored(t *testing.T) {
+	exp := time.Now().Add(time.Hour)
+	set := func(v uint64, sig string, refreshMs int64) []byte {
+		b, _ := json.Marshal(quotaproto.LeaseSet{Producer: "test-producer", Version: v, RefreshAfterMs: refreshMs,
+			Leases: []quotaproto.Lease{{Topic: "orders", Signal: sig, Version: v, ExpiresAt: exp}}})
+		return b
+	}
+	var posts atomic.Int64
+	secondPost := make(chan struct{}) // the late report is being processed
+	v2Applied := make(chan struct{})  // the SDK enforces the watcher's v2
+	thirdPost := make(chan struct{})  // the reporter has delivered the late answer
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+quotaproto.PathLeases, func(w http.ResponseWriter, r *http.Request) {
+		switch posts.Add(1) {
+		case 1:
+			_, _ = w.Write(set(1, quotaproto.SignalOK, 3_600_000))
+		case 2:
+			close(secondPost)
+			<-v2Applied
+			// Report again soon, so that the next POST shows this answer
+			// was handed over.
+			_, _ = w.Write(set(1, quotaproto.SignalOK, 50))
+		case 3:
+			close(thirdPost)
+			fallthrough
+		default:
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		}
+	})
+	mux.HandleFunc("GET "+quotaproto.PathWatch, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("version") == "2" {
+			<-r.Context().Done() // nothing newer: hold the poll until the producer closes
+			return
+		}
+		<-secondPost
+		_, _ = w.Write(set(2, quotaproto.SignalStop, 3_600_000))
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Topics: []string{"orders"},
+		Leases: LeaseConfig{URL: srv.URL}})
+	eventually(t, 5*time.Second, "set v1 applied", func() bool { q, _ := p.Quota("orders"); return q.Version == 1 })
+	p.c.topic("other") // a new topic: the reporter reports again at once
+	eventually(t, 5*time.Second, "set v2 applied", func() bool { q, _ := p.Quota("orders"); return q.Version == 2 })
+	close(v2Applied)
+	<-thirdPost
+	// The owner applies updates in order: once this probe is applied, so
+	// is the late answer delivered before it.
+	probe, err := decodeLease([]byte(`{"topic":"probe","signal":"ok","version":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.c.leases.deliver(leaseUpdate{leases: []decodedLease{probe}})
+	eventually(t, 5*time.Second, "probe applied", func() bool { q, ok := p.Quota("probe"); return ok && q.FromLease })
+
+	q, _ := p.Quota("orders")
+	if q.Version != 2 || q.Signal != SignalStop {
+		t.Fatalf("after the watcher delivered v2 (stop), the enforced lease is v%d signal %v: the late v1 answer overwrote it", q.Version, q.Signal)
+	}
+	if v := p.c.leases.version.Load(); v != 2 {
+		t.Fatalf("applied set version %d, want 2", v)
+	}
+}
+
+// TestLeaseSetVersionOrder pins the rules of apply for set versions: an
+// older set is ignored while a lease of the newer one is still valid; a
+// set of the same version applies (the daemon refreshes expiries without
+// a new version); once every lease of the newer set has expired an older
+// set applies again, so a daemon whose versions went back (a clock
+// stepped back before its restart) is not ignored for ever.
+func TestLeaseSetVersionOrder(t *testing.T) {
+	fc := newFakeClock()
+	p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Clock: fc})
+	o := p.c.leases
+	apply := func(v uint64, sig string, ttl time.Duration) {
+		t.Helper()
+		d, err := decodeLease([]byte(fmt.Sprintf(`{"topic":"orders","signal":%q,"version":%d,"expiresAt":%q}`,
+			sig, v, fc.Now().Add(ttl).Format(time.RFC3339Nano))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.apply(leaseUpdate{leases: []decodedLease{d}, version: v, isSet: true})
+	}
+	check := func(what string, v uint64, sig Signal) {
+		t.Helper()
+		q, _ := p.Quota("orders")
+		if q.Version != v || q.Signal != sig || o.version.Load() != v {
+			t.Fatalf("%s: lease v%d %v, set version %d; want v%d %v", what, q.Version, q.Signal, o.version.Load(), v, sig)
+		}
+	}
+	apply(5, quotaproto.SignalStop, time.Minute)
+	check("v5", 5, SignalStop)
+	apply(3, quotaproto.SignalOK, time.Minute)
+	check("older v3 while v5 is valid", 5, SignalStop)
+	apply(5, quotaproto.SignalStop, 2*time.Minute)
+	check("v5 again", 5, SignalStop)
+	if q, _ := p.Quota("orders"); !q.ExpiresAt.Equal(fc.Now().Add(2 * time.Minute)) {
+		t.Fatalf("v5 again did not extend the expiry: %v", q.ExpiresAt)
+	}
+	fc.Advance(time.Minute)
+	apply(3, quotaproto.SignalOK, time.Minute)
+	check("older v3 while the refreshed v5 is valid", 5, SignalStop)
+	fc.Advance(time.Minute)
+	apply(3, quotaproto.SignalOK, time.Minute)
+	check("older v3 after v5 expired", 3, SignalOK)
+}

@@ -177,6 +177,9 @@ type leaseOwner struct {
 
 	// owned by the run goroutine
 	active map[string]*activeLease
+	// setHeld is how long the last applied set (version) outranks an older
+	// one: until the latest expiry among its leases.
+	setHeld time.Time
 
 	// counters for metrics
 	errorsTotal   atomic.Uint64
@@ -298,9 +301,28 @@ func (o *leaseOwner) run() {
 	}
 }
 
+// apply installs an update. A lease set older than the last one applied
+// is dropped: the reporter (POST) and the watcher or stream deliver sets
+// concurrently, so a report's answer can arrive after a newer push, and
+// applying it would undo that push (a stop lifted by the ok before it).
+// The daemon's set versions increase, across its restarts too (they start
+// from the wall clock); should a daemon ever answer with lower versions
+// (a clock stepped back), its sets apply again once every lease of the
+// newer set has expired. The KV source delivers single leases from one
+// ordered stream, with versions that number a lease's content, not its
+// place in time (a topic's lease may move to an older version when
+// another cluster's lease becomes the strictest): those are applied in
+// the order they come.
 func (o *leaseOwner) apply(u leaseUpdate) {
 	c := o.c
 	now := c.clock.Now()
+	if u.isSet {
+		if last := o.version.Load(); u.version < last && now.Before(o.setHeld) {
+			c.cfg.Logger.Debug("lagbridge lease set older than the one applied; ignored", "version", u.version, "applied", last)
+			return
+		}
+		o.setHeld = now
+	}
 	for _, d := range u.leases {
 		if d.garbledHint {
 			o.garbledHints.Add(1)
@@ -319,6 +341,9 @@ func (o *leaseOwner) apply(u leaseUpdate) {
 			delete(o.active, d.Topic)
 			t.setView(o.safeView(expiry), c.mono.nanos())
 			continue
+		}
+		if u.isSet && expiry.After(o.setHeld) {
+			o.setHeld = expiry
 		}
 		v := viewOf(d, now, expiry)
 		o.active[d.Topic] = &activeLease{view: v, expiry: expiry}
