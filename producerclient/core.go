@@ -566,8 +566,12 @@ func (c *core) finish(m *msg) {
 
 // failed decides what follows a failed attempt: a retry after the
 // returned delay, or the final rejection. class is the broker-specific
-// classification of err.
-func (c *core) failed(m *msg, err error, class errClass) (time.Duration, *RejectError) {
+// classification of err; own is the message's own context besides the
+// call's (a Kafka record's Context), or nil.
+func (c *core) failed(m *msg, err error, class errClass, own context.Context) (time.Duration, *RejectError) {
+	if r := c.callerEnded(m, own, err); r != nil {
+		return 0, r
+	}
 	t := m.t
 	t.brokerErrs.Add(1)
 	t.throttle.outcome(m.sent, false)
@@ -609,6 +613,28 @@ func (c *core) failed(m *msg, err error, class errClass) (time.Duration, *Reject
 	}
 	t.retries.Add(1)
 	return delay, nil
+}
+
+// callerEnded returns the rejection of an attempt that failed because the
+// caller's context ended while the broker client held the message: the
+// call's context, or own (a Kafka record's own Context; nil for none).
+// That is the caller's decision, not the broker's answer: the message is
+// rejected at once (reason canceled, as when the context ends before the
+// send; the error matches the context's), and neither the adaptive
+// throttle, the retry budget nor the broker error count sees it. It
+// returns nil for any other failure.
+func (c *core) callerEnded(m *msg, own context.Context, err error) *RejectError {
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	done := m.ctx.Err() != nil || own != nil && own.Err() != nil
+	if !done {
+		return nil
+	}
+	t := m.t
+	r := reject(t.name, SignalSlowDown, nil, "context done while the broker client held the message", 0, err)
+	r.Attempts = int(m.attempts)
+	return c.rejectCount(t, reasonCanceled, r)
 }
 
 // waitRetry waits delay before a retry, ending at once when the quota

@@ -229,7 +229,7 @@ func (p *KafkaProducer) promise(r *kgo.Record, err error) {
 // failedAttempt follows a failed attempt of kp's record: a retry on an
 // owned goroutine, or the final rejection.
 func (p *KafkaProducer) failedAttempt(kp *kpending, r *kgo.Record, err error) {
-	delay, rej := p.c.failed(&kp.m, err, classifyKafka(err))
+	delay, rej := p.c.failed(&kp.m, err, classifyKafka(err), kp.userCtx)
 	if rej != nil {
 		p.finishReject(kp, r, rej)
 		return

@@ -609,6 +609,87 @@ func TestAvoidPartitionerMapping(t *testing.T) {
 	}
 }
 
+// TestKafkaCanceledContextIsNotABrokerFailure pins that a record failed
+// by franz-go because the caller's context ended while franz-go held it
+// (the record's own Context, or the call's) is rejected at once as
+// canceled, matching the context's error, and is not a broker failure: no
+// retry, nothing in the broker error count, the adaptive throttle or the
+// retry budget. It used to be classified as a retriable "produce failed",
+// retried up to MaxAttempts and counted against the broker, so that a
+// caller canceling its requests throttled everyone's healthy records.
+func TestKafkaCanceledContextIsNotABrokerFailure(t *testing.T) {
+	budgetTokens := Config{Retry: RetryConfig{Budget: RetryBudgetConfig{Kind: BudgetTokens}}}
+	check := func(t *testing.T, p *KafkaProducer, err error) {
+		t.Helper()
+		var re *RejectError
+		st := p.Stats().Topics["orders"]
+		t.Logf("err=%v stats=%+v", err, st)
+		if !errors.Is(err, context.Canceled) || !errors.As(err, &re) || re.Attempts != 1 {
+			t.Fatalf("got %v, want a RejectError after 1 attempt matching context.Canceled", err)
+		}
+		if st.Attempts != 1 || st.Retries != 0 || st.BrokerErrors != 0 || st.Rejected["canceled"] != 1 {
+			t.Fatalf("stats %+v: want 1 attempt, no retry, no broker error, 1 rejected as canceled", st)
+		}
+		// gRPC-style tokens: a failure would take one of the 10.
+		if tokens := p.Stats().RetryBudgetTokens; tokens != 10 {
+			t.Fatalf("retry budget tokens %v, want all 10", tokens)
+		}
+		if pr := p.c.topic("orders").throttle.probability(p.c.mono.nanos()); pr != 0 {
+			t.Fatalf("throttle probability %v after a canceled record, want 0", pr)
+		}
+		if req, _ := p.c.topic("orders").throttle.w.sums(p.c.mono.nanos()); req != 0 {
+			t.Fatalf("the adaptive throttle counted %d requests, want none", req)
+		}
+	}
+
+	t.Run("record context", func(t *testing.T) {
+		p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), budgetTokens)
+		rctx, cancel := context.WithCancel(context.Background())
+		cancel() // franz-go fails the record before sending it
+		r := &kgo.Record{Topic: "orders", Value: []byte("x"), Context: rctx}
+		err := p.Produce(ctxFor(t, 10*time.Second), r)
+		check(t, p, err)
+		if r.Context != rctx {
+			t.Fatal("the record's own Context was not restored")
+		}
+	})
+
+	t.Run("call context", func(t *testing.T) {
+		c := newKfake(t, 1, "orders")
+		// Hold the client's first metadata request, so that franz-go holds
+		// the record (its topic not loaded yet) when the call's context
+		// is canceled.
+		entered, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		c.ControlKey(int16(kmsg.Metadata), func(kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			once.Do(func() {
+				close(entered)
+				c.SleepControl(func() { <-release })
+			})
+			return nil, nil, false
+		})
+		var releaseOnce sync.Once
+		rel := func() { releaseOnce.Do(func() { close(release) }) }
+		t.Cleanup(rel)
+		p := newKafkaProducer(t, newKgo(t, c), budgetTokens)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		errc := make(chan error, 1)
+		p.ProduceAsync(ctx, &kgo.Record{Topic: "orders", Value: []byte("x")}, func(_ *kgo.Record, err error) { errc <- err })
+		<-entered
+		cancel()
+		var err error
+		select {
+		case err = <-errc:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no callback after the call's context was canceled")
+		}
+		rel()
+		check(t, p, err)
+	})
+}
+
 // failProduce makes every produce request fail with code on every
 // partition and counts the records the broker was asked to write.
 func failProduce(c *kfake.Cluster, code int16, records *atomic.Int64) {

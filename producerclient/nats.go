@@ -146,7 +146,7 @@ func (p *NATSProducer) Publish(ctx context.Context, m *nats.Msg, opts ...CallOpt
 		if p.ttlRefused(err, m, stream) {
 			continue
 		}
-		delay, rej := p.c.failed(&ms, err, classifyNATS(err, m))
+		delay, rej := p.c.failed(&ms, err, classifyNATS(err, m), nil)
 		if rej != nil {
 			return nil, p.failSync(&ms, m, rej)
 		}
@@ -249,7 +249,7 @@ func (p *NATSProducer) resultAsync(np *npending, ack *jetstream.PubAck, err erro
 		}
 		return
 	}
-	delay, rej := p.c.failed(&np.m, err, classifyNATS(err, np.nm))
+	delay, rej := p.c.failed(&np.m, err, classifyNATS(err, np.nm), nil)
 	if rej != nil {
 		p.finishAsync(np, nil, rej)
 		return
