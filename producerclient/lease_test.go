@@ -465,6 +465,53 @@ func TestLeaseGarbage(t *testing.T) {
 	}
 }
 
+// TestDecodeLeaseRetryAfter pins which retryAfterMs values are hints: 0
+// to an hour; anything else is garbled (no hint, counted). The huge cases
+// used to overflow time.Duration before the comparison: 18446746773710 ms
+// (about 584,000 years) wrapped to about 45 minutes and applied as a hint.
+func TestDecodeLeaseRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		raw     string
+		ms      int64
+		garbled bool
+	}{
+		{"absent", ``, 0, false},
+		{"zero", `0`, 0, false},
+		{"a second", `1000`, 1000, false},
+		{"an hour, the maximum", `3600000`, 3_600_000, false},
+		{"just over an hour", `3600001`, 0, true},
+		{"wraps to 45 minutes in nanoseconds", `18446746773710`, 0, true},
+		{"wraps to a negative duration", `9223372036855`, 0, true},
+		{"largest int64", strconv.FormatInt(math.MaxInt64, 10), 0, true},
+		{"negative", `-1`, 0, true},
+		{"beyond int64", `99999999999999999999`, 0, true},
+		{"not a number", `"soon"`, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			field := ""
+			if tc.raw != "" {
+				field = `"retryAfterMs":` + tc.raw + `,`
+			}
+			d, err := decodeLease([]byte(`{"topic":"orders","signal":"slow-down",` + field + `"version":1}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.RetryAfterMs != tc.ms || d.garbledHint != tc.garbled {
+				t.Fatalf("retryAfterMs %s: hint %d ms, garbled %v; want %d ms, garbled %v", tc.raw, d.RetryAfterMs, d.garbledHint, tc.ms, tc.garbled)
+			}
+		})
+	}
+
+	// End to end: the overflowing value gives no hint and is counted.
+	p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{})
+	setLeaseJSON(t, p.c, []byte(`{"topic":"orders","signal":"slow-down","retryAfterMs":18446746773710,"version":1,"expiresAt":"2099-01-01T00:00:00Z"}`))
+	q, _ := p.Quota("orders")
+	if q.Signal != SignalSlowDown || q.RetryAfter != 0 || p.c.leases.garbledHints.Load() != 1 {
+		t.Fatalf("quota %+v, garbled hints %d: want slow-down with no hint, 1 garbled", q, p.c.leases.garbledHints.Load())
+	}
+}
+
 // TestLeaseReRegisters: a daemon that forgot the producer (404 on watch)
 // gets a fresh report.
 func TestLeaseReRegisters(t *testing.T) {

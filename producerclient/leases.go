@@ -74,8 +74,10 @@ func decodeLease(raw []byte) (decodedLease, error) {
 	d := decodedLease{Lease: l.Lease}
 	d.RetryAfterMs = 0
 	if s := strings.TrimSpace(string(l.RetryAfterMs)); s != "" && s != "null" {
+		// Compared in milliseconds: converted first, a huge value would
+		// overflow time.Duration and wrap to a believable hint.
 		ms, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || ms < 0 || time.Duration(ms)*time.Millisecond > maxRetryAfter {
+		if err != nil || ms < 0 || ms > maxRetryAfter.Milliseconds() {
 			d.garbledHint = true
 		} else {
 			d.RetryAfterMs = ms
