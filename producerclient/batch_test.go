@@ -557,3 +557,49 @@ func TestInflightAcquireNNeverOverCap(t *testing.T) {
 		t.Fatalf("%d slots left", f.count())
 	}
 }
+
+// TestInflightWaiterGetsSlotFreedByBackOut pins that a Block waiter gets
+// a slot that a refused acquire leaves free. An acquire counts itself
+// before it checks and backs out when refused; a waiter woken by a
+// release while such an acquire (D) is counted fails and sleeps again, and
+// only D's back-out can wake it. The back-out used to wake nobody, and the
+// waiter slept until MaxBlock with the slot free. D is played in two
+// halves (its increment, then backOut, the refusal path of tryAcquire) to
+// hold that window open.
+func TestInflightWaiterGetsSlotFreedByBackOut(t *testing.T) {
+	p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{MaxInFlight: 1, MaxBlock: 3 * time.Second})
+	c := p.c
+	tp := c.topic("orders")
+	f := &tp.inflight
+	if !f.tryAcquire() { // X holds the only slot
+		t.Fatal("no slot")
+	}
+	res := make(chan *RejectError, 1)
+	go func() {
+		m := msg{t: tp, ctx: context.Background(), mode: Block, limit: c.mono.nanos() + int64(3*time.Second)}
+		res <- c.acquireSlot(&m)
+	}()
+	parked := func() bool { // the waiter sleeps on the current channel
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.waiters.Load() == 1 && f.ch != nil
+	}
+	eventually(t, 5*time.Second, "the waiter to park", parked)
+	f.acq.Add(1) // D counts itself: the cap is now exceeded
+	f.release()  // X is done: wakes the waiter, which fails against D
+	eventually(t, 5*time.Second, "the waiter to park again", parked)
+	freed := time.Now()
+	f.backOut(1) // D is refused and backs out: the slot is free
+	select {
+	case r := <-res:
+		if r != nil {
+			t.Fatalf("the waiter failed: %v", r)
+		}
+		t.Logf("the waiter got the slot %v after it was freed", time.Since(freed).Round(time.Microsecond))
+	case <-time.After(time.Second):
+		t.Fatalf("the slot was free but the waiter did not get it within 1s (MaxBlock 3s)")
+	}
+	if n := f.count(); n != 1 {
+		t.Fatalf("%d slots held, want 1 (the waiter's)", n)
+	}
+}

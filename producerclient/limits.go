@@ -51,6 +51,13 @@ func (n *notifier) broadcast() {
 // when the cap seems reached; a snapshot is never ahead of rel, so the
 // check overestimates what is in flight and the cap is never exceeded.
 // Waiters (Block mode) park on the notifier, which releases wake.
+//
+// An acquire counts itself in acq before it checks, and backs out when
+// over the cap: while it is counted, a concurrent acquire may fail
+// against a slot that is in fact free. So a back-out that leaves a slot
+// free wakes the waiters too (see backOut); otherwise a waiter that woke
+// and failed in that window would sleep until its deadline with the slot
+// free.
 type inflight struct {
 	acq     atomic.Int64
 	_       [cacheLine - 8]byte
@@ -71,8 +78,18 @@ func (f *inflight) tryAcquire() bool {
 	if n-r <= f.limit {
 		return true
 	}
-	f.acq.Add(-1)
+	f.backOut(1)
 	return false
+}
+
+// backOut takes back k slots counted in acq by an acquire the cap refused,
+// and wakes the waiters when that leaves a slot free. The cost is on the
+// refusal path only: an atomic load when nobody waits.
+func (f *inflight) backOut(k int64) {
+	a := f.acq.Add(-k)
+	if f.waiters.Load() > 0 && a-f.rel.Load() < f.limit {
+		f.broadcast()
+	}
 }
 
 func (f *inflight) release() {
@@ -98,7 +115,7 @@ func (f *inflight) tryAcquireN(n int64) int64 {
 	if over > n {
 		over = n
 	}
-	f.acq.Add(-over)
+	f.backOut(over)
 	return n - over
 }
 
