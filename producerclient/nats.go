@@ -279,56 +279,90 @@ func (p *NATSProducer) finishAsync(np *npending, ack *jetstream.PubAck, rej *Rej
 
 // collect is the ack goroutine: it awaits the futures in publish order
 // (JetStream acks a stream's messages in order) and, once the producer is
-// closed, drains what is queued for up to closeDrain. Before it returns it
-// sets qdone (see qmu), so that no message is queued after it is gone.
+// closed, drains what is queued for up to closeDrain in all. Before it
+// returns it sets qdone (see qmu), so that no message is queued after it
+// is gone.
 func (p *NATSProducer) collect() {
 	tm := p.c.clock.NewTimer(time.Hour)
 	defer tm.Stop()
+	var first *npending // the message whose wait Close interrupted
+run:
 	for {
 		select {
 		case np := <-p.queue:
-			p.await(np, tm, nil)
+			if p.await(np, tm, p.c.ctx.Done(), nil) == awaitClosing {
+				first = np
+				break run
+			}
 		case <-p.c.ctx.Done():
-			drain := time.NewTimer(closeDrain)
-			defer drain.Stop()
-			for {
-				select {
-				case np := <-p.queue:
-					p.await(np, tm, drain.C)
-					continue
-				default:
-				}
-				// Empty: close the queue to senders, then await what
-				// they queued in between.
-				p.qmu.Lock()
-				p.qdone = true
-				var late []*npending
-				for more := true; more; {
-					select {
-					case np := <-p.queue:
-						late = append(late, np)
-					default:
-						more = false
-					}
-				}
-				p.qmu.Unlock()
-				for _, np := range late {
-					p.await(np, tm, drain.C)
-				}
-				return
+			break run
+		}
+	}
+	drain := time.NewTimer(closeDrain)
+	defer drain.Stop()
+	// The timer ticks once; after that every wait ends at once.
+	drainC := drain.C
+	await := func(np *npending) {
+		if p.await(np, tm, nil, drainC) == awaitDrained {
+			drainC = drained
+		}
+	}
+	if first != nil {
+		await(first)
+	}
+	for {
+		select {
+		case np := <-p.queue:
+			await(np)
+			continue
+		default:
+		}
+		// Empty: close the queue to senders, then await what they queued
+		// in between.
+		p.qmu.Lock()
+		p.qdone = true
+		var late []*npending
+		for more := true; more; {
+			select {
+			case np := <-p.queue:
+				late = append(late, np)
+			default:
+				more = false
 			}
 		}
+		p.qmu.Unlock()
+		for _, np := range late {
+			await(np)
+		}
+		return
 	}
 }
 
-func (p *NATSProducer) await(np *npending, tm Timer, drain <-chan time.Time) {
+// drained is a closed channel: the drain deadline of Close has passed.
+var drained = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
+
+// How await ended.
+const (
+	awaitDone    = iota // np is finished (acked, failed, or retrying)
+	awaitClosing        // closing was closed first; np is untouched
+	awaitDrained        // drain delivered; np failed with ErrClosed
+)
+
+// await waits for np's ack, up to its deadline (defaultAckWait without
+// one), until closing is closed (np is then left to the drain), or until
+// drain delivers (np then fails with ErrClosed).
+func (p *NATSProducer) await(np *npending, tm Timer, closing <-chan struct{}, drain <-chan time.Time) int {
 	select {
 	case ack := <-np.fut.Ok():
 		p.resultAsync(np, ack, nil)
-		return
+		return awaitDone
 	case err := <-np.fut.Err():
 		p.resultAsync(np, nil, err)
-		return
+		return awaitDone
 	default:
 	}
 	wait := defaultAckWait
@@ -347,9 +381,13 @@ func (p *NATSProducer) await(np *npending, tm Timer, drain <-chan time.Time) {
 		p.resultAsync(np, nil, err)
 	case <-tm.C():
 		p.resultAsync(np, nil, errNoAck)
+	case <-closing:
+		return awaitClosing
 	case <-drain:
 		p.finishAsync(np, nil, p.c.closedReject(np.m.t, np.m.attempts, errNoAck))
+		return awaitDrained
 	}
+	return awaitDone
 }
 
 // Flush waits until every message published so far is finally

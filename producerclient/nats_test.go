@@ -419,3 +419,45 @@ func TestNATSPublishAsyncRacingCloseCallsDone(t *testing.T) {
 		})
 	}
 }
+
+// TestNATSCloseDrainIsBounded pins that Close waits at most closeDrain
+// (5s) in all for the acks of async messages already published, however
+// many are unacknowledged, and fails each of them with ErrClosed. The
+// drain timer's one tick used to end the wait of the first such message
+// only; each later one waited for its own ack timeout (30s without a
+// deadline).
+func TestNATSCloseDrainIsBounded(t *testing.T) {
+	_, nc, js := startNATS(t)
+	// A plain subscriber takes the messages and never answers: no stream,
+	// no "no responders", no ack.
+	sub, err := nc.SubscribeSync("noack.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	p := newNATSProducer(t, js, Config{NATS: NATSConfig{Topic: func(string) string { return "NOACK" }}})
+	const n = 3
+	var closedErrs atomic.Int32
+	for i := 0; i < n; i++ {
+		p.PublishAsync(context.Background(), &nats.Msg{Subject: "noack.x", Data: []byte("x")}, func(_ *nats.Msg, _ *jetstream.PubAck, err error) {
+			if errors.Is(err, ErrClosed) {
+				closedErrs.Add(1)
+			}
+		})
+	}
+	for i := 0; i < n; i++ { // all n are out
+		if _, err := sub.NextMsg(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	_ = p.Close()
+	took := time.Since(start)
+	t.Logf("Close took %v with %d unacknowledged messages", took.Round(time.Millisecond), n)
+	if took > closeDrain+2*time.Second {
+		t.Fatalf("Close took %v, want at most about %v", took, closeDrain)
+	}
+	if got := closedErrs.Load(); got != n {
+		t.Fatalf("%d of %d unacknowledged messages failed with ErrClosed", got, n)
+	}
+}
