@@ -31,8 +31,10 @@ import (
 // partition. With kgo.RackAwarePartitioning, franz-go may restrict the
 // list to the partitions led in its rack, which the partitioner cannot
 // see: when the list is not one it can rebuild, records keep base's
-// choice, so avoid-partitions is not honoured there. Neither is it for the
-// records produced to a topic before the client first loaded its metadata.
+// choice, so avoid-partitions is not honoured there. The records produced
+// to a topic before the client first loaded its metadata are placed
+// before the client stores it: for them the index is read as the
+// partition, which is wrong if some partition is leaderless just then.
 type AvoidPartitioner struct {
 	base kgo.Partitioner
 	b    atomic.Pointer[avoidBinding]
@@ -150,8 +152,9 @@ func (t *avoidTopic) redirect(r *kgo.Record, i, n int) int {
 // had n partitions when franz-go chose and the n it offered are all of
 // them: index k is partition k. (The one exception to "read before" is
 // the topic's first metadata: the records produced before it arrived are
-// placed before it is stored, when the cache still has no partitions, and
-// keep base's choice.) Otherwise the writable partitions are rebuilt from the
+// placed before it is stored, when the cache has no partition yet; the
+// index is then taken as the partition, which is right unless a partition
+// is leaderless at that moment.) Otherwise the writable partitions are rebuilt from the
 // client's cache (PartitionLeader reads it without a request); when there
 // are n of them they are the list offered (a rack subset of the same size
 // is the same list). That rebuild costs one cache read per partition, and
@@ -163,10 +166,14 @@ func (t *avoidTopic) mapping(n int) ([]int32, bool) {
 		if last, _, _ := cl.PartitionLeader(t.topic, int32(n-1)); last != -1 {
 			return nil, true // exactly n partitions: the list is all of them
 		}
-		// Fewer than n known: the client is placing the records buffered
-		// before its first metadata of the topic, which it stores only
-		// afterwards.
-		return nil, false
+		if first, _, _ := cl.PartitionLeader(t.topic, 0); first == -1 {
+			// None known: the client is placing the records produced
+			// before its first metadata of the topic, which it stores
+			// only afterwards. Nothing tells the list; it is all
+			// partitions unless some are leaderless at that moment.
+			return nil, true
+		}
+		return nil, false // fewer than n known: not the list franz-go read
 	}
 	t.writable = t.writable[:0]
 	for k := int32(0); ; k++ {

@@ -444,14 +444,8 @@ func TestKafkaExpiredDeadlineHeader(t *testing.T) {
 func TestKafkaAvoidPartitions(t *testing.T) {
 	c := newKfake(t, 4, "orders")
 	p := newKafkaProducer(t, newKgo(t, c), Config{})
-	ctx := ctxFor(t, 10*time.Second)
-	// The client loads the topic's metadata first: records produced
-	// before that keep the base partitioner's choice (see
-	// AvoidPartitioner).
-	if err := p.Produce(ctx, &kgo.Record{Topic: "orders", Value: []byte("x")}); err != nil {
-		t.Fatal(err)
-	}
 	setLease(t, p.c, quotaproto.Lease{Topic: "orders", Signal: quotaproto.SignalAvoidPartitions, AvoidPartitions: []int32{0, 2}, Version: 1})
+	ctx := ctxFor(t, 10*time.Second)
 	counts := map[int32]int{}
 	for i := 0; i < 200; i++ {
 		r := &kgo.Record{Topic: "orders", Value: []byte("x")}
@@ -540,10 +534,10 @@ func TestKafkaAvoidPartitionsWithLeaderlessPartition(t *testing.T) {
 			leaderless(t, c, "orders", 1)
 			p := newKafkaProducer(t, newKgo(t, c), Config{})
 			ctx := ctxFor(t, 20*time.Second)
-			// A lease to avoid partitions comes for a topic the producer
-			// writes: the client has its metadata. (Records produced
-			// before the first metadata keep the base partitioner's
-			// choice; see AvoidPartitioner.)
+			// The client loads the topic's metadata first: the records
+			// produced before it are placed before the client stores it,
+			// when nothing tells that partition 1 is leaderless (see
+			// AvoidPartitioner).
 			if err := p.Produce(ctx, &kgo.Record{Topic: "orders", Value: []byte("x")}); err != nil {
 				t.Fatal(err)
 			}
@@ -571,7 +565,8 @@ func TestKafkaAvoidPartitionsWithLeaderlessPartition(t *testing.T) {
 // leaderless: offered 4 (every partition), the index is the partition;
 // offered 3, they are the writable [0 2 3]; offered any other number (a
 // rack-aware subset, or a metadata update in between), the list is unknown
-// and records keep the base partitioner's choice.
+// and records keep the base partitioner's choice. Before the client has
+// any metadata of the topic, the index is taken as the partition.
 func TestAvoidPartitionerMapping(t *testing.T) {
 	c := newKfake(t, 4, "orders")
 	leaderless(t, c, "orders", 1)
@@ -593,6 +588,11 @@ func TestAvoidPartitionerMapping(t *testing.T) {
 	}
 	if parts, ok := at.mapping(5); ok {
 		t.Errorf("offered 5 (more than the cache knows): %v, want unknown", parts)
+	}
+	unknown := &avoidTopic{a: p.part, topic: "unloaded", base: p.part.base.ForTopic("unloaded")}
+	unknown.b = p.part.b.Load()
+	if parts, ok := unknown.mapping(3); !ok || parts != nil {
+		t.Errorf("no metadata yet: %v %v, want the identity", parts, ok)
 	}
 	// A record offered an unknown list keeps the base partitioner's choice
 	// even when that index reads as an avoided partition number.
