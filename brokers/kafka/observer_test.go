@@ -323,10 +323,12 @@ func TestTransactions(t *testing.T) {
 	wantPart(t, s, 0, 0, 15, 12, 2, 30)
 }
 
-// TestCompacted: the record at the committed offset was compacted away;
-// the head is the first record after it.
-func TestCompacted(t *testing.T) {
-	t.Parallel()
+// compactedTopic creates topic "compacted" (one partition, cleanup.policy
+// compact) holding keys k0 k1 k2 k1 k2 k3 at offsets 0-5, one batch each
+// (compaction keeps the last batch), so that compacting drops offsets 1
+// and 2.
+func compactedTopic(t *testing.T) (*kfake.Cluster, *kadm.Client) {
+	t.Helper()
 	c := newCluster(t)
 	cl := newClient(t, c)
 	adm := kadm.NewClient(cl)
@@ -337,8 +339,16 @@ func TestCompacted(t *testing.T) {
 	for i, k := range []string{"k0", "k1", "k2", "k1", "k2", "k3"} {
 		r := rec("compacted", 0, i, k)
 		r.Key = []byte(k)
-		produce(t, cl, r) // one batch each: compaction keeps the last batch
+		produce(t, cl, r)
 	}
+	return c, adm
+}
+
+// TestCompacted: the record at the committed offset was compacted away;
+// the head is the first record after it.
+func TestCompacted(t *testing.T) {
+	t.Parallel()
+	c, adm := compactedTopic(t)
 	c.Compact() // drops offsets 1 and 2 (k1, k2 rewritten at 3, 4)
 	commit(t, adm, "compactor", "compacted", map[int32]int64{0: 1})
 	o := newObserver(t, c, nil)
@@ -356,18 +366,7 @@ func TestCompacted(t *testing.T) {
 // refresh keeps the cached head.
 func TestCompactionAfterCachedHead(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
-	cl := newClient(t, c)
-	adm := kadm.NewClient(cl)
-	createTopic(t, adm, "compacted", 1, map[string]*string{
-		"cleanup.policy": kadm.StringPtr("compact"),
-		"retention.ms":   kadm.StringPtr("-1"),
-	})
-	for i, k := range []string{"k0", "k1", "k2", "k1", "k2", "k3"} {
-		r := rec("compacted", 0, i, k)
-		r.Key = []byte(k)
-		produce(t, cl, r)
-	}
+	c, adm := compactedTopic(t)
 	commit(t, adm, "compactor", "compacted", map[int32]int64{0: 1})
 	o := newObserver(t, c, nil)
 	clock := time.Now()

@@ -109,24 +109,33 @@ func TestClientQuotas(t *testing.T) {
 	}
 }
 
-// TestKV: leases land under their keys as JSON, unchanged versions are not
-// rewritten, vanished leases are deleted, and a restart adopts old keys.
-func TestKV(t *testing.T) {
+// newKV starts an embedded nats-server with JetStream and returns its
+// JetStream context and a KV publisher on the default bucket; all stop at
+// cleanup.
+func newKV(t *testing.T) (jetstream.JetStream, *KV) {
+	t.Helper()
 	ns, err := embedded.NATS(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ns.Shutdown()
+	t.Cleanup(ns.Shutdown)
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
 	kv, err := NewKV(ctx(t), js, "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js, kv
+}
+
+// TestKV: leases land under their keys as JSON, unchanged versions are not
+// rewritten, vanished leases are deleted, and a restart adopts old keys.
+func TestKV(t *testing.T) {
+	js, kv := newKV(t)
 	rate := 120.0
 	sets := []quotaproto.LeaseSet{{Producer: "svc.a", Version: 1, Leases: []quotaproto.Lease{
 		{Topic: "orders", Rate: &rate, Signal: quotaproto.SignalSlowDown, RetryAfterMs: 500, Version: 1},
@@ -168,21 +177,7 @@ func TestKV(t *testing.T) {
 // expire, and falls back to its safe quota (open by default) in the middle
 // of an overload. Version-0 leases are not rewritten every cycle either.
 func TestKVRefreshesSteadyLeaseExpiry(t *testing.T) {
-	ns, err := embedded.NATS(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	kv, err := NewKV(ctx(t), js, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, kv := newKV(t)
 	bucket, _ := js.KeyValue(ctx(t), quotaproto.DefaultKVBucket)
 	stored := func(topic string) time.Time {
 		t.Helper()
