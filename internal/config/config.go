@@ -447,9 +447,6 @@ func reported(err error, field string) bool {
 // when it would. nats.Config.Validate accepts some URLs that never dial,
 // such as "::::"; with them the daemon runs but is never ready.
 func natsURLProblem(raw string) string {
-	if strings.Contains(raw, ",") {
-		return fmt.Sprintf("%q holds a comma: give each URL its own entry", raw)
-	}
 	s := raw
 	if !strings.Contains(s, "://") {
 		s = "nats://" + s
@@ -457,6 +454,10 @@ func natsURLProblem(raw string) string {
 	u, err := url.Parse(s)
 	if err != nil {
 		return fmt.Sprintf("%q is not a URL: %v", raw, err)
+	}
+	// Two URLs in one entry; a comma in a password is fine.
+	if strings.Contains(u.Host, ",") {
+		return fmt.Sprintf("%q holds a comma: give each URL its own entry", raw)
 	}
 	switch u.Scheme {
 	case "nats", "tls", "ws", "wss":

@@ -374,7 +374,8 @@ func TestDuplicatePolicyBesideOtherProblems(t *testing.T) {
 // TestNATSURLProblem pins which server URLs are refused: those nats.go
 // would never dial, read as the observer's client reads them.
 func TestNATSURLProblem(t *testing.T) {
-	good := []string{"nats://127.0.0.1:4222", "nats-0.nats", "tls://nats:4443", "ws://nats", "wss://nats:443", "nats://[::1]:4222", "nats://u:p@nats:4222", "nats:4222"}
+	good := []string{"nats://127.0.0.1:4222", "nats-0.nats", "tls://nats:4443", "ws://nats", "wss://nats:443", "nats://[::1]:4222", "nats://u:p@nats:4222", "nats:4222",
+		"nats://user:pa,ss@127.0.0.1:4222"} // a comma in a password is not two URLs
 	bad := map[string]string{
 		"::::":                   "is not host:port",
 		"nats://::::":            "is not host:port",
