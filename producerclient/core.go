@@ -621,20 +621,41 @@ func (c *core) failed(m *msg, err error, class errClass, own context.Context) (t
 // That is the caller's decision, not the broker's answer: the message is
 // rejected at once (reason canceled, as when the context ends before the
 // send; the error matches the context's), and neither the adaptive
-// throttle, the retry budget nor the broker error count sees it. It
-// returns nil for any other failure.
+// throttle, the retry budget nor the broker error count sees it. A missing
+// JetStream ack (errNoAck) counts too when the context had ended by then:
+// the wait for it ends with the context. It returns nil for any other
+// failure.
 func (c *core) callerEnded(m *msg, own context.Context, err error) *RejectError {
-	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	ctxErr := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	if !ctxErr && !errors.Is(err, errNoAck) {
 		return nil
 	}
-	done := m.ctx.Err() != nil || own != nil && own.Err() != nil
-	if !done {
+	var ended error
+	switch {
+	case m.ctx.Err() != nil:
+		ended = m.ctx.Err()
+	case own != nil && own.Err() != nil:
+		ended = own.Err()
+	case !ctxErr && c.deadlinePassed(m.ctx):
+		// The ack wait ended at the context's deadline, a moment
+		// before the context's own timer marked it done.
+		ended = context.DeadlineExceeded
+	default:
 		return nil
+	}
+	if !ctxErr {
+		err = fmt.Errorf("%w (%w)", ended, err)
 	}
 	t := m.t
 	r := reject(t.name, SignalSlowDown, nil, "context done while the broker client held the message", 0, err)
 	r.Attempts = int(m.attempts)
 	return c.rejectCount(t, reasonCanceled, r)
+}
+
+// deadlinePassed reports whether ctx has a deadline that is not after now.
+func (c *core) deadlinePassed(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !c.clock.Now().Before(dl)
 }
 
 // waitRetry waits delay before a retry, ending at once when the quota

@@ -381,6 +381,10 @@ func (p *NATSProducer) await(np *npending, tm Timer, closing <-chan struct{}, dr
 		p.resultAsync(np, nil, err)
 	case <-tm.C():
 		p.resultAsync(np, nil, errNoAck)
+	case <-np.m.ctx.Done():
+		// The caller gave up on the ack: its decision, not a broker
+		// failure (see core.callerEnded).
+		p.resultAsync(np, nil, np.m.ctx.Err())
 	case <-closing:
 		return awaitClosing
 	case <-drain:

@@ -161,6 +161,54 @@ func TestNATSDefaultCriticalityHasNoHeader(t *testing.T) {
 	}
 }
 
+// TestNATSAsyncContextEndIsNotABrokerFailure: an async message whose
+// context ends while it waits for its JetStream ack (here nothing acks:
+// a plain subscriber holds the subject) comes back at once with the
+// context's error, and is not counted as a broker failure (throttle,
+// budget, broker errors): that is the caller's decision.
+func TestNATSAsyncContextEndIsNotABrokerFailure(t *testing.T) {
+	_, nc, js := startNATS(t)
+	sub, err := nc.SubscribeSync("noack.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	p := newNATSProducer(t, js, Config{NATS: NATSConfig{Topic: func(string) string { return "NOACK" }}})
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 300*time.Millisecond)
+		}, context.DeadlineExceeded},
+		// Without a deadline the ack wait is 30 s: the cancel must end it.
+		{"canceled", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(300*time.Millisecond, cancel)
+			return ctx, cancel
+		}, context.Canceled},
+	} {
+		ctx, cancel := tc.ctx()
+		start := time.Now()
+		ch := make(chan error, 1)
+		p.PublishAsync(ctx, &nats.Msg{Subject: "noack.x", Data: []byte("x")}, func(_ *nats.Msg, _ *jetstream.PubAck, err error) { ch <- err })
+		err := <-ch
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, tc.want) || !errors.Is(err, ErrSlowDown) {
+			t.Fatalf("%s: %v, want the context's error", tc.name, err)
+		}
+		if took > 5*time.Second {
+			t.Fatalf("%s: came back after %v", tc.name, took)
+		}
+	}
+	st := p.Stats().Topics["NOACK"]
+	if st.BrokerErrors != 0 || st.Rejected["canceled"] != 2 {
+		t.Fatalf("broker errors %d, rejected %v; want 0 and canceled 2", st.BrokerErrors, st.Rejected)
+	}
+}
+
 func TestNATSTTLRefusedIsResentWithout(t *testing.T) {
 	_, _, js := startNATS(t)
 	createStream(t, js, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})
