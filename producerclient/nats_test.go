@@ -161,19 +161,27 @@ func TestNATSDefaultCriticalityHasNoHeader(t *testing.T) {
 	}
 }
 
-// TestNATSAsyncContextEndIsNotABrokerFailure: an async message whose
-// context ends while it waits for its JetStream ack (here nothing acks:
-// a plain subscriber holds the subject) comes back at once with the
-// context's error, and is not counted as a broker failure (throttle,
-// budget, broker errors): that is the caller's decision.
-func TestNATSAsyncContextEndIsNotABrokerFailure(t *testing.T) {
+// noAckProducer returns a producer (lease key "NOACK") whose messages to
+// noack.> are never acknowledged: sub, a plain subscriber, takes them and
+// never answers (no stream, no "no responders", no ack).
+func noAckProducer(t *testing.T) (p *NATSProducer, sub *nats.Subscription) {
+	t.Helper()
 	_, nc, js := startNATS(t)
 	sub, err := nc.SubscribeSync("noack.>")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	p := newNATSProducer(t, js, Config{NATS: NATSConfig{Topic: func(string) string { return "NOACK" }}})
+	return newNATSProducer(t, js, Config{NATS: NATSConfig{Topic: func(string) string { return "NOACK" }}}), sub
+}
+
+// TestNATSAsyncContextEndIsNotABrokerFailure: an async message whose
+// context ends while it waits for its JetStream ack (here nothing acks:
+// a plain subscriber holds the subject) comes back at once with the
+// context's error, and is not counted as a broker failure (throttle,
+// budget, broker errors): that is the caller's decision.
+func TestNATSAsyncContextEndIsNotABrokerFailure(t *testing.T) {
+	p, _ := noAckProducer(t)
 	for _, tc := range []struct {
 		name string
 		ctx  func() (context.Context, context.CancelFunc)
@@ -475,15 +483,7 @@ func TestNATSPublishAsyncRacingCloseCallsDone(t *testing.T) {
 // only; each later one waited for its own ack timeout (30s without a
 // deadline).
 func TestNATSCloseDrainIsBounded(t *testing.T) {
-	_, nc, js := startNATS(t)
-	// A plain subscriber takes the messages and never answers: no stream,
-	// no "no responders", no ack.
-	sub, err := nc.SubscribeSync("noack.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	p := newNATSProducer(t, js, Config{NATS: NATSConfig{Topic: func(string) string { return "NOACK" }}})
+	p, sub := noAckProducer(t)
 	const n = 3
 	var closedErrs atomic.Int32
 	for i := 0; i < n; i++ {
