@@ -145,7 +145,8 @@ type Rules struct {
 // raised rather than a short value rejected because StaleAfter is one rule
 // for every cluster while infoInterval is set per cluster: an operator who
 // slows one cluster's refreshes need not also work out StaleAfter. An
-// explicit StaleAfter is used as given.
+// explicit StaleAfter that is not longer than a NATS cluster's refresh gap
+// is refused by Validate.
 func (c Config) Lag() lag.Rules {
 	r := lag.Rules(c.Rules)
 	if r.StaleAfter == 0 {
@@ -155,6 +156,24 @@ func (c Config) Lag() lag.Rules {
 		}
 	}
 	return r
+}
+
+// natsRefreshGap is the longest age a reading of n's observer can reach
+// before a fresh one replaces it: a refresh comes up to (1+Jitter) times
+// infoInterval after the last, and is seen at the next cycle.
+func (c Config) natsRefreshGap(n nats.Config) time.Duration {
+	j := n.Jitter
+	switch {
+	case j == 0:
+		j = nats.DefaultJitter
+	case j < 0:
+		j = 0
+	}
+	cycle := n.Interval
+	if cycle <= 0 {
+		cycle = c.Interval
+	}
+	return time.Duration(float64(c.infoInterval(n))*(1+j)) + cycle
 }
 
 // infoInterval is n's refresh interval as its observer applies it: its
@@ -385,6 +404,14 @@ func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{"lagAge": c.Rules.LagAge, "stallAfter": c.Rules.StallAfter, "staleAfter": c.Rules.StaleAfter, "rateWindow": c.Rules.RateWindow} {
 		if d < 0 {
 			add("rules."+name, "must not be negative, got %v", d)
+		}
+	}
+	if sa := c.Rules.StaleAfter; sa > 0 {
+		for _, n := range c.NATS {
+			if gap := c.natsRefreshGap(n); sa <= gap {
+				add("rules.staleAfter", "%v is not longer than NATS cluster %q's longest gap between fresh readings (%v: infoInterval plus its jitter, plus a cycle): its targets would turn stale between refreshes; set more than %v, or leave staleAfter unset (its default covers it)",
+					sa, n.Cluster, gap, gap)
+			}
 		}
 	}
 	if len(c.Kafka)+len(c.NATS) == 0 {

@@ -456,4 +456,12 @@ nats:
 	if got := c.Lag().StaleAfter; got != 4*time.Second {
 		t.Fatalf("explicit staleAfter changed to %v", got)
 	}
+	// An explicit staleAfter the refreshes cannot keep up with is refused:
+	// cluster a's readings can be 10s x 1.2 + 2s = 14s old.
+	for sa, ok := range map[string]bool{"14s": false, "5s": false, "15s": true} {
+		_, err := load(t, "--config", writeFile(t, body+"rules: {staleAfter: "+sa+"}\n"))
+		if ok != (err == nil) || err != nil && !strings.Contains(err.Error(), `rules.staleAfter: `+sa+` is not longer than NATS cluster "a"'s longest gap between fresh readings (14s`) {
+			t.Errorf("staleAfter %s: %v", sa, err)
+		}
+	}
 }
