@@ -54,6 +54,12 @@ type Sample struct {
 	// Members is the number of live consumers (Kafka group members, NATS
 	// waiting pull requests or a bound push subscription). -1 when unknown.
 	Members int
+	// Live says whether a consumer is attached to this target now: on
+	// Kafka a group member is assigned a partition of the topic; on NATS
+	// the consumer has waiting pull requests, a bound push subscription,
+	// or delivered since the last reading. The zero value, LiveUnknown,
+	// means the adapter cannot tell (and is treated as live).
+	Live Liveness
 	// Partitions holds one entry per partition (Kafka) or a single entry
 	// with Partition 0 (NATS). Partitions that could not be observed carry
 	// Err and Stale; they keep their previous values in the State.
@@ -109,4 +115,51 @@ type PartitionSample struct {
 	Stale bool `json:"stale,omitempty"`
 	// Err says why this partition could not be (fully) observed.
 	Err string `json:"err,omitempty"`
+	// Reported is what the consumer itself last said of this partition
+	// over the quota protocol, merged in by the daemon while it is fresh;
+	// the zero value when it said nothing. While present it overrides the
+	// position estimated from commits.
+	Reported Report `json:"reported,omitzero"`
 }
+
+// Liveness is whether a consumer is attached to a target (see
+// [Sample.Live]).
+type Liveness uint8
+
+const (
+	// LiveUnknown: the adapter cannot tell; treated as live.
+	LiveUnknown Liveness = iota
+	// LiveYes: a consumer is attached now.
+	LiveYes
+	// LiveNo: no consumer is attached now.
+	LiveNo
+)
+
+// String returns "unknown", "live" or "idle".
+func (l Liveness) String() string {
+	switch l {
+	case LiveYes:
+		return "live"
+	case LiveNo:
+		return "idle"
+	}
+	return "unknown"
+}
+
+// Report is a consumer's own account of one partition (Kafka) or of its
+// position in a stream (NATS, Partition 0), as sent over the quota
+// protocol. It is the second source of truth beside the broker's commits.
+type Report struct {
+	// At is when the consumer made the report (the daemon's receive time
+	// when the consumer's clock cannot be trusted). Zero: no report.
+	At time.Time `json:"at,omitzero"`
+	// Position is the next offset (Kafka) or stream sequence (NATS) the
+	// consumer will process: everything before it is handled.
+	Position int64 `json:"position"`
+	// HeadTime is the produce timestamp of the message the consumer is
+	// processing now, or zero when it is idle (caught up).
+	HeadTime time.Time `json:"headTime,omitzero"`
+}
+
+// IsZero reports whether r carries no report.
+func (r Report) IsZero() bool { return r.At.IsZero() }

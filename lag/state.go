@@ -26,6 +26,25 @@ const (
 	StatusStopped Status = "stopped"
 	// StatusStale: the data is too old to judge (observation failing).
 	StatusStale Status = "stale"
+	// StatusAbandoned: no live consumer has been attached for the grace
+	// period (see Sample.Live). Reported, never obeyed: an abandoned
+	// target binds no producer.
+	StatusAbandoned Status = "abandoned"
+)
+
+// Source names where a State's position, lag and head age come from.
+type Source string
+
+// The sources, from least to most exact between commits.
+const (
+	// SourceCommits: the broker's committed offsets (NATS: ack floors) as
+	// they are.
+	SourceCommits Source = "commits"
+	// SourceEstimate: the committed position advanced by the measured
+	// consume rate times the time since the commit, clamped by the end.
+	SourceEstimate Source = "estimate"
+	// SourceConsumer: the consumer's own fresh report (Report).
+	SourceConsumer Source = "consumer"
 )
 
 // Rules are the thresholds of the status rules, all in time. The zero value
@@ -88,6 +107,21 @@ type State struct {
 
 	GroupState string `json:"groupState,omitempty"`
 	Members    int    `json:"members"`
+
+	// Source says where Lag and HeadAge come from (empty: commits).
+	Source Source `json:"source,omitempty"`
+	// CommitInterval is the consumer's learned commit cadence: the typical
+	// time between moves of its committed offsets; 0 while unknown.
+	CommitInterval time.Duration `json:"commitInterval,omitempty"`
+	// Uncertainty is how long ago the position used was last known
+	// exactly (time since the commit an estimate extrapolates from, or
+	// since the consumer's report); 0 when exact.
+	Uncertainty time.Duration `json:"uncertainty,omitempty"`
+	// CommittedLag and CommittedHeadAge are the broker's own figures (from
+	// commits alone) when Source is not SourceCommits; otherwise equal to
+	// Lag and HeadAge.
+	CommittedLag     int64         `json:"committedLag"`
+	CommittedHeadAge time.Duration `json:"committedHeadAge"`
 
 	// Lag is the sum of unconsumed messages over the partitions.
 	Lag int64 `json:"lag"`

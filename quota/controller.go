@@ -241,7 +241,9 @@ type Decision struct {
 	// Held is true when the state was stale and this is the last fresh
 	// decision, held (see ControllerConfig.MaxHold).
 	Held bool `json:"held,omitempty"`
-	// Reason says in words why.
+	// Rule names the rule that decided (see [Rule]); Reason says it in
+	// words, with the figures.
+	Rule   Rule   `json:"rule"`
 	Reason string `json:"reason"`
 }
 

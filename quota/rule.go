@@ -1,0 +1,93 @@
+package quota
+
+import "fmt"
+
+// Rule names the rule of the controller that decided a [Decision]: tests,
+// the decision log and the dashboard assert and show rules, never the
+// words of Decision.Reason.
+type Rule uint8
+
+// The controller's rules. The zero value, RuleNone, is a decision no rule
+// made (a zero Decision).
+const (
+	RuleNone Rule = iota
+	// RuleInvalidPolicy: the policy cannot be applied (maxAge -
+	// processingTime <= 0): unlimited.
+	RuleInvalidPolicy
+	// RuleRatesUnknown: not enough observations yet: unlimited.
+	RuleRatesUnknown
+	// RuleHold: the data is stale; the last fresh decision is held.
+	RuleHold
+	// RuleFailOpen: stale for longer than MaxHold: unlimited.
+	RuleFailOpen
+	// RuleAbandoned: no live consumer; the target binds no producer.
+	RuleAbandoned
+	// RuleConsumerStopped: the consumer stopped with work waiting: stop.
+	RuleConsumerStopped
+	// RuleHardAge: a new message would exceed the hard age, or the head
+	// is past it: stop.
+	RuleHardAge
+	// RuleUnlimited: the predicted wait is under the engage threshold.
+	RuleUnlimited
+	// RuleDrain: the predicted wait reached the budget: admit nothing
+	// until the backlog drains.
+	RuleDrain
+	// RuleStepDown: capacity fell during the interval: pause for one
+	// interval and measure.
+	RuleStepDown
+	// RuleSaturated: the consumer is saturated: rate = capacity plus the
+	// backlog error over tau.
+	RuleSaturated
+	// RuleFollow: limited, backlog small but not empty: follow the law.
+	RuleFollow
+	// RuleProbe: limited and the consumer has spare capacity: probe the
+	// rate upward.
+	RuleProbe
+	// RuleRelease: the rate went unused long enough: unlimited again.
+	RuleRelease
+	// RuleAvoidPartitions: only some partitions are late: producers avoid
+	// them.
+	RuleAvoidPartitions
+)
+
+var ruleNames = [...]string{
+	RuleNone:            "none",
+	RuleInvalidPolicy:   "invalid-policy",
+	RuleRatesUnknown:    "rates-unknown",
+	RuleHold:            "hold",
+	RuleFailOpen:        "fail-open",
+	RuleAbandoned:       "abandoned",
+	RuleConsumerStopped: "consumer-stopped",
+	RuleHardAge:         "hard-age",
+	RuleUnlimited:       "unlimited",
+	RuleDrain:           "drain",
+	RuleStepDown:        "step-down",
+	RuleSaturated:       "saturated",
+	RuleFollow:          "follow",
+	RuleProbe:           "probe",
+	RuleRelease:         "release",
+	RuleAvoidPartitions: "avoid-partitions",
+}
+
+// String returns the rule's name ("drain", "probe", ...), or "Rule(n)".
+func (r Rule) String() string {
+	if int(r) < len(ruleNames) {
+		return ruleNames[r]
+	}
+	return fmt.Sprintf("Rule(%d)", uint8(r))
+}
+
+// MarshalText implements encoding.TextMarshaler with [Rule.String].
+func (r Rule) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler for the names String
+// returns.
+func (r *Rule) UnmarshalText(b []byte) error {
+	for i, n := range ruleNames {
+		if n == string(b) {
+			*r = Rule(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("quota: unknown rule %q", b)
+}
