@@ -26,6 +26,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/dashboard"
 	"github.com/lagbridge/lagbridge/internal/enforce"
 	"github.com/lagbridge/lagbridge/internal/engine"
+	"github.com/lagbridge/lagbridge/internal/history"
 	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/lag"
@@ -45,6 +46,10 @@ type App struct {
 	Handler  *daemon.Handler
 	Engine   *engine.Engine
 	Hub      *quotaserver.Hub
+	// History holds every target's recent past and Decisions the
+	// decision log (/v1/history, /v1/events).
+	History   *history.Store
+	Decisions *history.Log
 	ttl      *enforce.Runner
 	loops    []*daemon.Loop
 	closers  []func()
@@ -136,8 +141,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		}
 	}
 	a.Hub = quotaserver.NewHub()
+	a.History = history.NewStore(cfg.History, cfg.Interval, time.Now())
+	a.Decisions = history.NewLog(cfg.History, log.With("component", "quota"), a.Registry)
 	eng, err := engine.New(engine.Config{
-		Policies: cfg.Quota.Policies, Hub: a.Hub, Publishers: pubs, Logger: log.With("component", "quota"),
+		Policies: cfg.Quota.Policies, Hub: a.Hub, Publishers: pubs, Logger: log.With("component", "quota"), Log: a.Decisions,
 		Lease: quota.LeaseConfig{Interval: cfg.Interval, Lifetime: cfg.Quota.LeaseLifetime},
 	})
 	if err != nil {
@@ -157,11 +164,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 			Rules: rules, Store: a.Store, Metrics: a.Metrics, Logger: log.With("cluster", sc.name),
 			OnCycle: func(now time.Time, states []lag.State) {
 				eng.OnCycle(sc.name, now, states)
+				a.History.Record(now, states, eng.ClusterDecisions(sc.name))
 				a.ttl.OnCycle(sc.name, now, states)
 			}})
 	}
 	a.Handler = daemon.NewHandler(a.Store, a.Registry, nil)
 	quotaserver.New(a.Hub, eng, cfg.Quota.Auth, a.Registry).Register(a.Handler.Mux)
+	(&history.API{Store: a.History, Log: a.Decisions}).Register(a.Handler.Mux, nil) // guarded as /v1/lag is
 	a.Handler.Mux.Handle("/", dashboard.Handler()) // the built-in dashboard; /metrics, /v1/... are more specific
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

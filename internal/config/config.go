@@ -35,6 +35,7 @@ import (
 	"github.com/lagbridge/lagbridge/brokers/kafka"
 	"github.com/lagbridge/lagbridge/brokers/nats"
 	"github.com/lagbridge/lagbridge/internal/enforce"
+	"github.com/lagbridge/lagbridge/internal/history"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
@@ -73,6 +74,8 @@ type Config struct {
 	Quota Quota `mapstructure:"quota"`
 	// TTL configures broker-side enforcement of queue age bounds.
 	TTL TTL `mapstructure:"ttl"`
+	// History sizes the history and the decision log (history.Config).
+	History history.Config `mapstructure:"history"`
 }
 
 // TTL opts quota policies into broker-side enforcement (see docs/ttl.md).
@@ -220,6 +223,10 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	v.SetDefault("log.format", "text")
 	for _, k := range []string{"rules.lagAge", "rules.stallAfter", "rules.staleAfter", "rules.rateWindow"} {
 		v.SetDefault(k, "0s")
+	}
+	// Reachable from the environment too (LAGBRIDGE_HISTORY_RECENT, ...).
+	for _, k := range []string{"history.recent", "history.retention", "history.resolution", "history.events", "history.grantChange"} {
+		v.SetDefault(k, "0")
 	}
 	if fs != nil {
 		for flag, key := range flagKeys {
@@ -453,6 +460,9 @@ func (c Config) Validate() error {
 	}
 	if c.TTL.StreamCheckInterval < 0 {
 		errs = append(errs, fmt.Errorf("ttl.streamCheckInterval: must not be negative"))
+	}
+	if err := c.History.Validate(); err != nil {
+		errs = append(errs, split(err)...)
 	}
 	return errors.Join(errs...)
 }

@@ -53,6 +53,14 @@ type Config struct {
 	Logger     *slog.Logger
 	// Now is the clock for HTTP reports; nil means time.Now.
 	Now func() time.Time
+	// Log, when set, is shown every topic's decision and every lease after
+	// each cycle (the decision log); it runs under the engine's lock.
+	Log DecisionLog
+}
+
+// DecisionLog records decisions after each cycle (internal/history.Log).
+type DecisionLog interface {
+	Observe(now time.Time, topics map[quota.Topic]quota.Decision, leases []quota.Lease, budget func(policy string) time.Duration)
 }
 
 // Engine is safe for concurrent use: observation loops call OnCycle, the
@@ -66,6 +74,7 @@ type Engine struct {
 	log      *slog.Logger
 	now      func() time.Time
 	pubs     []Publisher
+	declog   DecisionLog
 
 	// decisions holds the newest decision per target, by cluster.
 	decisions map[string]map[lag.Target]quota.Decision
@@ -124,7 +133,7 @@ func New(cfg Config) (*Engine, error) {
 		lifetime = 10 * cmp.Or(cfg.Lease.Interval, time.Second)
 	}
 	return &Engine{lifetime: lifetime,
-		policies: policies, ctl: ctl, book: book, hub: cfg.Hub, log: cfg.Logger, now: cfg.Now, pubs: cfg.Publishers,
+		policies: policies, ctl: ctl, book: book, hub: cfg.Hub, log: cfg.Logger, now: cfg.Now, pubs: cfg.Publishers, declog: cfg.Log,
 		decisions: map[string]map[lag.Target]quota.Decision{}, topics: map[quota.Topic]quota.Decision{},
 		published: map[string]published{}, version: cfg.Lease.VersionBase,
 		kick: make(chan struct{}, 1), stop: func() {},
@@ -221,7 +230,19 @@ func (e *Engine) OnCycle(cluster string, now time.Time, states []lag.State) {
 		}
 	}
 	e.book.Expire(now)
+	if e.declog != nil {
+		e.declog.Observe(now, e.topics, e.book.Leases(), e.budget)
+	}
 	e.publishAll(now)
+}
+
+// budget returns a policy's budget (maxAge - processingTime); 0 for an
+// unknown policy.
+func (e *Engine) budget(policy string) time.Duration {
+	if p, ok := e.policies.ByName(policy); ok {
+		return p.Budget()
+	}
+	return 0
 }
 
 // recombine rebuilds the per-topic decisions from every cluster's targets:
@@ -452,6 +473,14 @@ func (e *Engine) Decisions() []quota.Decision {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Target.String() < out[j].Target.String() })
 	return out
+}
+
+// ClusterDecisions returns a copy of the newest decision of every target
+// of a cluster that a policy matches.
+func (e *Engine) ClusterDecisions(cluster string) map[lag.Target]quota.Decision {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.decisions[cluster])
 }
 
 // Leases returns every current lease (for metrics).

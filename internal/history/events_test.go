@@ -1,0 +1,228 @@
+package history
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+var orders = quota.Topic{Kind: lag.KindKafka, Cluster: "c", Name: "orders"}
+
+func decision(sig quota.Signal, rate float64, rule quota.Rule) quota.Decision {
+	return quota.Decision{Policy: "p", Signal: sig, Rate: rate, Rule: rule, Lag: 5000, HeadAge: 3 * time.Second,
+		Capacity: 400, CapacityKnown: true, Wait: 12500 * time.Millisecond, TargetWait: time.Second, Reason: "words"}
+}
+
+func lease(producer string, rate float64, sig quota.Signal) quota.Lease {
+	return quota.Lease{Producer: producer, Topic: orders, Rate: rate, Signal: sig}
+}
+
+// TestLogObserve: the log records signal changes and grant changes beyond
+// the threshold, with the rule and the inputs, and nothing else.
+func TestLogObserve(t *testing.T) {
+	inf := math.Inf(1)
+	type step struct {
+		d      quota.Decision
+		leases []quota.Lease
+		want   []string // kind producer prev->rate, in order
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		// An unconstrained topic and grant log nothing.
+		{"quiet", []step{{decision(quota.SignalOK, inf, quota.RuleUnlimited), []quota.Lease{lease("a", inf, quota.SignalOK)}, nil}}},
+		// A drain: the signal changes and both producers are cut; the
+		// topic event lists them.
+		{"drain", []step{
+			{decision(quota.SignalOK, inf, quota.RuleUnlimited), []quota.Lease{lease("a", inf, quota.SignalOK), lease("b", inf, quota.SignalOK)}, nil},
+			{decision(quota.SignalSlowDown, 0, quota.RuleDrain), []quota.Lease{lease("a", 0, quota.SignalSlowDown), lease("b", 0, quota.SignalSlowDown)},
+				[]string{"signal a,b unlimited->0", "cut a unlimited->0", "cut b unlimited->0"}},
+		}},
+		// Changes within the threshold (20%) of the last logged grant are
+		// not logged; they add up until they cross it.
+		{"threshold", []step{
+			{decision(quota.SignalSlowDown, 100, quota.RuleFollow), []quota.Lease{lease("a", 100, quota.SignalSlowDown)}, []string{"signal a unlimited->100", "cut a unlimited->100"}},
+			{decision(quota.SignalSlowDown, 110, quota.RuleProbe), []quota.Lease{lease("a", 110, quota.SignalSlowDown)}, nil},
+			{decision(quota.SignalSlowDown, 119, quota.RuleProbe), []quota.Lease{lease("a", 119, quota.SignalSlowDown)}, nil},
+			{decision(quota.SignalSlowDown, 121, quota.RuleProbe), []quota.Lease{lease("a", 121, quota.SignalSlowDown)}, []string{"release a 100->121"}},
+			{decision(quota.SignalSlowDown, 90, quota.RuleFollow), []quota.Lease{lease("a", 90, quota.SignalSlowDown)}, []string{"cut a 121->90"}},
+		}},
+		// Back to unlimited: a release and the signal back to ok.
+		{"release", []step{
+			{decision(quota.SignalStop, 0, quota.RuleHardAge), []quota.Lease{lease("a", 0, quota.SignalStop)}, []string{"signal a unlimited->0", "cut a unlimited->0"}},
+			{decision(quota.SignalOK, inf, quota.RuleRelease), []quota.Lease{lease("a", inf, quota.SignalOK)}, []string{"signal a 0->unlimited", "release a 0->unlimited"}},
+		}},
+		// A lease that expires is forgotten: the producer's next limited
+		// grant is a cut from unlimited again, not a change from before.
+		{"expired lease", []step{
+			{decision(quota.SignalSlowDown, 100, quota.RuleFollow), []quota.Lease{lease("a", 100, quota.SignalSlowDown)}, []string{"signal a unlimited->100", "cut a unlimited->100"}},
+			{decision(quota.SignalSlowDown, 100, quota.RuleFollow), nil, nil},
+			{decision(quota.SignalSlowDown, 100, quota.RuleFollow), []quota.Lease{lease("a", 100, quota.SignalSlowDown)}, []string{"cut a unlimited->100"}},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			reg := prometheus.NewRegistry()
+			l := NewLog(Config{}, slog.New(slog.NewJSONHandler(&logs, nil)), reg)
+			budget := func(string) time.Duration { return 2 * time.Second }
+			total := 0
+			for i, s := range c.steps {
+				at := t0.Add(time.Duration(i) * time.Second)
+				l.Observe(at, map[quota.Topic]quota.Decision{orders: s.d}, s.leases, budget)
+				evs, _ := l.Events(EventQuery{Since: at})
+				var got []string
+				for _, e := range evs {
+					got = append(got, string(e.Kind)+" "+strings.Join(e.Producers, ",")+" "+rateText(e.PrevRate)+"->"+rateText(e.Rate))
+					if e.Rule != s.d.Rule || e.Inputs.Lag != 5000 || e.Inputs.BudgetSeconds != 2 || e.Inputs.WaitSeconds != 12.5 ||
+						e.Inputs.Capacity != 400 || e.Inputs.HeadAgeSeconds != 3 || !e.At.Equal(at) || e.Topic != orders {
+						t.Errorf("step %d: event %+v lacks the rule or inputs", i, e)
+					}
+				}
+				if strings.ReplaceAll(strings.Join(got, "|"), "/s", "") != strings.Join(s.want, "|") {
+					t.Errorf("step %d: events %q, want %q", i, got, s.want)
+				}
+				total += len(s.want)
+			}
+			// One log line per event, and the counter agrees.
+			if n := strings.Count(logs.String(), `"msg":"quota decision"`); n != total {
+				t.Errorf("%d log lines, want %d:\n%s", n, total, logs.String())
+			}
+			var counted float64
+			for _, k := range []EventKind{KindSignal, KindCut, KindRelease} {
+				counted += testutil.ToFloat64(l.counter.WithLabelValues(string(k)))
+			}
+			if int(counted) != total {
+				t.Errorf("counter %v, want %d", counted, total)
+			}
+		})
+	}
+}
+
+// TestLogRing: the ring keeps the newest Events events and counts the
+// dropped ones; queries filter by producer, kind, topic and time.
+func TestLogRing(t *testing.T) {
+	l := NewLog(Config{Events: 100}, slog.New(slog.DiscardHandler), nil)
+	for i := range 150 {
+		r := 10.0
+		if i%2 == 1 {
+			r = 100
+		}
+		l.Observe(t0.Add(time.Duration(i)*time.Second), map[quota.Topic]quota.Decision{orders: decision(quota.SignalSlowDown, r, quota.RuleFollow)},
+			[]quota.Lease{lease("a", r, quota.SignalSlowDown)}, nil)
+	}
+	all, dropped := l.Events(EventQuery{})
+	// 151 events: the signal, then one grant change a step.
+	if len(all) != 100 || dropped != 51 || all[len(all)-1].Seq != 151 {
+		t.Fatalf("%d events, %d dropped, newest seq %d", len(all), dropped, all[len(all)-1].Seq)
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i].Seq != all[i-1].Seq+1 {
+			t.Fatalf("not in order at %d", i)
+		}
+	}
+	cases := []struct {
+		name string
+		q    EventQuery
+		want int
+	}{
+		{"producer", EventQuery{Producer: "a"}, 100},
+		{"other producer", EventQuery{Producer: "b"}, 0},
+		{"kind", EventQuery{Kind: KindRelease}, 50},
+		{"topic", EventQuery{Topic: "orders", Cluster: "c"}, 100},
+		{"other cluster", EventQuery{Cluster: "x"}, 0},
+		{"time range", EventQuery{Since: t0.Add(140 * time.Second), Until: t0.Add(144 * time.Second)}, 5},
+		{"limit keeps the newest", EventQuery{Limit: 3}, 3},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, _ := l.Events(c.q)
+			if len(got) != c.want {
+				t.Errorf("%d events, want %d", len(got), c.want)
+			}
+			if c.q.Limit > 0 && got[len(got)-1].Seq != 151 {
+				t.Errorf("limit kept %d as the newest", got[len(got)-1].Seq)
+			}
+		})
+	}
+}
+
+// TestAPI: /v1/history and /v1/events answer with data and their bounds,
+// round-trip unlimited rates, and refuse bad parameters with a clear 400.
+func TestAPI(t *testing.T) {
+	s := NewStore(Config{}, time.Second, t0)
+	l := NewLog(Config{}, slog.New(slog.DiscardHandler), nil)
+	tg := target(1)
+	now := t0.Add(10 * time.Second)
+	for i := range 10 {
+		s.Record(t0.Add(time.Duration(i+1)*time.Second), []lag.State{state(tg, int64(i), time.Second, lag.StatusOK)},
+			map[lag.Target]quota.Decision{tg: {Rate: math.Inf(1)}})
+	}
+	l.Observe(now, map[quota.Topic]quota.Decision{orders: decision(quota.SignalStop, 0, quota.RuleHardAge)}, []quota.Lease{lease("a", 0, quota.SignalStop)}, nil)
+	l.Observe(now, map[quota.Topic]quota.Decision{orders: decision(quota.SignalOK, math.Inf(1), quota.RuleRelease)}, []quota.Lease{lease("a", math.Inf(1), quota.SignalOK)}, nil)
+	mux := http.NewServeMux()
+	guarded := 0
+	(&API{Store: s, Log: l, Now: func() time.Time { return now }}).Register(mux, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { guarded++; h.ServeHTTP(w, r) })
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	get := func(path string, v any) int {
+		resp, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if v != nil {
+			if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return resp.StatusCode
+	}
+	var h HistoryResponse
+	if code := get("/v1/history?topic="+tg.Topic+"&since=5s", &h); code != 200 {
+		t.Fatalf("history: %d", code)
+	}
+	if len(h.Targets) != 1 || len(h.Targets[0].Points) != 6 || !h.Targets[0].Points[0].Unlimited || h.DataSince == nil ||
+		!h.DataSince.Equal(t0.Add(time.Second)) || !h.StartedAt.Equal(t0) || h.RecentSeconds != 900 || h.IntervalSeconds != 1 {
+		t.Errorf("history answer: %+v", h)
+	}
+	var ev EventsResponse
+	if code := get("/v1/events?producer=a&kind=release&since="+t0.Format(time.RFC3339), &ev); code != 200 {
+		t.Fatalf("events: %d", code)
+	}
+	if len(ev.Events) != 1 || !math.IsInf(ev.Events[0].Rate, 1) || ev.Events[0].PrevRate != 0 || ev.Events[0].Rule != quota.RuleRelease {
+		t.Errorf("events answer: %+v", ev)
+	}
+	bad := []string{
+		"/v1/history?targt=x",           // unknown parameter
+		"/v1/history?since=yesterday",   // neither a time nor a duration
+		"/v1/history?since=1m&until=2m", // until before since
+		"/v1/events?limit=0",            // not positive
+		"/v1/events?kind=boost",         // unknown kind
+		"/v1/events?since=-5m",          // a negative duration
+	}
+	for _, p := range bad {
+		var e map[string]string
+		if code := get(p, &e); code != 400 || e["error"] == "" {
+			t.Errorf("%s: %d %v, want 400 with an error", p, code, e)
+		}
+	}
+	if guarded != 2+len(bad) {
+		t.Errorf("guard ran %d times, want every request (%d)", guarded, 2+len(bad))
+	}
+}
