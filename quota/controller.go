@@ -358,15 +358,17 @@ func (c *Controller) Len() int { return len(c.targets) }
 // the previous call brings no new rates: the previous decision is returned
 // again (with At set to now). A stale state (lag.StatusStale, or rates not
 // yet known) holds the last decision for up to MaxHold after it was made,
-// then fails open.
+// then fails open. An abandoned target (lag.StatusAbandoned) is unlimited
+// with signal ok and never binds its topic (see [CombineTopic]).
+//
+// Every decision names the rule that made it in Decision.Rule; the rules
+// and when each fires are tabled in docs/quota-control.md.
 func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	tc := c.targets[st.Target]
 	if tc == nil {
 		tc = &control{}
 		c.targets[st.Target] = tc
 	}
-	cfg := c.cfg
-	budget := p.Budget().Seconds()
 	d := Decision{
 		Target:   st.Target,
 		Policy:   p.Name,
@@ -377,46 +379,90 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 		HeadAge:  st.HeadAge,
 		Lag:      st.Lag,
 	}
-	if p.MaxAge <= 0 || budget <= 0 {
-		d.Reason = "invalid policy (maxAge - processingTime <= 0): unlimited"
+	switch {
+	case p.MaxAge <= 0 || p.Budget() <= 0:
+		d.Rule, d.Reason = RuleInvalidPolicy, "invalid policy (maxAge - processingTime <= 0): unlimited"
 		return d
-	}
-
-	fresh := st.Status != lag.StatusStale && st.RatesKnown && !st.At.IsZero()
-	if !fresh {
-		if tc.has && now.Sub(tc.lastFresh) <= cfg.MaxHold {
-			h := tc.last
-			h.At, h.Held = now, true
-			h.Reason = fmt.Sprintf("no fresh data (%s): holding the decision of %s", orDash(st.Reason), tc.lastFresh.Format(time.RFC3339Nano))
-			return h
-		}
-		// Fail open, and start from scratch when data returns.
+	case st.Status == lag.StatusAbandoned:
+		// Reported, never obeyed; start from scratch if it comes back.
 		*tc = control{}
-		d.Wait = 0
-		if st.RatesKnown || st.Status == lag.StatusStale {
-			d.Reason = fmt.Sprintf("no fresh data for more than %s (%s): fail-open", cfg.MaxHold, orDash(st.Reason))
-		} else {
-			d.Reason = "rates not known yet: unlimited"
-		}
+		d.Rule, d.Reason = RuleAbandoned, "no live consumer ("+orDash(st.Reason)+"): abandoned, binds no producer"
 		return d
-	}
-	if tc.has && !st.At.After(tc.lastAt) {
+	case st.Status == lag.StatusStale || !st.RatesKnown || st.At.IsZero():
+		return c.unfresh(tc, d, st, now)
+	case tc.has && !st.At.After(tc.lastAt):
 		// Same observation again: nothing new to decide on.
 		r := tc.last
 		r.At = now
 		return r
 	}
+	v := c.measure(tc, st, &p)
+	rule, reason := c.regime(tc, st, &v)
+	c.signal(tc, &d, st, &p, &v, rule, reason)
+	tc.has, tc.last, tc.lastAt, tc.lastFresh = true, d, st.At, now
+	tc.headLate = st.HeadAge > p.MaxAge
+	tc.paused = v.stepDown && v.engaged && st.Status != lag.StatusStopped
+	return d
+}
 
+// unfresh decides on a state without fresh rates: the last fresh decision,
+// held, for up to MaxHold after it was made; then unlimited, and the record
+// starts from scratch when data returns.
+func (c *Controller) unfresh(tc *control, d Decision, st lag.State, now time.Time) Decision {
+	if tc.has && now.Sub(tc.lastFresh) <= c.cfg.MaxHold {
+		h := tc.last
+		h.At, h.Held, h.Rule = now, true, RuleHold
+		h.Reason = fmt.Sprintf("no fresh data (%s): holding the decision of %s", orDash(st.Reason), tc.lastFresh.Format(time.RFC3339Nano))
+		return h
+	}
+	*tc = control{}
+	if st.RatesKnown || st.Status == lag.StatusStale {
+		d.Rule, d.Reason = RuleFailOpen, fmt.Sprintf("no fresh data for more than %s (%s): fail-open", c.cfg.MaxHold, orDash(st.Reason))
+	} else {
+		d.Rule, d.Reason = RuleRatesUnknown, "rates not known yet: unlimited"
+	}
+	return d
+}
+
+// reading is what one fresh observation tells the controller: the figures
+// every rule decides from. Times are in seconds, rates in msg/s.
+type reading struct {
+	dt         float64 // this observation interval
+	budget     float64 // L: MaxAge - ProcessingTime
+	setWait    float64 // W*: the standing wait steered to under overload
+	engageWait float64 // E: the wait above which the consumer is saturated
+	consumed   float64 // the consume rate measured in the interval
+	produced   float64 // the produce rate of the interval
+	prevCap    float64 // the capacity estimate before this observation
+	capacity   float64 // C: the capacity estimate
+	backlog    float64 // B: messages
+	setBacklog float64 // B* = W*·C
+	wait       float64 // W = B / C; +Inf with a backlog and nothing consumed
+	engaged    bool    // W > E: the consumer is saturated
+	stepDown   bool    // capacity fell during the interval: pause
+	law        float64 // the saturated law's rate (0 while draining dead work)
+	probe      float64 // the multiplicative step of a probe
+	// binding: the target was limited and the producers used the whole
+	// rate in force (at least bindRatio of it) during the interval.
+	binding bool
+}
+
+// measure reads st into a reading and updates the smoothed interval and
+// capacity of tc.
+func (c *Controller) measure(tc *control, st lag.State, p *Policy) reading {
+	cfg := &c.cfg
+	v := reading{budget: p.Budget().Seconds(), produced: st.ProduceRateInstant, backlog: float64(st.Lag)}
+	v.binding = tc.limited && v.produced >= bindRatio*tc.rate
 	// The observation interval, as measured, and its smoothed value, the
 	// delay of the feedback loop.
-	dt := cfg.Interval.Seconds()
+	v.dt = cfg.Interval.Seconds()
 	if tc.has {
-		dt = st.At.Sub(tc.lastAt).Seconds()
+		v.dt = st.At.Sub(tc.lastAt).Seconds()
 	}
 	if tc.interval <= 0 {
-		tc.interval = dt
+		tc.interval = v.dt
 	} else {
-		tc.interval += 0.25 * (dt - tc.interval)
+		tc.interval += 0.25 * (v.dt - tc.interval)
 	}
 	// The standing wait steered to under overload: Setpoint of the budget,
 	// but no more than one loop delay. A backlog of one interval of work
@@ -424,15 +470,30 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	// next decision takes effect; more only waits, and is what a sudden
 	// capacity drop turns into dead messages. Engage keeps its ratio to
 	// the setpoint.
-	setWait := min(cfg.Setpoint*budget, tc.interval)
-	engageWait := setWait * cfg.Engage / cfg.Setpoint
-	d.TargetWait = time.Duration(setWait * float64(time.Second))
+	v.setWait = min(cfg.Setpoint*v.budget, tc.interval)
+	v.engageWait = v.setWait * cfg.Engage / cfg.Setpoint
 
-	// Capacity: the smoothed consume rate, restarted from the instant
-	// one when they differ by more than StepThreshold (a step is under
-	// way: react now, not one time constant later).
-	cInst := st.ConsumeRateInstant
-	prevCapacity := tc.capacity
+	v.consumed = st.ConsumeRateInstant
+	v.prevCap = tc.capacity
+	c.estimateCapacity(tc, st, p, &v)
+	switch {
+	case v.backlog <= 0:
+		v.wait = 0
+	case v.capacity > 0:
+		v.wait = v.backlog / v.capacity
+	default:
+		v.wait = math.Inf(1)
+	}
+	v.engaged = v.wait > v.engageWait
+	c.saturatedLaw(tc, st, &v)
+	return v
+}
+
+// estimateCapacity sets v.capacity: the smoothed consume rate, restarted
+// from the instant one when they differ by more than StepThreshold (a step
+// is under way: react now, not one time constant later).
+func (c *Controller) estimateCapacity(tc *control, st lag.State, p *Policy, v *reading) {
+	cInst := v.consumed
 	if tc.has && (tc.headLate || st.HeadAge > p.MaxAge) && tc.capacity > 0 && cInst > tc.capacity {
 		// The head was past the deadline: consumers that skip expired
 		// messages (the ttl guard) or retention then "consume" in bursts
@@ -441,37 +502,31 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 		// drain what is late, since the quota keeps new work out).
 		cInst = tc.capacity
 	}
-	if !tc.has || tc.capacity <= 0 || math.Abs(cInst-tc.capacity) > cfg.StepThreshold*tc.capacity {
+	if !tc.has || tc.capacity <= 0 || math.Abs(cInst-tc.capacity) > c.cfg.StepThreshold*tc.capacity {
 		tc.capacity = cInst
 	} else {
-		tc.capacity += (1 - math.Exp(-dt/cfg.Smoothing.Seconds())) * (cInst - tc.capacity)
+		tc.capacity += (1 - math.Exp(-v.dt/c.cfg.Smoothing.Seconds())) * (cInst - tc.capacity)
 	}
-	capacity := tc.capacity
-	backlog := float64(st.Lag)
-	var wait float64 // seconds; +Inf when there is lag and no consumption
-	switch {
-	case backlog <= 0:
-		wait = 0
-	case capacity > 0:
-		wait = backlog / capacity
-	default:
-		wait = math.Inf(1)
-	}
-	engaged := wait > engageWait
+	v.capacity = tc.capacity
+}
 
-	// The law: consume rate plus the backlog error over tau; nothing
-	// while a new message would be dead on arrival. Draining (backlog
-	// above the setpoint) uses tau; filling up to the setpoint uses a
-	// slower tauFill, so that a saturated consumer is never offered more
-	// than maxFill above its capacity.
-	tau := max(budget-setWait, 2*dt)
-	tauFill := max(tau, (setWait-engageWait)/maxFill)
-	setBacklog := setWait * capacity
-	law := capacity + (setBacklog-backlog)/tau
-	if backlog < setBacklog {
-		law = capacity + (setBacklog-backlog)/tauFill
+// saturatedLaw sets v.law, v.stepDown and v.probe.
+//
+// The law: consume rate plus the backlog error over tau; nothing while a
+// new message would be dead on arrival. Draining (backlog above the
+// setpoint) uses tau; filling up to the setpoint uses a slower tauFill, so
+// that a saturated consumer is never offered more than maxFill above its
+// capacity.
+func (c *Controller) saturatedLaw(tc *control, st lag.State, v *reading) {
+	cfg := &c.cfg
+	tau := max(v.budget-v.setWait, 2*v.dt)
+	tauFill := max(tau, (v.setWait-v.engageWait)/maxFill)
+	v.setBacklog = v.setWait * v.capacity
+	law := v.capacity + (v.setBacklog-v.backlog)/tau
+	if v.backlog < v.setBacklog {
+		law = v.capacity + (v.setBacklog-v.backlog)/tauFill
 	}
-	if wait >= budget {
+	if v.wait >= v.budget {
 		law = 0
 	}
 	// A step down is measured over an interval that straddles it: the
@@ -482,22 +537,66 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	// even at the rate it just showed (so a pause cannot starve it),
 	// admit nothing for one interval and decide on the next, clean
 	// measurement (which is clean: the step was in the interval before).
-	stepDown := tc.has && tc.last.CapacityKnown && !tc.paused && prevCapacity > 0 &&
-		st.ConsumeRateInstant < (1-cfg.StepThreshold)*prevCapacity && backlog >= st.ConsumeRateInstant*dt
-	if stepDown {
+	v.stepDown = tc.has && tc.last.CapacityKnown && !tc.paused && v.prevCap > 0 &&
+		v.consumed < (1-cfg.StepThreshold)*v.prevCap && v.backlog >= v.consumed*v.dt
+	if v.stepDown {
 		law = 0
 	}
-	law = max(law, 0)
+	v.law = max(law, 0)
 	// Probing overshoots by at most Probe x rate x dt messages per
 	// interval; keep that within half the slack of the budget.
-	probe := min(cfg.Probe, (budget-setWait)/(2*dt))
+	v.probe = min(cfg.Probe, (v.budget-v.setWait)/(2*v.dt))
+}
 
-	produced := st.ProduceRateInstant
+// regime picks the rule that sets the rate in force (tc.rate, tc.limited)
+// and says why.
+func (c *Controller) regime(tc *control, st lag.State, v *reading) (Rule, string) {
 	inForce := tc.rate
-	binding := tc.limited && produced >= bindRatio*inForce
+	switch {
+	case st.Status == lag.StatusStopped:
+		tc.limited, tc.rate, tc.release = true, 0, 0
+		return RuleConsumerStopped, "consumer stopped: " + st.Reason
+	case !tc.limited && !v.engaged:
+		return RuleUnlimited, fmt.Sprintf("wait %s <= engage %s: unlimited", secs(v.wait), secs(v.engageWait))
+	case v.engaged:
+		tc.limited = true
+		tc.rate, tc.release = v.law, 0
+		switch {
+		case v.wait >= v.budget:
+			return RuleDrain, fmt.Sprintf("wait %s >= budget %s: a new message would be dead on arrival, draining", secs(v.wait), secs(v.budget))
+		case v.stepDown:
+			return RuleStepDown, fmt.Sprintf("capacity fell from %.0f/s to at most %.0f/s during the interval: admitting nothing until the next observation measures it (wait %s)", v.prevCap, v.consumed, secs(v.wait))
+		}
+		return RuleSaturated, fmt.Sprintf("saturated: capacity %.0f/s, wait %s, target %s", v.capacity, secs(v.wait), secs(v.setWait))
+	case v.consumed < keepUpRatio*v.produced || v.wait > v.engageWait/2:
+		// Limited, the backlog under the engage threshold but growing, or
+		// not near empty: the consumer showed (some of) its capacity;
+		// follow the law, which here allows at least that. No probing
+		// into a consumer that may be at its limit.
+		tc.rate, tc.release = v.law, 0
+		return RuleFollow, fmt.Sprintf("backlog small (wait %s), consumed %.0f/s of %.0f/s: capacity %.0f/s", secs(v.wait), v.consumed, v.produced, v.capacity)
+	}
+	// Limited and caught up: the capacity is invisible, so never cut;
+	// probe upward (multiplicative increase) while the consumer keeps up;
+	// release once the producers leave the rate unused.
+	tc.rate = max(tc.rate, v.law, inForce*(1+v.probe))
+	if v.produced < c.cfg.ReleaseRatio*inForce {
+		tc.release++
+	} else {
+		tc.release = 0
+	}
+	if tc.release >= c.cfg.ReleaseAfter {
+		tc.limited, tc.release = false, 0
+		return RuleRelease, fmt.Sprintf("caught up and the rate unused for %d observations: unlimited", c.cfg.ReleaseAfter)
+	}
+	return RuleProbe, fmt.Sprintf("caught up: probing from %.0f/s", tc.rate)
+}
 
+// signal completes d from the rate in force: hard age, the signal and its
+// retry-after, the partitions to avoid, the rule and the reason.
+func (c *Controller) signal(tc *control, d *Decision, st lag.State, p *Policy, v *reading, rule Rule, reason string) {
 	proc := p.ProcessingTime.Seconds()
-	avoid, fewBad := c.lateParts(tc, st, &p, dt, setWait, tc.has)
+	avoid, fewBad := c.lateParts(tc, st, p, v.dt, v.setWait, tc.has)
 	// Hard age: stop when a new message would be dead on arrival or the
 	// head is past it (unless only a few partitions are); once stopped,
 	// stay stopped until both the head is under the hard age and a new
@@ -505,60 +604,16 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	// lags the wait, so without it the signal would flap stop, slow-down,
 	// stop while the backlog drains).
 	headOver := st.HeadAge > p.HardAge && !fewBad
-	hardStop := p.HardAge > 0 && ((!math.IsInf(wait, 1) && wait+proc > p.HardAge.Seconds()) || headOver ||
-		(tc.hardStopped && wait > budget))
+	hardStop := p.HardAge > 0 && ((!math.IsInf(v.wait, 1) && v.wait+proc > p.HardAge.Seconds()) || headOver ||
+		(tc.hardStopped && v.wait > v.budget))
 	tc.hardStopped = hardStop
 	stopped := st.Status == lag.StatusStopped
 
-	var reason string
-	switch {
-	case stopped:
-		tc.limited, tc.rate, tc.release = true, 0, 0
-		reason = "consumer stopped: " + st.Reason
-	case !tc.limited && !engaged:
-		reason = fmt.Sprintf("wait %s <= engage %s: unlimited", secs(wait), secs(engageWait))
-	case engaged:
-		if !tc.limited {
-			tc.limited = true
-		}
-		tc.rate, tc.release = law, 0
-		switch {
-		case wait >= budget:
-			reason = fmt.Sprintf("wait %s >= budget %s: a new message would be dead on arrival, draining", secs(wait), secs(budget))
-		case stepDown:
-			reason = fmt.Sprintf("capacity fell from %.0f/s to at most %.0f/s during the interval: admitting nothing until the next observation measures it (wait %s)", prevCapacity, st.ConsumeRateInstant, secs(wait))
-		default:
-			reason = fmt.Sprintf("saturated: capacity %.0f/s, wait %s, target %s", capacity, secs(wait), secs(setWait))
-		}
-	case cInst < keepUpRatio*produced || wait > engageWait/2:
-		// Limited, the backlog under the engage threshold but growing, or
-		// not near empty: the consumer showed (some of) its capacity;
-		// follow the law, which here allows at least that. No probing
-		// into a consumer that may be at its limit.
-		tc.rate, tc.release = law, 0
-		reason = fmt.Sprintf("backlog small (wait %s), consumed %.0f/s of %.0f/s: capacity %.0f/s", secs(wait), cInst, produced, capacity)
-	default:
-		// Limited and caught up: the capacity is invisible, so never cut;
-		// probe upward (multiplicative increase) while the consumer keeps
-		// up; release once the producers leave the rate unused.
-		r := max(tc.rate, law, inForce*(1+probe))
-		if produced < cfg.ReleaseRatio*inForce {
-			tc.release++
-		} else {
-			tc.release = 0
-		}
-		tc.rate = r
-		reason = fmt.Sprintf("caught up: probing from %.0f/s", r)
-		if tc.release >= cfg.ReleaseAfter {
-			tc.limited, tc.release = false, 0
-			reason = fmt.Sprintf("caught up and the rate unused for %d observations: unlimited", cfg.ReleaseAfter)
-		}
-	}
-
-	d.Capacity, d.CapacityKnown = capacity, engaged
+	d.Capacity, d.CapacityKnown = v.capacity, v.engaged
+	d.TargetWait = time.Duration(v.setWait * float64(time.Second))
 	d.Wait = lag.Never
-	if !math.IsInf(wait, 1) {
-		d.Wait = time.Duration(wait * float64(time.Second))
+	if !math.IsInf(v.wait, 1) {
+		d.Wait = time.Duration(v.wait * float64(time.Second))
 	}
 	d.AvoidPartitions = avoid
 	if tc.limited {
@@ -569,23 +624,22 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 		d.Signal = SignalStop
 		d.Rate = p.MinRate
 		if hardStop && !stopped {
-			reason = fmt.Sprintf("hard age %s exceeded (wait %s + processing, head age %s): %s", p.HardAge, secs(wait), st.HeadAge.Round(time.Millisecond), reason)
+			rule = RuleHardAge
+			reason = fmt.Sprintf("hard age %s exceeded (wait %s + processing, head age %s): %s", p.HardAge, secs(v.wait), st.HeadAge.Round(time.Millisecond), reason)
 		}
-	case tc.limited && (wait > setWait || binding || d.Rate < capacity):
+	case tc.limited && (v.wait > v.setWait || v.binding || d.Rate < v.capacity):
 		d.Signal = SignalSlowDown
-		d.RetryAfter = retryAfter(backlog, setBacklog, capacity, d.Rate, dt, cfg.MaxRetryAfter)
+		d.RetryAfter = retryAfter(v.backlog, v.setBacklog, v.capacity, d.Rate, v.dt, c.cfg.MaxRetryAfter)
 	case len(avoid) > 0:
 		d.Signal = SignalAvoidPartitions
+		if !tc.limited {
+			rule = RuleAvoidPartitions
+		}
 	}
 	if len(avoid) > 0 {
 		reason += fmt.Sprintf("; partitions %v late (head older than %s or wait over budget)", avoid, p.MaxAge)
 	}
-	d.Reason = reason
-
-	tc.has, tc.last, tc.lastAt, tc.lastFresh = true, d, st.At, now
-	tc.headLate = st.HeadAge > p.MaxAge
-	tc.paused = stepDown && engaged && !stopped
-	return d
+	d.Rule, d.Reason = rule, reason
 }
 
 // retryAfter is the time the backlog above the setpoint takes to drain at
@@ -689,6 +743,9 @@ func (t Topic) String() string { return string(t.Kind) + "/" + t.Cluster + "/" +
 // slowest reader can bear. ds must all be of one topic (the first one's is
 // used). The result:
 //
+//   - ignores abandoned targets' decisions (Rule [RuleAbandoned]: a consumer
+//     nobody runs binds nothing); when all are abandoned it is unlimited,
+//     signal ok, with RuleAbandoned;
 //   - considers the enforced decisions only, when there is any (advisory
 //     ones must not bind an enforced topic); otherwise all, and is then
 //     advisory;
@@ -698,36 +755,49 @@ func (t Topic) String() string { return string(t.Kind) + "/" + t.Cluster + "/" +
 //   - has the worst signal (stop > slow-down > avoid-partitions > ok), the
 //     longest retry-after, the union of the partitions to avoid, the
 //     oldest head age, the latest At, and Held if any was held;
-//   - has a Reason naming the binding group.
+//   - has the Rule of the binding decision, and a Reason naming the
+//     binding group.
 //
-// With no decisions it returns an unlimited decision with signal ok.
+// With no decisions it returns an unlimited decision with signal ok and
+// RuleNone.
 func CombineTopic(ds []Decision) Decision {
 	if len(ds) == 0 {
 		return Decision{Rate: Unlimited, Reason: "no consumer groups"}
 	}
-	use := ds
-	var enforced []Decision
+	var live, enforced int
 	for _, d := range ds {
-		if !d.Advisory {
-			enforced = append(enforced, d)
+		if d.Rule != RuleAbandoned {
+			live++
+			if !d.Advisory {
+				enforced++
+			}
 		}
 	}
-	if len(enforced) > 0 {
-		use = enforced
+	if live == 0 {
+		out := Decision{Target: ds[0].Target, Policy: ds[0].Policy, At: ds[0].At, Rate: Unlimited, Rule: RuleAbandoned}
+		out.Target.Group = ""
+		out.Reason = fmt.Sprintf("all %d groups abandoned: unlimited", len(ds))
+		return out
 	}
-	bind := use[0]
-	for _, d := range use[1:] {
-		if d.Rate < bind.Rate || (d.Rate == bind.Rate && d.Signal.severity() > bind.Signal.severity()) {
-			bind = d
+	// counts: the decisions that may bind.
+	counts := func(d Decision) bool { return d.Rule != RuleAbandoned && (enforced == 0 || !d.Advisory) }
+	var bind Decision
+	found := false
+	for _, d := range ds {
+		if counts(d) && (!found || d.Rate < bind.Rate || (d.Rate == bind.Rate && d.Signal.severity() > bind.Signal.severity())) {
+			bind, found = d, true
 		}
 	}
 	out := bind
 	out.Target.Group = ""
 	out.Target.Kind, out.Target.Cluster, out.Target.Topic = ds[0].Target.Kind, ds[0].Target.Cluster, ds[0].Target.Topic
-	out.Advisory = len(enforced) == 0
+	out.Advisory = enforced == 0
 	out.AvoidPartitions = nil
 	var avoid []int32
-	for _, d := range use {
+	for _, d := range ds {
+		if !counts(d) {
+			continue
+		}
 		if d.Signal.severity() > out.Signal.severity() {
 			out.Signal = d.Signal
 		}

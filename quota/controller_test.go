@@ -42,40 +42,40 @@ func TestControllerRules(t *testing.T) {
 		now    float64 // seconds; 0: the last state's At
 		rate   float64 // want
 		signal Signal
-		reason string // substring of Reason
+		rule   Rule
 		held   bool
 	}{
 		{
 			// The first observation has no rates: nothing to judge.
 			name:   "rates unknown",
 			states: []lag.State{{Target: ordersK, At: leaseT0, Status: lag.StatusOK}},
-			rate:   inf, signal: SignalOK, reason: "rates not known",
+			rate:   inf, signal: SignalOK, rule: RuleRatesUnknown,
 		},
 		{
 			// Caught up: unlimited.
 			name:   "healthy",
 			states: []lag.State{st(1, 0, 800, 800)},
-			rate:   inf, signal: SignalOK, reason: "unlimited",
+			rate:   inf, signal: SignalOK, rule: RuleUnlimited,
 		},
 		{
 			// Backlog of 0.3 s at 400/s (engage is 0.4 s): still
 			// unlimited.
 			name:   "small backlog",
 			states: []lag.State{st(1, 120, 400, 500)},
-			rate:   inf, signal: SignalOK,
+			rate:   inf, signal: SignalOK, rule: RuleUnlimited,
 		},
 		{
 			// 1.5 s of wait (target 0.5 s): drain: 400 + (200-600)/2.
 			name:   "drain",
 			states: []lag.State{st(1, 600, 400, 800)},
-			rate:   200, signal: SignalSlowDown, reason: "saturated",
+			rate:   200, signal: SignalSlowDown, rule: RuleSaturated,
 		},
 		{
 			// A new message would wait 3 s > 2 s: admit nothing but the
 			// floor.
 			name:   "dead on arrival",
 			states: []lag.State{st(1, 1200, 400, 800)},
-			rate:   5, signal: SignalSlowDown, reason: "dead on arrival",
+			rate:   5, signal: SignalSlowDown, rule: RuleDrain,
 		},
 		{
 			// Lag and nothing consumed this interval: the wait is
@@ -83,7 +83,7 @@ func TestControllerRules(t *testing.T) {
 			// declared a stop yet).
 			name:   "nothing consumed",
 			states: []lag.State{st(1, 100, 0, 800)},
-			rate:   5, signal: SignalSlowDown,
+			rate:   5, signal: SignalSlowDown, rule: RuleDrain,
 		},
 		{
 			// lag says stopped: stop at the floor.
@@ -93,27 +93,27 @@ func TestControllerRules(t *testing.T) {
 				s.Status, s.Reason = lag.StatusStopped, "no members"
 				return s
 			}()},
-			rate: 5, signal: SignalStop, reason: "consumer stopped",
+			rate: 5, signal: SignalStop, rule: RuleConsumerStopped,
 		},
 		{
 			// Hard age: a 3 s wait passes a 2.5 s hard age: stop.
 			name:   "hard age",
 			policy: Policy{Name: "p", MaxAge: 2 * time.Second, HardAge: 2500 * time.Millisecond},
 			states: []lag.State{st(1, 1200, 400, 800)},
-			rate:   0, signal: SignalStop, reason: "hard age",
+			rate:   0, signal: SignalStop, rule: RuleHardAge,
 		},
 		{
 			// Caught up after being limited at 200 with the producers
 			// using it all: multiplicative increase (x1.5).
 			name:   "probe",
 			states: []lag.State{st(1, 600, 400, 800), st(2, 0, 200, 200)},
-			rate:   300, signal: SignalSlowDown, reason: "probing",
+			rate:   300, signal: SignalSlowDown, rule: RuleProbe,
 		},
 		{
 			// The rate unused three times in a row: unlimited again.
 			name:   "release",
 			states: []lag.State{st(1, 600, 400, 800), st(2, 0, 100, 100), st(3, 0, 100, 100), st(4, 0, 100, 100)},
-			rate:   inf, signal: SignalOK, reason: "unused",
+			rate:   inf, signal: SignalOK, rule: RuleRelease,
 		},
 		{
 			// Stale state within MaxHold: the last decision, held.
@@ -124,7 +124,7 @@ func TestControllerRules(t *testing.T) {
 				return s
 			}()},
 			now:  20,
-			rate: 200, signal: SignalSlowDown, reason: "holding", held: true,
+			rate: 200, signal: SignalSlowDown, rule: RuleHold, held: true,
 		},
 		{
 			// Stale beyond MaxHold (30 s): fail open.
@@ -135,20 +135,40 @@ func TestControllerRules(t *testing.T) {
 				return s
 			}()},
 			now:  32,
-			rate: inf, signal: SignalOK, reason: "fail-open",
+			rate: inf, signal: SignalOK, rule: RuleFailOpen,
 		},
 		{
 			// The same observation twice: the same decision.
 			name:   "same observation",
 			states: []lag.State{st(1, 600, 400, 800), st(1, 9999, 1, 1)},
-			rate:   200, signal: SignalSlowDown,
+			rate:   200, signal: SignalSlowDown, rule: RuleSaturated,
+		},
+		{
+			// Limited at 200, then a backlog of 0.3 s (between E/2 and E)
+			// that the consumer keeps up with at the capacity it showed:
+			// follow the law, which fills toward the setpoint: 400 +
+			// (200-120)/2.
+			name:   "follow",
+			states: []lag.State{st(1, 600, 400, 800), st(2, 120, 400, 380)},
+			rate:   440, signal: SignalSlowDown, rule: RuleFollow,
+		},
+		{
+			// A saturated target whose consumer is then abandoned: it
+			// binds no producer, whatever its lag.
+			name: "abandoned",
+			states: []lag.State{st(1, 600, 400, 800), func() lag.State {
+				s := st(2, 5000, 0, 800)
+				s.Status, s.Reason = lag.StatusAbandoned, "no member for 10m"
+				return s
+			}()},
+			rate: inf, signal: SignalOK, rule: RuleAbandoned,
 		},
 		{
 			// An invalid policy never throttles.
 			name:   "invalid policy",
 			policy: Policy{Name: "bad"},
 			states: []lag.State{st(1, 1200, 400, 800)},
-			rate:   inf, signal: SignalOK, reason: "invalid policy",
+			rate:   inf, signal: SignalOK, rule: RuleInvalidPolicy,
 		},
 	}
 	for _, c := range cases {
@@ -166,8 +186,8 @@ func TestControllerRules(t *testing.T) {
 				}
 				d = ctl.Step(s, p, now)
 			}
-			if !close(d.Rate, c.rate) || d.Signal != c.signal || d.Held != c.held || !strings.Contains(d.Reason, c.reason) {
-				t.Fatalf("got rate %v signal %v held %v reason %q; want %v %v %v %q", d.Rate, d.Signal, d.Held, d.Reason, c.rate, c.signal, c.held, c.reason)
+			if !close(d.Rate, c.rate) || d.Signal != c.signal || d.Held != c.held || d.Rule != c.rule {
+				t.Fatalf("got rate %v signal %v held %v rule %v (%s); want %v %v %v %v", d.Rate, d.Signal, d.Held, d.Rule, d.Reason, c.rate, c.signal, c.held, c.rule)
 			}
 			if d.Signal == SignalSlowDown && d.RetryAfter <= 0 {
 				t.Errorf("slow-down without retry-after")
@@ -231,6 +251,9 @@ func TestControllerAvoidPartitions(t *testing.T) {
 		if wantSig := SignalOK; len(c.want) > 0 && d.Signal != SignalAvoidPartitions || len(c.want) == 0 && d.Signal != wantSig {
 			t.Errorf("%s: signal %v", c.name, d.Signal)
 		}
+		if wantRule := RuleUnlimited; len(c.want) > 0 && d.Rule != RuleAvoidPartitions || len(c.want) == 0 && d.Rule != wantRule {
+			t.Errorf("%s: rule %v", c.name, d.Rule)
+		}
 	}
 }
 
@@ -240,10 +263,18 @@ func TestCombineTopic(t *testing.T) {
 	g := func(group string, rate float64, sig Signal, advisory bool, avoid ...int32) Decision {
 		tg := ordersK
 		tg.Group = group
-		d := Decision{Target: tg, Policy: "pol-" + group, Rate: rate, Signal: sig, Advisory: advisory, AvoidPartitions: avoid, Reason: group + " reason"}
+		d := Decision{Target: tg, Policy: "pol-" + group, Rate: rate, Signal: sig, Advisory: advisory, AvoidPartitions: avoid, Reason: group + " reason", Rule: RuleUnlimited}
 		if sig == SignalSlowDown {
 			d.RetryAfter = time.Duration(rate) * time.Millisecond
+			d.Rule = RuleSaturated
 		}
+		return d
+	}
+	// gone is an abandoned group's decision, as Step makes it (unlimited,
+	// ok); the figures a stale record could still carry must not leak.
+	gone := func(group string) Decision {
+		d := g(group, inf, SignalOK, false)
+		d.Rule, d.HeadAge = RuleAbandoned, time.Hour
 		return d
 	}
 	cases := []struct {
@@ -255,19 +286,33 @@ func TestCombineTopic(t *testing.T) {
 		advisory bool
 		avoid    []int32
 		retry    time.Duration
+		rule     Rule
 	}{
 		{name: "none", rate: inf, signal: SignalOK}, // no readers: no limit
 		{name: "one", in: []Decision{g("a", 100, SignalSlowDown, false)}, rate: 100, signal: SignalSlowDown, policy: "pol-a", retry: 100 * time.Millisecond},
-		{name: "slowest binds", in: []Decision{g("a", inf, SignalOK, false), g("b", 300, SignalSlowDown, false), g("c", 500, SignalSlowDown, false)}, rate: 300, signal: SignalSlowDown, policy: "pol-b", retry: 500 * time.Millisecond},
+		{name: "slowest binds", in: []Decision{g("a", inf, SignalOK, false), g("b", 300, SignalSlowDown, false), g("c", 500, SignalSlowDown, false)}, rate: 300, signal: SignalSlowDown, policy: "pol-b", retry: 500 * time.Millisecond, rule: RuleSaturated},
 		{name: "worst signal", in: []Decision{g("a", 100, SignalSlowDown, false), g("b", 200, SignalStop, false)}, rate: 100, signal: SignalStop, policy: "pol-a"},
 		{name: "avoid union", in: []Decision{g("a", inf, SignalAvoidPartitions, false, 3, 1), g("b", inf, SignalAvoidPartitions, false, 1, 2)}, rate: inf, signal: SignalAvoidPartitions, policy: "pol-a", avoid: []int32{1, 2, 3}},
 		{name: "advisory ignored", in: []Decision{g("a", 10, SignalSlowDown, true), g("b", 800, SignalOK, false)}, rate: 800, signal: SignalOK, policy: "pol-b"},
-		{name: "all advisory", in: []Decision{g("a", 10, SignalSlowDown, true), g("b", 800, SignalOK, true)}, rate: 10, signal: SignalSlowDown, policy: "pol-a", advisory: true, retry: 10 * time.Millisecond},
+		{name: "all advisory", in: []Decision{g("a", 10, SignalSlowDown, true), g("b", 800, SignalOK, true)}, rate: 10, signal: SignalSlowDown, policy: "pol-a", advisory: true, retry: 10 * time.Millisecond, rule: RuleSaturated},
+		// An abandoned group binds nothing, neither rate nor head age.
+		{name: "abandoned ignored", in: []Decision{gone("a"), g("b", 800, SignalOK, false)}, rate: 800, signal: SignalOK, policy: "pol-b", rule: RuleUnlimited},
+		// Only abandoned groups: unlimited, ok, and the rule says why.
+		{name: "all abandoned", in: []Decision{gone("a"), gone("b")}, rate: inf, signal: SignalOK, policy: "pol-a", rule: RuleAbandoned},
+		// An abandoned enforced group does not make an advisory one binding
+		// as if it were enforced, nor the result enforced.
+		{name: "abandoned and advisory", in: []Decision{gone("a"), g("b", 10, SignalSlowDown, true)}, rate: 10, signal: SignalSlowDown, policy: "pol-b", advisory: true, retry: 10 * time.Millisecond, rule: RuleSaturated},
 	}
 	for _, c := range cases {
 		d := CombineTopic(c.in)
 		if !close(d.Rate, c.rate) || d.Signal != c.signal || d.Policy != c.policy || d.Advisory != c.advisory || !slices.Equal(d.AvoidPartitions, c.avoid) || d.RetryAfter != c.retry {
 			t.Errorf("%s: got rate %v signal %v policy %q advisory %v avoid %v retry %v", c.name, d.Rate, d.Signal, d.Policy, d.Advisory, d.AvoidPartitions, d.RetryAfter)
+		}
+		if c.rule != RuleNone && d.Rule != c.rule {
+			t.Errorf("%s: rule %v, want %v (the binding decision's)", c.name, d.Rule, c.rule)
+		}
+		if d.HeadAge >= time.Hour {
+			t.Errorf("%s: head age %v of an abandoned group", c.name, d.HeadAge)
 		}
 		if len(c.in) > 0 && (d.Target.Group != "" || TopicOf(d.Target) != ordersT) {
 			t.Errorf("%s: target %v", c.name, d.Target)
@@ -394,7 +439,7 @@ func TestControllerPausesOnStepDown(t *testing.T) {
 			c := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
 			saturated(c)
 			d := c.Step(st(1.75, tc.backlog, tc.inst, 2000), p, at(1.75))
-			if paused := d.Rate == p.MinRate && strings.Contains(d.Reason, "capacity fell"); paused != tc.paused {
+			if paused := d.Rate == p.MinRate && d.Rule == RuleStepDown; paused != tc.paused {
 				t.Fatalf("paused = %v, want %v: rate %.0f, %s", paused, tc.paused, d.Rate, d.Reason)
 			}
 			if !tc.paused {
@@ -403,7 +448,7 @@ func TestControllerPausesOnStepDown(t *testing.T) {
 			// The next interval is clean: 400/s, 500 queued (1.25 s):
 			// the law drains toward the setpoint, it does not stay shut.
 			d = c.Step(st(2, 500, 400, 0), p, at(2))
-			if d.Rate <= p.MinRate || d.Rate >= 400 || strings.Contains(d.Reason, "capacity fell") {
+			if d.Rate <= p.MinRate || d.Rate >= 400 || d.Rule != RuleSaturated {
 				t.Fatalf("after the pause: rate %.0f (want in (5, 400)), %s", d.Rate, d.Reason)
 			}
 		})
@@ -452,5 +497,26 @@ func TestControllerSkipBurstAsHeadTurnsLate(t *testing.T) {
 	d = c.Step(aged(st(1.5, 550, 1600, 0), 2010*time.Millisecond), p, leaseT0.Add(1500*time.Millisecond))
 	if d.Capacity > before*1.01 {
 		t.Fatalf("skip burst read as capacity: %.0f (was %.0f)", d.Capacity, before)
+	}
+}
+
+// TestRuleText: every rule has a distinct name that round-trips through
+// MarshalText/UnmarshalText; an unknown name is an error.
+func TestRuleText(t *testing.T) {
+	seen := map[string]bool{}
+	for r := RuleNone; r <= RuleAvoidPartitions; r++ {
+		b, err := r.MarshalText()
+		if err != nil || seen[string(b)] || strings.HasPrefix(string(b), "Rule(") {
+			t.Fatalf("%d: %q %v (duplicate or unnamed)", r, b, err)
+		}
+		seen[string(b)] = true
+		var back Rule
+		if err := back.UnmarshalText(b); err != nil || back != r {
+			t.Fatalf("%q -> %v, %v", b, back, err)
+		}
+	}
+	var r Rule
+	if err := r.UnmarshalText([]byte("sideways")); err == nil {
+		t.Fatal("unknown rule accepted")
 	}
 }

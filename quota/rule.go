@@ -20,7 +20,8 @@ const (
 	RuleHold
 	// RuleFailOpen: stale for longer than MaxHold: unlimited.
 	RuleFailOpen
-	// RuleAbandoned: no live consumer; the target binds no producer.
+	// RuleAbandoned: no live consumer (lag.StatusAbandoned): unlimited,
+	// signal ok, and never binding in CombineTopic.
 	RuleAbandoned
 	// RuleConsumerStopped: the consumer stopped with work waiting: stop.
 	RuleConsumerStopped
@@ -45,8 +46,9 @@ const (
 	RuleProbe
 	// RuleRelease: the rate went unused long enough: unlimited again.
 	RuleRelease
-	// RuleAvoidPartitions: only some partitions are late: producers avoid
-	// them.
+	// RuleAvoidPartitions: only some partitions are late and the rate is
+	// unlimited: producers avoid them. (A limited target keeps the rule
+	// that set its rate; the list travels with it.)
 	RuleAvoidPartitions
 )
 

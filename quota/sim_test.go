@@ -281,6 +281,9 @@ func runSim(tb testing.TB, cfg simConfig) *simResult {
 		if dec.Rate < cfg.policy.MinRate {
 			tb.Fatalf("t=%.2f: rate %v below the floor %v", t, dec.Rate, cfg.policy.MinRate)
 		}
+		if dec.Rule == RuleNone {
+			tb.Fatalf("t=%.2f: a decision without a rule: %s", t, dec.Reason)
+		}
 		for _, p := range cfg.producers {
 			if !p.active(t) {
 				continue
