@@ -159,9 +159,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		a.ttl.StreamEvery = cfg.TTL.StreamCheckInterval
 	}
 	rules := eng.Rules(cfg.Lag())
+	consumers := quotaserver.NewConsumers(quotaserver.ConsumersConfig{}, a.Registry)
 	for _, sc := range sources {
 		a.loops = append(a.loops, &daemon.Loop{Name: sc.name, Kind: sc.kind, Source: sc.src, Interval: cfg.Interval,
-			Rules: rules, Store: a.Store, Metrics: a.Metrics, Logger: log.With("cluster", sc.name),
+			Rules: rules, Store: a.Store, Metrics: a.Metrics, Logger: log.With("cluster", sc.name), Reports: consumers,
 			OnCycle: func(now time.Time, states []lag.State) {
 				eng.OnCycle(sc.name, now, states)
 				a.History.Record(now, states, eng.ClusterDecisions(sc.name))
@@ -169,7 +170,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 			}})
 	}
 	a.Handler = daemon.NewHandler(a.Store, a.Registry, nil)
-	quotaserver.New(a.Hub, eng, cfg.Quota.Auth, a.Registry).Register(a.Handler.Mux)
+	qs := quotaserver.New(a.Hub, eng, cfg.Quota.Auth, a.Registry)
+	qs.Register(a.Handler.Mux)
+	consumers.Register(a.Handler.Mux, qs)
 	(&history.API{Store: a.History, Log: a.Decisions}).Register(a.Handler.Mux, nil) // guarded as /v1/lag is
 	a.Handler.Mux.Handle("/", dashboard.Handler()) // the built-in dashboard; /metrics, /v1/... are more specific
 	ln, err := net.Listen("tcp", cfg.Listen)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,7 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -184,4 +187,63 @@ func TestLoopReadyAfterSuccess(t *testing.T) {
 	if st := store.States(); len(st) != 1 || st[0].Lag != 1 {
 		t.Fatalf("states %+v", st)
 	}
+}
+
+// TestLoopOverlaysConsumerReports: a consumer's report, received over the
+// quota protocol, reaches the target's partition in the store while it is
+// fresh, and leaves it once it is not.
+func TestLoopOverlaysConsumerReports(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		clk = t0
+	)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clk }
+	reg := prometheus.NewRegistry()
+	consumers := quotaserver.NewConsumers(quotaserver.ConsumersConfig{Fresh: 2 * time.Second, Now: now}, reg)
+	hub := quotaserver.NewHub()
+	defer hub.Close()
+	mux := http.NewServeMux()
+	consumers.Register(mux, quotaserver.New(hub, nil, quotaserver.Auth{}, reg))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	head := t0.Add(-700 * time.Millisecond)
+	body := fmt.Sprintf(`{"kind":"kafka","cluster":"c1","group":"g","topics":[{"topic":"t","partitions":[{"partition":0,"position":5,"headTimeMs":%d}]}]}`, head.UnixMilli())
+	resp, err := http.Post(srv.URL+quotaproto.PathConsumerReport, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("report: %d", resp.StatusCode)
+	}
+
+	store := NewStore(map[string]lag.Kind{"c1": lag.KindKafka})
+	l := &Loop{Name: "c1", Kind: lag.KindKafka, Source: &fakeSource{}, Interval: 10 * time.Millisecond, Store: store, Now: now, Reports: consumers}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	updates, unsub := store.Subscribe()
+	defer unsub()
+	// waitFor polls the store, one cycle at a time, until the reported
+	// value of partition 0 is want.
+	waitFor := func(want lag.Report) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case <-updates:
+				if st := store.States(); len(st) == 1 && len(st[0].Partitions) == 1 && st[0].Partitions[0].Reported == want {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("partition 0 never reported %+v: %+v", want, store.States())
+			}
+		}
+	}
+	waitFor(lag.Report{At: t0, Position: 5, HeadTime: time.UnixMilli(head.UnixMilli())})
+	mu.Lock()
+	clk = clk.Add(2*time.Second + time.Millisecond)
+	mu.Unlock()
+	waitFor(lag.Report{})
 }

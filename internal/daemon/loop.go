@@ -18,6 +18,15 @@ type Source interface {
 	Observe(ctx context.Context) ([]lag.Sample, error)
 }
 
+// Reports is what the daemon needs from the consumers' own reports
+// (quotaserver.Consumers implements it).
+type Reports interface {
+	// Overlay sets PartitionSample.Reported on the partitions of s that
+	// a consumer reported on recently enough as of now. Safe for
+	// concurrent use.
+	Overlay(s *lag.Sample, now time.Time)
+}
+
 // Loop observes one cluster every Interval and keeps its states in a Store.
 type Loop struct {
 	Name     string
@@ -38,6 +47,9 @@ type Loop struct {
 	OnCycle func(now time.Time, states []lag.State)
 	// Forget drops targets not seen for this long; default 5m.
 	Forget time.Duration
+	// Reports, when set, folds the consumers' own reports into every
+	// sample before the tracker sees it.
+	Reports Reports
 }
 
 // Run observes until ctx is done. It runs on the caller's goroutine and
@@ -94,6 +106,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		if err == nil || len(samples) > 0 {
 			status.LastSuccess, status.Observed = start, true
 			for _, s := range samples {
+				if l.Reports != nil {
+					l.Reports.Overlay(&s, at)
+				}
 				tracker.Observe(s, at)
 			}
 			for _, g := range tracker.Forget(at.Add(-forget)) {

@@ -16,6 +16,9 @@
 //	GET  /v1/leases/stream   server-sent events: one "leases" event with the
 //	                         LeaseSet at once and at every change
 //
+// Consumers have a call of their own, POST /v1/consumers/report
+// ([ConsumerReport]): where they really are, per partition.
+//
 // A producer identifies itself with ?producer= (watch, stream) or in the
 // body (report). When the daemon requires bearer tokens, a token may only
 // act for the producers it is configured for.

@@ -1,0 +1,297 @@
+package quotaserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+)
+
+// Defaults of [ConsumersConfig].
+const (
+	DefaultReportFresh = 3 * time.Second
+	DefaultReportKeep  = 5 * time.Minute
+	DefaultMaxReports  = 100_000
+)
+
+// ConsumersConfig configures [Consumers]. The zero value is usable.
+type ConsumersConfig struct {
+	// Fresh is how long after the daemon received it a report still
+	// speaks for its partition (see [Consumers.Overlay]); zero means
+	// DefaultReportFresh (3s: a dozen missed reports at the reporters'
+	// default 250ms period). After that the daemon falls back to what the
+	// broker shows.
+	Fresh time.Duration
+	// Keep is how long a report is remembered at all, for the
+	// lagbridge_consumer_report_age_seconds metric; zero means
+	// DefaultReportKeep (5m). At least Fresh.
+	Keep time.Duration
+	// MaxReports caps the partitions remembered; zero means
+	// DefaultMaxReports. When full, reports older than Fresh are dropped,
+	// and if that frees nothing new partitions are refused (503) while
+	// the ones already known keep being updated.
+	MaxReports int
+	// Now is the receive clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Consumers serves POST /v1/consumers/report and keeps, per target and
+// partition, the newest report received: the consumers' own account of
+// where they are, which the observation loops fold into their samples.
+// Safe for concurrent use.
+type Consumers struct {
+	srv   *Server
+	fresh time.Duration
+	keep  time.Duration
+	max   int
+	now   func() time.Time
+
+	mu      sync.Mutex
+	reports map[reportKey]lag.Report
+	swept   time.Time // last sweep of reports older than keep
+
+	total   *prometheus.CounterVec
+	ageDesc *prometheus.Desc
+}
+
+// reportKey names one partition of one target; Cluster is "" for reports
+// that named no cluster (they apply to every cluster of their kind).
+type reportKey struct {
+	target    lag.Target
+	partition int32
+}
+
+// NewConsumers returns an empty report store; [Consumers.Register] serves
+// its endpoint. reg receives lagbridge_consumer_reports_total{code} and
+// lagbridge_consumer_report_age_seconds{cluster,topic,group}.
+func NewConsumers(cfg ConsumersConfig, reg prometheus.Registerer) *Consumers {
+	c := &Consumers{fresh: cfg.Fresh, keep: cfg.Keep, max: cfg.MaxReports, now: cfg.Now,
+		reports: make(map[reportKey]lag.Report)}
+	if c.fresh <= 0 {
+		c.fresh = DefaultReportFresh
+	}
+	if c.keep <= 0 {
+		c.keep = DefaultReportKeep
+	}
+	c.keep = max(c.keep, c.fresh)
+	if c.max <= 0 {
+		c.max = DefaultMaxReports
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	c.total = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lagbridge_consumer_reports_total",
+		Help: "Consumer reports (POST " + quotaproto.PathConsumerReport + ") by HTTP status code; 204 is accepted.",
+	}, []string{"code"})
+	c.ageDesc = prometheus.NewDesc("lagbridge_consumer_report_age_seconds",
+		"Seconds since the daemon received the newest consumer report about a target (any partition); absent when none in the last 5 minutes.",
+		[]string{"cluster", "topic", "group"}, nil)
+	reg.MustRegister(c.total, c)
+	return c
+}
+
+// Register adds POST /v1/consumers/report to mux, authenticated by s: with
+// tokens configured, a request needs a known bearer token that lists the
+// report's group (or "*"). Call it once, before serving.
+func (c *Consumers) Register(mux *http.ServeMux, s *Server) {
+	c.srv = s
+	mux.HandleFunc("POST "+quotaproto.PathConsumerReport, c.report)
+}
+
+// statusWriter remembers the status code written through it.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (c *Consumers) report(rw http.ResponseWriter, r *http.Request) {
+	const ep = "consumer-report"
+	w := &statusWriter{ResponseWriter: rw}
+	defer func() {
+		if w.code == 0 {
+			w.code = http.StatusOK
+		}
+		c.total.WithLabelValues(strconv.Itoa(w.code)).Inc()
+	}()
+	var rep quotaproto.ConsumerReport
+	perms, ok := c.srv.readJSON(w, r, ep, &rep)
+	if !ok {
+		return
+	}
+	if err := rep.Validate(); err != nil {
+		c.srv.fail(w, ep, http.StatusBadRequest, "%s", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return
+	}
+	// A consumer report speaks for a group: the token must list it.
+	if !c.srv.permits(w, ep, perms, rep.Group) {
+		return
+	}
+	if n := c.put(rep, c.now()); n > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(c.fresh.Seconds()+1)))
+		c.srv.fail(w, ep, http.StatusServiceUnavailable, "the report store is full: %d new partitions refused", n)
+		return
+	}
+	c.srv.requests.WithLabelValues(ep, "204").Inc()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// readJSON does what every JSON body of the protocol needs, cheapest check
+// first: it refuses an oversized (413) or non-JSON (415) request, checks the
+// bearer token before reading the body (401), reads at most
+// quotaproto.MaxBodyBytes within bodyTimeout, and decodes it into v
+// refusing unknown fields and trailing data (400). It returns the
+// producers (or groups) the token may act for, and false after writing the
+// error.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, ep string, v any) (map[string]bool, bool) {
+	if r.ContentLength > quotaproto.MaxBodyBytes {
+		s.fail(w, ep, http.StatusRequestEntityTooLarge, "body of %d bytes exceeds %d", r.ContentLength, quotaproto.MaxBodyBytes)
+		return nil, false
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		s.fail(w, ep, http.StatusUnsupportedMediaType, "content type %q: send application/json", ct)
+		return nil, false
+	}
+	perms, ok := s.authenticate(w, r, ep)
+	if !ok {
+		return nil, false
+	}
+	// The server's ReadHeaderTimeout ends once the headers are in: a
+	// client that trickles its body gets bodyTimeout, not a connection
+	// and a goroutine for as long as it likes.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.bodyTimeout))
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, quotaproto.MaxBodyBytes)); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.fail(w, ep, http.StatusRequestEntityTooLarge, "body exceeds %d bytes", quotaproto.MaxBodyBytes)
+			return nil, false
+		}
+		s.fail(w, ep, http.StatusBadRequest, "read body: %v", err)
+		return nil, false
+	}
+	dec := json.NewDecoder(&buf)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		s.fail(w, ep, http.StatusBadRequest, "malformed body: %v", err)
+		return nil, false
+	}
+	if dec.More() {
+		s.fail(w, ep, http.StatusBadRequest, "malformed body: trailing data after the JSON object")
+		return nil, false
+	}
+	return perms, true
+}
+
+// put stores rep's partitions as received at now, newest wins. It returns
+// how many partitions it refused because the store is full.
+func (c *Consumers) put(rep quotaproto.ConsumerReport, now time.Time) (refused int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now.Sub(c.swept) >= c.fresh {
+		c.sweep(now.Add(-c.keep))
+		c.swept = now
+	}
+	full := false
+	for _, t := range rep.Topics {
+		target := lag.Target{Kind: lag.Kind(rep.Kind), Cluster: rep.Cluster, Topic: t.Topic, Group: rep.Group}
+		for _, p := range t.Partitions {
+			k := reportKey{target, p.Partition}
+			if _, known := c.reports[k]; !known && len(c.reports) >= c.max {
+				if !full {
+					// Make room once: what is no longer fresh only feeds
+					// the age metric.
+					c.sweep(now.Add(-c.fresh))
+					full = len(c.reports) >= c.max
+				}
+				if full {
+					refused++
+					continue
+				}
+			}
+			c.reports[k] = lag.Report{At: now, Position: p.Position, HeadTime: p.HeadTime()}
+		}
+	}
+	return refused
+}
+
+// sweep drops the reports received before cutoff. c.mu is held.
+func (c *Consumers) sweep(cutoff time.Time) {
+	for k, r := range c.reports {
+		if r.At.Before(cutoff) {
+			delete(c.reports, k)
+		}
+	}
+}
+
+// Overlay sets Reported on the partitions of s for which a report received
+// at most Fresh before now exists: the report naming s's cluster, or one
+// naming no cluster, whichever the daemon received last. Other partitions'
+// Reported is cleared. now is the daemon's clock, as at receive time.
+func (c *Consumers) Overlay(s *lag.Sample, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.reports) == 0 {
+		for i := range s.Partitions {
+			s.Partitions[i].Reported = lag.Report{}
+		}
+		return
+	}
+	exact, anyCluster := s.Target, s.Target
+	anyCluster.Cluster = ""
+	oldest := now.Add(-c.fresh)
+	for i := range s.Partitions {
+		p := &s.Partitions[i]
+		var best lag.Report
+		for _, t := range [...]lag.Target{exact, anyCluster} {
+			r, ok := c.reports[reportKey{t, p.Partition}]
+			if ok && !r.At.Before(oldest) && !r.At.After(now) && r.At.After(best.At) {
+				best = r
+			}
+		}
+		p.Reported = best
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Consumers) Describe(ch chan<- *prometheus.Desc) { ch <- c.ageDesc }
+
+// Collect implements prometheus.Collector: per target, the age of its
+// newest report.
+func (c *Consumers) Collect(ch chan<- prometheus.Metric) {
+	now := c.now()
+	c.mu.Lock()
+	// Keyed by the labels: a Kafka and a NATS target of the same names
+	// are one series.
+	newest := make(map[[3]string]time.Time)
+	cutoff := now.Add(-c.keep)
+	for k, r := range c.reports {
+		lv := [3]string{k.target.Cluster, k.target.Topic, k.target.Group}
+		if r.At.After(newest[lv]) && !r.At.Before(cutoff) {
+			newest[lv] = r.At
+		}
+	}
+	c.mu.Unlock()
+	for lv, at := range newest {
+		ch <- prometheus.MustNewConstMetric(c.ageDesc, prometheus.GaugeValue, max(0, now.Sub(at).Seconds()), lv[0], lv[1], lv[2])
+	}
+}

@@ -1,0 +1,308 @@
+package quotaserver
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+)
+
+// fakeClock is a settable receive clock.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+var ct0 = time.Date(2026, 12, 1, 4, 0, 0, 0, time.UTC)
+
+// newConsumersServer serves the quota protocol and the consumer reports
+// on one mux, with the receive clock clk.
+func newConsumersServer(tb testing.TB, auth Auth, cfg ConsumersConfig) (*httptest.Server, *Consumers, *prometheus.Registry) {
+	tb.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	hub := NewHub()
+	s := New(hub, &echoEngine{hub: hub}, auth, reg)
+	c := NewConsumers(cfg, reg)
+	mux := http.NewServeMux()
+	s.Register(mux)
+	c.Register(mux, s)
+	ts := httptest.NewServer(mux)
+	tb.Cleanup(func() { hub.Close(); ts.Close() })
+	return ts, c, reg
+}
+
+// consumerReport is a report body of group on topic "orders" of cluster
+// "main"; parts are "partition:position:headTimeMs" or
+// "partition:position:idle".
+func consumerReport(group string, parts ...string) string {
+	var ps []string
+	for _, p := range parts {
+		f := strings.Split(p, ":")
+		if f[2] == "idle" {
+			ps = append(ps, fmt.Sprintf(`{"partition":%s,"position":%s,"idle":true}`, f[0], f[1]))
+		} else {
+			ps = append(ps, fmt.Sprintf(`{"partition":%s,"position":%s,"headTimeMs":%s}`, f[0], f[1], f[2]))
+		}
+	}
+	return fmt.Sprintf(`{"kind":"kafka","cluster":"main","group":%q,"topics":[{"topic":"orders","partitions":[%s]}]}`,
+		group, strings.Join(ps, ","))
+}
+
+// TestConsumerReportRequests: every malformed or unauthorised report gets
+// the 4xx that says what is wrong, and nothing of it is stored; a good one
+// is stored.
+func TestConsumerReportRequests(t *testing.T) {
+	auth := Auth{Tokens: []Token{
+		{Token: "token-of-billing-01", Producers: []string{"billing"}},
+		{Token: "token-of-everyone-01", Producers: []string{"*"}},
+	}}
+	ts, c, reg := newConsumersServer(t, auth, ConsumersConfig{})
+	const path = quotaproto.PathConsumerReport
+	good := consumerReport("billing", "0:10:1764560000000")
+	cases := []struct {
+		name, method, token, ctype, body string
+		code                             int
+		msg                              string
+	}{
+		{"no token", "POST", "", "", good, 401, "bearer token is required"},
+		// Refused before the body is read.
+		{"no token, bad body", "POST", "", "", `{"junk":1}`, 401, "bearer"},
+		{"unknown token", "POST", "guess-guess-guess-1", "", good, 401, "unknown token"},
+		// A token speaks for the groups it lists only.
+		{"other group", "POST", "token-of-billing-01", "", consumerReport("shipping", "0:1:idle"), 403, "shipping"},
+		{"not json", "POST", "token-of-billing-01", "", "{", 400, "malformed"},
+		{"unknown field", "POST", "token-of-billing-01", "", strings.Replace(good, `"kind"`, `"knd"`, 1), 400, "unknown field"},
+		{"trailing data", "POST", "token-of-billing-01", "", good + "{}", 400, "trailing"},
+		{"invalid", "POST", "token-of-billing-01", "", consumerReport("billing", "0:-1:idle", "0:3:idle"), 400, "position -1"},
+		{"wrong type", "POST", "token-of-billing-01", "", strings.Replace(good, `"position":10`, `"position":"10"`, 1), 400, "malformed"},
+		{"text body", "POST", "token-of-billing-01", "text/plain", good, 415, "application/json"},
+		{"oversized", "POST", "token-of-billing-01", "", `{"x":"` + strings.Repeat("x", quotaproto.MaxBodyBytes) + `"}`, 413, "exceeds"},
+		{"wrong method", "GET", "token-of-billing-01", "", "", 405, ""},
+		{"own group", "POST", "token-of-billing-01", "", good, 204, ""},
+		{"wildcard token", "POST", "token-of-everyone-01", "", consumerReport("shipping", "0:1:idle"), 204, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, ts.URL+path, strings.NewReader(tc.body))
+			if tc.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			if tc.ctype != "" {
+				req.Header.Set("Content-Type", tc.ctype)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			body := string(b)
+			if resp.StatusCode != tc.code || !strings.Contains(body, tc.msg) {
+				t.Fatalf("%d %s, want %d containing %q", resp.StatusCode, body, tc.code, tc.msg)
+			}
+		})
+	}
+	// Only the two accepted reports were stored.
+	c.mu.Lock()
+	n := len(c.reports)
+	c.mu.Unlock()
+	if n != 2 {
+		t.Errorf("%d partitions stored, want 2", n)
+	}
+	for code, want := range map[string]float64{"401": 3, "403": 1, "400": 5, "415": 1, "413": 1, "204": 2} {
+		if got := testutil.ToFloat64(c.total.WithLabelValues(code)); got != want {
+			t.Errorf("lagbridge_consumer_reports_total{code=%q} = %v, want %v", code, got, want)
+		}
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// post sends body to the consumer report endpoint without a token and
+// returns the status code.
+func post(tb testing.TB, ts *httptest.Server, body string) int {
+	tb.Helper()
+	code, _ := do(tb, "POST", ts.URL+quotaproto.PathConsumerReport, "", body)
+	return code
+}
+
+func sampleOf(cluster string, parts ...int32) lag.Sample {
+	s := lag.Sample{Target: lag.Target{Kind: lag.KindKafka, Cluster: cluster, Topic: "orders", Group: "billing"}}
+	for _, p := range parts {
+		s.Partitions = append(s.Partitions, lag.PartitionSample{Partition: p})
+	}
+	return s
+}
+
+// TestConsumerReportOverlay: the newest fresh report of a partition is
+// what the sample carries, stamped with the daemon's receive time; a report
+// that is no longer fresh is not.
+func TestConsumerReportOverlay(t *testing.T) {
+	clk := &fakeClock{t: ct0}
+	ts, c, _ := newConsumersServer(t, Auth{}, ConsumersConfig{Fresh: 2 * time.Second, Now: clk.Now})
+	head := ct0.Add(-1500 * time.Millisecond).UnixMilli()
+	if code := post(t, ts, consumerReport("billing", fmt.Sprintf("0:100:%d", head), "1:50:idle")); code != 204 {
+		t.Fatalf("report: %d", code)
+	}
+	clk.Add(500 * time.Millisecond)
+	// A second member reports partition 1 later: newest wins.
+	if code := post(t, ts, consumerReport("billing", "1:60:idle")); code != 204 {
+		t.Fatalf("report: %d", code)
+	}
+	type want struct {
+		at       time.Time
+		position int64
+		head     time.Time
+	}
+	check := func(t *testing.T, s lag.Sample, wants map[int32]want) {
+		t.Helper()
+		for _, p := range s.Partitions {
+			w := wants[p.Partition]
+			r := p.Reported
+			if !r.At.Equal(w.at) || r.Position != w.position || !r.HeadTime.Equal(w.head) {
+				t.Errorf("partition %d: reported %+v, want %+v", p.Partition, r, w)
+			}
+		}
+	}
+	cases := []struct {
+		name   string
+		sample lag.Sample
+		now    time.Time
+		wants  map[int32]want
+	}{
+		{"both fresh", sampleOf("main", 0, 1, 2), ct0.Add(time.Second), map[int32]want{
+			0: {ct0, 100, time.UnixMilli(head)},
+			1: {ct0.Add(500 * time.Millisecond), 60, time.Time{}},
+			// Partition 2 was never reported on.
+		}},
+		// Exactly Fresh old is still fresh.
+		{"first at the edge", sampleOf("main", 0), ct0.Add(2 * time.Second), map[int32]want{0: {ct0, 100, time.UnixMilli(head)}}},
+		{"first too old", sampleOf("main", 0, 1), ct0.Add(2*time.Second + time.Millisecond), map[int32]want{
+			1: {ct0.Add(500 * time.Millisecond), 60, time.Time{}},
+		}},
+		// Reports name cluster "main"; another cluster's sample of the
+		// same group and topic gets nothing.
+		{"other cluster", sampleOf("other", 0, 1), ct0.Add(time.Second), nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c.Overlay(&tc.sample, tc.now)
+			check(t, tc.sample, tc.wants)
+		})
+	}
+	// A report without a cluster applies to every cluster of its kind,
+	// unless one naming the cluster is newer.
+	clk.Add(500 * time.Millisecond) // ct0+1s
+	if code := post(t, ts, strings.Replace(consumerReport("billing", "0:200:idle"), `"cluster":"main",`, "", 1)); code != 204 {
+		t.Fatalf("report: %d", code)
+	}
+	s := sampleOf("other", 0)
+	c.Overlay(&s, ct0.Add(time.Second))
+	check(t, s, map[int32]want{0: {ct0.Add(time.Second), 200, time.Time{}}})
+	s = sampleOf("main", 0)
+	c.Overlay(&s, ct0.Add(time.Second))
+	check(t, s, map[int32]want{0: {ct0.Add(time.Second), 200, time.Time{}}})
+	clk.Add(100 * time.Millisecond)
+	if code := post(t, ts, consumerReport("billing", "0:210:idle")); code != 204 {
+		t.Fatalf("report: %d", code)
+	}
+	s = sampleOf("main", 0)
+	c.Overlay(&s, ct0.Add(1100*time.Millisecond))
+	check(t, s, map[int32]want{0: {ct0.Add(1100 * time.Millisecond), 210, time.Time{}}})
+}
+
+// TestConsumerReportStoreCap: a full store refuses new partitions (503)
+// but keeps updating the ones it knows, and makes room by dropping reports
+// that are no longer fresh.
+func TestConsumerReportStoreCap(t *testing.T) {
+	clk := &fakeClock{t: ct0}
+	ts, c, _ := newConsumersServer(t, Auth{}, ConsumersConfig{Fresh: time.Second, MaxReports: 2, Now: clk.Now})
+	if code := post(t, ts, consumerReport("billing", "0:1:idle", "1:1:idle")); code != 204 {
+		t.Fatalf("report: %d", code)
+	}
+	code, body := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", consumerReport("billing", "1:2:idle", "2:1:idle"))
+	if code != 503 || !strings.Contains(body, "1 new partitions refused") {
+		t.Fatalf("%d %s, want 503 refusing 1 partition", code, body)
+	}
+	s := sampleOf("main", 1, 2)
+	c.Overlay(&s, clk.Now())
+	if s.Partitions[0].Reported.Position != 2 || !s.Partitions[1].Reported.IsZero() {
+		t.Fatalf("known partition not updated or new one stored: %+v", s.Partitions)
+	}
+	clk.Add(1500 * time.Millisecond)
+	// Partition 0 is no longer fresh: it makes room for partition 2.
+	if code := post(t, ts, consumerReport("billing", "1:3:idle", "2:1:idle")); code != 204 {
+		t.Fatalf("report after the first went stale: %d", code)
+	}
+}
+
+// TestConsumerReportAgeMetric pins the age metric's exposition: the age of
+// the newest report per target, gone once reports are older than Keep.
+func TestConsumerReportAgeMetric(t *testing.T) {
+	clk := &fakeClock{t: ct0}
+	ts, _, reg := newConsumersServer(t, Auth{}, ConsumersConfig{Fresh: time.Second, Keep: 10 * time.Second, Now: clk.Now})
+	post(t, ts, consumerReport("billing", "0:1:idle"))
+	clk.Add(2 * time.Second)
+	post(t, ts, consumerReport("billing", "1:1:idle"))
+	post(t, ts, consumerReport("shipping", "0:1:idle"))
+	clk.Add(1500 * time.Millisecond)
+	want := `
+# HELP lagbridge_consumer_report_age_seconds Seconds since the daemon received the newest consumer report about a target (any partition); absent when none in the last 5 minutes.
+# TYPE lagbridge_consumer_report_age_seconds gauge
+lagbridge_consumer_report_age_seconds{cluster="main",group="billing",topic="orders"} 1.5
+lagbridge_consumer_report_age_seconds{cluster="main",group="shipping",topic="orders"} 1.5
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lagbridge_consumer_report_age_seconds"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(9 * time.Second)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(""), "lagbridge_consumer_report_age_seconds"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FuzzConsumerReport: whatever the body, the endpoint answers 204, 400 or
+// 413 and never panics.
+func FuzzConsumerReport(f *testing.F) {
+	f.Add(consumerReport("billing", "0:10:1764560000000", "1:3:idle"))
+	f.Add(`{"kind":"nats","group":"g","topics":[{"topic":"S","partitions":[{"partition":0,"position":9223372036854775807,"headTimeMs":1}]}]}`)
+	f.Add(`{"kind":"kafka","group":"g","topics":[{"topic":"t","partitions":[{"partition":2147483648}]}]}`)
+	f.Add(`[]`)
+	f.Add(`null`)
+	c := NewConsumers(ConsumersConfig{}, prometheus.NewRegistry())
+	hub := NewHub()
+	defer hub.Close()
+	s := New(hub, &echoEngine{hub: hub}, Auth{}, prometheus.NewRegistry())
+	mux := http.NewServeMux()
+	c.Register(mux, s)
+	f.Fuzz(func(t *testing.T, body string) {
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest("POST", quotaproto.PathConsumerReport, strings.NewReader(body))
+		mux.ServeHTTP(w, req)
+		switch w.Code {
+		case 204, 400, 413:
+		default:
+			t.Fatalf("body %q: status %d %s", body, w.Code, w.Body)
+		}
+		ls := sampleOf("main", 0, 1, 2)
+		c.Overlay(&ls, time.Now())
+	})
+}
