@@ -50,10 +50,10 @@ type App struct {
 	// decision log (/v1/history, /v1/events).
 	History   *history.Store
 	Decisions *history.Log
-	ttl      *enforce.Runner
-	loops    []*daemon.Loop
-	closers  []func()
-	ln       net.Listener
+	ttl       *enforce.Runner
+	loops     []*daemon.Loop
+	closers   []func()
+	ln        net.Listener
 }
 
 // New builds the daemon from cfg (which must be valid) and connects to every
@@ -174,7 +174,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	qs.Register(a.Handler.Mux)
 	consumers.Register(a.Handler.Mux, qs)
 	(&history.API{Store: a.History, Log: a.Decisions}).Register(a.Handler.Mux, nil) // guarded as /v1/lag is
-	a.Handler.Mux.Handle("/", dashboard.Handler()) // the built-in dashboard; /metrics, /v1/... are more specific
+	a.Handler.Mux.Handle("/", dashboard.Handler())                                  // the built-in dashboard; /metrics, /v1/... are more specific
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		a.Close()
