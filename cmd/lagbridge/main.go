@@ -6,6 +6,8 @@
 //	lagbridge check --config FILE   validate a config, report every problem, exit 1 if any
 //	lagbridge demo [--duration 20s] embedded brokers, a synthetic workload, the daemon
 //	lagbridge bench [--short]       overload benchmark, naive vs lagbridge (internal/bench)
+//	lagbridge status                a running daemon's targets, signals and grants
+//	lagbridge why --producer ID     the decisions that cut or released a producer
 //	lagbridge version               print the version
 //
 // Every flag is also settable in the file and as LAGBRIDGE_<FLAG>.
@@ -20,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,6 +31,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/app"
 	"github.com/lagbridge/lagbridge/internal/bench"
 	"github.com/lagbridge/lagbridge/internal/config"
+	"github.com/lagbridge/lagbridge/internal/console"
 	"github.com/lagbridge/lagbridge/internal/demo"
 )
 
@@ -38,6 +42,8 @@ Usage:
   lagbridge check --config FILE   validate a config and report every problem
   lagbridge demo [flags]          embedded Kafka and NATS, a synthetic workload, the daemon
   lagbridge bench [flags]         overload benchmark: naive producers vs lagbridge, side by side
+  lagbridge status [flags]        a running daemon's targets, signals and grants
+  lagbridge why --producer ID     the decisions that cut or released a producer, in words
   lagbridge version               print the version
 
 Run 'lagbridge COMMAND --help' for a command's flags.
@@ -63,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDemo(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return bench.Command(ctx, args[1:], stdout, stderr)
+	case "status", "why":
+		return cmdConsole(ctx, args[0], args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "lagbridge", app.Version)
 		return 0
@@ -173,4 +181,43 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// cmdConsole runs status or why against a running daemon's API. The
+// address and token also come from LAGBRIDGE_URL and LAGBRIDGE_TOKEN.
+func cmdConsole(ctx context.Context, name string, args []string, stdout, stderr io.Writer) int {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	addr := fs.String("url", envOr("LAGBRIDGE_URL", "http://127.0.0.1:9464"), "the daemon's HTTP address (env LAGBRIDGE_URL)")
+	token := fs.String("token", os.Getenv("LAGBRIDGE_TOKEN"), "bearer token for the daemon's API (env LAGBRIDGE_TOKEN)")
+	var producer *string
+	var since *time.Duration
+	if name == "why" {
+		producer = fs.String("producer", "", "the producer id (required)")
+		since = fs.Duration("since", 10*time.Minute, "how far back; 0: everything the daemon holds")
+	}
+	if code, ok := parse(fs, args, stderr); !ok {
+		return code
+	}
+	c := &console.Client{BaseURL: *addr, Token: *token}
+	if !strings.Contains(c.BaseURL, "://") {
+		c.BaseURL = "http://" + c.BaseURL
+	}
+	var err error
+	if name == "status" {
+		err = console.Status(ctx, c, stdout)
+	} else {
+		err = console.Why(ctx, c, stdout, *producer, *since)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "lagbridge %s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }

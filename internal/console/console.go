@@ -1,0 +1,285 @@
+// Package console is the terminal view of a running daemon, for people on
+// a shell: `lagbridge status` (targets, signals and grants, like a compact
+// dashboard) and `lagbridge why` (the decision log of one producer, in
+// words). Both speak the daemon's HTTP API (/v1/lag, /v1/quotas,
+// /v1/events) with the token the daemon asks for.
+//
+// It starts no goroutine.
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/lagbridge/lagbridge/internal/daemon"
+	"github.com/lagbridge/lagbridge/internal/history"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// ErrUnauthorized is returned (wrapped) when the daemon refuses the token,
+// or wants one and got none.
+var ErrUnauthorized = errors.New("the daemon refused the request: give a token with --token or LAGBRIDGE_TOKEN")
+
+// Client reads a daemon's API. The zero HTTP means a client with a 10 s
+// timeout. Safe for concurrent use.
+type Client struct {
+	// BaseURL is the daemon's address, such as http://127.0.0.1:9464.
+	BaseURL string
+	// Token, when set, is sent as a bearer token.
+	Token string
+	HTTP  *http.Client
+}
+
+// HTTPStatusError is a non-2xx answer other than 401 and 403.
+type HTTPStatusError struct {
+	Path    string
+	Code    int
+	Message string
+}
+
+func (e *HTTPStatusError) Error() string {
+	return fmt.Sprintf("%s: HTTP %d: %s", e.Path, e.Code, e.Message)
+}
+
+// get decodes the JSON answer of GET path into v.
+func (c *Client) get(ctx context.Context, path string, v any) error {
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: 10 * time.Second}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.BaseURL, "/")+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		return fmt.Errorf("%s: HTTP %d: %w", path, resp.StatusCode, ErrUnauthorized)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error any `json:"error"`
+		}
+		msg := strings.TrimSpace(string(body))
+		if json.Unmarshal(body, &e) == nil && e.Error != nil {
+			msg = fmt.Sprint(e.Error)
+		}
+		return &HTTPStatusError{Path: path, Code: resp.StatusCode, Message: msg}
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("%s: the answer is not what a lagbridge daemon sends: %w", path, err)
+	}
+	return nil
+}
+
+// quotas is the body of /v1/quotas.
+type quotas struct {
+	Targets   []quota.Decision      `json:"targets"`
+	Producers []quotaproto.LeaseSet `json:"producers"`
+}
+
+// Status writes a compact view of the daemon: its clusters, every target
+// with status, lag, head age, rates, allowed rate and signal, and every
+// producer's grants. Without access to /v1/quotas (an admin token) it
+// says so and shows the rest.
+func Status(ctx context.Context, c *Client, w io.Writer) error {
+	var lagResp daemon.LagResponse
+	if err := c.get(ctx, "/v1/lag?partitions=false", &lagResp); err != nil {
+		return err
+	}
+	var q quotas
+	qerr := c.get(ctx, "/v1/quotas", &q)
+	var status *HTTPStatusError
+	switch {
+	case qerr == nil:
+	case errors.Is(qerr, ErrUnauthorized):
+		qerr = errors.New("quotas: not shown, /v1/quotas needs an admin token (--token)")
+	case errors.As(qerr, &status) && status.Code == http.StatusNotFound:
+		qerr = errors.New("quotas: this daemon has no quota engine")
+	}
+	decisions := map[string]quota.Decision{}
+	for _, d := range q.Targets {
+		decisions[d.Target.String()] = d
+	}
+	fmt.Fprintf(w, "lagbridge at %s, %s\n\n", c.BaseURL, lagResp.GeneratedAt.Local().Format("15:04:05"))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER\tKIND\tTARGETS\tLAST DATA\tERROR")
+	for _, cl := range lagResp.Clusters {
+		last := "never"
+		if cl.Observed {
+			last = ago(lagResp.GeneratedAt.Sub(cl.LastSuccess))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", cl.Name, cl.Kind, cl.Targets, last, orDash(cl.Err))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TARGET\tSTATUS\tLAG\tHEAD AGE\tPRODUCE\tCONSUME\tALLOWED\tSIGNAL\tRULE")
+	for _, t := range lagResp.Targets {
+		head := "unknown"
+		if t.HeadAgeKnown {
+			head = secs(t.HeadAgeSeconds)
+		}
+		produce, consume := "-", "-"
+		if t.RatesKnown {
+			produce, consume = rate(t.ProduceRate), rate(t.ConsumeRate)
+		}
+		allowed, signal, rule := "no quota", "-", "-"
+		if d, ok := decisions[t.Target.String()]; ok {
+			allowed, signal, rule = rate(d.Rate), d.Signal.String(), d.Rule.String()
+		}
+		st := string(t.Status)
+		if t.UncommittedPartitions > 0 {
+			st += fmt.Sprintf(" (%d without commit)", t.UncommittedPartitions)
+		}
+		fmt.Fprintf(tw, "%s/%s/%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Cluster, t.Topic, t.Group, st, t.Lag, head,
+			produce, consume, allowed, signal, rule)
+	}
+	if len(lagResp.Targets) == 0 {
+		fmt.Fprintln(tw, "(no target observed yet)")
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	if qerr != nil {
+		fmt.Fprintln(w, qerr)
+		return nil
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PRODUCER\tTOPIC\tGRANT\tSIGNAL\tRETRY AFTER\tAVOID\tMODE")
+	rows := 0
+	for _, set := range q.Producers {
+		for _, l := range set.Leases {
+			r := "unlimited"
+			if l.Rate != nil {
+				r = rate(*l.Rate)
+			}
+			retry, avoid, mode := "-", "-", "enforce"
+			if l.RetryAfterMs > 0 {
+				retry = secs(float64(l.RetryAfterMs) / 1000)
+			}
+			if len(l.AvoidPartitions) > 0 {
+				avoid = strings.Trim(fmt.Sprint(l.AvoidPartitions), "[]")
+			}
+			if l.Advisory {
+				mode = "advise"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", set.Producer, l.Topic, r, l.Signal, retry, avoid, mode)
+			rows++
+		}
+	}
+	if rows == 0 {
+		fmt.Fprintln(tw, "(no producer has reported)")
+	}
+	return tw.Flush()
+}
+
+// Why writes the decisions that affected producer in the last since
+// (0: everything the daemon holds): every cut and release of its grants
+// and every signal change of its topics, each with its time, rule and
+// inputs, oldest first. Over the API it is /v1/events?producer=...&since=...
+func Why(ctx context.Context, c *Client, w io.Writer, producer string, since time.Duration) error {
+	if producer == "" {
+		return errors.New("a producer id is required (--producer)")
+	}
+	v := url.Values{"producer": {producer}}
+	if since > 0 {
+		v.Set("since", since.String())
+	}
+	var resp history.EventsResponse
+	if err := c.get(ctx, "/v1/events?"+v.Encode(), &resp); err != nil {
+		return err
+	}
+	from := resp.GeneratedAt.Add(-since)
+	if since == 0 || from.Before(resp.StartedAt) {
+		from = resp.StartedAt
+	}
+	fmt.Fprintf(w, "decisions for producer %s since %s (%d)\n", producer, from.Local().Format("15:04:05"), len(resp.Events))
+	if since > 0 && resp.GeneratedAt.Add(-since).Before(resp.StartedAt) {
+		fmt.Fprintf(w, "note: the daemon started at %s; it knows nothing older\n", resp.StartedAt.Local().Format("15:04:05"))
+	}
+	if resp.Dropped > 0 {
+		fmt.Fprintf(w, "note: the log dropped its %d oldest events (history.events)\n", resp.Dropped)
+	}
+	for _, e := range resp.Events {
+		fmt.Fprintln(w, Line(e))
+	}
+	if len(resp.Events) == 0 {
+		fmt.Fprintf(w, "no decision cut, released or signalled %s in that time\n", producer)
+	}
+	return nil
+}
+
+// Line is one event in words:
+//
+//	04:12:04.120 cut     kafka/demo-kafka/orders  1000/s -> 0/s, slow-down  rule drain: lag 3400, head age 3.40s, capacity 400/s, predicted wait 8.50s, budget 2s
+func Line(e history.Event) string {
+	var what string
+	switch e.Kind {
+	case history.KindSignal:
+		what = fmt.Sprintf("signal %s -> %s, allowed %s", e.PrevSignal, e.Signal, rate(e.Rate))
+	default:
+		what = fmt.Sprintf("%s -> %s, %s", rate(e.PrevRate), rate(e.Rate), e.Signal)
+	}
+	in := e.Inputs
+	capacity := rate(in.Capacity)
+	if !in.CapacityKnown {
+		capacity = "at least " + capacity
+	}
+	wait := secs(in.WaitSeconds)
+	if in.WaitSeconds < 0 {
+		wait = "never drains"
+	}
+	return fmt.Sprintf("%s %-7s %s  %s  rule %s: lag %d, head age %s, capacity %s, predicted wait %s, budget %s",
+		e.At.Local().Format("15:04:05.000"), e.Kind, e.Topic, what, e.Rule, in.Lag, secs(in.HeadAgeSeconds), capacity, wait,
+		secs(in.BudgetSeconds))
+}
+
+// rate is msg/s for humans: "unlimited", "1000/s", "12.5/s".
+func rate(r float64) string {
+	if math.IsInf(r, 1) {
+		return "unlimited"
+	}
+	return strconv.FormatFloat(math.Round(r*10)/10, 'f', -1, 64) + "/s"
+}
+
+// secs is a duration in seconds for humans: "850ms", "3.40s", "2m05s".
+func secs(s float64) string {
+	switch {
+	case s < 1:
+		return strconv.Itoa(int(math.Round(s*1000))) + "ms"
+	case s < 60:
+		return strconv.FormatFloat(s, 'f', 2, 64) + "s"
+	}
+	return fmt.Sprintf("%dm%02ds", int(s)/60, int(s)%60)
+}
+
+func ago(d time.Duration) string { return secs(max(0, d.Seconds())) + " ago" }
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

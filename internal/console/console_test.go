@@ -1,0 +1,118 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lagbridge/lagbridge/internal/daemon"
+	"github.com/lagbridge/lagbridge/internal/history"
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// server is a daemon's API (the real handlers) with one target, one cut
+// of producer p, and every path behind a bearer token.
+func server(tb testing.TB, token string) string {
+	tb.Helper()
+	now := time.Now()
+	tg := lag.Target{Kind: lag.KindKafka, Cluster: "c", Topic: "orders", Group: "billing"}
+	store := daemon.NewStore(map[string]lag.Kind{"c": lag.KindKafka})
+	store.Update(daemon.ClusterStatus{Name: "c", Kind: lag.KindKafka, Observed: true, LastSuccess: now},
+		[]lag.State{{Target: tg, Status: lag.StatusLagging, Lag: 3400, HeadAge: 3400 * time.Millisecond, HeadAgeKnown: true, At: now, Uncommitted: 2}})
+	h := daemon.NewHandler(store, prometheus.NewRegistry(), nil)
+	log := history.NewLog(history.Config{}, slog.New(slog.DiscardHandler), nil)
+	topic := quota.TopicOf(tg)
+	d := quota.Decision{Target: tg, Policy: "orders", Rule: quota.RuleDrain, Signal: quota.SignalSlowDown, Rate: 0, Lag: 3400,
+		HeadAge: 3400 * time.Millisecond, Capacity: 400, CapacityKnown: true, Wait: 8500 * time.Millisecond}
+	log.Observe(now.Add(-time.Minute), map[quota.Topic]quota.Decision{topic: d},
+		[]quota.Lease{{Producer: "p", Topic: topic, Rate: 0, Signal: quota.SignalSlowDown}},
+		func(string) time.Duration { return 2 * time.Second })
+	(&history.API{Store: history.NewStore(history.Config{}, time.Second, now.Add(-time.Hour)), Log: log}).Register(h.Mux, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, `{"error":"a token is required"}`, http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	tb.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestWhyAndStatus(t *testing.T) {
+	base := server(t, "s3cret")
+	ctx := context.Background()
+	cases := []struct {
+		name    string
+		token   string
+		run     func(c *Client, w *bytes.Buffer) error
+		want    []string
+		wantErr error
+	}{
+		// Without the token the daemon refuses, and the error says how to
+		// give one.
+		{"why without token", "", func(c *Client, w *bytes.Buffer) error { return Why(ctx, c, w, "p", 10*time.Minute) }, nil, ErrUnauthorized},
+		{"status without token", "", func(c *Client, w *bytes.Buffer) error { return Status(ctx, c, w) }, nil, ErrUnauthorized},
+		// why: the cut with its rule and inputs, and the signal change.
+		{"why", "s3cret", func(c *Client, w *bytes.Buffer) error { return Why(ctx, c, w, "p", 10*time.Minute) },
+			[]string{"decisions for producer p", "cut     kafka/c/orders  unlimited -> 0/s, slow-down  rule drain: lag 3400, head age 3.40s, capacity 400/s, predicted wait 8.50s, budget 2.00s",
+				"signal  kafka/c/orders  signal ok -> slow-down"}, nil},
+		// A producer nothing happened to.
+		{"why other", "s3cret", func(c *Client, w *bytes.Buffer) error { return Why(ctx, c, w, "q", 10*time.Minute) },
+			[]string{"(0)", "no decision cut, released or signalled q"}, nil},
+		// status: the target with its status, lag and head age; no
+		// quota engine on this API.
+		{"status", "s3cret", func(c *Client, w *bytes.Buffer) error { return Status(ctx, c, w) },
+			[]string{"c/orders/billing", "lagging (2 without commit)", "3400", "3.40s", "quotas: this daemon has no quota engine"}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := c.run(&Client{BaseURL: base, Token: c.token}, &out)
+			if c.wantErr != nil {
+				if !errors.Is(err, c.wantErr) {
+					t.Fatalf("err %v, want %v", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+		})
+	}
+	// A missing producer is refused before any request.
+	if err := Why(ctx, &Client{BaseURL: base}, &bytes.Buffer{}, "", 0); err == nil {
+		t.Error("why without a producer: no error")
+	}
+}
+
+func TestFormats(t *testing.T) {
+	cases := []struct{ got, want string }{
+		{rate(math.Inf(1)), "unlimited"},
+		{rate(12.345), "12.3/s"},
+		{rate(0), "0/s"},
+		{secs(0.85), "850ms"},
+		{secs(3.4), "3.40s"},
+		{secs(125), "2m05s"},
+	}
+	for _, c := range cases {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
