@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,8 +36,8 @@ type ConsumersConfig struct {
 	// lagbridge_consumer_report_age_seconds metric; zero means
 	// DefaultReportKeep (5m). At least Fresh.
 	Keep time.Duration
-	// MaxReports caps the partitions remembered; zero means
-	// DefaultMaxReports. When full, reports older than Fresh are dropped,
+	// MaxReports caps the reports remembered (one per partition and
+	// reporting member); zero means DefaultMaxReports. When full, reports older than Fresh are dropped,
 	// and if that frees nothing new partitions are refused (503) while
 	// the ones already known keep being updated.
 	MaxReports int
@@ -44,10 +45,10 @@ type ConsumersConfig struct {
 	Now func() time.Time
 }
 
-// Consumers serves POST /v1/consumers/report and keeps, per target and
-// partition, the newest report received: the consumers' own account of
-// where they are, which the observation loops fold into their samples.
-// Safe for concurrent use.
+// Consumers serves POST /v1/consumers/report and keeps, per target,
+// partition and reporting member, the newest report received: the
+// consumers' own account of where they are, which the observation loops
+// fold into their samples ([Consumers.Overlay]). Safe for concurrent use.
 type Consumers struct {
 	srv   *Server
 	fresh time.Duration
@@ -56,7 +57,8 @@ type Consumers struct {
 	now   func() time.Time
 
 	mu      sync.Mutex
-	reports map[reportKey]lag.Report
+	reports map[reportKey][]memberReport
+	n       int       // reports held: the sum of the slices' lengths
 	swept   time.Time // last sweep of reports older than keep
 
 	total   *prometheus.CounterVec
@@ -70,12 +72,19 @@ type reportKey struct {
 	partition int32
 }
 
+// memberReport is the newest report of one member (ConsumerReport.Member;
+// "" for every anonymous one) about a partition.
+type memberReport struct {
+	member string
+	report lag.Report
+}
+
 // NewConsumers returns an empty report store; [Consumers.Register] serves
 // its endpoint. reg receives lagbridge_consumer_reports_total{code} and
 // lagbridge_consumer_report_age_seconds{cluster,topic,group}.
 func NewConsumers(cfg ConsumersConfig, reg prometheus.Registerer) *Consumers {
 	c := &Consumers{fresh: cfg.Fresh, keep: cfg.Keep, max: cfg.MaxReports, now: cfg.Now,
-		reports: make(map[reportKey]lag.Report)}
+		reports: make(map[reportKey][]memberReport)}
 	if c.fresh <= 0 {
 		c.fresh = DefaultReportFresh
 	}
@@ -202,8 +211,9 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, ep string, v a
 	return perms, true
 }
 
-// put stores rep's partitions as received at now, newest wins. It returns
-// how many partitions it refused because the store is full.
+// put stores rep's partitions as received at now: per partition and
+// member, the newest. It returns how many partitions it refused because the
+// store is full.
 func (c *Consumers) put(rep quotaproto.ConsumerReport, now time.Time) (refused int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -216,19 +226,27 @@ func (c *Consumers) put(rep quotaproto.ConsumerReport, now time.Time) (refused i
 		target := lag.Target{Kind: lag.Kind(rep.Kind), Cluster: rep.Cluster, Topic: t.Topic, Group: rep.Group}
 		for _, p := range t.Partitions {
 			k := reportKey{target, p.Partition}
-			if _, known := c.reports[k]; !known && len(c.reports) >= c.max {
+			r := lag.Report{At: now, Position: p.Position, HeadTime: p.HeadTime()}
+			ms := c.reports[k]
+			if i := slices.IndexFunc(ms, func(m memberReport) bool { return m.member == rep.Member }); i >= 0 {
+				ms[i].report = r
+				continue
+			}
+			if c.n >= c.max {
 				if !full {
 					// Make room once: what is no longer fresh only feeds
 					// the age metric.
 					c.sweep(now.Add(-c.fresh))
-					full = len(c.reports) >= c.max
+					full = c.n >= c.max
+					ms = c.reports[k]
 				}
 				if full {
 					refused++
 					continue
 				}
 			}
-			c.reports[k] = lag.Report{At: now, Position: p.Position, HeadTime: p.HeadTime()}
+			c.reports[k] = append(ms, memberReport{rep.Member, r})
+			c.n++
 		}
 	}
 	return refused
@@ -236,39 +254,63 @@ func (c *Consumers) put(rep quotaproto.ConsumerReport, now time.Time) (refused i
 
 // sweep drops the reports received before cutoff. c.mu is held.
 func (c *Consumers) sweep(cutoff time.Time) {
-	for k, r := range c.reports {
-		if r.At.Before(cutoff) {
+	for k, ms := range c.reports {
+		kept := slices.DeleteFunc(ms, func(m memberReport) bool { return m.report.At.Before(cutoff) })
+		c.n -= len(ms) - len(kept)
+		if len(kept) == 0 {
 			delete(c.reports, k)
+		} else {
+			c.reports[k] = kept
 		}
 	}
 }
 
-// Overlay sets Reported on the partitions of s for which a report received
-// at most Fresh before now exists: the report naming s's cluster, or one
-// naming no cluster, whichever the daemon received last. Other partitions'
-// Reported is cleared. now is the daemon's clock, as at receive time.
+// Overlay sets Reported on the partitions of s from the reports received
+// at most Fresh before now (the daemon's clock, as at receive time) that
+// name s's cluster or no cluster; other partitions' Reported is cleared.
+//
+// On Kafka a partition has one owner at a time, and the newest report
+// wins (an old owner's last report is superseded by the new owner's).
+// NATS consumers share their stream, so the reports of its members
+// combine: with messages in hand anywhere, the smallest position in hand
+// and its head time, the consumer's oldest work; with none in hand, the
+// largest idle position. At is the newest report's receive time either way.
 func (c *Consumers) Overlay(s *lag.Sample, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.reports) == 0 {
-		for i := range s.Partitions {
-			s.Partitions[i].Reported = lag.Report{}
-		}
-		return
-	}
 	exact, anyCluster := s.Target, s.Target
 	anyCluster.Cluster = ""
 	oldest := now.Add(-c.fresh)
 	for i := range s.Partitions {
 		p := &s.Partitions[i]
-		var best lag.Report
+		var newest, inHand, idle lag.Report
 		for _, t := range [...]lag.Target{exact, anyCluster} {
-			r, ok := c.reports[reportKey{t, p.Partition}]
-			if ok && !r.At.Before(oldest) && !r.At.After(now) && r.At.After(best.At) {
-				best = r
+			for _, m := range c.reports[reportKey{t, p.Partition}] {
+				r := m.report
+				if r.At.Before(oldest) || r.At.After(now) {
+					continue
+				}
+				if r.At.After(newest.At) {
+					newest = r
+				}
+				switch {
+				case !r.HeadTime.IsZero():
+					if inHand.IsZero() || r.Position < inHand.Position {
+						inHand = r
+					}
+				case idle.IsZero() || r.Position > idle.Position:
+					idle = r
+				}
 			}
 		}
-		p.Reported = best
+		switch {
+		case s.Target.Kind != lag.KindNATS || newest.IsZero():
+			p.Reported = newest
+		case !inHand.IsZero():
+			p.Reported = lag.Report{At: newest.At, Position: inHand.Position, HeadTime: inHand.HeadTime}
+		default:
+			p.Reported = lag.Report{At: newest.At, Position: idle.Position}
+		}
 	}
 }
 
@@ -284,10 +326,12 @@ func (c *Consumers) Collect(ch chan<- prometheus.Metric) {
 	// are one series.
 	newest := make(map[[3]string]time.Time)
 	cutoff := now.Add(-c.keep)
-	for k, r := range c.reports {
+	for k, ms := range c.reports {
 		lv := [3]string{k.target.Cluster, k.target.Topic, k.target.Group}
-		if r.At.After(newest[lv]) && !r.At.Before(cutoff) {
-			newest[lv] = r.At
+		for _, m := range ms {
+			if m.report.At.After(newest[lv]) && !m.report.At.Before(cutoff) {
+				newest[lv] = m.report.At
+			}
 		}
 	}
 	c.mu.Unlock()

@@ -121,7 +121,7 @@ func TestConsumerReportRequests(t *testing.T) {
 	}
 	// Only the two accepted reports were stored.
 	c.mu.Lock()
-	n := len(c.reports)
+	n := c.n
 	c.mu.Unlock()
 	if n != 2 {
 		t.Errorf("%d partitions stored, want 2", n)
@@ -305,4 +305,56 @@ func FuzzConsumerReport(f *testing.F) {
 		ls := sampleOf("main", 0, 1, 2)
 		c.Overlay(&ls, time.Now())
 	})
+}
+
+// TestConsumerReportNATSMembers: the members of a NATS consumer share its
+// stream, so their reports combine; a Kafka partition's newest report wins.
+func TestConsumerReportNATSMembers(t *testing.T) {
+	nats := func(member, part string) string {
+		return strings.NewReplacer(`"kind":"kafka"`, `"kind":"nats"`, `"group":"billing"`, `"group":"billing","member":"`+member+`"`).
+			Replace(consumerReport("billing", part))
+	}
+	h1, h2 := ct0.Add(-3*time.Second).UnixMilli(), ct0.Add(-time.Second).UnixMilli()
+	cases := []struct {
+		name    string
+		reports []string // received 1ms apart, in this order
+		want    lag.Report
+	}{
+		// Member a works on 95 while b is idle past 100: the consumer's
+		// oldest work is a's.
+		{"one in hand", []string{nats("a", fmt.Sprintf("0:95:%d", h1)), nats("b", "0:100:idle")},
+			lag.Report{Position: 95, HeadTime: time.UnixMilli(h1)}},
+		// The smallest position in hand, with its own head time.
+		{"two in hand", []string{nats("a", fmt.Sprintf("0:97:%d", h2)), nats("b", fmt.Sprintf("0:95:%d", h1))},
+			lag.Report{Position: 95, HeadTime: time.UnixMilli(h1)}},
+		// All idle: the furthest position; b's 90 is only where b's own
+		// last message ended.
+		{"all idle", []string{nats("a", "0:100:idle"), nats("b", "0:90:idle")}, lag.Report{Position: 100}},
+		// The same member's newer report replaces its older one.
+		{"member moves on", []string{nats("a", fmt.Sprintf("0:95:%d", h1)), nats("a", "0:96:idle")}, lag.Report{Position: 96}},
+		// Kafka: the newest wins, even with the old owner's work in hand.
+		{"kafka newest wins", []string{consumerReport("billing", fmt.Sprintf("0:50:%d", h1)), strings.Replace(consumerReport("billing", "0:80:idle"), `"group"`, `"member":"new-owner","group"`, 1)},
+			lag.Report{Position: 80}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := &fakeClock{t: ct0}
+			ts, c, _ := newConsumersServer(t, Auth{}, ConsumersConfig{Now: clk.Now})
+			for _, r := range tc.reports {
+				clk.Add(time.Millisecond)
+				if code, body := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", r); code != 204 {
+					t.Fatalf("%s: %d %s", r, code, body)
+				}
+			}
+			s := sampleOf("main", 0)
+			if strings.Contains(tc.reports[0], `"nats"`) {
+				s.Target.Kind = lag.KindNATS
+			}
+			c.Overlay(&s, clk.Now())
+			tc.want.At = clk.Now()
+			if got := s.Partitions[0].Reported; !got.At.Equal(tc.want.At) || got.Position != tc.want.Position || !got.HeadTime.Equal(tc.want.HeadTime) {
+				t.Fatalf("reported %+v, want %+v", got, tc.want)
+			}
+		})
+	}
 }

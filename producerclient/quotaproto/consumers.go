@@ -58,7 +58,11 @@ type ConsumerReport struct {
 	// tokens, it is the id the token must list (or "*").
 	Group string `json:"group"`
 	// Member optionally names the reporting instance (1-128 characters of
-	// [A-Za-z0-9._:-]), for logs. Empty: anonymous.
+	// [A-Za-z0-9._:-]). The daemon keeps the newest report per member: the
+	// instances of a NATS consumer, which share its stream, need one each
+	// (their reports combine); on Kafka the newest report of a partition
+	// wins whoever sent it. Empty: anonymous (all anonymous reports are
+	// one member).
 	Member string `json:"member,omitempty"`
 	// SentAtMs is the consumer's clock when it sent the report (Unix
 	// milliseconds), informational: the daemon judges freshness by its
