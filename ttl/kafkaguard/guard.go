@@ -125,6 +125,21 @@ type Config struct {
 	// contexts' deadlines are absolute times and run on the real clock,
 	// as every context does.)
 	Now func() time.Time
+	// Progress, when set, is told of every record [Guard.Process]
+	// finishes, the moment it is handled or skipped, so that a consumer
+	// reporter can tell the lagbridge daemon where the consumer really is
+	// between polls; consumerclient.KafkaReporter implements it. Nil:
+	// nobody.
+	Progress Progress
+}
+
+// Progress follows the records a [Guard] finishes. Finished is called on
+// the goroutine that runs Process, concurrently when several do; it must
+// be safe for that and fast.
+type Progress interface {
+	// Finished: r has been handled successfully or skipped as expired
+	// (an expired record's dead-letter forward may still be under way).
+	Finished(r *kgo.Record)
 }
 
 // Validate returns every problem of c at once (errors.Join), each wrapping
@@ -161,6 +176,7 @@ type Guard struct {
 	rule     ttl.Rule
 	perTopic map[string]ttl.Rule
 	dl       *DeadLetter
+	progress Progress
 	core     guardcore.Core
 
 	// ahead holds, per partition and in increasing order, the offsets of
@@ -184,7 +200,7 @@ func New(cfg Config) (*Guard, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	g := &Guard{rule: ttl.Rule{MaxAge: cfg.MaxAge}, dl: cfg.DeadLetter}
+	g := &Guard{rule: ttl.Rule{MaxAge: cfg.MaxAge}, dl: cfg.DeadLetter, progress: cfg.Progress}
 	if len(cfg.TopicMaxAge) > 0 {
 		g.perTopic = make(map[string]ttl.Rule, len(cfg.TopicMaxAge))
 		for t, d := range cfg.TopicMaxAge {
@@ -284,6 +300,9 @@ func (g *Guard) Process(ctx context.Context, recs []*kgo.Record, h Handler) (don
 			break
 		}
 		if ahead && g.takeAhead(r) {
+			if g.progress != nil {
+				g.progress.Finished(r)
+			}
 			continue // finished in an earlier call
 		}
 		if !resolved || r.Topic != topic {
@@ -294,6 +313,9 @@ func (g *Guard) Process(ctx context.Context, recs []*kgo.Record, h Handler) (don
 		if v.Expired() {
 			if g.dl != nil {
 				dl = g.forward(ctx, dl, i, r, v, now, tm)
+			}
+			if g.progress != nil {
+				g.progress.Finished(r)
 			}
 			continue
 		}
@@ -306,6 +328,9 @@ func (g *Guard) Process(ctx context.Context, recs []*kgo.Record, h Handler) (don
 			end = i
 			stopErr = &HandlerError{Record: r, Err: herr}
 			break
+		}
+		if g.progress != nil {
+			g.progress.Finished(r)
 		}
 	}
 	var (

@@ -145,6 +145,21 @@ type Config struct {
 	// contexts' deadlines are absolute times and run on the real clock,
 	// as every context does.)
 	Now func() time.Time
+	// Progress, when set, is told of every message [Guard.Handle] starts
+	// and finishes (handled, failed or expired), so that a consumer
+	// reporter can tell the lagbridge daemon where the consumer really
+	// is; consumerclient.NATSReporter implements it. Nil: nobody.
+	Progress Progress
+}
+
+// Progress follows the messages a [Guard] has in hand. Its methods are
+// called on the handling goroutine, concurrently when messages are handled
+// in parallel; they must be safe for that and fast.
+type Progress interface {
+	// Received: the guard starts on msg.
+	Received(msg jetstream.Msg)
+	// Done: the guard is finished with msg.
+	Done(msg jetstream.Msg)
 }
 
 // Validate returns every problem of c at once (errors.Join), each wrapping
@@ -184,6 +199,7 @@ type Guard struct {
 	ackExpired bool
 	autoAck    bool
 	onError    func(jetstream.Msg, error)
+	progress   Progress
 	core       guardcore.Core
 }
 
@@ -193,7 +209,7 @@ func New(cfg Config) (*Guard, error) {
 		return nil, err
 	}
 	g := &Guard{rule: ttl.Rule{MaxAge: cfg.MaxAge}, dl: cfg.DeadLetter, ackExpired: cfg.AckExpired,
-		autoAck: cfg.AutoAck, onError: cfg.OnError, dlTimeout: 5 * time.Second, retryDelay: time.Second}
+		autoAck: cfg.AutoAck, onError: cfg.OnError, progress: cfg.Progress, dlTimeout: 5 * time.Second, retryDelay: time.Second}
 	if g.dl != nil {
 		if g.dl.Timeout > 0 {
 			g.dlTimeout = g.dl.Timeout
@@ -243,6 +259,10 @@ func first(h nats.Header, key string) (string, bool) {
 // or [ErrSettle]. Every message is counted in exactly one of the
 // Processed, Failed and Expired stats.
 func (g *Guard) Handle(ctx context.Context, msg jetstream.Msg, h Handler) error {
+	if g.progress != nil {
+		g.progress.Received(msg)
+		defer g.progress.Done(msg)
+	}
 	now := g.core.Now()
 	v, o := g.Check(msg, now)
 	tm := g.core.Metrics.Topic(o.Stream)
