@@ -1,0 +1,38 @@
+// Package consumerclient lets a consumer tell the lagbridge daemon where it
+// really is: per partition it owns, the first offset (Kafka) or stream
+// sequence (NATS) it has not finished, and the timestamp of the message it
+// has in hand, or that it is idle. The daemon then measures lag and head age
+// from that instead of from commits, which franz-go and the Java client make
+// every 5 s by default, or from a NATS ack floor that moves once per batch.
+// With it, a deadline of a couple of seconds holds whatever the commit
+// interval.
+//
+// Kafka (franz-go), with no change to the poll loop:
+//
+//	rep, err := consumerclient.NewKafkaReporter(consumerclient.Config{URL: "http://lagbridge:9464"})
+//	...
+//	defer rep.Close()
+//	cl, err := kgo.NewClient(kgo.ConsumerGroup("billing"), kgo.ConsumeTopics("orders"),
+//		kgo.WithHooks(rep.Hook()))
+//
+// A record returned by a poll is in hand until the next poll starts (then
+// everything before it is finished); a ttl/kafkaguard guard with the
+// reporter as its Progress says so record by record instead.
+//
+// NATS JetStream: wrap the handler, or call Received and Done around each
+// message (a ttl/natsguard guard with the reporter as its Progress does):
+//
+//	rep, err := consumerclient.NewNATSReporter(consumerclient.Config{URL: "http://lagbridge:9464"})
+//	...
+//	cc, err := consumer.Consume(rep.Wrap(handle))
+//
+// Each reporter owns one goroutine, started by its constructor and stopped
+// by Close, that sends a report every Config.Interval (250ms by default) to
+// POST /v1/consumers/report (see producerclient/quotaproto). A daemon that
+// is down or slow never blocks or breaks the consumer: a report that cannot
+// be sent is dropped and counted, and the next one carries the news. When
+// reports stop, the daemon falls back to commits within a few seconds.
+//
+// It imports franz-go, nats.go, client_golang and the protocol's wire
+// types (quotaproto); never the daemon's packages or viper.
+package consumerclient

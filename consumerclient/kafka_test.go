@@ -1,0 +1,361 @@
+package consumerclient
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/brokers/kafka"
+	"github.com/lagbridge/lagbridge/internal/importcheck"
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/ttl/kafkaguard"
+)
+
+// TestImports: franz-go, nats.go, client_golang and the protocol's wire
+// types; never the daemon's packages or viper.
+func TestImports(t *testing.T) {
+	importcheck.Only(t, ".", "github.com/twmb/franz-go/pkg/kgo", "github.com/nats-io/nats.go/jetstream",
+		"github.com/prometheus/client_golang/prometheus", "github.com/lagbridge/lagbridge/producerclient/quotaproto")
+}
+
+func newKafkaCluster(tb testing.TB, topic string, partitions int32) *kfake.Cluster {
+	tb.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic),
+		kfake.BrokerConfigs(map[string]string{"group.consumer.heartbeat.interval.ms": "100"}))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	return c
+}
+
+func newKafkaClient(tb testing.TB, c *kfake.Cluster, opts ...kgo.Opt) *kgo.Client {
+	tb.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, opts...)...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(cl.Close)
+	return cl
+}
+
+// produce writes n records to topic's partition, stamped ts, ts+1ms, ...
+func produce(tb testing.TB, c *kfake.Cluster, topic string, partition int32, n int, ts time.Time) {
+	tb.Helper()
+	cl := newKafkaClient(tb, c, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Topic: topic, Partition: partition, Value: []byte("v"), Timestamp: ts.Add(time.Duration(i) * time.Millisecond)})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		tb.Fatal(err)
+	}
+	cl.Close()
+}
+
+// pollN polls until it has n records in all, and returns the records of
+// the last poll (the ones in hand).
+func pollN(tb testing.TB, cl *kgo.Client, n int) []*kgo.Record {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var last []*kgo.Record
+	for got := 0; got < n; {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			tb.Fatalf("polled %d of %d records: %v", got, n, err)
+		}
+		fs.EachError(func(t string, p int32, err error) { tb.Fatalf("fetch %s[%d]: %v", t, p, err) })
+		if recs := fs.Records(); len(recs) > 0 {
+			last = recs
+			got += len(recs)
+		}
+	}
+	return last
+}
+
+// TestKafkaReporterEndToEnd: a franz-go group consumer with the library's
+// default 5s auto-commit and the hook, nothing else changed. The daemon's
+// sample carries, within a report period, the position of the records the
+// consumer has in hand and their timestamp; once the consumer asks for
+// more, the partition is idle at its end; when reports stop, the daemon
+// falls back to commits.
+func TestKafkaReporterEndToEnd(t *testing.T) {
+	const topic, group = "orders", "billing"
+	c := newKafkaCluster(t, topic, 2)
+	obs, err := kafka.New(kafka.Config{Cluster: "main", Brokers: c.ListenAddrs(), RequestTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	d := newTestDaemon(t, quotaserver.Auth{}, 500*time.Millisecond, lag.KindKafka, obs)
+	rep, err := NewKafkaReporter(Config{URL: d.URL, Cluster: "main", Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	cl := newKafkaClient(t, c, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
+
+	// Phase A: five records per partition, consumed and committed, so
+	// that the group has offsets the daemon watches.
+	start := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	produce(t, c, topic, 0, 5, start)
+	produce(t, c, topic, 1, 5, start)
+	pollN(t, cl, 10)
+	if err := cl.CommitUncommittedOffsets(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	target := lag.Target{Kind: lag.KindKafka, Cluster: "main", Topic: topic, Group: group}
+
+	// Phase B: five more on partition 0, two seconds old. The consumer
+	// polls them and holds them: nothing commits them (auto-commit runs
+	// every 5s), yet the daemon sees them in hand.
+	head := time.Now().Add(-2 * time.Second).Truncate(time.Millisecond)
+	produce(t, c, topic, 0, 5, head)
+	inHand := pollN(t, cl, 5)
+	polled := time.Now()
+	first := inHand[0]
+	st := d.waitState(t, target, "records in hand reported", func(st lag.State) bool {
+		return len(st.Partitions) == 2 && st.Partitions[0].Reported.Position == first.Offset && st.Partitions[1].Reported.Position == 5
+	})
+	seen := time.Since(polled)
+	p0, p1 := st.Partitions[0], st.Partitions[1]
+	if !p0.Reported.HeadTime.Equal(first.Timestamp) {
+		t.Errorf("partition 0 head time %v, want the first record in hand's %v", p0.Reported.HeadTime, first.Timestamp)
+	}
+	if !p1.Reported.HeadTime.IsZero() {
+		t.Errorf("partition 1 has nothing in hand, reported head time %v", p1.Reported.HeadTime)
+	}
+	// The hook reports every 50ms and the loop observes every 100ms.
+	if seen > time.Second {
+		t.Errorf("the daemon saw the consumer's position %v after the poll, want well within a second", seen)
+	}
+	t.Logf("reported after %v: partition 0 %+v (committed %d, end %d)", seen, p0.Reported, p0.Committed, p0.End)
+
+	// The consumer asks for more: everything it had is finished and
+	// partition 0 is idle at its end.
+	pollCtx, stopPoll := context.WithCancel(context.Background())
+	polling := make(chan struct{})
+	go func() { defer close(polling); cl.PollFetches(pollCtx) }()
+	defer func() { stopPoll(); <-polling }()
+	d.waitState(t, target, "idle at the end", func(st lag.State) bool {
+		r := st.Partitions[0].Reported
+		return !r.IsZero() && r.Position == 10 && r.HeadTime.IsZero()
+	})
+
+	// Reports stop: the daemon falls back to commits.
+	rep.Close()
+	d.waitState(t, target, "fallback to commits", func(st lag.State) bool {
+		return st.Partitions[0].Reported.IsZero() && st.Partitions[1].Reported.IsZero()
+	})
+}
+
+// TestKafkaReporterRevokedPartitions: once a second member takes
+// partitions over, the first stops reporting them.
+func TestKafkaReporterRevokedPartitions(t *testing.T) {
+	const topic, group = "revoked", "g"
+	c := newKafkaCluster(t, topic, 4)
+	for p := range int32(4) {
+		produce(t, c, topic, p, 3, time.Now())
+	}
+	d := newTestDaemon(t, quotaserver.Auth{}, time.Second, lag.KindKafka, nil)
+	rep, err := NewKafkaReporter(Config{URL: d.URL, Interval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	cl1 := newKafkaClient(t, c, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
+	pollN(t, cl1, 12)
+	reported := func() int {
+		_, topics := rep.snapshot(time.Now())
+		n := 0
+		for _, tp := range topics {
+			n += len(tp.Partitions)
+		}
+		return n
+	}
+	if n := reported(); n != 4 {
+		t.Fatalf("alone in the group, the member reports %d partitions, want 4", n)
+	}
+	// A second member joins; the first keeps polling so that the
+	// rebalance completes.
+	cl2 := newKafkaClient(t, c, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			cl1.PollFetches(ctx)
+		}
+	}()
+	go func() {
+		for ctx.Err() == nil {
+			cl2.PollFetches(ctx)
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the first member reports only its remaining partitions", func() bool {
+		n := reported()
+		return n > 0 && n < 4
+	})
+}
+
+// TestKafkaReporterDaemonDown: a daemon that cannot be reached never
+// blocks the consumer; its reports are dropped and counted.
+func TestKafkaReporterDaemonDown(t *testing.T) {
+	const topic = "down"
+	c := newKafkaCluster(t, topic, 1)
+	produce(t, c, topic, 0, 20, time.Now())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there any more
+	reg := prometheus.NewPedanticRegistry()
+	rep, err := NewKafkaReporter(Config{URL: dead, Interval: 10 * time.Millisecond, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	cl := newKafkaClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
+	pollN(t, cl, 20)
+	waitFor(t, "failed reports counted", func() bool { return rep.s.failed.Load() >= 3 })
+	if n := testutil.CollectAndCount(reg, "lagbridge_client_consumer_reports_total"); n != 3 {
+		t.Errorf("%d outcome series, want 3 (sent, refused, failed)", n)
+	}
+	if rep.s.sent.Load() != 0 {
+		t.Errorf("sent %d reports to a closed port", rep.s.sent.Load())
+	}
+}
+
+// TestKafkaReporterRefused: a token the daemon does not know gets the
+// reports refused (counted as such), and the consumer goes on.
+func TestKafkaReporterRefused(t *testing.T) {
+	const topic = "refused"
+	c := newKafkaCluster(t, topic, 1)
+	produce(t, c, topic, 0, 3, time.Now())
+	d := newTestDaemon(t, quotaserver.Auth{Tokens: []quotaserver.Token{{Token: "a-token-of-sixteen", Producers: []string{"billing"}}}},
+		time.Second, lag.KindKafka, nil)
+	for _, tc := range []struct {
+		name, token, group string
+		sent               bool
+	}{
+		{"unknown token", "not-the-right-token", "billing", false},
+		{"group not listed", "a-token-of-sixteen", "shipping", false},
+		{"token and group", "a-token-of-sixteen", "billing", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := NewKafkaReporter(Config{URL: d.URL, Token: tc.token, Interval: 10 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rep.Close()
+			cl := newKafkaClient(t, c, kgo.ConsumerGroup(tc.group), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
+			pollN(t, cl, 3)
+			if tc.sent {
+				waitFor(t, "a report stored", func() bool { return rep.s.sent.Load() > 0 })
+			} else {
+				waitFor(t, "a report refused", func() bool { return rep.s.refused.Load() > 0 })
+			}
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  Config
+		want []string
+	}{
+		{"minimal", Config{URL: "http://lagbridge:9464"}, nil},
+		{"https with everything", Config{URL: "https://lagbridge:9464/", Token: "t", Cluster: "main", Group: "billing v2",
+			Member: "pod-1", Interval: time.Second, Timeout: 10 * time.Second}, nil},
+		{"no url", Config{}, []string{"url"}},
+		{"not http", Config{URL: "nats://x:4222"}, []string{"url"}},
+		{"bad group and member", Config{URL: "http://x", Group: "a\x00", Member: "a b"}, []string{"group", "member"}},
+		{"interval out of range", Config{URL: "http://x", Interval: 5 * time.Second}, []string{"interval"}},
+		{"negative timeout", Config{URL: "http://x", Timeout: -1}, []string{"timeout"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("%v does not wrap ErrInvalidConfig", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%v does not mention %s", err, w)
+				}
+			}
+		})
+	}
+	if _, err := NewKafkaReporter(Config{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("NewKafkaReporter with no URL: %v", err)
+	}
+}
+
+// TestKafkaGuardProgress: with a ttl/kafkaguard guard as the reporter's
+// Progress, the position moves record by record between polls: while the
+// handler works on a record, every earlier one, handled or skipped as
+// dead work, is behind the position.
+func TestKafkaGuardProgress(t *testing.T) {
+	const topic = "guarded"
+	c := newKafkaCluster(t, topic, 1)
+	old := time.Now().Add(-time.Minute)
+	produce(t, c, topic, 0, 3, old)        // offsets 0-2: dead work at maxAge 10s
+	produce(t, c, topic, 0, 3, time.Now()) // offsets 3-5: live
+	d := newTestDaemon(t, quotaserver.Auth{}, time.Second, lag.KindKafka, nil)
+	rep, err := NewKafkaReporter(Config{URL: d.URL, Interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	g, err := kafkaguard.New(kafkaguard.Config{MaxAge: 10 * time.Second, Progress: rep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := newKafkaClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
+	var recs []*kgo.Record
+	for len(recs) < 6 {
+		recs = append(recs, pollN(t, cl, 1)...)
+	}
+	var positions []int64
+	_, err = g.Process(context.Background(), recs, func(_ context.Context, r *kgo.Record) error {
+		_, topics := rep.snapshot(time.Now())
+		p := topics[0].Partitions[0]
+		positions = append(positions, p.Position)
+		if p.Position != r.Offset || p.HeadTimeMs == 0 {
+			t.Errorf("handling offset %d, the reporter says %+v", r.Offset, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The three expired records were skipped before the first live one.
+	if want := []int64{3, 4, 5}; !slices.Equal(positions, want) {
+		t.Errorf("positions while handling %v, want %v", positions, want)
+	}
+	if _, topics := rep.snapshot(time.Now()); !topics[0].Partitions[0].Idle || topics[0].Partitions[0].Position != 6 {
+		t.Errorf("after the batch: %+v, want idle at 6", topics[0].Partitions[0])
+	}
+}

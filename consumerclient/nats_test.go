@@ -1,0 +1,180 @@
+package consumerclient
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lagbridge/lagbridge/brokers/nats"
+	"github.com/lagbridge/lagbridge/internal/embedded"
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/ttl/natsguard"
+)
+
+// fetchN fetches n messages of cons.
+func fetchN(tb testing.TB, cons jetstream.Consumer, n int) []jetstream.Msg {
+	tb.Helper()
+	batch, err := cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out []jetstream.Msg
+	for m := range batch.Messages() {
+		out = append(out, m)
+	}
+	if len(out) != n {
+		tb.Fatalf("fetched %d messages, want %d (%v)", len(out), n, batch.Error())
+	}
+	return out
+}
+
+// TestNATSReporterEndToEnd: two instances of one durable consumer that
+// acknowledge in batches. While one holds messages, the daemon's sample
+// carries the oldest of them; once both finished theirs, the furthest
+// position, idle; when reports stop, the daemon falls back to the ack
+// floor.
+func TestNATSReporterEndToEnd(t *testing.T) {
+	s := embedded.NATSTest(t)
+	nc, err := natsgo.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if _, err := js.Publish(ctx, "orders.new", []byte("o")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	obs, err := nats.New(ctx, nats.Config{Cluster: "main", URLs: []string{s.ClientURL()}, RequestTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	d := newTestDaemon(t, quotaserver.Auth{}, 500*time.Millisecond, lag.KindNATS, obs)
+	newRep := func(member string) *NATSReporter {
+		r, err := NewNATSReporter(Config{URL: d.URL, Cluster: "main", Member: member, Interval: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	repA, repB := newRep("a"), newRep("b")
+	defer repA.Close()
+	defer repB.Close()
+
+	// A takes 1-5 and finishes 1 and 2; B takes 6-10 and finishes them
+	// all. Nobody has acknowledged anything yet: the batches ack later.
+	a, b := fetchN(t, cons, 5), fetchN(t, cons, 5)
+	for _, m := range a {
+		repA.Received(m)
+	}
+	repA.Done(a[0])
+	repA.Done(a[1])
+	for _, m := range b {
+		repB.Wrap(func(jetstream.Msg) {})(m)
+	}
+	md, err := a[2].Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := lag.Target{Kind: lag.KindNATS, Cluster: "main", Topic: "ORDERS", Group: "billing"}
+	st := d.waitState(t, target, "A's oldest message in hand reported", func(st lag.State) bool {
+		return len(st.Partitions) == 1 && st.Partitions[0].Reported.Position == 3
+	})
+	p := st.Partitions[0]
+	if want := md.Timestamp.Truncate(time.Millisecond); !p.Reported.HeadTime.Equal(want) {
+		t.Errorf("head time %v, want the stored time of sequence 3, %v", p.Reported.HeadTime, want)
+	}
+	t.Logf("reported %+v with the ack floor at %d (end %d, lag %d)", p.Reported, p.Committed, p.End, p.Lag)
+
+	// A finishes and both batches are acknowledged: idle at 11.
+	for _, m := range a[2:] {
+		repA.Done(m)
+	}
+	for _, m := range append(a, b...) {
+		if err := m.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.waitState(t, target, "idle past the last message", func(st lag.State) bool {
+		r := st.Partitions[0].Reported
+		return !r.IsZero() && r.Position == 11 && r.HeadTime.IsZero()
+	})
+
+	repA.Close()
+	repB.Close()
+	d.waitState(t, target, "fallback to the ack floor", func(st lag.State) bool { return st.Partitions[0].Reported.IsZero() })
+}
+
+// TestNATSGuardProgress: with a ttl/natsguard guard as the reporter's
+// Progress, a message is in hand while its handler runs and done after.
+func TestNATSGuardProgress(t *testing.T) {
+	s := embedded.NATSTest(t)
+	nc, err := natsgo.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "d", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := js.Publish(ctx, "s", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := newTestDaemon(t, quotaserver.Auth{}, time.Second, lag.KindNATS, nil)
+	rep, err := NewNATSReporter(Config{URL: d.URL, Interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	g, err := natsguard.New(natsguard.Config{Progress: rep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range fetchN(t, cons, 3) {
+		err := g.Handle(ctx, m, func(context.Context, jetstream.Msg) error {
+			group, topics := rep.snapshot(time.Now())
+			if p := topics[0].Partitions[0]; group != "d" || p.Position != int64(i+1) || p.HeadTimeMs == 0 {
+				t.Errorf("handling sequence %d: the reporter says %s %+v", i+1, group, p)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, topics := rep.snapshot(time.Now()); !topics[0].Partitions[0].Idle || topics[0].Partitions[0].Position != 4 {
+		t.Errorf("after the batch: %+v, want idle at 4", topics[0].Partitions[0])
+	}
+}

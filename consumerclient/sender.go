@@ -1,0 +1,216 @@
+package consumerclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+)
+
+// Outcomes of a report request, the values of the outcome label.
+const (
+	outcomeSent    = "sent"    // the daemon stored it (204)
+	outcomeRefused = "refused" // the daemon answered 4xx: token, group or report
+	outcomeFailed  = "failed"  // unreachable, timed out, or 5xx
+)
+
+// snapshotFunc returns the group and what to report now; an empty group or
+// no topics sends nothing.
+type snapshotFunc func(now time.Time) (group string, topics []quotaproto.ConsumerTopic)
+
+// sender is the goroutine every reporter owns: every interval it takes a
+// snapshot and posts it, in as many requests as the protocol's limits need.
+type sender struct {
+	cfg      Config
+	kind     string
+	endpoint string
+	hc       *http.Client
+	snapshot snapshotFunc
+
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+
+	sent, refused, failed atomic.Uint64
+	failing               bool // owned by the goroutine
+	lastRefusal           string
+	desc                  *prometheus.Desc
+}
+
+// newSender validates cfg, registers the metrics and starts the goroutine.
+func newSender(cfg Config, kind string, snapshot snapshotFunc) (*sender, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &sender{cfg: cfg, kind: kind, snapshot: snapshot, done: make(chan struct{}),
+		endpoint: strings.TrimRight(cfg.URL, "/") + quotaproto.PathConsumerReport, hc: cfg.HTTPClient}
+	if s.hc == nil {
+		s.hc = &http.Client{Transport: &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			DialContext:         (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
+			TLSClientConfig:     cfg.TLS,
+			MaxIdleConnsPerHost: 2,
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	if cfg.Registerer != nil {
+		s.desc = prometheus.NewDesc("lagbridge_client_consumer_reports_total",
+			"Consumer reports sent to the daemon by outcome: sent, refused (4xx: token, group or report), failed (unreachable, timeout, 5xx; dropped).",
+			[]string{"outcome"}, prometheus.Labels{"kind": kind})
+		if err := cfg.Registerer.Register(s); err != nil {
+			return nil, fmt.Errorf("consumerclient: register metrics: %w", err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go s.run(ctx)
+	return s, nil
+}
+
+// close stops the goroutine and waits for it; an in-flight request is
+// cancelled. Idempotent.
+func (s *sender) close() {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		<-s.done
+		if s.cfg.Registerer != nil {
+			s.cfg.Registerer.Unregister(s)
+		}
+	})
+}
+
+func (s *sender) run(ctx context.Context) {
+	defer close(s.done)
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		group, topics := s.snapshot(time.Now())
+		if group == "" || len(topics) == 0 {
+			continue
+		}
+		for _, chunk := range split(topics) {
+			rep := quotaproto.ConsumerReport{Kind: s.kind, Cluster: s.cfg.Cluster, Group: group, Member: s.cfg.Member,
+				SentAtMs: time.Now().UnixMilli(), Topics: chunk}
+			s.post(ctx, rep)
+		}
+	}
+}
+
+// split cuts topics into reports within the protocol's limits
+// (MaxReportTopics topics and MaxReportPartitions partitions each).
+func split(topics []quotaproto.ConsumerTopic) [][]quotaproto.ConsumerTopic {
+	var (
+		out   [][]quotaproto.ConsumerTopic
+		cur   []quotaproto.ConsumerTopic
+		parts int
+	)
+	for _, t := range topics {
+		for len(t.Partitions) > 0 {
+			room := quotaproto.MaxReportPartitions - parts
+			if room == 0 || len(cur) == quotaproto.MaxReportTopics {
+				out, cur, parts = append(out, cur), nil, 0
+				continue
+			}
+			n := min(room, len(t.Partitions))
+			cur = append(cur, quotaproto.ConsumerTopic{Topic: t.Topic, Partitions: t.Partitions[:n]})
+			t.Partitions = t.Partitions[n:]
+			parts += n
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// post sends one report and counts its outcome.
+func (s *sender) post(ctx context.Context, rep quotaproto.ConsumerReport) {
+	body, err := json.Marshal(rep)
+	if err != nil { // plain values: cannot happen
+		s.failure(err)
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, s.endpoint, bytes.NewReader(body))
+	if err != nil {
+		s.failure(err)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if s.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.cfg.Token)
+	}
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return // closing
+		}
+		s.failure(err)
+		return
+	}
+	// Read a little of the answer (the error text) and no more: a
+	// hostile or broken server cannot make the consumer read forever.
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusOK:
+		s.sent.Add(1)
+		if s.failing {
+			s.failing = false
+			s.cfg.Logger.Info("consumerclient: reports reach the daemon again", "url", s.endpoint)
+		}
+		s.lastRefusal = ""
+	case resp.StatusCode >= 400 && resp.StatusCode < 500:
+		s.refused.Add(1)
+		var eb quotaproto.ErrorBody
+		_ = json.Unmarshal(msg, &eb)
+		if why := fmt.Sprintf("%d %s", resp.StatusCode, eb.Error); why != s.lastRefusal {
+			s.lastRefusal = why
+			s.cfg.Logger.Warn("consumerclient: the daemon refuses the consumer's reports", "url", s.endpoint,
+				"group", rep.Group, "status", resp.StatusCode, "error", eb.Error)
+		}
+	default:
+		s.failure(fmt.Errorf("status %d", resp.StatusCode))
+	}
+}
+
+func (s *sender) failure(err error) {
+	s.failed.Add(1)
+	if !s.failing {
+		s.failing = true
+		s.cfg.Logger.Warn("consumerclient: cannot send reports to the daemon; dropping them until it answers",
+			"url", s.endpoint, "err", err)
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (s *sender) Describe(ch chan<- *prometheus.Desc) { ch <- s.desc }
+
+// Collect implements prometheus.Collector.
+func (s *sender) Collect(ch chan<- prometheus.Metric) {
+	for _, o := range []struct {
+		name string
+		v    *atomic.Uint64
+	}{{outcomeSent, &s.sent}, {outcomeRefused, &s.refused}, {outcomeFailed, &s.failed}} {
+		ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(o.v.Load()), o.name)
+	}
+}
