@@ -135,6 +135,24 @@ const (
 	LiveNo
 )
 
+// MarshalText returns String's word, so JSON shows "live", not 1.
+func (l Liveness) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
+
+// UnmarshalText reads String's words back; anything else is an error.
+func (l *Liveness) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "unknown":
+		*l = LiveUnknown
+	case "live":
+		*l = LiveYes
+	case "idle":
+		*l = LiveNo
+	default:
+		return fmt.Errorf("lag: liveness %q is not unknown, live or idle", b)
+	}
+	return nil
+}
+
 // String returns "unknown", "live" or "idle".
 func (l Liveness) String() string {
 	switch l {

@@ -1,6 +1,7 @@
 package lag
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"sort"
@@ -45,6 +46,10 @@ const (
 	SourceEstimate Source = "estimate"
 	// SourceConsumer: the consumer's own fresh report (Report).
 	SourceConsumer Source = "consumer"
+	// SourceFirstSight: a partition without a commit of a consumer seen
+	// live, measured from the end offset when it was first seen so (see
+	// Tracker).
+	SourceFirstSight Source = "first-seen"
 )
 
 // Rules are the thresholds of the status rules, all in time. The zero value
@@ -64,16 +69,34 @@ type Rules struct {
 	StaleAfter time.Duration
 	// RateWindow is the time constant of the exponentially weighted rates:
 	// a step change in rate is 63% reflected after one RateWindow.
-	// Default 2s.
+	// Default 2s. The consume rate that extrapolates a position between
+	// commits is measured over max(RateWindow, 2 x the commit interval),
+	// from commit to commit (see [Tracker]).
 	RateWindow time.Duration
+	// AbandonAfter is how long a target may go without a live consumer
+	// (Sample.Live LiveNo) before it is abandoned: reported, never obeyed.
+	// It is counted from the last reading that saw a consumer attached,
+	// or from the first reading of the target when none ever did (a
+	// daemon restart does not know how long a group has been idle, so it
+	// waits the whole period). Default 2m: longer than a rolling restart
+	// or a rebalance, short enough that a decommissioned group stops
+	// throttling its topic's producers within minutes, not the 7 days
+	// Kafka keeps its offsets.
+	AbandonAfter time.Duration
+	// ReportFresh is how old a consumer's own report (PartitionSample.Reported)
+	// may be and still override the position estimated from commits.
+	// Default 3s: three periods of a consumer reporting every second.
+	ReportFresh time.Duration
 }
 
 // DefaultRules are the rules used when a field of Rules is zero.
 var DefaultRules = Rules{
-	LagAge:     10 * time.Second,
-	StallAfter: 30 * time.Second,
-	StaleAfter: 10 * time.Second,
-	RateWindow: 2 * time.Second,
+	LagAge:       10 * time.Second,
+	StallAfter:   30 * time.Second,
+	StaleAfter:   10 * time.Second,
+	RateWindow:   2 * time.Second,
+	AbandonAfter: 2 * time.Minute,
+	ReportFresh:  3 * time.Second,
 }
 
 // withDefaults fills zero fields from DefaultRules.
@@ -89,6 +112,12 @@ func (r Rules) withDefaults() Rules {
 	}
 	if r.RateWindow <= 0 {
 		r.RateWindow = DefaultRules.RateWindow
+	}
+	if r.AbandonAfter <= 0 {
+		r.AbandonAfter = DefaultRules.AbandonAfter
+	}
+	if r.ReportFresh <= 0 {
+		r.ReportFresh = DefaultRules.ReportFresh
 	}
 	return r
 }
@@ -123,23 +152,40 @@ type State struct {
 	CommittedLag     int64         `json:"committedLag"`
 	CommittedHeadAge time.Duration `json:"committedHeadAge"`
 
-	// Lag is the sum of unconsumed messages over the partitions.
+	// Lag is the sum of unconsumed messages over the partitions, from the
+	// best position known for each (see Source): the consumer's fresh
+	// report, else the committed position advanced by the estimate, else
+	// the commit. CommittedLag keeps the broker's own figure.
 	Lag int64 `json:"lag"`
 	// HeadAge is now minus the oldest unconsumed message's timestamp, over
-	// partitions with lag whose head is known; 0 with no lag.
+	// partitions with lag whose head is known, at the same best positions;
+	// 0 with no lag. CommittedHeadAge keeps the broker's own figure.
 	HeadAge time.Duration `json:"headAge"`
 	// HeadAgeKnown is false when some partition has lag but its head time
 	// could not be read; HeadAge then covers only the known ones.
 	HeadAgeKnown bool `json:"headAgeKnown"`
 	// Uncommitted is the number of partitions without a committed offset
-	// (Committed -1). Their lag and head age are unknown, so they count in
-	// none of Lag, HeadAge, the rates and the status rules; Reason
-	// mentions them. A target whose partitions all lack a commit has Lag 0.
+	// (Committed -1) whose lag is unknown: they count in none of Lag,
+	// HeadAge, the rates and the status rules; Reason mentions them. A
+	// partition without a commit of a group seen live (Sample.Live
+	// LiveYes) is not unknown: it is measured from first sight (Source
+	// SourceFirstSight) and counted in Lag. A target whose partitions all
+	// lack a commit and that was never seen live has Lag 0.
 	Uncommitted int `json:"uncommitted,omitempty"`
+
+	// Live is the newest fresh reading's Sample.Live, and LastLive the
+	// last time a consumer was seen attached (LiveYes or LiveUnknown), or
+	// the first reading of the target when none ever was. A target whose
+	// Live is LiveNo for Rules.AbandonAfter since LastLive is abandoned.
+	Live     Liveness  `json:"live"`
+	LastLive time.Time `json:"lastLive,omitzero"`
 
 	// ProduceRate and ConsumeRate are exponentially weighted rates in
 	// messages per second (time constant Rules.RateWindow). RatesKnown is
-	// false until two fresh observations were seen.
+	// false until two fresh observations were seen. The consumed position
+	// they follow is the best one (see Source), never moving back, so a
+	// consumer that commits every 5 s reads its steady rate between
+	// commits rather than 0 four seconds in five and 5x in the fifth.
 	ProduceRate float64 `json:"produceRate"`
 	ConsumeRate float64 `json:"consumeRate"`
 	// ProduceRateInstant and ConsumeRateInstant are over the last
@@ -152,15 +198,17 @@ type State struct {
 	// and Never (-1) when the backlog is not shrinking.
 	TimeToDrain time.Duration `json:"timeToDrain"`
 
-	// LastProgress is the last time the consumer consumed something or had
-	// nothing to consume.
+	// LastProgress is the last time the consumer consumed something (by
+	// the best position) or had nothing to consume.
 	LastProgress time.Time `json:"lastProgress"`
 
 	// Stale is true when the status comes from old data (see StaleAfter)
 	// or some partitions could not be observed (then Partial is set too).
-	Stale   bool   `json:"stale"`
-	Partial bool   `json:"partial,omitempty"`
-	Err     string `json:"err,omitempty"`
+	Stale   bool `json:"stale"`
+	Partial bool `json:"partial,omitempty"`
+	// Err is why the newest observation failed: the sample's error, the
+	// whole cycle's error (see Tracker.Fail), or empty.
+	Err string `json:"err,omitempty"`
 
 	Partitions []PartitionState `json:"partitions"`
 }
@@ -168,7 +216,9 @@ type State struct {
 // Never is the TimeToDrain of a backlog that does not shrink.
 const Never time.Duration = -1
 
-// PartitionState is one partition of a State.
+// PartitionState is one partition of a State. Its embedded Lag, HeadTime
+// and HeadKnown are at the best position (Position, from Source); the
+// broker's own figures are in Committed, CommittedLag and CommittedHeadAge.
 type PartitionState struct {
 	PartitionSample
 	// HeadAge is now minus HeadTime when the partition has lag.
@@ -176,10 +226,86 @@ type PartitionState struct {
 	// ObservedAt is when these values were read (older than the State's
 	// At when the partition is stale).
 	ObservedAt time.Time `json:"observedAt"`
+	// Source says where Position comes from; empty when the position is
+	// unknown (no commit, never seen live).
+	Source Source `json:"source,omitempty"`
+	// Position is the best known next offset (or counter, NATS) of the
+	// consumer, in End's units; -1 when unknown.
+	Position int64 `json:"position"`
+	// CommittedLag and CommittedHeadAge are the broker's figures at the
+	// committed position (0 without a commit).
+	CommittedLag     int64         `json:"committedLag"`
+	CommittedHeadAge time.Duration `json:"committedHeadAge"`
+	// CommitInterval is the learned time between moves of this
+	// partition's committed position (the median of the last 8 that
+	// started with lag), at the resolution of the observation interval;
+	// 0 while unknown.
+	CommitInterval time.Duration `json:"commitInterval,omitempty"`
+	// LastCommit is the reading at which the committed position last
+	// moved; zero before the first move was seen.
+	LastCommit time.Time `json:"lastCommit,omitzero"`
+	// CommitRate is the consume rate measured from commit to commit over
+	// max(RateWindow, 2 x CommitInterval), in messages per second; it
+	// decays once a commit is overdue. It drives the estimate.
+	CommitRate float64 `json:"commitRate"`
+	// Uncertainty is how old the exact knowledge behind Position is: the
+	// time since the commit an estimate extrapolates from, since the
+	// consumer's report, or since first sight; 0 for SourceCommits.
+	Uncertainty time.Duration `json:"uncertainty,omitempty"`
 }
 
 // Tracker folds successive Samples of each target into States. It keeps one
 // small record per target and per partition.
+//
+// # Between commits
+//
+// A consumer's committed offset moves only when it commits: franz-go's
+// and Java's auto-commit every 5 s. Read as they are, commits make a
+// steady consumer look stalled four seconds in five and five times faster
+// in the fifth. The Tracker therefore learns, per partition, when the
+// committed position moves (CommitInterval), measures the consume rate
+// from commit to commit (CommitRate), and estimates the real position
+// between commits:
+//
+//	position = committed + CommitRate x min(now - LastCommit, CommitInterval + one observation interval)
+//
+// clamped to End. The extrapolation stops one commit interval (plus one
+// observation) after the last commit: a consumer that misses its commit
+// is not assumed to progress. No estimate is made before the cadence is
+// known (two moves that started with lag).
+//
+// The head age at an estimated position needs the timestamp of the
+// record there, which the adapters do not read. The Tracker keeps, per
+// partition, when the end offset grew (a reading at time t with end E
+// says every record below E was written by t) and interpolates linearly
+// between the known head at the commit and these points, as
+// kafka-lag-exporter does with its offset/time table. Worked example: the
+// commit is at offset 1,000 and its record was written at 12:00:00.0;
+// readings saw the end at 2,000 at 12:00:02 and 3,000 at 12:00:04; the
+// consumer's estimated position is 2,500. It lies between (2,000,
+// 12:00:02) and (3,000, 12:00:04), half way: its record was written about
+// 12:00:03. At now = 12:00:04.5 the head age is 1.5 s (the committed head
+// age is 4.5 s) and the lag 500 (committed: 2,000). Record times come from
+// producers, reading times from the daemon: clock skew between them moves
+// the estimate, and an estimated head is never older than the committed
+// one.
+//
+// A consumer's own fresh report (PartitionSample.Reported, at most
+// Rules.ReportFresh old) overrides both: its position and the time of
+// the record it handles (interpolated as above when it is idle but
+// records arrived since).
+//
+// # Without a commit
+//
+// A partition without a commit (Committed -1) of a target seen live
+// (Sample.Live LiveYes) is measured from when it was first seen so: its
+// position is the end offset at that reading, and its head the first
+// record written after it, dated by the same interpolation from that
+// reading's time. Example: first seen live at 12:00:00 with end 5,000
+// and no commit; at 12:00:03 the end is 6,200: lag 1,200, head age about
+// 3 s (not 0, as the broker's figures would say). A consumer that started
+// earlier (reset to earliest) is further behind than this. Targets never
+// seen live keep the unknown lag of Kafka's own tools.
 //
 // A Tracker is not safe for concurrent use: one observation loop owns it.
 type Tracker struct {
@@ -189,10 +315,13 @@ type Tracker struct {
 
 type track struct {
 	state      State
-	parts      map[int32]PartitionState
+	parts      map[int32]*partTrack
 	lastFresh  time.Time
+	gap        time.Duration // between the last two fresh readings
 	haveRates  bool
 	haveSample bool
+	firstSeen  time.Time
+	lastLive   time.Time
 }
 
 // NewTracker returns a Tracker. rules gives the thresholds for a target;
@@ -217,7 +346,7 @@ func NewTracker(rules func(Target) Rules) *Tracker {
 func (t *Tracker) Observe(s Sample, now time.Time) State {
 	tr := t.targets[s.Target]
 	if tr == nil {
-		tr = &track{parts: make(map[int32]PartitionState)}
+		tr = &track{parts: make(map[int32]*partTrack)}
 		t.targets[s.Target] = tr
 	}
 	r := t.rules(s.Target).withDefaults()
@@ -226,48 +355,69 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 	st.Err = s.Err
 
 	fresh := 0
+	for _, p := range s.Partitions {
+		if !p.Stale {
+			fresh++
+		}
+	}
+	if fresh > 0 {
+		if tr.firstSeen.IsZero() {
+			tr.firstSeen = s.At
+		}
+		if s.Live != LiveNo {
+			tr.lastLive = s.At
+		}
+		st.Live = s.Live
+		if tr.haveSample {
+			tr.gap = s.At.Sub(tr.lastFresh)
+		}
+	}
 	var dProduced, dConsumed int64
 	var rateParts int
 	for _, p := range s.Partitions {
-		prev, had := tr.parts[p.Partition]
+		pt, had := tr.parts[p.Partition]
 		if p.Stale {
 			if had {
-				prev.Stale = true
-				prev.Err = p.Err
-				tr.parts[p.Partition] = prev
+				pt.raw.Stale = true
+				pt.raw.Err = p.Err
 			} else {
 				// Nothing to keep: remember that it exists and is
 				// unknown; it counts no lag.
-				tr.parts[p.Partition] = PartitionState{PartitionSample: PartitionSample{
+				tr.parts[p.Partition] = newPartTrack(PartitionSample{
 					Partition: p.Partition, Committed: -1, Stale: true, Err: p.Err,
-				}}
+				})
 			}
 			continue
-		}
-		fresh++
-		// Without a commit on either side the consumed position is
-		// unknown: no rate from this pair.
-		if had && !prev.Stale && tr.haveSample && p.Committed >= 0 && prev.Committed >= 0 {
-			dp := p.End - prev.End
-			dc := (p.End - p.Lag) - (prev.End - prev.Lag)
-			// A shrinking end offset means the partition was recreated
-			// or the counter reset: no rate from this pair.
-			if dp >= 0 {
-				dProduced += dp
-				// A consumed position that moved back (an offset reset
-				// to earlier) is not negative consumption; count none.
-				dConsumed += max(dc, 0)
-				rateParts++
-			}
 		}
 		// A head that could not be read this time but whose position did
 		// not move is still the same message. The position is the commit,
 		// or the log start when retention deleted past the commit: then
 		// the log start moving is the position moving.
-		if !p.HeadKnown && p.Lag > 0 && p.Committed >= 0 && had && prev.HeadKnown && position(prev.PartitionSample) == position(p) {
-			p.HeadTime, p.HeadKnown = prev.HeadTime, true
+		if !p.HeadKnown && p.Lag > 0 && p.Committed >= 0 && had && pt.raw.HeadKnown && position(pt.raw) == position(p) {
+			p.HeadTime, p.HeadKnown = pt.raw.HeadTime, true
 		}
-		tr.parts[p.Partition] = PartitionState{PartitionSample: p, ObservedAt: s.At}
+		if !had {
+			pt = newPartTrack(p)
+			tr.parts[p.Partition] = pt
+		}
+		prevRaw, prevCounted, prevFresh := pt.raw, pt.counted, had && !pt.raw.Stale && tr.haveSample
+		pt.fold(p, s.At, s.Live == LiveYes, r, tr.gap)
+		// Without a commit on either side the consumed position is
+		// unknown: no rate from this pair.
+		if prevFresh && p.Committed >= 0 && prevRaw.Committed >= 0 {
+			dp := p.End - prevRaw.End
+			// A shrinking end offset means the partition was recreated
+			// or the counter reset: no rate from this pair.
+			if dp >= 0 {
+				dProduced += dp
+				// The counted position never moves back (an offset
+				// reset to earlier, an estimate corrected by the next
+				// commit): consumption counted ahead is not counted
+				// twice.
+				dConsumed += max(pt.counted-prevCounted, 0)
+				rateParts++
+			}
+		}
 	}
 	// Every partition s lists is in tr.parts now; more there means some
 	// are gone from the target.
@@ -312,7 +462,7 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 		st.Members = s.Members
 	}
 
-	t.summarize(tr, now)
+	t.summarize(tr, r, now)
 	if st.Lag == 0 && fresh > 0 {
 		st.LastProgress = s.At
 	}
@@ -331,37 +481,48 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 func position(p PartitionSample) int64 { return max(p.Committed, p.LogStart) }
 
 // summarize recomputes the sums over partitions as of now.
-func (t *Tracker) summarize(tr *track, now time.Time) {
+func (t *Tracker) summarize(tr *track, r Rules, now time.Time) {
 	st := &tr.state
 	st.Lag, st.HeadAge, st.HeadAgeKnown, st.Partial, st.Uncommitted = 0, 0, true, false, 0
+	st.CommittedLag, st.CommittedHeadAge, st.CommitInterval, st.Uncertainty, st.Source = 0, 0, 0, 0, ""
+	st.LastLive = tr.lastLive
+	if st.LastLive.IsZero() {
+		st.LastLive = tr.firstSeen
+	}
 	st.Partitions = st.Partitions[:0]
-	for id, p := range tr.parts {
-		p.HeadAge = 0
+	var srcLag, srcAll Source
+	for _, pt := range tr.parts {
+		p := pt.view(r, tr.gap, now)
 		if p.Stale {
 			st.Partial = true
 		}
+		st.CommitInterval = max(st.CommitInterval, p.CommitInterval)
 		switch {
-		case p.Committed < 0:
-			// No commit: lag unknown, not counted. A stale
+		case p.Source == "":
+			// No position: lag unknown, not counted. A stale
 			// placeholder for a partition never read is not
 			// counted either.
 			if !p.ObservedAt.IsZero() {
 				st.Uncommitted++
 			}
-		case p.Lag > 0:
-			st.Lag += p.Lag
-			if p.HeadKnown {
-				// A head stamped in the future (producer clock skew) is
-				// age 0, not negative.
-				p.HeadAge = max(now.Sub(p.HeadTime), 0)
-				st.HeadAge = max(st.HeadAge, p.HeadAge)
-			} else {
-				st.HeadAgeKnown = false
+		default:
+			st.CommittedLag += p.CommittedLag
+			st.CommittedHeadAge = max(st.CommittedHeadAge, p.CommittedHeadAge)
+			srcAll = lessExact(srcAll, p.Source)
+			if p.Lag > 0 {
+				srcLag = lessExact(srcLag, p.Source)
+				st.Uncertainty = max(st.Uncertainty, p.Uncertainty)
+				st.Lag += p.Lag
+				if p.HeadKnown {
+					st.HeadAge = max(st.HeadAge, p.HeadAge)
+				} else {
+					st.HeadAgeKnown = false
+				}
 			}
 		}
-		tr.parts[id] = p
 		st.Partitions = append(st.Partitions, p)
 	}
+	st.Source = cmp.Or(srcLag, srcAll)
 	sort.Slice(st.Partitions, func(i, j int) bool { return st.Partitions[i].Partition < st.Partitions[j].Partition })
 	switch net := st.ConsumeRate - st.ProduceRate; {
 	case st.Lag == 0:
@@ -371,6 +532,17 @@ func (t *Tracker) summarize(tr *track, now time.Time) {
 	default:
 		st.TimeToDrain = time.Duration(float64(st.Lag) / net * float64(time.Second))
 	}
+}
+
+// exactness orders the sources from least to most exact.
+var exactness = map[Source]int{SourceFirstSight: 1, SourceEstimate: 2, SourceCommits: 3, SourceConsumer: 4}
+
+// lessExact returns the less exact of a and b; "" counts as none.
+func lessExact(a, b Source) Source {
+	if a == "" || exactness[b] < exactness[a] {
+		return b
+	}
+	return a
 }
 
 // snapshot returns a copy of the state that shares no memory with the
@@ -385,20 +557,24 @@ func (t *Tracker) snapshot(tr *track) State {
 // matches sets Status, Rule and Reason:
 //
 //  1. stale: the newest fresh observation is older than StaleAfter, or
-//     there never was one. (Partial data sets Stale but judges on.)
-//  2. caught-up: no lag. OK, however long ago the last message came:
+//     there never was one. (Partial data sets Stale but judges on.) The
+//     reason ends with the cause: st.Err, else the first partition's.
+//  2. abandoned: no live consumer (Live LiveNo) for AbandonAfter since
+//     LastLive. Whatever its lag: an abandoned target binds no producer.
+//  3. caught-up: no lag. OK, however long ago the last message came:
 //     a quiet topic is not a stopped consumer.
-//  3. no-progress: there is lag, nothing was consumed for StallAfter, and
+//  4. no-progress: there is lag, nothing was consumed for StallAfter, and
 //     the oldest unconsumed message is itself at least StallAfter old:
-//     stopped when the group has no members, else stalled.
-//  4. over-age: the oldest unconsumed message is older than LagAge:
+//     stopped when the group has no members, else stalled. Progress is
+//     read at the estimated position, which moves between commits, so a
+//     consumer is never stalled inside one commit interval.
+//  5. over-age: the oldest unconsumed message is older than LagAge:
 //     lagging.
-//  5. within-age: OK.
+//  6. within-age: OK.
 //
-// Partitions without a committed offset (State.Uncommitted) take part in no
-// rule: their lag is unknown. Reason ends with their number when there are
-// any, so a target whose partitions all lack a commit is OK (caught-up) and
-// says why.
+// Partitions whose lag is unknown (State.Uncommitted) take part in no
+// rule. Reason ends with their number when there are any, so a target
+// whose partitions all lack a commit is OK (caught-up) and says why.
 func Evaluate(st *State, r Rules, now, lastFresh time.Time) {
 	r = r.withDefaults()
 	st.Stale = st.Partial
@@ -407,10 +583,12 @@ func Evaluate(st *State, r Rules, now, lastFresh time.Time) {
 	switch {
 	case lastFresh.IsZero():
 		st.Stale = true
-		set(StatusStale, "stale", "never observed: "+orNone(st.Err))
+		set(StatusStale, "stale", "never observed: "+orNone(cause(st)))
 	case since > r.StaleAfter:
 		st.Stale = true
-		set(StatusStale, "stale", fmt.Sprintf("last good observation %s ago (> %s): %s", since.Round(time.Millisecond), r.StaleAfter, orNone(st.Err)))
+		set(StatusStale, "stale", fmt.Sprintf("last good observation %s ago (> %s): %s", since.Round(time.Millisecond), r.StaleAfter, orNone(cause(st))))
+	case st.Live == LiveNo && !st.LastLive.IsZero() && now.Sub(st.LastLive) >= r.AbandonAfter:
+		set(StatusAbandoned, "abandoned", fmt.Sprintf("no live consumer for %s (>= %s): reported, binds no producer", now.Sub(st.LastLive).Round(time.Millisecond), r.AbandonAfter))
 	case st.Lag == 0:
 		set(StatusOK, "caught-up", "nothing unconsumed")
 	case now.Sub(st.LastProgress) >= r.StallAfter && st.HeadAge >= r.StallAfter:
@@ -430,6 +608,20 @@ func Evaluate(st *State, r Rules, now, lastFresh time.Time) {
 	}
 }
 
+// cause is why st's data may be old: its error, else the first partition
+// error.
+func cause(st *State) string {
+	if st.Err != "" {
+		return st.Err
+	}
+	for _, p := range st.Partitions {
+		if p.Err != "" {
+			return fmt.Sprintf("partition %d: %s", p.Partition, p.Err)
+		}
+	}
+	return ""
+}
+
 func orNone(s string) string {
 	if s == "" {
 		return "no error reported"
@@ -437,17 +629,50 @@ func orNone(s string) string {
 	return s
 }
 
-// States re-evaluates every tracked target as of now (ageing head ages and
-// staleness without new samples) and returns them sorted by target.
+// States re-evaluates every tracked target as of now (ageing head ages,
+// estimates and staleness without new samples) and returns them sorted by
+// target.
 func (t *Tracker) States(now time.Time) []State {
 	out := make([]State, 0, len(t.targets))
 	for tg, tr := range t.targets {
-		t.summarize(tr, now)
-		Evaluate(&tr.state, t.rules(tg), now, tr.lastFresh)
+		r := t.rules(tg).withDefaults()
+		t.summarize(tr, r, now)
+		Evaluate(&tr.state, r, now, tr.lastFresh)
 		out = append(out, t.snapshot(tr))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Target.String() < out[j].Target.String() })
 	return out
+}
+
+// Fail records that a whole observation cycle failed with cause (for
+// example "metadata: broker 1: EOF"): every tracked target keeps its data,
+// ageing towards stale, and carries cause in Err and, once stale, in its
+// reason. The next sample of a target replaces it.
+func (t *Tracker) Fail(cause string) {
+	for _, tr := range t.targets {
+		tr.state.Err = cause
+	}
+}
+
+// Prune drops the targets that listed does not contain and returns them.
+// Call it with the samples of a cycle whose listing is complete (the
+// adapter listed every target that still exists, possibly stale): a
+// deleted topic, a deleted group or an expired NATS consumer then leaves
+// at the first cycle that no longer lists it, with its state.
+func (t *Tracker) Prune(listed []Sample) []Target {
+	keep := make(map[Target]bool, len(listed))
+	for _, s := range listed {
+		keep[s.Target] = true
+	}
+	var gone []Target
+	for tg := range t.targets {
+		if !keep[tg] {
+			gone = append(gone, tg)
+			delete(t.targets, tg)
+		}
+	}
+	sort.Slice(gone, func(i, j int) bool { return gone[i].String() < gone[j].String() })
+	return gone
 }
 
 // Forget drops targets whose last fresh observation is older than cutoff

@@ -1,0 +1,315 @@
+package lag
+
+import (
+	"slices"
+	"time"
+)
+
+// This file holds the per-partition memory of a Tracker: when the committed
+// position moves (the commit cadence and the rate measured from commit to
+// commit), when the end offset grew (to date the record at an estimated
+// position), and the first-sight position of a partition without a
+// commit. See Tracker for the rules and a worked example.
+
+// Bounds of the per-partition history. A partition keeps a few points in
+// the common case (a consumer close to the end); these caps bound the rest.
+const (
+	maxMoves     = 16 // commit moves kept for the measured rate
+	maxEnds      = 32 // end-offset points kept for dating records
+	numIntervals = 8  // commit intervals whose median is the cadence
+)
+
+// move is a reading at which the committed position moved: at (Unix
+// nanoseconds) and the new position.
+type move struct {
+	at  int64
+	pos int64
+}
+
+// endPoint says that the end offset was off from reading first to reading
+// last (Unix nanoseconds): every record below off was written by first,
+// every record at or after off after last.
+type endPoint struct {
+	off         int64
+	first, last int64
+}
+
+// partTrack is what a Tracker remembers of one partition.
+type partTrack struct {
+	raw        PartitionSample // the newest reading (stale: the last good values, flagged)
+	observedAt time.Time
+
+	lastPos   int64 // consumed position (End-Lag) at the last reading with a commit; -1: none
+	moves     []move
+	lagAtMove bool // the partition had lag at the newest move
+	intervals [numIntervals]time.Duration
+	nInt      int           // intervals recorded, up to numIntervals
+	ci        time.Duration // median of intervals; 0 while none
+	ends      []endPoint
+
+	// counted is the best position at the newest reading, never moving
+	// back except on an offset reset: the consumed counter of the rates.
+	counted int64
+
+	synth   int64 // first-sight position of a partition without a commit; -1: none
+	synthAt time.Time
+}
+
+func newPartTrack(p PartitionSample) *partTrack {
+	return &partTrack{raw: p, lastPos: -1, counted: -1, synth: -1}
+}
+
+// fold records the fresh reading p taken at at. live says whether the
+// target has a consumer attached now (Sample.Live LiveYes); gap is the
+// time between the target's last two fresh readings.
+func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, gap time.Duration) {
+	if !pt.observedAt.IsZero() && p.End < pt.raw.End {
+		// The partition was recreated or its counter reset: nothing
+		// learned so far applies.
+		*pt = partTrack{raw: pt.raw, lastPos: -1, counted: -1, synth: -1, moves: pt.moves[:0], ends: pt.ends[:0]}
+	}
+	prevCommitted := pt.raw.Committed >= 0 && !pt.observedAt.IsZero()
+	pt.raw, pt.observedAt = p, at
+	now := at.UnixNano()
+
+	if n := len(pt.ends); n > 0 && pt.ends[n-1].off == p.End {
+		pt.ends[n-1].last = now
+	} else {
+		pt.ends = append(pt.ends, endPoint{off: p.End, first: now, last: now})
+	}
+
+	reset := false
+	if p.Committed >= 0 {
+		pt.synth = -1
+		pos := p.End - p.Lag
+		switch {
+		case pt.lastPos < 0:
+			// The first commit seen: a base, not a move (when it was
+			// made is unknown).
+		case pos > pt.lastPos:
+			// The commit was made between the previous reading and
+			// this one: date it half way.
+			mid := now - int64(gap/2)
+			if n := len(pt.moves); n > 0 && pt.lagAtMove {
+				pt.addInterval(time.Duration(mid - pt.moves[n-1].at))
+			}
+			pt.moves = append(pt.moves, move{at: mid, pos: pos})
+			pt.lagAtMove = p.Lag > 0
+		case pos < pt.lastPos:
+			// An offset reset to earlier: the old commits say nothing
+			// of the rate from here.
+			pt.moves = pt.moves[:0]
+			reset = true
+		}
+		pt.lastPos = pos
+	} else {
+		pt.lastPos = -1
+		pt.moves = pt.moves[:0]
+		if pt.synth < 0 && live {
+			pt.synth, pt.synthAt = p.End, at
+		}
+	}
+	pt.trimMoves(r)
+
+	b := pt.best(r, gap, at)
+	if reset || !prevCommitted || pt.counted < 0 {
+		pt.counted = b.pos
+	} else {
+		pt.counted = max(pt.counted, b.pos)
+	}
+	pt.trimEnds(b.pos)
+}
+
+// addInterval records one commit interval and updates the median.
+func (pt *partTrack) addInterval(d time.Duration) {
+	copy(pt.intervals[1:], pt.intervals[:numIntervals-1])
+	pt.intervals[0] = d
+	pt.nInt = min(pt.nInt+1, numIntervals)
+	var buf [numIntervals]time.Duration
+	s := buf[:pt.nInt]
+	copy(s, pt.intervals[:pt.nInt])
+	slices.Sort(s)
+	pt.ci = s[len(s)/2]
+}
+
+// window is the span the commit rate is measured over.
+func (pt *partTrack) window(r Rules) time.Duration { return max(r.RateWindow, 2*pt.ci) }
+
+// trimMoves keeps the moves the rate needs: the newest one older than the
+// window before the last, and all after it; at most maxMoves.
+func (pt *partTrack) trimMoves(r Rules) {
+	n := len(pt.moves)
+	if n < 2 {
+		return
+	}
+	w := int64(pt.window(r))
+	last := pt.moves[n-1].at
+	cut := 0
+	for i := n - 2; i >= 0; i-- {
+		if last-pt.moves[i].at >= w {
+			cut = i
+			break
+		}
+	}
+	cut = max(cut, n-maxMoves)
+	if cut > 0 {
+		pt.moves = pt.moves[:copy(pt.moves, pt.moves[cut:])]
+	}
+}
+
+// trimEnds drops end points below pos (records the consumer has passed)
+// and keeps at most maxEnds, dropping the oldest.
+func (pt *partTrack) trimEnds(pos int64) {
+	cut := 0
+	for cut < len(pt.ends)-1 && pt.ends[cut].off < pos {
+		cut++
+	}
+	cut = max(cut, len(pt.ends)-maxEnds)
+	if cut > 0 {
+		pt.ends = pt.ends[:copy(pt.ends, pt.ends[cut:])]
+	}
+}
+
+// rate is the consume rate measured from commit to commit, in messages
+// per second: from the newest move at least one window before the last
+// one (or the oldest kept) to the last one. Once the next commit is
+// overdue (more than one commit interval plus one observation interval
+// after the last), the time it is overdue is added to the span, so the
+// rate of a consumer that stopped decays instead of holding. 0 with fewer
+// than two moves.
+func (pt *partTrack) rate(r Rules, gap time.Duration, now time.Time) float64 {
+	n := len(pt.moves)
+	if n < 2 {
+		return 0
+	}
+	w := int64(pt.window(r))
+	last, ref := pt.moves[n-1], pt.moves[0]
+	for i := n - 2; i >= 0; i-- {
+		if last.at-pt.moves[i].at >= w {
+			ref = pt.moves[i]
+			break
+		}
+	}
+	span := last.at - ref.at
+	span += max(0, now.UnixNano()-last.at-int64(pt.ci+gap))
+	if span <= 0 {
+		return 0
+	}
+	return float64(last.pos-ref.pos) / time.Duration(span).Seconds()
+}
+
+// bestPos is a partition's best position and the head there.
+type bestPos struct {
+	pos       int64 // -1: unknown
+	src       Source
+	head      time.Time
+	headKnown bool
+	unc       time.Duration
+}
+
+// best returns the best position of the partition as of now: the fresh
+// report, the estimate between commits, the commit, or the first-sight
+// position, in that order (see Tracker).
+func (pt *partTrack) best(r Rules, gap time.Duration, now time.Time) bestPos {
+	p := pt.raw
+	end := p.End
+	if rep := p.Reported; !rep.IsZero() && now.Sub(rep.At) <= r.ReportFresh {
+		pos := min(max(rep.Position, p.LogStart, 0), end)
+		b := bestPos{pos: pos, src: SourceConsumer, unc: max(now.Sub(rep.At), 0), headKnown: true}
+		if pos < end {
+			if b.head = rep.HeadTime; b.head.IsZero() {
+				// Idle when it reported, records came since.
+				b.head = pt.dateRecord(pos, rep.At, pos)
+			}
+		}
+		return b
+	}
+	if p.Committed < 0 {
+		if pt.synth < 0 {
+			return bestPos{pos: -1}
+		}
+		b := bestPos{pos: pt.synth, src: SourceFirstSight, unc: max(now.Sub(pt.synthAt), 0), headKnown: true}
+		if pt.synth < end {
+			b.head = pt.dateRecord(pt.synth, pt.synthAt, pt.synth)
+		}
+		return b
+	}
+	cpos := end - p.Lag
+	b := bestPos{pos: cpos, src: SourceCommits, head: p.HeadTime, headKnown: p.HeadKnown}
+	n := len(pt.moves)
+	// A consumer that commits about once per reading is read exactly
+	// enough by its commits.
+	if p.Lag == 0 || pt.ci <= gap*3/2 || n == 0 || pt.moves[n-1].pos != cpos {
+		return b
+	}
+	last := pt.moves[n-1].at
+	dt := min(time.Duration(now.UnixNano()-last), pt.ci+gap)
+	adv := int64(pt.rate(r, gap, now) * dt.Seconds())
+	if adv <= 0 {
+		return b
+	}
+	pos := min(cpos+adv, end)
+	b = bestPos{pos: pos, src: SourceEstimate, unc: time.Duration(now.UnixNano() - last), headKnown: p.HeadKnown || pos == end}
+	if pos < end && p.HeadKnown {
+		b.head = pt.dateRecord(cpos, p.HeadTime, pos)
+	}
+	return b
+}
+
+// dateRecord estimates when the record at offset pos was written, given
+// that the record at anchor was written at anchorAt (anchor <= pos), by
+// linear interpolation over the end points (see Tracker). The result is
+// never before anchorAt.
+func (pt *partTrack) dateRecord(anchor int64, anchorAt time.Time, pos int64) time.Time {
+	loOff, loAt := anchor, anchorAt.UnixNano()
+	for _, e := range pt.ends {
+		if e.off < loOff {
+			continue
+		}
+		if e.off <= pos {
+			// Records from e.off on were written after e.last.
+			loOff, loAt = e.off, max(loAt, e.last)
+			continue
+		}
+		// Records below e.off were written by e.first.
+		hiAt := max(loAt, e.first)
+		frac := float64(pos-loOff) / float64(e.off-loOff)
+		return time.Unix(0, loAt+int64(frac*float64(hiAt-loAt)))
+	}
+	return time.Unix(0, loAt)
+}
+
+// view returns the partition's public state as of now.
+func (pt *partTrack) view(r Rules, gap time.Duration, now time.Time) PartitionState {
+	p := pt.raw
+	v := PartitionState{PartitionSample: p, ObservedAt: pt.observedAt, Position: -1,
+		CommitInterval: pt.ci, CommitRate: pt.rate(r, gap, now)}
+	if n := len(pt.moves); n > 0 {
+		v.LastCommit = time.Unix(0, pt.moves[n-1].at)
+	}
+	if p.Committed >= 0 {
+		v.CommittedLag = p.Lag
+		if p.Lag > 0 && p.HeadKnown {
+			v.CommittedHeadAge = max(now.Sub(p.HeadTime), 0)
+		}
+	}
+	if pt.observedAt.IsZero() {
+		return v // a stale placeholder, never read
+	}
+	b := pt.best(r, gap, now)
+	if b.pos < 0 {
+		return v
+	}
+	v.Source, v.Position, v.Uncertainty = b.src, b.pos, b.unc
+	v.Lag = max(p.End-b.pos, 0)
+	v.HeadTime, v.HeadKnown = time.Time{}, true
+	if v.Lag > 0 {
+		v.HeadTime, v.HeadKnown = b.head, b.headKnown
+		if b.headKnown {
+			// A head stamped in the future (producer clock skew) is
+			// age 0, not negative.
+			v.HeadAge = max(now.Sub(b.head), 0)
+		}
+	}
+	return v
+}

@@ -1,0 +1,341 @@
+package lag
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sim is a partition written at a steady rate from t0 (record o written at
+// t0 + o/produce seconds) and read by a consumer that commits its position
+// every commitEvery, starting at commitPhase.
+type sim struct {
+	produce     float64 // records per second
+	behind      float64 // the consumer's real lag in seconds of production
+	commitEvery time.Duration
+	commitPhase time.Duration
+}
+
+func (s sim) end(at time.Duration) int64 { return int64(at.Seconds() * s.produce) }
+
+// real is the consumer's real position at at.
+func (s sim) real(at time.Duration) int64 { return max(0, s.end(at-sec(s.behind))) }
+
+// committed is the position of the newest commit made by at.
+func (s sim) committed(at time.Duration) int64 {
+	if at < s.commitPhase {
+		return 0
+	}
+	n := (at - s.commitPhase) / s.commitEvery
+	return s.real(s.commitPhase + n*s.commitEvery)
+}
+
+// written is when record o was written.
+func (s sim) written(o int64) time.Time { return t0.Add(sec(float64(o) / s.produce)) }
+
+// reading is what a broker adapter reads at at.
+func (s sim) reading(at time.Duration) PartitionSample {
+	end, c := s.end(at), s.committed(at)
+	p := PartitionSample{Partition: 0, End: end, Committed: c, Lag: end - c, HeadKnown: true}
+	if c < end {
+		p.HeadTime = s.written(c)
+	}
+	return p
+}
+
+// TestCommitCadence is the 5 s auto-commit consumer of franz-go's and
+// Java's defaults, read every second: 1,000 records/s written, consumed at
+// the same pace half a second behind. By its commits alone it reads
+// stalled four seconds in five, 5x faster in the fifth, and up to 5.5 s
+// behind (lagging against a 2 s deadline). The Tracker learns the 5 s
+// cadence, keeps the consume rate steady, and estimates the position to
+// within half an observation interval of consumption.
+func TestCommitCadence(t *testing.T) {
+	s := sim{produce: 1000, behind: 0.5, commitEvery: 5 * time.Second, commitPhase: sec(0.3)}
+	tr := NewTracker(func(Target) Rules { return Rules{LagAge: 2 * time.Second} })
+	var worstCommitted, worstEstimate int64
+	var worstAge time.Duration
+	for i := 1; i <= 60; i++ {
+		at := time.Duration(i) * time.Second
+		now := t0.Add(at)
+		st := tr.Observe(sample(now, 1, s.reading(at)), now)
+		if i < 17 { // three commits seen: two intervals, a measured rate
+			continue
+		}
+		realLag := s.end(at) - s.real(at)
+		realAge := now.Sub(s.written(s.real(at)))
+		if st.CommitInterval != 5*time.Second {
+			t.Fatalf("%v: commit interval %v, want 5s", at, st.CommitInterval)
+		}
+		if math.Abs(st.ConsumeRate-1000) > 100 || st.ConsumeRateInstant <= 0 {
+			t.Fatalf("%v: consume rate %.0f (instant %.0f), want 1000 +- 10%% and never 0", at, st.ConsumeRate, st.ConsumeRateInstant)
+		}
+		if st.Status != StatusOK {
+			t.Fatalf("%v: status %s (%s), want ok: the consumer is 0.5 s behind", at, st.Status, st.Reason)
+		}
+		if st.CommittedLag != s.end(at)-s.committed(at) {
+			t.Fatalf("%v: committed lag %d, want the broker's %d", at, st.CommittedLag, s.end(at)-s.committed(at))
+		}
+		if st.Lag != st.CommittedLag && (st.Source != SourceEstimate || st.Uncertainty <= 0 || st.Uncertainty > 6*time.Second) {
+			t.Fatalf("%v: source %q uncertainty %v for an estimate", at, st.Source, st.Uncertainty)
+		}
+		worstCommitted = max(worstCommitted, abs(st.CommittedLag-realLag))
+		worstEstimate = max(worstEstimate, abs(st.Lag-realLag))
+		worstAge = max(worstAge, st.HeadAge-realAge, realAge-st.HeadAge)
+	}
+	t.Logf("worst error against the real lag: commits %d, estimate %d; head age error %v", worstCommitted, worstEstimate, worstAge)
+	// Half an observation interval of consumption, plus rounding.
+	if worstEstimate > 550 {
+		t.Fatalf("estimate off the real lag by up to %d records, want <= 550", worstEstimate)
+	}
+	if worstCommitted < 4000 {
+		t.Fatalf("the commits alone were off by only %d: the case does not test the estimate", worstCommitted)
+	}
+	if worstAge > sec(0.55) {
+		t.Fatalf("estimated head age off by up to %v, want <= 0.55s", worstAge)
+	}
+}
+
+func abs(x int64) int64 { return max(x, -x) }
+
+// TestEstimateStopsWithTheConsumer: a 5 s committer that stops right after
+// a commit. The estimate advances at most one commit interval plus one
+// reading past the last commit, then the lag grows with production, the
+// measured rate decays, and the target is stalled once StallAfter has
+// passed since the estimated progress stopped, not earlier.
+func TestEstimateStopsWithTheConsumer(t *testing.T) {
+	s := sim{produce: 1000, behind: 0.5, commitEvery: 5 * time.Second, commitPhase: sec(0.3)}
+	rules := Rules{LagAge: 2 * time.Second, StallAfter: 30 * time.Second}
+	tr := NewTracker(func(Target) Rules { return rules })
+	stopAt := 30*time.Second + sec(0.3) // the last commit
+	var st State
+	for i := 1; i <= 80; i++ {
+		at := time.Duration(i) * time.Second
+		now := t0.Add(at)
+		p := s.reading(at)
+		if at > stopAt {
+			c := s.committed(stopAt)
+			p = PartitionSample{Partition: 0, End: s.end(at), Committed: c, Lag: s.end(at) - c, HeadKnown: true, HeadTime: s.written(c)}
+		}
+		st = tr.Observe(sample(now, 1, p), now)
+		switch {
+		case at == 40*time.Second:
+			// Ten seconds after the last commit: the estimate went at
+			// most 5 s + 1 s past it.
+			if maxPos := s.committed(stopAt) + 6000; st.Partitions[0].Position > maxPos {
+				t.Fatalf("at %v: estimated position %d past %d", at, st.Partitions[0].Position, maxPos)
+			}
+			if st.ConsumeRate > 500 {
+				t.Fatalf("at %v: consume rate %.0f, want decaying", at, st.ConsumeRate)
+			}
+		case at < 66*time.Second && st.Status == StatusStalled:
+			t.Fatalf("at %v: stalled before StallAfter after the estimated progress stopped (%v)", at, st.LastProgress.Sub(t0))
+		}
+	}
+	if st.Status != StatusStalled {
+		t.Fatalf("status %s (%s), want stalled", st.Status, st.Reason)
+	}
+}
+
+// TestDateRecord is the worked example of the Tracker's doc.
+func TestDateRecord(t *testing.T) {
+	at := func(s float64) int64 { return t0.Add(sec(s)).UnixNano() }
+	pt := &partTrack{ends: []endPoint{{off: 2000, first: at(2), last: at(2)}, {off: 3000, first: at(4), last: at(4)}}}
+	if got := pt.dateRecord(1000, t0, 2500); !got.Equal(t0.Add(3 * time.Second)) {
+		t.Fatalf("record 2500 dated %v, want 12:00:03", got.Sub(t0))
+	}
+	// First sight: end 5,000 from 12:00:00 to 12:00:10, then 5,600 at
+	// 12:00:11: record 5,000 was written after 12:00:10.
+	pt = &partTrack{ends: []endPoint{{off: 5000, first: at(0), last: at(10)}, {off: 5600, first: at(11), last: at(11)}, {off: 6200, first: at(13), last: at(13)}}}
+	if got := pt.dateRecord(5000, t0, 5000); !got.Equal(t0.Add(10 * time.Second)) {
+		t.Fatalf("record 5000 dated %v, want 12:00:10", got.Sub(t0))
+	}
+	// Clock skew: an end point dated before the anchor never dates a
+	// record before it.
+	pt = &partTrack{ends: []endPoint{{off: 2000, first: at(-5), last: at(-5)}}}
+	if got := pt.dateRecord(1000, t0, 1500); got.Before(t0) {
+		t.Fatalf("record dated %v, before its anchor", got.Sub(t0))
+	}
+}
+
+// TestFirstSight: a group with live members and no commit is measured from
+// the end offset when first seen live; never seen live, its lag stays
+// unknown; its first commit takes over.
+func TestFirstSight(t *testing.T) {
+	none := func(end int64) PartitionSample { return PartitionSample{Partition: 0, End: end, Committed: -1} }
+	live := func(at time.Time, live Liveness, p PartitionSample) Sample {
+		s := sample(at, 1, p)
+		s.Live = live
+		return s
+	}
+	rules := Rules{LagAge: 2 * time.Second}
+	t.Run("live", func(t *testing.T) {
+		tr := NewTracker(func(Target) Rules { return rules })
+		var st State
+		// Idle topic for 10 s, then 600 records/s.
+		for i := 0; i <= 13; i++ {
+			at := t0.Add(time.Duration(i) * time.Second)
+			end := int64(5000)
+			if i > 10 {
+				end += int64(i-10) * 600
+			}
+			st = tr.Observe(live(at, LiveYes, none(end)), at)
+		}
+		t.Logf("lag %d head age %v source %s status %s (%s)", st.Lag, st.HeadAge, st.Source, st.Status, st.Reason)
+		if st.Lag != 1800 || st.Source != SourceFirstSight || st.Uncommitted != 0 {
+			t.Fatalf("lag %d source %q uncommitted %d, want 1800 from first sight, counted", st.Lag, st.Source, st.Uncommitted)
+		}
+		if st.HeadAge != 3*time.Second || st.Status != StatusLagging {
+			t.Fatalf("head age %v status %s, want 3s (written after the reading at 12:00:10), lagging", st.HeadAge, st.Status)
+		}
+		// The first commit takes over: no burst of consumption.
+		at := t0.Add(14 * time.Second)
+		st = tr.Observe(live(at, LiveYes, part(0, 7400, 100, at.Add(-sec(0.1)))), at)
+		if st.Source != SourceCommits || st.Lag != 100 || st.ConsumeRateInstant != 0 {
+			t.Fatalf("after the first commit: source %q lag %d instant consume %v", st.Source, st.Lag, st.ConsumeRateInstant)
+		}
+	})
+	t.Run("never live", func(t *testing.T) {
+		for _, l := range []Liveness{LiveNo, LiveUnknown} {
+			tr := NewTracker(func(Target) Rules { return rules })
+			var st State
+			for i := range 5 {
+				at := t0.Add(time.Duration(i) * time.Second)
+				st = tr.Observe(live(at, l, none(5000+int64(i)*100)), at)
+			}
+			if st.Lag != 0 || st.Uncommitted != 1 || st.Source != "" {
+				t.Fatalf("%s: lag %d uncommitted %d source %q, want unknown", l, st.Lag, st.Uncommitted, st.Source)
+			}
+		}
+	})
+}
+
+// TestAbandoned is the rule table of liveness: only LiveNo for the whole
+// AbandonAfter, counted from the last live reading or from first sight,
+// makes a target abandoned, whatever its lag.
+func TestAbandoned(t *testing.T) {
+	rules := Rules{AbandonAfter: time.Minute, StallAfter: 30 * time.Second}
+	cases := []struct {
+		name string
+		live []Liveness // one reading every 10 s
+		want Status
+	}{
+		// Idle from first sight for a minute: abandoned.
+		{"idle since first sight", []Liveness{LiveNo, LiveNo, LiveNo, LiveNo, LiveNo, LiveNo, LiveNo}, StatusAbandoned},
+		// Idle for 50 s only: stopped (no members, no progress), not yet abandoned.
+		{"within the grace", []Liveness{LiveNo, LiveNo, LiveNo, LiveNo, LiveNo, LiveNo}, StatusStopped},
+		// Live 50 s ago, idle since: the grace counts from the live one.
+		{"live then idle", []Liveness{LiveNo, LiveYes, LiveNo, LiveNo, LiveNo, LiveNo, LiveNo}, StatusStopped},
+		// A rebalance: one idle reading among live ones.
+		{"rebalance", []Liveness{LiveYes, LiveYes, LiveYes, LiveNo, LiveYes, LiveYes, LiveYes}, StatusStalled},
+		// Unknown counts as live: never abandoned.
+		{"unknown", []Liveness{LiveUnknown, LiveUnknown, LiveUnknown, LiveUnknown, LiveUnknown, LiveUnknown, LiveUnknown, LiveUnknown}, StatusStalled},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr := NewTracker(func(Target) Rules { return rules })
+			var st State
+			for i, l := range c.live {
+				at := t0.Add(time.Duration(i) * 10 * time.Second)
+				members := 1
+				if l == LiveNo {
+					members = 0
+				}
+				s := sample(at, members, part(0, 1000, 500, t0.Add(-time.Hour)))
+				s.Live = l
+				st = tr.Observe(s, at)
+			}
+			if st.Status != c.want {
+				t.Fatalf("status %s (%s: %s), want %s", st.Status, st.Rule, st.Reason, c.want)
+			}
+			if c.want == StatusAbandoned && (st.Rule != "abandoned" || !strings.Contains(st.Reason, "binds no producer")) {
+				t.Fatalf("rule %q reason %q", st.Rule, st.Reason)
+			}
+		})
+	}
+}
+
+// TestConsumerReport: a fresh report overrides the commits, a report older
+// than ReportFresh falls back to them, an idle report dates the records
+// that came after it.
+func TestConsumerReport(t *testing.T) {
+	rules := Rules{ReportFresh: 3 * time.Second}
+	withReport := func(p PartitionSample, r Report) PartitionSample { p.Reported = r; return p }
+	head := t0.Add(-10 * time.Second)
+	cases := []struct {
+		name    string
+		report  Report
+		lag     int64
+		headAge time.Duration
+		source  Source
+	}{
+		// The consumer handles record 9,900, written 0.5 s ago; it
+		// committed 9,000 long ago.
+		{"fresh", Report{At: t0.Add(-time.Second), Position: 9900, HeadTime: t0.Add(-sec(0.5))}, 100, sec(0.5), SourceConsumer},
+		// Four seconds old: the commit stands.
+		{"old", Report{At: t0.Add(-4 * time.Second), Position: 9900, HeadTime: t0.Add(-sec(0.5))}, 1000, 10 * time.Second, SourceCommits},
+		// A position past the end (clocks, races) is the end.
+		{"past the end", Report{At: t0, Position: 20000}, 0, 0, SourceConsumer},
+		// None.
+		{"none", Report{}, 1000, 10 * time.Second, SourceCommits},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr := NewTracker(func(Target) Rules { return rules })
+			st := tr.Observe(sample(t0, 1, withReport(part(0, 10000, 1000, head), c.report)), t0)
+			if st.Lag != c.lag || st.HeadAge != c.headAge || st.Source != c.source || st.CommittedLag != 1000 {
+				t.Fatalf("lag %d head age %v source %q committed lag %d; want %d, %v, %q, 1000",
+					st.Lag, st.HeadAge, st.Source, st.CommittedLag, c.lag, c.headAge, c.source)
+			}
+		})
+	}
+	t.Run("reports stop", func(t *testing.T) {
+		tr := NewTracker(func(Target) Rules { return rules })
+		r := Report{At: t0, Position: 10000}
+		tr.Observe(sample(t0, 1, withReport(part(0, 10000, 1000, head), r)), t0)
+		// The overlay keeps the last report; the tracker ages it.
+		now := t0.Add(4 * time.Second)
+		st := tr.States(now)[0]
+		if st.Source != SourceCommits || st.Lag != 1000 {
+			t.Fatalf("4 s after the last report: source %q lag %d, want the commits' 1000", st.Source, st.Lag)
+		}
+	})
+	t.Run("idle report dates later records", func(t *testing.T) {
+		tr := NewTracker(func(Target) Rules { return rules })
+		tr.Observe(sample(t0, 1, part(0, 10000, 0, time.Time{})), t0)
+		at := t0.Add(time.Second)
+		// Caught up at 10,000 at t0; 200 records came in the second since.
+		st := tr.Observe(sample(at, 1, withReport(part(0, 10200, 200, t0.Add(sec(0.5))), Report{At: t0, Position: 10000})), at)
+		if st.Source != SourceConsumer || st.Lag != 200 || st.HeadAge != time.Second {
+			t.Fatalf("source %q lag %d head age %v, want consumer, 200, 1s (written after the report at t0)", st.Source, st.Lag, st.HeadAge)
+		}
+	})
+}
+
+// TestPruneAndFail: targets the adapter no longer lists leave at once; a
+// failed cycle's cause shows in Err and, once stale, in the reason.
+func TestPruneAndFail(t *testing.T) {
+	other := Target{Kind: KindKafka, Cluster: "c1", Topic: "gone", Group: "billing"}
+	tr := NewTracker(nil)
+	keep := sample(t0, 1, part(0, 10, 0, time.Time{}))
+	tr.Observe(keep, t0)
+	tr.Observe(Sample{Target: other, At: t0, Members: 1, Partitions: []PartitionSample{part(0, 10, 0, time.Time{})}}, t0)
+	if gone := tr.Prune([]Sample{keep, keep}); len(gone) != 1 || gone[0] != other || tr.Len() != 1 {
+		t.Fatalf("prune: gone %v, %d left; want %v gone, 1 left", gone, tr.Len(), other)
+	}
+	if gone := tr.Prune([]Sample{keep}); len(gone) != 0 {
+		t.Fatalf("prune again: %v", gone)
+	}
+	tr.Fail("metadata: broker 1: EOF")
+	st := tr.States(t0.Add(time.Minute))[0]
+	if st.Status != StatusStale || st.Err != "metadata: broker 1: EOF" || !strings.HasSuffix(st.Reason, "metadata: broker 1: EOF") {
+		t.Fatalf("status %s err %q reason %q", st.Status, st.Err, st.Reason)
+	}
+	// A stale partition's error is the cause when the sample has none.
+	at := t0.Add(2 * time.Minute)
+	tr.Observe(sample(at, 1, PartitionSample{Partition: 0, Stale: true, Err: "list offsets: broker 2: EOF"}), at)
+	if st := tr.States(at)[0]; !strings.HasSuffix(st.Reason, "partition 0: list offsets: broker 2: EOF") {
+		t.Fatalf("reason %q does not name the partition's error", st.Reason)
+	}
+}
