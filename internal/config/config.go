@@ -137,6 +137,12 @@ type Rules struct {
 	StallAfter time.Duration `mapstructure:"stallAfter"`
 	StaleAfter time.Duration `mapstructure:"staleAfter"`
 	RateWindow time.Duration `mapstructure:"rateWindow"`
+	// AbandonAfter: how long a target may have no live consumer before
+	// it is abandoned (reported, never throttling producers). Default 2m.
+	AbandonAfter time.Duration `mapstructure:"abandonAfter"`
+	// ReportFresh: how old a consumer's own position report may be and
+	// still override the commits. Default 3s.
+	ReportFresh time.Duration `mapstructure:"reportFresh"`
 }
 
 // Lag returns the lag.Rules the loops use.
@@ -221,7 +227,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	v.SetDefault("shutdownTimeout", "10s")
 	v.SetDefault("log.level", "info")
 	v.SetDefault("log.format", "text")
-	for _, k := range []string{"rules.lagAge", "rules.stallAfter", "rules.staleAfter", "rules.rateWindow"} {
+	for _, k := range []string{"rules.lagAge", "rules.stallAfter", "rules.staleAfter", "rules.rateWindow", "rules.abandonAfter", "rules.reportFresh"} {
 		v.SetDefault(k, "0s")
 	}
 	// Reachable from the environment too (LAGBRIDGE_HISTORY_RECENT, ...).
@@ -408,7 +414,8 @@ func (c Config) Validate() error {
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		add("log.format", "%q is not text or json", c.Log.Format)
 	}
-	for name, d := range map[string]time.Duration{"lagAge": c.Rules.LagAge, "stallAfter": c.Rules.StallAfter, "staleAfter": c.Rules.StaleAfter, "rateWindow": c.Rules.RateWindow} {
+	for name, d := range map[string]time.Duration{"lagAge": c.Rules.LagAge, "stallAfter": c.Rules.StallAfter, "staleAfter": c.Rules.StaleAfter, "rateWindow": c.Rules.RateWindow,
+		"abandonAfter": c.Rules.AbandonAfter, "reportFresh": c.Rules.ReportFresh} {
 		if d < 0 {
 			add("rules."+name, "must not be negative, got %v", d)
 		}
