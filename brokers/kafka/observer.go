@@ -168,6 +168,26 @@ type groupInfo struct {
 	state   string
 	members int
 	topics  []string // subscribed or assigned, may repeat
+	// assigned holds the topics some member is assigned a partition of
+	// (KIP-848: now or as its target), may repeat. opaque is set when a
+	// member's assignment could not be read (a classic group of another
+	// protocol type than "consumer", a malformed assignment).
+	assigned  []string
+	opaque    bool
+	described bool
+}
+
+// live says whether a member of the group is assigned a partition of
+// topic: LiveUnknown when the group could not be described or an
+// assignment could not be read, LiveNo when no member holds the topic.
+func (gi *groupInfo) live(topic string) lag.Liveness {
+	switch {
+	case slices.Contains(gi.assigned, topic):
+		return lag.LiveYes
+	case !gi.described || gi.opaque:
+		return lag.LiveUnknown
+	}
+	return lag.LiveNo
 }
 
 // Observe runs one observation cycle and returns one sample per watched
@@ -279,10 +299,16 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 			continue
 		}
 		gi, ok := described[name]
+		var names []string
 		if !ok {
 			gi = groupInfo{state: listed[name].state, members: -1}
+			// Without the description the topics its members are
+			// assigned are unknown: keep those of the last cycle, so
+			// that a topic without a commit does not leave for one.
+			for _, kt := range o.known[name].topics {
+				names = append(names, kt.name)
+			}
 		}
-		var names []string
 		for t := range fr.topics {
 			names = append(names, t)
 		}
@@ -296,7 +322,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 				continue
 			}
 			ti.needed = true
-			pairs = append(pairs, pair{group: name, state: gi.state, members: gi.members, topic: ti, offsets: fr.topics[t], heads: o.topicHeads(ti)})
+			pairs = append(pairs, pair{group: name, state: gi.state, members: gi.members, live: gi.live(t), topic: ti, offsets: fr.topics[t], heads: o.topicHeads(ti)})
 			kg.topics = append(kg.topics, knownTopic{name: t, partitions: int32(len(ti.parts))})
 		}
 		newKnown[name] = kg
@@ -347,6 +373,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 			At:         at,
 			GroupState: p.state,
 			Members:    p.members,
+			Live:       p.live,
 			Partitions: ps,
 		})
 	}
@@ -445,6 +472,7 @@ type pair struct {
 	group   string
 	state   string
 	members int
+	live    lag.Liveness
 	topic   *topicInfo
 	offsets *topicOffsets // nil: no commit on this topic
 	heads   [][]headEntry // the head cache of the topic, by partition
@@ -649,12 +677,17 @@ func (o *Observer) describeClassic(ctx context.Context, groups []string) map[str
 		if d.Err != nil {
 			continue
 		}
-		gi := groupInfo{state: d.State, members: len(d.Members)}
+		gi := groupInfo{state: d.State, members: len(d.Members), described: true}
 		for _, m := range d.Members {
 			if a, ok := m.Assigned.AsConsumer(); ok {
 				for _, t := range a.Topics {
 					gi.topics = append(gi.topics, t.Topic)
+					if len(t.Partitions) > 0 {
+						gi.assigned = append(gi.assigned, t.Topic)
+					}
 				}
+			} else {
+				gi.opaque = true
 			}
 			if j, ok := m.Join.AsConsumer(); ok {
 				gi.topics = append(gi.topics, j.Topics...)
@@ -685,16 +718,21 @@ func (o *Observer) describeConsumer(ctx context.Context, groups []string, byID m
 			if g.ErrorCode != 0 {
 				continue
 			}
-			gi := groupInfo{state: g.State, members: len(g.Members)}
+			gi := groupInfo{state: g.State, members: len(g.Members), described: true}
 			for _, m := range g.Members {
 				gi.topics = append(gi.topics, m.SubscribedTopics...)
 				for _, a := range [...]kmsg.Assignment{m.Assignment, m.TargetAssignment} {
 					for _, tp := range a.TopicPartitions {
-						switch {
-						case tp.Topic != "":
-							gi.topics = append(gi.topics, tp.Topic)
-						case byID[tp.TopicID] != nil:
-							gi.topics = append(gi.topics, byID[tp.TopicID].name)
+						name := tp.Topic
+						if ti := byID[tp.TopicID]; name == "" && ti != nil {
+							name = ti.name
+						}
+						if name == "" {
+							continue
+						}
+						gi.topics = append(gi.topics, name)
+						if len(tp.Partitions) > 0 {
+							gi.assigned = append(gi.assigned, name)
 						}
 					}
 				}

@@ -52,7 +52,12 @@ type reading struct {
 	unfiltered bool
 	identity   string // changes when End's meaning restarts
 	acks       ackCounters
-	problems   []string
+	// live is LiveYes for a bound push consumer or a pull consumer with
+	// waiting pull requests, else LiveNo; endTracker.live turns it to
+	// LiveYes when the consumer delivered since the previous reading.
+	live      lag.Liveness
+	delivered uint64 // Delivered.Consumer
+	problems  []string
 }
 
 // ackCounters are the counters of one consumer reading that tell
@@ -236,6 +241,11 @@ func read(ci *jetstream.ConsumerInfo, sv streamView) reading {
 	}
 
 	push := ci.Config.DeliverSubject != ""
+	r.delivered = ci.Delivered.Consumer
+	r.live = lag.LiveNo
+	if (push && ci.PushBound) || (!push && ci.NumWaiting > 0) {
+		r.live = lag.LiveYes
+	}
 	switch {
 	case push && ci.PushBound:
 		r.members, r.state = 1, StateActive
@@ -279,6 +289,22 @@ type endTracker struct {
 	last        int64
 	prev        ackCounters
 	redelivered int64
+	// delivered is Delivered.Consumer at the previous reading (valid
+	// when seen), for liveness.
+	delivered uint64
+	seen      bool
+}
+
+// live returns r's liveness, LiveYes also when the consumer delivered
+// since the previous reading (a pull consumer between two fetches), and
+// remembers r's deliveries. Call it after apply.
+func (t *endTracker) live(r *reading) lag.Liveness {
+	l := r.live
+	if t.seen && r.delivered != t.delivered {
+		l = lag.LiveYes
+	}
+	t.delivered, t.seen = r.delivered, true
+	return l
 }
 
 // apply returns the End to report for the reading r.

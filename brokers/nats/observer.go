@@ -596,6 +596,7 @@ func (o *Observer) refresh(ctx context.Context, j refreshJob, cs *cycleCounters)
 			st.ends[ci.Name] = et
 		}
 		r.part.End = et.apply(&r)
+		live := et.live(&r)
 		if r.part.Lag > 0 {
 			o.head(ctx, stream, st, ci.Name, ci.AckFloor.Stream, info.State.FirstSeq, &r, cs)
 		} else {
@@ -606,6 +607,7 @@ func (o *Observer) refresh(ctx context.Context, j refreshJob, cs *cycleCounters)
 			At:         at,
 			GroupState: r.state,
 			Members:    r.members,
+			Live:       live,
 			Partitions: []lag.PartitionSample{r.part},
 		})
 	}

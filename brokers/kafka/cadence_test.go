@@ -1,0 +1,107 @@
+package kafka
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// TestAutoCommitCadence runs the consumer people run: a franz-go group
+// consumer with its defaults (auto-commit every 5 s), fed 500 records/s,
+// observed every second for 24 s and folded into a lag.Tracker as the
+// daemon does. The tracker learns a commit interval of about 5 s; between
+// commits the consume rate is never 0 and the target never stalled; and
+// the estimated position is closer to the consumer's own position (the
+// offsets it polled, read at each observation) than the commits are.
+func TestAutoCommitCadence(t *testing.T) {
+	if testing.Short() {
+		t.Skip("24 s of wall time")
+	}
+	t.Parallel()
+	c := newCluster(t)
+	prod := newClient(t, c)
+	createTopic(t, kadm.NewClient(prod), "ticks", 1, nil)
+	cons := newClient(t, c, kgo.ConsumerGroup("auto"), kgo.ConsumeTopics("ticks"))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	var polled atomic.Int64 // the consumer's own position: next offset to poll
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			fs := cons.PollFetches(ctx)
+			fs.EachRecord(func(r *kgo.Record) { polled.Store(max(polled.Load(), r.Offset+1)) })
+		}
+	})
+	wg.Go(func() {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			recs := make([]*kgo.Record, 5)
+			for i := range recs {
+				recs[i] = &kgo.Record{Topic: "ticks", Partition: 0, Value: []byte("x")}
+			}
+			_ = prod.ProduceSync(ctx, recs...) // errors only when ctx ends
+		}
+	})
+
+	o := newObserver(t, c, nil)
+	tr := lag.NewTracker(func(lag.Target) lag.Rules { return lag.Rules{LagAge: 2 * time.Second} })
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var errCommit, errEstimate float64
+	var checked int
+	for i := 1; i <= 24; i++ {
+		<-tick.C
+		samples := observe(t, o)
+		real := polled.Load()
+		s := find(samples, "auto", "ticks")
+		if s == nil {
+			continue // not joined yet
+		}
+		st := tr.Observe(*s, s.At)
+		p := st.Partitions[0]
+		t.Logf("%2d: committed %d estimate %d (%s) consumer %d; interval %v rate %.0f (instant %.0f) status %s",
+			i, p.Committed, p.Position, p.Source, real, st.CommitInterval, st.ConsumeRate, st.ConsumeRateInstant, st.Status)
+		if i < 16 || p.Committed < 0 {
+			continue // three commits: two intervals and a measured rate
+		}
+		checked++
+		if st.CommitInterval < 4*time.Second || st.CommitInterval > 6*time.Second {
+			t.Errorf("%d: commit interval %v, want about 5s", i, st.CommitInterval)
+		}
+		if st.ConsumeRate < 250 || st.ConsumeRateInstant <= 0 {
+			t.Errorf("%d: consume rate %.0f (instant %.0f) for a consumer keeping up with 500/s", i, st.ConsumeRate, st.ConsumeRateInstant)
+		}
+		if st.Status == lag.StatusStalled || st.Status == lag.StatusStopped {
+			t.Errorf("%d: status %s (%s)", i, st.Status, st.Reason)
+		}
+		errCommit += math.Abs(float64(real - p.Committed))
+		errEstimate += math.Abs(float64(real - p.Position))
+	}
+	if checked < 5 {
+		t.Fatalf("only %d readings after the cadence was learnt", checked)
+	}
+	errCommit /= float64(checked)
+	errEstimate /= float64(checked)
+	t.Logf("mean distance from the consumer's own position over %d readings: commits %.0f, estimate %.0f records", checked, errCommit, errEstimate)
+	// 500/s: the commits are 2.5 s of records behind on average; the
+	// estimate must be within one observation interval's worth and
+	// clearly better.
+	if errEstimate > 500 || errEstimate > errCommit/2 {
+		t.Fatalf("estimate %.0f records from the consumer's position on average (commits %.0f): want <= 500 and under half", errEstimate, errCommit)
+	}
+}
