@@ -87,7 +87,7 @@ lagbridge_partitions_without_commit{cluster="c1",group="new",topic="orders"} 1
 	if v := ViewOf(st.States()[0], t0, false); v.UncommittedPartitions != 1 || v.Lag != 10 {
 		t.Fatalf("view: uncommitted %d lag %d, want 1 and 10", v.UncommittedPartitions, v.Lag)
 	}
-	if n := testutil.CollectAndCount(NewMetrics(prometheus.NewRegistry(), testStore()), "lagbridge_target_status"); n != 5 {
+	if n := testutil.CollectAndCount(NewMetrics(prometheus.NewRegistry(), testStore()), "lagbridge_target_status"); n != len(allStatuses) {
 		t.Fatalf("status series: %d, want one per status", n)
 	}
 }
@@ -246,4 +246,144 @@ func TestLoopOverlaysConsumerReports(t *testing.T) {
 	clk = clk.Add(2*time.Second + time.Millisecond)
 	mu.Unlock()
 	waitFor(lag.Report{})
+}
+
+// TestEstimateMetrics pins the names of the committed, estimated and
+// cadence series, and the abandoned status.
+func TestEstimateMetrics(t *testing.T) {
+	tg := lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "orders", Group: "billing"}
+	store := NewStore(map[string]lag.Kind{"c1": lag.KindKafka})
+	store.Update(ClusterStatus{Name: "c1", Kind: lag.KindKafka, Observed: true}, []lag.State{{
+		Target: tg, Status: lag.StatusAbandoned, Source: lag.SourceEstimate, Live: lag.LiveNo,
+		Lag: 500, HeadAge: 500 * time.Millisecond, CommittedLag: 4700, CommittedHeadAge: 4700 * time.Millisecond,
+		CommitInterval: 5 * time.Second, Uncertainty: 3 * time.Second,
+	}})
+	reg := prometheus.NewPedanticRegistry()
+	NewMetrics(reg, store)
+	want := `
+# HELP lagbridge_commit_interval_seconds Learned time between moves of the consumer's committed offsets (the longest over its partitions); 0 while unknown.
+# TYPE lagbridge_commit_interval_seconds gauge
+lagbridge_commit_interval_seconds{cluster="c1",group="billing",topic="orders"} 5
+# HELP lagbridge_consumer_lag_messages Unconsumed messages of a consumer group (Kafka) or consumer (NATS: pending plus ack pending).
+# TYPE lagbridge_consumer_lag_messages gauge
+lagbridge_consumer_lag_messages{cluster="c1",group="billing",topic="orders"} 4700
+# HELP lagbridge_consumer_live 1 when a consumer is attached to the target, 0 when none is, -1 when the broker does not say.
+# TYPE lagbridge_consumer_live gauge
+lagbridge_consumer_live{cluster="c1",group="billing",topic="orders"} 0
+# HELP lagbridge_estimated_head_age_seconds Age of the oldest unconsumed message at the consumer's best known position.
+# TYPE lagbridge_estimated_head_age_seconds gauge
+lagbridge_estimated_head_age_seconds{cluster="c1",group="billing",topic="orders"} 0.5
+# HELP lagbridge_estimated_lag_messages Unconsumed messages at the consumer's best known position (its fresh report, else its commits advanced by the measured rate between commits); what the status and the quotas use.
+# TYPE lagbridge_estimated_lag_messages gauge
+lagbridge_estimated_lag_messages{cluster="c1",group="billing",topic="orders"} 500
+# HELP lagbridge_head_age_seconds Age of the oldest unconsumed message.
+# TYPE lagbridge_head_age_seconds gauge
+lagbridge_head_age_seconds{cluster="c1",group="billing",topic="orders"} 4.7
+# HELP lagbridge_lag_source 1 for where the estimated figures come from (commits, estimate, consumer, first-seen), 0 for the others.
+# TYPE lagbridge_lag_source gauge
+lagbridge_lag_source{cluster="c1",group="billing",source="commits",topic="orders"} 0
+lagbridge_lag_source{cluster="c1",group="billing",source="consumer",topic="orders"} 0
+lagbridge_lag_source{cluster="c1",group="billing",source="estimate",topic="orders"} 1
+lagbridge_lag_source{cluster="c1",group="billing",source="first-seen",topic="orders"} 0
+# HELP lagbridge_position_uncertainty_seconds How old the exact knowledge behind the estimated figures is (time since the commit or report they extrapolate from); 0 when exact.
+# TYPE lagbridge_position_uncertainty_seconds gauge
+lagbridge_position_uncertainty_seconds{cluster="c1",group="billing",topic="orders"} 3
+`
+	names := []string{"lagbridge_commit_interval_seconds", "lagbridge_consumer_lag_messages", "lagbridge_consumer_live",
+		"lagbridge_estimated_head_age_seconds", "lagbridge_estimated_lag_messages", "lagbridge_head_age_seconds",
+		"lagbridge_lag_source", "lagbridge_position_uncertainty_seconds"}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP lagbridge_target_status 1 for the target's current status (ok, lagging, stalled, stopped, stale, abandoned), 0 for the others.
+# TYPE lagbridge_target_status gauge
+lagbridge_target_status{cluster="c1",group="billing",status="abandoned",topic="orders"} 1
+lagbridge_target_status{cluster="c1",group="billing",status="lagging",topic="orders"} 0
+lagbridge_target_status{cluster="c1",group="billing",status="ok",topic="orders"} 0
+lagbridge_target_status{cluster="c1",group="billing",status="stale",topic="orders"} 0
+lagbridge_target_status{cluster="c1",group="billing",status="stalled",topic="orders"} 0
+lagbridge_target_status{cluster="c1",group="billing",status="stopped",topic="orders"} 0
+`), "lagbridge_target_status"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// scriptSource plays a broker adapter through a script of cycles: what
+// no real component can play here is a listing or an error at an exact
+// cycle. Past the script it repeats the last entry.
+type scriptSource struct {
+	mu     sync.Mutex
+	calls  int
+	script []func() ([]lag.Sample, error)
+}
+
+func (f *scriptSource) Observe(ctx context.Context) ([]lag.Sample, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	return f.script[min(f.calls, len(f.script))-1]()
+}
+
+// TestLoopTargetsLeave: a target the adapter stops listing leaves the store
+// and the metrics at that cycle; a cycle that fails keeps the others with
+// its error as their err and, once stale, in their reason.
+func TestLoopTargetsLeave(t *testing.T) {
+	a := lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "kept", Group: "g"}
+	b := lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "deleted", Group: "g"}
+	listing := func(tgs ...lag.Target) func() ([]lag.Sample, error) {
+		return func() ([]lag.Sample, error) {
+			var out []lag.Sample
+			for _, tg := range tgs {
+				out = append(out, lag.Sample{Target: tg, At: time.Now(), Partitions: []lag.PartitionSample{{End: 10, Committed: 10}}})
+			}
+			return out, nil
+		}
+	}
+	fail := func() ([]lag.Sample, error) { return nil, errors.New("metadata: broker 1: EOF") }
+	src := &scriptSource{script: []func() ([]lag.Sample, error){listing(a, b), listing(a), fail}}
+	store := NewStore(map[string]lag.Kind{"c1": lag.KindKafka})
+	reg := prometheus.NewPedanticRegistry()
+	m := NewMetrics(reg, store)
+	var (
+		mu     sync.Mutex
+		cycles [][]lag.State
+	)
+	l := &Loop{Name: "c1", Kind: lag.KindKafka, Source: src, Interval: 10 * time.Millisecond, Store: store, Metrics: m,
+		Rules: func(lag.Target) lag.Rules { return lag.Rules{StaleAfter: time.Millisecond} },
+		OnCycle: func(_ time.Time, st []lag.State) {
+			mu.Lock()
+			cycles = append(cycles, st)
+			mu.Unlock()
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- l.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(cycles)
+		mu.Unlock()
+		if n >= 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("fewer than 4 cycles in 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(cycles[0]) != 2 || len(cycles[1]) != 1 || cycles[1][0].Target != a {
+		t.Fatalf("cycle 1: %d targets, cycle 2: %+v; want 2, then only %v", len(cycles[0]), cycles[1], a)
+	}
+	st := cycles[3][0]
+	if st.Err != "metadata: broker 1: EOF" || st.Status != lag.StatusStale || !strings.HasSuffix(st.Reason, "metadata: broker 1: EOF") {
+		t.Fatalf("after a failed cycle: err %q status %s reason %q", st.Err, st.Status, st.Reason)
+	}
+	if n := testutil.CollectAndCount(m, "lagbridge_consumer_lag_messages"); n != 1 {
+		t.Fatalf("lag series: %d, want 1 (the deleted topic's gone)", n)
+	}
 }

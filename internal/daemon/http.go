@@ -83,15 +83,31 @@ type TargetView struct {
 	Partial            bool       `json:"partial,omitempty"`
 	// UncommittedPartitions counts partitions without a committed offset:
 	// their lag is unknown and in no other figure.
-	UncommittedPartitions int             `json:"uncommittedPartitions,omitempty"`
-	StalenessSeconds      float64         `json:"stalenessSeconds"`
-	Err                   string          `json:"error,omitempty"`
-	Partitions            []PartitionView `json:"partitions,omitempty"`
-	LastProgress          time.Time       `json:"lastProgress"`
-	SecondsSinceProgress  float64         `json:"secondsSinceProgress"`
-	InstantProduceRate    float64         `json:"instantProduceRate"`
-	InstantConsumeRate    float64         `json:"instantConsumeRate"`
-	RatesKnown            bool            `json:"ratesKnown"`
+	UncommittedPartitions int     `json:"uncommittedPartitions,omitempty"`
+	StalenessSeconds      float64 `json:"stalenessSeconds"`
+	Err                   string  `json:"error,omitempty"`
+	// Lag and HeadAgeSeconds are at the best known position, from
+	// Source: "commits", "estimate" (commits advanced by the rate measured
+	// between them), "consumer" (its own fresh report) or "first-seen" (a
+	// live group without a commit, from when it was first seen).
+	// CommittedLag and CommittedHeadAgeSeconds are the broker's figures.
+	Source                  lag.Source `json:"source,omitempty"`
+	CommittedLag            int64      `json:"committedLag"`
+	CommittedHeadAgeSeconds float64    `json:"committedHeadAgeSeconds"`
+	// CommitIntervalSeconds is the learned commit cadence (0: unknown);
+	// UncertaintySeconds how old the knowledge behind an estimate is.
+	CommitIntervalSeconds float64 `json:"commitIntervalSeconds"`
+	UncertaintySeconds    float64 `json:"uncertaintySeconds"`
+	// Live is "live", "idle" or "unknown"; LastLive when a consumer was
+	// last seen attached (or first sight).
+	Live                 lag.Liveness    `json:"live"`
+	LastLive             time.Time       `json:"lastLive,omitzero"`
+	Partitions           []PartitionView `json:"partitions,omitempty"`
+	LastProgress         time.Time       `json:"lastProgress"`
+	SecondsSinceProgress float64         `json:"secondsSinceProgress"`
+	InstantProduceRate   float64         `json:"instantProduceRate"`
+	InstantConsumeRate   float64         `json:"instantConsumeRate"`
+	RatesKnown           bool            `json:"ratesKnown"`
 }
 
 // PartitionView is one partition as served over HTTP.
@@ -100,6 +116,18 @@ type PartitionView struct {
 	HeadAgeSeconds   float64   `json:"headAgeSeconds"`
 	ObservedAt       time.Time `json:"observedAt"`
 	StalenessSeconds float64   `json:"stalenessSeconds"`
+	// Source, Position and the committed figures as for the target;
+	// LastCommit is the estimated time of the newest move of the
+	// committed offset, CommitRate the consume rate measured from commit
+	// to commit (messages per second).
+	Source                  lag.Source `json:"source,omitempty"`
+	Position                int64      `json:"position"`
+	CommittedLag            int64      `json:"committedLag"`
+	CommittedHeadAgeSeconds float64    `json:"committedHeadAgeSeconds"`
+	CommitIntervalSeconds   float64    `json:"commitIntervalSeconds"`
+	LastCommit              time.Time  `json:"lastCommit,omitzero"`
+	CommitRate              float64    `json:"commitRate"`
+	UncertaintySeconds      float64    `json:"uncertaintySeconds"`
 }
 
 // ViewOf converts a state for the API as of now.
@@ -112,6 +140,9 @@ func ViewOf(s lag.State, now time.Time, withPartitions bool) TargetView {
 		LastProgress: s.LastProgress, SecondsSinceProgress: now.Sub(s.LastProgress).Seconds(),
 		InstantProduceRate: round3(s.ProduceRateInstant), InstantConsumeRate: round3(s.ConsumeRateInstant),
 		RatesKnown: s.RatesKnown,
+		Source:     s.Source, CommittedLag: s.CommittedLag, CommittedHeadAgeSeconds: s.CommittedHeadAge.Seconds(),
+		CommitIntervalSeconds: s.CommitInterval.Seconds(), UncertaintySeconds: s.Uncertainty.Seconds(),
+		Live: s.Live, LastLive: s.LastLive,
 	}
 	if s.TimeToDrain != lag.Never {
 		d := s.TimeToDrain.Seconds()
@@ -121,7 +152,10 @@ func ViewOf(s lag.State, now time.Time, withPartitions bool) TargetView {
 		v.Partitions = make([]PartitionView, len(s.Partitions))
 		for i, p := range s.Partitions {
 			v.Partitions[i] = PartitionView{PartitionSample: p.PartitionSample, HeadAgeSeconds: p.HeadAge.Seconds(),
-				ObservedAt: p.ObservedAt, StalenessSeconds: now.Sub(p.ObservedAt).Seconds()}
+				ObservedAt: p.ObservedAt, StalenessSeconds: now.Sub(p.ObservedAt).Seconds(),
+				Source: p.Source, Position: p.Position, CommittedLag: p.CommittedLag, CommittedHeadAgeSeconds: p.CommittedHeadAge.Seconds(),
+				CommitIntervalSeconds: p.CommitInterval.Seconds(), LastCommit: p.LastCommit, CommitRate: round3(p.CommitRate),
+				UncertaintySeconds: p.Uncertainty.Seconds()}
 		}
 	}
 	return v

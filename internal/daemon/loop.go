@@ -43,10 +43,10 @@ type Loop struct {
 	// Now is the clock; nil means time.Now. Tests may inject one.
 	Now func() time.Time
 	// OnCycle, when set, runs after each cycle with the new states (the
-	// quota controller hangs here). It runs on the loop's goroutine.
+	// quota controller hangs here). It runs on the loop's goroutine. A
+	// target that left (see Run) is absent from states; the engine
+	// forgets what it had of it.
 	OnCycle func(now time.Time, states []lag.State)
-	// Forget drops targets not seen for this long; default 5m.
-	Forget time.Duration
 	// Reports, when set, folds the consumers' own reports into every
 	// sample before the tracker sees it.
 	Reports Reports
@@ -54,6 +54,13 @@ type Loop struct {
 
 // Run observes until ctx is done. It runs on the caller's goroutine and
 // returns ctx's error.
+//
+// A cycle that returned samples lists every target the cluster still has
+// (the adapters list a target they could not read as stale, with why):
+// the targets it does not list (a deleted topic or group, an expired or
+// deleted NATS consumer) leave the store, the metrics and OnCycle's states
+// at once. A cycle that returned nothing keeps every target, ageing
+// towards stale with the cycle's error as their Err.
 func (l *Loop) Run(ctx context.Context) error {
 	now := l.Now
 	if now == nil {
@@ -66,10 +73,6 @@ func (l *Loop) Run(ctx context.Context) error {
 	timeout := l.Timeout
 	if timeout <= 0 {
 		timeout = max(3*l.Interval, 2*time.Second)
-	}
-	forget := l.Forget
-	if forget <= 0 {
-		forget = 5 * time.Minute
 	}
 	tracker := lag.NewTracker(l.Rules)
 	status := ClusterStatus{Name: l.Name, Kind: l.Kind}
@@ -111,9 +114,11 @@ func (l *Loop) Run(ctx context.Context) error {
 				}
 				tracker.Observe(s, at)
 			}
-			for _, g := range tracker.Forget(at.Add(-forget)) {
+			for _, g := range tracker.Prune(samples) {
 				log.Info("target gone", "target", g.String())
 			}
+		} else {
+			tracker.Fail(err.Error())
 		}
 		states := tracker.States(at)
 		l.Store.Update(status, states)

@@ -22,6 +22,8 @@ type Metrics struct {
 	lagDesc, ageDesc, consumeDesc, produceDesc, drainDesc *prometheus.Desc
 	statusDesc, staleDesc, membersDesc, uncommittedDesc   *prometheus.Desc
 	lastSuccessDesc, targetsDesc                          *prometheus.Desc
+	estLagDesc, estAgeDesc, intervalDesc, uncertaintyDesc *prometheus.Desc
+	sourceDesc, liveDesc                                  *prometheus.Desc
 }
 
 var targetLabels = []string{"cluster", "topic", "group"}
@@ -39,12 +41,24 @@ func NewMetrics(reg prometheus.Registerer, store *Store) *Metrics {
 			Name: "lagbridge_observe_errors_total",
 			Help: "Observation cycles of a cluster that returned no data.",
 		}, []string{"cluster"}),
-		lagDesc:     prometheus.NewDesc("lagbridge_consumer_lag_messages", "Unconsumed messages of a consumer group (Kafka) or consumer (NATS: pending plus ack pending).", targetLabels, nil),
-		ageDesc:     prometheus.NewDesc("lagbridge_head_age_seconds", "Age of the oldest unconsumed message.", targetLabels, nil),
+		lagDesc: prometheus.NewDesc("lagbridge_consumer_lag_messages", "Unconsumed messages of a consumer group (Kafka) or consumer (NATS: pending plus ack pending).", targetLabels, nil),
+		ageDesc: prometheus.NewDesc("lagbridge_head_age_seconds", "Age of the oldest unconsumed message.", targetLabels, nil),
+		estLagDesc: prometheus.NewDesc("lagbridge_estimated_lag_messages",
+			"Unconsumed messages at the consumer's best known position (its fresh report, else its commits advanced by the measured rate between commits); what the status and the quotas use.", targetLabels, nil),
+		estAgeDesc: prometheus.NewDesc("lagbridge_estimated_head_age_seconds",
+			"Age of the oldest unconsumed message at the consumer's best known position.", targetLabels, nil),
+		intervalDesc: prometheus.NewDesc("lagbridge_commit_interval_seconds",
+			"Learned time between moves of the consumer's committed offsets (the longest over its partitions); 0 while unknown.", targetLabels, nil),
+		uncertaintyDesc: prometheus.NewDesc("lagbridge_position_uncertainty_seconds",
+			"How old the exact knowledge behind the estimated figures is (time since the commit or report they extrapolate from); 0 when exact.", targetLabels, nil),
+		sourceDesc: prometheus.NewDesc("lagbridge_lag_source",
+			"1 for where the estimated figures come from (commits, estimate, consumer, first-seen), 0 for the others.", append(targetLabels[:3:3], "source"), nil),
+		liveDesc: prometheus.NewDesc("lagbridge_consumer_live",
+			"1 when a consumer is attached to the target, 0 when none is, -1 when the broker does not say.", targetLabels, nil),
 		consumeDesc: prometheus.NewDesc("lagbridge_consume_rate", "Smoothed consume rate in messages per second.", targetLabels, nil),
 		produceDesc: prometheus.NewDesc("lagbridge_produce_rate", "Smoothed produce rate in messages per second.", targetLabels, nil),
 		drainDesc:   prometheus.NewDesc("lagbridge_time_to_drain_seconds", "Time to consume the backlog at current rates; +Inf when it does not shrink.", targetLabels, nil),
-		statusDesc:  prometheus.NewDesc("lagbridge_target_status", "1 for the target's current status (ok, lagging, stalled, stopped, stale), 0 for the others.", append(targetLabels[:3:3], "status"), nil),
+		statusDesc:  prometheus.NewDesc("lagbridge_target_status", "1 for the target's current status (ok, lagging, stalled, stopped, stale, abandoned), 0 for the others.", append(targetLabels[:3:3], "status"), nil),
 		staleDesc:   prometheus.NewDesc("lagbridge_target_stale", "1 when the target's data is old or partial.", targetLabels, nil),
 		membersDesc: prometheus.NewDesc("lagbridge_group_members", "Live consumers of the target; -1 when unknown.", targetLabels, nil),
 		uncommittedDesc: prometheus.NewDesc("lagbridge_partitions_without_commit",
@@ -69,12 +83,15 @@ func (m *Metrics) observed(cluster string, d time.Duration, err error) {
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.lagDesc, m.ageDesc, m.consumeDesc, m.produceDesc, m.drainDesc,
-		m.statusDesc, m.staleDesc, m.membersDesc, m.uncommittedDesc, m.lastSuccessDesc, m.targetsDesc} {
+		m.statusDesc, m.staleDesc, m.membersDesc, m.uncommittedDesc, m.lastSuccessDesc, m.targetsDesc,
+		m.estLagDesc, m.estAgeDesc, m.intervalDesc, m.uncertaintyDesc, m.sourceDesc, m.liveDesc} {
 		ch <- d
 	}
 }
 
-var allStatuses = []lag.Status{lag.StatusOK, lag.StatusLagging, lag.StatusStalled, lag.StatusStopped, lag.StatusStale}
+var allStatuses = []lag.Status{lag.StatusOK, lag.StatusLagging, lag.StatusStalled, lag.StatusStopped, lag.StatusStale, lag.StatusAbandoned}
+
+var allSources = []lag.Source{lag.SourceCommits, lag.SourceEstimate, lag.SourceConsumer, lag.SourceFirstSight}
 
 // Collect implements prometheus.Collector; it reads the store.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
@@ -89,8 +106,25 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, s := range m.store.States() {
 		lv := []string{s.Target.Cluster, s.Target.Topic, s.Target.Group}
-		gauge(m.lagDesc, float64(s.Lag), lv...)
-		gauge(m.ageDesc, s.HeadAge.Seconds(), lv...)
+		gauge(m.lagDesc, float64(s.CommittedLag), lv...)
+		gauge(m.ageDesc, s.CommittedHeadAge.Seconds(), lv...)
+		gauge(m.estLagDesc, float64(s.Lag), lv...)
+		gauge(m.estAgeDesc, s.HeadAge.Seconds(), lv...)
+		gauge(m.intervalDesc, s.CommitInterval.Seconds(), lv...)
+		gauge(m.uncertaintyDesc, s.Uncertainty.Seconds(), lv...)
+		if s.Source != "" {
+			for _, src := range allSources {
+				gauge(m.sourceDesc, b2f(s.Source == src), append(lv, string(src))...)
+			}
+		}
+		live := -1.0
+		switch s.Live {
+		case lag.LiveYes:
+			live = 1
+		case lag.LiveNo:
+			live = 0
+		}
+		gauge(m.liveDesc, live, lv...)
 		gauge(m.consumeDesc, s.ConsumeRate, lv...)
 		gauge(m.produceDesc, s.ProduceRate, lv...)
 		drain := s.TimeToDrain.Seconds()
