@@ -69,6 +69,8 @@ func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, g
 		*pt = partTrack{raw: pt.raw, lastPos: -1, counted: -1, synth: -1, moves: pt.moves[:0], ends: pt.ends[:0]}
 	}
 	prevCommitted := pt.raw.Committed >= 0 && !pt.observedAt.IsZero()
+	// A commit where the last reading saw none was made since: a move.
+	firstCommit := pt.raw.Committed < 0 && !pt.observedAt.IsZero()
 	pt.raw, pt.observedAt = p, at
 	now := at.UnixNano()
 
@@ -83,9 +85,9 @@ func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, g
 		pt.synth = -1
 		pos := p.End - p.Lag
 		switch {
-		case pt.lastPos < 0:
-			// The first commit seen: a base, not a move (when it was
-			// made is unknown).
+		case pt.lastPos < 0 && !firstCommit:
+			// The first reading: a base, not a move (when its commit
+			// was made is unknown).
 		case pos > pt.lastPos:
 			// The commit was made between the previous reading and
 			// this one: date it half way.

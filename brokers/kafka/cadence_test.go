@@ -16,14 +16,15 @@ import (
 
 // TestAutoCommitCadence runs the consumer people run: a franz-go group
 // consumer with its defaults (auto-commit every 5 s), fed 500 records/s,
-// observed every second for 24 s and folded into a lag.Tracker as the
-// daemon does. The tracker learns a commit interval of about 5 s; between
+// observed every second and folded into a lag.Tracker as the daemon does.
+// From its second commit on, the tracker knows a commit interval of about
+// 5 s; between
 // commits the consume rate is never 0 and the target never stalled; and
 // the estimated position is closer to the consumer's own position (the
 // offsets it polled, read at each observation) than the commits are.
 func TestAutoCommitCadence(t *testing.T) {
 	if testing.Short() {
-		t.Skip("24 s of wall time")
+		t.Skip("up to 40 s of wall time")
 	}
 	t.Parallel()
 	c := newCluster(t)
@@ -64,7 +65,9 @@ func TestAutoCommitCadence(t *testing.T) {
 	defer tick.Stop()
 	var errCommit, errEstimate float64
 	var checked int
-	for i := 1; i <= 24; i++ {
+	// Until 8 readings after the cadence is known (two commits), at most
+	// 40 s: joining the group takes a few seconds on a busy machine.
+	for i := 1; i <= 40 && checked < 8; i++ {
 		<-tick.C
 		samples := observe(t, o)
 		real := polled.Load()
@@ -76,8 +79,8 @@ func TestAutoCommitCadence(t *testing.T) {
 		p := st.Partitions[0]
 		t.Logf("%2d: committed %d estimate %d (%s) consumer %d; interval %v rate %.0f (instant %.0f) status %s",
 			i, p.Committed, p.Position, p.Source, real, st.CommitInterval, st.ConsumeRate, st.ConsumeRateInstant, st.Status)
-		if i < 16 || p.Committed < 0 {
-			continue // three commits: two intervals and a measured rate
+		if st.CommitInterval == 0 {
+			continue // before the second commit: read from the commits as they are
 		}
 		checked++
 		if st.CommitInterval < 4*time.Second || st.CommitInterval > 6*time.Second {
@@ -92,7 +95,7 @@ func TestAutoCommitCadence(t *testing.T) {
 		errCommit += math.Abs(float64(real - p.Committed))
 		errEstimate += math.Abs(float64(real - p.Position))
 	}
-	if checked < 5 {
+	if checked < 8 {
 		t.Fatalf("only %d readings after the cadence was learnt", checked)
 	}
 	errCommit /= float64(checked)
