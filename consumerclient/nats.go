@@ -59,39 +59,40 @@ func (r *NATSReporter) Close() { r.s.close() }
 // Received puts msg in hand. Messages without JetStream metadata, or of
 // another consumer than Config.Group, are ignored.
 func (r *NATSReporter) Received(msg jetstream.Msg) {
-	md, err := msg.Metadata()
-	if err != nil {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := r.stream(md)
-	if st == nil || len(st.inHand) >= MaxInHand {
-		return
-	}
-	ts := md.Timestamp.UnixMilli()
-	if ts <= 0 {
-		ts = time.Now().UnixMilli()
-	}
-	st.inHand[md.Sequence.Stream] = ts
+	r.update(msg, func(st *natsStream, md *jetstream.MsgMetadata) {
+		if len(st.inHand) >= MaxInHand {
+			return
+		}
+		ts := md.Timestamp.UnixMilli()
+		if ts <= 0 {
+			ts = time.Now().UnixMilli()
+		}
+		st.inHand[md.Sequence.Stream] = ts
+	})
 }
 
 // Done takes msg out of hand: the handler is finished with it, whether it
 // acknowledged it, will acknowledge it in a batch, or gave up on it (a
 // message redelivered later is received again).
 func (r *NATSReporter) Done(msg jetstream.Msg) {
+	r.update(msg, func(st *natsStream, md *jetstream.MsgMetadata) {
+		delete(st.inHand, md.Sequence.Stream)
+		st.next = max(st.next, md.Sequence.Stream+1)
+	})
+}
+
+// update runs f under the lock with the state of msg's stream, unless msg
+// has no JetStream metadata or belongs to another consumer.
+func (r *NATSReporter) update(msg jetstream.Msg, f func(*natsStream, *jetstream.MsgMetadata)) {
 	md, err := msg.Metadata()
 	if err != nil {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := r.stream(md)
-	if st == nil {
-		return
+	if st := r.stream(md); st != nil {
+		f(st, md)
 	}
-	delete(st.inHand, md.Sequence.Stream)
-	st.next = max(st.next, md.Sequence.Stream+1)
 }
 
 // Wrap returns a handler for consumer.Consume that reports around h.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -32,37 +33,47 @@ func fetchN(tb testing.TB, cons jetstream.Consumer, n int) []jetstream.Msg {
 	return out
 }
 
+// newJetStream starts an embedded nats-server with stream name on subject
+// and a durable pull consumer with explicit acks, and publishes n messages.
+func newJetStream(tb testing.TB, name, subject, durable string, n int) (*server.Server, jetstream.Consumer) {
+	tb.Helper()
+	s := embedded.NATSTest(tb)
+	nc, err := natsgo.Connect(s.ClientURL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: durable, AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for range n {
+		if _, err := js.Publish(ctx, subject, []byte("m")); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return s, cons
+}
+
 // TestNATSReporterEndToEnd: two instances of one durable consumer that
 // acknowledge in batches. While one holds messages, the daemon's sample
 // carries the oldest of them; once both finished theirs, the furthest
 // position, idle; when reports stop, the daemon falls back to the ack
 // floor.
 func TestNATSReporterEndToEnd(t *testing.T) {
-	s := embedded.NATSTest(t)
-	nc, err := natsgo.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, cons := newJetStream(t, "ORDERS", "orders.new", "billing", 10)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 10 {
-		if _, err := js.Publish(ctx, "orders.new", []byte("o")); err != nil {
-			t.Fatal(err)
-		}
-	}
 	obs, err := nats.New(ctx, nats.Config{Cluster: "main", URLs: []string{s.ClientURL()}, RequestTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -127,31 +138,9 @@ func TestNATSReporterEndToEnd(t *testing.T) {
 // TestNATSGuardProgress: with a ttl/natsguard guard as the reporter's
 // Progress, a message is in hand while its handler runs and done after.
 func TestNATSGuardProgress(t *testing.T) {
-	s := embedded.NATSTest(t)
-	nc, err := natsgo.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cons := newJetStream(t, "S", "s", "d", 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "d", AckPolicy: jetstream.AckExplicitPolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		if _, err := js.Publish(ctx, "s", nil); err != nil {
-			t.Fatal(err)
-		}
-	}
 	d := newTestDaemon(t, quotaserver.Auth{}, time.Second, lag.KindNATS, nil)
 	rep, err := NewNATSReporter(Config{URL: d.URL, Interval: time.Second})
 	if err != nil {
