@@ -12,13 +12,19 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/lagbridge/lagbridge/brokers/kafka"
+	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/dashboard/chromium"
 	"github.com/lagbridge/lagbridge/internal/demo"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
@@ -94,60 +100,101 @@ func reportLoop(tb testing.TB, base string, reports []quotaproto.Report) {
 	tb.Cleanup(func() { cancel(); wg.Wait() })
 }
 
-// dashState is what the browser test reads back from the page.
+// dashState is what the browser tests read back from the page.
 type dashState struct {
-	Ready     string             `json:"ready"`
-	Cards     int                `json:"cards"`
-	Points    map[string]int     `json:"points"`
-	Max       map[string]float64 `json:"max"`
-	Producers int                `json:"producers"`
-	Text      string             `json:"text"`
+	Ready     string              `json:"ready"`
+	History   string              `json:"history"`
+	Cards     int                 `json:"cards"`
+	Points    map[string]int      `json:"points"`
+	Max       map[string]float64  `json:"max"`
+	From      map[string]int64    `json:"from"`
+	To        map[string]int64    `json:"to"`
+	Markers   map[string]int      `json:"markers"`
+	Timeline  []string            `json:"timeline"`
+	Parts     map[string][]string `json:"parts"`
+	Producers int                 `json:"producers"`
+	Text      string              `json:"text"`
 }
 
+// openParts opens every target's partition table.
+const openParts = `(() => { for (const d of document.querySelectorAll('details.parts')) d.open = true; return true; })()`
+
+// readDash reads the page's state.
 const readDash = `(() => {
-  const points = {}, max = {};
+  const points = {}, max = {}, from = {}, to = {}, markers = {}, parts = {};
   for (const c of document.querySelectorAll('[data-chart]')) {
     const k = c.closest('[data-key]').dataset.key + ' ' + c.dataset.chart;
     points[k] = +c.dataset.points;
     max[k] = +(c.dataset.max || 0);
+    from[k] = +(c.dataset.from || 0);
+    to[k] = +(c.dataset.to || 0);
+    markers[k] = +(c.dataset.markers || 0);
+  }
+  for (const a of document.querySelectorAll('article.target')) {
+    parts[a.dataset.key] = [...a.querySelectorAll('tr[data-partition]')].map((r) => r.innerText.replace(/\s+/g, ' ').trim());
   }
   const t = document.querySelector('#producers table');
-  return {ready: document.body.dataset.ready, cards: document.querySelectorAll('article.target').length,
-    points, max, producers: t ? +t.dataset.rows : 0, text: document.body.innerText};
+  return {ready: document.body.dataset.ready, history: document.body.dataset.history,
+    cards: document.querySelectorAll('article.target').length, points, max, from, to, markers, parts,
+    timeline: [...document.querySelectorAll('#timeline tr[data-kind]')].map((r) => r.dataset.kind + ' ' + r.dataset.rule),
+    producers: t ? +t.dataset.rows : 0, text: document.body.innerText};
 })()`
 
+// waitDash polls the live page until cond holds or d passes.
+func waitDash(tb testing.TB, br *chromium.Browser, d time.Duration, cond func(dashState) bool) dashState {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var st dashState
+	for {
+		err := br.Eval(ctx, readDash, &st)
+		if err == nil && cond(st) {
+			return st
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("the page never got there in %s (eval error %v): %+v\nchromium stderr:\n%s", d, err, st, lastN(br.Stderr(), 2000))
+		case <-time.After(250 * time.Millisecond): // polling the live page, not waiting for a result
+		}
+	}
+}
+
 // TestDashboardBrowser: the built-in dashboard in real headless Chromium
-// against a running daemon. The page loads from the daemon, its charts
-// draw the story as it happens (head age and lag rise while the consumers
-// are slowed), the quota decisions and the producers' grants show, and
-// the page reports no script error or CSP violation. A screenshot is
-// written as an artifact ($LAGBRIDGE_ARTIFACTS, else the test's temporary
-// folder); with LAGBRIDGE_UPDATE=1 it also replaces docs/img/dashboard.png.
+// against a running daemon, opened after the demo's slowdown as an
+// engineer paged by an alert would open it. Every chart shows the whole
+// slowdown (backfilled from /v1/history: points from before it started to
+// after it ended) with head age and lag rising, the quota decisions are
+// markers on the charts and rows of the timeline with their rules, the
+// producers' grants show, and the page reports no script error or CSP
+// violation. A screenshot is written as an artifact ($LAGBRIDGE_ARTIFACTS,
+// else the test's temporary folder); with LAGBRIDGE_UPDATE=1 it also
+// replaces docs/img/dashboard.png.
 func TestDashboardBrowser(t *testing.T) {
 	br := chromium.Start(t, 1400, 1000) // skips (fails in CI) without Chromium, before the world starts
 	const story = 16 * time.Second      // slowed from 4s to 9.6s, drained by ~14s
+	slowFrom, slowTo := story/4, story*3/5
 	base, start := storyWorld(t, story)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if err := br.Navigate(ctx, base+"/?refresh=250ms&window=30s"); err != nil {
+	// The slowdown is over and drained before the page is opened.
+	poll(t, 60*time.Second, func() (bool, string) {
+		code, body := get(t, base+"/v1/lag?partitions=false")
+		var l struct {
+			Targets []struct{ Lag int64 } `json:"targets"`
+		}
+		_ = json.Unmarshal([]byte(body), &l)
+		drained := code == 200 && len(l.Targets) == 2
+		for _, tg := range l.Targets {
+			drained = drained && tg.Lag < 300
+		}
+		return time.Since(start) > slowTo+2*time.Second && drained, fmt.Sprintf("after %v: HTTP %d %+v", time.Since(start), code, l.Targets)
+	})
+	if err := br.Navigate(ctx, base+"/?refresh=250ms&window=1m"); err != nil {
 		t.Fatal(err)
 	}
-	var st dashState
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := br.Eval(ctx, readDash, &st)
-		// Done once the story has played out and the page drew it.
-		if err == nil && time.Since(start) > story && st.Cards == 2 && minOf(st.Points) >= 20 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the page never drew the story (eval error %v): %+v\nchromium stderr:\n%s", err, st, lastN(br.Stderr(), 2000))
-		}
-		time.Sleep(250 * time.Millisecond) // polling the live page, not waiting for a result
-	}
-	if len(st.Points) != 6 {
-		t.Errorf("want 3 charts for each of 2 targets, got %v", st.Points)
-	}
+	st := waitDash(t, br, 30*time.Second, func(s dashState) bool {
+		return s.Ready == "true" && s.History == "true" && s.Cards == 2 && len(s.Points) == 6 && minOf(s.Points) >= 20
+	})
 	for k, m := range st.Max {
 		switch {
 		// Bounds with room for a loaded machine: 5.6s at 400 msg/s
@@ -160,7 +207,31 @@ func TestDashboardBrowser(t *testing.T) {
 			t.Errorf("%s: produce rate peaked at %.0f msg/s; want about 1000", k, m)
 		}
 	}
-	for _, want := range []string{"demo-kafka", "orders", "billing", "demo-nats", "EVENTS", "processor", "policy ", "checkout", "analytics", "ingest"} {
+	// Every chart covers the whole slowdown, from before it began to after
+	// it ended, though the page opened afterwards.
+	for k := range st.Points {
+		if from, to := time.UnixMilli(st.From[k]), time.UnixMilli(st.To[k]); from.After(start.Add(slowFrom)) || to.Before(start.Add(slowTo)) {
+			t.Errorf("%s: points from %v to %v after the start; want from before %v to after %v", k,
+				from.Sub(start).Round(time.Millisecond), to.Sub(start).Round(time.Millisecond), slowFrom, slowTo)
+		}
+	}
+	// The decisions: markers on the charts of the Kafka topic the
+	// producers report on, and timeline rows, each with its rule.
+	for _, ch := range []string{"head-age", "lag", "rates"} {
+		if k := "kafka/demo-kafka/orders/billing " + ch; st.Markers[k] == 0 {
+			t.Errorf("%s: no decision marker", k)
+		}
+	}
+	if len(st.Timeline) == 0 {
+		t.Error("the timeline lists no decision")
+	}
+	for _, row := range st.Timeline {
+		if kind, rule, _ := strings.Cut(row, " "); rule == "" || rule == "none" {
+			t.Errorf("a %s decision without a rule: %q", kind, row)
+		}
+	}
+	for _, want := range []string{"demo-kafka", "orders", "billing", "demo-nats", "EVENTS", "processor", "policy ", "checkout", "analytics", "ingest",
+		"Decisions", "rule", "budget"} {
 		if !strings.Contains(st.Text, want) {
 			t.Errorf("page lacks %q", want)
 		}
@@ -175,24 +246,120 @@ func TestDashboardBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := os.Getenv("LAGBRIDGE_ARTIFACTS")
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(dir, "dashboard.png")
-	if err := os.WriteFile(p, shot, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s (%d bytes)", p, len(shot))
+	artifact(t, "dashboard.png", shot)
 	if os.Getenv("LAGBRIDGE_UPDATE") == "1" {
 		if err := os.WriteFile("../docs/img/dashboard.png", shot, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		t.Log("updated docs/img/dashboard.png")
 	}
+}
+
+// TestDashboardPartitions: a topic with one hot partition (lag and an old
+// head) shows that partition first in the target's partition table, with
+// its lag and head age; partitions without a commit are marked as such.
+func TestDashboardPartitions(t *testing.T) {
+	br := chromium.Start(t, 1400, 1000)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addr := c.ListenAddrs()[0]
+	topic, group := unique("hot"), unique("readers")
+	createTopic(t, addr, topic, 8, nil)
+	cl := client(t, addr, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	now := time.Now()
+	for p := range int32(8) {
+		if p == 3 { // the hot one: 500 records from 90s ago
+			produce(t, cl, topic, p, 500, func(i int) time.Time { return now.Add(-90*time.Second + time.Duration(i)*time.Millisecond) })
+			continue
+		}
+		produce(t, cl, topic, p, 10, func(int) time.Time { return now })
+	}
+	// Partitions 0-5 committed at their end but 3, which is 500 behind;
+	// 6 and 7 never committed.
+	offsets := kadm.Offsets{}
+	for p := range int32(6) {
+		at := int64(10)
+		if p == 3 {
+			at = 0
+		}
+		offsets.Add(kadm.Offset{Topic: topic, Partition: p, At: at, LeaderEpoch: -1})
+	}
+	if err := kadm.NewClient(cl).CommitAllOffsets(ctxT(t, 30*time.Second), group, offsets); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Config{Kafka: []kafka.Config{{Cluster: "parts", Brokers: []string{addr}, Groups: kafka.Filter{Include: []string{group}}}}}
+	base := startApp(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := br.Navigate(ctx, base+"/?refresh=250ms"); err != nil {
+		t.Fatal(err)
+	}
+	key := "kafka/parts/" + topic + "/" + group
+	waitDash(t, br, 30*time.Second, func(s dashState) bool { return s.Cards == 1 })
+	var opened bool
+	if err := br.Eval(ctx, openParts, &opened); err != nil {
+		t.Fatal(err)
+	}
+	// Until the daemon read the hot partition's head (a cycle or two).
+	st := waitDash(t, br, 30*time.Second, func(s dashState) bool {
+		return len(s.Parts[key]) == 8 && strings.Contains(s.Text, "worst ")
+	})
+	rows := st.Parts[key]
+	// "3 500 90.5s committed –": the partition, its lag, its head age.
+	first := strings.Fields(rows[0])
+	head := -1.0
+	if len(first) >= 3 {
+		head, _ = strconv.ParseFloat(strings.TrimSuffix(first[2], "s"), 64)
+	}
+	if len(first) < 4 || first[0] != "3" || first[1] != "500" || head < 89 || head > 119 {
+		t.Errorf("first row %q, want partition 3 with lag 500 and a head age of about 90s; rows %q", rows[0], rows)
+	}
+	for _, p := range []string{"6", "7"} {
+		found := false
+		for _, r := range rows {
+			if strings.HasPrefix(r, p+" ") {
+				found = true
+				if !strings.Contains(r, "no commit") || !strings.Contains(r, "unknown") {
+					t.Errorf("partition %s without a commit is not marked: %q", p, r)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("partition %s is missing: %q", p, rows)
+		}
+	}
+	if !strings.Contains(st.Text, "worst 3: lag 500") || !strings.Contains(st.Text, "2 without commit") {
+		t.Errorf("the partition summary lacks the hot partition or the count without commit:\n%s", st.Text)
+	}
+	shot, err := br.Screenshot(ctx, 1400, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	artifact(t, "dashboard-partitions.png", shot)
+	for _, p := range br.Problems() {
+		t.Errorf("page problem: %s", p)
+	}
+}
+
+// artifact writes a test artifact to $LAGBRIDGE_ARTIFACTS (else the
+// test's temporary folder) and logs where.
+func artifact(tb testing.TB, name string, data []byte) {
+	tb.Helper()
+	dir := os.Getenv("LAGBRIDGE_ARTIFACTS")
+	if dir == "" {
+		dir = tb.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("artifact: %s (%d bytes)", p, len(data))
 }
 
 func minOf(m map[string]int) int {

@@ -1,11 +1,14 @@
 // Package dashboard is lagbridge's built-in web dashboard: one HTML page, a
 // style sheet and a vanilla JavaScript file, embedded in the binary (the
-// embed package). The page polls the daemon's own JSON API (GET v1/lag and
-// GET v1/quotas, relative to the page, so it also works behind a path
-// prefix) and draws, per target, live SVG charts of head age against the
-// deadline, lag, and the produce, consume and allowed rates, plus the
-// producers' grants and signals. History is kept in the browser only (the
-// last five minutes by default); the daemon stores nothing for it.
+// embed package). The page polls the daemon's own JSON API (GET v1/lag,
+// v1/quotas and v1/events, relative to the page, so it also works behind a
+// path prefix) and draws, per target, SVG charts of head age against the
+// deadline, lag, and the produce, consume and allowed rates, with the quota
+// decisions as markers; a timeline of the decisions; each target's
+// partitions (sortable, the worst first); and the producers' grants and
+// signals. On load and when its window changes (five minutes by default)
+// it backfills the charts from GET v1/history, so a page opened after an
+// incident shows the incident.
 //
 // There is no build step and nothing is fetched from elsewhere: no CDN, no
 // web fonts, so the dashboard works on machines without internet access.

@@ -146,7 +146,11 @@ func fakeAPI(tb testing.TB, quotas bool) *httptest.Server {
  "targets": [
   {"kind":"kafka","cluster":"main","topic":"orders","group":"billing","status":"lagging","rule":"over-age","reason":"head age %.1fs > 2s",
    "members":3,"lag":%d,"headAgeSeconds":%.1f,"headAgeKnown":true,"produceRate":1000,"consumeRate":400,"timeToDrainSeconds":null,
-   "observedAt":%[1]q,"stale":false,"ratesKnown":true},
+   "observedAt":%[1]q,"stale":false,"ratesKnown":true, "uncommittedPartitions":1,
+   "partitions":[{"partition":0,"committed":10,"lag":3,"headKnown":true,"headAgeSeconds":0.4},
+                 {"partition":1,"committed":-1,"lag":0,"headKnown":false,"headAgeSeconds":0},
+                 {"partition":2,"committed":50,"lag":900,"headKnown":true,"headAgeSeconds":7.5},
+                 {"partition":5,"committed":7,"lag":0,"headKnown":true,"headAgeSeconds":0}]},
   {"kind":"nats","cluster":"js","topic":"EVENTS","group":"<img src=x onerror=alert(1)>","status":"ok","rule":"within-age","reason":"fine",
    "members":-1,"lag":12,"headAgeSeconds":0.2,"headAgeKnown":true,"produceRate":500,"consumeRate":510,"timeToDrainSeconds":1.2,
    "observedAt":%[1]q,"stale":false,"ratesKnown":true}]}`,
@@ -165,9 +169,40 @@ func fakeAPI(tb testing.TB, quotas bool) *httptest.Server {
  "policies": [{"name":"orders","maxAge":5000000000}],
  "targets": [
   {"target":{"kind":"kafka","cluster":"main","topic":"orders","group":"billing"},"policy":"orders","signal":"stop","rate":400,
-   "capacity":400,"capacityKnown":true,"wait":2000000000,"targetWait":2500000000,"headAge":1000000000,"lag":10,"reason":"over budget"},
+   "capacity":400,"capacityKnown":true,"wait":2000000000,"targetWait":2500000000,"headAge":1000000000,"lag":10,"reason":"over budget",
+   "avoidPartitions":[2,5]},
   {"target":{"kind":"nats","cluster":"js","topic":"EVENTS","group":""},"policy":"events","signal":"ok","unlimited":true,
    "capacity":510,"wait":0,"targetWait":1000000000,"headAge":0,"lag":12,"reason":"keeps up"}]}`, exp)
+	})
+	// History: the minute before the first /v1/lag answer, a point every
+	// 5s, lag rising to 1,200; and one downsampled point before it.
+	mux.HandleFunc("GET /v1/history", func(w http.ResponseWriter, _ *http.Request) {
+		var pts []string
+		first := start.Add(-60 * time.Second)
+		pts = append(pts, fmt.Sprintf(`{"t":%d,"spanSeconds":59,"lag":5,"headAgeSeconds":0.1,"produceRate":900,"consumeRate":900,"allowed":null,"unlimited":true,"signal":"ok","status":"ok"}`,
+			first.Add(-time.Minute).UnixMilli()))
+		for i := range 12 {
+			pts = append(pts, fmt.Sprintf(`{"t":%d,"lag":%d,"headAgeSeconds":%.1f,"produceRate":1000,"consumeRate":400,"allowed":250,"signal":"slow-down","status":"lagging"}`,
+				first.Add(time.Duration(i)*5*time.Second).UnixMilli(), 100*i, 0.25*float64(i)))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"generatedAt":%q,"startedAt":%q,"dataSince":%q,"intervalSeconds":1,"recentSeconds":900,"resolutionSeconds":60,"retentionSeconds":7200,
+ "targets":[{"kind":"kafka","cluster":"main","topic":"orders","group":"billing","points":[%s]}]}`,
+			start.Format(time.RFC3339Nano), first.Add(-time.Minute).Format(time.RFC3339Nano), first.Add(-time.Minute).Format(time.RFC3339Nano), strings.Join(pts, ","))
+	})
+	// Events: the topic's signal went to stop and checkout was cut 10s
+	// before the first /v1/lag answer.
+	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, _ *http.Request) {
+		at := start.Add(-10 * time.Second).Format(time.RFC3339Nano)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"generatedAt":%q,"startedAt":%q,"dropped":0,"events":[
+  {"seq":1,"at":%q,"kind":"signal","topic":{"kind":"kafka","cluster":"main","name":"orders"},"policy":"orders","rule":"hard-age",
+   "signal":"stop","prevSignal":"slow-down","producers":["audit","checkout"],"rate":0,"prevRate":250,
+   "inputs":{"lag":900,"headAgeSeconds":7.5,"capacity":400,"capacityKnown":true,"waitSeconds":9.5,"targetWaitSeconds":1,"budgetSeconds":5},"reason":"dead on arrival"},
+  {"seq":2,"at":%[3]q,"kind":"cut","topic":{"kind":"kafka","cluster":"main","name":"orders"},"policy":"orders","rule":"hard-age",
+   "signal":"stop","prevSignal":"slow-down","producers":["checkout"],"rate":0,"prevRate":300,
+   "inputs":{"lag":900,"headAgeSeconds":7.5,"capacity":400,"capacityKnown":true,"waitSeconds":9.5,"targetWaitSeconds":1,"budgetSeconds":5},"reason":"dead on arrival"}]}`,
+			start.Format(time.RFC3339Nano), start.Add(-2*time.Minute).Format(time.RFC3339Nano), at)
 	})
 	srv := httptest.NewServer(mux)
 	tb.Cleanup(srv.Close)
@@ -176,26 +211,37 @@ func fakeAPI(tb testing.TB, quotas bool) *httptest.Server {
 
 // pageState is what the tests read back from the page.
 type pageState struct {
-	Ready     string         `json:"ready"`
-	Polls     int            `json:"polls"`
-	Cards     int            `json:"cards"`
-	Points    map[string]int `json:"points"`
-	Producers int            `json:"producers"`
-	Text      string         `json:"text"`
-	Injected  int            `json:"injected"`
+	Ready     string           `json:"ready"`
+	Polls     int              `json:"polls"`
+	Cards     int              `json:"cards"`
+	Points    map[string]int   `json:"points"`
+	Producers int              `json:"producers"`
+	Text      string           `json:"text"`
+	Injected  int              `json:"injected"`
+	From      map[string]int64 `json:"from"`
+	Markers   map[string]int   `json:"markers"`
+	Timeline  []string         `json:"timeline"`
+	Parts     []string         `json:"parts"`
+	History   string           `json:"history"`
 }
 
 const readPage = `(() => {
-  const points = {};
+  const points = {}, from = {}, markers = {};
   for (const c of document.querySelectorAll('[data-chart]')) {
     const k = c.closest('[data-key]').dataset.key + ' ' + c.dataset.chart;
     points[k] = +c.dataset.points;
+    from[k] = +(c.dataset.from || 0);
+    markers[k] = +(c.dataset.markers || 0);
   }
+  for (const d of document.querySelectorAll('details.parts')) d.open = true;
   const t = document.querySelector('#producers table');
   return {ready: document.body.dataset.ready, polls: +document.body.dataset.polls,
-    cards: document.querySelectorAll('article.target').length, points,
+    cards: document.querySelectorAll('article.target').length, points, from, markers,
     producers: t ? +t.dataset.rows : 0, text: document.body.innerText,
-    injected: document.querySelectorAll('img[src=x]').length};
+    injected: document.querySelectorAll('img[src=x]').length,
+    timeline: [...document.querySelectorAll('#timeline tr[data-kind]')].map((r) => r.dataset.kind + ' ' + r.dataset.rule),
+    parts: [...document.querySelectorAll('[data-key^="kafka/"] tr[data-partition]')].map((r) => r.innerText.replace(/\s+/g, ' ').trim()),
+    history: document.body.dataset.history};
 })()`
 
 // waitPage polls the page until cond holds or d passes.
@@ -260,6 +306,39 @@ func TestBrowserFakeAPI(t *testing.T) {
 	}
 	if st.Injected != 0 || !strings.Contains(st.Text, "<img src=x onerror=alert(1)>") {
 		t.Errorf("a group name was rendered as HTML (injected %d)", st.Injected)
+	}
+	// The history backfilled the Kafka target's charts from before the
+	// page opened (the first live point is at start+1s).
+	st = waitPage(t, b, 10*time.Second, func(s pageState) bool { return len(s.Parts) == 4 })
+	kafka := "kafka/main/orders/billing"
+	firstLive := time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC).UnixMilli()
+	for _, ch := range []string{"head-age", "lag", "rates"} {
+		k := kafka + " " + ch
+		if st.History != "true" || st.From[k] == 0 || st.From[k] > firstLive-25_000 {
+			t.Errorf("%s: first point at %d, want history from before %d (history %q)", k, st.From[k], firstLive-25_000, st.History)
+		}
+		// Both events are at one instant: one marker on each chart.
+		if st.Markers[k] != 1 {
+			t.Errorf("%s: %d markers, want 1", k, st.Markers[k])
+		}
+	}
+	// The timeline lists both decisions, newest first, with their rule.
+	if strings.Join(st.Timeline, "|") != "cut hard-age|signal hard-age" {
+		t.Errorf("timeline rows %q", st.Timeline)
+	}
+	for _, want := range []string{"300/s → 0/s", "slow-down → stop", "budget 5.00s", "predicted wait 9.50s"} {
+		if !strings.Contains(st.Text, want) {
+			t.Errorf("timeline lacks %q", want)
+		}
+	}
+	// Partitions: the worst first (head age 7.5s, lag 900), the one
+	// without a commit marked and last, the avoided ones flagged.
+	wantParts := []string{"2 900 7.50s committed avoid", "0 3 400ms committed –", "5 0 0 committed avoid", "1 unknown unknown no commit –"}
+	if strings.Join(st.Parts, "|") != strings.Join(wantParts, "|") {
+		t.Errorf("partition rows\n%q\nwant\n%q", st.Parts, wantParts)
+	}
+	if !strings.Contains(st.Text, "Partitions: 4 · worst 2: lag 900, head age 7.50s · 1 without commit · 2 avoided") {
+		t.Errorf("partition summary missing: %s", st.Text)
 	}
 	shot, err := b.Screenshot(ctx, 1400, 1000)
 	if err != nil {

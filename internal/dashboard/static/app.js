@@ -1,27 +1,37 @@
-// lagbridge dashboard: polls v1/lag and v1/quotas (relative to the page),
-// keeps the last few minutes of history in memory, and draws SVG charts.
+// lagbridge dashboard: polls v1/lag, v1/quotas and v1/events (relative to
+// the page), backfills its charts from v1/history on load and when the
+// window changes, and draws SVG charts with the quota decisions as markers,
+// a timeline of the decisions, and each target's partitions.
 // Plain ES2017, no dependencies, no build step. Every value from the API is
 // put in the page with textContent or as an SVG attribute, never as HTML.
 //
 // Query parameters: refresh (poll interval: 500ms, 2s; default 1s) and
-// window (history shown: 90s, 10m; default 5m).
+// window (history shown: 90s, 10m; default 5m; also chosen on the page).
 //
 // For tests and curious humans the page exposes its progress as attributes:
 // body[data-ready] ("true" after the first successful poll), body[data-polls]
-// (successful polls), and on every chart [data-chart] data-points (points
-// of its main series drawn) and data-max (their largest value).
+// (successful polls), body[data-history] ("true" once the history is
+// loaded), on every chart [data-chart] data-points (points of its main
+// series drawn), data-max (their largest value), data-from and data-to
+// (the times of the first and last of them, Unix ms) and data-markers
+// (decision markers drawn); on the timeline's rows data-kind and data-rule;
+// on partition rows data-partition.
 'use strict';
 (function () {
   const params = new URLSearchParams(location.search);
   const REFRESH = parseDur(params.get('refresh'), 1000, 100, 60000);
-  const WINDOW = parseDur(params.get('window'), 5 * 60000, 10000, 3600000);
+  let WINDOW = parseDur(params.get('window'), 5 * 60000, 10000, 2 * 3600000);
   const SVGNS = 'http://www.w3.org/2000/svg';
   const SEVERITY = { stopped: 0, stalled: 1, lagging: 2, stale: 3, ok: 4 };
 
   const series = new Map(); // target key -> {points: [], lastSeen: ms}
   const cards = new Map(); // target key -> card element parts
+  const events = new Map(); // decision events by seq
+  let eventsFrom = null; // the time of the newest event fetched (the next fetch starts there)
+  let eventsNote = '';
+  let hist = { started: null, since: null, note: '' }; // what v1/history said of itself
   let polls = 0;
-  let firstSeen = null; // server time of the first answer: the axis grows from it up to WINDOW
+  let firstSeen = null; // server time of the oldest point: the axis grows from it up to WINDOW
 
   // ---------- small helpers ----------
 
@@ -82,6 +92,9 @@
 
   const rate = (v) => (v == null ? '–' : v === Infinity ? 'unlimited' : num(v) + '/s');
   const keyOf = (t) => [t.kind, t.cluster, t.topic, t.group].join('/');
+  const topicKeyOf = (t) => [t.kind, t.cluster, t.topic].join('/');
+  const clock = (ms) => new Date(ms).toLocaleTimeString('en-GB', { hour12: false });
+  const winParam = () => Math.ceil(WINDOW / 1000) + 's';
 
   function badge(text, cls, title) {
     const b = el('span', { class: 'badge s-' + (cls || text), text: text });
@@ -171,8 +184,9 @@
   async function tick() {
     try {
       const [lagRes, qRes] = await Promise.all([
-        getJSON('v1/lag?partitions=false'),
+        getJSON('v1/lag'),
         getJSON('v1/quotas').catch((e) => ({ error: e })),
+        fetchEvents().catch((e) => { eventsNote = 'decisions unavailable: ' + e.message; }),
       ]);
       if (lagRes.status !== 200) throw new Error('v1/lag answered HTTP ' + lagRes.status);
       update(lagRes.body, quotasOf(qRes));
@@ -185,6 +199,68 @@
     } finally {
       setTimeout(tick, REFRESH);
     }
+  }
+
+  // backfill loads the window's history from the daemon into the charts:
+  // the page shows what happened before it was opened. Live points newer
+  // than the history's last one are kept.
+  async function backfill() {
+    const res = await getJSON('v1/history?since=' + winParam()).catch((e) => ({ status: 0, error: e }));
+    if (res.status !== 200 || !res.body) {
+      hist.note = res.status === 404 ? 'this daemon keeps no history' : 'history unavailable' + (res.status ? ': HTTP ' + res.status : '');
+      return;
+    }
+    const b = res.body;
+    hist.started = Date.parse(b.startedAt) || null;
+    hist.since = b.dataSince ? Date.parse(b.dataSince) : null;
+    hist.note = '';
+    let oldest = Infinity;
+    for (const s of Array.isArray(b.targets) ? b.targets : []) {
+      const pts = (Array.isArray(s.points) ? s.points : []).map((p) => ({
+        t: p.t, lag: p.lag, head: p.headAgeSeconds, produce: p.produceRate, consume: p.consumeRate,
+        allowed: p.unlimited ? Infinity : p.allowed, maxAge: null, targetWait: null,
+      }));
+      if (!pts.length) continue;
+      const key = keyOf(s);
+      const last = pts[pts.length - 1].t;
+      let h = series.get(key);
+      if (!h) series.set(key, (h = { points: [], lastSeen: last }));
+      h.points = pts.concat(h.points.filter((p) => p.t > last));
+      h.lastSeen = Math.max(h.lastSeen, last);
+      oldest = Math.min(oldest, pts[0].t);
+    }
+    if (oldest !== Infinity) firstSeen = firstSeen == null ? oldest : Math.min(firstSeen, oldest);
+    document.body.dataset.history = 'true';
+  }
+
+  // fetchEvents adds the decisions logged since the newest one held (the
+  // whole window on the first call) and forgets those out of the window.
+  async function fetchEvents() {
+    const since = eventsFrom ? new Date(eventsFrom).toISOString() : winParam();
+    const res = await getJSON('v1/events?since=' + encodeURIComponent(since));
+    if (res.status !== 200 || !res.body) {
+      eventsNote = res.status === 404 ? 'this daemon keeps no decision log' : 'decisions unavailable: HTTP ' + res.status;
+      return;
+    }
+    eventsNote = '';
+    for (const e of Array.isArray(res.body.events) ? res.body.events : []) {
+      if (!e || typeof e.seq !== 'number') continue;
+      e.ms = Date.parse(e.at);
+      events.set(e.seq, e);
+      if (!eventsFrom || e.ms > eventsFrom) eventsFrom = e.ms;
+    }
+    const gen = Date.parse(res.body.generatedAt) || Date.now();
+    for (const [k, e] of events) if (e.ms < gen - WINDOW) events.delete(k);
+  }
+
+  async function setWindow(ms) {
+    WINDOW = ms;
+    const u = new URL(location.href);
+    u.searchParams.set('window', winParam());
+    history.replaceState(null, '', u.pathname + u.search);
+    events.clear();
+    eventsFrom = null;
+    await backfill();
   }
 
   function setConn(state, text) {
@@ -222,7 +298,9 @@
     renderSummary(targets, q);
     renderClusters(Array.isArray(lag.clusters) ? lag.clusters : [], now);
     renderTargets(targets, q, now, seen);
+    renderTimeline(now);
     renderProducers(q, now);
+    renderHistNote(now);
     document.getElementById('updated').textContent = 'updated ' + new Date(now).toLocaleTimeString();
   }
 
@@ -281,10 +359,15 @@
       lag: chartBox('lag', 'Lag (messages)'),
       rates: chartBox('rates', 'Rates (msg/s)'),
     };
-    const node = el('article', { class: 'target', 'data-key': key },
+    const partsSummary = el('summary', { text: 'Partitions' });
+    const partsBox = el('div', { class: 'ptable' });
+    const parts = el('details', { class: 'parts' }, partsSummary, partsBox);
+    const c = { node: null, status, quota, stats, reason, charts, parts, partsSummary, partsBox, sort: { key: 'worst', dir: 1 }, last: null };
+    parts.addEventListener('toggle', () => { if (c.last) renderPartitions(c, ...c.last); });
+    c.node = el('article', { class: 'target', 'data-key': key },
       el('div', { class: 'thead' }, status, name, kind, quota), statRow, reason,
-      el('div', { class: 'charts' }, charts.head.node, charts.lag.node, charts.rates.node));
-    return { node, status, quota, stats, reason, charts };
+      el('div', { class: 'charts' }, charts.head.node, charts.lag.node, charts.rates.node), parts);
+    return c;
   }
 
   function chartBox(id, title) {
@@ -349,22 +432,150 @@
     c.reason.replaceChildren(...why);
     c.reason.title = c.reason.textContent;
 
-    // The time axis spans what the page has seen: at least a minute (or
-    // the whole window when shorter), at most the window.
-    const span = Math.min(WINDOW, Math.max(Math.min(60000, WINDOW), now - firstSeen));
+    // The time axis spans what the page has (history included): at least
+    // 20s (or the whole window when shorter), at most the window.
+    const span = Math.min(WINDOW, Math.max(Math.min(20000, WINDOW), now - firstSeen));
     const t0 = now - span;
     const pick = (f) => pts.map((p) => [p.t, f(p)]);
+    const marks = markersFor(topicKeyOf(t), t0, now);
     drawChart(c.charts.head, t0, now, dur, [
       { name: 'head age', cls: 'c-head', pts: pick((p) => p.head), area: true },
-      { name: 'max age', cls: 'c-deadline', pts: pick((p) => p.maxAge), dash: true, optional: true },
+      // History points carry no deadline: the policy's current one.
+      { name: 'max age', cls: 'c-deadline', pts: pick((p) => (p.maxAge != null ? p.maxAge : maxAge)), dash: true, optional: true },
       { name: 'target wait', cls: 'c-target', pts: pick((p) => p.targetWait), dash: true, optional: true },
-    ], maxAge);
-    drawChart(c.charts.lag, t0, now, num, [{ name: 'lag', cls: 'c-lag', pts: pick((p) => p.lag), area: true }]);
+    ], maxAge, marks);
+    drawChart(c.charts.lag, t0, now, num, [{ name: 'lag', cls: 'c-lag', pts: pick((p) => p.lag), area: true }], null, marks);
     drawChart(c.charts.rates, t0, now, (v) => num(v), [
       { name: 'produce', cls: 'c-produce', pts: pick((p) => p.produce) },
       { name: 'consume', cls: 'c-consume', pts: pick((p) => p.consume) },
       { name: 'allowed', cls: 'c-allowed', pts: pick((p) => p.allowed), step: true, soft: true, optional: true, none: d ? null : 'no quota' },
-    ]);
+    ], null, marks);
+    c.last = [t, d];
+    renderPartitions(c, t, d);
+  }
+
+  // ---------- decisions ----------
+
+  // eventText says what an event changed: "ok → slow-down" or
+  // "1,000/s → 0/s".
+  function eventText(e) {
+    const r = (v, u) => (u || v == null ? 'unlimited' : rate(v));
+    if (e.kind === 'signal') return e.prevSignal + ' → ' + e.signal + ' (allowed ' + r(e.rate, e.unlimited) + ')';
+    return r(e.prevRate, e.prevUnlimited) + ' → ' + r(e.rate, e.unlimited) + (e.signal ? ' · ' + e.signal : '');
+  }
+
+  function inputsText(e) {
+    const i = e.inputs || {};
+    return 'lag ' + num(i.lag) + ' · head age ' + dur(i.headAgeSeconds) + ' · capacity ' + (i.capacityKnown ? '' : '≥ ') + rate(i.capacity) +
+      ' · predicted wait ' + (i.waitSeconds < 0 ? 'never drains' : dur(i.waitSeconds)) + ' · budget ' + dur(i.budgetSeconds);
+  }
+
+  // markersFor groups a topic's events in [t0, t1] by time: one marker per
+  // instant, coloured by the most telling event (a signal change, else a
+  // cut, else a release).
+  function markersFor(topicKey, t0, t1) {
+    const at = new Map();
+    for (const e of events.values()) {
+      const tk = e.topic ? [e.topic.kind, e.topic.cluster, e.topic.name].join('/') : '';
+      if (tk !== topicKey || e.ms < t0 || e.ms > t1) continue;
+      let m = at.get(e.ms);
+      if (!m) at.set(e.ms, (m = { t: e.ms, kind: 'release', signal: null, lines: [] }));
+      if (e.kind === 'signal') m.signal = e.signal;
+      if (e.kind === 'signal' || (e.kind === 'cut' && m.kind === 'release')) m.kind = e.kind;
+      m.lines.push(clock(e.ms) + ' ' + e.kind + ' ' + (e.kind === 'signal' ? '' : (e.producers || []).join(', ') + ' ') + eventText(e) + ' · rule ' + e.rule);
+    }
+    return [...at.values()];
+  }
+
+  function renderTimeline(now) {
+    const box = document.getElementById('timeline');
+    const list = [...events.values()].filter((e) => e.ms >= now - WINDOW).sort((a, b) => b.seq - a.seq);
+    if (!list.length) {
+      box.replaceChildren(el('p', { class: 'empty', text: eventsNote || 'no quota decision changed a signal or a grant in the window' }));
+      return;
+    }
+    const shown = list.slice(0, 200);
+    const head = el('tr', {}, ...['time', 'kind', 'topic', 'producers', 'change', 'rule', 'inputs']
+      .map((h) => el('th', { text: h })));
+    const rows = shown.map((e) => el('tr', { 'data-kind': e.kind, 'data-rule': e.rule || '' },
+      el('td', { class: 'num', text: clock(e.ms) }),
+      el('td', {}, badge(e.kind, 'ev-' + e.kind)),
+      el('td', { text: e.topic ? e.topic.cluster + '/' + e.topic.name : '' }),
+      el('td', { text: (e.producers || []).join(', ') || '–' }),
+      el('td', { text: eventText(e) }),
+      el('td', {}, el('span', { class: 'badge outline', text: e.rule || 'none' })),
+      el('td', { class: 'reason-cell', text: inputsText(e), title: e.reason || '' })));
+    const kids = [el('table', { 'data-rows': String(shown.length) }, el('thead', {}, head), el('tbody', {}, ...rows))];
+    if (list.length > shown.length) kids.push(el('p', { class: 'note', text: 'the newest ' + shown.length + ' of ' + list.length + ' decisions in the window; all of them: v1/events' }));
+    if (eventsNote) kids.push(el('p', { class: 'note', text: eventsNote }));
+    box.replaceChildren(...kids);
+  }
+
+  function renderHistNote(now) {
+    const n = document.getElementById('histnote');
+    let text = hist.note;
+    if (!text && hist.started && hist.started > now - WINDOW) text = 'history since ' + clock(hist.started) + ' (the daemon started then)';
+    n.textContent = text ? ' · ' + text : '';
+  }
+
+  // ---------- partitions ----------
+
+  // commitState names where a partition's position comes from.
+  function commitState(p, t) {
+    if (p.reported && p.reported.at) return 'consumer report';
+    if (p.committed < 0) return 'no commit';
+    if (t.source === 'estimate') return 'estimated';
+    return 'committed';
+  }
+
+  const PSORT = {
+    // Worst first: the oldest head, then the largest lag; partitions
+    // without a commit (lag unknown) after those with lag.
+    worst: (a, b) => (b.head ?? -1) - (a.head ?? -1) || b.lag - a.lag || a.partition - b.partition,
+    partition: (a, b) => a.partition - b.partition,
+    lag: (a, b) => b.lag - a.lag || a.partition - b.partition,
+    head: (a, b) => (b.head ?? -1) - (a.head ?? -1) || a.partition - b.partition,
+    commit: (a, b) => a.commit.localeCompare(b.commit) || a.partition - b.partition,
+    avoid: (a, b) => b.avoid - a.avoid || a.partition - b.partition,
+  };
+
+  // renderPartitions writes the summary line (always) and the table (when
+  // open): sortable by any column, the worst first by default.
+  function renderPartitions(c, t, d) {
+    const list = (Array.isArray(t.partitions) ? t.partitions : []).map((p) => ({
+      partition: p.partition, lag: p.lag || 0, head: p.headKnown === false || p.committed < 0 ? null : p.headAgeSeconds,
+      commit: commitState(p, t), avoid: !!(d && Array.isArray(d.avoidPartitions) && d.avoidPartitions.includes(p.partition)), stale: !!p.stale,
+    }));
+    c.parts.hidden = !list.length;
+    if (!list.length) return;
+    const worst = list.slice().sort(PSORT.worst)[0];
+    const noCommit = list.filter((p) => p.commit === 'no commit').length;
+    const avoided = list.filter((p) => p.avoid).length;
+    let sum = 'Partitions: ' + list.length;
+    if (worst && (worst.lag > 0 || worst.head > 0)) sum += ' · worst ' + worst.partition + ': lag ' + num(worst.lag) + ', head age ' + dur(worst.head);
+    if (noCommit) sum += ' · ' + noCommit + ' without commit';
+    if (avoided) sum += ' · ' + avoided + ' avoided';
+    c.partsSummary.textContent = sum;
+    if (!c.parts.open) return;
+    const cmp = PSORT[c.sort.key] || PSORT.worst;
+    list.sort((a, b) => c.sort.dir * cmp(a, b));
+    const cols = [['partition', 'partition'], ['lag', 'lag'], ['head', 'head age'], ['commit', 'position'], ['avoid', 'avoid']];
+    const head = el('tr', {}, ...cols.map(([k, label]) => {
+      const th = el('th', { class: k === 'lag' || k === 'head' ? 'num sortable' : 'sortable', 'data-sort': k,
+        text: label + (c.sort.key === k ? (c.sort.dir > 0 ? ' ▼' : ' ▲') : '') });
+      th.addEventListener('click', () => {
+        c.sort = c.sort.key === k ? { key: k, dir: -c.sort.dir } : { key: k, dir: 1 };
+        renderPartitions(c, t, d);
+      });
+      return th;
+    }));
+    const rows = list.map((p) => el('tr', { 'data-partition': String(p.partition), class: p.commit === 'no commit' ? 'nocommit' : '' },
+      el('td', { class: 'num', text: String(p.partition) }),
+      el('td', { class: 'num', text: p.commit === 'no commit' ? 'unknown' : num(p.lag) }),
+      el('td', { class: 'num', text: p.head == null ? 'unknown' : dur(p.head) }),
+      el('td', {}, p.commit === 'no commit' ? badge('no commit', 'none') : el('span', { text: p.commit + (p.stale ? ' (stale)' : '') })),
+      el('td', {}, p.avoid ? badge('avoid', 'avoid-partitions') : el('span', { text: '–' }))));
+    c.partsBox.replaceChildren(el('table', { 'data-rows': String(list.length) }, el('thead', {}, head), el('tbody', {}, ...rows)));
   }
 
   function niceStep(max, n) {
@@ -376,7 +587,8 @@
 
   // drawChart draws series of [t ms, value] pairs; null or infinite values
   // break the line. over: a threshold above which the plot is tinted.
-  function drawChart(box, t0, t1, fmt, series, over) {
+  // markers: decision instants drawn as vertical lines with a tooltip.
+  function drawChart(box, t0, t1, fmt, series, over, markers) {
     const s = box.svg;
     const W = Math.max(200, Math.round(s.clientWidth || box.node.clientWidth || 400));
     const H = 150;
@@ -452,9 +664,16 @@
       if (d) s.append(svg('path', { class: 'series ' + se.cls + (se.dash ? ' dash' : '') + (se.step ? ' step' : ''), d }));
       if (i === 0) {
         drawn = n;
-        let mx = null;
-        for (const [, v] of pts) if (v != null && Number.isFinite(v) && (mx == null || v > mx)) mx = v;
+        let mx = null, from = null, to = null;
+        for (const [t, v] of pts) {
+          if (v == null || !Number.isFinite(v)) continue;
+          if (mx == null || v > mx) mx = v;
+          if (from == null) from = t;
+          to = t;
+        }
         box.node.dataset.max = mx == null ? '' : String(mx);
+        box.node.dataset.from = from == null ? '' : String(from);
+        box.node.dataset.to = to == null ? '' : String(to);
       }
       const last = pts.length ? pts[pts.length - 1][1] : null;
       if (se.optional && n === 0 && last == null) {
@@ -464,6 +683,23 @@
       const val = last === Infinity ? 'unlimited' : last == null ? '–' : fmt(last) + (last > ymax ? ' (off scale)' : '');
       legend.push(el('span', {}, el('i', { class: se.cls + (se.dash ? ' dash' : '') }), se.name + ' ' + val));
     });
+    let marked = 0;
+    for (const m of markers || []) {
+      if (m.t < t0 || m.t > t1) continue;
+      // A signal change is a line across the chart in the new signal's
+      // colour; a grant cut (▼) or release (▲) only a tick on the top edge.
+      const X = x(m.t);
+      const g = svg('g', { class: 'marker m-' + m.kind + (m.signal ? ' s-' + m.signal : '') });
+      if (m.kind === 'signal') g.append(svg('line', { x1: X.toFixed(1), x2: X.toFixed(1), y1: T, y2: H - B }));
+      const tri = m.kind === 'release' ? [[X - 4, T + 6], [X + 4, T + 6], [X, T]] : [[X - 4, T], [X + 4, T], [X, T + 6]];
+      g.append(svg('path', { d: 'M' + tri.map((p) => p[0].toFixed(1) + ',' + p[1]).join('L') + 'Z' }));
+      const tt = svg('title', {});
+      tt.textContent = m.lines.join('\n');
+      g.append(tt);
+      s.append(g);
+      marked++;
+    }
+    box.node.dataset.markers = String(marked);
     if (!drawn) {
       const tx = svg('text', { class: 'nodata', x: (L + W) / 2, y: H / 2, 'text-anchor': 'middle' });
       tx.textContent = 'waiting for data…';
@@ -507,6 +743,18 @@
     box.replaceChildren(el('table', { 'data-rows': String(rows.length) }, el('thead', {}, head), el('tbody', {}, ...body)));
   }
 
-  document.getElementById('window').textContent = dur(WINDOW / 1000).replace(/ 00s$/, '').replace(/^(\d+)m$/, '$1 min');
-  tick();
+  // The window selector: the presets, and the URL's window when it is
+  // none of them.
+  const sel = document.getElementById('window');
+  const label = (ms) => (ms < 60000 ? Math.round(ms / 1000) + ' s' : ms < 3600000 ? +(ms / 60000).toFixed(1) + ' min' : +(ms / 3600000).toFixed(1) + ' h');
+  const presets = [60000, 5 * 60000, 15 * 60000, 3600000, 2 * 3600000];
+  if (!presets.includes(WINDOW)) presets.push(WINDOW);
+  presets.sort((a, b) => a - b);
+  sel.replaceChildren(...presets.map((ms) => {
+    const o = el('option', { value: String(ms), text: label(ms) });
+    if (ms === WINDOW) o.selected = true;
+    return o;
+  }));
+  sel.addEventListener('change', () => { setWindow(+sel.value); });
+  backfill().finally(tick);
 })();
