@@ -202,8 +202,8 @@ const memoryBound = 48 << 20
 // TestMemoryBound: 1,000 targets, 15 minutes at 1s plus the default 2h of
 // downsampled points, stay within the stated bound, and Bound says so.
 func TestMemoryBound(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fills 1,000 targets x 2h15m")
+	if testing.Short() || raceEnabled {
+		t.Skip("fills 1,000 targets x 2h15m; measured without -short and without -race")
 	}
 	before := heap()
 	s := NewStore(Config{}, time.Second, t0)
