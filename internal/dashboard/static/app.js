@@ -520,13 +520,19 @@
 
   // ---------- partitions ----------
 
-  // commitState names where a partition's position comes from.
+  // commitState names where a partition's position comes from (the
+  // daemon's source: commits, estimate, consumer, first-seen).
   function commitState(p, t) {
-    if (p.reported && p.reported.at) return 'consumer report';
+    const src = p.source || t.source || 'commits';
+    if (src === 'consumer' || (p.reported && p.reported.at)) return 'consumer report';
     if (p.committed < 0) return 'no commit';
-    if (t.source === 'estimate') return 'estimated';
+    if (src === 'estimate') return 'estimated';
     return 'committed';
   }
+
+  // lagKnown: a partition without a commit has no known lag, unless the
+  // daemon counts it from when it first saw the group (first-seen).
+  const lagKnown = (p, t) => p.committed >= 0 || (p.source || t.source) === 'first-seen' || !!(p.reported && p.reported.at);
 
   const PSORT = {
     // Worst first: the oldest head, then the largest lag; partitions
@@ -543,7 +549,7 @@
   // open): sortable by any column, the worst first by default.
   function renderPartitions(c, t, d) {
     const list = (Array.isArray(t.partitions) ? t.partitions : []).map((p) => ({
-      partition: p.partition, lag: p.lag || 0, head: p.headKnown === false || p.committed < 0 ? null : p.headAgeSeconds,
+      partition: p.partition, lag: p.lag || 0, known: lagKnown(p, t), head: p.headKnown === false || !lagKnown(p, t) ? null : p.headAgeSeconds,
       commit: commitState(p, t), avoid: !!(d && Array.isArray(d.avoidPartitions) && d.avoidPartitions.includes(p.partition)), stale: !!p.stale,
     }));
     c.parts.hidden = !list.length;
@@ -571,7 +577,7 @@
     }));
     const rows = list.map((p) => el('tr', { 'data-partition': String(p.partition), class: p.commit === 'no commit' ? 'nocommit' : '' },
       el('td', { class: 'num', text: String(p.partition) }),
-      el('td', { class: 'num', text: p.commit === 'no commit' ? 'unknown' : num(p.lag) }),
+      el('td', { class: 'num', text: p.known ? num(p.lag) : 'unknown' }),
       el('td', { class: 'num', text: p.head == null ? 'unknown' : dur(p.head) }),
       el('td', {}, p.commit === 'no commit' ? badge('no commit', 'none') : el('span', { text: p.commit + (p.stale ? ' (stale)' : '') })),
       el('td', {}, p.avoid ? badge('avoid', 'avoid-partitions') : el('span', { text: '–' }))));
