@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -14,12 +15,14 @@ import (
 	"github.com/lagbridge/lagbridge/integration/kafkatest"
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/daemon"
+	"github.com/lagbridge/lagbridge/lag"
 )
 
 // TestConsumerReportsRealKafka: a franz-go consumer with the default 5s
 // auto-commit and the consumerclient hook, against the real broker and the
-// whole daemon: /v1/lag carries the position the consumer has in hand
-// within a report period, and falls back to commits when reports stop.
+// whole daemon: within a report period /v1/lag measures from the position
+// the consumer has in hand (source "consumer", head age the age of the
+// record it processes), and falls back to commits when reports stop.
 func TestConsumerReportsRealKafka(t *testing.T) {
 	consumerReportScenario(t, kafkatest.Bootstrap(t))
 }
@@ -36,7 +39,7 @@ func TestConsumerReportsKfake(t *testing.T) {
 
 func consumerReportScenario(t *testing.T, addr string) {
 	topic, group := unique("reports"), unique("reports-g")
-	createTopic(t, addr, topic, 2, nil)
+	createTopic(t, addr, topic, 1, nil)
 	prod := client(t, addr, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	// Ten records a minute old, consumed and committed by an earlier
 	// member: the group has offsets the daemon watches.
@@ -68,23 +71,31 @@ func consumerReportScenario(t *testing.T, addr string) {
 	}
 	polled := time.Now()
 	first := inHand[0]
-	partition0 := func(r daemon.LagResponse) (daemon.PartitionView, bool) {
+	target := func(r daemon.LagResponse) (daemon.TargetView, daemon.PartitionView, bool) {
 		for _, tg := range r.Targets {
-			if tg.Topic == topic && tg.Group == group {
-				for _, p := range tg.Partitions {
-					if p.Partition == 0 {
-						return p, true
-					}
-				}
+			if tg.Topic == topic && tg.Group == group && len(tg.Partitions) == 1 {
+				return tg, tg.Partitions[0], true
 			}
 		}
-		return daemon.PartitionView{}, false
+		return daemon.TargetView{}, daemon.PartitionView{}, false
 	}
+	// In hand: lag counts from the first record in hand, and the head age
+	// is that record's age, as the consumer knows it.
 	poll(t, 20*time.Second, func() (bool, string) {
-		p, ok := partition0(lagAPI(t, base))
-		return ok && p.Reported.Position == first.Offset && p.Reported.HeadTime.Equal(first.Timestamp),
-			fmt.Sprintf("partition 0: %+v, want reported position %d head %v", p, first.Offset, first.Timestamp)
+		r := lagAPI(t, base)
+		tg, p, ok := target(r)
+		age := r.GeneratedAt.Sub(first.Timestamp).Seconds()
+		return ok && p.Reported.Position == first.Offset && p.Reported.HeadTime.Equal(first.Timestamp) &&
+				tg.Source == lag.SourceConsumer && tg.Lag == 20-first.Offset && math.Abs(tg.HeadAgeSeconds-age) < 1,
+			fmt.Sprintf("%s lag %d head age %.2fs (the record in hand: %.2fs old); partition 0: %+v, want reported position %d head %v",
+				tg.Source, tg.Lag, tg.HeadAgeSeconds, age, p, first.Offset, first.Timestamp)
 	})
+	{
+		r := lagAPI(t, base)
+		tg, p, _ := target(r)
+		t.Logf("in hand: source %s, lag %d, head age %.2fs (record in hand %.2fs old); committed lag %d, committed head age %.2fs; reported %+v",
+			tg.Source, tg.Lag, tg.HeadAgeSeconds, r.GeneratedAt.Sub(first.Timestamp).Seconds(), tg.CommittedLag, tg.CommittedHeadAgeSeconds, p.Reported)
+	}
 	// The hook reports every 250ms and the daemon observes every 250ms.
 	if seen := time.Since(polled); seen > 2*time.Second {
 		t.Errorf("/v1/lag showed the consumer's position %v after the poll", seen)
@@ -99,14 +110,15 @@ func consumerReportScenario(t *testing.T, addr string) {
 	go func() { defer close(polling); cl.PollFetches(pollCtx) }()
 	defer func() { stopPoll(); <-polling }()
 	poll(t, 20*time.Second, func() (bool, string) {
-		p, ok := partition0(lagAPI(t, base))
-		return ok && p.Reported.Position == 20 && p.Reported.HeadTime.IsZero(), fmt.Sprintf("partition 0: %+v", p)
+		tg, p, ok := target(lagAPI(t, base))
+		return ok && p.Reported.Position == 20 && p.Reported.HeadTime.IsZero() && tg.Source == lag.SourceConsumer && tg.Lag == 0,
+			fmt.Sprintf("%s lag %d (committed lag %d); partition 0: %+v", tg.Source, tg.Lag, tg.CommittedLag, p)
 	})
 
 	// Reports stop: /v1/lag falls back to commits within the 3s freshness.
 	rep.Close()
 	poll(t, 20*time.Second, func() (bool, string) {
-		p, ok := partition0(lagAPI(t, base))
-		return ok && p.Reported.IsZero(), fmt.Sprintf("partition 0: %+v", p)
+		tg, p, ok := target(lagAPI(t, base))
+		return ok && p.Reported.IsZero() && tg.Source != lag.SourceConsumer, fmt.Sprintf("%s; partition 0: %+v", tg.Source, p)
 	})
 }

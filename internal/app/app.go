@@ -159,7 +159,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		a.ttl.StreamEvery = cfg.TTL.StreamCheckInterval
 	}
 	rules := eng.Rules(cfg.Lag())
-	consumers := quotaserver.NewConsumers(quotaserver.ConsumersConfig{}, a.Registry)
+	consumers := quotaserver.NewConsumers(quotaserver.ConsumersConfig{Fresh: cfg.Lag().ReportFresh}, a.Registry)
 	for _, sc := range sources {
 		a.loops = append(a.loops, &daemon.Loop{Name: sc.name, Kind: sc.kind, Source: sc.src, Interval: cfg.Interval,
 			Rules: rules, Store: a.Store, Metrics: a.Metrics, Logger: log.With("cluster", sc.name), Reports: consumers,
