@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"time"
@@ -39,8 +40,13 @@ type Config struct {
 	URL string
 	// Token is sent as "Authorization: Bearer <Token>" when not empty.
 	// With tokens configured on the daemon, it must list the group (or
-	// "*").
+	// "*"). A token is refused with an http:// URL whose host is not a
+	// loopback address (it would cross the network in clear) unless
+	// AllowPlaintextToken is set.
 	Token string
+	// AllowPlaintextToken lets Token go over http:// to another host (a
+	// network you trust, a service mesh that encrypts). Default false.
+	AllowPlaintextToken bool
 	// TLS configures HTTPS to the daemon when HTTPClient is nil; nil
 	// means the system roots. Ignored for http:// URLs.
 	TLS *tls.Config
@@ -84,6 +90,8 @@ func (c *Config) Validate() error {
 	}
 	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		add("url %q must be an http:// or https:// URL with a host", c.URL)
+	} else if c.Token != "" && u.Scheme == "http" && !c.AllowPlaintextToken && !loopback(u.Hostname()) {
+		add("a token over http:// to %s would cross the network in clear: use https://, or set allowPlaintextToken", u.Host)
 	}
 	if c.Group != "" && !quotaproto.ValidGroup(c.Group) {
 		add("group %q must be 1-255 characters without control characters", c.Group)
@@ -101,6 +109,15 @@ func (c *Config) Validate() error {
 		add("cluster must be at most 128 characters")
 	}
 	return errors.Join(errs...)
+}
+
+// loopback reports whether host names this machine.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // withDefaults returns c with every zero field set to its default.
