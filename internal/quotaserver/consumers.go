@@ -22,6 +22,9 @@ const (
 	DefaultReportFresh = 3 * time.Second
 	DefaultReportKeep  = 5 * time.Minute
 	DefaultMaxReports  = 100_000
+	// maxMembers bounds the members remembered per partition, so that a
+	// report costs at most that many comparisons per partition.
+	maxMembers = 64
 )
 
 // ConsumersConfig configures [Consumers]. The zero value is usable.
@@ -37,9 +40,10 @@ type ConsumersConfig struct {
 	// DefaultReportKeep (5m). At least Fresh.
 	Keep time.Duration
 	// MaxReports caps the reports remembered (one per partition and
-	// reporting member); zero means DefaultMaxReports. When full, reports older than Fresh are dropped,
-	// and if that frees nothing new partitions are refused (503) while
-	// the ones already known keep being updated.
+	// reporting member); zero means DefaultMaxReports. When full, reports
+	// older than Fresh are dropped, and if that frees nothing new
+	// partitions are refused (503) while the ones already known keep
+	// being updated.
 	MaxReports int
 	// Now is the receive clock; nil means time.Now.
 	Now func() time.Time
@@ -232,6 +236,18 @@ func (c *Consumers) put(rep quotaproto.ConsumerReport, now time.Time) (refused i
 				ms[i].report = r
 				continue
 			}
+			if len(ms) >= maxMembers {
+				// Members come and go (a restart picks a new random
+				// name): the one not heard from longest leaves.
+				oldest := 0
+				for i, m := range ms {
+					if m.report.At.Before(ms[oldest].report.At) {
+						oldest = i
+					}
+				}
+				ms[oldest] = memberReport{rep.Member, r}
+				continue
+			}
 			if c.n >= c.max {
 				if !full {
 					// Make room once: what is no longer fresh only feeds
@@ -287,8 +303,11 @@ func (c *Consumers) Overlay(s *lag.Sample, now time.Time) {
 		for _, t := range [...]lag.Target{exact, anyCluster} {
 			for _, m := range c.reports[reportKey{t, p.Partition}] {
 				r := m.report
-				if r.At.Before(oldest) || r.At.After(now) {
+				if r.At.Before(oldest) {
 					continue
+				}
+				if r.At.After(now) {
+					r.At = now // received while the cycle was being read
 				}
 				if r.At.After(newest.At) {
 					newest = r

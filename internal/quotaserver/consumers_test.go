@@ -198,6 +198,12 @@ func TestConsumerReportOverlay(t *testing.T) {
 		{"first too old", sampleOf("main", 0, 1), ct0.Add(2*time.Second + time.Millisecond), map[int32]want{
 			1: {ct0.Add(500 * time.Millisecond), 60, time.Time{}},
 		}},
+		// A report received after the cycle's clock read (while the
+		// brokers were being read) counts, as of that clock.
+		{"received during the cycle", sampleOf("main", 0, 1), ct0.Add(-time.Millisecond), map[int32]want{
+			0: {ct0.Add(-time.Millisecond), 100, time.UnixMilli(head)},
+			1: {ct0.Add(-time.Millisecond), 60, time.Time{}},
+		}},
 		// Reports name cluster "main"; another cluster's sample of the
 		// same group and topic gets nothing.
 		{"other cluster", sampleOf("other", 0, 1), ct0.Add(time.Second), nil},
@@ -356,5 +362,36 @@ func TestConsumerReportNATSMembers(t *testing.T) {
 				t.Fatalf("reported %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestConsumerReportMembersBounded: a partition remembers at most
+// maxMembers members; a new one replaces the one not heard from longest.
+func TestConsumerReportMembersBounded(t *testing.T) {
+	clk := &fakeClock{t: ct0}
+	ts, c, _ := newConsumersServer(t, Auth{}, ConsumersConfig{Now: clk.Now})
+	for i := range maxMembers + 1 {
+		clk.Add(time.Millisecond)
+		body := strings.Replace(consumerReport("billing", fmt.Sprintf("0:%d:idle", i)), `"group"`, fmt.Sprintf(`"member":"m%d","group"`, i), 1)
+		if code := post(t, ts, body); code != 204 {
+			t.Fatalf("member %d: %d", i, code)
+		}
+	}
+	c.mu.Lock()
+	ms := c.reports[reportKey{lag.Target{Kind: lag.KindKafka, Cluster: "main", Topic: "orders", Group: "billing"}, 0}]
+	n := c.n
+	c.mu.Unlock()
+	if len(ms) != maxMembers || n != maxMembers {
+		t.Fatalf("%d members (%d counted), want %d", len(ms), n, maxMembers)
+	}
+	for _, m := range ms {
+		if m.member == "m0" {
+			t.Fatal("the member not heard from longest is still there")
+		}
+	}
+	s := sampleOf("main", 0)
+	c.Overlay(&s, clk.Now())
+	if got := s.Partitions[0].Reported.Position; got != maxMembers {
+		t.Errorf("newest report position %d, want %d", got, maxMembers)
 	}
 }
