@@ -26,7 +26,9 @@ import (
 // records one by one instead, as it handles or skips them.
 //
 // With a consumer group it reports only the partitions the client owns:
-// partitions revoked or lost are dropped at the next report.
+// partitions revoked or lost are dropped at the next report. Without one
+// (kgo.ConsumePartitions), set Config.Group to the group whose commits the
+// daemon watches; every partition polled is then reported.
 type KafkaReporter struct {
 	s *sender
 
