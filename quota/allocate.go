@@ -27,6 +27,12 @@ type Demand struct {
 	// Floor is the rate guaranteed to the producer whatever its class,
 	// msg/s (see [SplitFloor]); it is granted up to Rate only. Zero: none.
 	Floor float64
+	// Unlisted marks a producer its policy does not list: it is served
+	// after every listed producer, whatever their classes, and receives
+	// headroom only when no listed producer takes part (see
+	// [PriorityFair]). SplitFloor gives it no floor while a listed
+	// producer takes part.
+	Unlisted bool
 }
 
 // Grant is one producer's share.
@@ -49,21 +55,43 @@ type Grant struct {
 type Allocator func(total float64, demands []Demand) []Grant
 
 // SplitFloor sets the Floor of each demand to its weight's share of minRate
-// (msg/s), the way a policy's MinRate is split across its producers.
+// (msg/s), the way a policy's MinRate is split across its producers. While
+// any demand is listed (Unlisted false), the floor is split across the
+// listed ones only and unlisted ones get none, so that no number of
+// unlisted producers dilutes a listed producer's floor.
 func SplitFloor(minRate float64, demands []Demand) {
-	if !(minRate > 0) || math.IsInf(minRate, 0) {
-		for i := range demands {
-			demands[i].Floor = 0
-		}
-		return
-	}
+	listed := anyListed(demands)
 	var sum float64
 	for _, d := range demands {
-		sum += weightOf(d)
+		if !listed || !d.Unlisted {
+			sum += weightOf(d)
+		}
 	}
-	for i := range demands {
-		demands[i].Floor = minRate * weightOf(demands[i]) / sum
+	for i, d := range demands {
+		demands[i].Floor = 0
+		if minRate > 0 && !math.IsInf(minRate, 0) && (!listed || !d.Unlisted) {
+			demands[i].Floor = minRate * weightOf(d) / sum
+		}
 	}
+}
+
+// anyListed reports whether a demand of a listed producer is among ds.
+func anyListed(ds []Demand) bool {
+	for _, d := range ds {
+		if !d.Unlisted {
+			return true
+		}
+	}
+	return false
+}
+
+// rankOf is the tier a demand is served in: its class's rank (0-3), or 4,
+// after every class, for an unlisted producer.
+func rankOf(d Demand) int8 {
+	if d.Unlisted {
+		return int8(len(Criticalities))
+	}
+	return int8(d.Criticality.Rank())
 }
 
 func weightOf(d Demand) float64 {
@@ -87,17 +115,21 @@ func wantOf(d Demand) float64 {
 //  2. Floors: each producer receives min(Floor, Rate) first, whatever its
 //     class. If the floors exceed the total, the grants are the floors.
 //  3. What is left goes to the classes in priority order (CRITICAL_PLUS,
-//     CRITICAL, SHEDDABLE_PLUS, SHEDDABLE): a class is served up to its
-//     whole demand before the next receives anything, so sheddable
-//     traffic is cut first.
+//     CRITICAL, SHEDDABLE_PLUS, SHEDDABLE, then unlisted producers,
+//     whatever class they have): a class is served up to its whole demand
+//     before the next receives anything, so sheddable traffic is cut
+//     first, and no demand of an unlisted producer lowers the grant of a
+//     listed one below its demand (or below what it would get without
+//     them when the listed demand alone exceeds the total).
 //  4. Within a class, water-filling: every producer receives weight x L,
 //     capped by its remaining demand, with the level L chosen so that the
 //     class takes exactly what is left (or all it wants). A producer that
 //     wants less than its share leaves the rest to the others; an unknown
 //     demand takes its full share.
 //  5. When every demand is met and capacity remains, it is handed out to
-//     all producers in proportion to weight, as Headroom. Grants above
-//     demand happen only here, and only from capacity nobody asked for.
+//     the producers in proportion to weight, as Headroom: to the listed
+//     ones only when any takes part, else to all. Grants above demand
+//     happen only here, and only from capacity nobody asked for.
 //
 // The sum of the grants is at most max(total, sum of the floors granted).
 // It allocates the result slice and three scratch slices; O(n log n).
@@ -137,7 +169,7 @@ func PriorityFair(total float64, demands []Demand) []Grant {
 	for i, d := range demands {
 		idx[i] = int32(i)
 		key[i] = (wantOf(d) - grants[i].Rate) / weightOf(d)
-		rank[i] = int8(d.Criticality.Rank())
+		rank[i] = rankOf(d)
 	}
 	slices.SortFunc(idx, func(a, b int32) int {
 		if c := cmp.Compare(rank[a], rank[b]); c != 0 {
@@ -156,11 +188,17 @@ func PriorityFair(total float64, demands []Demand) []Grant {
 	}
 
 	if left > 0 {
+		listed := anyListed(demands)
 		var wsum float64
 		for _, d := range demands {
-			wsum += weightOf(d)
+			if !listed || !d.Unlisted {
+				wsum += weightOf(d)
+			}
 		}
 		for i, d := range demands {
+			if listed && d.Unlisted {
+				continue
+			}
 			h := left * weightOf(d) / wsum
 			grants[i].Rate += h
 			grants[i].Headroom = h

@@ -110,6 +110,18 @@ func TestPriorityFair(t *testing.T) {
 			},
 		},
 		{
+			// An unlisted producer is served after every listed one,
+			// SHEDDABLE included, whatever its demand; it takes what
+			// they leave and no headroom while a listed one takes
+			// part, all of it when none does.
+			name: "unlisted last",
+			steps: []step{
+				{total: 100, demands: []Demand{{Producer: "u", Criticality: CriticalPlus, Rate: 1e6, Unlisted: true}, d("s", Sheddable, 1, 60)}, want: []float64{40, 60}},
+				{total: 100, demands: []Demand{{Producer: "u", Rate: 10, Unlisted: true}, d("s", Sheddable, 1, 60)}, want: []float64{10, 90}},
+				{total: 100, demands: []Demand{{Producer: "u1", Rate: 10, Unlisted: true}, {Producer: "u2", Rate: 30, Unlisted: true}}, want: []float64{40, 60}},
+			},
+		},
+		{
 			// An invalid criticality is served after all valid ones.
 			name:  "invalid criticality last",
 			steps: []step{{total: 100, demands: []Demand{d("bad", Criticality(9), 1, 100), d("s", Sheddable, 1, 100)}, want: []float64{0, 100}}},
@@ -188,6 +200,16 @@ func TestSplitFloor(t *testing.T) {
 	SplitFloor(100, ds)
 	if !close(ds[0].Floor, 20) || !close(ds[1].Floor, 60) || !close(ds[2].Floor, 20) {
 		t.Fatalf("floors %+v", ds)
+	}
+	// Unlisted producers share the floor only when nobody listed does.
+	us := []Demand{{Weight: 1}, {Unlisted: true}, {Unlisted: true, Weight: 5}}
+	SplitFloor(100, us)
+	if !close(us[0].Floor, 100) || us[1].Floor != 0 || us[2].Floor != 0 {
+		t.Fatalf("floors with unlisted %+v", us)
+	}
+	SplitFloor(60, us[1:])
+	if !close(us[1].Floor, 10) || !close(us[2].Floor, 50) {
+		t.Fatalf("floors of unlisted only %+v", us[1:])
 	}
 	for _, m := range []float64{0, -1, inf, math.NaN()} {
 		SplitFloor(m, ds)

@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,10 +38,22 @@ type Lease struct {
 	// Advisory is true when the policy only advises: the SDK reports
 	// what it would have done and does not throttle.
 	Advisory bool `json:"advisory,omitempty"`
-	// Criticality is the class the producer was served in.
+	// Criticality is the class the producer was served in: SHEDDABLE
+	// for a producer its policy does not list.
 	Criticality Criticality `json:"criticality"`
-	// Version identifies the content above (everything but Expires and
-	// RefreshAfter). It moves only on a material change (see
+	// Unlisted is true when the policy does not list the producer: it was
+	// served after every listed producer (see [Unlisted]).
+	Unlisted bool `json:"unlisted,omitempty"`
+	// Refused is true when the producer, unlisted, was refused a share:
+	// the policy refuses unlisted ids, or admits no more on this topic.
+	// Rate is then 0 and Signal stop.
+	Refused bool `json:"refused,omitempty"`
+	// Reason, when set, says why this lease is not simply the producer's
+	// share of its topic's decision (refused, or provisional until the
+	// next allocation). It is not part of the versioned content.
+	Reason string `json:"reason,omitempty"`
+	// Version identifies the content above (everything but Reason,
+	// Expires and RefreshAfter). It moves only on a material change (see
 	// LeaseConfig.MaterialChange) and is unique and increasing across
 	// all leases of a LeaseBook, also across a producer leaving and
 	// coming back: a higher version is news, push it.
@@ -87,7 +100,7 @@ func (l *Lease) UnmarshalJSON(b []byte) error {
 // relative rate change of at most tol.
 func (l *Lease) sameContent(o *Lease, tol float64) bool {
 	if l.Signal != o.Signal || l.Advisory != o.Advisory || l.Criticality != o.Criticality ||
-		!slices.Equal(l.AvoidPartitions, o.AvoidPartitions) {
+		l.Unlisted != o.Unlisted || l.Refused != o.Refused || !slices.Equal(l.AvoidPartitions, o.AvoidPartitions) {
 		return false
 	}
 	a, b := l.Rate, o.Rate
@@ -109,7 +122,8 @@ type Report struct {
 	Topic    Topic
 	// Criticality is the class the producer declares. A producer listed
 	// in the policy is served in the policy's class instead; an unlisted
-	// one at most in CRITICAL (CRITICAL_PLUS must be given by policy).
+	// one at SHEDDABLE below every listed producer (see [Unlisted]), so
+	// the declared class counts for nothing until a policy lists it.
 	Criticality Criticality
 	// Demand is the rate the producer would send if unthrottled, msg/s;
 	// [UnknownDemand] (+Inf) when it does not know. Must not be negative
@@ -150,7 +164,17 @@ type LeaseConfig struct {
 	// A daemon can set it from the wall clock at start so that versions
 	// keep increasing across restarts. Default 0.
 	VersionBase uint64
+	// InlineMembers bounds the work of [LeaseBook.Join]: a topic with at
+	// most this many producers taking part in its allocation (listed and
+	// admitted unlisted ones) is re-allocated at once by a report; on a
+	// larger one the report's demand counts from the next
+	// [LeaseBook.Apply], and a producer new to the topic gets a
+	// provisional lease until then. Default 256; negative is invalid.
+	InlineMembers int
 }
+
+// DefaultInlineMembers is LeaseConfig.InlineMembers's default.
+const DefaultInlineMembers = 256
 
 func (c LeaseConfig) withDefaults() LeaseConfig {
 	if c.Interval <= 0 {
@@ -177,6 +201,9 @@ func (c LeaseConfig) withDefaults() LeaseConfig {
 	if c.Rand == nil {
 		c.Rand = rand.Float64
 	}
+	if c.InlineMembers == 0 {
+		c.InlineMembers = DefaultInlineMembers
+	}
 	return c
 }
 
@@ -192,6 +219,9 @@ func (c LeaseConfig) Validate() error {
 			errs = append(errs, configError(f.name, "must be > 0, got %v", f.d))
 		}
 	}
+	if c.InlineMembers < 0 {
+		errs = append(errs, configError("inlineMembers", "must be >= 0 (0 means %d), got %d", DefaultInlineMembers, c.InlineMembers))
+	}
 	c = c.withDefaults()
 	if !(c.Jitter >= 0 && c.Jitter < 1) {
 		errs = append(errs, configError("jitter", "must be in [0, 1), got %v", c.Jitter))
@@ -202,24 +232,84 @@ func (c LeaseConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-type leaseKey struct {
-	producer string
-	topic    Topic
-}
+// memberState is how a member of a topic takes part in its allocation.
+type memberState uint8
 
-type reported struct {
+const (
+	unclassified memberState = iota
+	listedMember
+	admittedMember // unlisted, admitted
+	refusedMember  // unlisted, refused
+)
+
+type member struct {
 	r    Report
 	seen time.Time
+	// seq orders members by when they joined the topic: unlisted ids
+	// are admitted first come, first served.
+	seq   uint64
+	state memberState
+	lease *Lease
+}
+
+// topicBook is one topic's members.
+type topicBook struct {
+	members map[string]*member
+	// active holds the members taking part in the allocation (listed and
+	// admitted unlisted) as classified by the last Join or Apply.
+	active map[string]*member
+	// admitted and refused count the unlisted members by state.
+	admitted, refused int
+	// silent holds the leases of producers a kafkaClientQuota policy
+	// lists that never reported.
+	silent map[string]*Lease
+}
+
+func (tb *topicBook) setState(m *member, st memberState) {
+	switch m.state {
+	case admittedMember:
+		tb.admitted--
+	case refusedMember:
+		tb.refused--
+	}
+	m.state = st
+	switch st {
+	case admittedMember:
+		tb.admitted++
+	case refusedMember:
+		tb.refused++
+	}
+	if st == listedMember || st == admittedMember {
+		tb.active[m.r.Producer] = m
+	} else {
+		delete(tb.active, m.r.Producer)
+	}
+}
+
+func (tb *topicBook) remove(id string) *member {
+	m := tb.members[id]
+	if m == nil {
+		return nil
+	}
+	tb.setState(m, unclassified)
+	delete(tb.members, id)
+	return m
 }
 
 // LeaseBook keeps the producers' demand reports and turns a topic's decision
 // into leases. It is pure (the caller passes now) and not safe for
 // concurrent use: the caller locks.
+//
+// Reports and leases are kept per topic, so that a report ([LeaseBook.Join])
+// costs time bounded by LeaseConfig.InlineMembers whatever the number of
+// producers, and [LeaseBook.Apply] time in the number of the topic's
+// producers.
 type LeaseBook struct {
 	cfg     LeaseConfig
-	reports map[leaseKey]reported
-	leases  map[leaseKey]*Lease
+	topics  map[Topic]*topicBook
 	version uint64
+	seq     uint64
+	count   int // members in all topics
 }
 
 // NewLeaseBook returns an empty LeaseBook, or the problems of cfg.
@@ -230,17 +320,31 @@ func NewLeaseBook(cfg LeaseConfig) (*LeaseBook, error) {
 	cfg = cfg.withDefaults()
 	return &LeaseBook{
 		cfg:     cfg,
-		reports: make(map[leaseKey]reported),
-		leases:  make(map[leaseKey]*Lease),
+		topics:  make(map[Topic]*topicBook),
 		version: cfg.VersionBase,
 	}, nil
+}
+
+func (b *LeaseBook) topic(t Topic) *topicBook {
+	tb := b.topics[t]
+	if tb == nil {
+		tb = &topicBook{members: map[string]*member{}, active: map[string]*member{}, silent: map[string]*Lease{}}
+		b.topics[t] = tb
+	}
+	return tb
 }
 
 // Report records r as of now: the producer joins the topic, or refreshes
 // its demand. It returns an error wrapping [ErrInvalidReport] when the
 // producer id or topic name is empty, the demand is negative or NaN, or the
-// criticality invalid.
+// criticality invalid. Whether the producer is admitted (see [Unlisted]) is
+// decided by the next Join or Apply.
 func (b *LeaseBook) Report(r Report, now time.Time) error {
+	_, err := b.report(r, now)
+	return err
+}
+
+func (b *LeaseBook) report(r Report, now time.Time) (*member, error) {
 	var errs []string
 	if r.Producer == "" {
 		errs = append(errs, "producer id is required")
@@ -255,17 +359,212 @@ func (b *LeaseBook) Report(r Report, now time.Time) error {
 		errs = append(errs, fmt.Sprintf("invalid criticality %d", uint8(r.Criticality)))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %s", ErrInvalidReport, strings.Join(errs, "; "))
+		return nil, fmt.Errorf("%w: %s", ErrInvalidReport, strings.Join(errs, "; "))
 	}
-	b.reports[leaseKey{r.Producer, r.Topic}] = reported{r: r, seen: now}
-	return nil
+	tb := b.topic(r.Topic)
+	m := tb.members[r.Producer]
+	if m == nil {
+		b.seq++
+		m = &member{seq: b.seq}
+		tb.members[r.Producer] = m
+		b.count++
+		if l := tb.silent[r.Producer]; l != nil {
+			m.lease = l
+			delete(tb.silent, r.Producer)
+		}
+	}
+	m.r, m.seen = r, now
+	return m, nil
+}
+
+// Join records r like [LeaseBook.Report] and returns the producer's lease
+// on r.Topic under the topic's decision d (normally from [CombineTopic])
+// and its policy p, plus the leases of the topic's other producers that
+// changed materially because of it (new versions, for the caller to push).
+//
+// Its cost does not grow with the number of producers: an unlisted producer
+// is admitted or refused at once (see [Unlisted]; a refused one gets its
+// stop lease), and a topic with at most LeaseConfig.InlineMembers
+// producers taking part is re-allocated at once, exactly as Apply would. On
+// a larger topic the reported demand counts from the next Apply; a producer
+// that already has a lease keeps it (its expiry moves), and a new one gets
+// a provisional lease: unlimited when d is, otherwise rate 0 with the
+// signal slow-down (stop when d says stop) and a retry-after of one
+// interval, until Apply gives it its share.
+//
+// Errors are those of Report.
+func (b *LeaseBook) Join(r Report, d Decision, p Policy, now time.Time) (Lease, []Lease, error) {
+	m, err := b.report(r, now)
+	if err != nil {
+		return Lease{}, nil, err
+	}
+	tb := b.topics[r.Topic]
+	if m.state == unclassified {
+		_, listed := p.Producer(r.Producer)
+		switch {
+		case listed:
+			tb.setState(m, listedMember)
+		case tb.admitted < p.Unlisted.Limit() && tb.refused == 0:
+			// Nobody refused is waiting for a slot: first come,
+			// first served.
+			tb.setState(m, admittedMember)
+		default:
+			tb.setState(m, refusedMember)
+		}
+	}
+	if m.state == refusedMember {
+		b.setLease(m, b.refusedLease(r.Producer, r.Topic, d, p), now)
+		return copyLease(m.lease), nil, nil
+	}
+	if len(tb.active) <= b.cfg.InlineMembers {
+		ms := make([]*member, 0, len(tb.active))
+		for _, o := range tb.active {
+			if now.Sub(o.seen) <= b.cfg.DemandTTL {
+				ms = append(ms, o)
+			}
+		}
+		slices.SortFunc(ms, func(a, b *member) int { return strings.Compare(a.r.Producer, b.r.Producer) })
+		before := make([]uint64, len(ms))
+		for i, o := range ms {
+			if o.lease != nil {
+				before[i] = o.lease.Version
+			}
+		}
+		b.allocate(r.Topic, d, p, ms, nil, now)
+		var changed []Lease
+		for i, o := range ms {
+			if o != m && o.lease.Version != before[i] {
+				changed = append(changed, copyLease(o.lease))
+			}
+		}
+		return copyLease(m.lease), changed, nil
+	}
+	if m.lease == nil || m.lease.Refused {
+		next := b.share(r.Producer, r.Topic, d, m.state == admittedMember, r.Criticality, p, Unlimited)
+		if !math.IsInf(d.Rate, 1) {
+			next.Rate, next.Burst = 0, 0
+			if next.Signal != SignalStop {
+				next.Signal = SignalSlowDown
+			}
+			next.RetryAfter = max(next.RetryAfter, b.cfg.Interval)
+			next.Reason = "provisional: joined a topic of many producers; its share comes at the next allocation"
+		}
+		b.setLease(m, next, now)
+	} else {
+		b.setLease(m, *m.lease, now)
+	}
+	return copyLease(m.lease), nil, nil
+}
+
+// share is the lease of a producer taking part in the allocation of topic
+// with grant rate, before versioning.
+func (b *LeaseBook) share(id string, topic Topic, d Decision, unlisted bool, crit Criticality, p Policy, rate float64) Lease {
+	l := Lease{
+		Producer:    id,
+		Topic:       topic,
+		Rate:        rate,
+		Burst:       b.burst(rate),
+		Signal:      d.Signal,
+		RetryAfter:  d.RetryAfter,
+		Advisory:    d.Advisory,
+		Criticality: crit,
+		Unlisted:    unlisted,
+	}
+	if unlisted {
+		l.Criticality = Sheddable
+	}
+	if len(d.AvoidPartitions) > 0 {
+		l.AvoidPartitions = slices.Clone(d.AvoidPartitions)
+	}
+	return l
+}
+
+// refusedLease is the lease of an unlisted producer refused a share.
+func (b *LeaseBook) refusedLease(id string, topic Topic, d Decision, p Policy) Lease {
+	l := Lease{Producer: id, Topic: topic, Signal: SignalStop, Advisory: d.Advisory, Criticality: Sheddable, Unlisted: true, Refused: true}
+	if p.Unlisted.Refuses() {
+		l.Reason = fmt.Sprintf("producer %q is not listed in policy %q, which refuses unlisted producers", id, p.Name)
+	} else {
+		l.Reason = fmt.Sprintf("producer %q is not listed in policy %q, which admits at most %d unlisted producers per topic; they are all taken", id, p.Name, p.Unlisted.Limit())
+	}
+	return l
+}
+
+// setLease stores next as m's lease: a new version when its content differs
+// materially from the current one, else the current version; the expiry
+// and refresh move either way.
+func (b *LeaseBook) setLease(m *member, next Lease, now time.Time) {
+	b.store(&m.lease, next, now)
+}
+
+func (b *LeaseBook) store(cur **Lease, next Lease, now time.Time) {
+	if *cur == nil || !(*cur).sameContent(&next, b.cfg.MaterialChange) {
+		b.version++
+		next.Version = b.version
+		if *cur == nil {
+			*cur = new(Lease)
+		}
+		**cur = next
+	}
+	(*cur).Reason = next.Reason
+	(*cur).Expires = now.Add(b.cfg.Lifetime)
+	(*cur).RefreshAfter = b.refresh()
+}
+
+func copyLease(l *Lease) Lease {
+	c := *l
+	c.AvoidPartitions = slices.Clone(l.AvoidPartitions)
+	return c
+}
+
+// allocate splits d.Rate across ms (sorted by producer) and the silent ids
+// (sorted), and stores their leases.
+func (b *LeaseBook) allocate(topic Topic, d Decision, p Policy, ms []*member, silent []ProducerSpec, now time.Time) {
+	n := len(ms) + len(silent)
+	demands := make([]Demand, 0, n)
+	for _, m := range ms {
+		dm := Demand{Producer: m.r.Producer, Criticality: Sheddable, Weight: 1, Rate: m.r.Demand, Unlisted: true}
+		if m.state == listedMember {
+			s, _ := p.Producer(m.r.Producer)
+			dm.Criticality, dm.Weight, dm.Unlisted = s.Criticality, s.EffectiveWeight(), false
+		}
+		demands = append(demands, dm)
+	}
+	for _, s := range silent {
+		demands = append(demands, Demand{Producer: s.ID, Criticality: s.Criticality, Weight: s.EffectiveWeight(), Rate: UnknownDemand})
+	}
+	SplitFloor(p.MinRate, demands)
+	grants := b.cfg.Allocator(d.Rate, demands)
+	tb := b.topic(topic)
+	for i, g := range grants {
+		next := b.share(g.Producer, topic, d, demands[i].Unlisted, demands[i].Criticality, p, g.Rate)
+		if i < len(ms) {
+			b.setLease(ms[i], next, now)
+			continue
+		}
+		cur := tb.silent[g.Producer]
+		b.store(&cur, next, now)
+		tb.silent[g.Producer] = cur
+	}
 }
 
 // Leave removes the producer from the topic at once (its report and lease).
 func (b *LeaseBook) Leave(producer string, topic Topic) {
-	k := leaseKey{producer, topic}
-	delete(b.reports, k)
-	delete(b.leases, k)
+	tb := b.topics[topic]
+	if tb == nil {
+		return
+	}
+	if tb.remove(producer) != nil {
+		b.count--
+	}
+	delete(tb.silent, producer)
+	b.dropEmpty(topic, tb)
+}
+
+func (b *LeaseBook) dropEmpty(t Topic, tb *topicBook) {
+	if len(tb.members) == 0 && len(tb.silent) == 0 {
+		delete(b.topics, t)
+	}
 }
 
 // Expire removes the producers whose last report is older than DemandTTL
@@ -273,108 +572,122 @@ func (b *LeaseBook) Leave(producer string, topic Topic) {
 // topic and producer) so that publishers can clear them.
 func (b *LeaseBook) Expire(now time.Time) []Lease {
 	var gone []Lease
-	for k, r := range b.reports {
-		if now.Sub(r.seen) > b.cfg.DemandTTL {
-			delete(b.reports, k)
-			if l := b.leases[k]; l != nil {
-				gone = append(gone, *l)
-				delete(b.leases, k)
+	for t, tb := range b.topics {
+		for id, m := range tb.members {
+			if now.Sub(m.seen) > b.cfg.DemandTTL {
+				tb.remove(id)
+				b.count--
+				if m.lease != nil {
+					gone = append(gone, *m.lease)
+				}
 			}
 		}
+		b.dropEmpty(t, tb)
 	}
 	sortLeases(gone)
 	return gone
 }
 
 // Apply allocates the topic decision d (normally from [CombineTopic]) under
-// policy p (the one named by d.Policy: its producers, weights and floor)
-// across the producers of the topic as of now, and returns their leases
-// sorted by producer. The producers are those with a report younger than
-// DemandTTL, plus, when p.KafkaClientQuota is set on a Kafka topic, the
-// producers p lists that never reported (their demand is unknown: they are
-// throttled by the broker and cannot report). Leases of producers no longer
-// taking part are dropped.
+// policy p (the one named by d.Policy: its producers, weights, floor and
+// [Unlisted] rule) across the producers of the topic as of now, and returns
+// their leases sorted by producer. The producers are those with a report
+// younger than DemandTTL, plus, when p.KafkaClientQuota is set on a Kafka
+// topic, the producers p lists that never reported (their demand is
+// unknown: they are throttled by the broker and cannot report). Leases of
+// producers no longer taking part are dropped.
+//
+// Unlisted producers are admitted up to p.Unlisted's limit, those admitted
+// before first, then in the order they joined; the others get a refused
+// lease (rate 0, stop). Admitted ones are served after every listed
+// producer (see [PriorityFair]).
 //
 // A lease keeps its version and content when the new content differs by no
 // more than MaterialChange in rate and not at all otherwise; only its
-// Expires and RefreshAfter move.
+// Expires and RefreshAfter (and Reason) move.
 func (b *LeaseBook) Apply(d Decision, p Policy, now time.Time) []Lease {
 	topic := TopicOf(d.Target)
-	type member struct {
-		id   string
-		crit Criticality
-		w    float64
-		want float64
+	tb := b.topics[topic]
+	if tb == nil {
+		if !p.KafkaClientQuota || topic.Kind != lag.KindKafka || len(p.Producers) == 0 {
+			return []Lease{}
+		}
+		tb = b.topic(topic)
 	}
-	var members []member
-	in := make(map[string]bool)
-	for k, r := range b.reports {
-		if k.topic != topic || now.Sub(r.seen) > b.cfg.DemandTTL {
+	listed := make(map[string]bool, len(p.Producers))
+	for _, s := range p.Producers {
+		listed[s.ID] = true
+	}
+	var ms, unlisted []*member
+	for id, m := range tb.members {
+		if now.Sub(m.seen) > b.cfg.DemandTTL {
+			// Not taking part; Expire removes the report.
+			tb.setState(m, unclassified)
+			m.lease = nil
 			continue
 		}
-		// Unlisted: the declared class, but never above CRITICAL.
-		m := member{id: k.producer, crit: rankCriticality(max(r.r.Criticality.Rank(), Critical.Rank())), w: 1, want: r.r.Demand}
-		if s, ok := p.Producer(k.producer); ok {
-			m.crit, m.w = s.Criticality, s.EffectiveWeight()
+		if listed[id] {
+			tb.setState(m, listedMember)
+			ms = append(ms, m)
+		} else {
+			unlisted = append(unlisted, m)
 		}
-		members = append(members, m)
-		in[k.producer] = true
 	}
+	// Admitted ones keep their place, then first come, first served.
+	slices.SortFunc(unlisted, func(a, b *member) int {
+		if c := cmp.Compare(b2i(a.state != admittedMember), b2i(b.state != admittedMember)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+	limit := p.Unlisted.Limit()
+	var refused []*member
+	for i, m := range unlisted {
+		if i < limit {
+			tb.setState(m, admittedMember)
+			ms = append(ms, m)
+		} else {
+			tb.setState(m, refusedMember)
+			refused = append(refused, m)
+		}
+	}
+	var silent []ProducerSpec
 	if p.KafkaClientQuota && topic.Kind == lag.KindKafka {
 		for _, s := range p.Producers {
-			if !in[s.ID] {
-				members = append(members, member{id: s.ID, crit: s.Criticality, w: s.EffectiveWeight(), want: UnknownDemand})
-				in[s.ID] = true
+			if tb.members[s.ID] == nil || tb.members[s.ID].state != listedMember {
+				silent = append(silent, s)
 			}
 		}
 	}
-	// Drop the leases of producers that left this topic.
-	for k := range b.leases {
-		if k.topic == topic && !in[k.producer] {
-			delete(b.leases, k)
+	for id := range tb.silent {
+		if !slices.ContainsFunc(silent, func(s ProducerSpec) bool { return s.ID == id }) {
+			delete(tb.silent, id)
 		}
 	}
-	slices.SortFunc(members, func(a, b member) int { return strings.Compare(a.id, b.id) })
-
-	demands := make([]Demand, len(members))
-	for i, m := range members {
-		demands[i] = Demand{Producer: m.id, Criticality: m.crit, Weight: m.w, Rate: m.want}
+	slices.SortFunc(ms, func(a, b *member) int { return strings.Compare(a.r.Producer, b.r.Producer) })
+	slices.SortFunc(silent, func(a, b ProducerSpec) int { return strings.Compare(a.ID, b.ID) })
+	b.allocate(topic, d, p, ms, silent, now)
+	out := make([]Lease, 0, len(ms)+len(silent)+len(refused))
+	for _, m := range ms {
+		out = append(out, copyLease(m.lease))
 	}
-	SplitFloor(p.MinRate, demands)
-	grants := b.cfg.Allocator(d.Rate, demands)
-
-	out := make([]Lease, len(grants))
-	for i, g := range grants {
-		next := Lease{
-			Producer:    g.Producer,
-			Topic:       topic,
-			Rate:        g.Rate,
-			Burst:       b.burst(g.Rate),
-			Signal:      d.Signal,
-			RetryAfter:  d.RetryAfter,
-			Advisory:    d.Advisory,
-			Criticality: demands[i].Criticality,
-		}
-		if len(d.AvoidPartitions) > 0 {
-			next.AvoidPartitions = slices.Clone(d.AvoidPartitions)
-		}
-		k := leaseKey{g.Producer, topic}
-		cur := b.leases[k]
-		if cur == nil || !cur.sameContent(&next, b.cfg.MaterialChange) {
-			b.version++
-			next.Version = b.version
-			if cur == nil {
-				cur = new(Lease)
-				b.leases[k] = cur
-			}
-			*cur = next
-		}
-		cur.Expires = now.Add(b.cfg.Lifetime)
-		cur.RefreshAfter = b.refresh()
-		out[i] = *cur
-		out[i].AvoidPartitions = slices.Clone(cur.AvoidPartitions)
+	for _, s := range silent {
+		out = append(out, copyLease(tb.silent[s.ID]))
 	}
+	for _, m := range refused {
+		b.setLease(m, b.refusedLease(m.r.Producer, topic, d, p), now)
+		out = append(out, copyLease(m.lease))
+	}
+	slices.SortFunc(out, func(a, b Lease) int { return strings.Compare(a.Producer, b.Producer) })
+	b.dropEmpty(topic, tb)
 	return out
+}
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 func rankCriticality(rank int) Criticality {
@@ -399,30 +712,39 @@ func (b *LeaseBook) refresh() time.Duration {
 
 // Lease returns the current lease of producer on topic.
 func (b *LeaseBook) Lease(producer string, topic Topic) (Lease, bool) {
-	l := b.leases[leaseKey{producer, topic}]
-	if l == nil {
+	tb := b.topics[topic]
+	if tb == nil {
 		return Lease{}, false
 	}
-	c := *l
-	c.AvoidPartitions = slices.Clone(l.AvoidPartitions)
-	return c, true
+	if m := tb.members[producer]; m != nil && m.lease != nil {
+		return copyLease(m.lease), true
+	}
+	if l := tb.silent[producer]; l != nil {
+		return copyLease(l), true
+	}
+	return Lease{}, false
 }
 
 // Leases returns every current lease, sorted by topic and producer.
 func (b *LeaseBook) Leases() []Lease {
-	out := make([]Lease, 0, len(b.leases))
-	for _, l := range b.leases {
-		c := *l
-		c.AvoidPartitions = slices.Clone(l.AvoidPartitions)
-		out = append(out, c)
+	out := make([]Lease, 0, b.count)
+	for _, tb := range b.topics {
+		for _, m := range tb.members {
+			if m.lease != nil {
+				out = append(out, copyLease(m.lease))
+			}
+		}
+		for _, l := range tb.silent {
+			out = append(out, copyLease(l))
+		}
 	}
 	sortLeases(out)
 	return out
 }
 
-// Producers is the number of producers with a report (expired or not: see
-// Expire).
-func (b *LeaseBook) Producers() int { return len(b.reports) }
+// Producers is the number of (producer, topic) reports the book holds
+// (expired or not: see Expire).
+func (b *LeaseBook) Producers() int { return b.count }
 
 func sortLeases(ls []Lease) {
 	slices.SortFunc(ls, func(a, b Lease) int {

@@ -148,7 +148,8 @@ func TestLeaseMembership(t *testing.T) {
 	for _, l := range ls {
 		got[l.Producer] = l
 	}
-	if len(ls) != 3 || got["self-promoted"].Criticality != Critical || got["vip"].Criticality != CriticalPlus || got["batch"].Criticality != Sheddable {
+	// An unlisted producer is served at SHEDDABLE whatever it declares.
+	if len(ls) != 3 || got["self-promoted"].Criticality != Sheddable || !got["self-promoted"].Unlisted || got["vip"].Criticality != CriticalPlus || got["batch"].Criticality != Sheddable || got["batch"].Unlisted {
 		t.Fatalf("leases %+v", ls)
 	}
 	// vip (CRITICAL_PLUS, unknown demand) takes everything first.

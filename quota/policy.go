@@ -131,9 +131,13 @@ type Policy struct {
 	// default: the rate may be cut to nothing.
 	MinRate float64 `json:"minRate,omitempty" mapstructure:"minRate"`
 	// Producers lists producers with their weight and criticality.
-	// Producers not listed take part with weight 1 and the criticality
-	// they declare (at most CRITICAL). Optional.
+	// Producers not listed are governed by Unlisted. Optional, but a
+	// policy that lists nobody serves every producer as unlisted.
 	Producers []ProducerSpec `json:"producers,omitempty" mapstructure:"producers"`
+	// Unlisted says what a producer id the policy does not list gets:
+	// by default at most [DefaultMaxUnlisted] ids per topic, served at
+	// SHEDDABLE below every listed producer; see [Unlisted].
+	Unlisted Unlisted `json:"unlisted,omitzero" mapstructure:"unlisted"`
 	// Mode is enforce (the zero value) or advise.
 	Mode Mode `json:"mode,omitempty" mapstructure:"mode"`
 	// KafkaClientQuota opts the policy's Kafka targets into broker-native
@@ -141,6 +145,67 @@ type Policy struct {
 	// this package). Listed producers of such a policy take part in the
 	// allocation even when they never report demand, since they cannot.
 	KafkaClientQuota bool `json:"kafkaClientQuota,omitempty" mapstructure:"kafkaClientQuota"`
+}
+
+// DefaultMaxUnlisted is the number of unlisted producer ids a policy admits
+// per topic when Unlisted.Max is zero.
+const DefaultMaxUnlisted = 32
+
+// MaxUnlistedLimit is the largest Unlisted.Max a policy may set.
+const MaxUnlistedLimit = 100000
+
+// UnlistedAdmission is what a policy does with producer ids it does not
+// list: [AdmitSheddable] (the zero value means it) or [RefuseUnlisted].
+type UnlistedAdmission string
+
+// The unlisted admissions.
+const (
+	// AdmitSheddable serves unlisted ids at SHEDDABLE, below every
+	// listed producer whatever their class and demand, at most
+	// Unlisted.Max of them per topic. The default.
+	AdmitSheddable UnlistedAdmission = "sheddable"
+	// RefuseUnlisted gives every unlisted id a lease of rate 0 with the
+	// signal stop.
+	RefuseUnlisted UnlistedAdmission = "refuse"
+)
+
+// Unlisted is a policy's rule for producer ids it does not list. Any client
+// that may reach the quota protocol can report under any id its token
+// allows (every id when authentication is off), so an unlisted id is
+// untrusted: it never takes part in the allocation above a listed producer,
+// never shares a listed producer's floor while the policy lists anyone, and
+// only so many of them are admitted per topic. The zero value admits
+// [DefaultMaxUnlisted] ids per topic at SHEDDABLE.
+//
+// Admission is first come, first served and sticky: the first Max unlisted
+// ids that report for a topic are admitted and stay so while they keep
+// reporting; later ones get a stop lease of rate 0 (the reason says why)
+// and are admitted, in the order they came, as admitted ones leave or
+// expire, at the next allocation of the topic.
+type Unlisted struct {
+	// Admit is "sheddable" (the default, also for an empty value) or
+	// "refuse".
+	Admit UnlistedAdmission `json:"admit,omitempty" mapstructure:"admit"`
+	// Max is the number of unlisted ids admitted per topic with admit
+	// sheddable; beyond it they are refused. Zero means
+	// [DefaultMaxUnlisted]; from 1 to [MaxUnlistedLimit]. Must be zero
+	// with admit refuse.
+	Max int `json:"max,omitempty" mapstructure:"max"`
+}
+
+// Refuses reports whether u refuses every unlisted id.
+func (u Unlisted) Refuses() bool { return u.Admit == RefuseUnlisted }
+
+// Limit is the number of unlisted ids u admits per topic: 0 when it
+// refuses them, Max or [DefaultMaxUnlisted] otherwise.
+func (u Unlisted) Limit() int {
+	switch {
+	case u.Refuses():
+		return 0
+	case u.Max > 0:
+		return u.Max
+	}
+	return DefaultMaxUnlisted
 }
 
 // Budget is the wait a message may spend in the queue: MaxAge minus
@@ -212,6 +277,18 @@ func (p *Policy) Validate() error {
 	}
 	if !p.Mode.Valid() {
 		add("mode", "must be advise or enforce, got %q", string(p.Mode))
+	}
+	switch p.Unlisted.Admit {
+	case "", AdmitSheddable:
+		if p.Unlisted.Max < 0 || p.Unlisted.Max > MaxUnlistedLimit {
+			add("unlisted.max", "must be from 1 to %d (0 means %d), got %d", MaxUnlistedLimit, DefaultMaxUnlisted, p.Unlisted.Max)
+		}
+	case RefuseUnlisted:
+		if p.Unlisted.Max != 0 {
+			add("unlisted.max", "must not be set with admit %q (no unlisted id is admitted), got %d", RefuseUnlisted, p.Unlisted.Max)
+		}
+	default:
+		add("unlisted.admit", "must be %q or %q, got %q", AdmitSheddable, RefuseUnlisted, string(p.Unlisted.Admit))
 	}
 	return errors.Join(errs...)
 }

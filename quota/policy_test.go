@@ -45,6 +45,27 @@ func TestPolicyValidate(t *testing.T) {
 				"producers[0].id", "producers[1].weight", "producers[2].id", "producers[2].criticality", "mode"},
 		},
 		{
+			// Unlisted: an unknown admission, a cap out of range, and a
+			// cap beside refuse are each reported.
+			name:   "unlisted out of range",
+			p:      Policy{Name: "p", MaxAge: time.Second, Unlisted: Unlisted{Admit: "all", Max: -1}},
+			fields: []string{"unlisted.admit"},
+		},
+		{
+			name:   "unlisted max too large",
+			p:      Policy{Name: "p", MaxAge: time.Second, Unlisted: Unlisted{Max: MaxUnlistedLimit + 1}},
+			fields: []string{"unlisted.max"},
+		},
+		{
+			name:   "unlisted max beside refuse",
+			p:      Policy{Name: "p", MaxAge: time.Second, Unlisted: Unlisted{Admit: RefuseUnlisted, Max: 3}},
+			fields: []string{"unlisted.max"},
+		},
+		{
+			name: "unlisted valid",
+			p:    Policy{Name: "p", MaxAge: time.Second, Unlisted: Unlisted{Admit: AdmitSheddable, Max: 5}},
+		},
+		{
 			// Negative durations.
 			name:   "negative durations",
 			p:      Policy{Name: "p", MaxAge: -time.Second, HardAge: -1, ProcessingTime: -1},

@@ -399,7 +399,8 @@ func TestSimJoinLeave(t *testing.T) {
 }
 
 // TestSimStrictPriority: 1,500 msg/s offered against 1,000 of capacity.
-// CRITICAL_PLUS (listed in the policy) and CRITICAL are served in full,
+// CRITICAL_PLUS and CRITICAL are served in full (every class is the one the
+// policy lists: an unlisted producer's declared class counts for nothing),
 // SHEDDABLE_PLUS next, and SHEDDABLE takes the cut, split 3:1 by weight;
 // one SHEDDABLE producer does not report its demand (unknown: wants
 // everything) and still gets only its weighted share of the remainder.
@@ -407,6 +408,9 @@ func TestSimStrictPriority(t *testing.T) {
 	p := drainPolicy()
 	p.Producers = []ProducerSpec{
 		{ID: "cp", Criticality: CriticalPlus},
+		{ID: "c1", Criticality: Critical},
+		{ID: "c2", Criticality: Critical},
+		{ID: "sp", Criticality: SheddablePlus},
 		{ID: "s1", Criticality: Sheddable, Weight: 3},
 		{ID: "s2", Criticality: Sheddable},
 	}
