@@ -746,11 +746,12 @@ func (b *LeaseBook) Leases() []Lease {
 // (expired or not: see Expire).
 func (b *LeaseBook) Producers() int { return b.count }
 
+// sortLeases sorts by topic (kind, cluster, name) and producer, comparing
+// fields: building Topic.String per comparison cost a 10,000-producer cycle
+// most of its time.
 func sortLeases(ls []Lease) {
 	slices.SortFunc(ls, func(a, b Lease) int {
-		if c := strings.Compare(a.Topic.String(), b.Topic.String()); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Producer, b.Producer)
+		return cmp.Or(strings.Compare(string(a.Topic.Kind), string(b.Topic.Kind)), strings.Compare(a.Topic.Cluster, b.Topic.Cluster),
+			strings.Compare(a.Topic.Name, b.Topic.Name), strings.Compare(a.Producer, b.Producer))
 	})
 }

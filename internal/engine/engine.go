@@ -56,12 +56,48 @@ type Config struct {
 	// Log, when set, is shown every topic's decision and every lease after
 	// each cycle (the decision log); it runs under the engine's lock.
 	Log DecisionLog
+	// MaxProducers bounds the producer ids the engine keeps: those that
+	// reported within the lease lifetime (each observation cycle evicts
+	// the older ones). A report from a new id beyond it is refused with
+	// a [*BusyError] (errors.Is [ErrTooManyProducers]); the ids already
+	// known keep reporting. Zero means [DefaultMaxProducers]; negative
+	// is invalid.
+	MaxProducers int
 }
 
 // DecisionLog records decisions after each cycle (internal/history.Log).
 type DecisionLog interface {
 	Observe(now time.Time, topics map[quota.Topic]quota.Decision, leases []quota.Lease, budget func(policy string) time.Duration)
 }
+
+// DefaultMaxProducers is Config.MaxProducers's default. Each producer costs
+// about a kilobyte and a half of heap per topic it reports (measured by
+// BenchmarkNewIDFlood).
+const DefaultMaxProducers = 20000
+
+// ErrTooManyProducers is wrapped by the [*BusyError] Report returns for a
+// new producer id while the engine keeps MaxProducers of them.
+var ErrTooManyProducers = errors.New("engine: too many producers")
+
+// BusyError refuses a report for now: retrying after Wait may succeed, once
+// the observation cycles evicted producers that stopped reporting. The HTTP
+// layer answers it with 503 and a Retry-After header.
+type BusyError struct {
+	// Max is the number of producers the engine keeps.
+	Max int
+	// Wait is the retry-after hint: one observation interval.
+	Wait time.Duration
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("the daemon keeps leases for at most %d producers and has no room for a new one; retry in %v", e.Max, e.Wait)
+}
+
+// Unwrap returns [ErrTooManyProducers].
+func (e *BusyError) Unwrap() error { return ErrTooManyProducers }
+
+// RetryAfter returns Wait.
+func (e *BusyError) RetryAfter() time.Duration { return e.Wait }
 
 // Engine is safe for concurrent use: observation loops call OnCycle, the
 // HTTP server calls Report and Quotas.
@@ -85,12 +121,29 @@ type Engine struct {
 	version   uint64
 	// lifetime is the lease lifetime (quota.LeaseConfig's, defaults applied).
 	lifetime time.Duration
-	// reportedNames holds the topic names each producer reported last.
-	reportedNames map[string]reported
+	interval time.Duration
+	// producers holds every producer that reported within lifetime.
+	producers    map[string]*producer
+	maxProducers int
+	// busy counts the reports refused for want of room.
+	busy uint64
+	// byName indexes topics by name (a producer reports names only; one
+	// name may exist on several clusters), sorted.
+	byName map[string][]quota.Topic
 
 	kick chan struct{}
 	stop context.CancelFunc
 	wg   sync.WaitGroup
+}
+
+// producer is what the engine knows of one reporting producer.
+type producer struct {
+	// names are the topic names of its last report.
+	names []string
+	// at is the time of its last report.
+	at time.Time
+	// topics are the topics it joined in the lease book.
+	topics map[quota.Topic]struct{}
 }
 
 type published struct {
@@ -104,6 +157,9 @@ func New(cfg Config) (*Engine, error) {
 	policies, err := quota.NewPolicies(cfg.Policies)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.MaxProducers < 0 {
+		return nil, fmt.Errorf("engine: MaxProducers must be >= 0 (0 means %d), got %d", DefaultMaxProducers, cfg.MaxProducers)
 	}
 	if cfg.Lease.VersionBase == 0 {
 		// Versions keep increasing across restarts: a producer never
@@ -132,11 +188,13 @@ func New(cfg Config) (*Engine, error) {
 		// quota.LeaseConfig's default: ten intervals (interval 1s).
 		lifetime = 10 * cmp.Or(cfg.Lease.Interval, time.Second)
 	}
-	return &Engine{lifetime: lifetime,
+	return &Engine{lifetime: lifetime, interval: cmp.Or(cfg.Lease.Interval, time.Second),
 		policies: policies, ctl: ctl, book: book, hub: cfg.Hub, log: cfg.Logger, now: cfg.Now, pubs: cfg.Publishers, declog: cfg.Log,
 		decisions: map[string]map[lag.Target]quota.Decision{}, topics: map[quota.Topic]quota.Decision{},
 		published: map[string]published{}, version: cfg.Lease.VersionBase,
-		kick: make(chan struct{}, 1), stop: func() {},
+		producers: map[string]*producer{}, maxProducers: cmp.Or(cfg.MaxProducers, DefaultMaxProducers),
+		byName: map[string][]quota.Topic{},
+		kick:   make(chan struct{}, 1), stop: func() {},
 	}, nil
 }
 
@@ -255,132 +313,191 @@ func (e *Engine) recombine() {
 		}
 	}
 	clear(e.topics)
+	clear(e.byName)
 	for t, ds := range byTopic {
 		sort.Slice(ds, func(i, j int) bool { return ds[i].Target.String() < ds[j].Target.String() })
 		e.topics[t] = quota.CombineTopic(ds)
+		e.byName[t.Name] = append(e.byName[t.Name], t)
+	}
+	for _, ts := range e.byName {
+		sort.Slice(ts, func(i, j int) bool { return ts[i].String() < ts[j].String() })
 	}
 }
 
 // topicsNamed returns the known topics with a name (a producer reports names
-// only; one name may exist on several clusters).
-func (e *Engine) topicsNamed(name string) []quota.Topic {
-	var out []quota.Topic
-	for t := range e.topics {
-		if t.Name == name {
-			out = append(out, t)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
-	return out
-}
+// only; one name may exist on several clusters), sorted. Do not modify.
+func (e *Engine) topicsNamed(name string) []quota.Topic { return e.byName[name] }
 
 // Report records a producer's demand and returns its lease set at once.
+//
+// Its cost does not grow with the number of producers: it joins the
+// producer to the topics it names (see quota.LeaseBook.Join: a topic of at
+// most quota.DefaultInlineMembers producers is re-allocated at once, a
+// larger one at the next observation cycle) and republishes its own set and
+// those of the producers whose leases the report changed. A new producer id
+// while the engine keeps MaxProducers of them gets a [*BusyError]; a topic
+// with a bad criticality, an error wrapping quota.ErrUnknownName (and no
+// topic of the report is recorded).
 func (e *Engine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
 	now := e.now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	pr := e.producers[r.Producer]
+	if pr == nil && len(e.producers) >= e.maxProducers {
+		e.busy++
+		return quotaproto.LeaseSet{}, &BusyError{Max: e.maxProducers, Wait: max(e.interval, time.Second)}
+	}
+	crits := make([]quota.Criticality, len(r.Topics))
 	var errs []error
-	touched := map[quota.Topic]bool{}
-	for _, td := range r.Topics {
-		crit := quota.Critical
+	for i, td := range r.Topics {
+		crits[i] = quota.Critical
 		if td.Criticality != "" {
 			c, err := quota.ParseCriticality(td.Criticality)
 			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			crit = c
-		}
-		demand := td.Demand
-		if demand == 0 {
-			demand = quota.UnknownDemand
-		}
-		for _, t := range e.topicsNamed(td.Topic) {
-			if err := e.book.Report(quota.Report{Producer: r.Producer, Topic: t, Criticality: crit, Demand: demand}, now); err != nil {
-				errs = append(errs, err)
-			}
-			touched[t] = true
+			crits[i] = c
 		}
 	}
 	if len(errs) > 0 {
 		return quotaproto.LeaseSet{}, errors.Join(errs...)
 	}
-	for t := range touched {
-		d := e.topics[t]
-		if p, ok := e.policies.ByName(d.Policy); ok {
-			e.book.Apply(d, p, now)
+	if pr == nil {
+		pr = &producer{topics: map[quota.Topic]struct{}{}}
+		e.producers[r.Producer] = pr
+	}
+	changed := map[string]bool{}
+	for i, td := range r.Topics {
+		demand := td.Demand
+		if demand == 0 {
+			demand = quota.UnknownDemand
+		}
+		for _, t := range e.topicsNamed(td.Topic) {
+			d := e.topics[t]
+			p, ok := e.policies.ByName(d.Policy)
+			if !ok {
+				continue
+			}
+			_, others, err := e.book.Join(quota.Report{Producer: r.Producer, Topic: t, Criticality: crits[i], Demand: demand}, d, p, now)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			pr.topics[t] = struct{}{}
+			for _, l := range others {
+				changed[l.Producer] = true
+			}
 		}
 	}
-	e.setReported(r)
-	e.publishAll(now)
+	pr.names = pr.names[:0]
+	for _, td := range r.Topics {
+		pr.names = append(pr.names, td.Topic)
+	}
+	pr.at = now
+	if len(errs) > 0 {
+		return quotaproto.LeaseSet{}, errors.Join(errs...)
+	}
+	moved := e.publishOne(r.Producer, now)
+	for id := range changed {
+		if id != r.Producer && e.publishOne(id, now) {
+			moved = true
+		}
+	}
+	if moved {
+		e.kickPublishers()
+	}
 	return e.published[r.Producer].set, nil
 }
 
-// reported remembers which topic names each producer reported last, so that
-// topics with no decision yet still get an (open) lease.
-func (e *Engine) setReported(r quotaproto.Report) {
-	names := make([]string, 0, len(r.Topics))
-	for _, t := range r.Topics {
-		names = append(names, t.Topic)
+// publishOne rebuilds one producer's set from the book and publishes it;
+// it reports whether its version moved. Called with e.mu held.
+func (e *Engine) publishOne(id string, now time.Time) bool {
+	pr := e.producers[id]
+	if pr == nil {
+		return false
 	}
-	if e.reportedNames == nil {
-		e.reportedNames = map[string]reported{}
+	ls := make([]quota.Lease, 0, len(pr.topics))
+	for t := range pr.topics {
+		if l, ok := e.book.Lease(id, t); ok {
+			ls = append(ls, l)
+		} else {
+			delete(pr.topics, t)
+		}
 	}
-	e.reportedNames[r.Producer] = reported{names: names, at: e.now()}
+	sort.Slice(ls, func(i, j int) bool { return ls[i].Topic.String() < ls[j].Topic.String() })
+	return e.publishSet(id, ls, now)
 }
 
-type reported struct {
-	names []string
-	at    time.Time
+// publishSet builds producer's set from its leases ls (sorted by topic) and
+// publishes it to the hub: with a new version when its content changed
+// (reported true: watchers are woken), else with the same version and the
+// new expiries. Called with e.mu held.
+func (e *Engine) publishSet(producer string, ls []quota.Lease, now time.Time) bool {
+	set := e.buildSet(producer, ls, now)
+	fp := fingerprint(set)
+	old, had := e.published[producer]
+	if had && old.fingerprint == fp {
+		set.Version = old.set.Version
+		e.published[producer] = published{fingerprint: fp, set: set}
+		e.hub.Publish(set)
+		return false
+	}
+	e.version++
+	set.Version = e.version
+	e.published[producer] = published{fingerprint: fp, set: set}
+	e.hub.Publish(set)
+	return true
 }
 
-// publishAll rebuilds every producer's set from the book and pushes the ones
-// that changed. Called with e.mu held.
+func (e *Engine) kickPublishers() {
+	if len(e.pubs) == 0 {
+		return
+	}
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// publishAll evicts the producers that stopped reporting, rebuilds every
+// producer's set from the book and pushes the ones that changed. Called
+// with e.mu held, once per observation cycle.
 func (e *Engine) publishAll(now time.Time) {
 	byProducer := map[string][]quota.Lease{}
 	for _, l := range e.book.Leases() {
 		byProducer[l.Producer] = append(byProducer[l.Producer], l)
 	}
-	ttl := e.lifetime
-	for p, r := range e.reportedNames {
-		if now.Sub(r.at) > ttl {
-			delete(e.reportedNames, p)
+	for id, pr := range e.producers {
+		if now.Sub(pr.at) > e.lifetime {
+			delete(e.producers, id)
 			continue
 		}
-		if _, ok := byProducer[p]; !ok {
-			byProducer[p] = nil
+		if _, ok := byProducer[id]; !ok {
+			byProducer[id] = nil
 		}
+		clear(pr.topics)
 	}
 	changed := false
-	for producer, ls := range byProducer {
-		set := e.buildSet(producer, ls, now)
-		fp := fingerprint(set)
-		old, had := e.published[producer]
-		if had && old.fingerprint == fp {
-			// Same content: refresh expiries without a new version (no push).
-			set.Version = old.set.Version
-			e.published[producer] = published{fingerprint: fp, set: set}
-			e.hub.Publish(set)
-			continue
+	for id, ls := range byProducer {
+		if pr := e.producers[id]; pr != nil {
+			for _, l := range ls {
+				pr.topics[l.Topic] = struct{}{}
+			}
 		}
-		e.version++
-		set.Version = e.version
-		e.published[producer] = published{fingerprint: fp, set: set}
-		e.hub.Publish(set)
-		changed = true
+		if e.publishSet(id, ls, now) {
+			changed = true
+		}
 	}
-	for producer := range e.published {
-		if _, ok := byProducer[producer]; !ok {
-			delete(e.published, producer)
-			e.hub.Remove(producer)
+	for id := range e.published {
+		if _, ok := byProducer[id]; !ok {
+			delete(e.published, id)
+			e.hub.Remove(id)
 			changed = true
 		}
 	}
 	if changed || len(e.pubs) > 0 {
-		select {
-		case e.kick <- struct{}{}:
-		default:
-		}
+		e.kickPublishers()
 	}
 }
 
@@ -392,7 +509,7 @@ func (e *Engine) buildSet(producer string, ls []quota.Lease, now time.Time) quot
 	byName := map[string]*quotaproto.Lease{}
 	refresh := time.Duration(0)
 	for _, l := range ls {
-		w := wire(l, e.topics[l.Topic].Reason)
+		w := wire(l, cmp.Or(l.Reason, e.topics[l.Topic].Reason))
 		if cur := byName[w.Topic]; cur != nil {
 			// The same name on several clusters: the strictest wins.
 			if stricter(w, *cur) {
@@ -406,7 +523,11 @@ func (e *Engine) buildSet(producer string, ls []quota.Lease, now time.Time) quot
 			refresh = l.RefreshAfter
 		}
 	}
-	for _, name := range e.reportedNames[producer].names {
+	var names []string
+	if pr := e.producers[producer]; pr != nil {
+		names = pr.names
+	}
+	for _, name := range names {
 		if byName[name] == nil {
 			set.Leases = append(set.Leases, quotaproto.Lease{Topic: name, Signal: quotaproto.SignalOK,
 				ExpiresAt: now.Add(e.lifetime), Reason: "no policy or no observation for this topic: unlimited"})
