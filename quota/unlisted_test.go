@@ -188,4 +188,3 @@ func TestJoinBoundedWork(t *testing.T) {
 		t.Fatalf("unlimited topic: %+v", u)
 	}
 }
-

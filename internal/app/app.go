@@ -145,7 +145,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	a.Decisions = history.NewLog(cfg.History, log.With("component", "quota"), a.Registry)
 	eng, err := engine.New(engine.Config{
 		Policies: cfg.Quota.Policies, Hub: a.Hub, Publishers: pubs, Logger: log.With("component", "quota"), Log: a.Decisions,
-		Lease: quota.LeaseConfig{Interval: cfg.Interval, Lifetime: cfg.Quota.LeaseLifetime},
+		Lease: quota.LeaseConfig{Interval: cfg.Interval, Lifetime: cfg.Quota.LeaseLifetime}, MaxProducers: cfg.Quota.MaxProducers,
 	})
 	if err != nil {
 		a.Close()

@@ -95,6 +95,11 @@ type Quota struct {
 	// LeaseLifetime is how long a producer may keep a lease without
 	// reaching the daemon (fail-static). Default 10 intervals.
 	LeaseLifetime time.Duration `mapstructure:"leaseLifetime"`
+	// MaxProducers bounds the producer ids the daemon keeps leases for
+	// (those that reported within leaseLifetime); a report from a new id
+	// beyond it is answered 503 with Retry-After. Default 20000 (about
+	// 1.5 KB of heap each per topic), from 1 to 1000000.
+	MaxProducers int `mapstructure:"maxProducers"`
 	// Auth turns on bearer tokens for the quota protocol. AdminTokens need
 	// Tokens: any token turns authentication on, for producers too. Tokens
 	// may come from files (tokens[].tokenFile, adminTokensFile), resolved
@@ -535,6 +540,9 @@ func (q Quota) validate(c Config) []error {
 	}
 	if q.LeaseLifetime < 0 || (q.LeaseLifetime > 0 && q.LeaseLifetime < 2*c.Interval) {
 		errs = append(errs, fmt.Errorf("quota.leaseLifetime: must be at least two intervals (%v), got %v", 2*c.Interval, q.LeaseLifetime))
+	}
+	if q.MaxProducers < 0 || q.MaxProducers > 1000000 {
+		errs = append(errs, fmt.Errorf("quota.maxProducers: must be from 1 to 1000000 (0 means 20000), got %d", q.MaxProducers))
 	}
 	if err := q.Auth.Validate(); err != nil {
 		for _, e := range split(err) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lagbridge/lagbridge/brokers/kafka"
+	"github.com/lagbridge/lagbridge/quota"
 )
 
 func writeFile(tb testing.TB, body string) string {
@@ -136,6 +137,7 @@ kafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]
 nats: [{cluster: js, urls: ['nats://127.0.0.1:4222']}]
 quota:
   leaseLifetime: 20s
+  maxProducers: 5000
   natsKV: {cluster: js}
   kafkaClientQuotas: {bytesPerMessage: 512}
   auth:
@@ -146,6 +148,7 @@ quota:
       maxAge: 2s
       hardAge: 10s
       kafkaClientQuota: true
+      unlisted: {admit: sheddable, max: 4}
       producers:
         - {id: svc-a, weight: 2, criticality: CRITICAL_PLUS}
         - {id: batch, criticality: sheddable}
@@ -155,21 +158,23 @@ quota:
 		t.Fatal(err)
 	}
 	p := c.Quota.Policies[0]
-	if p.MaxAge != 2*time.Second || p.Producers[0].Criticality.String() != "CRITICAL_PLUS" || p.Producers[1].Criticality.String() != "SHEDDABLE" || !p.KafkaClientQuota {
-		t.Fatalf("policy %+v", p)
+	if p.MaxAge != 2*time.Second || p.Producers[0].Criticality.String() != "CRITICAL_PLUS" || p.Producers[1].Criticality.String() != "SHEDDABLE" || !p.KafkaClientQuota ||
+		p.Unlisted != (quota.Unlisted{Admit: quota.AdmitSheddable, Max: 4}) || c.Quota.MaxProducers != 5000 {
+		t.Fatalf("policy %+v, maxProducers %d", p, c.Quota.MaxProducers)
 	}
 	bad := `
 kafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]
 quota:
   leaseLifetime: 1ms
+  maxProducers: -1
   natsKV: {cluster: nowhere}
   auth: {tokens: [{token: short, producers: []}]}
   policies:
     - {name: a, maxAge: 0s}
-    - {name: a, maxAge: 1s, producers: [{id: x, criticality: URGENT}]}
+    - {name: a, maxAge: 1s, producers: [{id: x, criticality: URGENT}], unlisted: {admit: everyone}}
 `
 	_, err = load(t, "--config", writeFile(t, bad))
-	for _, want := range []string{"quota.leaseLifetime", "quota.natsKV.cluster", "quota.auth.tokens[0].token", "quota.policies[0].maxAge", "quota.policies[1].producers[0].criticality"} {
+	for _, want := range []string{"quota.leaseLifetime", "quota.maxProducers", "quota.policies[1].unlisted.admit", "quota.natsKV.cluster", "quota.auth.tokens[0].token", "quota.policies[0].maxAge", "quota.policies[1].producers[0].criticality"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in %v", want, err)
 		}

@@ -604,6 +604,14 @@ func (e *Engine) ClusterDecisions(cluster string) map[lag.Target]quota.Decision 
 	return maps.Clone(e.decisions[cluster])
 }
 
+// producerStats returns the number of producers kept and of reports
+// refused for want of room.
+func (e *Engine) producerStats() (known int, busy uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.producers), e.busy
+}
+
 // Leases returns every current lease (for metrics).
 func (e *Engine) Leases() []quota.Lease {
 	e.mu.Lock()

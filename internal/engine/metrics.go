@@ -13,9 +13,13 @@ import (
 //	lagbridge_quota_retry_after_seconds{cluster,topic,group}
 //	lagbridge_quota_grant{cluster,topic,producer}      a producer's granted rate, msg/s (+Inf: unlimited)
 //	lagbridge_quota_producers{cluster,topic}           producers holding a lease
+//	lagbridge_quota_refused_producers{cluster,topic}   unlisted producers refused a share (no grant series)
+//	lagbridge_quota_known_producers                    producer ids kept (bounded by quota.maxProducers)
+//	lagbridge_quota_reports_busy_total                 reports of new ids refused for want of room (503)
 type Collector struct {
 	e                                          *Engine
 	rate, signal, retryAfter, grant, producers *prometheus.Desc
+	refused, known, busy                       *prometheus.Desc
 }
 
 // NewCollector registers the engine's metrics on reg.
@@ -28,6 +32,9 @@ func NewCollector(reg prometheus.Registerer, e *Engine) *Collector {
 		retryAfter: prometheus.NewDesc("lagbridge_quota_retry_after_seconds", "Retry-after hint sent with slow-down.", t, nil),
 		grant:      prometheus.NewDesc("lagbridge_quota_grant", "Rate granted to a producer on a topic in messages per second; +Inf when unlimited.", []string{"cluster", "topic", "producer"}, nil),
 		producers:  prometheus.NewDesc("lagbridge_quota_producers", "Producers holding a lease on a topic.", []string{"cluster", "topic"}, nil),
+		refused:    prometheus.NewDesc("lagbridge_quota_refused_producers", "Producers a topic's policy does not list that were refused a share (a stop lease).", []string{"cluster", "topic"}, nil),
+		known:      prometheus.NewDesc("lagbridge_quota_known_producers", "Producer ids the daemon keeps leases for (at most quota.maxProducers).", nil, nil),
+		busy:       prometheus.NewDesc("lagbridge_quota_reports_busy_total", "Reports from new producer ids refused because the daemon keeps quota.maxProducers already (answered 503).", nil, nil),
 	}
 	reg.MustRegister(c)
 	return c
@@ -40,6 +47,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.retryAfter
 	ch <- c.grant
 	ch <- c.producers
+	ch <- c.refused
+	ch <- c.known
+	ch <- c.busy
 }
 
 var signals = []quota.Signal{quota.SignalOK, quota.SignalSlowDown, quota.SignalStop, quota.SignalAvoidPartitions}
@@ -61,12 +71,23 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		g(c.retryAfter, d.RetryAfter.Seconds(), lv...)
 	}
-	count := map[quota.Topic]int{}
+	count, refused := map[quota.Topic]int{}, map[quota.Topic]int{}
 	for _, l := range c.e.Leases() {
+		if l.Refused {
+			// Counted, not a series each: anyone may report new ids.
+			refused[l.Topic]++
+			continue
+		}
 		g(c.grant, l.Rate, l.Topic.Cluster, l.Topic.Name, l.Producer)
 		count[l.Topic]++
 	}
 	for t, n := range count {
 		g(c.producers, float64(n), t.Cluster, t.Name)
 	}
+	for t, n := range refused {
+		g(c.refused, float64(n), t.Cluster, t.Name)
+	}
+	known, busy := c.e.producerStats()
+	g(c.known, float64(known))
+	ch <- prometheus.MustNewConstMetric(c.busy, prometheus.CounterValue, float64(busy))
 }

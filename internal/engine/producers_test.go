@@ -1,12 +1,19 @@
 package engine
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 	"github.com/lagbridge/lagbridge/quota"
@@ -72,6 +79,20 @@ func TestUnlistedFloodDoesNotStarveListed(t *testing.T) {
 	}
 	if admitted != quota.DefaultMaxUnlisted || refused != flood-quota.DefaultMaxUnlisted {
 		t.Fatalf("%d admitted, %d refused; want %d admitted", admitted, refused, quota.DefaultMaxUnlisted)
+	}
+	// The refused ids are counted, not a grant series each.
+	reg := prometheus.NewRegistry()
+	NewCollector(reg, e)
+	want := fmt.Sprintf(`
+# HELP lagbridge_quota_refused_producers Producers a topic's policy does not list that were refused a share (a stop lease).
+# TYPE lagbridge_quota_refused_producers gauge
+lagbridge_quota_refused_producers{cluster="c1",topic="orders"} %d
+`, refused)
+	if err := testutil.CollectAndCompare(reg, strings.NewReader(want), "lagbridge_quota_refused_producers"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg, "lagbridge_quota_grant"); n != 1+quota.DefaultMaxUnlisted {
+		t.Fatalf("%d grant series, want checkout's and the admitted ids'", n)
 	}
 }
 
@@ -161,5 +182,49 @@ func TestReportPushesWhatItChanges(t *testing.T) {
 	a, _, _ := hub.Current("a")
 	if rateOf(a.Leases[0]) != rateOf(set.Leases[0]) {
 		t.Fatalf("a %v and b %v do not share equally", rateOf(a.Leases[0]), rateOf(set.Leases[0]))
+	}
+}
+
+// TestBusyOverHTTP: the quota protocol answers a report the engine has no
+// room for with 503, a Retry-After of one interval and the reason.
+func TestBusyOverHTTP(t *testing.T) {
+	c := &clock{now: t0}
+	e, hub := newEngine(t, c)
+	e.maxProducers = 1
+	mux := http.NewServeMux()
+	quotaserver.New(hub, e, quotaserver.Auth{}, prometheus.NewRegistry()).Register(mux)
+	ts := httptest.NewServer(mux)
+	t.Cleanup(func() { hub.Close(); ts.Close() })
+	post := func(id string) *http.Response {
+		t.Helper()
+		resp, err := http.Post(ts.URL+quotaproto.PathLeases, "application/json",
+			strings.NewReader(`{"producer":"`+id+`","topics":[{"topic":"orders","demand":1}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	if resp := post("first"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first: %s", resp.Status)
+	}
+	resp := post("second")
+	var body quotaproto.ErrorBody
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || !strings.Contains(body.Error, "at most 1 producers") {
+		t.Fatalf("second: %s, Retry-After %q, %q", resp.Status, resp.Header.Get("Retry-After"), body.Error)
+	}
+	reg := prometheus.NewRegistry()
+	NewCollector(reg, e)
+	want := `
+# HELP lagbridge_quota_known_producers Producer ids the daemon keeps leases for (at most quota.maxProducers).
+# TYPE lagbridge_quota_known_producers gauge
+lagbridge_quota_known_producers 1
+# HELP lagbridge_quota_reports_busy_total Reports from new producer ids refused because the daemon keeps quota.maxProducers already (answered 503).
+# TYPE lagbridge_quota_reports_busy_total counter
+lagbridge_quota_reports_busy_total 1
+`
+	if err := testutil.CollectAndCompare(reg, strings.NewReader(want), "lagbridge_quota_known_producers", "lagbridge_quota_reports_busy_total"); err != nil {
+		t.Fatal(err)
 	}
 }

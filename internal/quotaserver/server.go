@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sort"
 	"strconv"
@@ -226,6 +227,11 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	}
 	set, err := s.engine.Report(rep)
 	if err != nil {
+		// An engine with no room for a new producer says when to retry.
+		var busy interface{ RetryAfter() time.Duration }
+		if errors.As(err, &busy) {
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(busy.RetryAfter().Seconds()))))
+		}
 		s.fail(w, ep, http.StatusServiceUnavailable, "%v", err)
 		return
 	}
