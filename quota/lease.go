@@ -690,13 +690,6 @@ func b2i(v bool) int {
 	return 0
 }
 
-func rankCriticality(rank int) Criticality {
-	if rank >= 0 && rank < len(Criticalities) {
-		return Criticalities[rank]
-	}
-	return Critical
-}
-
 func (b *LeaseBook) burst(rate float64) int {
 	if math.IsInf(rate, 1) || !(rate > 0) {
 		return 0
