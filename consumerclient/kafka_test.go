@@ -3,6 +3,7 @@ package consumerclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/importcheck"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 	"github.com/lagbridge/lagbridge/ttl/kafkaguard"
 )
 
@@ -363,5 +365,60 @@ func TestKafkaGuardProgress(t *testing.T) {
 	}
 	if _, topics := rep.snapshot(time.Now()); !topics[0].Partitions[0].Idle || topics[0].Partitions[0].Position != 6 {
 		t.Errorf("after the batch: %+v, want idle at 6", topics[0].Partitions[0])
+	}
+}
+
+// TestSplit: reports stay within the protocol's limits, every partition in
+// exactly one of them.
+func TestSplit(t *testing.T) {
+	parts := func(n int) []quotaproto.ConsumerPartition {
+		ps := make([]quotaproto.ConsumerPartition, n)
+		for i := range ps {
+			ps[i] = quotaproto.ConsumerPartition{Partition: int32(i), Idle: true}
+		}
+		return ps
+	}
+	topics := func(n, each int) []quotaproto.ConsumerTopic {
+		ts := make([]quotaproto.ConsumerTopic, n)
+		for i := range ts {
+			ts[i] = quotaproto.ConsumerTopic{Topic: fmt.Sprintf("t%d", i), Partitions: parts(each)}
+		}
+		return ts
+	}
+	cases := []struct {
+		name    string
+		topics  []quotaproto.ConsumerTopic
+		reports int
+	}{
+		{"nothing", nil, 0},
+		{"one small", topics(1, 3), 1},
+		{"exactly the partition limit", topics(1, quotaproto.MaxReportPartitions), 1},
+		// A topic larger than a report is cut across reports.
+		{"one large topic", topics(1, 1000), 2},
+		{"many topics", topics(quotaproto.MaxReportTopics+6, 1), 2},
+		{"both limits", topics(100, 12), 3},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out := split(tc.topics)
+			if len(out) != tc.reports {
+				t.Errorf("%d reports, want %d", len(out), tc.reports)
+			}
+			seen := map[string]int{}
+			for _, rep := range out {
+				r := quotaproto.ConsumerReport{Kind: quotaproto.KindKafka, Group: "g", Topics: rep}
+				if err := r.Validate(); err != nil {
+					t.Errorf("a report is invalid: %v", err)
+				}
+				for _, tp := range rep {
+					seen[tp.Topic] += len(tp.Partitions)
+				}
+			}
+			for _, tp := range tc.topics {
+				if seen[tp.Topic] != len(tp.Partitions) {
+					t.Errorf("topic %s: %d partitions reported, want %d", tp.Topic, seen[tp.Topic], len(tp.Partitions))
+				}
+			}
+		})
 	}
 }
