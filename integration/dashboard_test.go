@@ -143,20 +143,7 @@ const readDash = `(() => {
 // waitDash polls the live page until cond holds or d passes.
 func waitDash(tb testing.TB, br *chromium.Browser, d time.Duration, cond func(dashState) bool) dashState {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	var st dashState
-	for {
-		err := br.Eval(ctx, readDash, &st)
-		if err == nil && cond(st) {
-			return st
-		}
-		select {
-		case <-ctx.Done():
-			tb.Fatalf("the page never got there in %s (eval error %v): %+v\nchromium stderr:\n%s", d, err, st, lastN(br.Stderr(), 2000))
-		case <-time.After(250 * time.Millisecond): // polling the live page, not waiting for a result
-		}
-	}
+	return chromium.Wait(tb, br, d, readDash, cond)
 }
 
 // TestDashboardBrowser: the built-in dashboard in real headless Chromium
@@ -370,13 +357,6 @@ func minOf(m map[string]int) int {
 		}
 	}
 	return low
-}
-
-func lastN(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }
 
 // exposedNames returns the names of every series on the daemon's /metrics

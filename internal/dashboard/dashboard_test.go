@@ -247,27 +247,7 @@ const readPage = `(() => {
 // waitPage polls the page until cond holds or d passes.
 func waitPage(tb testing.TB, b *chromium.Browser, d time.Duration, cond func(pageState) bool) pageState {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	var st pageState
-	for {
-		err := b.Eval(ctx, readPage, &st)
-		if err == nil && cond(st) {
-			return st
-		}
-		select {
-		case <-ctx.Done():
-			tb.Fatalf("page never got there in %s (last eval error %v): %+v\nchromium stderr:\n%s", d, err, st, tail(b.Stderr(), 2000))
-		case <-time.After(100 * time.Millisecond): // polling the live page, not waiting for a result
-		}
-	}
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
+	return chromium.Wait(tb, b, d, readPage, cond)
 }
 
 func minPoints(st pageState) int {

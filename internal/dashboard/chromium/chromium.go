@@ -386,6 +386,30 @@ func (b *Browser) Eval(ctx context.Context, expr string, out any) error {
 	return json.Unmarshal(r.Result.Value, out)
 }
 
+// Wait evaluates expr in b's page every 100ms, decoding its value into a
+// T, until cond holds for it, and returns that value; it fails tb when d
+// passes first, with the last value, the last eval error and the end of
+// Chromium's stderr. It polls a live page; it does not sleep for a result.
+func Wait[T any](tb testing.TB, b *Browser, d time.Duration, expr string, cond func(T) bool) T {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for {
+		var v T
+		err := b.Eval(ctx, expr, &v)
+		if err == nil && cond(v) {
+			return v
+		}
+		select {
+		case <-ctx.Done():
+			stderr := b.Stderr()
+			stderr = stderr[max(0, len(stderr)-2000):]
+			tb.Fatalf("the page never got there in %s (last eval error %v): %+v\nchromium stderr:\n%s", d, err, v, stderr)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // Screenshot returns a PNG of the whole page (not only the window): the
 // viewport is grown to the document's height for the capture, then
 // restored to width x height.
