@@ -36,6 +36,7 @@ type endPoint struct {
 
 // partTrack is what a Tracker remembers of one partition.
 type partTrack struct {
+	kind       Kind
 	raw        PartitionSample // the newest reading (stale: the last good values, flagged)
 	observedAt time.Time
 
@@ -55,8 +56,8 @@ type partTrack struct {
 	synthAt time.Time
 }
 
-func newPartTrack(p PartitionSample) *partTrack {
-	return &partTrack{raw: p, lastPos: -1, counted: -1, synth: -1}
+func newPartTrack(p PartitionSample, kind Kind) *partTrack {
+	return &partTrack{kind: kind, raw: p, lastPos: -1, counted: -1, synth: -1}
 }
 
 // fold records the fresh reading p taken at at. live says whether the
@@ -66,7 +67,7 @@ func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, g
 	if !pt.observedAt.IsZero() && p.End < pt.raw.End {
 		// The partition was recreated or its counter reset: nothing
 		// learned so far applies.
-		*pt = partTrack{raw: pt.raw, lastPos: -1, counted: -1, synth: -1, moves: pt.moves[:0], ends: pt.ends[:0]}
+		*pt = partTrack{kind: pt.kind, raw: pt.raw, lastPos: -1, counted: -1, synth: -1, moves: pt.moves[:0], ends: pt.ends[:0]}
 	}
 	prevCommitted := pt.raw.Committed >= 0 && !pt.observedAt.IsZero()
 	// A commit where the last reading saw none was made since: a move.
@@ -216,7 +217,23 @@ func (pt *partTrack) best(r Rules, gap time.Duration, now time.Time) bestPos {
 	p := pt.raw
 	end := p.End
 	if rep := p.Reported; !rep.IsZero() && now.Sub(rep.At) <= r.ReportFresh {
-		pos := min(max(rep.Position, p.LogStart, 0), end)
+		pos := rep.Position
+		if pt.kind == KindNATS {
+			// A stream sequence; End counts messages for this
+			// consumer (see brokers/nats). Advance the committed
+			// position by the sequences the report is past the ack
+			// floor: exact for an unfiltered consumer, for a filtered
+			// one the sequences between also number other subjects'
+			// messages, so the lag is a lower bound (its head age,
+			// from the report, is exact).
+			pos = end - p.Lag
+			if p.Committed >= 0 {
+				pos += max(rep.Position-p.Committed, 0)
+			}
+		} else {
+			pos = max(pos, p.LogStart)
+		}
+		pos = min(max(pos, 0), end)
 		b := bestPos{pos: pos, src: SourceConsumer, unc: max(now.Sub(rep.At), 0), headKnown: true}
 		if pos < end {
 			if b.head = rep.HeadTime; b.head.IsZero() {

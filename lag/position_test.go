@@ -290,6 +290,20 @@ func TestConsumerReport(t *testing.T) {
 			}
 		})
 	}
+	t.Run("nats sequences", func(t *testing.T) {
+		// A NATS consumer: ack floor 4,999 (Committed 5,000, a stream
+		// sequence), 300 unprocessed, End a counter of 1,200. It
+		// reports sequence 5,200 in hand: 200 past the floor.
+		tr := NewTracker(func(Target) Rules { return rules })
+		s := Sample{Target: Target{Kind: KindNATS, Cluster: "js", Topic: "S", Group: "c"}, At: t0, Members: 1, Partitions: []PartitionSample{{
+			End: 1200, Committed: 5000, Lag: 300, LogStart: 4000, HeadTime: head, HeadKnown: true,
+			Reported: Report{At: t0, Position: 5200, HeadTime: t0.Add(-time.Second)},
+		}}}
+		st := tr.Observe(s, t0)
+		if st.Lag != 100 || st.HeadAge != time.Second || st.Source != SourceConsumer {
+			t.Fatalf("lag %d head age %v source %q; want 100, 1s, consumer", st.Lag, st.HeadAge, st.Source)
+		}
+	})
 	t.Run("reports stop", func(t *testing.T) {
 		tr := NewTracker(func(Target) Rules { return rules })
 		r := Report{At: t0, Position: 10000}

@@ -293,7 +293,11 @@ type PartitionState struct {
 // A consumer's own fresh report (PartitionSample.Reported, at most
 // Rules.ReportFresh old) overrides both: its position and the time of
 // the record it handles (interpolated as above when it is idle but
-// records arrived since).
+// records arrived since). A NATS report names a stream sequence while End
+// counts the consumer's messages: it advances the committed position by
+// how far it is past the ack floor, exact for an unfiltered consumer and a
+// lower bound of the lag of a filtered one (whose head age, from the
+// report, stays exact).
 //
 // # Without a commit
 //
@@ -385,7 +389,7 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 				// unknown; it counts no lag.
 				tr.parts[p.Partition] = newPartTrack(PartitionSample{
 					Partition: p.Partition, Committed: -1, Stale: true, Err: p.Err,
-				})
+				}, s.Target.Kind)
 			}
 			continue
 		}
@@ -397,7 +401,7 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 			p.HeadTime, p.HeadKnown = pt.raw.HeadTime, true
 		}
 		if !had {
-			pt = newPartTrack(p)
+			pt = newPartTrack(p, s.Target.Kind)
 			tr.parts[p.Partition] = pt
 		}
 		prevRaw, prevCounted, prevFresh := pt.raw, pt.counted, had && !pt.raw.Stale && tr.haveSample
