@@ -189,6 +189,11 @@ func TestFirstSight(t *testing.T) {
 		if st.HeadAge != 3*time.Second || st.Status != StatusLagging {
 			t.Fatalf("head age %v status %s, want 3s (written after the reading at 12:00:10), lagging", st.HeadAge, st.Status)
 		}
+		// Production is measured; consumption, unknown without a
+		// commit, is not invented.
+		if !st.RatesKnown || st.ProduceRateInstant != 600 || st.ConsumeRate != 0 {
+			t.Fatalf("rates known %v produce %v consume %v, want known, 600, 0", st.RatesKnown, st.ProduceRateInstant, st.ConsumeRate)
+		}
 		// The first commit takes over: no burst of consumption.
 		at := t0.Add(14 * time.Second)
 		st = tr.Observe(live(at, LiveYes, part(0, 7400, 100, at.Add(-sec(0.1)))), at)

@@ -405,10 +405,14 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 			tr.parts[p.Partition] = pt
 		}
 		prevRaw, prevCounted, prevFresh := pt.raw, pt.counted, had && !pt.raw.Stale && tr.haveSample
+		prevKnown := prevRaw.Committed >= 0 || pt.synth >= 0
 		pt.fold(p, s.At, s.Live == LiveYes, r, tr.gap)
-		// Without a commit on either side the consumed position is
-		// unknown: no rate from this pair.
-		if prevFresh && p.Committed >= 0 && prevRaw.Committed >= 0 {
+		// Without a position on either side (no commit, never seen
+		// live) the consumed position is unknown, and a first commit
+		// after a first-sight position says nothing of what was
+		// consumed in between: no rate from this pair.
+		known := p.Committed >= 0 || pt.synth >= 0
+		if prevFresh && prevKnown && known && (p.Committed >= 0) == (prevRaw.Committed >= 0) {
 			dp := p.End - prevRaw.End
 			// A shrinking end offset means the partition was recreated
 			// or the counter reset: no rate from this pair.
