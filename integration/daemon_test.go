@@ -159,15 +159,19 @@ func TestDaemonEmbedded(t *testing.T) {
 	// agree exactly. Retry across a cycle boundary.
 	poll(t, 10*time.Second, func() (bool, string) {
 		before := lagAPI(t, base)
-		lags := metricValues(t, base, "lagbridge_consumer_lag_messages")
-		ages := metricValues(t, base, "lagbridge_head_age_seconds")
+		// /v1/lag's lag and head age are at the best known position,
+		// as the estimated series; the committed ones are the broker's.
+		lags := metricValues(t, base, "lagbridge_estimated_lag_messages")
+		ages := metricValues(t, base, "lagbridge_estimated_head_age_seconds")
+		committed := metricValues(t, base, "lagbridge_consumer_lag_messages")
 		after := lagAPI(t, base)
 		for i, tg := range before.Targets {
 			if after.Targets[i].Lag != tg.Lag || after.Targets[i].ObservedAt != tg.ObservedAt {
 				return false, "a cycle passed in between"
 			}
-			if lags[key(tg.Target)] != float64(tg.Lag) {
-				return false, fmt.Sprintf("%s: metric lag %v, api %d", key(tg.Target), lags[key(tg.Target)], tg.Lag)
+			if lags[key(tg.Target)] != float64(tg.Lag) || committed[key(tg.Target)] != float64(tg.CommittedLag) {
+				return false, fmt.Sprintf("%s: metric lag %v (committed %v), api %d (committed %d)",
+					key(tg.Target), lags[key(tg.Target)], committed[key(tg.Target)], tg.Lag, tg.CommittedLag)
 			}
 			// Head age is computed at read time: the metric is read
 			// later, so it is older by at most the gap between reads.

@@ -1,0 +1,131 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/brokers/kafka"
+	"github.com/lagbridge/lagbridge/integration/kafkatest"
+	"github.com/lagbridge/lagbridge/internal/config"
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// member runs a group member that polls until the test ends; commit says
+// whether it commits (franz-go's default auto-commit) or never.
+func member(tb testing.TB, addr, group string, commit bool, opts ...kgo.Opt) {
+	tb.Helper()
+	o := append([]kgo.Opt{kgo.ConsumerGroup(group)}, opts...)
+	if !commit {
+		o = append(o, kgo.DisableAutoCommit())
+	}
+	cl := client(tb, addr, o...)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx)
+		}
+	})
+	tb.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// steadyProducer writes n records every 10 ms, stamped now, until the test
+// ends.
+func steadyProducer(tb testing.TB, addr, topic string, n int) {
+	tb.Helper()
+	cl := client(tb, addr)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			recs := make([]*kgo.Record, n)
+			for i := range recs {
+				recs[i] = &kgo.Record{Topic: topic, Value: []byte("x")}
+			}
+			_ = cl.ProduceSync(ctx, recs...) // fails only when ctx ends
+		}
+	})
+	tb.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// TestRealKafkaAbandonedGroup: a group keeps its offsets on topic A while
+// its only member consumes topic B. After rules.abandonAfter, (A, group)
+// is abandoned in /v1/lag and binds no producer (its decision: rule
+// abandoned, unlimited), while (B, group) is live.
+func TestRealKafkaAbandonedGroup(t *testing.T) {
+	addr := kafkatest.Bootstrap(t)
+	topicA, topicB, group := unique("left"), unique("moved-to"), unique("mover")
+	createTopic(t, addr, topicA, 1, nil)
+	createTopic(t, addr, topicB, 1, nil)
+	prod := client(t, addr)
+	produce(t, prod, topicA, 0, 30, func(int) time.Time { return time.Now().Add(-time.Minute) })
+	consumeAndCommit(t, addr, group, topicA, 10) // 20 left on A, then it leaves
+	member(t, addr, group, true, kgo.ConsumeTopics(topicB))
+
+	base := startApp(t, config.Config{
+		Rules: config.Rules{AbandonAfter: 3 * time.Second},
+		Kafka: []kafka.Config{{Cluster: "real", Brokers: []string{addr}, Groups: kafka.Filter{Include: []string{group}}}},
+		Quota: config.Quota{Policies: []quota.Policy{{Name: "left", MaxAge: time.Second, Match: quota.Match{Topic: topicA}}}},
+	})
+	poll(t, 60*time.Second, func() (bool, string) {
+		r := lagAPI(t, base)
+		a, okA := targetOf(r, "real", topicA, group)
+		b, okB := targetOf(r, "real", topicB, group)
+		d, okD := decisionOf(t, base, "real", topicA, group)
+		return okA && okB && okD && a.Status == lag.StatusAbandoned && a.Live == lag.LiveNo && a.Lag == 20 &&
+				b.Live == lag.LiveYes && b.Status != lag.StatusAbandoned && d.Rule == quota.RuleAbandoned && d.IsUnlimited(),
+			fmt.Sprintf("A: %v %s (%s) live %s lag %d; B: %v %s live %s; decision %v %s unlimited %v",
+				okA, a.Status, a.Reason, a.Live, a.Lag, okB, b.Status, b.Live, okD, d.Rule, d.IsUnlimited())
+	})
+	if st := statusMetric(t, base, "real/"+topicA+"/"+group); st["abandoned"] != 1 {
+		t.Fatalf("lagbridge_target_status of %s: %v", topicA, st)
+	}
+}
+
+// TestRealKafkaNoCommitLiveGroup: a group whose member consumes from the
+// end and never commits, on a topic written 1,000 records/s. It is
+// measured from when it was first seen: its lag and head age grow from
+// there (never lag 0), and its producers are throttled as for any
+// consumer.
+func TestRealKafkaNoCommitLiveGroup(t *testing.T) {
+	addr := kafkatest.Bootstrap(t)
+	topic, group := unique("fresh"), unique("nocommit")
+	createTopic(t, addr, topic, 1, nil)
+	member(t, addr, group, false, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+	steadyProducer(t, addr, topic, 10)
+
+	base := startApp(t, config.Config{
+		Kafka: []kafka.Config{{Cluster: "real", Brokers: []string{addr}, Groups: kafka.Filter{Include: []string{group}}}},
+		Quota: config.Quota{Policies: []quota.Policy{{Name: "fresh", MaxAge: time.Second, Match: quota.Match{Topic: topic}}}},
+	})
+	var first struct {
+		lag int64
+		age float64
+	}
+	poll(t, 60*time.Second, func() (bool, string) {
+		tg, ok := targetOf(lagAPI(t, base), "real", topic, group)
+		first.lag, first.age = tg.Lag, tg.HeadAgeSeconds
+		return ok && tg.Source == lag.SourceFirstSight && tg.Live == lag.LiveYes && tg.Lag > 0 && tg.UncommittedPartitions == 0,
+			fmt.Sprintf("found %v source %q live %s lag %d uncommitted %d committed lag %d", ok, tg.Source, tg.Live, tg.Lag, tg.UncommittedPartitions, tg.CommittedLag)
+	})
+	poll(t, 30*time.Second, func() (bool, string) {
+		tg, _ := targetOf(lagAPI(t, base), "real", topic, group)
+		d, ok := decisionOf(t, base, "real", topic, group)
+		return tg.Lag >= first.lag+1000 && tg.HeadAgeSeconds >= first.age+1 && ok && !d.IsUnlimited() && d.Rule != quota.RuleAbandoned,
+			fmt.Sprintf("lag %d (first %d) head age %.1fs (first %.1fs) status %s; decision %s unlimited %v (%s)",
+				tg.Lag, first.lag, tg.HeadAgeSeconds, first.age, tg.Status, d.Rule, d.IsUnlimited(), d.Reason)
+	})
+}

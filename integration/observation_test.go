@@ -1,0 +1,257 @@
+package integration
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	natsobs "github.com/lagbridge/lagbridge/brokers/nats"
+	"github.com/lagbridge/lagbridge/internal/config"
+	"github.com/lagbridge/lagbridge/internal/daemon"
+	"github.com/lagbridge/lagbridge/internal/demo"
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// cycles returns how many observation cycles cluster has completed, from
+// /metrics.
+func cycles(tb testing.TB, base, cluster string) float64 {
+	tb.Helper()
+	code, body := get(tb, base+"/metrics")
+	if code != 200 {
+		tb.Fatalf("/metrics: %d", code)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if f := fams["lagbridge_observe_duration_seconds"]; f != nil {
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "cluster" && l.GetValue() == cluster {
+					return float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// targetOf returns the /v1/lag view of cluster/topic/group, or false.
+func targetOf(r daemon.LagResponse, cluster, topic, group string) (daemon.TargetView, bool) {
+	for _, tg := range r.Targets {
+		if tg.Cluster == cluster && tg.Topic == topic && tg.Group == group {
+			return tg, true
+		}
+	}
+	return daemon.TargetView{}, false
+}
+
+// decisionOf returns the /v1/quotas decision of cluster/topic/group.
+func decisionOf(tb testing.TB, base, cluster, topic, group string) (quota.Decision, bool) {
+	tb.Helper()
+	code, body := get(tb, base+quotaproto.PathQuotas)
+	if code != 200 {
+		tb.Fatalf("/v1/quotas: %d %s", code, body)
+	}
+	var q struct {
+		Targets []quota.Decision `json:"targets"`
+	}
+	if err := json.Unmarshal([]byte(body), &q); err != nil {
+		tb.Fatal(err)
+	}
+	for _, d := range q.Targets {
+		if d.Target.Cluster == cluster && d.Target.Topic == topic && d.Target.Group == group {
+			return d, true
+		}
+	}
+	return quota.Decision{}, false
+}
+
+// goneWithin waits until target is absent from /v1/lag and from the lag
+// metric, and fails when that took more than two cycles of the cluster
+// after start (plus the one that may have been in flight at start).
+func goneWithin(tb testing.TB, base, cluster, topic, group string, start float64) {
+	tb.Helper()
+	k := cluster + "/" + topic + "/" + group
+	poll(tb, 20*time.Second, func() (bool, string) {
+		_, inAPI := targetOf(lagAPI(tb, base), cluster, topic, group)
+		_, inMetrics := metricValues(tb, base, "lagbridge_consumer_lag_messages")[k]
+		return !inAPI && !inMetrics, fmt.Sprintf("%s still in /v1/lag (%v) or /metrics (%v)", k, inAPI, inMetrics)
+	})
+	if n := cycles(tb, base, cluster) - start; n > 3 {
+		tb.Fatalf("%s left after %.0f cycles, want within two (plus one in flight)", k, n)
+	} else {
+		tb.Logf("%s gone after %.0f cycles", k, n)
+	}
+}
+
+// TestVanishedTargetsLeave: a deleted Kafka topic (kfake) and an
+// ephemeral NATS consumer expired by the server leave /v1/lag and /metrics
+// within two cycles of the deletion, while the targets that remain stay.
+func TestVanishedTargetsLeave(t *testing.T) {
+	b, err := demo.StartBrokers(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	addr := b.KafkaAddrs()[0]
+	createTopic(t, addr, "doomed", 1, nil)
+	createTopic(t, addr, "kept", 1, nil)
+	prod := client(t, addr)
+	produce(t, prod, "doomed", 0, 10, func(int) time.Time { return time.Now() })
+	produce(t, prod, "kept", 0, 10, func(int) time.Time { return time.Now() })
+	adm := kadm.NewClient(prod)
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: "doomed", Partition: 0, At: 5, LeaderEpoch: -1})
+	offs.Add(kadm.Offset{Topic: "kept", Partition: 0, At: 5, LeaderEpoch: -1})
+	if err := adm.CommitAllOffsets(ctxT(t, 10*time.Second), "g", offs); err != nil {
+		t.Fatal(err)
+	}
+
+	nc, err := nats.Connect(b.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctxT(t, 10*time.Second), jetstream.StreamConfig{Name: "EV", Subjects: []string{"ev"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctxT(t, 10*time.Second), "EV", jetstream.ConsumerConfig{Durable: "stays"}); err != nil {
+		t.Fatal(err)
+	}
+	eph, err := js.CreateOrUpdateConsumer(ctxT(t, 10*time.Second), "EV", jetstream.ConsumerConfig{InactiveThreshold: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ephName := eph.CachedInfo().Name
+
+	base := startApp(t, demo.Config(b, "", 250*time.Millisecond))
+	poll(t, 20*time.Second, func() (bool, string) {
+		r := lagAPI(t, base)
+		_, k := targetOf(r, "demo-kafka", "doomed", "g")
+		_, n := targetOf(r, "demo-nats", "EV", ephName)
+		return k && n, fmt.Sprintf("%+v", r.Targets)
+	})
+
+	if _, err := adm.DeleteTopics(ctxT(t, 10*time.Second), "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	goneWithin(t, base, "demo-kafka", "doomed", "g", cycles(t, base, "demo-kafka"))
+
+	// The server deletes the ephemeral consumer 2 s after its last use.
+	var start float64
+	poll(t, 20*time.Second, func() (bool, string) {
+		_, err := js.Consumer(ctxT(t, 5*time.Second), "EV", ephName)
+		start = cycles(t, base, "demo-nats")
+		return errors.Is(err, jetstream.ErrConsumerNotFound), fmt.Sprintf("consumer %s: %v", ephName, err)
+	})
+	goneWithin(t, base, "demo-nats", "EV", ephName, start)
+
+	r := lagAPI(t, base)
+	for _, want := range [][3]string{{"demo-kafka", "kept", "g"}, {"demo-nats", "EV", "stays"}} {
+		if _, ok := targetOf(r, want[0], want[1], want[2]); !ok {
+			t.Fatalf("%v left with the others: %+v", want, r.Targets)
+		}
+	}
+}
+
+// TestNATSDurableNeverFetchingIsAbandoned: on the embedded nats-server a
+// durable consumer that never fetches beside one that consumes: after
+// rules.abandonAfter the first is abandoned in /v1/lag and
+// lagbridge_target_status, and its decision binds no producer (rule
+// abandoned, unlimited), while the live one stays measured.
+func TestNATSDurableNeverFetchingIsAbandoned(t *testing.T) {
+	ns, err := demo.StartNATS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctxT(t, 10*time.Second), jetstream.StreamConfig{Name: "ORD", Subjects: []string{"ord"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctxT(t, 10*time.Second), "ORD", jetstream.ConsumerConfig{Durable: "forgotten", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	worker, err := js.CreateOrUpdateConsumer(ctxT(t, 10*time.Second), "ORD", jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := worker.Consume(func(m jetstream.Msg) { _ = m.Ack() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	for i := range 50 {
+		if _, err := js.Publish(ctxT(t, 10*time.Second), "ord", fmt.Appendf(nil, "m%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	cfg := config.Config{
+		Interval: 250 * time.Millisecond,
+		Rules:    config.Rules{AbandonAfter: 2 * time.Second},
+		NATS:     []natsobs.Config{{Cluster: "js", URLs: []string{ns.ClientURL()}}},
+		Quota:    config.Quota{Policies: []quota.Policy{{Name: "ord", MaxAge: time.Second, Match: quota.Match{Topic: "ORD"}}}},
+	}
+	base := startApp(t, cfg)
+	poll(t, 20*time.Second, func() (bool, string) {
+		r := lagAPI(t, base)
+		f, ok1 := targetOf(r, "js", "ORD", "forgotten")
+		w, ok2 := targetOf(r, "js", "ORD", "worker")
+		d, ok3 := decisionOf(t, base, "js", "ORD", "forgotten")
+		return ok1 && ok2 && ok3 && f.Status == lag.StatusAbandoned && f.Live == lag.LiveNo && f.Lag == 50 &&
+				w.Status != lag.StatusAbandoned && w.Live == lag.LiveYes && d.Rule == quota.RuleAbandoned && d.IsUnlimited(),
+			fmt.Sprintf("forgotten %s (%s) live %s lag %d; worker %s live %s; decision %s %v", f.Status, f.Reason, f.Live, f.Lag, w.Status, w.Live, d.Rule, d.Rate)
+	})
+	st := statusMetric(t, base, "js/ORD/forgotten")
+	if st["abandoned"] != 1 {
+		t.Fatalf("lagbridge_target_status of the forgotten consumer: %v", st)
+	}
+}
+
+// statusMetric reads lagbridge_target_status of one target, by status.
+func statusMetric(tb testing.TB, base, target string) map[string]float64 {
+	tb.Helper()
+	_, body := get(tb, base+"/metrics")
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, m := range fams["lagbridge_target_status"].GetMetric() {
+		l := map[string]string{}
+		for _, lp := range m.Label {
+			l[lp.GetName()] = lp.GetValue()
+		}
+		if l["cluster"]+"/"+l["topic"]+"/"+l["group"] == target {
+			out[l["status"]] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
