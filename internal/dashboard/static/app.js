@@ -22,7 +22,7 @@
   const REFRESH = parseDur(params.get('refresh'), 1000, 100, 60000);
   let WINDOW = parseDur(params.get('window'), 5 * 60000, 10000, 2 * 3600000);
   const SVGNS = 'http://www.w3.org/2000/svg';
-  const SEVERITY = { stopped: 0, stalled: 1, lagging: 2, stale: 3, ok: 4 };
+  const SEVERITY = { stopped: 0, stalled: 1, lagging: 2, stale: 3, abandoned: 4, ok: 5 };
 
   const series = new Map(); // target key -> {points: [], lastSeen: ms}
   const cards = new Map(); // target key -> card element parts
