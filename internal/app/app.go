@@ -142,6 +142,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	}
 	a.Hub = quotaserver.NewHub()
 	a.History = history.NewStore(cfg.History, cfg.Interval, time.Now())
+	a.History.Register(a.Registry)
 	a.Decisions = history.NewLog(cfg.History, log.With("component", "quota"), a.Registry)
 	eng, err := engine.New(engine.Config{
 		Policies: cfg.Quota.Policies, Hub: a.Hub, Publishers: pubs, Logger: log.With("component", "quota"), Log: a.Decisions,

@@ -110,15 +110,23 @@ func contains(list []string, s string) bool {
 }
 
 // history serves GET /v1/history. Query: kind, cluster, topic, group (exact
-// match), since and until (RFC 3339 or a duration before now).
+// match), since and until (RFC 3339 or a duration before now), points (at
+// most that many per target, 10 to 100000: adjacent points merged).
 func (a *API) history(w http.ResponseWriter, r *http.Request) {
 	now := a.now()
-	since, until, err := params(r, now, "kind", "cluster", "topic", "group", "since", "until")
+	since, until, err := params(r, now, "kind", "cluster", "topic", "group", "since", "until", "points")
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
 	q := r.URL.Query()
+	maxPoints := 0
+	if v := q.Get("points"); v != "" {
+		if maxPoints, err = strconv.Atoi(v); err != nil || maxPoints < 10 || maxPoints > 100000 {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("points: %q is not a whole number from 10 to 100000", v)})
+			return
+		}
+	}
 	cfg, interval := a.Store.Config()
 	resp := HistoryResponse{GeneratedAt: now, IntervalSeconds: interval.Seconds(), RecentSeconds: cfg.Recent.Seconds(),
 		ResolutionSeconds: cfg.Resolution.Seconds(), RetentionSeconds: cfg.Retention.Seconds()}
@@ -128,8 +136,10 @@ func (a *API) history(w http.ResponseWriter, r *http.Request) {
 		resp.DataSince = &oldest
 	}
 	resp.Targets = a.Store.Query(Query{Kind: lag.Kind(q.Get("kind")), Cluster: q.Get("cluster"), Topic: q.Get("topic"),
-		Group: q.Get("group"), Since: since, Until: until})
-	writeJSON(w, http.StatusOK, resp)
+		Group: q.Get("group"), Since: since, Until: until, MaxPoints: maxPoints})
+	// Compact: a long history of many targets is large enough as it is.
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
 }
 
 // events serves GET /v1/events. Query: producer, topic, cluster, kind,

@@ -21,6 +21,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
 )
@@ -400,6 +402,9 @@ type Query struct {
 	Cluster, Topic, Group string
 	// Since and Until bound the points' times (inclusive).
 	Since, Until time.Time
+	// MaxPoints, when > 0, caps the points per target: runs of adjacent
+	// points are merged as downsampling merges them (SpanSeconds set).
+	MaxPoints int
 }
 
 func (q Query) matches(t lag.Target) bool {
@@ -481,26 +486,53 @@ func (s *Store) Query(q Query) []Series {
 		if !q.matches(t) {
 			continue
 		}
-		sr := Series{Target: t, Points: []Point{}}
+		var pts []point
 		for i := 0; i < se.coarse.n; i++ {
 			if p := se.coarse.at(i); in(p) {
-				sr.Points = append(sr.Points, p.public())
+				pts = append(pts, p)
 			}
 		}
 		if se.acc.n > 0 {
 			if p := se.acc.p; in(p) {
 				acc := se.acc // flush a copy: the original keeps merging
-				sr.Points = append(sr.Points, acc.flush().public())
+				pts = append(pts, acc.flush())
 			}
 		}
 		for i := 0; i < se.recent.n; i++ {
 			if p := se.recent.at(i); in(p) {
-				sr.Points = append(sr.Points, p.public())
+				pts = append(pts, p)
 			}
+		}
+		if q.MaxPoints > 0 && len(pts) > q.MaxPoints {
+			pts = thin(pts, q.MaxPoints)
+		}
+		sr := Series{Target: t, Points: make([]Point, len(pts))}
+		for i, p := range pts {
+			sr.Points[i] = p.public()
 		}
 		out = append(out, sr)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Target.String() < out[j].Target.String() })
+	return out
+}
+
+// thin merges runs of adjacent points so that at most n remain (n > 0),
+// each run as downsampling merges (largest lag and head age, mean rates,
+// smallest allowed rate, worst status and signal). A merged point's span
+// reaches to the last point merged.
+func thin(pts []point, n int) []point {
+	per := (len(pts) + n - 1) / n
+	out := make([]point, 0, n)
+	var acc accumulator
+	for i, p := range pts {
+		acc.add(p, int64(i/per))
+		if (i+1)%per == 0 || i == len(pts)-1 {
+			m := acc.flush()
+			// A merged downsampled point keeps reaching to its own end.
+			m.span = uint16(min((p.at+int64(p.span)*1000-m.at)/1000, math.MaxUint16))
+			out = append(out, m)
+		}
+	}
 	return out
 }
 
@@ -528,6 +560,27 @@ func (s *Store) Since() (oldest, started time.Time) {
 		return time.Time{}, s.started
 	}
 	return time.UnixMilli(min), s.started
+}
+
+// Usage returns the targets held and the bytes their points take (the
+// rings' capacity, as allocated).
+func (s *Store) Usage() (targets, bytes int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, se := range s.series {
+		bytes += (cap(se.recent.buf) + cap(se.coarse.buf)) * PointBytes
+	}
+	return len(s.series), bytes
+}
+
+// Register exports the store's size on reg: lagbridge_history_targets and
+// lagbridge_history_bytes, computed at scrape time.
+func (s *Store) Register(reg prometheus.Registerer) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lagbridge_history_targets", Help: "Targets the history holds points of."},
+			func() float64 { t, _ := s.Usage(); return float64(t) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lagbridge_history_bytes", Help: "Memory the history's points take, in bytes (bounded: history.recent, retention and resolution)."},
+			func() float64 { _, b := s.Usage(); return float64(b) }))
 }
 
 // Config returns the configuration in use, defaults applied, and the

@@ -132,6 +132,16 @@ func TestRecentAndDownsampled(t *testing.T) {
 	if len(part) != 6 || part[0].Lag != 170 {
 		t.Errorf("filtered: %d points from lag %d, want 6 from 170", len(part), part[0].Lag)
 	}
+	// At most 10 points: runs merged, the largest lag kept, the whole
+	// range covered.
+	few := s.Query(Query{MaxPoints: 10})[0].Points
+	if len(few) > 10 || len(few) < 5 {
+		t.Fatalf("%d points with MaxPoints 10", len(few))
+	}
+	last := few[len(few)-1]
+	if few[0].T != t0.UnixMilli() || last.Lag != 179 || last.T+int64(last.SpanSeconds)*1000 != t0.Add(179*time.Second).UnixMilli() {
+		t.Errorf("thinned points do not cover the range: first %+v, last %+v", few[0], last)
+	}
 	oldest, started := s.Since()
 	if !oldest.Equal(t0) || !started.Equal(t0) {
 		t.Errorf("Since = %v, %v", oldest, started)
@@ -214,6 +224,9 @@ func TestMemoryBound(t *testing.T) {
 		float64(used)/(1<<20), float64(s.Bound(1000))/(1<<20), memoryBound>>20)
 	if used > memoryBound {
 		t.Errorf("history uses %d bytes, over the stated %d", used, memoryBound)
+	}
+	if targets, bytes := s.Usage(); targets != 1000 || bytes > s.Bound(1000) {
+		t.Errorf("Usage = %d targets, %d bytes; want 1000 within Bound %d", targets, bytes, s.Bound(1000))
 	}
 	if s.Bound(1000) > memoryBound {
 		t.Errorf("Bound(1000) = %d, over the stated %d", s.Bound(1000), memoryBound)
