@@ -735,6 +735,19 @@ func (b *LeaseBook) Leases() []Lease {
 	return out
 }
 
+// Silent returns the leases of the producers a kafkaClientQuota policy
+// lists that never reported (see Apply), sorted by topic and producer.
+func (b *LeaseBook) Silent() []Lease {
+	var out []Lease
+	for _, tb := range b.topics {
+		for _, l := range tb.silent {
+			out = append(out, copyLease(l))
+		}
+	}
+	sortLeases(out)
+	return out
+}
+
 // Producers is the number of (producer, topic) reports the book holds
 // (expired or not: see Expire).
 func (b *LeaseBook) Producers() int { return b.count }

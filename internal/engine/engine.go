@@ -11,8 +11,10 @@ package engine
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"maps"
 	"math"
@@ -144,6 +146,9 @@ type producer struct {
 	at time.Time
 	// topics are the topics it joined in the lease book.
 	topics map[quota.Topic]struct{}
+	// versions hashes the lease versions and names of its last
+	// published set.
+	versions uint64
 }
 
 type published struct {
@@ -398,9 +403,9 @@ func (e *Engine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
 	if len(errs) > 0 {
 		return quotaproto.LeaseSet{}, errors.Join(errs...)
 	}
-	moved := e.publishOne(r.Producer, now)
+	moved := e.publishOne(r.Producer, now, false)
 	for id := range changed {
-		if id != r.Producer && e.publishOne(id, now) {
+		if id != r.Producer && e.publishOne(id, now, false) {
 			moved = true
 		}
 	}
@@ -411,13 +416,16 @@ func (e *Engine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
 }
 
 // publishOne rebuilds one producer's set from the book and publishes it;
-// it reports whether its version moved. Called with e.mu held.
-func (e *Engine) publishOne(id string, now time.Time) bool {
+// it reports whether its version moved. With onlyChanged, a set whose
+// leases kept their versions is left as it is, expiries included (the
+// producer's own reports refresh them). Called with e.mu held.
+func (e *Engine) publishOne(id string, now time.Time, onlyChanged bool) bool {
 	pr := e.producers[id]
 	if pr == nil {
 		return false
 	}
 	ls := make([]quota.Lease, 0, len(pr.topics))
+	h := fnv.New64a()
 	for t := range pr.topics {
 		if l, ok := e.book.Lease(id, t); ok {
 			ls = append(ls, l)
@@ -426,6 +434,20 @@ func (e *Engine) publishOne(id string, now time.Time) bool {
 		}
 	}
 	sort.Slice(ls, func(i, j int) bool { return ls[i].Topic.String() < ls[j].Topic.String() })
+	var b [8]byte
+	for _, l := range ls {
+		binary.LittleEndian.PutUint64(b[:], l.Version)
+		h.Write(b[:])
+	}
+	for _, n := range pr.names {
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+	}
+	sum := h.Sum64()
+	if _, had := e.published[id]; onlyChanged && had && sum == pr.versions {
+		return false
+	}
+	pr.versions = sum
 	return e.publishSet(id, ls, now)
 }
 
@@ -464,33 +486,31 @@ func (e *Engine) kickPublishers() {
 // producer's set from the book and pushes the ones that changed. Called
 // with e.mu held, once per observation cycle.
 func (e *Engine) publishAll(now time.Time) {
-	byProducer := map[string][]quota.Lease{}
-	for _, l := range e.book.Leases() {
-		byProducer[l.Producer] = append(byProducer[l.Producer], l)
-	}
+	changed := false
 	for id, pr := range e.producers {
 		if now.Sub(pr.at) > e.lifetime {
 			delete(e.producers, id)
 			continue
 		}
-		if _, ok := byProducer[id]; !ok {
-			byProducer[id] = nil
+		if e.publishOne(id, now, true) {
+			changed = true
 		}
-		clear(pr.topics)
 	}
-	changed := false
-	for id, ls := range byProducer {
-		if pr := e.producers[id]; pr != nil {
-			for _, l := range ls {
-				pr.topics[l.Topic] = struct{}{}
-			}
+	// Producers a kafkaClientQuota policy lists that never reported hold
+	// leases too (their sets serve the other publishers).
+	silent := map[string][]quota.Lease{}
+	for _, l := range e.book.Silent() {
+		if e.producers[l.Producer] == nil {
+			silent[l.Producer] = append(silent[l.Producer], l)
 		}
+	}
+	for id, ls := range silent {
 		if e.publishSet(id, ls, now) {
 			changed = true
 		}
 	}
 	for id := range e.published {
-		if _, ok := byProducer[id]; !ok {
+		if _, ok := silent[id]; !ok && e.producers[id] == nil {
 			delete(e.published, id)
 			e.hub.Remove(id)
 			changed = true
