@@ -176,7 +176,8 @@ func fakeAPI(tb testing.TB, quotas bool) *httptest.Server {
 	})
 	// History: the minute before the first /v1/lag answer, a point every
 	// 5s, lag rising to 1,200; and one downsampled point before it.
-	mux.HandleFunc("GET /v1/history", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /v1/history", func(w http.ResponseWriter, r *http.Request) {
+		historyAsked.Store(r.URL.Query().Get("since"))
 		var pts []string
 		first := start.Add(-60 * time.Second)
 		pts = append(pts, fmt.Sprintf(`{"t":%d,"spanSeconds":59,"lag":5,"headAgeSeconds":0.1,"produceRate":900,"consumeRate":900,"allowed":null,"unlimited":true,"signal":"ok","status":"ok"}`,
@@ -208,6 +209,9 @@ func fakeAPI(tb testing.TB, quotas bool) *httptest.Server {
 	tb.Cleanup(srv.Close)
 	return srv
 }
+
+// historyAsked is the since of the fake API's newest /v1/history request.
+var historyAsked atomic.Value
 
 // pageState is what the tests read back from the page.
 type pageState struct {
@@ -319,6 +323,22 @@ func TestBrowserFakeAPI(t *testing.T) {
 	}
 	if !strings.Contains(st.Text, "Partitions: 4 · worst 2: lag 900, head age 7.50s · 1 without commit · 2 avoided") {
 		t.Errorf("partition summary missing: %s", st.Text)
+	}
+	// A wider window is backfilled from the daemon at once.
+	if got := historyAsked.Load(); got != "30s" {
+		t.Errorf("first history request since=%v, want the 30s window", got)
+	}
+	var picked string
+	if err := b.Eval(ctx, `(() => { const s = document.getElementById('window'); s.value = String(15 * 60000);
+		s.dispatchEvent(new Event('change')); return location.search; })()`, &picked); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for historyAsked.Load() != "900s" && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond) // polling the fake server for the page's request
+	}
+	if got := historyAsked.Load(); got != "900s" || !strings.Contains(picked, "window=900s") {
+		t.Errorf("after choosing 15 min: history since=%v, address %q; want 900s", got, picked)
 	}
 	shot, err := b.Screenshot(ctx, 1400, 1000)
 	if err != nil {
