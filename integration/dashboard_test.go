@@ -242,9 +242,10 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 }
 
-// TestDashboardPartitions: a topic with one hot partition (lag and an old
-// head) shows that partition first in the target's partition table, with
-// its lag and head age; partitions without a commit are marked as such.
+// TestDashboardPartitions: a topic of 200 partitions with one hot one (lag
+// and an old head) shows that partition first in the target's partition
+// table, with its lag and head age; the partitions without a commit are
+// marked as such, and the table still answers a click on a column.
 func TestDashboardPartitions(t *testing.T) {
 	br := chromium.Start(t, 1400, 1000)
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
@@ -253,23 +254,30 @@ func TestDashboardPartitions(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	addr := c.ListenAddrs()[0]
+	const partitions, hot, committed = 200, 137, 190 // 190..199 never committed
 	topic, group := unique("hot"), unique("readers")
-	createTopic(t, addr, topic, 8, nil)
+	createTopic(t, addr, topic, partitions, nil)
 	cl := client(t, addr, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	now := time.Now()
-	for p := range int32(8) {
-		if p == 3 { // the hot one: 500 records from 90s ago
-			produce(t, cl, topic, p, 500, func(i int) time.Time { return now.Add(-90*time.Second + time.Duration(i)*time.Millisecond) })
-			continue
+	var recs []*kgo.Record
+	for p := range int32(partitions) {
+		n, ts := 10, now
+		if p == hot { // 500 records from 90s ago
+			n, ts = 500, now.Add(-90*time.Second)
 		}
-		produce(t, cl, topic, p, 10, func(int) time.Time { return now })
+		for i := range n {
+			recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Value: []byte("v"), Timestamp: ts.Add(time.Duration(i) * time.Millisecond)})
+		}
 	}
-	// Partitions 0-5 committed at their end but 3, which is 500 behind;
-	// 6 and 7 never committed.
+	if err := cl.ProduceSync(ctxT(t, 30*time.Second), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// Every partition below 190 committed at its end but the hot one,
+	// 500 behind.
 	offsets := kadm.Offsets{}
-	for p := range int32(6) {
+	for p := range int32(committed) {
 		at := int64(10)
-		if p == 3 {
+		if p == hot {
 			at = 0
 		}
 		offsets.Add(kadm.Offset{Topic: topic, Partition: p, At: at, LeaderEpoch: -1})
@@ -292,33 +300,44 @@ func TestDashboardPartitions(t *testing.T) {
 	}
 	// Until the daemon read the hot partition's head (a cycle or two).
 	st := waitDash(t, br, 30*time.Second, func(s dashState) bool {
-		return len(s.Parts[key]) == 8 && strings.Contains(s.Text, "worst ")
+		return len(s.Parts[key]) == partitions && strings.Contains(s.Text, "worst ")
 	})
 	rows := st.Parts[key]
-	// "3 500 90.5s committed –": the partition, its lag, its head age.
+	// "137 500 90.5s committed –": the partition, its lag, its head age.
 	first := strings.Fields(rows[0])
 	head := -1.0
 	if len(first) >= 3 {
 		head, _ = strconv.ParseFloat(strings.TrimSuffix(first[2], "s"), 64)
 	}
-	if len(first) < 4 || first[0] != "3" || first[1] != "500" || head < 89 || head > 119 {
-		t.Errorf("first row %q, want partition 3 with lag 500 and a head age of about 90s; rows %q", rows[0], rows)
+	if len(first) < 4 || first[0] != strconv.Itoa(hot) || first[1] != "500" || head < 89 || head > 119 {
+		t.Errorf("first row %q, want partition %d with lag 500 and a head age of about 90s; rows %q", rows[0], hot, rows[:5])
 	}
-	for _, p := range []string{"6", "7"} {
+	for p := committed; p < partitions; p++ {
 		found := false
 		for _, r := range rows {
-			if strings.HasPrefix(r, p+" ") {
+			if strings.HasPrefix(r, strconv.Itoa(p)+" ") {
 				found = true
 				if !strings.Contains(r, "no commit") || !strings.Contains(r, "unknown") {
-					t.Errorf("partition %s without a commit is not marked: %q", p, r)
+					t.Errorf("partition %d without a commit is not marked: %q", p, r)
 				}
 			}
 		}
 		if !found {
-			t.Errorf("partition %s is missing: %q", p, rows)
+			t.Errorf("partition %d is missing", p)
 		}
 	}
-	if !strings.Contains(st.Text, "worst 3: lag 500") || !strings.Contains(st.Text, "2 without commit") {
+	// A click on "partition" sorts by number: 0 first.
+	var clicked bool
+	if err := br.Eval(ctx, `(() => { document.querySelector('th[data-sort="partition"]').click(); return true; })()`, &clicked); err != nil {
+		t.Fatal(err)
+	}
+	st = waitDash(t, br, 10*time.Second, func(s dashState) bool {
+		return len(s.Parts[key]) == partitions && strings.HasPrefix(s.Parts[key][0], "0 ")
+	})
+	if !strings.HasPrefix(st.Parts[key][partitions-1], strconv.Itoa(partitions-1)+" ") {
+		t.Errorf("sorted by partition, the last row is %q", st.Parts[key][partitions-1])
+	}
+	if !strings.Contains(st.Text, fmt.Sprintf("worst %d: lag 500", hot)) || !strings.Contains(st.Text, "10 without commit") {
 		t.Errorf("the partition summary lacks the hot partition or the count without commit:\n%s", st.Text)
 	}
 	shot, err := br.Screenshot(ctx, 1400, 1000)
