@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -430,7 +431,15 @@ func (b *LeaseBook) Join(r Report, d Decision, p Policy, now time.Time) (Lease, 
 				before[i] = o.lease.Version
 			}
 		}
-		b.allocate(r.Topic, d, p, ms, nil, now)
+		// Listed producers that never report (Kafka client quotas)
+		// keep their part, as in Apply.
+		var silent []ProducerSpec
+		for _, id := range slices.Sorted(maps.Keys(tb.silent)) {
+			if s, ok := p.Producer(id); ok {
+				silent = append(silent, s)
+			}
+		}
+		b.allocate(r.Topic, d, p, ms, silent, now)
 		var changed []Lease
 		for i, o := range ms {
 			if o != m && o.lease.Version != before[i] {

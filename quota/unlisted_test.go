@@ -188,3 +188,22 @@ func TestJoinBoundedWork(t *testing.T) {
 		t.Fatalf("unlimited topic: %+v", u)
 	}
 }
+
+// TestJoinKeepsSilentShare: a report re-allocating a topic at once keeps
+// the part of the listed producers that never report (Kafka client
+// quotas), as Apply does.
+func TestJoinKeepsSilentShare(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: time.Second, KafkaClientQuota: true, Producers: []ProducerSpec{{ID: "legacy"}, {ID: "sdk"}}}
+	d := decision(100, SignalSlowDown)
+	b := newBook(t, LeaseConfig{})
+	if ls := b.Apply(d, p, leaseT0); len(ls) != 2 || ls[0].Rate != 50 {
+		t.Fatalf("silent leases %+v", ls)
+	}
+	l, _, err := b.Join(Report{Producer: "sdk", Topic: ordersT, Demand: inf}, d, p, leaseT0)
+	if err != nil || l.Rate != 50 {
+		t.Fatalf("sdk joins: %+v, %v; want half, legacy keeping its part", l, err)
+	}
+	if lg, ok := b.Lease("legacy", ordersT); !ok || lg.Rate != 50 {
+		t.Fatalf("legacy: %+v", lg)
+	}
+}
