@@ -98,7 +98,7 @@ type Quota struct {
 	// MaxProducers bounds the producer ids the daemon keeps leases for
 	// (those that reported within leaseLifetime); a report from a new id
 	// beyond it is answered 503 with Retry-After. Default 20000 (about
-	// 1.5 KB of heap each per topic), from 1 to 1000000.
+	// 1.7 KB of heap each per topic), from 1 to 1000000.
 	MaxProducers int `mapstructure:"maxProducers"`
 	// Auth turns on bearer tokens for the quota protocol. AdminTokens need
 	// Tokens: any token turns authentication on, for producers too. Tokens

@@ -73,7 +73,7 @@ type DecisionLog interface {
 }
 
 // DefaultMaxProducers is Config.MaxProducers's default. Each producer costs
-// about a kilobyte and a half of heap per topic it reports (measured by
+// about 1.7 KB of heap per topic it reports (measured by
 // BenchmarkNewIDFlood).
 const DefaultMaxProducers = 20000
 
@@ -482,9 +482,9 @@ func (e *Engine) kickPublishers() {
 	}
 }
 
-// publishAll evicts the producers that stopped reporting, rebuilds every
-// producer's set from the book and pushes the ones that changed. Called
-// with e.mu held, once per observation cycle.
+// publishAll evicts the producers that stopped reporting and republishes
+// the sets whose leases changed (see publishOne), pushing them. Called with
+// e.mu held, once per observation cycle.
 func (e *Engine) publishAll(now time.Time) {
 	changed := false
 	for id, pr := range e.producers {
