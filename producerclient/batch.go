@@ -27,12 +27,12 @@ func (p *KafkaProducer) ProduceBatch(ctx context.Context, rs []*kgo.Record, opts
 		res = make(kgo.ProduceResults, 0, len(rs))
 	)
 	wg.Add(len(rs))
-	p.ProduceBatchAsync(ctx, rs, func(r *kgo.Record, err error) {
+	p.produceBatch(ctx, rs, func(r *kgo.Record, err error) {
 		mu.Lock()
 		res = append(res, kgo.ProduceResult{Record: r, Err: err})
 		mu.Unlock()
 		wg.Done()
-	}, opts...)
+	}, opts, true)
 	wg.Wait()
 	return res
 }
@@ -49,7 +49,10 @@ func (p *KafkaProducer) ProduceBatch(ctx context.Context, rs []*kgo.Record, opts
 // ProduceBatchAsync returns or on a franz-go goroutine, must not block, and
 // may be nil (failures are then logged and counted as unhandled).
 // ProduceBatchAsync does not keep rs (the slice) after it returns; the
-// records are franz-go's until their callbacks.
+// records are franz-go's until their callbacks. It returns how many
+// records it refused at call time (their done already ran, each with its
+// *RejectError, counted once): 0 means every record was handed to
+// franz-go.
 //
 // The bookkeeping is done per run of consecutive records with the same
 // topic and the same lagbridge headers (most batches are one run): one
@@ -80,21 +83,23 @@ func (p *KafkaProducer) ProduceBatch(ctx context.Context, rs []*kgo.Record, opts
 // done (a record that fails and is retried keeps its own slot until it is
 // done), so Stats' in-flight and acknowledgement counts move per run, and
 // a run counts against Config.MaxInFlight until its last acknowledgement.
-func (p *KafkaProducer) ProduceBatchAsync(ctx context.Context, rs []*kgo.Record, done func(*kgo.Record, error), opts ...CallOption) {
+func (p *KafkaProducer) ProduceBatchAsync(ctx context.Context, rs []*kgo.Record, done func(*kgo.Record, error), opts ...CallOption) (refused int) {
+	return p.produceBatch(ctx, rs, done, opts, false)
+}
+
+// produceBatch is ProduceBatchAsync; with sync, each run's first attempts
+// go out at once and the call returns after their outcomes (see sendRun).
+func (p *KafkaProducer) produceBatch(ctx context.Context, rs []*kgo.Record, done func(*kgo.Record, error), opts []CallOption, sync bool) (refused int) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	var clk reading
 	for i := 0; i < len(rs); {
 		r := rs[i]
-		if r == nil {
-			p.unhandled(nil, done, fmt.Errorf("%w: nil record", ErrInvalidOption))
-			i++
-			continue
-		}
-		name := p.topicOf(r)
-		if name == "" {
-			p.unhandled(r, done, fmt.Errorf("%w: record has no topic and the client has no default produce topic", ErrInvalidOption))
+		name, err := p.recordTopic(r)
+		if err != nil {
+			p.unhandled(r, done, err)
+			refused++
 			i++
 			continue
 		}
@@ -106,9 +111,12 @@ func (p *KafkaProducer) ProduceBatchAsync(ctx context.Context, rs []*kgo.Record,
 		if !clk.read {
 			clk = p.read()
 		}
-		clk = p.produceRun(ctx, rs[i:j], p.c.topic(name), meta, hasCrit, done, opts, clk)
+		var n int
+		clk, n = p.produceRun(ctx, rs[i:j], p.c.topic(name), meta, hasCrit, done, opts, clk, sync)
+		refused += n
 		i = j
 	}
+	return refused
 }
 
 func (p *KafkaProducer) topicOf(r *kgo.Record) string {
@@ -151,8 +159,9 @@ func (p *KafkaProducer) read() reading {
 
 // produceRun admits and sends rs, records of topic t whose headers say
 // meta and hasCrit, and returns the clock reading to go on with (a new one
-// after a wait).
-func (p *KafkaProducer) produceRun(ctx context.Context, rs []*kgo.Record, t *topic, meta ttl.Meta, hasCrit bool, done func(*kgo.Record, error), opts []CallOption, clk reading) reading {
+// after a wait), and how many records it refused before handing them to
+// franz-go. sync is sendRun's.
+func (p *KafkaProducer) produceRun(ctx context.Context, rs []*kgo.Record, t *topic, meta ttl.Meta, hasCrit bool, done func(*kgo.Record, error), opts []CallOption, clk reading, sync bool) (_ reading, refused int) {
 	c := p.c
 	var m msg
 	c.prepare(ctx, &m, t, opts, meta, hasCrit)
@@ -161,7 +170,7 @@ func (p *KafkaProducer) produceRun(ctx context.Context, rs []*kgo.Record, t *top
 		k, rej := c.admitN(&m, len(rs), clk.now)
 		if k > 0 {
 			t.admitted.Add(uint64(k))
-			p.sendRun(&m, rs[:k], done, clk)
+			refused += p.sendRun(&m, rs[:k], done, clk, sync)
 			rs = rs[k:]
 		}
 		if rej == nil {
@@ -170,6 +179,7 @@ func (p *KafkaProducer) produceRun(ctx context.Context, rs []*kgo.Record, t *top
 		waitable := rej.reason == reasonRate || rej.reason == reasonInFlight
 		if !waitable || m.mode == Drop {
 			p.rejectRun(t, rs, rej, done)
+			refused += len(rs)
 			break
 		}
 		// Block: the next record waits for its slot and token as
@@ -177,14 +187,15 @@ func (p *KafkaProducer) produceRun(ctx context.Context, rs []*kgo.Record, t *top
 		head := m
 		if r := c.admitChecks(&head, c.mono.nanos()); r != nil {
 			p.rejectRun(t, rs, r, done)
+			refused += len(rs)
 			break
 		}
 		t.admitted.Add(1)
 		clk = p.read()
-		p.sendRun(&head, rs[:1], done, clk)
+		refused += p.sendRun(&head, rs[:1], done, clk, sync)
 		rs = rs[1:]
 	}
-	return clk
+	return clk, refused
 }
 
 // rejectRun hands rej to every record of rs, each in its own copy, and
@@ -239,8 +250,12 @@ type kbrec struct {
 
 // sendRun sends rs, admitted under m at clk (each holds a slot and a
 // token): the adaptive throttle decides per record, headers are stamped,
-// and the records go to franz-go under one kbatch.
-func (p *KafkaProducer) sendRun(m *msg, rs []*kgo.Record, done func(*kgo.Record, error), clk reading) {
+// and the records go to franz-go under one kbatch. With sync (a
+// synchronous call) they go through franz-go's ProduceSync, which sends
+// their partitions at once instead of lingering, and sendRun returns
+// after their first attempts' outcomes were handled. It returns how many
+// records the adaptive throttle refused before their first send.
+func (p *KafkaProducer) sendRun(m *msg, rs []*kgo.Record, done func(*kgo.Record, error), clk reading, sync bool) (throttled int) {
 	c, t := p.c, m.t
 	b := &kbatch{m: *m, done: done, n: int64(len(rs))}
 	b.m.held = false
@@ -255,7 +270,11 @@ func (p *KafkaProducer) sendRun(m *msg, rs []*kgo.Record, done func(*kgo.Record,
 	var (
 		own  []kbrec
 		blks []hdrBlock
+		out  []*kgo.Record // sync: the records to send
 	)
+	if sync {
+		out = make([]*kgo.Record, 0, len(rs))
+	}
 	if nOwn, nBare := count(rs, !dl.IsZero()); nOwn > 0 || nBare > 0 {
 		own = make([]kbrec, 0, nOwn)
 		blks = make([]hdrBlock, 0, nBare)
@@ -264,6 +283,7 @@ func (p *KafkaProducer) sendRun(m *msg, rs []*kgo.Record, done func(*kgo.Record,
 	for _, r := range rs {
 		if pr > 0 && rand.Float64() < pr {
 			p.throttledInRun(b, r, pr, clk.now)
+			throttled++
 			continue
 		}
 		if !dl.IsZero() && (len(r.Headers) == 0 || sharedHeaders(r.Headers)) {
@@ -282,9 +302,19 @@ func (p *KafkaProducer) sendRun(m *msg, rs []*kgo.Record, done func(*kgo.Record,
 			r.Context = b
 		}
 		sent++
+		if sync {
+			out = append(out, r)
+			continue
+		}
 		p.cl.Produce(m.ctx, r, p.promiseFn)
 	}
 	c.sentN(&b.m, sent, clk.now)
+	if len(out) > 0 {
+		for _, res := range p.cl.ProduceSync(m.ctx, out...) {
+			p.promise(res.Record, res.Err)
+		}
+	}
+	return throttled
 }
 
 // count returns how many records of rs have their own Context, and when

@@ -120,11 +120,82 @@ func (kp *kpending) Value(key any) any           { return kp.rc().Value(key) }
 // Produce sends r and waits for the outcome: nil once the broker
 // acknowledged it, else a *RejectError holding r (or an error wrapping
 // ErrInvalidOption for a nil record or no topic). Retries happen inside,
-// within the retry budget, the context's deadline and the lease's signal.
+// on the calling goroutine, within the retry budget, the context's
+// deadline and the lease's signal.
+//
+// Each attempt goes out at once, as with franz-go's own ProduceSync: the
+// partition the record lands on stops lingering (kgo.ProducerLinger, 10ms
+// by default) instead of waiting for more records, since the caller is
+// waiting for this one. Records of concurrent ProduceAsync calls to other
+// partitions keep lingering. The first records to a topic whose partitions
+// the client has not loaded yet may linger once (kgo.ProduceSync has the
+// same limit). Headers, admission and accounting are those of
+// ProduceAsync.
 func (p *KafkaProducer) Produce(ctx context.Context, r *kgo.Record, opts ...CallOption) error {
-	ch := make(chan error, 1)
-	p.ProduceAsync(ctx, r, func(_ *kgo.Record, err error) { ch <- err }, opts...)
-	return <-ch
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	name, err := p.recordTopic(r)
+	if err != nil {
+		return err
+	}
+	t := p.c.topic(name)
+	meta, hasCrit, _ := readKafkaMeta(r.Headers)
+	var m msg
+	p.c.prepare(ctx, &m, t, opts, meta, hasCrit)
+	now := p.now(r)
+	if rej := p.c.admit(&m, now); rej != nil {
+		rej.Record = r
+		return rej
+	}
+	stampKafka(r, p.c.deadline(&m), m.crit)
+	own := r.Context
+	for first := true; ; first = false {
+		if !first {
+			now = p.c.mono.nanos()
+		}
+		if rej := p.c.beforeSend(&m, now); rej != nil {
+			return p.failSync(&m, r, rej)
+		}
+		// ProduceSync flushes the record's partition at once; franz-go
+		// sets a record without a Context to ctx, so it is put back for
+		// the next attempt and the caller.
+		err := p.cl.ProduceSync(ctx, r).FirstErr()
+		r.Context = own
+		if err == nil {
+			p.c.succeeded(&m)
+			p.c.finish(&m)
+			return nil
+		}
+		delay, rej := p.c.failed(&m, err, classifyKafka(err), own)
+		if rej != nil {
+			return p.failSync(&m, r, rej)
+		}
+		if rej := p.c.waitRetry(&m, delay, err); rej != nil {
+			return p.failSync(&m, r, rej)
+		}
+	}
+}
+
+// failSync ends a synchronous call with rej: r is handed back and its
+// slot, if it holds one, goes back.
+func (p *KafkaProducer) failSync(m *msg, r *kgo.Record, rej *RejectError) error {
+	rej.Record = r
+	p.c.finish(m)
+	return rej
+}
+
+// recordTopic checks r and returns its topic: the record's, or the
+// client's default produce topic.
+func (p *KafkaProducer) recordTopic(r *kgo.Record) (string, error) {
+	if r == nil {
+		return "", fmt.Errorf("%w: nil record", ErrInvalidOption)
+	}
+	name := p.topicOf(r)
+	if name == "" {
+		return "", fmt.Errorf("%w: record has no topic and the client has no default produce topic", ErrInvalidOption)
+	}
+	return name, nil
 }
 
 // ProduceAsync sends r and calls done exactly once with r and the outcome
@@ -132,6 +203,16 @@ func (p *KafkaProducer) Produce(ctx context.Context, r *kgo.Record, opts ...Call
 // returns (for a local rejection) or on a franz-go goroutine: it must not
 // block. In Block mode ProduceAsync itself waits for quota, up to the
 // context's deadline.
+//
+// It also returns a refusal at call time: when the SDK refused r before
+// handing it to franz-go (Drop's ErrRateLimited or ErrInFlightLimit, a
+// stop lease, ErrQuotaUnavailable, ErrThrottled, ErrExpired, ErrClosed, a
+// failed Block wait, or an invalid record), it returns the very error
+// done received, after done returned; the rejection is counted once. nil
+// means r was handed to franz-go and its outcome comes through done only.
+// The return value is for callers that branch at once (shed the request,
+// answer 429) without a round trip through the callback; ignoring it is
+// fine.
 //
 // A nil done is allowed but then failures cannot be handed back: each is
 // logged at Warn and counted in lagbridge_client_unhandled_failures_total.
@@ -146,21 +227,14 @@ func (p *KafkaProducer) Produce(ctx context.Context, r *kgo.Record, opts ...Call
 // record without headers and without a deadline may get a header slice
 // shared between records (capped, so an append copies it): do not modify
 // header values in place.
-func (p *KafkaProducer) ProduceAsync(ctx context.Context, r *kgo.Record, done func(*kgo.Record, error), opts ...CallOption) {
+func (p *KafkaProducer) ProduceAsync(ctx context.Context, r *kgo.Record, done func(*kgo.Record, error), opts ...CallOption) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if r == nil {
-		p.unhandled(nil, done, fmt.Errorf("%w: nil record", ErrInvalidOption))
-		return
-	}
-	name := r.Topic
-	if name == "" {
-		name = p.defaultTopic
-	}
-	if name == "" {
-		p.unhandled(r, done, fmt.Errorf("%w: record has no topic and the client has no default produce topic", ErrInvalidOption))
-		return
+	name, err := p.recordTopic(r)
+	if err != nil {
+		p.unhandled(r, done, err)
+		return err
 	}
 	t := p.c.topic(name)
 	meta, hasCrit, _ := readKafkaMeta(r.Headers)
@@ -170,11 +244,14 @@ func (p *KafkaProducer) ProduceAsync(ctx context.Context, r *kgo.Record, done fu
 	now := p.now(r)
 	if rej := p.c.admit(&kp.m, now); rej != nil {
 		p.finishReject(kp, r, rej)
-		return
+		return rej
 	}
 	stampKafka(r, p.c.deadline(&kp.m), kp.m.crit)
 	kp.userCtx = r.Context
-	p.send(kp, r, now)
+	if rej := p.send(kp, r, now); rej != nil {
+		return rej
+	}
+	return nil
 }
 
 // now reads the clock once for a record. With the system clock and no
@@ -189,13 +266,17 @@ func (p *KafkaProducer) now(r *kgo.Record) int64 {
 	return p.c.mono.nanos()
 }
 
-func (p *KafkaProducer) send(kp *kpending, r *kgo.Record, now int64) {
+// send makes one attempt of kp's record; it returns the rejection it
+// handed to done when the adaptive throttle refused the attempt, else nil
+// (the record is franz-go's).
+func (p *KafkaProducer) send(kp *kpending, r *kgo.Record, now int64) *RejectError {
 	if rej := p.c.beforeSend(&kp.m, now); rej != nil {
 		p.finishReject(kp, r, rej)
-		return
+		return rej
 	}
 	r.Context = kp
 	p.cl.Produce(kp.m.ctx, r, p.promiseFn)
+	return nil
 }
 
 // promise is the one franz-go promise of the producer.

@@ -170,7 +170,13 @@ func (p *NATSProducer) failSync(ms *msg, m *nats.Msg, rej *RejectError) error {
 // outstanding. The ack is awaited until the message's deadline (or 30s
 // without one); after that the outcome is unknown and reported as an
 // error. A nil done is allowed; failures are then logged and counted.
-func (p *NATSProducer) PublishAsync(ctx context.Context, m *nats.Msg, done func(*nats.Msg, *jetstream.PubAck, error), opts ...CallOption) {
+//
+// As KafkaProducer.ProduceAsync, it returns a refusal at call time: when
+// the SDK refused m before handing it to nats.go (Drop's refusals, a stop
+// lease, a failed Block wait, ...), the very error done received, after
+// done returned, counted once; nil when m was published and its outcome
+// comes through done only.
+func (p *NATSProducer) PublishAsync(ctx context.Context, m *nats.Msg, done func(*nats.Msg, *jetstream.PubAck, error), opts ...CallOption) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -181,7 +187,7 @@ func (p *NATSProducer) PublishAsync(ctx context.Context, m *nats.Msg, done func(
 		} else {
 			p.c.unhandledFailure(err)
 		}
-		return
+		return err
 	}
 	stream := p.topicOf(ctx, m.Subject)
 	np := &npending{nm: m, stream: stream, done: done}
@@ -190,30 +196,37 @@ func (p *NATSProducer) PublishAsync(ctx context.Context, m *nats.Msg, done func(
 	now := p.c.mono.nanos()
 	if rej := p.c.admit(&np.m, now); rej != nil {
 		p.finishAsync(np, nil, rej)
-		return
+		return rej
 	}
 	np.counted = true
 	p.stamp(ctx, m, &np.m, stream)
-	p.sendAsync(np, now)
+	if rej := p.sendAsync(np, now); rej != nil {
+		return rej
+	}
+	return nil
 }
 
 // sendAsync makes one attempt of np and hands its future to the
 // collector. Every path ends in exactly one of: np queued for the
-// collector, or np finished (its done called, its slot released).
-func (p *NATSProducer) sendAsync(np *npending, now int64) {
+// collector, or np finished (its done called, its slot released). It
+// returns the rejection it handed to done when the SDK refused the
+// attempt before handing it to nats.go (closed, or the adaptive
+// throttle), else nil.
+func (p *NATSProducer) sendAsync(np *npending, now int64) *RejectError {
 	if p.c.closed.Load() {
 		// Admitted before Close but not sent yet: do not send after Close.
-		p.finishAsync(np, nil, p.c.closedReject(np.m.t, np.m.attempts, nil))
-		return
+		rej := p.c.closedReject(np.m.t, np.m.attempts, nil)
+		p.finishAsync(np, nil, rej)
+		return rej
 	}
 	if rej := p.c.beforeSend(&np.m, now); rej != nil {
 		p.finishAsync(np, nil, rej)
-		return
+		return rej
 	}
 	f, err := p.js.PublishMsgAsync(np.nm, noRetry...)
 	if err != nil {
 		p.resultAsync(np, nil, err)
-		return
+		return nil
 	}
 	np.fut = f
 	p.qmu.RLock()
@@ -224,13 +237,14 @@ func (p *NATSProducer) sendAsync(np *npending, now int64) {
 		select {
 		case p.queue <- np:
 			p.qmu.RUnlock()
-			return
+			return nil
 		case <-p.c.ctx.Done():
 		}
 	}
 	p.qmu.RUnlock()
 	// The collector has exited or is about to: nobody will await the ack.
 	p.finishAsync(np, nil, p.c.closedReject(np.m.t, np.m.attempts, errNoAck))
+	return nil
 }
 
 // resultAsync handles the outcome of one async attempt.
