@@ -58,9 +58,11 @@ type chunk struct {
 }
 
 type simPartition struct {
-	q            []chunk
+	q            []chunk // unconsumed messages, oldest first
+	done         []chunk // consumed and not yet committed, oldest first
 	end          float64 // messages ever written
 	consumed     float64
+	committed    float64 // the consumer's committed position
 	consumedTick float64 // consumed in the current tick
 }
 
@@ -76,6 +78,13 @@ type simConfig struct {
 	capacity func(t float64) float64
 	// partCap caps one partition's consumption (msg/s); nil or < 0: none.
 	partCap func(p int, t float64) float64
+	// commitEvery is the consumer's commit interval (as franz-go's
+	// auto-commit: the position consumed so far, on a timer that drifts
+	// by up to ±10% per commit, from a seeded source); the observer sees
+	// committed positions only, and learns the cadence (State.CommitInterval
+	// is set to it when the tracker leaves it unknown). 0: the consumer
+	// commits every tick (the observer sees its exact position).
+	commitEvery time.Duration
 	// members is the number of group members at t; nil: 1.
 	members func(t float64) int
 	// observeFails makes the observation at t fail (a sample with Err).
@@ -109,11 +118,62 @@ type simStep struct {
 type simResult struct {
 	cfg   simConfig
 	steps []simStep
-	// per tick: t and the true head age (seconds)
-	tickT, tickHead []float64
+	// per tick: t, the true head age (seconds), what the producers offered
+	// and were admitted (messages), and whether the consumer had capacity
+	// to spare (it consumed less than its capacity in the tick)
+	tickT, tickHead         []float64
+	tickOffered, tickAdmitd []float64
+	tickSpare               []bool
+}
+
+// sim is the state of one run.
+type sim struct {
+	cfg     simConfig
+	tb      testing.TB
+	tracker *lag.Tracker
+	ctl     *Controller
+	book    *LeaseBook
+	rng     *rand.Rand
+	target  lag.Target
+	parts   []*simPartition
+	res     *simResult
+	now     time.Time
+	// nextCommit is when the consumer commits next (commitEvery > 0).
+	nextCommit time.Time
 }
 
 func runSim(tb testing.TB, cfg simConfig) *simResult {
+	tb.Helper()
+	s := newSim(tb, cfg)
+	cfg = s.cfg
+	dt := cfg.tick.Seconds()
+	perInterval := int(cfg.interval / cfg.tick)
+	total := int(cfg.duration / cfg.tick)
+	noiseF := 1.0
+	for k := 0; k < total; k++ {
+		t := float64(k) * dt
+		if k%perInterval == 0 && cfg.noise > 0 {
+			noiseF = 1 + cfg.noise*(2*s.rng.Float64()-1)
+		}
+		s.deliverLeases()
+		offered, admitted := s.produce(t)
+		spare := s.consume(t, max(cfg.capacity(t)*noiseF, 0)*dt)
+		s.now = s.now.Add(cfg.tick)
+		s.commit()
+		t = float64(k+1) * dt
+		r := s.res
+		r.tickT = append(r.tickT, t)
+		r.tickHead = append(r.tickHead, trueHeadAge(s.parts, s.now))
+		r.tickOffered, r.tickAdmitd = append(r.tickOffered, offered), append(r.tickAdmitd, admitted)
+		r.tickSpare = append(r.tickSpare, spare)
+		if (k+1)%perInterval == 0 {
+			s.observe(t, dt)
+		}
+	}
+	return s.res
+}
+
+func newSim(tb testing.TB, cfg simConfig) *sim {
 	tb.Helper()
 	if cfg.interval == 0 {
 		cfg.interval = time.Second
@@ -135,16 +195,18 @@ func runSim(tb testing.TB, cfg simConfig) *simResult {
 	}
 	rules := lag.Rules{
 		LagAge:     cfg.policy.MaxAge,
-		StallAfter: 5 * time.Second,
+		StallAfter: max(5*time.Second, 2*cfg.commitEvery),
 		StaleAfter: max(3*cfg.interval, 3*time.Second),
 		RateWindow: 2 * time.Second,
 	}
-	tracker := lag.NewTracker(func(lag.Target) lag.Rules { return rules })
-	ctl, err := NewController(cfg.ctl)
-	if err != nil {
+	s := &sim{cfg: cfg, tb: tb, now: simT0, res: &simResult{cfg: cfg},
+		target: lag.Target{Kind: lag.KindKafka, Cluster: "sim", Topic: "orders", Group: "billing"}}
+	s.tracker = lag.NewTracker(func(lag.Target) lag.Rules { return rules })
+	var err error
+	if s.ctl, err = NewController(cfg.ctl); err != nil {
 		tb.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(cfg.seed, 7))
+	s.rng = rand.New(rand.NewPCG(cfg.seed, 7))
 	alloc := func(total float64, ds []Demand) []Grant {
 		gs := PriorityFair(total, ds)
 		checkGrants(tb, total, ds, gs)
@@ -153,164 +215,187 @@ func runSim(tb testing.TB, cfg simConfig) *simResult {
 		}
 		return gs
 	}
-	book, err := NewLeaseBook(LeaseConfig{Interval: cfg.interval, Allocator: alloc, Rand: rng.Float64})
-	if err != nil {
+	if s.book, err = NewLeaseBook(LeaseConfig{Interval: cfg.interval, Allocator: alloc, Rand: s.rng.Float64}); err != nil {
 		tb.Fatal(err)
 	}
-	target := lag.Target{Kind: lag.KindKafka, Cluster: "sim", Topic: "orders", Group: "billing"}
-	topic := TopicOf(target)
-	parts := make([]*simPartition, cfg.partitions)
-	for i := range parts {
-		parts[i] = &simPartition{}
+	s.parts = make([]*simPartition, cfg.partitions)
+	for i := range s.parts {
+		s.parts[i] = &simPartition{}
 	}
-	res := &simResult{cfg: cfg}
-	dt := cfg.tick.Seconds()
-	perInterval := int(cfg.interval / cfg.tick)
-	total := int(cfg.duration / cfg.tick)
-	noiseF := 1.0
-	now := simT0
-	for k := 0; k < total; k++ {
-		t := float64(k) * dt
-		if k%perInterval == 0 && cfg.noise > 0 {
-			noiseF = 1 + cfg.noise*(2*rng.Float64()-1)
-		}
-		// Leases that have arrived.
-		for _, p := range cfg.producers {
-			for len(p.pending) > 0 && !p.pending[0].at.After(now) {
-				l := p.pending[0].l
-				p.pending = p.pending[1:]
-				if !p.hasLease {
-					p.tokens = float64(l.Burst)
-				}
-				p.lease, p.hasLease = l, true
-			}
-		}
-		// Produce.
-		for _, p := range cfg.producers {
-			if !p.active(t) {
-				continue
-			}
-			want := p.offer(t) * dt
-			adm := want
-			if p.hasLease && !p.lease.Advisory && !p.lease.IsUnlimited() {
-				// A fluid token bucket: the bucket holds at least one
-				// tick of tokens so that a small burst does not starve.
-				p.tokens = min(p.tokens+p.lease.Rate*dt, max(float64(p.lease.Burst), p.lease.Rate*dt))
-				adm = min(want, p.tokens)
-				p.tokens -= adm
-			}
-			p.offered += want
-			p.admitted += adm
-			if t >= cfg.window[0] && t < cfg.window[1] {
-				p.winOffered += want
-				p.winAdmitted += adm
-			}
-			if adm <= 0 {
-				continue
-			}
-			var avoid []int32
-			if p.honorAvoid && p.hasLease {
-				avoid = p.lease.AvoidPartitions
-			}
-			n := cfg.partitions - len(avoid)
-			for i, part := range parts {
-				if n < cfg.partitions && slices.Contains(avoid, int32(i)) {
-					continue
-				}
-				share := adm / float64(n)
-				part.end += share
-				if l := len(part.q); l > 0 && part.q[l-1].t.Equal(now) {
-					part.q[l-1].n += share
-				} else {
-					part.q = append(part.q, chunk{n: share, t: now})
-				}
-			}
-		}
-		// Consume: the capacity is pooled over partitions with work, each
-		// optionally capped.
-		budget := max(cfg.capacity(t)*noiseF, 0) * dt
-		for round := 0; round < 3 && budget > 1e-9; round++ {
-			var busy []int
-			for i, part := range parts {
-				if part.backlog() > 1e-9 && (cfg.partCap == nil || cfg.partCap(i, t) < 0 || part.consumedTick < cfg.partCap(i, t)*dt-1e-12) {
-					busy = append(busy, i)
-				}
-			}
-			if len(busy) == 0 {
-				break
-			}
-			share := budget / float64(len(busy))
-			for _, i := range busy {
-				part := parts[i]
-				take := min(share, part.backlog())
-				if cfg.partCap != nil && cfg.partCap(i, t) >= 0 {
-					take = min(take, cfg.partCap(i, t)*dt-part.consumedTick)
-				}
-				part.take(take)
-				budget -= take
-			}
-		}
-		for _, part := range parts {
-			part.consumedTick = 0
-		}
-		now = now.Add(cfg.tick)
-		t = float64(k+1) * dt
-		head := trueHeadAge(parts, now)
-		res.tickT = append(res.tickT, t)
-		res.tickHead = append(res.tickHead, head)
+	// The first commit comes at a phase unrelated to the observations.
+	s.nextCommit = simT0.Add(cfg.commitEvery * 3 / 7)
+	return s
+}
 
-		if (k+1)%perInterval != 0 {
+// deliverLeases hands the producers the leases that have arrived.
+func (s *sim) deliverLeases() {
+	for _, p := range s.cfg.producers {
+		for len(p.pending) > 0 && !p.pending[0].at.After(s.now) {
+			l := p.pending[0].l
+			p.pending = p.pending[1:]
+			if !p.hasLease {
+				p.tokens = float64(l.Burst)
+			}
+			p.lease, p.hasLease = l, true
+		}
+	}
+}
+
+// produce runs the producers for one tick and returns what they offered
+// and what their leases admitted, in messages.
+func (s *sim) produce(t float64) (offered, admitted float64) {
+	cfg := &s.cfg
+	dt := cfg.tick.Seconds()
+	for _, p := range cfg.producers {
+		if !p.active(t) {
 			continue
 		}
-		// Observe.
-		s := lag.Sample{Target: target, At: now, Members: cfg.members(t), GroupState: "Stable"}
-		if cfg.observeFails != nil && cfg.observeFails(t) {
-			s.Err = "broker unreachable"
-		} else {
-			for i, part := range parts {
-				end, cons := int64(math.Floor(part.end+1e-9)), int64(math.Floor(part.consumed+1e-9))
-				ps := lag.PartitionSample{Partition: int32(i), End: end, Committed: cons, Lag: max(end-cons, 0)}
-				if ps.Lag > 0 && len(part.q) > 0 {
-					ps.HeadTime, ps.HeadKnown = part.q[0].t, true
-				}
-				s.Partitions = append(s.Partitions, ps)
-			}
+		want := p.offer(t) * dt
+		adm := want
+		if p.hasLease && !p.lease.Advisory && !p.lease.IsUnlimited() {
+			// A fluid token bucket: the bucket holds at least one
+			// tick of tokens so that a small burst does not starve.
+			p.tokens = min(p.tokens+p.lease.Rate*dt, max(float64(p.lease.Burst), p.lease.Rate*dt))
+			adm = min(want, p.tokens)
+			p.tokens -= adm
 		}
-		st := tracker.Observe(s, now)
-		dec := ctl.Step(st, cfg.policy, now)
-		if dec.Rate < cfg.policy.MinRate {
-			tb.Fatalf("t=%.2f: rate %v below the floor %v", t, dec.Rate, cfg.policy.MinRate)
+		p.offered += want
+		p.admitted += adm
+		offered += want
+		admitted += adm
+		if t >= cfg.window[0] && t < cfg.window[1] {
+			p.winOffered += want
+			p.winAdmitted += adm
 		}
-		if dec.Rule == RuleNone {
-			tb.Fatalf("t=%.2f: a decision without a rule: %s", t, dec.Reason)
+		if adm <= 0 {
+			continue
 		}
-		for _, p := range cfg.producers {
-			if !p.active(t) {
+		var avoid []int32
+		if p.honorAvoid && p.hasLease {
+			avoid = p.lease.AvoidPartitions
+		}
+		n := cfg.partitions - len(avoid)
+		for i, part := range s.parts {
+			if n < cfg.partitions && slices.Contains(avoid, int32(i)) {
 				continue
 			}
-			r := Report{Producer: p.id, Topic: topic, Criticality: p.crit, Demand: p.offer(t)}
-			if p.unknown {
-				r.Demand = UnknownDemand
-			}
-			if err := book.Report(r, now); err != nil {
-				tb.Fatal(err)
-			}
+			share := adm / float64(n)
+			part.end += share
+			part.q = appendChunk(part.q, share, s.now)
 		}
-		book.Expire(now)
-		leases := book.Apply(dec, cfg.policy, now)
-		for _, l := range leases {
-			for _, p := range cfg.producers {
-				if p.id == l.Producer {
-					p.pending = append(p.pending, pendingLease{at: now.Add(cfg.pushDelay), l: l})
-				}
-			}
-		}
-		res.steps = append(res.steps, simStep{
-			t: t, capacity: cfg.capacity(t - dt), consumeInst: st.ConsumeRateInstant, produceInst: st.ProduceRateInstant,
-			headAge: head, dec: dec, leases: leases,
-		})
 	}
-	return res
+	return offered, admitted
+}
+
+func appendChunk(q []chunk, n float64, t time.Time) []chunk {
+	if l := len(q); l > 0 && q[l-1].t.Equal(t) {
+		q[l-1].n += n
+		return q
+	}
+	return append(q, chunk{n: n, t: t})
+}
+
+// consume spends budget messages of capacity on the partitions with work,
+// pooled, each optionally capped; it reports whether some was left unused.
+func (s *sim) consume(t, budget float64) (spare bool) {
+	cfg := &s.cfg
+	dt := cfg.tick.Seconds()
+	for round := 0; round < 3 && budget > 1e-9; round++ {
+		var busy []int
+		for i, part := range s.parts {
+			if part.backlog() > 1e-9 && (cfg.partCap == nil || cfg.partCap(i, t) < 0 || part.consumedTick < cfg.partCap(i, t)*dt-1e-12) {
+				busy = append(busy, i)
+			}
+		}
+		if len(busy) == 0 {
+			break
+		}
+		share := budget / float64(len(busy))
+		for _, i := range busy {
+			part := s.parts[i]
+			take := min(share, part.backlog())
+			if cfg.partCap != nil && cfg.partCap(i, t) >= 0 {
+				take = min(take, cfg.partCap(i, t)*dt-part.consumedTick)
+			}
+			part.take(take)
+			budget -= take
+		}
+	}
+	for _, part := range s.parts {
+		part.consumedTick = 0
+	}
+	return budget > 1e-6
+}
+
+// commit moves the committed positions: every tick without a commit
+// interval, else when the drifting commit timer fires.
+func (s *sim) commit() {
+	if s.cfg.commitEvery > 0 {
+		if s.now.Before(s.nextCommit) {
+			return
+		}
+		drift := 1 + 0.1*(2*s.rng.Float64()-1)
+		s.nextCommit = s.nextCommit.Add(time.Duration(float64(s.cfg.commitEvery) * drift))
+	}
+	for _, part := range s.parts {
+		part.committed, part.done = part.consumed, part.done[:0]
+	}
+}
+
+// observe is one observation: a sample of the committed positions, the
+// tracker, the controller, the lease book, and the leases on their way.
+func (s *sim) observe(t, dt float64) {
+	cfg, tb, now := &s.cfg, s.tb, s.now
+	smp := lag.Sample{Target: s.target, At: now, Members: cfg.members(t), GroupState: "Stable"}
+	if cfg.observeFails != nil && cfg.observeFails(t) {
+		smp.Err = "broker unreachable"
+	} else {
+		for i, part := range s.parts {
+			end, cons := int64(math.Floor(part.end+1e-9)), int64(math.Floor(part.committed+1e-9))
+			ps := lag.PartitionSample{Partition: int32(i), End: end, Committed: cons, Lag: max(end-cons, 0)}
+			if head, ok := part.committedHead(); ok && ps.Lag > 0 {
+				ps.HeadTime, ps.HeadKnown = head, true
+			}
+			smp.Partitions = append(smp.Partitions, ps)
+		}
+	}
+	st := s.tracker.Observe(smp, now)
+	if st.CommitInterval == 0 {
+		st.CommitInterval = cfg.commitEvery
+	}
+	dec := s.ctl.Step(st, cfg.policy, now)
+	if dec.Rate < cfg.policy.MinRate {
+		tb.Fatalf("t=%.2f: rate %v below the floor %v", t, dec.Rate, cfg.policy.MinRate)
+	}
+	if dec.Rule == RuleNone {
+		tb.Fatalf("t=%.2f: a decision without a rule: %s", t, dec.Reason)
+	}
+	topic := TopicOf(s.target)
+	for _, p := range cfg.producers {
+		if !p.active(t) {
+			continue
+		}
+		r := Report{Producer: p.id, Topic: topic, Criticality: p.crit, Demand: p.offer(t)}
+		if p.unknown {
+			r.Demand = UnknownDemand
+		}
+		if err := s.book.Report(r, now); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	s.book.Expire(now)
+	leases := s.book.Apply(dec, cfg.policy, now)
+	for _, l := range leases {
+		for _, p := range cfg.producers {
+			if p.id == l.Producer {
+				p.pending = append(p.pending, pendingLease{at: now.Add(cfg.pushDelay), l: l})
+			}
+		}
+	}
+	s.res.steps = append(s.res.steps, simStep{
+		t: t, capacity: cfg.capacity(t - dt), consumeInst: st.ConsumeRateInstant, produceInst: st.ProduceRateInstant,
+		headAge: trueHeadAge(s.parts, now), dec: dec, leases: leases,
+	})
 }
 
 // take consumes n messages from the head of the partition.
@@ -320,12 +405,27 @@ func (p *simPartition) take(n float64) {
 	for n > 1e-12 && len(p.q) > 0 {
 		if p.q[0].n <= n {
 			n -= p.q[0].n
+			p.done = appendChunk(p.done, p.q[0].n, p.q[0].t)
 			p.q = p.q[1:]
 			continue
 		}
 		p.q[0].n -= n
+		p.done = appendChunk(p.done, n, p.q[0].t)
 		n = 0
 	}
+}
+
+// committedHead is the production time of the message at the committed
+// position: what an observer that sees commits reads as the head.
+func (p *simPartition) committedHead() (time.Time, bool) {
+	for _, q := range [][]chunk{p.done, p.q} {
+		for _, c := range q {
+			if c.n >= 1e-6 {
+				return c.t, true
+			}
+		}
+	}
+	return time.Time{}, false
 }
 
 func trueHeadAge(parts []*simPartition, now time.Time) float64 {
