@@ -47,7 +47,8 @@ type ControllerConfig struct {
 	Engage float64
 	// Probe is the multiplicative increase per interval of a limited
 	// rate while the backlog is near empty (wait under Engage/2 of the
-	// budget) and the consumer keeps up: rate x (1 + Probe). It is capped
+	// budget) and the consumer keeps up, or while it has capacity to
+	// spare (docs/quota-control.md): rate x (1 + Probe). It is capped
 	// per target so that one interval of probing cannot overshoot by
 	// more than half the slack between the setpoint and the budget.
 	// Default 0.5; > 0.
@@ -104,6 +105,10 @@ const bindRatio = 0.9
 // setpoint, the allowed rate exceeds the capacity by at most this fraction
 // (from the engage threshold up).
 const maxFill = 0.1
+
+// floorMemory is the time constant over which the controller forgets the
+// standing wait of a healthy target (see judge), seconds.
+const floorMemory = 30.0
 
 // keepUpRatio: the consumer "keeps up" when it consumed at least this
 // fraction of what was produced during the last interval.
@@ -226,10 +231,14 @@ type Decision struct {
 	// Capacity is the consume rate the controller works with, msg/s.
 	// When CapacityKnown is false the consumer was not saturated and
 	// this is only what it consumed (a lower bound of its capacity).
+	// Between the commits of a consumer that commits less often than it
+	// is observed, it is the last measured value, held.
 	Capacity      float64 `json:"capacity"`
 	CapacityKnown bool    `json:"capacityKnown"`
-	// Wait is the predicted wait of a message produced now: Lag /
-	// Capacity. lag.Never (-1) when there is lag and nothing is consumed.
+	// Wait is the predicted wait of a message produced now: the backlog
+	// (Lag, less what a consumer seen through its commits has consumed
+	// and not committed yet) / Capacity. lag.Never (-1) when there is a
+	// backlog and nothing is consumed.
 	Wait time.Duration `json:"wait"`
 	// TargetWait is the wait the controller steers to under sustained
 	// overload: Setpoint x (MaxAge - ProcessingTime), but at most one
@@ -316,12 +325,26 @@ type control struct {
 	limited   bool
 	rate      float64 // rate in force while limited
 	capacity  float64 // smoothed consume rate, msg/s
-	interval  float64 // smoothed observation interval, seconds
+	// floor is the standing wait the target showed while healthy, seconds.
+	floor float64
+	// ceiling is the capacity the consumer showed: its capacity when last
+	// saturated, raised by any higher rate it consumed since, msg/s.
+	ceiling float64
+	// moveAt is the State.At of the last observation that measured the
+	// consumption (the position moved, or there was nothing to consume);
+	// spanProduced the messages produced since.
+	moveAt       time.Time
+	spanProduced float64
+	interval     float64 // smoothed observation interval, seconds
 	// paused: the last decision paused admission on a step down.
 	paused bool
 	// headLate: the last observation's head was older than MaxAge.
 	headLate bool
-	release  int // consecutive observations with the rate unused
+	// saturated: the last observation that measured the consumption found
+	// the consumer saturated; moveBacklog is the backlog it saw.
+	saturated   bool
+	moveBacklog float64
+	release     int // consecutive observations with the rate unused
 	// hardStopped: the last decision was a stop for hard age.
 	hardStopped bool
 	parts       map[int32]partTrack
@@ -389,18 +412,19 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 		d.Rule, d.Reason = RuleAbandoned, "no live consumer ("+orDash(st.Reason)+"): abandoned, binds no producer"
 		return d
 	case st.Status == lag.StatusStale || !st.RatesKnown || st.At.IsZero():
-		return c.unfresh(tc, d, st, now)
+		return c.unfresh(tc, d, &st, now)
 	case tc.has && !st.At.After(tc.lastAt):
 		// Same observation again: nothing new to decide on.
 		r := tc.last
 		r.At = now
 		return r
 	}
-	v := c.measure(tc, st, &p)
-	rule, reason := c.regime(tc, st, &v)
-	c.signal(tc, &d, st, &p, &v, rule, reason)
+	var v reading
+	c.measure(tc, &st, &p, &v)
+	rule, reason := c.regime(tc, &st, &v)
+	c.signal(tc, &d, &st, &p, &v, rule, reason)
 	tc.has, tc.last, tc.lastAt, tc.lastFresh = true, d, st.At, now
-	tc.headLate = st.HeadAge > p.MaxAge
+	tc.headLate = v.headAge > p.MaxAge.Seconds()
 	tc.paused = v.stepDown && v.engaged && st.Status != lag.StatusStopped
 	return d
 }
@@ -408,7 +432,7 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 // unfresh decides on a state without fresh rates: the last fresh decision,
 // held, for up to MaxHold after it was made; then unlimited, and the record
 // starts from scratch when data returns.
-func (c *Controller) unfresh(tc *control, d Decision, st lag.State, now time.Time) Decision {
+func (c *Controller) unfresh(tc *control, d Decision, st *lag.State, now time.Time) Decision {
 	if tc.has && now.Sub(tc.lastFresh) <= c.cfg.MaxHold {
 		h := tc.last
 		h.At, h.Held, h.Rule = now, true, RuleHold
@@ -427,31 +451,57 @@ func (c *Controller) unfresh(tc *control, d Decision, st lag.State, now time.Tim
 // reading is what one fresh observation tells the controller: the figures
 // every rule decides from. Times are in seconds, rates in msg/s.
 type reading struct {
-	dt         float64 // this observation interval
+	dt   float64 // this observation interval
+	span float64 // the time the consumption was measured over (>= dt)
+	// commits: the position is a commit of a consumer whose cadence is
+	// known (State.CommitInterval, Source commits).
+	commits   bool
+	since     float64 // how long ago it committed the position seen (0: exact enough)
+	headAge   float64 // the head's age at the commit (HeadAge - since)
+	headKnown bool    // State.HeadAgeKnown
+	// queued: the wait less the standing wait the target shows when
+	// healthy (see judge), seconds.
+	queued     float64
 	budget     float64 // L: MaxAge - ProcessingTime
 	setWait    float64 // W*: the standing wait steered to under overload
 	engageWait float64 // E: the wait above which the consumer is saturated
-	consumed   float64 // the consume rate measured in the interval
+	consumed   float64 // the consume rate measured (see consumption)
 	produced   float64 // the produce rate of the interval
 	prevCap    float64 // the capacity estimate before this observation
 	capacity   float64 // C: the capacity estimate
-	backlog    float64 // B: messages
+	lag        float64 // messages, as observed
+	backlog    float64 // B: the lag minus the commit slack, messages
 	setBacklog float64 // B* = W*·C
 	wait       float64 // W = B / C; +Inf with a backlog and nothing consumed
-	engaged    bool    // W > E: the consumer is saturated
-	stepDown   bool    // capacity fell during the interval: pause
-	law        float64 // the saturated law's rate (0 while draining dead work)
-	probe      float64 // the multiplicative step of a probe
+	// measured: the interval measured the consumption; false while a
+	// consumer that commits less often than it is observed has not
+	// committed yet (its capacity is then unknown, not 0).
+	measured bool
+	// keepsUp: measured, and the consumer consumed at least keepUpRatio
+	// of what was produced since its position last moved, or has no
+	// backlog.
+	keepsUp bool
+	// spare: the producers are refused (binding) while the consumer
+	// keeps up at well below the rate it showed before (the ceiling):
+	// it has capacity to spare, whatever standing lag it shows.
+	spare    bool
+	engaged  bool    // W > E and no spare capacity: the consumer is saturated
+	stepDown bool    // capacity fell during the interval: pause
+	law      float64 // the saturated law's rate (0 while draining dead work)
+	probe    float64 // the multiplicative step of a probe
+	// wasSaturated: the last measured observation found the consumer
+	// saturated.
+	wasSaturated bool
 	// binding: the target was limited and the producers used the whole
 	// rate in force (at least bindRatio of it) during the interval.
 	binding bool
 }
 
-// measure reads st into a reading and updates the smoothed interval and
-// capacity of tc.
-func (c *Controller) measure(tc *control, st lag.State, p *Policy) reading {
+// measure reads st into v and updates the smoothed interval and capacity
+// of tc.
+func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) {
 	cfg := &c.cfg
-	v := reading{budget: p.Budget().Seconds(), produced: st.ProduceRateInstant, backlog: float64(st.Lag)}
+	v.budget, v.produced, v.lag = p.Budget().Seconds(), st.ProduceRateInstant, float64(st.Lag)
 	v.binding = tc.limited && v.produced >= bindRatio*tc.rate
 	// The observation interval, as measured, and its smoothed value, the
 	// delay of the feedback loop.
@@ -473,28 +523,161 @@ func (c *Controller) measure(tc *control, st lag.State, p *Policy) reading {
 	v.setWait = min(cfg.Setpoint*v.budget, tc.interval)
 	v.engageWait = v.setWait * cfg.Engage / cfg.Setpoint
 
-	v.consumed = st.ConsumeRateInstant
-	v.prevCap = tc.capacity
-	c.estimateCapacity(tc, st, p, &v)
+	v.prevCap, v.wasSaturated = tc.capacity, tc.saturated
+	c.consumption(tc, st, v)
+	v.commits = st.CommitInterval > 0 && (st.Source == "" || st.Source == lag.SourceCommits)
+	if v.commits {
+		v.since = commitAge(tc, st, v)
+	}
+	v.headAge, v.headKnown = max(st.HeadAge.Seconds()-v.since, 0), st.HeadAgeKnown
+	v.capacity = tc.capacity
+	if v.measured {
+		c.estimateCapacity(tc, st, p, v)
+	}
+	backlog(tc, v, st.At)
 	switch {
-	case v.backlog <= 0:
+	case v.backlog <= 0 || (!v.measured && v.capacity <= 0):
+		// No backlog, or nothing measured yet to judge it by.
 		v.wait = 0
 	case v.capacity > 0:
 		v.wait = v.backlog / v.capacity
 	default:
 		v.wait = math.Inf(1)
 	}
-	v.engaged = v.wait > v.engageWait
-	c.saturatedLaw(tc, st, &v)
-	return v
+	c.judge(tc, v)
+	c.saturatedLaw(tc, v)
+}
+
+// judge decides whether the consumer keeps up, has capacity to spare, and
+// is saturated (v.keepsUp, v.spare, v.engaged), and updates the ceiling:
+// the capacity the consumer showed when it was last saturated, raised by
+// any higher rate it consumed since.
+func (c *Controller) judge(tc *control, v *reading) {
+	v.keepsUp = v.keepsUp || (v.measured && v.backlog <= 0)
+	v.spare = v.binding && v.keepsUp && v.consumed < (1-c.cfg.StepThreshold)*tc.ceiling && v.backlog <= v.engageWait*tc.ceiling
+	// Whether work is queued: the wait, less the standing wait the
+	// target shows while healthy (tc.floor: what consumed-but-uncommitted
+	// work and messages in flight look like), which no quota can remove.
+	// With positions from commits the wait rests on a consume rate
+	// measured between commits known only to an interval; the age of the
+	// message at the committed position is the wait it had: the smaller
+	// counts.
+	queued := v.wait
+	if v.commits && v.headKnown {
+		queued = min(queued, v.headAge)
+	}
+	v.queued = max(queued-tc.floor, 0)
+	v.engaged = v.wait > v.engageWait && !v.spare
+	if !tc.limited {
+		v.engaged = v.engaged && v.queued > v.engageWait
+		if v.commits && v.measured && !v.engaged {
+			// Healthy: learn the standing wait (its recent peak, up to
+			// the engage threshold, forgotten over floorMemory).
+			tc.floor = max(min(queued, v.engageWait), tc.floor*math.Exp(-v.dt/floorMemory))
+		}
+	}
+	switch {
+	case !v.measured:
+	case v.engaged:
+		tc.ceiling, tc.saturated = v.capacity, true
+	default:
+		tc.ceiling, tc.saturated = max(tc.ceiling, v.consumed), false
+	}
+}
+
+// consumption sets v.consumed, v.span, v.measured and v.keepsUp, aware of
+// the consumer's commit cadence (State.CommitInterval).
+//
+// A consumer that commits less often than it is observed moves its
+// committed position in jumps: an interval without a commit reads as
+// nothing consumed, the one with the commit as several intervals' worth.
+// Neither is its rate. So while the cadence is known, there is lag and the
+// position has not moved, the interval measures nothing (the capacity is
+// unknown, not 0) until the commit is overdue (1.5 commit intervals plus
+// one observation interval since the last move: then nothing consumed is
+// taken at its word); and a move is spread over the time since the
+// previous one. With the cadence unknown, or positions that move every
+// interval (an estimate, a consumer's reports), this is the interval's
+// consume rate.
+func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
+	cadence := st.CommitInterval.Seconds()
+	moved := st.ConsumeRateInstant > 0 || st.Lag <= 0 || cadence <= 0
+	if !moved && (!tc.has || tc.moveAt.IsZero()) {
+		// The first sighting: when it last committed is unknown; the
+		// span starts now.
+		tc.moveAt, tc.spanProduced = st.At, 0
+		return
+	}
+	span := v.dt
+	if !tc.moveAt.IsZero() {
+		span = max(st.At.Sub(tc.moveAt).Seconds(), v.dt)
+	}
+	produced := tc.spanProduced + v.produced*v.dt // messages since the last move
+	switch {
+	case moved:
+		v.consumed, v.span = st.ConsumeRateInstant*v.dt/span, span
+		tc.moveAt, tc.spanProduced = st.At, 0
+	case span > 1.5*cadence+v.dt:
+		// Overdue: the consumer consumed nothing that it committed.
+		v.consumed, v.span, tc.spanProduced = 0, span, produced
+	default:
+		tc.spanProduced = produced
+		return
+	}
+	v.measured = true
+	v.keepsUp = v.consumed*span >= keepUpRatio*produced
+}
+
+// commitAge is how long ago, in seconds, a consumer that commits less
+// often than it is observed committed the position st reports:
+// State.Uncertainty when the observer knows it, else the time since the
+// position was last seen to move plus half an interval (the commit
+// happened within the interval before that sighting). The commits of a
+// consumer that commits about once per observation or more often are
+// exact enough (the cadence is learned at the resolution of the
+// interval, so one that commits every poll reads the same): 0.
+func commitAge(tc *control, st *lag.State, v *reading) float64 {
+	if st.CommitInterval.Seconds() <= 1.5*v.dt {
+		return 0
+	}
+	if u := st.Uncertainty.Seconds(); u > 0 {
+		return u
+	}
+	return st.At.Sub(tc.moveAt).Seconds() + v.dt/2
+}
+
+// backlog sets v.backlog: the work waiting for the consumer, which is the
+// lag less what the consumer consumed since its last commit (v.since at
+// the smaller of its capacity and the produce rate: the commit slack).
+// A position that is not a commit is taken as it is.
+//
+// Between commits (nothing measured) the lag only grows by what is
+// produced, so the backlog is extrapolated from the one at the last move:
+// plus what was produced since, minus what the consumer consumed at its
+// capacity when it was saturated then, or at the produce rate when it was
+// not (then nothing tells whether it still keeps up, and it is taken to:
+// overload shows at the next commit, the blind spell a commit-only
+// observer has).
+func backlog(tc *control, v *reading, at time.Time) {
+	if v.measured || !v.commits {
+		v.backlog = max(v.lag-min(v.capacity, v.produced)*v.since, 0)
+		tc.moveBacklog = v.backlog
+		return
+	}
+	elapsed := at.Sub(tc.moveAt).Seconds()
+	drained := v.capacity * elapsed
+	if !tc.saturated {
+		drained = max(drained, tc.spanProduced)
+	}
+	v.backlog = max(tc.moveBacklog+tc.spanProduced-drained, 0)
 }
 
 // estimateCapacity sets v.capacity: the smoothed consume rate, restarted
 // from the instant one when they differ by more than StepThreshold (a step
 // is under way: react now, not one time constant later).
-func (c *Controller) estimateCapacity(tc *control, st lag.State, p *Policy, v *reading) {
+func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *reading) {
 	cInst := v.consumed
-	if tc.has && (tc.headLate || st.HeadAge > p.MaxAge) && tc.capacity > 0 && cInst > tc.capacity {
+	if tc.has && (tc.headLate || v.headAge > p.MaxAge.Seconds()) && tc.capacity > 0 && cInst > tc.capacity {
 		// The head was past the deadline: consumers that skip expired
 		// messages (the ttl guard) or retention then "consume" in bursts
 		// that cost them nothing. A rise seen now is not capacity; hold
@@ -517,7 +700,7 @@ func (c *Controller) estimateCapacity(tc *control, st lag.State, p *Policy, v *r
 // setpoint) uses tau; filling up to the setpoint uses a slower tauFill, so
 // that a saturated consumer is never offered more than maxFill above its
 // capacity.
-func (c *Controller) saturatedLaw(tc *control, st lag.State, v *reading) {
+func (c *Controller) saturatedLaw(tc *control, v *reading) {
 	cfg := &c.cfg
 	tau := max(v.budget-v.setWait, 2*v.dt)
 	tauFill := max(tau, (v.setWait-v.engageWait)/maxFill)
@@ -537,7 +720,7 @@ func (c *Controller) saturatedLaw(tc *control, st lag.State, v *reading) {
 	// even at the rate it just showed (so a pause cannot starve it),
 	// admit nothing for one interval and decide on the next, clean
 	// measurement (which is clean: the step was in the interval before).
-	v.stepDown = tc.has && tc.last.CapacityKnown && !tc.paused && v.prevCap > 0 &&
+	v.stepDown = v.measured && tc.has && v.wasSaturated && !tc.paused && v.prevCap > 0 &&
 		v.consumed < (1-cfg.StepThreshold)*v.prevCap && v.backlog >= v.consumed*v.dt
 	if v.stepDown {
 		law = 0
@@ -550,7 +733,7 @@ func (c *Controller) saturatedLaw(tc *control, st lag.State, v *reading) {
 
 // regime picks the rule that sets the rate in force (tc.rate, tc.limited)
 // and says why.
-func (c *Controller) regime(tc *control, st lag.State, v *reading) (Rule, string) {
+func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, string) {
 	inForce := tc.rate
 	switch {
 	case st.Status == lag.StatusStopped:
@@ -568,17 +751,27 @@ func (c *Controller) regime(tc *control, st lag.State, v *reading) (Rule, string
 			return RuleStepDown, fmt.Sprintf("capacity fell from %.0f/s to at most %.0f/s during the interval: admitting nothing until the next observation measures it (wait %s)", v.prevCap, v.consumed, secs(v.wait))
 		}
 		return RuleSaturated, fmt.Sprintf("saturated: capacity %.0f/s, wait %s, target %s", v.capacity, secs(v.wait), secs(v.setWait))
-	case v.consumed < keepUpRatio*v.produced || v.wait > v.engageWait/2:
+	case !v.measured:
+		// Limited, and the consumer has not committed since it was last
+		// seen to move: nothing new is known of its capacity; keep the
+		// rate in force.
+		return RuleAwaitCommit, fmt.Sprintf("no commit for %s (commit interval %s): capacity not measured, keeping %.0f/s",
+			st.At.Sub(tc.moveAt).Round(time.Millisecond), st.CommitInterval, tc.rate)
+	case !v.keepsUp || (v.queued > v.engageWait/2 && !v.spare):
 		// Limited, the backlog under the engage threshold but growing, or
 		// not near empty: the consumer showed (some of) its capacity;
 		// follow the law, which here allows at least that. No probing
-		// into a consumer that may be at its limit.
+		// into a consumer that may be at its limit, unless it showed
+		// capacity to spare (v.spare): then the standing lag is not work
+		// waiting for it (uncommitted work, messages in flight), and
+		// following it would lock the rate.
 		tc.rate, tc.release = v.law, 0
 		return RuleFollow, fmt.Sprintf("backlog small (wait %s), consumed %.0f/s of %.0f/s: capacity %.0f/s", secs(v.wait), v.consumed, v.produced, v.capacity)
 	}
-	// Limited and caught up: the capacity is invisible, so never cut;
-	// probe upward (multiplicative increase) while the consumer keeps up;
-	// release once the producers leave the rate unused.
+	// Limited and caught up, or with capacity to spare: the capacity is
+	// invisible, so never cut; probe upward (multiplicative increase)
+	// while the consumer keeps up; release once the producers leave the
+	// rate unused.
 	tc.rate = max(tc.rate, v.law, inForce*(1+v.probe))
 	if v.produced < c.cfg.ReleaseRatio*inForce {
 		tc.release++
@@ -594,22 +787,22 @@ func (c *Controller) regime(tc *control, st lag.State, v *reading) (Rule, string
 
 // signal completes d from the rate in force: hard age, the signal and its
 // retry-after, the partitions to avoid, the rule and the reason.
-func (c *Controller) signal(tc *control, d *Decision, st lag.State, p *Policy, v *reading, rule Rule, reason string) {
+func (c *Controller) signal(tc *control, d *Decision, st *lag.State, p *Policy, v *reading, rule Rule, reason string) {
 	proc := p.ProcessingTime.Seconds()
-	avoid, fewBad := c.lateParts(tc, st, p, v.dt, v.setWait, tc.has)
+	avoid, fewBad := c.lateParts(tc, st, p, v)
 	// Hard age: stop when a new message would be dead on arrival or the
 	// head is past it (unless only a few partitions are); once stopped,
 	// stay stopped until both the head is under the hard age and a new
 	// message's wait is back within the budget (hysteresis: the head age
 	// lags the wait, so without it the signal would flap stop, slow-down,
 	// stop while the backlog drains).
-	headOver := st.HeadAge > p.HardAge && !fewBad
+	headOver := v.headAge > p.HardAge.Seconds() && !fewBad
 	hardStop := p.HardAge > 0 && ((!math.IsInf(v.wait, 1) && v.wait+proc > p.HardAge.Seconds()) || headOver ||
 		(tc.hardStopped && v.wait > v.budget))
 	tc.hardStopped = hardStop
 	stopped := st.Status == lag.StatusStopped
 
-	d.Capacity, d.CapacityKnown = v.capacity, v.engaged
+	d.Capacity, d.CapacityKnown = v.capacity, v.engaged && (v.measured || tc.saturated)
 	d.TargetWait = time.Duration(v.setWait * float64(time.Second))
 	d.Wait = lag.Never
 	if !math.IsInf(v.wait, 1) {
@@ -664,7 +857,10 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 // list is returned only while it holds fewer than AvoidBelow of the
 // partitions (and there are at least two): "a few lag, most are fine";
 // fewBad reports that.
-func (c *Controller) lateParts(tc *control, st lag.State, p *Policy, dt, setWait float64, havePrev bool) (late []int32, fewBad bool) {
+//
+// Head ages are taken at the commit (less v.since), as for the target.
+func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading) (late []int32, fewBad bool) {
+	dt, setWait, havePrev := v.dt, v.setWait, tc.has
 	budget := p.Budget().Seconds()
 	if tc.parts == nil {
 		tc.parts = make(map[int32]partTrack, len(st.Partitions))
@@ -673,7 +869,7 @@ func (c *Controller) lateParts(tc *control, st lag.State, p *Policy, dt, setWait
 	for _, ps := range st.Partitions {
 		pos := ps.End - ps.Lag
 		pt, had := tc.parts[ps.Partition]
-		head := ps.HeadAge.Seconds()
+		head := max(ps.HeadAge.Seconds()-v.since, 0)
 		isLate := false
 		if ps.Lag > 0 {
 			wait := -1.0 // unknown

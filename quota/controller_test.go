@@ -504,7 +504,7 @@ func TestControllerSkipBurstAsHeadTurnsLate(t *testing.T) {
 // MarshalText/UnmarshalText; an unknown name is an error.
 func TestRuleText(t *testing.T) {
 	seen := map[string]bool{}
-	for r := RuleNone; r <= RuleAvoidPartitions; r++ {
+	for r := RuleNone; int(r) < len(ruleNames); r++ {
 		b, err := r.MarshalText()
 		if err != nil || seen[string(b)] || strings.HasPrefix(string(b), "Rule(") {
 			t.Fatalf("%d: %q %v (duplicate or unnamed)", r, b, err)
@@ -519,4 +519,191 @@ func TestRuleText(t *testing.T) {
 	if err := r.UnmarshalText([]byte("sideways")); err == nil {
 		t.Fatal("unknown rule accepted")
 	}
+}
+
+// TestControllerCommitCadence: a consumer that commits less often than it
+// is observed (State.CommitInterval). Its position moves in jumps: an
+// interval without a commit is not a consumer that consumed nothing, and
+// the lag it shows holds work it has done and not committed yet.
+func TestControllerCommitCadence(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	const dt = 0.25 // observed every 250 ms
+	// cad is a state of a consumer committing every ci, at step k.
+	cad := func(k int, lagN int64, consume, produce float64, ci time.Duration) lag.State {
+		s := st(float64(k)*dt, lagN, consume, produce)
+		s.CommitInterval, s.Source = ci, lag.SourceCommits
+		return s
+	}
+	// saturated: four observations of a consumer at 400/s with a second of
+	// work queued, committing every second, each with a commit (the
+	// consume rate is what moved since the last one).
+	saturated := func(c *Controller) {
+		for k := 1; k <= 4; k++ {
+			c.Step(cad(k, 400, 400, 400, time.Second), p, leaseT0.Add(time.Duration(float64(k)*dt*float64(time.Second))))
+		}
+	}
+	type obs struct {
+		lag              int64
+		consume, produce float64
+	}
+	cases := []struct {
+		name  string
+		ci    time.Duration
+		prep  func(*Controller)
+		then  []obs // observed every 250 ms after prep
+		rule  Rule  // of the last decision
+		check func(t *testing.T, d Decision)
+	}{
+		{
+			// Saturated, then 250 ms without a commit: the consume rate
+			// reads 0. That is no step down and no dead-on-arrival wait:
+			// the capacity is unknown, not 0; the backlog is what was
+			// left plus what was produced less what the consumer does at
+			// its capacity (400 + 100 - 100), and the law drains it:
+			// 400 + (100 - 350) / 1.75 = 257.
+			name: "no commit in the interval",
+			ci:   time.Second,
+			prep: saturated,
+			then: []obs{{lag: 500, consume: 0, produce: 400}},
+			rule: RuleSaturated,
+			check: func(t *testing.T, d Decision) {
+				if math.Abs(d.Rate-257.1) > 0.1 || d.Wait != 875*time.Millisecond || d.Capacity != 400 {
+					t.Errorf("rate %.1f wait %v capacity %.0f, want 257.1, 875ms, 400 (held)", d.Rate, d.Wait, d.Capacity)
+				}
+			},
+		},
+		{
+			// The commit is overdue (no move for more than 1.5 commit
+			// intervals plus one observation): nothing consumed is taken
+			// at its word.
+			name: "commit overdue",
+			ci:   time.Second,
+			prep: saturated,
+			then: []obs{{500, 0, 400}, {600, 0, 400}, {700, 0, 400}, {800, 0, 400}, {900, 0, 400}, {1000, 0, 400}, {1100, 0, 400}, {1200, 0, 400}},
+			rule: RuleDrain,
+		},
+		{
+			// Unlimited, the first sighting of a consumer whose commit is
+			// not in the interval: no rate to judge by yet; unlimited.
+			name: "first sighting without a commit",
+			ci:   5 * time.Second,
+			then: []obs{{lag: 2000, consume: 0, produce: 800}},
+			rule: RuleUnlimited,
+		},
+		{
+			// Limited and probing, then a reading between 5 s commits:
+			// nothing new is known of the consumer: the rate is kept.
+			name: "await the commit",
+			ci:   5 * time.Second,
+			prep: func(c *Controller) {
+				c.Step(cad(1, 1200, 400, 800, 5*time.Second), p, leaseT0.Add(250*time.Millisecond))
+				c.Step(cad(2, 0, 900, 300, 5*time.Second), p, leaseT0.Add(500*time.Millisecond))
+			},
+			then: []obs{{lag: 100, consume: 0, produce: 400}},
+			rule: RuleAwaitCommit,
+			check: func(t *testing.T, d Decision) {
+				// The probe of the commit before set 1028.6/s.
+				if math.Abs(d.Rate-1028.6) > 0.1 {
+					t.Errorf("rate %.1f, want the rate in force (1028.6) kept", d.Rate)
+				}
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+			k := 0
+			if tc.prep != nil {
+				tc.prep(c)
+				k = 4
+			}
+			var d Decision
+			for _, o := range tc.then {
+				k++
+				at := leaseT0.Add(time.Duration(float64(k) * dt * float64(time.Second)))
+				d = c.Step(cad(k, o.lag, o.consume, o.produce, tc.ci), p, at)
+			}
+			if d.Rule != tc.rule {
+				t.Fatalf("rule %v (%s), want %v", d.Rule, d.Reason, tc.rule)
+			}
+			if tc.check != nil {
+				tc.check(t, d)
+			}
+		})
+	}
+}
+
+// TestControllerCommitSlack: the lag of a consumer that commits every 5 s,
+// observed every second, holds what it consumed since its last commit. The
+// same lag with the same rates is a queue when the position is exact, and
+// mostly uncommitted work when the commit is 2 s old (State.Uncertainty):
+// only the first engages.
+func TestControllerCommitSlack(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	for _, tc := range []struct {
+		name    string
+		src     lag.Source
+		ci, unc time.Duration
+		engaged bool
+	}{
+		{name: "exact position", src: lag.SourceConsumer, engaged: true},
+		{name: "estimate between commits", src: lag.SourceEstimate, ci: 5 * time.Second, unc: 2 * time.Second, engaged: true},
+		{name: "commit 2s old", src: lag.SourceCommits, ci: 5 * time.Second, unc: 2 * time.Second, engaged: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCtl(t, ControllerConfig{})
+			var d Decision
+			for k := 1; k <= 2; k++ {
+				// 900 of lag at 400/s, the producers at 400/s.
+				s := st(float64(k), 900, 400, 400)
+				s.Source, s.CommitInterval, s.Uncertainty = tc.src, tc.ci, tc.unc
+				s.HeadAge, s.HeadAgeKnown = 2250*time.Millisecond, true
+				d = c.Step(s, p, s.At)
+			}
+			if got := d.IsUnlimited(); got == tc.engaged {
+				t.Fatalf("unlimited %v (rule %v: %s), want engaged %v", got, d.Rule, d.Reason, tc.engaged)
+			}
+		})
+	}
+}
+
+// TestControllerNeverLocks: the lock of the issue. A target limited by a
+// false start, whose consumer consumed 800 msg/s before and now keeps up
+// with the 25 msg/s it is allowed, showing a standing lag of a few
+// messages in flight (a wait of 0.24 s at 25/s: above the engage threshold
+// of a 250 ms interval). The producers are refused (they use the whole
+// rate). The consumer has capacity to spare: the rate is probed up every
+// interval, never followed at the standing lag, until the producers no
+// longer use it all, and then released.
+func TestControllerNeverLocks(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	c := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+	at := func(k int) time.Time { return leaseT0.Add(time.Duration(k) * 250 * time.Millisecond) }
+	// Unlimited at 800/s, then a burst of lag the consumer does not
+	// drain in the interval: limited.
+	c.Step(st(0.25, 0, 800, 800), p, at(1))
+	d := c.Step(st(0.5, 1000, 300, 800), p, at(2))
+	if d.IsUnlimited() {
+		t.Fatalf("not limited by the burst: %s", d.Reason)
+	}
+	// The burst drained; the rate sits far below what the consumer did.
+	rate := 25.0
+	c.targets[ordersK].rate = rate
+	for k := 3; k < 40; k++ {
+		offered := 800.0
+		produced := min(offered, rate)
+		d = c.Step(st(float64(k)*0.25, 6, produced, produced), p, at(k))
+		if d.Rule == RuleFollow || d.Rule == RuleSaturated || d.Rule == RuleDrain {
+			t.Fatalf("k=%d: rate %.0f under rule %v (%s): the standing lag locks the quota", k, d.Rate, d.Rule, d.Reason)
+		}
+		if d.IsUnlimited() {
+			t.Logf("released at k=%d (%.2fs after the lock)", k, float64(k-3)*0.25)
+			return
+		}
+		if d.Rate < rate {
+			t.Fatalf("k=%d: rate cut from %.0f to %.0f with spare capacity", k, rate, d.Rate)
+		}
+		rate = d.Rate
+	}
+	t.Fatalf("still limited at %.0f/s after 9 s", rate)
 }

@@ -50,6 +50,10 @@ const (
 	// unlimited: producers avoid them. (A limited target keeps the rule
 	// that set its rate; the list travels with it.)
 	RuleAvoidPartitions
+	// RuleAwaitCommit: limited, and a consumer that commits less often
+	// than it is observed has not committed since its position last
+	// moved: its capacity is unknown, not 0; the rate in force is kept.
+	RuleAwaitCommit
 )
 
 var ruleNames = [...]string{
@@ -69,6 +73,7 @@ var ruleNames = [...]string{
 	RuleProbe:           "probe",
 	RuleRelease:         "release",
 	RuleAvoidPartitions: "avoid-partitions",
+	RuleAwaitCommit:     "await-commit",
 }
 
 // String returns the rule's name ("drain", "probe", ...), or "Rule(n)".
