@@ -559,11 +559,15 @@ func (c *Controller) judge(tc *control, v *reading) {
 	// target shows while healthy (tc.floor: what consumed-but-uncommitted
 	// work and messages in flight look like), which no quota can remove.
 	// With positions from commits the wait rests on a consume rate
-	// measured between commits known only to an interval; the age of the
-	// message at the committed position is the wait it had: the smaller
-	// counts.
+	// measured between commits known only to an interval, which is off
+	// by up to a commit when the span covers more than one observation;
+	// then, or while the consumer keeps up by that measure, the age of
+	// the message at the committed position (the wait it had) must
+	// agree: the smaller counts. (A consumer seen not to keep up over
+	// one interval is believed: the head age lags the wait by the time
+	// the queue took to form.)
 	queued := v.wait
-	if v.commits && v.headKnown {
+	if v.commits && v.headKnown && (v.keepsUp || v.span > 1.5*v.dt) {
 		queued = min(queued, v.headAge)
 	}
 	v.queued = max(queued-tc.floor, 0)
