@@ -111,7 +111,8 @@ const maxFill = 0.1
 const floorMemory = 30.0
 
 // keepUpRatio: the consumer "keeps up" when it consumed at least this
-// fraction of what was produced during the last interval.
+// fraction of what was produced since its position last moved (the last
+// interval, unless it commits less often than it is observed).
 const keepUpRatio = 0.95
 
 func (c ControllerConfig) withDefaults() ControllerConfig {
