@@ -257,12 +257,7 @@ func Line(e history.Event) string {
 }
 
 // rate is msg/s for humans: "unlimited", "1000/s", "12.5/s".
-func rate(r float64) string {
-	if math.IsInf(r, 1) {
-		return "unlimited"
-	}
-	return strconv.FormatFloat(math.Round(r*10)/10, 'f', -1, 64) + "/s"
-}
+func rate(r float64) string { return history.RateText(r) }
 
 // secs is a duration in seconds for humans: "850ms", "3.40s", "2m05s".
 func secs(s float64) string {

@@ -306,7 +306,7 @@ func (l *Log) add(e Event) {
 	l.counter.WithLabelValues(string(e.Kind)).Inc()
 	attrs := []any{"kind", e.Kind, "topic", e.Topic.String(), "policy", e.Policy, "rule", e.Rule.String(),
 		"signal", e.Signal, "prevSignal", e.PrevSignal, "producers", e.Producers,
-		"rate", rateText(e.Rate), "prevRate", rateText(e.PrevRate), "lag", e.Inputs.Lag, "headAge", seconds(e.Inputs.HeadAgeSeconds),
+		"rate", RateText(e.Rate), "prevRate", RateText(e.PrevRate), "lag", e.Inputs.Lag, "headAge", seconds(e.Inputs.HeadAgeSeconds),
 		"capacity", e.Inputs.Capacity, "capacityKnown", e.Inputs.CapacityKnown,
 		"wait", seconds(e.Inputs.WaitSeconds), "budget", seconds(e.Inputs.BudgetSeconds)}
 	l.log.Info("quota decision", attrs...)
@@ -321,9 +321,9 @@ func seconds(s float64) time.Duration {
 	return time.Duration(s * float64(time.Second)).Round(time.Millisecond)
 }
 
-// rateText is a rate for humans: "unlimited" or msg/s with at most one
-// decimal ("12.5/s").
-func rateText(r float64) string {
+// RateText is a rate in msg/s for humans: "unlimited" for +Inf, else
+// with at most one decimal ("12.5/s").
+func RateText(r float64) string {
 	if math.IsInf(r, 1) {
 		return "unlimited"
 	}

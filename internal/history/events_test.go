@@ -86,7 +86,7 @@ func TestLogObserve(t *testing.T) {
 				evs, _ := l.Events(EventQuery{Since: at})
 				var got []string
 				for _, e := range evs {
-					got = append(got, string(e.Kind)+" "+strings.Join(e.Producers, ",")+" "+rateText(e.PrevRate)+"->"+rateText(e.Rate))
+					got = append(got, string(e.Kind)+" "+strings.Join(e.Producers, ",")+" "+RateText(e.PrevRate)+"->"+RateText(e.Rate))
 					if e.Rule != s.d.Rule || e.Inputs.Lag != 5000 || e.Inputs.BudgetSeconds != 2 || e.Inputs.WaitSeconds != 12.5 ||
 						e.Inputs.Capacity != 400 || e.Inputs.HeadAgeSeconds != 3 || !e.At.Equal(at) || e.Topic != orders {
 						t.Errorf("step %d: event %+v lacks the rule or inputs", i, e)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,7 +72,7 @@ func (a *API) now() time.Time {
 func params(r *http.Request, now time.Time, known ...string) (since, until time.Time, err error) {
 	q := r.URL.Query()
 	for k := range q {
-		if !contains(known, k) {
+		if !slices.Contains(known, k) {
 			return since, until, fmt.Errorf("unknown query parameter %q (known: %s)", k, strings.Join(known, ", "))
 		}
 	}
@@ -98,15 +99,6 @@ func params(r *http.Request, now time.Time, known ...string) (since, until time.
 		err = fmt.Errorf("until (%s) is before since (%s)", until.Format(time.RFC3339), since.Format(time.RFC3339))
 	}
 	return
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // history serves GET /v1/history. Query: kind, cluster, topic, group (exact
