@@ -29,6 +29,7 @@
   const events = new Map(); // decision events by seq
   let eventsFrom = null; // the time of the newest event fetched (the next fetch starts there)
   let eventsNote = '';
+  let eventsStarted = null; // the daemon's startedAt the events belong to
   let hist = { started: null, since: null, note: '' }; // what v1/history said of itself
   let polls = 0;
   let firstSeen = null; // server time of the oldest point: the axis grows from it up to WINDOW
@@ -243,6 +244,14 @@
       return;
     }
     eventsNote = '';
+    // A restarted daemon numbers its events from 1 again: start afresh.
+    if (eventsStarted !== res.body.startedAt) {
+      if (eventsStarted !== null) {
+        events.clear();
+        eventsFrom = null;
+      }
+      eventsStarted = res.body.startedAt;
+    }
     for (const e of Array.isArray(res.body.events) ? res.body.events : []) {
       if (!e || typeof e.seq !== 'number') continue;
       e.ms = Date.parse(e.at);
