@@ -324,6 +324,15 @@ func TestBrowserFakeAPI(t *testing.T) {
 	if !strings.Contains(st.Text, "Partitions: 4 · worst 2: lag 900, head age 7.50s · 1 without commit · 2 avoided") {
 		t.Errorf("partition summary missing: %s", st.Text)
 	}
+	// The timeline's filter keeps the rows that mention a word.
+	var filtered []string
+	if err := b.Eval(ctx, `(() => { const f = document.getElementById('tl-filter'); f.value = 'cut checkout';
+		f.dispatchEvent(new Event('input')); return [...document.querySelectorAll('#timeline tr[data-kind]')].map((r) => r.dataset.kind); })()`, &filtered); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(filtered, ",") != "cut" {
+		t.Errorf("filtered timeline %q, want the cut only", filtered)
+	}
 	// A wider window is backfilled from the daemon at once.
 	if got := historyAsked.Load(); got != "30s" {
 		t.Errorf("first history request since=%v, want the 30s window", got)

@@ -32,6 +32,7 @@
   let eventsStarted = null; // the daemon's startedAt the events belong to
   let hist = { started: null, since: null, note: '' }; // what v1/history said of itself
   let polls = 0;
+  let lastNow = Date.now(); // server time of the newest answer
   let firstSeen = null; // server time of the oldest point: the axis grows from it up to WINDOW
 
   // ---------- small helpers ----------
@@ -307,6 +308,7 @@
     renderSummary(targets, q);
     renderClusters(Array.isArray(lag.clusters) ? lag.clusters : [], now);
     renderTargets(targets, q, now, seen);
+    lastNow = now;
     renderTimeline(now);
     renderProducers(q, now);
     renderHistNote(now);
@@ -498,9 +500,14 @@
 
   function renderTimeline(now) {
     const box = document.getElementById('timeline');
-    const list = [...events.values()].filter((e) => e.ms >= now - WINDOW).sort((a, b) => b.seq - a.seq);
+    // The filter matches any of the words a row shows: producers, topic,
+    // kind, rule, signals.
+    const words = (document.getElementById('tl-filter').value || '').trim().toLowerCase().split(/\s+/).filter(Boolean);
+    const text = (e) => [e.kind, e.rule, e.signal, e.prevSignal, e.topic && e.topic.cluster + '/' + e.topic.name, ...(e.producers || [])].join(' ').toLowerCase();
+    const list = [...events.values()].filter((e) => e.ms >= now - WINDOW && words.every((w) => text(e).includes(w))).sort((a, b) => b.seq - a.seq);
     if (!list.length) {
-      box.replaceChildren(el('p', { class: 'empty', text: eventsNote || 'no quota decision changed a signal or a grant in the window' }));
+      box.replaceChildren(el('p', { class: 'empty', text: eventsNote || (words.length ? 'no decision in the window matches the filter'
+        : 'no quota decision changed a signal or a grant in the window') }));
       return;
     }
     const shown = list.slice(0, 200);
@@ -771,5 +778,6 @@
     return o;
   }));
   sel.addEventListener('change', () => { setWindow(+sel.value); });
+  document.getElementById('tl-filter').addEventListener('input', () => renderTimeline(lastNow));
   backfill().finally(tick);
 })();
