@@ -130,7 +130,8 @@ func TestKafkaReporterEndToEnd(t *testing.T) {
 	polled := time.Now()
 	first := inHand[0]
 	st := d.waitState(t, target, "records in hand reported", func(st lag.State) bool {
-		return len(st.Partitions) == 2 && st.Partitions[0].Reported.Position == first.Offset && st.Partitions[1].Reported.Position == 5
+		return len(st.Partitions) == 2 && st.Partitions[0].Reported.Position == first.Offset && st.Partitions[1].Reported.Position == 5 &&
+			st.Source == lag.SourceConsumer && st.Lag == 10-first.Offset
 	})
 	seen := time.Since(polled)
 	p0, p1 := st.Partitions[0], st.Partitions[1]
