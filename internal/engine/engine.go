@@ -286,7 +286,9 @@ func (e *Engine) OnCycle(cluster string, now time.Time, states []lag.State) {
 		}
 	}
 	e.decisions[cluster] = next
+	before := slices.Collect(maps.Keys(e.topics))
 	e.recombine()
+	e.leaveGone(before)
 	for _, d := range e.topics {
 		if p, ok := e.policies.ByName(d.Policy); ok {
 			e.book.Apply(d, p, now)
@@ -297,6 +299,31 @@ func (e *Engine) OnCycle(cluster string, now time.Time, states []lag.State) {
 		e.declog.Observe(now, e.topics, e.book.Leases(), e.budget)
 	}
 	e.publishAll(now)
+}
+
+// leaveGone drops the leases of the topics in before that no target
+// decides anymore (a deleted topic, its last group gone), so that their
+// producers get the open lease of an unobserved topic at this cycle
+// rather than keeping the last cut until it expires. Called with e.mu
+// held.
+func (e *Engine) leaveGone(before []quota.Topic) {
+	var gone map[quota.Topic]bool
+	for _, t := range before {
+		if _, ok := e.topics[t]; !ok {
+			if gone == nil {
+				gone = map[quota.Topic]bool{}
+			}
+			gone[t] = true
+		}
+	}
+	if gone == nil {
+		return
+	}
+	for _, l := range e.book.Leases() {
+		if gone[l.Topic] {
+			e.book.Leave(l.Producer, l.Topic)
+		}
+	}
 }
 
 // budget returns a policy's budget (maxAge - processingTime); 0 for an

@@ -156,3 +156,31 @@ func TestClientQuotaWant(t *testing.T) {
 		t.Fatalf("unlimited grant still wants a quota: %v", want)
 	}
 }
+
+// TestVanishedTopicLeavesItsLeases: the only target of a topic leaves (the
+// topic was deleted): at that cycle its producers' cut lease gives way to
+// the open lease of a topic nobody observes, not at its expiry.
+func TestVanishedTopicLeavesItsLeases(t *testing.T) {
+	c := &clock{now: t0}
+	e, hub := newEngine(t, c, quota.Policy{Name: "p", MaxAge: 2 * time.Second})
+	w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 1000, consume: 2000}
+	w.cycles(3)
+	if _, err := e.Report(quotaproto.Report{Producer: "checkout", Topics: []quotaproto.TopicDemand{{Topic: "orders", Demand: 1000}}}); err != nil {
+		t.Fatal(err)
+	}
+	w.consume = 100
+	w.cycles(4)
+	set, _, _ := hub.Current("checkout")
+	if len(set.Leases) != 1 || rateOf(set.Leases[0]) < 0 {
+		t.Fatalf("before: %+v, want one cut lease", set.Leases)
+	}
+	c.now = c.now.Add(time.Second)
+	e.OnCycle("c1", c.now, nil)
+	set, _, _ = hub.Current("checkout")
+	if len(set.Leases) != 1 || rateOf(set.Leases[0]) != -1 || set.Leases[0].Signal != quotaproto.SignalOK {
+		t.Fatalf("after the target left: %+v, want the open lease", set.Leases)
+	}
+	if d := e.Decisions(); len(d) != 0 {
+		t.Fatalf("decisions %+v", d)
+	}
+}
