@@ -255,3 +255,40 @@ func statusMetric(tb testing.TB, base, target string) map[string]float64 {
 	}
 	return out
 }
+
+// TestStaleTargetNamesItsCause: the NATS server goes away; once the
+// target is stale, /v1/lag's error and reason name why ("nats: not
+// connected"), not "no error reported".
+func TestStaleTargetNamesItsCause(t *testing.T) {
+	ns, err := demo.StartNATS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctxT(t, 10*time.Second), jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctxT(t, 10*time.Second), "S", jetstream.ConsumerConfig{Durable: "d"}); err != nil {
+		t.Fatal(err)
+	}
+	base := startApp(t, config.Config{NATS: []natsobs.Config{{Cluster: "js", URLs: []string{ns.ClientURL()}, ReconnectWait: 100 * time.Millisecond}}})
+	poll(t, 20*time.Second, func() (bool, string) {
+		_, ok := targetOf(lagAPI(t, base), "js", "S", "d")
+		return ok, "target not observed yet"
+	})
+	ns.Shutdown()
+	poll(t, 30*time.Second, func() (bool, string) {
+		tg, _ := targetOf(lagAPI(t, base), "js", "S", "d")
+		return tg.Status == lag.StatusStale && strings.Contains(tg.Err, "not connected") && strings.Contains(tg.Reason, "not connected"),
+			fmt.Sprintf("status %s err %q reason %q", tg.Status, tg.Err, tg.Reason)
+	})
+}
