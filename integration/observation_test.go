@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/common/expfmt"
@@ -177,23 +178,7 @@ func TestVanishedTargetsLeave(t *testing.T) {
 // lagbridge_target_status, and its decision binds no producer (rule
 // abandoned, unlimited), while the live one stays measured.
 func TestNATSDurableNeverFetchingIsAbandoned(t *testing.T) {
-	ns, err := demo.StartNATS(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(ctxT(t, 10*time.Second), jetstream.StreamConfig{Name: "ORD", Subjects: []string{"ord"}}); err != nil {
-		t.Fatal(err)
-	}
+	ns, js := embeddedJS(t, "ORD", "ord")
 	if _, err := js.CreateOrUpdateConsumer(ctxT(t, 10*time.Second), "ORD", jetstream.ConsumerConfig{Durable: "forgotten", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatal(err)
 	}
@@ -234,6 +219,30 @@ func TestNATSDurableNeverFetchingIsAbandoned(t *testing.T) {
 	}
 }
 
+// embeddedJS starts the embedded nats-server with a stream of one subject
+// and returns it with a JetStream client.
+func embeddedJS(tb testing.TB, stream, subject string) (*server.Server, jetstream.JetStream) {
+	tb.Helper()
+	ns, err := demo.StartNATS(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctxT(tb, 10*time.Second), jetstream.StreamConfig{Name: stream, Subjects: []string{subject}}); err != nil {
+		tb.Fatal(err)
+	}
+	return ns, js
+}
+
 // statusMetric reads lagbridge_target_status of one target, by status.
 func statusMetric(tb testing.TB, base, target string) map[string]float64 {
 	tb.Helper()
@@ -260,23 +269,7 @@ func statusMetric(tb testing.TB, base, target string) map[string]float64 {
 // target is stale, /v1/lag's error and reason name why ("nats: not
 // connected"), not "no error reported".
 func TestStaleTargetNamesItsCause(t *testing.T) {
-	ns, err := demo.StartNATS(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(ctxT(t, 10*time.Second), jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}}); err != nil {
-		t.Fatal(err)
-	}
+	ns, js := embeddedJS(t, "S", "s")
 	if _, err := js.CreateOrUpdateConsumer(ctxT(t, 10*time.Second), "S", jetstream.ConsumerConfig{Durable: "d"}); err != nil {
 		t.Fatal(err)
 	}
