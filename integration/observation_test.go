@@ -121,18 +121,7 @@ func TestVanishedTargetsLeave(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	nc, err := nats.Connect(b.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(ctxT(t, 10*time.Second), jetstream.StreamConfig{Name: "EV", Subjects: []string{"ev"}}); err != nil {
-		t.Fatal(err)
-	}
+	js := jsStream(t, b.NATSURL(), "EV", "ev")
 	if _, err := js.CreateOrUpdateConsumer(ctxT(t, 10*time.Second), "EV", jetstream.ConsumerConfig{Durable: "stays"}); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +217,14 @@ func embeddedJS(tb testing.TB, stream, subject string) (*server.Server, jetstrea
 		tb.Fatal(err)
 	}
 	tb.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
+	return ns, jsStream(tb, ns.ClientURL(), stream, subject)
+}
+
+// jsStream connects a JetStream client to url for the test and creates a
+// stream of one subject.
+func jsStream(tb testing.TB, url, stream, subject string) jetstream.JetStream {
+	tb.Helper()
+	nc, err := nats.Connect(url)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -240,7 +236,7 @@ func embeddedJS(tb testing.TB, stream, subject string) (*server.Server, jetstrea
 	if _, err := js.CreateStream(ctxT(tb, 10*time.Second), jetstream.StreamConfig{Name: stream, Subjects: []string{subject}}); err != nil {
 		tb.Fatal(err)
 	}
-	return ns, js
+	return js
 }
 
 // statusMetric reads lagbridge_target_status of one target, by status.
