@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/lagbridge/lagbridge/brokers/kafka"
 	"github.com/lagbridge/lagbridge/brokers/nats"
@@ -105,24 +103,10 @@ func lagAPI(tb testing.TB, base string) daemon.LagResponse {
 // metricValues reads one gauge from /metrics, keyed by cluster/topic/group.
 func metricValues(tb testing.TB, base, name string) map[string]float64 {
 	tb.Helper()
-	code, body := get(tb, base+"/metrics")
-	if code != 200 {
-		tb.Fatalf("/metrics: %d", code)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		tb.Fatal(err)
-	}
 	out := map[string]float64{}
-	if f := fams[name]; f != nil {
-		for _, m := range f.Metric {
-			l := map[string]string{}
-			for _, lp := range m.Label {
-				l[lp.GetName()] = lp.GetValue()
-			}
-			out[l["cluster"]+"/"+l["topic"]+"/"+l["group"]] = m.GetGauge().GetValue()
-		}
+	for _, m := range metricFamilies(tb, base)[name].GetMetric() {
+		l := labelsOf(m)
+		out[l["cluster"]+"/"+l["topic"]+"/"+l["group"]] = m.GetGauge().GetValue()
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -24,9 +25,8 @@ import (
 	"github.com/lagbridge/lagbridge/quota"
 )
 
-// cycles returns how many observation cycles cluster has completed, from
-// /metrics.
-func cycles(tb testing.TB, base, cluster string) float64 {
+// metricFamilies reads the daemon's /metrics.
+func metricFamilies(tb testing.TB, base string) map[string]*dto.MetricFamily {
 	tb.Helper()
 	code, body := get(tb, base+"/metrics")
 	if code != 200 {
@@ -37,13 +37,24 @@ func cycles(tb testing.TB, base, cluster string) float64 {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if f := fams["lagbridge_observe_duration_seconds"]; f != nil {
-		for _, m := range f.Metric {
-			for _, l := range m.Label {
-				if l.GetName() == "cluster" && l.GetValue() == cluster {
-					return float64(m.GetHistogram().GetSampleCount())
-				}
-			}
+	return fams
+}
+
+func labelsOf(m *dto.Metric) map[string]string {
+	l := make(map[string]string, len(m.Label))
+	for _, lp := range m.Label {
+		l[lp.GetName()] = lp.GetValue()
+	}
+	return l
+}
+
+// cycles returns how many observation cycles cluster has completed, from
+// /metrics.
+func cycles(tb testing.TB, base, cluster string) float64 {
+	tb.Helper()
+	for _, m := range metricFamilies(tb, base)["lagbridge_observe_duration_seconds"].GetMetric() {
+		if labelsOf(m)["cluster"] == cluster {
+			return float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return 0
@@ -242,19 +253,9 @@ func jsStream(tb testing.TB, url, stream, subject string) jetstream.JetStream {
 // statusMetric reads lagbridge_target_status of one target, by status.
 func statusMetric(tb testing.TB, base, target string) map[string]float64 {
 	tb.Helper()
-	_, body := get(tb, base+"/metrics")
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		tb.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, m := range fams["lagbridge_target_status"].GetMetric() {
-		l := map[string]string{}
-		for _, lp := range m.Label {
-			l[lp.GetName()] = lp.GetValue()
-		}
-		if l["cluster"]+"/"+l["topic"]+"/"+l["group"] == target {
+	for _, m := range metricFamilies(tb, base)["lagbridge_target_status"].GetMetric() {
+		if l := labelsOf(m); l["cluster"]+"/"+l["topic"]+"/"+l["group"] == target {
 			out[l["status"]] = m.GetGauge().GetValue()
 		}
 	}
