@@ -120,7 +120,14 @@ func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, g
 	} else {
 		pt.counted = max(pt.counted, b.pos)
 	}
-	pt.trimEnds(b.pos)
+	// Keep the end points from the lowest anchor on: the commit (an
+	// estimate and a report that goes stale fall back to it) or the
+	// first-sight position.
+	anchor := pt.synth
+	if p.Committed >= 0 {
+		anchor = p.End - p.Lag
+	}
+	pt.trimEnds(anchor)
 }
 
 // addInterval records one commit interval and updates the median.
@@ -160,8 +167,8 @@ func (pt *partTrack) trimMoves(r Rules) {
 	}
 }
 
-// trimEnds drops end points below pos (records the consumer has passed)
-// and keeps at most maxEnds, dropping the oldest.
+// trimEnds drops end points below pos (records the consumer has passed;
+// -1 drops none) and keeps at most maxEnds, dropping the oldest.
 func (pt *partTrack) trimEnds(pos int64) {
 	cut := 0
 	for cut < len(pt.ends)-1 && pt.ends[cut].off < pos {

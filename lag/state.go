@@ -241,8 +241,9 @@ type PartitionState struct {
 	// started with lag), at the resolution of the observation interval;
 	// 0 while unknown.
 	CommitInterval time.Duration `json:"commitInterval,omitempty"`
-	// LastCommit is the reading at which the committed position last
-	// moved; zero before the first move was seen.
+	// LastCommit is when the committed position last moved, as dated by
+	// the Tracker: half an observation interval before the reading that
+	// saw it move; zero before the first move was seen.
 	LastCommit time.Time `json:"lastCommit,omitzero"`
 	// CommitRate is the consume rate measured from commit to commit over
 	// max(RateWindow, 2 x CommitInterval), in messages per second; it
@@ -269,7 +270,10 @@ type PartitionState struct {
 //
 //	position = committed + CommitRate x min(now - LastCommit, CommitInterval + one observation interval)
 //
-// clamped to End. The extrapolation stops one commit interval (plus one
+// clamped to End, where LastCommit dates the commit half an observation
+// interval before the reading that saw it. A consumer whose cadence is
+// not longer than 1.5 observation intervals is read from its commits as
+// they are. The extrapolation stops one commit interval (plus one
 // observation) after the last commit: a consumer that misses its commit
 // is not assumed to progress. No estimate is made before the cadence is
 // known (two moves that started with lag).
