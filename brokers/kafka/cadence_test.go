@@ -18,10 +18,10 @@ import (
 // consumer with its defaults (auto-commit every 5 s), fed 500 records/s,
 // observed every second and folded into a lag.Tracker as the daemon does.
 // From its second commit on, the tracker knows a commit interval of about
-// 5 s; between
-// commits the consume rate is never 0 and the target never stalled; and
-// the estimated position is closer to the consumer's own position (the
-// offsets it polled, read at each observation) than the commits are.
+// 5 s; between commits the consume rate is never 0 and the target never
+// stalled; and the estimated position is closer to the consumer's own
+// position (the offsets it polled, read at each observation) than the
+// commits are. (Before the second commit the figures are the commits'.)
 func TestAutoCommitCadence(t *testing.T) {
 	if testing.Short() {
 		t.Skip("up to 40 s of wall time")
