@@ -130,8 +130,8 @@ func TestPullMembers(t *testing.T) {
 	o := newObserver(t, s, func(c *Config) { c.InfoInterval = time.Nanosecond })
 
 	sm := find(t, observe(t, o), "S", "puller")
-	if sm.Members != -1 || sm.GroupState != StateIdle {
-		t.Fatalf("no puller: members %d state %q, want -1 idle", sm.Members, sm.GroupState)
+	if sm.Members != -1 || sm.GroupState != StateIdle || sm.Live != lag.LiveNo {
+		t.Fatalf("no puller: members %d state %q live %s, want -1 idle, idle", sm.Members, sm.GroupState, sm.Live)
 	}
 	cc, err := cons.Consume(func(jetstream.Msg) {}, jetstream.PullExpiry(30*time.Second))
 	if err != nil {
@@ -140,8 +140,52 @@ func TestPullMembers(t *testing.T) {
 	t.Cleanup(cc.Stop)
 	eventually(t, 10*time.Second, func() error {
 		sm := find(t, observe(t, o), "S", "puller")
-		if sm.Members < 1 || sm.GroupState != StateActive {
-			return fmt.Errorf("members %d state %q", sm.Members, sm.GroupState)
+		if sm.Members < 1 || sm.GroupState != StateActive || sm.Live != lag.LiveYes {
+			return fmt.Errorf("members %d state %q live %s", sm.Members, sm.GroupState, sm.Live)
+		}
+		return nil
+	})
+}
+
+// TestLiveBetweenFetches: a pull consumer that fetched between two
+// readings, with no pull request waiting at either, was live; the reading
+// after, with no delivery since, says idle. A push consumer is live while
+// bound.
+func TestLiveBetweenFetches(t *testing.T) {
+	s := startServer(t, nil)
+	c := newClient(t, s)
+	c.stream(t, jetstream.StreamConfig{Name: "F", Subjects: []string{"f.>"}})
+	cons := c.consumer(t, "F", jetstream.ConsumerConfig{Durable: "fetcher", AckPolicy: jetstream.AckExplicitPolicy})
+	_, err := c.js.CreateOrUpdatePushConsumer(ctxT(t), "F", jetstream.ConsumerConfig{
+		Durable: "pusher", DeliverSubject: "deliver.f", AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.publish(t, "f.1", "f.2", "f.3")
+	o := newObserver(t, s, func(c *Config) { c.InfoInterval = time.Nanosecond })
+	live := func(name string) lag.Liveness { return find(t, observe(t, o), "F", name).Live }
+	if l := live("fetcher"); l != lag.LiveNo {
+		t.Fatalf("before any fetch: %s, want idle", l)
+	}
+	fetch(t, cons, 2, 2) // a batch that the server completes at once
+	if l := live("fetcher"); l != lag.LiveYes {
+		t.Fatalf("after a fetch between readings: %s, want live", l)
+	}
+	if l := live("fetcher"); l != lag.LiveNo {
+		t.Fatalf("a reading later, nothing delivered: %s, want idle", l)
+	}
+	if l := live("pusher"); l != lag.LiveNo {
+		t.Fatalf("unbound push consumer: %s, want idle", l)
+	}
+	sub, err := c.nc.SubscribeSync("deliver.f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	eventually(t, 10*time.Second, func() error {
+		if l := find(t, observe(t, o), "F", "pusher").Live; l != lag.LiveYes {
+			return fmt.Errorf("bound push consumer: %s", l)
 		}
 		return nil
 	})
