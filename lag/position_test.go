@@ -358,3 +358,29 @@ func TestPruneAndFail(t *testing.T) {
 		t.Fatalf("reason %q does not name the partition's error", st.Reason)
 	}
 }
+
+// TestLongCadenceIsNotAStall: a consumer that keeps up but commits once a
+// minute, with StallAfter 30 s. Its commits alone show no progress for 60 s
+// with a head 60 s old, which the no-progress rule would call stalled;
+// once the cadence is known (the second commit), the estimate moves
+// between commits and the target is never stalled.
+func TestLongCadenceIsNotAStall(t *testing.T) {
+	s := sim{produce: 100, behind: 1, commitEvery: time.Minute, commitPhase: 30 * time.Second}
+	tr := NewTracker(func(Target) Rules { return Rules{StallAfter: 30 * time.Second, LagAge: 2 * time.Minute} })
+	stalledBefore := false
+	for i := 1; i <= 120; i++ {
+		at := time.Duration(i) * 5 * time.Second
+		now := t0.Add(at)
+		st := tr.Observe(sample(now, 1, s.reading(at)), now)
+		if st.CommitInterval == 0 {
+			stalledBefore = stalledBefore || st.Status == StatusStalled
+			continue
+		}
+		if st.Status == StatusStalled {
+			t.Fatalf("%v: stalled (%s) with a cadence of %v", at, st.Reason, st.CommitInterval)
+		}
+	}
+	if !stalledBefore {
+		t.Fatal("the commits alone never read stalled before the cadence was known: the case does not test the estimate")
+	}
+}
