@@ -29,16 +29,17 @@ lint:
 demo:
 	$(GO) run ./cmd/lagbridge demo --duration 60s
 
-## bench: the benchmarks the README reports, about 7 minutes on 2 cores:
+## bench: the benchmarks the README reports:
 ## 1. every Go benchmark with -benchmem (the daemon's observe cycle at
 ##    10,000 partitions and 1,000 groups, the quota controller and
 ##    allocator, the SDK's admit path, the ttl guards, push latency) into
 ##    results/gobench.txt;
-## 2. `lagbridge bench`: the closed-loop overload benchmark, naive
-##    producers vs lagbridge at 2x, 5x and 10x, on embedded Kafka (kfake)
-##    with the real daemon, into results/bench.md, results/bench.png and
-##    one CSV per run. BENCHFLAGS adds flags (e.g. --short, --brokers
-##    kafka,nats, --kafka HOST:9092); see docs/benchmark.md.
+## 2. `lagbridge bench`: the overload benchmark matrix, naive producers
+##    vs lagbridge at 2x, 5x and 10x per consumer, producer and observation
+##    interval, on embedded Kafka (kfake) and NATS with the real daemon,
+##    into results/bench.md, results/bench.png and one CSV per run. The full
+##    matrix takes about an hour; BENCHFLAGS=--short a few minutes. Other
+##    flags: --rows GLOB, --kafka HOST:9092; see docs/benchmark.md.
 BENCHTIME  ?= 1s
 BENCHFLAGS ?=
 bench:

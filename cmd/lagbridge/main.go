@@ -5,7 +5,7 @@
 //	lagbridge run --config FILE     run the daemon
 //	lagbridge check --config FILE   validate a config, report every problem, exit 1 if any
 //	lagbridge demo [--duration 20s] embedded brokers, a synthetic workload, the daemon
-//	lagbridge bench [--short]       overload benchmark, naive vs lagbridge (internal/bench)
+//	lagbridge bench [--short]       overload benchmark matrix, naive vs lagbridge (internal/bench)
 //	lagbridge status                a running daemon's targets, signals and grants
 //	lagbridge why --producer ID     the decisions that cut or released a producer
 //	lagbridge version               print the version
@@ -41,7 +41,7 @@ Usage:
   lagbridge run --config FILE     run the daemon
   lagbridge check --config FILE   validate a config and report every problem
   lagbridge demo [flags]          embedded Kafka and NATS, a synthetic workload, the daemon
-  lagbridge bench [flags]         overload benchmark: naive producers vs lagbridge, side by side
+  lagbridge bench [flags]         overload benchmark matrix: naive producers vs lagbridge, side by side
   lagbridge status [flags]        a running daemon's targets, signals and grants
   lagbridge why --producer ID     the decisions that cut or released a producer, in words
   lagbridge version               print the version

@@ -19,6 +19,9 @@ type Totals struct {
 	// and retries; Retries the retries among them; Failed the messages
 	// that were finally not delivered after trying the broker.
 	Attempts, Retries, Failed int64
+	// Overflow counts the requests of Sync and Batch producers that found
+	// their handlers' queue full and were lost before reaching a client.
+	Overflow int64
 	// Shed counts the messages the SDK refused locally (never sent), by
 	// reason (rate, throttled, stop, expired, ...).
 	Shed map[string]int64
@@ -37,6 +40,14 @@ type ClassResult struct {
 // Result is one run's figures. Rates are msg/s, shares are fractions
 // (0.95 is 95%); times are Never when the event did not happen in the run.
 type Result struct {
+	// Row is the matrix row the run belongs to.
+	Row Row
+	// Scenario is the scenario the run ran (the row's, scaled).
+	Scenario Scenario
+	// Unavailable, when not empty, says why this run could not be made
+	// in this build; every other figure is then zero.
+	Unavailable string
+	// Broker is the cluster's name: kfake, kafka, embedded-nats or nats.
 	Broker string
 	Mode   string
 	// Load is the offered load as a multiple of Scenario.Slow; Offered is
@@ -84,6 +95,24 @@ type Result struct {
 
 	Classes []ClassResult
 
+	// Refused is the messages the SDK refused before sending them.
+	Refused int64
+	// Phases are the figures before the drop, in the slow phase, and
+	// after it once the restored capacity can be known (see
+	// [PhaseBounds]).
+	Phases [3]Phase
+	// FalseThrottleSeconds counts the whole seconds of the run in which
+	// producers were refused while the consumer had spare capacity
+	// (processed less than 90% of its capacity in that second).
+	FalseThrottleSeconds int
+
+	// Bound is the excess an observer that sees only commits cannot
+	// avoid after the drop: (AdmittedBefore - Slow) x (commit interval +
+	// observation interval), messages; Excess is the measured one (see
+	// [ExcessAfterDrop]); AdmittedBefore the acked rate over the last
+	// second before the drop (msg/s).
+	Excess, Bound, AdmittedBefore float64
+
 	// EndLag and EndHeadAge are the backlog the run leaves behind (the
 	// daemon's last observation).
 	EndLag     int64
@@ -93,10 +122,10 @@ type Result struct {
 }
 
 // Analyze computes a run's figures from its series. It is a pure function.
-func Analyze(scn Scenario, broker, mode string, load float64, s *Series, tot Totals) Result {
+func Analyze(scn Scenario, row Row, broker, mode string, load float64, s *Series, tot Totals) Result {
 	n := s.Bins()
 	bin := s.Bin.Seconds()
-	r := Result{Broker: broker, Mode: mode, Load: load, Offered: load * scn.Slow,
+	r := Result{Row: row, Scenario: scn, Broker: broker, Mode: mode, Load: load, Offered: load * scn.Slow,
 		Duration: time.Duration(n) * s.Bin, Totals: tot, Series: s}
 	for c, cl := range scn.Classes {
 		cr := ClassResult{Producer: cl.Producer, Criticality: cl.Criticality,
@@ -145,6 +174,18 @@ func Analyze(scn Scenario, broker, mode string, load float64, s *Series, tot Tot
 	r.Recovery = firstSustained(good, restore, n, window, hold, bin, func(v float64) bool { return v >= want }, s.Bin)
 	r.RecoveryAdmitted = firstSustained(acked, restore, n, window, hold, bin, func(v float64) bool { return v >= want }, s.Bin)
 	r.Amplification = ratio(float64(tot.Attempts), float64(r.Requested))
+
+	refused := total(s.Refused)
+	r.Refused = sum(refused)
+	processed := total(s.Good)
+	for i, v := range total(s.Dead) {
+		processed[i] += v
+	}
+	r.Phases = phases(scn, row, s, r.Offered, processed, refused)
+	r.FalseThrottleSeconds = len(FalseThrottle(scn, s.Bin, processed, refused))
+	r.AdmittedBefore = rate(acked, max(0, drop-int(time.Second/s.Bin)), drop, bin)
+	r.Excess = ExcessAfterDrop(acked, s.Bin, drop, restore, scn.Slow)
+	r.Bound = ExcessBound(r.AdmittedBefore, scn.Slow, row.Consumer.CommitInterval(), row.Interval)
 
 	r.EndLag, r.EndHeadAge = -1, Never
 	for i := n - 1; i >= 0; i-- {
@@ -249,4 +290,144 @@ func seconds(s float64) time.Duration {
 		return Never
 	}
 	return time.Duration(s * float64(time.Second))
+}
+
+// Phase is one phase's figures. Rates are msg/s, shares fractions.
+type Phase struct {
+	// Name is "before" (the drop), "slow", or "after" (the restore, plus
+	// one commit interval and one observation interval).
+	Name string
+	// From and To bound the phase, from the start of the run.
+	From, To time.Duration
+	// Offered, Acked, Refused, Good and Dead count the phase's messages.
+	Offered, Acked, Refused, Good, Dead int64
+	// Goodput is Good per second of the phase; DeadShare Dead / (Good +
+	// Dead); AdmittedShare Acked / Offered.
+	Goodput, DeadShare, AdmittedShare float64
+	// Spare is true when the offered rate (the run's load, not the
+	// measured offer) is below the consumer's capacity in the phase:
+	// producers should then get (nearly) all they offer.
+	Spare bool
+	// HeadAgeP99 over the phase's observations.
+	HeadAgeP99 time.Duration
+	// FalseThrottleSeconds: the seconds starting in this phase in which
+	// producers were refused while the consumer had spare capacity.
+	FalseThrottleSeconds int
+}
+
+// PhaseBounds returns the three phases of a run: before the drop [0,
+// drop), the slow phase [drop, restore), and after [restore + commit
+// interval + observation interval, end): before that, nobody who reads
+// commits can know that capacity has returned. The after phase is empty
+// when the run ends first.
+func PhaseBounds(scn Scenario, row Row) [3][2]time.Duration {
+	after := min(scn.RecoverAt()+row.Consumer.CommitInterval()+row.Interval, scn.Duration())
+	return [3][2]time.Duration{{0, scn.DropAt()}, {scn.DropAt(), scn.RecoverAt()}, {after, scn.Duration()}}
+}
+
+func phases(scn Scenario, row Row, s *Series, offer float64, processed, refused []int64) [3]Phase {
+	names := [3]string{"before", "slow", "after"}
+	offered, acked, good, dead := total(s.Offered), total(s.Acked), total(s.Good), total(s.Dead)
+	false1 := FalseThrottle(scn, s.Bin, processed, refused)
+	var out [3]Phase
+	for k, b := range PhaseBounds(scn, row) {
+		from, to := int(b[0]/s.Bin), min(int(b[1]/s.Bin), s.Bins())
+		p := Phase{Name: names[k], From: b[0], To: b[1]}
+		if to <= from {
+			p.Goodput, p.DeadShare, p.AdmittedShare, p.HeadAgeP99 = math.NaN(), math.NaN(), math.NaN(), Never
+			out[k] = p
+			continue
+		}
+		var ages []float64
+		for i := from; i < to; i++ {
+			p.Offered += offered[i]
+			p.Acked += acked[i]
+			p.Refused += refused[i]
+			p.Good += good[i]
+			p.Dead += dead[i]
+			if !math.IsNaN(s.HeadAge[i]) {
+				ages = append(ages, s.HeadAge[i])
+			}
+		}
+		slices.Sort(ages)
+		secs := float64(to-from) * s.Bin.Seconds()
+		p.Goodput = float64(p.Good) / secs
+		p.DeadShare = ratio(float64(p.Dead), float64(p.Good+p.Dead))
+		p.AdmittedShare = ratio(float64(p.Acked), float64(p.Offered))
+		p.Spare = offer < scn.Capacity(b[0])
+		p.HeadAgeP99 = seconds(quantile(ages, 0.99))
+		for _, sec := range false1 {
+			if at := time.Duration(sec) * time.Second; at >= b[0] && at < b[1] {
+				p.FalseThrottleSeconds++
+			}
+		}
+		out[k] = p
+	}
+	return out
+}
+
+// FalseThrottle returns the whole seconds k of the run (from its start)
+// in which producers were refused (refused in [k, k+1) > 0) while the
+// consumer had spare capacity: it processed less than 90% of what its
+// capacity allowed in that second. processed and refused are per bin of
+// width bin. It is a pure function.
+//
+// Example: capacity 2,000 msg/s, a second with 800 processed and 5
+// refused is a false-throttle second (800 < 1,800); one with 1,950
+// processed and 5,000 refused is not (the consumer was busy).
+func FalseThrottle(scn Scenario, bin time.Duration, processed, refused []int64) []int {
+	per := int(time.Second / bin)
+	if per < 1 {
+		return nil
+	}
+	var out []int
+	for k := 0; (k+1)*per <= len(processed); k++ {
+		var p, rf int64
+		var capa float64
+		for i := k * per; i < (k+1)*per; i++ {
+			p += processed[i]
+			rf += refused[i]
+			capa += scn.Capacity(time.Duration(i)*bin+bin/2) * bin.Seconds()
+		}
+		if rf > 0 && float64(p) < 0.9*capa {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// ExcessAfterDrop is the most the admitted messages ran ahead of the
+// reduced capacity at any moment of the slow phase: the maximum over k in
+// (drop, restore] of acked[drop:k] - slow x (k - drop) x bin, in messages
+// (0 when they never ran ahead). acked is per bin of width bin; drop and
+// restore are bin indexes. It is a pure function.
+//
+// Example: bins of 1 s, slow 400 msg/s, 1,000 acked in each of the first
+// three seconds after the drop and 100 after: the excess peaks after three
+// seconds at 3,000 - 1,200 = 1,800.
+func ExcessAfterDrop(acked []int64, bin time.Duration, drop, restore int, slow float64) float64 {
+	restore = min(restore, len(acked))
+	var cum, best float64
+	for k := drop; k < restore; k++ {
+		cum += float64(acked[k])
+		best = math.Max(best, cum-slow*float64(k+1-drop)*bin.Seconds())
+	}
+	return best
+}
+
+// ExcessBound is what an observer that sees only commits must admit after
+// a drop before it can know: (before - after) x (commitInterval +
+// interval), in messages, where before is the rate admitted before the
+// drop and after the capacity after it (msg/s); 0 when before <= after.
+// The commit interval is how long the consumer's progress stays invisible,
+// the observation interval how long until the next look. It is a pure
+// function.
+//
+// Example: 800 msg/s admitted, capacity 400 after the drop, 5 s commits,
+// observed every 1 s: (800 - 400) x 6 = 2,400 messages.
+func ExcessBound(before, after float64, commitInterval, interval time.Duration) float64 {
+	if !(before > after) {
+		return 0
+	}
+	return (before - after) * (commitInterval + interval).Seconds()
 }

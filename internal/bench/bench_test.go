@@ -26,12 +26,15 @@ func testScenario() Scenario {
 		Deadline: time.Second, Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
 }
 
+// testRow is a commit-per-poll row observed every 250ms.
+var testRow = Row{Broker: BrokerKafka, Consumer: CommitPerPoll, Producer: Sync, Interval: 250 * time.Millisecond}
+
 // series builds a one-class series of 40 bins of 100ms from per-bin
 // functions of the bin index (counts per bin).
 func series(offered, acked, good, dead func(i int) int64, head func(i int) float64) *Series {
 	const n = 40
 	s := &Series{Bin: 100 * time.Millisecond, Offered: [][]int64{make([]int64, n)}, Acked: [][]int64{make([]int64, n)},
-		Good: [][]int64{make([]int64, n)}, Dead: [][]int64{make([]int64, n)}, Skipped: [][]int64{make([]int64, n)},
+		Good: [][]int64{make([]int64, n)}, Dead: [][]int64{make([]int64, n)}, Skipped: [][]int64{make([]int64, n)}, Refused: [][]int64{make([]int64, n)},
 		HeadAge: make([]float64, n), Lag: make([]float64, n), Allowed: make([]float64, n), Decided: make([]float64, n),
 		Capacity: make([]float64, n), Wait: make([]float64, n), Reason: make([]string, n), Ages: make([]int64, ageBuckets)}
 	for i := range n {
@@ -66,7 +69,7 @@ func TestAnalyze(t *testing.T) {
 			return 50
 		}
 		s := series(c(50), acked, phase(50, 10), c(0), func(i int) float64 { return 0.1 })
-		r := Analyze(scn, "k", ModeLagbridge, 5, s, Totals{Attempts: 1000})
+		r := Analyze(scn, testRow, "k", ModeLagbridge, 5, s, Totals{Attempts: 1000})
 		if r.Offered != 500 || r.Requested != 2000 || r.Good != 1200 || r.Dead != 0 {
 			t.Fatalf("counts: %+v", r)
 		}
@@ -112,7 +115,7 @@ func TestAnalyze(t *testing.T) {
 			}
 			return phase(50, 10)(i)
 		}, func(i int) float64 { return float64(i) / 10 })
-		r := Analyze(scn, "k", ModeNaive, 5, s, Totals{Attempts: 2000})
+		r := Analyze(scn, testRow, "k", ModeNaive, 5, s, Totals{Attempts: 2000})
 		if r.Reaction != Never || r.Recovery != Never {
 			t.Errorf("reaction %v recovery %v, want never", r.Reaction, r.Recovery)
 		}
@@ -135,7 +138,7 @@ func TestAnalyze(t *testing.T) {
 		for i := range s.Lag {
 			s.Lag[i] = math.NaN()
 		}
-		r := Analyze(scn, "k", ModeNaive, 5, s, Totals{})
+		r := Analyze(scn, testRow, "k", ModeNaive, 5, s, Totals{})
 		if r.HeadAgeP99 != Never || r.EndLag != -1 || r.AgeP99 != Never || !math.IsNaN(r.DeadShare) {
 			t.Errorf("%+v", r)
 		}
@@ -201,8 +204,11 @@ func TestOptionsValidate(t *testing.T) {
 		// The zero value takes every default and is valid.
 		{"zero", Options{}, nil},
 		// Bad scalars are all reported.
-		{"scalars", Options{Scale: -1, Loads: []float64{0}, Brokers: []string{"rabbit"}, Interval: time.Millisecond},
-			[]string{"scale", "loads[0]", `"rabbit"`, "interval"}},
+		{"scalars", Options{Scale: -1, Loads: []float64{0}, Brokers: []string{"rabbit"}},
+			[]string{"scale", "loads[0]", `"rabbit"`, "no row"}},
+		// A row that mixes brokers and consumers, with a bad interval.
+		{"row", Options{Rows: []Row{{Broker: BrokerNATS, Consumer: Guard, Producer: "carrier pigeon", Interval: time.Millisecond}}},
+			[]string{"guard is a Kafka consumer", `unknown producer "carrier pigeon"`, "interval must be"}},
 		// A scenario whose shares do not add up and whose phase is empty.
 		{"scenario", Options{Scenario: Scenario{Normal: 10, Slow: 1, NormalFor: time.Second, SlowFor: 0, RecoverFor: time.Second,
 			Deadline: time.Second, Classes: []Class{{Producer: "a", Share: 0.5}}}},
@@ -259,26 +265,33 @@ func results() []Result {
 	for _, load := range []float64{2, 5} {
 		naive := series(c(50), c(50), c(20), c(30), func(i int) float64 { return float64(i) / 10 })
 		lb := series(c(50), c(10), c(10), c(0), func(int) float64 { return 0.3 })
-		out = append(out, Analyze(scn, "kfake", ModeNaive, load, naive, Totals{Attempts: 2000}),
-			Analyze(scn, "kfake", ModeLagbridge, load, lb, Totals{Attempts: 400, Shed: map[string]int64{"rate": 1600}}))
+		out = append(out, Analyze(scn, testRow, "kfake", ModeNaive, load, naive, Totals{Attempts: 2000}),
+			Analyze(scn, testRow, "kfake", ModeLagbridge, load, lb, Totals{Attempts: 400, Shed: map[string]int64{"rate": 1600}}))
 	}
 	return out
 }
 
 func TestMarkdown(t *testing.T) {
-	md := Markdown(testScenario(), 250*time.Millisecond, true, results())
+	md := Markdown(testScenario(), results())
 	for _, want := range []string{
+		"| row | load | goodput, % of possible (naive / lagbridge) |",
+		"| kafka/commit-per-poll/sync/250ms | 2x | 133.3% / **66.7%** |",
+		"### kafka/commit-per-poll/sync/250ms: Kafka (embedded kfake)",
 		"| | 2x naive | 2x lagbridge | 5x naive | 5x lagbridge |",
 		"| **goodput, % of possible** |",
-		"| shed by the SDK before sending | 0 | 1600 | 0 | 1600 |",
 		"CRITICAL_PLUS (100%)",
-		"- 2x lagbridge: misses",
-		"### Kafka (embedded kfake)",
+		"goodput 66.7% < 95.0%",
 		"Definitions.",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("%q not in\n%s", want, md)
 		}
+	}
+	// An unavailable row is listed, not dropped.
+	un := append(results(), Result{Row: Row{Broker: BrokerKafka, Consumer: Hook, Producer: Sync, Interval: time.Second},
+		Mode: ModeLagbridge, Load: 2, Unavailable: "needs the consumerclient package"})
+	if md := Markdown(testScenario(), un); !strings.Contains(md, "| kafka/hook/sync/1s | 2x | not available: needs the consumerclient package |") {
+		t.Errorf("no unavailable line in\n%s", md)
 	}
 }
 
@@ -316,14 +329,14 @@ func TestChart(t *testing.T) {
 }
 
 func TestCSV(t *testing.T) {
-	out := string(CSV(testScenario(), results()[1]))
+	out := string(CSV(results()[1]))
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 41 || !strings.HasPrefix(lines[0], "t_s,capacity,offered,stored") {
 		t.Fatalf("%d lines; header %q", len(lines), lines[0])
 	}
 	// Bin 1 (0.1s): 1,000 msg/s capacity, 500 offered/s, 100 stored/s,
 	// head age 0.3, allowed unlimited, no decision.
-	if want := "0.100,1000,500,100,100,0,0,0.3,0,inf,,0,0,"; lines[1] != want {
+	if want := "0.100,1000,500,100,100,0,0,0.3,0,inf,,0,0,,0"; lines[1] != want {
 		t.Errorf("got %q, want %q", lines[1], want)
 	}
 }
@@ -371,15 +384,16 @@ func TestRunEndToEnd(t *testing.T) {
 		Deadline: time.Second, Classes: DefaultScenario().Classes}
 	dir := t.TempDir()
 	var out bytes.Buffer
-	res, err := Run(context.Background(), Options{Scenario: scn, Loads: []float64{5}, Brokers: []string{BrokerKafka, BrokerNATS},
-		OutDir: dir, Out: &out})
+	rows := []Row{{Broker: BrokerKafka, Consumer: Guard, Producer: Async, Interval: 250 * time.Millisecond},
+		{Broker: BrokerNATS, Consumer: AckEach, Producer: Sync, Interval: 250 * time.Millisecond}}
+	res, err := Run(context.Background(), Options{Scenario: scn, Loads: []float64{5}, Rows: rows, OutDir: dir, Out: &out})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	if len(res) != 4 {
 		t.Fatalf("%d results", len(res))
 	}
-	for _, f := range []string{TableFile, ChartFile, "bench-kfake-5x-naive.csv", "bench-embedded-nats-5x-lagbridge.csv"} {
+	for _, f := range []string{TableFile, ChartFile, "bench-kafka_guard_async_250ms-5x-naive.csv", "bench-nats_ack-each_sync_250ms-5x-lagbridge.csv"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}

@@ -53,28 +53,31 @@ type style struct {
 	dash  int // 0 solid; else on/off length in pixels
 }
 
-// Chart draws the runs over time as a PNG: one row per broker and load,
+// Chart draws the runs over time as a PNG: one row per matrix row and load,
 // the naive run on the left and the lagbridge run on the right. Each cell
 // has the rates (capacity, offered, stored by the broker, allowed by the
 // quota, processed, of which dead) and, below, the daemon's head age
 // against the deadline; the slow phase is shaded. It is a pure function.
 func Chart(scn Scenario, results []Result) ([]byte, error) {
 	type row struct {
-		broker string
-		load   float64
-		cells  [2]*Result
+		name  string
+		load  float64
+		cells [2]*Result
 	}
 	var rows []*row
 	for i := range results {
 		r := &results[i]
+		if r.Series == nil {
+			continue
+		}
 		var cur *row
 		for _, x := range rows {
-			if x.broker == r.Broker && x.load == r.Load {
+			if x.name == r.Row.Name() && x.load == r.Load {
 				cur = x
 			}
 		}
 		if cur == nil {
-			cur = &row{broker: r.Broker, load: r.Load}
+			cur = &row{name: r.Row.Name(), load: r.Load}
 			rows = append(rows, cur)
 		}
 		if r.Mode == ModeNaive {
@@ -102,7 +105,11 @@ func Chart(scn Scenario, results []Result) ([]byte, error) {
 			if r == nil {
 				continue
 			}
-			drawCell(img, scn, r, x0, y0, top)
+			cs := scn
+			if r.Scenario.Normal > 0 {
+				cs = r.Scenario
+			}
+			drawCell(img, cs, r, x0, y0, top)
 		}
 	}
 	var buf bytes.Buffer
@@ -144,7 +151,7 @@ func drawLegend(img *image.RGBA, scn Scenario, x, y int) {
 
 func drawCell(img *image.RGBA, scn Scenario, r *Result, x0, y0 int, top float64) {
 	s := r.Series
-	title := fmt.Sprintf("%s %sx (%s msg/s) %s: goodput %s, dead %s, head age p99 %s", r.Broker, num(r.Load), num(r.Offered), r.Mode,
+	title := fmt.Sprintf("%s %sx %s: goodput %s, dead %s, head age p99 %s", r.Row.Name(), num(r.Load), r.Mode,
 		pct(r.GoodputShare), pct(r.DeadShare), dur(r.HeadAgeP99))
 	text(img, x0, y0+13, colText, title)
 	px0, px1 := x0+plotLeft, x0+cellWidth-plotRight

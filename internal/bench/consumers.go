@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lagbridge/lagbridge/ttl/kafkaguard"
-	"github.com/lagbridge/lagbridge/ttl/natsguard"
 )
 
 // pacer makes a consumer as fast as its capacity: each message takes
@@ -74,14 +73,119 @@ func (c *consumer) Close() {
 	})
 }
 
-// commitInterval is how often the Kafka consumers commit what they have
+// errUnavailable is returned for a row whose consumer cannot be built in
+// this version (the consumer hook before the consumerclient package).
+var errUnavailable = errors.New("not available in this build")
+
+// startConsumer starts the consumer of kind on w, processing at the
+// scenario's capacity, and returns once it is ready (a Kafka group has
+// assigned partitions).
+func startConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, kind ConsumerKind) (*consumer, error) {
+	switch kind {
+	case Marks20ms:
+		return startMarksConsumer(ctx, w, scn, rec)
+	case AckEach, AckBatch:
+		return startNATSConsumer(ctx, w, scn, rec, kind == AckBatch)
+	case Hook:
+		return nil, errUnavailable
+	}
+	return startKafkaConsumer(ctx, w, scn, rec, kind)
+}
+
+// startKafkaConsumer runs the poll loop most franz-go users write: poll,
+// process each record in the order returned, and commit as kind says
+// (AutoCommit5s: the library's defaults throughout; AutoCommit1s: a 1 s
+// autocommit; CommitPerPoll: autocommit off, a synchronous commit after
+// each poll; Guard: the same behind the ttl guard's documented loop).
+// Every other client setting is franz-go's default. It returns once the
+// group has assigned partitions.
+func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, kind ConsumerKind) (*consumer, error) {
+	assigned := make(chan struct{})
+	var once sync.Once
+	opts := []kgo.Opt{kgo.SeedBrokers(w.kafkaAddrs...), kgo.ConsumerGroup(w.group), kgo.ConsumeTopics(w.topic),
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { once.Do(func() { close(assigned) }) })}
+	perPoll := kind == CommitPerPoll || kind == Guard
+	switch {
+	case kind == AutoCommit1s:
+		opts = append(opts, kgo.AutoCommitInterval(time.Second))
+	case perPoll:
+		opts = append(opts, kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll())
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	var g *kafkaguard.Guard
+	if kind == Guard {
+		if g, err = kafkaguard.New(kafkaguard.Config{MaxAge: scn.Deadline}); err != nil {
+			cl.Close()
+			return nil, err
+		}
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	c := &consumer{cancel: cancel, closeF: cl.Close}
+	p := &pacer{capacity: capacityAt(scn, rec)}
+	process := func(r *kgo.Record) error {
+		if err := p.take(cctx); err != nil {
+			return err
+		}
+		if created, class, err := decode(r.Value); err == nil {
+			rec.consumed(class, created, time.Now(), scn.Deadline)
+		}
+		return nil
+	}
+	c.wg.Go(func() {
+		// With BlockRebalanceOnPoll, leaving the group on Close waits
+		// until the last poll is allowed to rebalance.
+		defer cl.AllowRebalance()
+		for cctx.Err() == nil {
+			recs := cl.PollFetches(cctx).Records()
+			if cctx.Err() != nil {
+				return
+			}
+			if g != nil {
+				handled := make(map[*kgo.Record]bool, len(recs))
+				done, err := g.Process(cctx, recs, func(_ context.Context, r *kgo.Record) error {
+					handled[r] = true
+					return process(r)
+				})
+				for _, r := range done {
+					if handled[r] {
+						continue
+					}
+					if _, class, derr := decode(r.Value); derr == nil {
+						rec.add(rec.skipped, class, time.Now())
+					}
+				}
+				_ = cl.CommitRecords(cctx, done...)
+				if err != nil {
+					cl.SetOffsets(kafkaguard.RewindOffsets(recs, done))
+				}
+				cl.AllowRebalance()
+				continue
+			}
+			for _, r := range recs {
+				if process(r) != nil {
+					return
+				}
+			}
+			if perPoll {
+				_ = cl.CommitUncommittedOffsets(cctx)
+				cl.AllowRebalance()
+			}
+		}
+	})
+	return waitAssigned(ctx, c, assigned, w.group)
+}
+
+// marksInterval is how often the Marks20ms consumer commits what it has
 // processed (franz-go's autocommit cannot go below 100ms, so a committer
 // goroutine commits the marks). The daemon reads a group's progress from
 // its committed offsets: with commits every 100ms and observations every
 // 250ms, each observation would see two or three commits, a ±20% sawtooth
 // in the measured consume rate (docs/quota-control.md, Limits). Every
 // 20ms keeps that under ±8% at the bench's 250ms interval.
-const commitInterval = 20 * time.Millisecond
+const marksInterval = 20 * time.Millisecond
 
 // readAhead is how many fetched records a Kafka consumer holds before it
 // stops taking more from franz-go.
@@ -132,44 +236,29 @@ func (q *kqueue) pop() *kgo.Record {
 	return r
 }
 
-// startKafkaConsumer joins w's group and processes records at the
-// scenario's capacity, marking each finished record for the next
-// autocommit (every commitInterval). With guard, expired records are skipped
-// unprocessed (at no cost) and committed past. It returns once the group
-// has assigned partitions.
-func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, guard bool) (*consumer, error) {
+// startMarksConsumer is the Marks20ms consumer: it joins w's group and
+// processes records oldest first across partitions (see kqueue), marking
+// each finished record, and commits the marks every marksInterval. It
+// returns once the group has assigned partitions.
+func startMarksConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder) (*consumer, error) {
 	assigned := make(chan struct{})
 	var once sync.Once
-	cl, err := kgo.NewClient(append(w.kafkaOpts(),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(w.kafkaAddrs...),
 		kgo.ConsumerGroup(w.group), kgo.ConsumeTopics(w.topic),
-		kgo.AutoCommitMarks(), kgo.AutoCommitInterval(time.Second),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.AutoCommitMarks(), kgo.AutoCommitInterval(time.Second), kgo.FetchMaxWait(100*time.Millisecond),
 		// Small fetches (franz-go's default is 1 MiB a partition), so the
 		// records held cover every partition.
 		kgo.FetchMaxPartitionBytes(16<<10), kgo.FetchMaxBytes(128<<10),
 		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { once.Do(func() { close(assigned) }) }),
-	)...)
+	)
 	if err != nil {
 		return nil, err
-	}
-	var g *kafkaguard.Guard
-	if guard {
-		if g, err = kafkaguard.New(kafkaguard.Config{MaxAge: scn.Deadline}); err != nil {
-			cl.Close()
-			return nil, err
-		}
 	}
 	cctx, cancel := context.WithCancel(context.Background())
 	c := &consumer{cancel: cancel, closeF: cl.Close}
 	p := &pacer{capacity: capacityAt(scn, rec)}
-	processed := func(r *kgo.Record) {
-		created, class, err := decode(r.Value)
-		if err == nil {
-			rec.consumed(class, created, time.Now(), scn.Deadline)
-		}
-	}
 	c.wg.Go(func() {
-		t := time.NewTicker(commitInterval)
+		t := time.NewTicker(marksInterval)
 		defer t.Stop()
 		for {
 			select {
@@ -199,7 +288,6 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 	})
 	c.wg.Go(func() {
 		q := kqueue{}
-		one := make([]*kgo.Record, 1)
 		for {
 			// Top up without blocking; block only when empty.
 			for q.n < readAhead {
@@ -221,37 +309,21 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 				break
 			}
 			r := q.pop()
-			if g == nil {
-				if p.take(cctx) != nil {
-					return
-				}
-				processed(r)
-				cl.MarkCommitRecords(r)
-				continue
-			}
-			handled := false
-			one[0] = r
-			done, err := g.Process(cctx, one, func(_ context.Context, r *kgo.Record) error {
-				if err := p.take(cctx); err != nil {
-					return err
-				}
-				processed(r)
-				handled = true
-				return nil
-			})
-			if err != nil {
+			if p.take(cctx) != nil {
 				return
 			}
-			if len(done) == 1 {
-				if !handled {
-					if _, class, err := decode(r.Value); err == nil {
-						rec.add(rec.skipped, class, time.Now())
-					}
-				}
-				cl.MarkCommitRecords(r)
+			if created, class, err := decode(r.Value); err == nil {
+				rec.consumed(class, created, time.Now(), scn.Deadline)
 			}
+			cl.MarkCommitRecords(r)
 		}
 	})
+	return waitAssigned(ctx, c, assigned, w.group)
+}
+
+// waitAssigned returns c once assigned is closed, or closes c and fails
+// after 60 s or when ctx ends.
+func waitAssigned(ctx context.Context, c *consumer, assigned <-chan struct{}, group string) (*consumer, error) {
 	select {
 	case <-assigned:
 		return c, nil
@@ -259,37 +331,28 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 	case <-ctx.Done():
 	}
 	c.Close()
-	return nil, fmt.Errorf("consumer group %s: no partitions assigned within 60s", w.group)
+	return nil, fmt.Errorf("consumer group %s: no partitions assigned within 60s", group)
 }
 
 // startNATSConsumer creates a durable pull consumer on w's stream and
-// processes messages at the scenario's capacity, acking each when done.
-// With guard, expired messages are terminated unprocessed.
-func startNATSConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, guard bool) (*consumer, error) {
+// processes messages at the scenario's capacity, fetching batches of up to
+// 100 (waiting at most 200 ms for a batch to fill): acking each message
+// when it is processed (AckExplicit), or with batchAck acking the last
+// message of each batch once the batch is processed (AckAll).
+func startNATSConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, batchAck bool) (*consumer, error) {
+	policy := jetstream.AckExplicitPolicy
+	if batchAck {
+		policy = jetstream.AckAllPolicy
+	}
 	jc, err := w.js.CreateOrUpdateConsumer(ctx, w.topic, jetstream.ConsumerConfig{
-		Durable: w.group, AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1000, AckWait: 30 * time.Second,
+		Durable: w.group, AckPolicy: policy, MaxAckPending: 1000, AckWait: 30 * time.Second,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s: %w", w.group, err)
 	}
-	var g *natsguard.Guard
-	if guard {
-		if g, err = natsguard.New(natsguard.Config{MaxAge: scn.Deadline, AutoAck: true, AckExpired: true}); err != nil {
-			return nil, err
-		}
-	}
 	cctx, cancel := context.WithCancel(context.Background())
 	c := &consumer{cancel: cancel}
 	p := &pacer{capacity: capacityAt(scn, rec)}
-	handle := func(_ context.Context, m jetstream.Msg) error {
-		if err := p.take(cctx); err != nil {
-			return err
-		}
-		if created, class, err := decode(m.Data()); err == nil {
-			rec.consumed(class, created, time.Now(), scn.Deadline)
-		}
-		return nil
-	}
 	c.wg.Go(func() {
 		for cctx.Err() == nil {
 			batch, err := jc.Fetch(100, jetstream.FetchMaxWait(200*time.Millisecond))
@@ -299,27 +362,22 @@ func startNATSConsumer(ctx context.Context, w *world, scn Scenario, rec *recorde
 				}
 				continue
 			}
+			var last jetstream.Msg
 			for m := range batch.Messages() {
-				if cctx.Err() != nil {
+				if p.take(cctx) != nil {
 					break
 				}
-				if g == nil {
-					if handle(cctx, m) != nil {
-						break
-					}
-					_ = m.Ack()
+				if created, class, err := decode(m.Data()); err == nil {
+					rec.consumed(class, created, time.Now(), scn.Deadline)
+				}
+				if batchAck {
+					last = m
 					continue
 				}
-				called := false
-				err := g.Handle(cctx, m, func(hctx context.Context, m jetstream.Msg) error {
-					called = true
-					return handle(hctx, m)
-				})
-				if !called && err == nil {
-					if _, class, derr := decode(m.Data()); derr == nil {
-						rec.add(rec.skipped, class, time.Now())
-					}
-				}
+				_ = m.Ack()
+			}
+			if last != nil {
+				_ = last.Ack()
 			}
 		}
 	})

@@ -13,14 +13,15 @@ import (
 // bin), consumer capacity, and per second over that bin the offered,
 // stored, good, dead and skipped counts; then the sampled daemon and SDK
 // figures (head age s, lag, allowed and decided msg/s, the decision's
-// capacity estimate, predicted wait and reason). Empty cells are unknown;
+// capacity estimate, predicted wait and reason), and the SDK's refusals per
+// second. Empty cells are unknown;
 // "inf" is unlimited. It is a pure function.
-func CSV(scn Scenario, r Result) []byte {
-	s := r.Series
+func CSV(r Result) []byte {
+	s, scn := r.Series, r.Scenario
 	var b bytes.Buffer
 	w := csv.NewWriter(&b)
 	_ = w.Write([]string{"t_s", "capacity", "offered", "stored", "good", "dead", "skipped", "head_age_s", "lag",
-		"allowed", "decided", "decision_capacity", "decision_wait_s", "decision_reason"})
+		"allowed", "decided", "decision_capacity", "decision_wait_s", "decision_reason", "refused"})
 	per := 1 / s.Bin.Seconds()
 	f := func(v float64) string {
 		switch {
@@ -43,7 +44,7 @@ func CSV(scn Scenario, r Result) []byte {
 		_ = w.Write([]string{fmt.Sprintf("%.3f", t.Seconds()), f(scn.Capacity(t - s.Bin/2)),
 			at(s.Offered, i), at(s.Acked, i), at(s.Good, i), at(s.Dead, i), at(s.Skipped, i),
 			f(round3(s.HeadAge[i])), f(s.Lag[i]), f(round3(s.Allowed[i])), f(round3(s.Decided[i])),
-			f(round3(s.Capacity[i])), f(round3(s.Wait[i])), s.Reason[i]})
+			f(round3(s.Capacity[i])), f(round3(s.Wait[i])), s.Reason[i], at(s.Refused, i)})
 	}
 	w.Flush()
 	return b.Bytes()

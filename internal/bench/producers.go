@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -19,16 +18,23 @@ import (
 // message (so up to four attempts).
 const naiveRetries = 3
 
-// fleet is the producers of one run, one per class.
-type fleet interface {
-	// send asks producer class to send one message created now. It may
-	// block (a full client buffer), never for long.
-	send(ctx context.Context, class int, created time.Time)
+// sender is the producers of one run on one broker, one per class, seen
+// through the three ways an application calls them.
+type sender interface {
+	// async hands one message created at created to producer class
+	// without waiting for the outcome. It may block (a full client
+	// buffer), never for long.
+	async(ctx context.Context, class int, created time.Time)
+	// sync sends one message and waits for its outcome.
+	sync(ctx context.Context, class int, created time.Time)
+	// batch sends one message per created time in one call and waits
+	// for every outcome.
+	batch(ctx context.Context, class int, created []time.Time)
 	// allowed is the total rate the producers enforce now: NaN for naive
 	// producers, +Inf when some producer is unlimited.
 	allowed() float64
-	// close flushes for at most a second, stops every goroutine the fleet
-	// started and returns the totals.
+	// close flushes for at most a second, stops every goroutine the
+	// sender started and returns the totals.
 	close() Totals
 }
 
@@ -53,7 +59,7 @@ func newNaiveKafka(w *world, scn Scenario, rec *recorder) (*naiveKafka, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	n := &naiveKafka{w: w, rec: rec, retry: make(chan kretry, 100_000), stop: stop}
 	for _, c := range scn.Classes {
-		cl, err := kgo.NewClient(append(w.kafkaOpts(), kgo.ClientID(c.Producer), kgo.RecordRetries(0))...)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(w.kafkaAddrs...), kgo.ClientID(c.Producer), kgo.RecordRetries(0))
 		if err != nil {
 			n.close()
 			return nil, err
@@ -73,9 +79,41 @@ func newNaiveKafka(w *world, scn Scenario, rec *recorder) (*naiveKafka, error) {
 	return n, nil
 }
 
-func (n *naiveKafka) send(ctx context.Context, class int, created time.Time) {
+func (n *naiveKafka) async(ctx context.Context, class int, created time.Time) {
 	r := &kgo.Record{Topic: n.w.topic, Value: encode(created, class), Timestamp: created}
 	n.produce(ctx, class, r, 1)
+}
+
+func (n *naiveKafka) sync(ctx context.Context, class int, created time.Time) {
+	n.batch(ctx, class, []time.Time{created})
+}
+
+// batch sends the records with kgo's ProduceSync and sends the failed ones
+// again, up to naiveRetries times.
+func (n *naiveKafka) batch(ctx context.Context, class int, created []time.Time) {
+	rs := make([]*kgo.Record, len(created))
+	for i, c := range created {
+		rs[i] = &kgo.Record{Topic: n.w.topic, Value: encode(c, class), Timestamp: c}
+	}
+	for attempt := 1; len(rs) > 0; attempt++ {
+		n.rec.attempts.Add(int64(len(rs)))
+		if attempt > 1 {
+			n.rec.retries.Add(int64(len(rs)))
+		}
+		var failed []*kgo.Record
+		for _, res := range n.clients[class].ProduceSync(ctx, rs...) {
+			if res.Err == nil {
+				n.rec.add(n.rec.acked, class, time.Now())
+				continue
+			}
+			failed = append(failed, res.Record)
+		}
+		if attempt > naiveRetries || ctx.Err() != nil {
+			n.rec.failed.Add(int64(len(failed)))
+			return
+		}
+		rs = failed
+	}
 }
 
 func (n *naiveKafka) produce(ctx context.Context, class int, r *kgo.Record, attempt int) {
@@ -144,7 +182,7 @@ func sdkConfig(o Options, scn Scenario, c Class, topic, base string) producercli
 func newSDKKafka(o Options, scn Scenario, w *world, base string, rec *recorder) (*sdkKafka, error) {
 	s := &sdkKafka{w: w, rec: rec}
 	for i, c := range scn.Classes {
-		cl, err := kgo.NewClient(append(append(w.kafkaOpts(), kgo.ClientID(c.Producer)), producerclient.KafkaClientOpts(nil)...)...)
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(w.kafkaAddrs...), kgo.ClientID(c.Producer)}, producerclient.KafkaClientOpts(nil)...)...)
 		if err != nil {
 			s.close()
 			return nil, err
@@ -157,23 +195,31 @@ func newSDKKafka(o Options, scn Scenario, w *world, base string, rec *recorder) 
 		}
 		s.producers = append(s.producers, p)
 		class := i
-		s.done = append(s.done, func(_ *kgo.Record, err error) {
-			if err == nil {
-				rec.add(rec.acked, class, time.Now())
-				return
-			}
-			var re *producerclient.RejectError
-			if errors.As(err, &re) && re.Attempts > 0 {
-				rec.failed.Add(1)
-			}
-		})
+		s.done = append(s.done, func(_ *kgo.Record, err error) { rec.outcome(class, err) })
 	}
 	return s, nil
 }
 
-func (s *sdkKafka) send(ctx context.Context, class int, created time.Time) {
-	r := &kgo.Record{Topic: s.w.topic, Value: encode(created, class), Timestamp: created}
-	s.producers[class].ProduceAsync(ctx, r, s.done[class])
+func (s *sdkKafka) record(class int, created time.Time) *kgo.Record {
+	return &kgo.Record{Topic: s.w.topic, Value: encode(created, class), Timestamp: created}
+}
+
+func (s *sdkKafka) async(ctx context.Context, class int, created time.Time) {
+	s.producers[class].ProduceAsync(ctx, s.record(class, created), s.done[class])
+}
+
+func (s *sdkKafka) sync(ctx context.Context, class int, created time.Time) {
+	s.rec.outcome(class, s.producers[class].Produce(ctx, s.record(class, created)))
+}
+
+func (s *sdkKafka) batch(ctx context.Context, class int, created []time.Time) {
+	rs := make([]*kgo.Record, len(created))
+	for i, c := range created {
+		rs[i] = s.record(class, c)
+	}
+	for _, res := range s.producers[class].ProduceBatch(ctx, rs) {
+		s.rec.outcome(class, res.Err)
+	}
 }
 
 func (s *sdkKafka) allowed() float64 { return allowedOf(s.producers, s.w.topic) }
@@ -240,8 +286,63 @@ func newNaiveNATS(w *world, rec *recorder) *naiveNATS {
 	return n
 }
 
-func (n *naiveNATS) send(ctx context.Context, class int, created time.Time) {
+func (n *naiveNATS) async(ctx context.Context, class int, created time.Time) {
 	n.publish(ctx, class, &natsgo.Msg{Subject: n.w.subject, Data: encode(created, class)}, 1)
+}
+
+// sync publishes with JetStream's Publish and tries again after a
+// failure, up to naiveRetries times.
+func (n *naiveNATS) sync(ctx context.Context, class int, created time.Time) {
+	n.publishSync(ctx, class, &natsgo.Msg{Subject: n.w.subject, Data: encode(created, class)}, 1)
+}
+
+// publishSync is sync from the given attempt on.
+func (n *naiveNATS) publishSync(ctx context.Context, class int, m *natsgo.Msg, attempt int) {
+	for ; ; attempt++ {
+		n.rec.attempts.Add(1)
+		if attempt > 1 {
+			n.rec.retries.Add(1)
+		}
+		if _, err := n.w.js.PublishMsg(ctx, m); err == nil {
+			n.rec.add(n.rec.acked, class, time.Now())
+			return
+		}
+		if attempt > naiveRetries || ctx.Err() != nil {
+			n.rec.failed.Add(1)
+			return
+		}
+	}
+}
+
+// batch publishes every message asynchronously, then waits for their acks
+// (JetStream has no batch publish); a failed one is published again,
+// synchronously, up to naiveRetries times.
+func (n *naiveNATS) batch(ctx context.Context, class int, created []time.Time) {
+	type pub struct {
+		m *natsgo.Msg
+		f jetstream.PubAckFuture
+	}
+	pubs := make([]pub, 0, len(created))
+	for _, c := range created {
+		n.rec.attempts.Add(1)
+		m := &natsgo.Msg{Subject: n.w.subject, Data: encode(c, class)}
+		f, err := n.w.js.PublishMsgAsync(m)
+		if err != nil {
+			n.publishSync(ctx, class, m, 2)
+			continue
+		}
+		pubs = append(pubs, pub{m, f})
+	}
+	for _, p := range pubs {
+		select {
+		case <-p.f.Ok():
+			n.rec.add(n.rec.acked, class, time.Now())
+		case <-p.f.Err():
+			n.publishSync(ctx, class, p.m, 2)
+		case <-ctx.Done():
+			n.rec.failed.Add(1)
+		}
+	}
 }
 
 func (n *naiveNATS) publish(ctx context.Context, class int, m *natsgo.Msg, attempt int) {
@@ -321,23 +422,36 @@ func newSDKNATS(o Options, scn Scenario, w *world, base string, rec *recorder) (
 		}
 		s.producers = append(s.producers, p)
 		class := i
-		s.done = append(s.done, func(_ *natsgo.Msg, _ *jetstream.PubAck, err error) {
-			if err == nil {
-				rec.add(rec.acked, class, time.Now())
-				return
-			}
-			var re *producerclient.RejectError
-			if errors.As(err, &re) && re.Attempts > 0 {
-				rec.failed.Add(1)
-			}
-		})
+		s.done = append(s.done, func(_ *natsgo.Msg, _ *jetstream.PubAck, err error) { rec.outcome(class, err) })
 	}
 	return s, nil
 }
 
-func (s *sdkNATS) send(ctx context.Context, class int, created time.Time) {
-	m := &natsgo.Msg{Subject: s.w.subject, Data: encode(created, class), Header: natsgo.Header{}}
-	s.producers[class].PublishAsync(ctx, m, s.done[class])
+func (s *sdkNATS) msg(class int, created time.Time) *natsgo.Msg {
+	return &natsgo.Msg{Subject: s.w.subject, Data: encode(created, class), Header: natsgo.Header{}}
+}
+
+func (s *sdkNATS) async(ctx context.Context, class int, created time.Time) {
+	s.producers[class].PublishAsync(ctx, s.msg(class, created), s.done[class])
+}
+
+func (s *sdkNATS) sync(ctx context.Context, class int, created time.Time) {
+	_, err := s.producers[class].Publish(ctx, s.msg(class, created))
+	s.rec.outcome(class, err)
+}
+
+// batch publishes every message asynchronously and waits for every
+// outcome (the SDK has no NATS batch call; this is how one is written).
+func (s *sdkNATS) batch(ctx context.Context, class int, created []time.Time) {
+	var wg sync.WaitGroup
+	wg.Add(len(created))
+	for _, c := range created {
+		s.producers[class].PublishAsync(ctx, s.msg(class, c), func(_ *natsgo.Msg, _ *jetstream.PubAck, err error) {
+			s.rec.outcome(class, err)
+			wg.Done()
+		})
+	}
+	wg.Wait()
 }
 
 func (s *sdkNATS) allowed() float64 { return allowedOf(s.producers, s.w.topic) }
@@ -370,6 +484,120 @@ func generate(ctx context.Context, start time.Time, rate float64, send func(crea
 			sent += max(due, 0)
 		}
 	}
+}
+
+// syncHandlers is how many request handlers each producer of a Sync row
+// runs: each takes the next request, sends its one message and waits.
+const syncHandlers = 16
+
+// batchEvery is how often a Batch row's producers send what arrived since
+// the last batch.
+const batchEvery = 100 * time.Millisecond
+
+// fleet is the producers of one run as the application drives them: per
+// request (Sync: a pool of handlers per producer, each request with the
+// deadline of its caller), fire and forget (Async), or in batches. It owns
+// the goroutines it starts; close stops them, then the sender.
+type fleet struct {
+	kind     ProducerKind
+	s        sender
+	rec      *recorder
+	deadline time.Duration
+	reqs     []chan time.Time
+	ctx      context.Context
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// newFleet starts the handlers (Sync) or batchers (Batch) of s, one set
+// per producer class.
+func newFleet(kind ProducerKind, s sender, scn Scenario, rec *recorder) *fleet {
+	ctx, stop := context.WithCancel(context.Background())
+	f := &fleet{kind: kind, s: s, rec: rec, deadline: scn.Deadline, ctx: ctx, stop: stop}
+	if kind == Async {
+		return f
+	}
+	for class := range scn.Classes {
+		// A queue of a second of the whole offer at 10x: what a
+		// server's accept backlog holds before it refuses requests.
+		ch := make(chan time.Time, 4096)
+		f.reqs = append(f.reqs, ch)
+		switch kind {
+		case Sync:
+			for range syncHandlers {
+				f.wg.Go(func() { f.handle(class, ch) })
+			}
+		case Batch:
+			f.wg.Go(func() { f.batches(class, ch) })
+		}
+	}
+	return f
+}
+
+// send is one request of producer class arriving at created. It never
+// blocks: a Sync or Batch request that finds the queue full is lost and
+// counted as overflow.
+func (f *fleet) send(ctx context.Context, class int, created time.Time) {
+	if f.kind == Async {
+		f.s.async(ctx, class, created)
+		return
+	}
+	select {
+	case f.reqs[class] <- created:
+	default:
+		f.rec.overflow.Add(1)
+	}
+}
+
+// handle is one request handler: its caller waits until the request's
+// deadline at most.
+func (f *fleet) handle(class int, ch <-chan time.Time) {
+	for {
+		select {
+		case <-f.ctx.Done():
+			return
+		case created := <-ch:
+			rctx, cancel := context.WithDeadline(f.ctx, created.Add(f.deadline))
+			f.s.sync(rctx, class, created)
+			cancel()
+		}
+	}
+}
+
+// batches sends what arrived every batchEvery, in one call, and waits for
+// its outcome before the next.
+func (f *fleet) batches(class int, ch <-chan time.Time) {
+	t := time.NewTicker(batchEvery)
+	defer t.Stop()
+	var pending []time.Time
+	for {
+		select {
+		case <-f.ctx.Done():
+			return
+		case created := <-ch:
+			pending = append(pending, created)
+		case <-t.C:
+			if len(pending) == 0 {
+				continue
+			}
+			rctx, cancel := context.WithDeadline(f.ctx, pending[0].Add(f.deadline))
+			f.s.batch(rctx, class, pending)
+			cancel()
+			pending = pending[:0]
+		}
+	}
+}
+
+func (f *fleet) allowed() float64 { return f.s.allowed() }
+
+// close stops the handlers (a call in progress ends with its context),
+// then closes the sender and returns its totals.
+func (f *fleet) close() Totals {
+	f.stop()
+	f.wg.Wait()
+	tot := f.s.close()
+	tot.Overflow = f.rec.overflow.Load()
+	return tot
 }
 
 // sdkProducer is what the bench needs of the SDK's Kafka and NATS producers.

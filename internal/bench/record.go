@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lagbridge/lagbridge/producerclient"
 )
 
 // Series is what one run recorded, in bins of Bin from the start of the
@@ -22,6 +24,10 @@ type Series struct {
 	// Acked: messages the broker acknowledged (once each, whatever the
 	// number of attempts).
 	Acked [][]int64
+	// Refused: messages the SDK refused before sending them (Drop mode:
+	// what does not fit the quota, the lease's stop signal), counted in
+	// the bin of the refusal. Always zero for the naive producers.
+	Refused [][]int64
 	// Good: messages processed within their deadline; Dead: processed
 	// after it (dead work); Skipped: expired messages a ttl guard skipped
 	// without processing them. Counted in the bin they were consumed in.
@@ -66,9 +72,10 @@ type recorder struct {
 	good    [][]atomic.Int64
 	dead    [][]atomic.Int64
 	skipped [][]atomic.Int64
+	refused [][]atomic.Int64
 	ages    []atomic.Int64
 	// Totals the bins do not need.
-	attempts, retries, failed atomic.Int64
+	attempts, retries, failed, overflow atomic.Int64
 	// sampled: written by the sampler, read by the progress printer,
 	// under mu.
 	mu                             sync.Mutex
@@ -108,7 +115,7 @@ func newRecorder(classes int, d, bin time.Duration) *recorder {
 		}
 		return out
 	}
-	r.offered, r.acked, r.good, r.dead, r.skipped = mk(), mk(), mk(), mk(), mk()
+	r.offered, r.acked, r.good, r.dead, r.skipped, r.refused = mk(), mk(), mk(), mk(), mk(), mk()
 	nan := func() []float64 {
 		f := make([]float64, n)
 		for i := range f {
@@ -152,6 +159,22 @@ func (r *recorder) add(c [][]atomic.Int64, class int, t time.Time) {
 	}
 }
 
+// outcome records what the SDK said about one message of class: acked
+// (err nil), refused before any send (a *RejectError with no attempt), or
+// failed after trying the broker.
+func (r *recorder) outcome(class int, err error) {
+	now := time.Now()
+	var re *producerclient.RejectError
+	switch {
+	case err == nil:
+		r.add(r.acked, class, now)
+	case errors.As(err, &re) && re.Attempts == 0:
+		r.add(r.refused, class, now)
+	default:
+		r.failed.Add(1)
+	}
+}
+
 // consumed records a processed message of class created at created whose
 // processing ended at now.
 func (r *recorder) consumed(class int, created, now time.Time, deadline time.Duration) {
@@ -188,7 +211,7 @@ func (r *recorder) series() *Series {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return &Series{Bin: r.bin, Offered: cp(r.offered), Acked: cp(r.acked), Good: cp(r.good), Dead: cp(r.dead),
-		Skipped: cp(r.skipped), HeadAge: r.headAge, Lag: r.lag, Allowed: r.allowed, Decided: r.decided,
+		Skipped: cp(r.skipped), Refused: cp(r.refused), HeadAge: r.headAge, Lag: r.lag, Allowed: r.allowed, Decided: r.decided,
 		Capacity: r.capacity, Wait: r.wait, Reason: r.reason, Ages: ages}
 }
 

@@ -8,143 +8,279 @@ import (
 	"time"
 )
 
-// Targets are issue 7's done-when figures for the lagbridge runs.
+// Targets are issue 12's done-when figures for the lagbridge runs.
 type Targets struct {
-	// MinGoodputShare of the best possible goodput (0.95).
+	// MinAdmitted is the share of their offer producers get while the
+	// consumer has spare capacity (0.99): before the drop, and after
+	// the restore plus one commit and one observation interval.
+	MinAdmitted float64
+	// MaxExcessRatio bounds the measured excess after the drop over
+	// [ExcessBound], for rows that read commits only (1.2).
+	MaxExcessRatio float64
+	// For rows whose consumer tells its position (commit per poll, the
+	// ttl guard, the hook): MinGoodputShare of the best possible goodput
+	// (0.95), MaxDeadShare (0.01), MaxHeadAgeP99 (the deadline).
 	MinGoodputShare float64
-	// MaxDeadShare of processing spent on dead work (0.01).
-	MaxDeadShare float64
-	// MaxHeadAgeP99 is the deadline (2s).
-	MaxHeadAgeP99 time.Duration
-	// MaxReaction (2s) and MaxRecovery (5s).
-	MaxReaction, MaxRecovery time.Duration
+	MaxDeadShare    float64
+	MaxHeadAgeP99   time.Duration
 }
 
-// DefaultTargets returns issue 7's targets for a scenario.
+// DefaultTargets returns issue 12's targets for a scenario.
 func DefaultTargets(scn Scenario) Targets {
-	return Targets{MinGoodputShare: 0.95, MaxDeadShare: 0.01, MaxHeadAgeP99: scn.Deadline,
-		MaxReaction: 2 * time.Second, MaxRecovery: 5 * time.Second}
+	return Targets{MinAdmitted: 0.99, MaxExcessRatio: 1.2, MinGoodputShare: 0.95, MaxDeadShare: 0.01, MaxHeadAgeP99: scn.Deadline}
 }
 
-// Check lists the targets r misses, in words; empty when it meets all.
-func (t Targets) Check(r Result) []string {
+// tellsPosition reports whether a consumer's broker-side position is close
+// to its real one: it commits after every poll, or reports it.
+func tellsPosition(k ConsumerKind) bool {
+	return k == CommitPerPoll || k == Guard || k == Hook || k == AckEach
+}
+
+// Check lists the targets the lagbridge run lb misses, in words, next to
+// naive, the naive run of the same row and load (nil when there is none):
+// never worse than naive; no false throttling; for rows that read commits
+// only, the excess within MaxExcessRatio of the bound; for rows whose
+// consumer tells its position, goodput, dead work and head age. Empty
+// when it meets all.
+func (t Targets) Check(lb Result, naive *Result) []string {
+	if lb.Unavailable != "" {
+		return nil
+	}
 	var miss []string
-	if !(r.GoodputShare >= t.MinGoodputShare) {
-		miss = append(miss, fmt.Sprintf("goodput %s < %s", pct(r.GoodputShare), pct(t.MinGoodputShare)))
+	if naive != nil && naive.Unavailable == "" {
+		if lb.GoodputShare < naive.GoodputShare {
+			miss = append(miss, fmt.Sprintf("goodput %s < naive's %s", pct(lb.GoodputShare), pct(naive.GoodputShare)))
+		}
+		if lb.DeadShare > naive.DeadShare {
+			miss = append(miss, fmt.Sprintf("dead work %s > naive's %s", pct(lb.DeadShare), pct(naive.DeadShare)))
+		}
 	}
-	if !(r.DeadShare <= t.MaxDeadShare) {
-		miss = append(miss, fmt.Sprintf("dead work %s > %s", pct(r.DeadShare), pct(t.MaxDeadShare)))
+	if lb.FalseThrottleSeconds > 0 {
+		miss = append(miss, fmt.Sprintf("%d false-throttle seconds", lb.FalseThrottleSeconds))
 	}
-	if r.HeadAgeP99 == Never || r.HeadAgeP99 > t.MaxHeadAgeP99 {
-		miss = append(miss, fmt.Sprintf("head age p99 %s > %s", dur(r.HeadAgeP99), dur(t.MaxHeadAgeP99)))
+	for _, p := range []Phase{lb.Phases[0], lb.Phases[2]} {
+		if p.Spare && p.AdmittedShare < t.MinAdmitted {
+			miss = append(miss, fmt.Sprintf("admitted %s of the offer %s", pct(p.AdmittedShare), p.Name))
+		}
 	}
-	if r.Reaction == Never || r.Reaction > t.MaxReaction {
-		miss = append(miss, fmt.Sprintf("reaction %s > %s", dur(r.Reaction), dur(t.MaxReaction)))
+	if lb.Row.Consumer != Hook && lb.Bound > 0 && lb.Excess > t.MaxExcessRatio*lb.Bound {
+		miss = append(miss, fmt.Sprintf("excess after the drop %s > %.1fx the bound %s", num(math.Round(lb.Excess)), t.MaxExcessRatio, num(math.Round(lb.Bound))))
 	}
-	if r.Recovery == Never || r.Recovery > t.MaxRecovery {
-		miss = append(miss, fmt.Sprintf("recovery %s > %s", dur(r.Recovery), dur(t.MaxRecovery)))
+	if tellsPosition(lb.Row.Consumer) {
+		if !(lb.GoodputShare >= t.MinGoodputShare) {
+			miss = append(miss, fmt.Sprintf("goodput %s < %s", pct(lb.GoodputShare), pct(t.MinGoodputShare)))
+		}
+		if !(lb.DeadShare <= t.MaxDeadShare) {
+			miss = append(miss, fmt.Sprintf("dead work %s > %s", pct(lb.DeadShare), pct(t.MaxDeadShare)))
+		}
+		if lb.HeadAgeP99 == Never || lb.HeadAgeP99 > t.MaxHeadAgeP99 {
+			miss = append(miss, fmt.Sprintf("head age p99 %s > %s", dur(lb.HeadAgeP99), dur(t.MaxHeadAgeP99)))
+		}
 	}
 	return miss
 }
 
-// Markdown renders the results side by side: per broker one table whose
-// columns are, per load, the naive run and the lagbridge run. Then the
-// targets and the definitions. It is a pure function.
-func Markdown(scn Scenario, interval time.Duration, guard bool, results []Result) string {
+// pair is a row's naive and lagbridge results at one load.
+type pair struct {
+	row         Row
+	load        float64
+	naive, lbr  *Result
+	broker      string
+	unavailable string
+}
+
+// pairs groups results by row and load, in their order.
+func pairs(results []Result) []*pair {
+	var out []*pair
+	for i := range results {
+		r := &results[i]
+		var cur *pair
+		for _, p := range out {
+			if p.row == r.Row && p.load == r.Load {
+				cur = p
+			}
+		}
+		if cur == nil {
+			cur = &pair{row: r.Row, load: r.Load, broker: r.Broker}
+			out = append(out, cur)
+		}
+		if r.Mode == ModeNaive {
+			cur.naive = r
+		} else {
+			cur.lbr = r
+		}
+		if r.Unavailable != "" {
+			cur.unavailable = r.Unavailable
+		}
+	}
+	return out
+}
+
+// Misses returns, per row and load, what its lagbridge run misses (see
+// Targets.Check); rows that meet every target are left out.
+func Misses(scn Scenario, results []Result) map[string][]string {
+	t := DefaultTargets(scn)
+	out := map[string][]string{}
+	for _, p := range pairs(results) {
+		if p.lbr == nil {
+			continue
+		}
+		if m := t.Check(*p.lbr, p.naive); len(m) > 0 {
+			out[fmt.Sprintf("%s %sx", p.row.Name(), num(p.load))] = m
+		}
+	}
+	return out
+}
+
+// Markdown renders the matrix: one summary line per row and load, naive
+// and lagbridge side by side, with the targets each lagbridge run misses;
+// then, per row, the detailed side-by-side table; then the definitions.
+// It is a pure function.
+func Markdown(scn Scenario, results []Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Consumer capacity %s msg/s, %s msg/s from %s to %s, then %s msg/s again until %s; deadline %s; "+
-		"producers %s; daemon observation interval %s; lagbridge side: SDK in Drop mode%s.\n\n",
+		"producers %s; lagbridge side: SDK in Drop mode under the daemon (policy maxAge %s).\n\n",
 		num(scn.Normal), num(scn.Slow), dur(scn.DropAt()), dur(scn.RecoverAt()), num(scn.Normal), dur(scn.Duration()), dur(scn.Deadline),
-		mix(scn), dur(interval), map[bool]string{true: ", consumers behind the ttl guard", false: ", consumers without the ttl guard"}[guard])
-	for _, broker := range brokersOf(results) {
+		mix(scn), dur(scn.Deadline))
+	b.WriteString("| row | load | goodput, % of possible (naive / lagbridge) | dead work | head age p99 | refused before / slow / after | false-throttle s | admitted before / after | excess after the drop / bound (ratio) | lagbridge misses |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	t := DefaultTargets(scn)
+	for _, p := range pairs(results) {
+		name := p.row.Name()
+		if p.row.Star {
+			name += " *"
+		}
+		if p.broker == "kafka" || p.broker == "nats" {
+			name += " (real)"
+		}
+		if p.naive == nil || p.lbr == nil || p.unavailable != "" {
+			fmt.Fprintf(&b, "| %s | %sx | not available: %s | | | | | | | |\n", name, num(p.load), p.unavailable)
+			continue
+		}
+		n, l := p.naive, p.lbr
+		ph := l.Phases
+		adm := func(x Phase) string {
+			if math.IsNaN(x.AdmittedShare) {
+				return "-"
+			}
+			s := pct(x.AdmittedShare)
+			if !x.Spare {
+				s += " (no spare)"
+			}
+			return s
+		}
+		excess := "-"
+		if l.Row.Consumer != Hook {
+			excess = fmt.Sprintf("%s / %s", num(math.Round(l.Excess)), num(math.Round(l.Bound)))
+			if l.Bound > 0 {
+				excess += fmt.Sprintf(" (%.2f)", l.Excess/l.Bound)
+			}
+		}
+		misses := "meets every target"
+		if m := t.Check(*l, n); len(m) > 0 {
+			misses = strings.Join(m, "; ")
+		}
+		fmt.Fprintf(&b, "| %s | %sx | %s / **%s** | %s / **%s** | %s / **%s** | %d / %d / %d | %d | %s / %s | %s | %s |\n",
+			name, num(p.load), pct(n.GoodputShare), pct(l.GoodputShare), pct(n.DeadShare), pct(l.DeadShare),
+			dur(n.HeadAgeP99), dur(l.HeadAgeP99), ph[0].Refused, ph[1].Refused, ph[2].Refused, l.FalseThrottleSeconds,
+			adm(ph[0]), adm(ph[2]), excess, misses)
+	}
+	b.WriteString("\nRows marked * are the ones to run on real Kafka and NATS as well. ")
+	b.WriteString("Targets: never worse than naive (goodput, dead work); no false throttling (0 seconds; >= 99% admitted before the drop and after the restore + one commit + one observation interval, where the offer is below capacity); rows that read commits only: excess after the drop <= 1.2x the bound; commit per poll, the guard, the hook, ack each: goodput >= 95%, dead work <= 1%, head age p99 <= the deadline.\n\n")
+	for _, row := range rowsOf(results) {
 		var cols []Result
 		for _, r := range results {
-			if r.Broker == broker {
+			if r.Row == row && r.Unavailable == "" {
 				cols = append(cols, r)
 			}
 		}
-		fmt.Fprintf(&b, "### %s\n\n", brokerTitle(broker))
-		b.WriteString("| |")
-		for _, r := range cols {
-			fmt.Fprintf(&b, " %sx %s |", num(r.Load), r.Mode)
+		if len(cols) == 0 {
+			continue
 		}
-		b.WriteString("\n|---|")
-		for range cols {
-			b.WriteString("---:|")
-		}
-		b.WriteString("\n")
-		row := func(name string, f func(Result) string) {
-			fmt.Fprintf(&b, "| %s |", name)
-			for _, r := range cols {
-				fmt.Fprintf(&b, " %s |", f(r))
-			}
-			b.WriteString("\n")
-		}
-		row("offered, msg/s", func(r Result) string { return num(r.Offered) })
-		row("**goodput**, msg/s", func(r Result) string { return "**" + num(r.Goodput) + "**" })
-		row("**goodput, % of possible**", func(r Result) string { return "**" + pct(r.GoodputShare) + "**" })
-		row("goodput in the slow phase, % of possible", func(r Result) string { return pct(r.SlowGoodputShare) })
-		row("**dead work**, % of processed", func(r Result) string { return fmt.Sprintf("**%s** (%d)", pct(r.DeadShare), r.Dead) })
-		row("expired, skipped unprocessed", func(r Result) string { return fmt.Sprint(r.Skipped) })
-		row("**head age** p50 / **p99** / max", func(r Result) string {
-			return fmt.Sprintf("%s / **%s** / %s", dur(r.HeadAgeP50), dur(r.HeadAgeP99), dur(r.HeadAgeMax))
-		})
-		row("age when processed, p99 / max", func(r Result) string { return dur(r.AgeP99) + " / " + dur(r.AgeMax) })
-		row("**reaction** (produced <= 1.1x capacity)", func(r Result) string { return "**" + dur(r.Reaction) + "**" })
-		row("**recovery** (goodput >= 90%)", func(r Result) string { return "**" + dur(r.Recovery) + "**" })
-		row("recovery (produced >= 90%)", func(r Result) string { return dur(r.RecoveryAdmitted) })
-		row("broker attempts / requested", func(r Result) string {
-			return fmt.Sprintf("%.2f (%d retries)", r.Amplification, r.Totals.Retries)
-		})
-		row("shed by the SDK before sending", func(r Result) string {
-			var n int64
-			for _, v := range r.Totals.Shed {
-				n += v
-			}
-			return fmt.Sprint(n)
-		})
-		for c := range scn.Classes {
-			cl := scn.Classes[c]
-			row(fmt.Sprintf("%s (%s): stored / good, %% of offered", cl.Criticality, pctPlain(cl.Share)), func(r Result) string {
-				if c >= len(r.Classes) {
-					return "-"
-				}
-				x := r.Classes[c]
-				return pct(ratio(float64(x.Acked), float64(x.Offered))) + " / " + pct(ratio(float64(x.Good), float64(x.Offered)))
-			})
-		}
-		row("left in the queue at the end (head age)", func(r Result) string {
-			if r.EndLag < 0 {
-				return "-"
-			}
-			return fmt.Sprintf("%d (%s)", r.EndLag, dur(r.EndHeadAge))
-		})
-		b.WriteString("\n")
-		t := DefaultTargets(scn)
-		for _, r := range cols {
-			if r.Mode != ModeLagbridge {
-				continue
-			}
-			if miss := t.Check(r); len(miss) > 0 {
-				fmt.Fprintf(&b, "- %sx lagbridge: misses %s.\n", num(r.Load), strings.Join(miss, "; "))
-			} else {
-				fmt.Fprintf(&b, "- %sx lagbridge: meets every target (goodput >= 95%%, dead work <= 1%%, head age p99 <= %s, reaction <= 2s, recovery <= 5s).\n", num(r.Load), dur(scn.Deadline))
-			}
-		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, "### %s: %s\n\n", row.Name(), brokerTitle(cols[0].Broker))
+		detail(&b, scn, cols)
 	}
 	b.WriteString(definitions)
 	return b.String()
 }
 
+// detail writes one row's side-by-side table: per load, naive and
+// lagbridge.
+func detail(b *strings.Builder, scn Scenario, cols []Result) {
+	b.WriteString("| |")
+	for _, r := range cols {
+		fmt.Fprintf(b, " %sx %s |", num(r.Load), r.Mode)
+	}
+	b.WriteString("\n|---|")
+	for range cols {
+		b.WriteString("---:|")
+	}
+	b.WriteString("\n")
+	row := func(name string, f func(Result) string) {
+		fmt.Fprintf(b, "| %s |", name)
+		for _, r := range cols {
+			fmt.Fprintf(b, " %s |", f(r))
+		}
+		b.WriteString("\n")
+	}
+	row("offered, msg/s", func(r Result) string { return num(r.Offered) })
+	row("**goodput**, msg/s", func(r Result) string { return "**" + num(r.Goodput) + "**" })
+	row("**goodput, % of possible**", func(r Result) string { return "**" + pct(r.GoodputShare) + "**" })
+	for k, name := range []string{"before the drop", "slow phase", "after the restore"} {
+		row("goodput, msg/s / dead work / head age p99, "+name, func(r Result) string {
+			p := r.Phases[k]
+			return fmt.Sprintf("%s / %s / %s", num(math.Round(p.Goodput)), pct(p.DeadShare), dur(p.HeadAgeP99))
+		})
+	}
+	row("**dead work**, % of processed", func(r Result) string { return fmt.Sprintf("**%s** (%d)", pct(r.DeadShare), r.Dead) })
+	row("expired, skipped unprocessed", func(r Result) string { return fmt.Sprint(r.Skipped) })
+	row("**head age** p50 / **p99** / max", func(r Result) string {
+		return fmt.Sprintf("%s / **%s** / %s", dur(r.HeadAgeP50), dur(r.HeadAgeP99), dur(r.HeadAgeMax))
+	})
+	row("age when processed, p99 / max", func(r Result) string { return dur(r.AgeP99) + " / " + dur(r.AgeMax) })
+	row("refused by the SDK, before / slow / after", func(r Result) string {
+		return fmt.Sprintf("%d / %d / %d", r.Phases[0].Refused, r.Phases[1].Refused, r.Phases[2].Refused)
+	})
+	row("false-throttle seconds", func(r Result) string { return fmt.Sprint(r.FalseThrottleSeconds) })
+	row("admitted before the drop / after the restore, % of offered", func(r Result) string {
+		return pct(r.Phases[0].AdmittedShare) + " / " + pct(r.Phases[2].AdmittedShare)
+	})
+	row("excess admitted after the drop / bound", func(r Result) string {
+		return fmt.Sprintf("%s / %s", num(math.Round(r.Excess)), num(math.Round(r.Bound)))
+	})
+	row("reaction (produced <= 1.1x capacity)", func(r Result) string { return dur(r.Reaction) })
+	row("recovery (goodput >= 90%)", func(r Result) string { return dur(r.Recovery) })
+	row("broker attempts / requested", func(r Result) string {
+		return fmt.Sprintf("%.2f (%d retries)", r.Amplification, r.Totals.Retries)
+	})
+	row("requests lost at full handler queues", func(r Result) string { return fmt.Sprint(r.Totals.Overflow) })
+	for c := range scn.Classes {
+		cl := scn.Classes[c]
+		row(fmt.Sprintf("%s (%s): stored / good, %% of offered", cl.Criticality, pctPlain(cl.Share)), func(r Result) string {
+			if c >= len(r.Classes) {
+				return "-"
+			}
+			x := r.Classes[c]
+			return pct(ratio(float64(x.Acked), float64(x.Offered))) + " / " + pct(ratio(float64(x.Good), float64(x.Offered)))
+		})
+	}
+	row("left in the queue at the end (head age)", func(r Result) string {
+		if r.EndLag < 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%d (%s)", r.EndLag, dur(r.EndHeadAge))
+	})
+	b.WriteString("\n")
+}
+
 const definitions = `Definitions. *Possible* goodput is the integral over the run of min(offered, capacity): what a perfect system would process usefully. *Good*: processed within the deadline of its production; *dead work*: processed after it (it still cost the consumer its processing time); *skipped*: expired messages the ttl guard committed past without processing (they cost nothing but are not goodput). *Head age*: the daemon's observation of the age of the oldest unconsumed message, sampled every bin. *Reaction*: from the drop until the rate the broker stores, over 500 ms, is at most 1.1x the reduced capacity and stays so for the next second. *Recovery*: from the restore until goodput over the last 500 ms is at least 90% of min(offered, restored capacity) and stays so for a second. *Broker attempts / requested*: produce attempts (first tries and retries) per message the application asked to send; below 1 when the SDK sheds before sending. *Stored / good*: per producer, messages the broker stored and messages processed within their deadline, as a share of what that producer offered. A time of "never" did not happen within the run.
 `
 
-func brokersOf(rs []Result) []string {
-	var out []string
+func rowsOf(rs []Result) []Row {
+	var out []Row
 	for _, r := range rs {
-		if !slices.Contains(out, r.Broker) {
-			out = append(out, r.Broker)
+		if !slices.Contains(out, r.Row) {
+			out = append(out, r.Row)
 		}
 	}
 	return out

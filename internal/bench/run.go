@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,41 +21,60 @@ const (
 	ChartFile = "bench.png"
 )
 
-// Run runs the scenario for every broker and load, naive then lagbridge,
-// prints progress and the table to o.Out, and writes the table and the
-// chart into o.OutDir. It returns the results of the runs that finished;
-// the error is the first that stopped a run (ctx's when it ended), or an
-// error writing the files. Every goroutine it starts has stopped when it
-// returns.
+// Run runs every row of o.Rows at every load, naive then lagbridge, prints
+// progress and the tables to o.Out, and writes the tables, the chart and
+// one CSV per run into o.OutDir. Rows whose naive side is the same (see
+// Row.naiveKey) share one naive run per load. A row that cannot run in
+// this build (the consumer hook before the consumerclient package) is
+// reported as not available and the matrix goes on. It returns the
+// results of the runs that finished; the error is the first that stopped
+// a run (ctx's when it ended), or an error writing the files. Every
+// goroutine it starts has stopped when it returns.
 func Run(ctx context.Context, o Options) ([]Result, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	o = o.withDefaults()
-	scn := o.Scenario.Scaled(o.Scale)
+	base := o.Scenario.Scaled(o.Scale)
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, err
 	}
-	runs := len(o.Brokers) * len(o.Loads) * 2
-	fmt.Fprintf(o.Out, "lagbridge bench: %d runs of %s (capacity %s msg/s, %s from %s to %s; deadline %s); observation interval %s\n",
-		runs, dur(scn.Duration()), num(scn.Normal), num(scn.Slow), dur(scn.DropAt()), dur(scn.RecoverAt()), dur(scn.Deadline), o.Interval)
+	fmt.Fprintf(o.Out, "lagbridge bench: %d rows x %d loads, runs of %s (capacity %s msg/s, %s from %s to %s; deadline %s)\n",
+		len(o.Rows), len(o.Loads), dur(base.Duration()), num(base.Normal), num(base.Slow), dur(base.DropAt()), dur(base.RecoverAt()), dur(base.Deadline))
 	var results []Result
 	var runErr error
 	id := strconv.FormatInt(time.Now().Unix()%1_000_000, 10)
+	naive := map[string]Result{}
 	n := 0
 loop:
-	for _, broker := range o.Brokers {
+	for ri, row := range o.Rows {
+		scn := row.scenario(base)
 		for _, load := range o.Loads {
 			for _, mode := range []string{ModeNaive, ModeLagbridge} {
+				key := fmt.Sprintf("%s@%v", row.naiveKey(), load)
+				if r, ok := naive[key]; ok && mode == ModeNaive {
+					r.Row = row
+					results = append(results, r)
+					continue
+				}
 				n++
-				fmt.Fprintf(o.Out, "\n[%d/%d] %s, offered %sx = %s msg/s, %s\n", n, runs, broker, num(load), num(load*scn.Slow), mode)
-				r, err := runOne(ctx, o, scn, broker, load, mode, fmt.Sprintf("%s-%d", id, n))
+				fmt.Fprintf(o.Out, "\n[row %d/%d] %s, offered %sx = %s msg/s, %s\n", ri+1, len(o.Rows), row.Name(), num(load), num(load*scn.Slow), mode)
+				r, err := runOne(ctx, o, scn, row, load, mode, fmt.Sprintf("%s-%d", id, n))
+				if errors.Is(err, errUnavailable) {
+					fmt.Fprintf(o.Out, "  not available: %v\n", err)
+					results = append(results, Result{Row: row, Broker: clusterName(o, row.Broker), Mode: mode, Load: load,
+						Offered: load * scn.Slow, Unavailable: err.Error()})
+					continue
+				}
 				if err != nil {
-					runErr = fmt.Errorf("%s %sx %s: %w", broker, num(load), mode, err)
+					runErr = fmt.Errorf("%s %sx %s: %w", row.Name(), num(load), mode, err)
 					break loop
 				}
-				fmt.Fprintf(o.Out, "  done: goodput %s msg/s (%s of possible), dead work %s, head age p99 %s, reaction %s, recovery %s\n",
-					num(r.Goodput), pct(r.GoodputShare), pct(r.DeadShare), dur(r.HeadAgeP99), dur(r.Reaction), dur(r.Recovery))
+				fmt.Fprintf(o.Out, "  done: goodput %s msg/s (%s of possible), dead work %s, head age p99 %s, refused %d, false-throttle seconds %d\n",
+					num(r.Goodput), pct(r.GoodputShare), pct(r.DeadShare), dur(r.HeadAgeP99), r.Refused, r.FalseThrottleSeconds)
+				if mode == ModeNaive {
+					naive[key] = r
+				}
 				results = append(results, r)
 			}
 		}
@@ -62,7 +82,7 @@ loop:
 	if len(results) == 0 {
 		return nil, runErr
 	}
-	md := Markdown(scn, o.Interval, !o.NoGuard, results)
+	md := Markdown(base, results)
 	fmt.Fprintf(o.Out, "\n%s", md)
 	var errs []error
 	errs = append(errs, runErr)
@@ -70,12 +90,15 @@ loop:
 		errs = append(errs, err)
 	}
 	for _, r := range results {
-		name := fmt.Sprintf("bench-%s-%sx-%s.csv", r.Broker, num(r.Load), r.Mode)
-		if err := os.WriteFile(filepath.Join(o.OutDir, name), CSV(scn, r), 0o644); err != nil {
+		if r.Series == nil {
+			continue
+		}
+		name := fmt.Sprintf("bench-%s-%sx-%s.csv", strings.ReplaceAll(strings.ReplaceAll(r.Row.Name(), "/", "_"), "+", "_"), num(r.Load), r.Mode)
+		if err := os.WriteFile(filepath.Join(o.OutDir, name), CSV(r), 0o644); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	png, err := Chart(scn, results)
+	png, err := Chart(base, results)
 	if err == nil {
 		err = os.WriteFile(filepath.Join(o.OutDir, ChartFile), png, 0o644)
 	}
@@ -86,47 +109,61 @@ loop:
 	return results, errors.Join(errs...)
 }
 
+// clusterName is the name a row's runs report for their cluster.
+func clusterName(o Options, broker string) string {
+	switch {
+	case broker == BrokerKafka && len(o.KafkaBrokers) > 0:
+		return "kafka"
+	case broker == BrokerKafka:
+		return "kfake"
+	case o.NATSURL != "":
+		return "nats"
+	}
+	return "embedded-nats"
+}
+
 // runOne runs the scenario once: fresh broker (or topic), daemon,
 // consumer, producers; then tears everything down.
-func runOne(ctx context.Context, o Options, scn Scenario, broker string, load float64, mode, id string) (Result, error) {
-	w, err := startWorld(ctx, o, broker, id)
+func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64, mode, id string) (Result, error) {
+	kind := row.Consumer
+	if mode == ModeNaive {
+		kind = kind.naive()
+	} else if kind == Hook {
+		return Result{}, fmt.Errorf("%s consumer: %w (it needs the consumerclient package)", kind, errUnavailable)
+	}
+	w, err := startWorld(ctx, o, row, id)
 	if err != nil {
 		return Result{}, err
 	}
 	defer w.Close()
-	d, err := startDaemon(ctx, o, scn, w)
+	d, err := startDaemon(ctx, o, scn, w, row.Interval)
 	if err != nil {
 		return Result{}, err
 	}
 	defer func() { _ = d.stop() }()
 
 	rec := newRecorder(len(scn.Classes), scn.Duration(), o.Bin)
-	guard := mode == ModeLagbridge && !o.NoGuard
-	var c *consumer
-	if broker == BrokerKafka {
-		c, err = startKafkaConsumer(ctx, w, scn, rec, guard)
-	} else {
-		c, err = startNATSConsumer(ctx, w, scn, rec, guard)
-	}
+	c, err := startConsumer(ctx, w, scn, rec, kind)
 	if err != nil {
 		return Result{}, err
 	}
 	defer c.Close()
 
-	var f fleet
+	var s sender
 	switch {
-	case mode == ModeNaive && broker == BrokerKafka:
-		f, err = newNaiveKafka(w, scn, rec)
+	case mode == ModeNaive && row.Broker == BrokerKafka:
+		s, err = newNaiveKafka(w, scn, rec)
 	case mode == ModeNaive:
-		f = newNaiveNATS(w, rec)
-	case broker == BrokerKafka:
-		f, err = newSDKKafka(o, scn, w, d.base, rec)
+		s = newNaiveNATS(w, rec)
+	case row.Broker == BrokerKafka:
+		s, err = newSDKKafka(o, scn, w, d.base, rec)
 	default:
-		f, err = newSDKNATS(o, scn, w, d.base, rec)
+		s, err = newSDKNATS(o, scn, w, d.base, rec)
 	}
 	if err != nil {
 		return Result{}, err
 	}
+	f := newFleet(row.Producer, s, scn, rec)
 	closed := false
 	var tot Totals
 	closeFleet := func() {
@@ -137,7 +174,7 @@ func runOne(ctx context.Context, o Options, scn Scenario, broker string, load fl
 	}
 	defer closeFleet()
 	if mode == ModeLagbridge {
-		if err := waitLeases(ctx, f, 10*time.Second); err != nil {
+		if err := waitLeases(ctx, s, 10*time.Second); err != nil {
 			fmt.Fprintf(o.Out, "  warning: %v; starting anyway\n", err)
 		}
 	}
@@ -158,7 +195,7 @@ func runOne(ctx context.Context, o Options, scn Scenario, broker string, load fl
 		})
 	}
 	wg.Go(func() { sample(rctx, rec, d, w, f) })
-	wg.Go(func() { progress(rctx, o, rec, scn, start, fmt.Sprintf("%s %sx %s", broker, num(load), mode)) })
+	wg.Go(func() { progress(rctx, o, rec, scn, start, fmt.Sprintf("%s %sx %s", row.Name(), num(load), mode)) })
 	<-rctx.Done()
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -169,15 +206,14 @@ func runOne(ctx context.Context, o Options, scn Scenario, broker string, load fl
 	if err := d.stop(); err != nil {
 		fmt.Fprintf(o.Out, "  warning: the daemon stopped with %v\n", err)
 	}
-	name := w.name
-	return Analyze(scn, name, mode, load, rec.series(), tot), nil
+	return Analyze(scn, row, w.name, mode, load, rec.series(), tot), nil
 }
 
 // waitLeases waits until every SDK producer holds a lease from the daemon
 // (open while nothing lags).
-func waitLeases(ctx context.Context, f fleet, d time.Duration) error {
+func waitLeases(ctx context.Context, s sender, d time.Duration) error {
 	var ps []func() (producerclient.Quota, bool)
-	switch s := f.(type) {
+	switch s := s.(type) {
 	case *sdkKafka:
 		for _, p := range s.producers {
 			ps = append(ps, func() (producerclient.Quota, bool) { return p.Quota(s.w.topic) })
@@ -211,7 +247,7 @@ func waitLeases(ctx context.Context, f fleet, d time.Duration) error {
 
 // sample records the daemon's and the SDK's view once per bin, at the end
 // of each bin.
-func sample(ctx context.Context, rec *recorder, d *daemon, w *world, f fleet) {
+func sample(ctx context.Context, rec *recorder, d *daemon, w *world, f *fleet) {
 	t := time.NewTicker(rec.bin)
 	defer t.Stop()
 	for {

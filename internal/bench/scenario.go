@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/lagbridge/lagbridge/ttl"
@@ -139,27 +140,23 @@ type Options struct {
 	// Scenario is the capacity profile, deadline and producer mix; the
 	// zero value means DefaultScenario.
 	Scenario Scenario
-	// Scale multiplies the three phases (0.2 makes a CI-sized run); zero
+	// Scale multiplies the three phases (0.3 makes a CI-sized run); zero
 	// means 1.
 	Scale float64
 	// Loads are the offered loads as multiples of Scenario.Slow; nil means
 	// 2, 5 and 10.
 	Loads []float64
-	// Brokers to run on, BrokerKafka and/or BrokerNATS; nil means kafka.
+	// Rows are the matrix rows to run, in order; nil means FullMatrix.
+	Rows []Row
+	// Brokers keeps only the rows on these brokers (BrokerKafka,
+	// BrokerNATS); nil keeps every row.
 	Brokers []string
-	// KafkaBrokers, when set, runs the Kafka runs against this real
+	// KafkaBrokers, when set, runs the Kafka rows against this real
 	// cluster (seed addresses) instead of an embedded kfake.
 	KafkaBrokers []string
-	// NATSURL, when set, runs the NATS runs against this server instead
+	// NATSURL, when set, runs the NATS rows against this server instead
 	// of an embedded one. It needs JetStream.
 	NATSURL string
-	// Interval is the daemon's observation interval; zero means 250ms
-	// (the daemon's own default is 1s: a benchmark of reaction time wants
-	// it short; see docs/quota-control.md for both).
-	Interval time.Duration
-	// NoGuard runs the lagbridge side's consumers without the ttl guard:
-	// they then process dead messages like the naive ones do.
-	NoGuard bool
 	// Bin is the resolution of the recorded series; zero means 100ms.
 	Bin time.Duration
 	// OutDir receives bench.md and bench.png; empty means "results".
@@ -181,11 +178,17 @@ func (o Options) withDefaults() Options {
 	if o.Loads == nil {
 		o.Loads = []float64{2, 5, 10}
 	}
-	if o.Brokers == nil {
-		o.Brokers = []string{BrokerKafka}
+	if o.Rows == nil {
+		o.Rows = FullMatrix()
 	}
-	if o.Interval == 0 {
-		o.Interval = 250 * time.Millisecond
+	if o.Brokers != nil {
+		var keep []Row
+		for _, r := range o.Rows {
+			if slices.Contains(o.Brokers, r.Broker) {
+				keep = append(keep, r)
+			}
+		}
+		o.Rows = keep
 	}
 	if o.Bin == 0 {
 		o.Bin = 100 * time.Millisecond
@@ -205,11 +208,17 @@ func (o Options) withDefaults() Options {
 // Validate reports every problem of o (after defaults) at once, each
 // wrapping ErrInvalidOptions; nil when o is valid.
 func (o Options) Validate() error {
-	o = o.withDefaults()
-	errs := o.Scenario.validate()
+	var errs []error
 	add := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...))
 	}
+	for i, b := range o.Brokers {
+		if b != BrokerKafka && b != BrokerNATS {
+			add("brokers[%d] = %q is not %q or %q", i, b, BrokerKafka, BrokerNATS)
+		}
+	}
+	o = o.withDefaults()
+	errs = append(errs, o.Scenario.validate()...)
 	if !(o.Scale > 0) || math.IsInf(o.Scale, 0) {
 		add("scale must be finite and > 0, got %v", o.Scale)
 	}
@@ -221,16 +230,11 @@ func (o Options) Validate() error {
 			add("loads[%d] = %v must be in (0, 100]", i, l)
 		}
 	}
-	if len(o.Brokers) == 0 {
-		add("at least one broker")
+	if len(o.Rows) == 0 {
+		add("no row to run")
 	}
-	for i, b := range o.Brokers {
-		if b != BrokerKafka && b != BrokerNATS {
-			add("brokers[%d] = %q is not %q or %q", i, b, BrokerKafka, BrokerNATS)
-		}
-	}
-	if o.Interval < 100*time.Millisecond || o.Interval > time.Minute {
-		add("interval must be from 100ms to 1m (the daemon's limits), got %v", o.Interval)
+	for _, r := range o.Rows {
+		errs = append(errs, r.validate()...)
 	}
 	if o.Bin < 10*time.Millisecond || o.Bin > time.Second {
 		add("bin must be from 10ms to 1s, got %v", o.Bin)

@@ -40,18 +40,24 @@ type world struct {
 	topic      string // Kafka topic or NATS stream
 	subject    string // NATS subject of the stream
 	group      string // Kafka consumer group or NATS durable consumer
-	nc         *natsgo.Conn
-	js         jetstream.JetStream
-	closers    []func()
+	// abandoned is the second consumer of an Abandoned row (a group
+	// with offsets and no member, a durable that never fetches); empty
+	// otherwise.
+	abandoned string
+	nc        *natsgo.Conn
+	js        jetstream.JetStream
+	closers   []func()
 }
 
 // startWorld starts (or connects to) the broker of one run and creates its
 // topic or stream.
-func startWorld(ctx context.Context, o Options, broker, id string) (w *world, err error) {
+func startWorld(ctx context.Context, o Options, row Row, id string) (w *world, err error) {
+	broker := row.Broker
 	w = &world{broker: broker}
+	started := w // a failing return sets w to nil
 	defer func() {
 		if err != nil {
-			w.Close()
+			started.Close()
 		}
 	}()
 	switch broker {
@@ -72,9 +78,20 @@ func startWorld(ctx context.Context, o Options, broker, id string) (w *world, er
 		if err := createTopic(ctx, w.kafkaAddrs, w.topic); err != nil {
 			return nil, err
 		}
+		if row.Extra == Abandoned {
+			w.abandoned = w.group + "-abandoned"
+		}
 		if len(o.KafkaBrokers) > 0 {
-			addrs, topic, group := w.kafkaAddrs, w.topic, w.group
-			w.closers = append(w.closers, func() { deleteTopic(addrs, topic, group) })
+			addrs, topic, groups := w.kafkaAddrs, w.topic, []string{w.group}
+			if w.abandoned != "" {
+				groups = append(groups, w.abandoned)
+			}
+			w.closers = append(w.closers, func() { deleteTopic(addrs, topic, groups) })
+		}
+		if w.abandoned != "" {
+			if err := commitAbandoned(ctx, w.kafkaAddrs, w.topic, w.abandoned); err != nil {
+				return nil, err
+			}
 		}
 	case BrokerNATS:
 		w.name = "embedded-nats"
@@ -113,6 +130,12 @@ func startWorld(ctx context.Context, o Options, broker, id string) (w *world, er
 			defer cancel()
 			_ = js.DeleteStream(dctx, stream)
 		})
+		if row.Extra == Abandoned {
+			w.abandoned = w.group + "-abandoned"
+			if _, err := w.js.CreateOrUpdateConsumer(ctx, w.topic, jetstream.ConsumerConfig{Durable: w.abandoned, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+				return nil, fmt.Errorf("create consumer %s: %w", w.abandoned, err)
+			}
+		}
 	default:
 		return nil, fmt.Errorf("%w: unknown broker %q", ErrInvalidOptions, broker)
 	}
@@ -130,12 +153,6 @@ func (w *world) Close() {
 		w.closers[i]()
 	}
 	w.closers = nil
-}
-
-// kafkaOpts are the client options shared by every Kafka client of a run.
-func (w *world) kafkaOpts() []kgo.Opt {
-	return []kgo.Opt{kgo.SeedBrokers(w.kafkaAddrs...), kgo.ProducerLinger(5 * time.Millisecond),
-		kgo.ProducerBatchCompression(kgo.NoCompression())}
 }
 
 func createTopic(ctx context.Context, addrs []string, topic string) error {
@@ -177,9 +194,54 @@ func createTopic(ctx context.Context, addrs []string, topic string) error {
 	}
 }
 
-// deleteTopic deletes a run's topic and consumer group from a real
+// commitAbandoned commits offset 0 on every partition of topic for group,
+// a group without members (a "simple" commit, generation -1, as admin
+// tools do): a group that once consumed the topic and is gone, its
+// offsets kept.
+func commitAbandoned(ctx context.Context, addrs []string, topic, group string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	// OffsetCommit v10+ names the topic by its id.
+	m := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	m.Topics = append(m.Topics, mt)
+	mr, err := m.RequestWith(cctx, cl)
+	if err != nil || len(mr.Topics) != 1 {
+		return fmt.Errorf("metadata of %s: %v", topic, err)
+	}
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation = group, -1
+	t := kmsg.NewOffsetCommitRequestTopic()
+	t.Topic, t.TopicID = topic, mr.Topics[0].TopicID
+	for p := range int32(partitions) {
+		pp := kmsg.NewOffsetCommitRequestTopicPartition()
+		pp.Partition, pp.Offset = p, 0
+		t.Partitions = append(t.Partitions, pp)
+	}
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(cctx, cl)
+	if err != nil {
+		return fmt.Errorf("commit for group %s: %w", group, err)
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				return fmt.Errorf("commit for group %s, partition %d: %w", group, rp.Partition, err)
+			}
+		}
+	}
+	return nil
+}
+
+// deleteTopic deletes a run's topic and consumer groups from a real
 // cluster, best effort.
-func deleteTopic(addrs []string, topic, group string) {
+func deleteTopic(addrs []string, topic string, groups []string) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
 		return
@@ -195,7 +257,7 @@ func deleteTopic(addrs []string, topic, group string) {
 	req.TimeoutMillis = 10_000
 	_, _ = req.RequestWith(ctx, cl)
 	greq := kmsg.NewPtrDeleteGroupsRequest()
-	greq.Groups = []string{group}
+	greq.Groups = groups
 	_, _ = greq.RequestWith(ctx, cl)
 }
 
@@ -210,7 +272,7 @@ type daemon struct {
 // daemonConfig is the daemon's config for a run: the one cluster, a quota
 // policy for the run's topic with maxAge = the deadline and the scenario's
 // producers.
-func daemonConfig(o Options, scn Scenario, w *world) (config.Config, error) {
+func daemonConfig(o Options, scn Scenario, w *world, interval time.Duration) (config.Config, error) {
 	var producers []quota.ProducerSpec
 	for _, c := range scn.Classes {
 		var qc quota.Criticality
@@ -220,27 +282,31 @@ func daemonConfig(o Options, scn Scenario, w *world) (config.Config, error) {
 		producers = append(producers, quota.ProducerSpec{ID: c.Producer, Criticality: qc})
 	}
 	cfg := config.Config{
-		Listen: "127.0.0.1:0", Interval: o.Interval, ShutdownTimeout: 5 * time.Second,
+		Listen: "127.0.0.1:0", Interval: interval, ShutdownTimeout: 5 * time.Second,
 		Log:   config.Log{Level: "info", Format: "text"},
 		Rules: config.Rules{LagAge: scn.Deadline},
-		Quota: config.Quota{LeaseLifetime: max(5*time.Second, 4*o.Interval), Policies: []quota.Policy{{
+		Quota: config.Quota{LeaseLifetime: max(5*time.Second, 4*interval), Policies: []quota.Policy{{
 			Name: "bench", Match: quota.Match{Topic: regexp.QuoteMeta(w.topic)}, MaxAge: scn.Deadline, Producers: producers,
 		}}},
+	}
+	consumers := []string{regexp.QuoteMeta(w.group)}
+	if w.abandoned != "" {
+		consumers = append(consumers, regexp.QuoteMeta(w.abandoned))
 	}
 	switch w.broker {
 	case BrokerKafka:
 		cfg.Kafka = []kafka.Config{{Cluster: w.name, Brokers: w.kafkaAddrs,
-			Groups: kafka.Filter{Include: []string{regexp.QuoteMeta(w.group)}}, Topics: kafka.Filter{Include: []string{regexp.QuoteMeta(w.topic)}}}}
+			Groups: kafka.Filter{Include: consumers}, Topics: kafka.Filter{Include: []string{regexp.QuoteMeta(w.topic)}}}}
 	case BrokerNATS:
 		cfg.NATS = []nats.Config{{Cluster: w.name, URLs: []string{w.natsURL},
-			Streams: nats.Filter{Include: []string{regexp.QuoteMeta(w.topic)}}, Consumers: nats.Filter{Include: []string{regexp.QuoteMeta(w.group)}}}}
+			Streams: nats.Filter{Include: []string{regexp.QuoteMeta(w.topic)}}, Consumers: nats.Filter{Include: consumers}}}
 	}
 	return cfg, cfg.Validate()
 }
 
 // startDaemon runs the daemon for w and returns once /readyz answers 200.
-func startDaemon(ctx context.Context, o Options, scn Scenario, w *world) (*daemon, error) {
-	cfg, err := daemonConfig(o, scn, w)
+func startDaemon(ctx context.Context, o Options, scn Scenario, w *world, interval time.Duration) (*daemon, error) {
+	cfg, err := daemonConfig(o, scn, w, interval)
 	if err != nil {
 		return nil, fmt.Errorf("daemon config: %w", err)
 	}

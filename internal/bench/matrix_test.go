@@ -1,0 +1,296 @@
+package bench
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFullMatrix(t *testing.T) {
+	m := FullMatrix()
+	seen := map[string]bool{}
+	for _, r := range m {
+		if errs := r.validate(); len(errs) > 0 {
+			t.Errorf("%s: %v", r.Name(), errs)
+		}
+		if seen[r.Name()] {
+			t.Errorf("%s twice", r.Name())
+		}
+		seen[r.Name()] = true
+		// Every name reads back as the same row (Star aside).
+		back, err := ParseRow(r.Name())
+		back.Star = r.Star
+		if err != nil || back != r {
+			t.Errorf("ParseRow(%q) = %+v, %v", r.Name(), back, err)
+		}
+	}
+	// What issue 12 asks the matrix to hold.
+	for _, name := range []string{
+		"kafka/autocommit-5s/sync/1s", "kafka/autocommit-1s/sync/1s", "kafka/commit-per-poll/sync/250ms",
+		"kafka/guard/sync/1s", "kafka/hook/sync/250ms", "kafka/marks-20ms/sync/250ms",
+		"kafka/guard/async/1s", "kafka/guard/batch/1s",
+		"nats/ack-each/sync/1s", "nats/ack-batch/sync/250ms",
+		"kafka/autocommit-5s/sync/1s+abandoned", "nats/ack-each/sync/1s+abandoned", "kafka/autocommit-5s/sync/1s+no-commit-yet",
+	} {
+		if !seen[name] {
+			t.Errorf("%s is not in the matrix", name)
+		}
+	}
+	// Every short row is a full row.
+	for _, r := range ShortMatrix() {
+		if !slices.Contains(m, r) {
+			t.Errorf("short row %s is not in the full matrix", r.Name())
+		}
+	}
+}
+
+func TestSelectRows(t *testing.T) {
+	m := FullMatrix()
+	names := func(rs []Row) []string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, r.Name())
+		}
+		return out
+	}
+	cases := []struct {
+		name     string
+		patterns []string
+		want     []string
+	}{
+		// A glob on the whole name.
+		{"glob", []string{"kafka/guard/*/1s"}, []string{"kafka/guard/sync/1s", "kafka/guard/async/1s", "kafka/guard/batch/1s"}},
+		// A plain word matches as a substring.
+		{"substring", []string{"abandoned"}, []string{"kafka/autocommit-5s/sync/1s+abandoned", "nats/ack-each/sync/1s+abandoned"}},
+		// Two patterns: the union, in the matrix's order.
+		{"union", []string{"nats/ack-batch/sync/1s", "kafka/hook/sync/1s"}, []string{"kafka/hook/sync/1s", "nats/ack-batch/sync/1s"}},
+		// Nothing matches.
+		{"none", []string{"rabbit*"}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := SelectRows(m, c.patterns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(names(got), c.want) {
+				t.Errorf("got %v, want %v", names(got), c.want)
+			}
+		})
+	}
+	if _, err := SelectRows(m, []string{"[kafka"}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("bad glob: %v", err)
+	}
+	if got, _ := SelectRows(m, nil); len(got) != len(m) {
+		t.Errorf("no pattern kept %d of %d rows", len(got), len(m))
+	}
+}
+
+func TestParseRowErrors(t *testing.T) {
+	for _, c := range []struct{ name, in, want string }{
+		// Too few parts.
+		{"parts", "kafka/guard/sync", "BROKER/CONSUMER/PRODUCER/INTERVAL"},
+		// An interval that is no duration.
+		{"interval", "kafka/guard/sync/soon", "interval"},
+		// A NATS consumer on Kafka.
+		{"mixed", "kafka/ack-each/sync/1s", "ack-each is a NATS consumer"},
+		// An unknown extra.
+		{"extra", "kafka/guard/sync/1s+chaos", `unknown extra "chaos"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseRow(c.in)
+			if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v, want %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestRowNaiveSide(t *testing.T) {
+	g1 := Row{Broker: BrokerKafka, Consumer: Guard, Producer: Sync, Interval: time.Second}
+	g250 := Row{Broker: BrokerKafka, Consumer: Guard, Producer: Sync, Interval: 250 * time.Millisecond}
+	cpp := Row{Broker: BrokerKafka, Consumer: CommitPerPoll, Producer: Sync, Interval: time.Second}
+	hook := Row{Broker: BrokerKafka, Consumer: Hook, Producer: Sync, Interval: time.Second}
+	auto := Row{Broker: BrokerKafka, Consumer: AutoCommit5s, Producer: Sync, Interval: 250 * time.Millisecond}
+	async := Row{Broker: BrokerKafka, Consumer: Guard, Producer: Async, Interval: time.Second}
+	// The guard's and the hook's naive sides are the consumers they ride
+	// on, whatever the interval; the producer still tells them apart.
+	if g1.naiveKey() != g250.naiveKey() || g1.naiveKey() != cpp.naiveKey() || hook.naiveKey() != auto.naiveKey() {
+		t.Errorf("keys: %s %s %s / %s %s", g1.naiveKey(), g250.naiveKey(), cpp.naiveKey(), hook.naiveKey(), auto.naiveKey())
+	}
+	if g1.naiveKey() == async.naiveKey() || g1.naiveKey() == auto.naiveKey() {
+		t.Errorf("different naive runs share a key: %s", g1.naiveKey())
+	}
+	// A row whose drop comes before the first commit.
+	nc := Row{Extra: NoCommitYet}.scenario(DefaultScenario())
+	if nc.DropAt() != time.Second || nc.RecoverAt() != 21*time.Second {
+		t.Errorf("no-commit-yet scenario: drop %v restore %v", nc.DropAt(), nc.RecoverAt())
+	}
+}
+
+func TestExcessAfterDrop(t *testing.T) {
+	cases := []struct {
+		name  string
+		acked []int64
+		want  float64
+	}{
+		// The doc's example: bins of 1s from the drop (bin 0), 400 msg/s
+		// after it; 1,000 a second for three seconds then 100.
+		{"blind three seconds", []int64{1000, 1000, 1000, 100, 100}, 1800},
+		// Never more than the capacity: no excess.
+		{"within", []int64{400, 300, 400}, 0},
+		// A late burst counts as much as an early one.
+		{"late", []int64{0, 0, 1600}, 400},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := ExcessAfterDrop(c.acked, time.Second, 0, len(c.acked), 400); math.Abs(got-c.want) > 1e-9 {
+				t.Errorf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+	// Bins outside [drop, restore) do not count.
+	if got := ExcessAfterDrop([]int64{5000, 400, 400, 5000}, time.Second, 1, 3, 400); got != 0 {
+		t.Errorf("outside the slow phase: %v", got)
+	}
+}
+
+func TestExcessBound(t *testing.T) {
+	cases := []struct {
+		name           string
+		before, after  float64
+		commit, period time.Duration
+		want           float64
+	}{
+		// The doc's example: (800 - 400) x (5s + 1s).
+		{"autocommit 5s at 1s", 800, 400, 5 * time.Second, time.Second, 2400},
+		// Commit per poll at 250ms: one observation interval.
+		{"per poll", 2000, 400, 0, 250 * time.Millisecond, 400},
+		// Admitting no more than the new capacity leaves nothing to bound.
+		{"no excess", 400, 400, 5 * time.Second, time.Second, 0},
+		// An unknown rate before the drop bounds nothing.
+		{"unknown", math.NaN(), 400, time.Second, time.Second, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := ExcessBound(c.before, c.after, c.commit, c.period); math.Abs(got-c.want) > 1e-9 {
+				t.Errorf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestFalseThrottle(t *testing.T) {
+	scn := testScenario() // 1,000 msg/s for 1s, 100 msg/s for 2s, 1,000 msg/s for 1s
+	bin := 100 * time.Millisecond
+	per := func(v int64) []int64 {
+		out := make([]int64, 40)
+		for i := range out {
+			out[i] = v
+		}
+		return out
+	}
+	cases := []struct {
+		name               string
+		processed, refused []int64
+		want               []int
+	}{
+		// Refused while processing 500 of 1,000 (first and last second)
+		// and 50 of 100 (the slow seconds): every second.
+		{"idle throughout", per(5), per(1), []int{0, 1, 2, 3}},
+		// Busy at capacity in every second: refusals are fair.
+		{"busy", func() []int64 {
+			p := per(100)
+			for i := 10; i < 30; i++ {
+				p[i] = 10
+			}
+			return p
+		}(), per(1), nil},
+		// Idle but nobody refused.
+		{"idle, no refusal", per(0), per(0), nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := FalseThrottle(scn, bin, c.processed, c.refused); !slices.Equal(got, c.want) {
+				t.Errorf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestPhaseBounds(t *testing.T) {
+	scn := DefaultScenario()
+	cases := []struct {
+		name  string
+		row   Row
+		after time.Duration
+	}{
+		// 5s commits observed every 1s: the after phase starts 6s after the restore.
+		{"autocommit 5s", Row{Consumer: AutoCommit5s, Interval: time.Second}, 36 * time.Second},
+		// Commit per poll at 250ms: one observation interval after it.
+		{"per poll", Row{Consumer: CommitPerPoll, Interval: 250 * time.Millisecond}, 30250 * time.Millisecond},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := PhaseBounds(scn, c.row)
+			if b[0] != [2]time.Duration{0, 10 * time.Second} || b[1] != [2]time.Duration{10 * time.Second, 30 * time.Second} ||
+				b[2] != [2]time.Duration{c.after, 45 * time.Second} {
+				t.Errorf("%v", b)
+			}
+		})
+	}
+	// A run too short for the after phase leaves it empty.
+	if b := PhaseBounds(scn.Scaled(0.1), Row{Consumer: AutoCommit5s, Interval: time.Second}); b[2][0] != b[2][1] {
+		t.Errorf("short run: %v", b[2])
+	}
+}
+
+func TestTargetsCheck(t *testing.T) {
+	tg := DefaultTargets(DefaultScenario())
+	spare := Phase{Spare: true, AdmittedShare: 1}
+	good := Result{Row: Row{Consumer: Guard}, GoodputShare: 0.98, DeadShare: 0, HeadAgeP99: time.Second,
+		Phases: [3]Phase{spare, {}, spare}}
+	naive := Result{GoodputShare: 0.4, DeadShare: 0.5}
+	cases := []struct {
+		name  string
+		lb    Result
+		naive *Result
+		want  []string // substrings, in order
+	}{
+		// Meets everything.
+		{"meets", good, &naive, nil},
+		// Worse than naive on both counts.
+		{"worse than naive", func() Result { r := good; r.GoodputShare, r.DeadShare = 0.3, 0.6; return r }(), &naive,
+			[]string{"goodput 30.0% < naive's 40.0%", "dead work 60.0% > naive's 50.0%", "goodput 30.0% < 95.0%", "dead work 60.0% > 1.0%"}},
+		// False throttling: refused while idle, and a short admission where there was spare capacity.
+		{"false throttle", func() Result {
+			r := good
+			r.FalseThrottleSeconds = 3
+			r.Phases[2] = Phase{Name: "after", Spare: true, AdmittedShare: 0.9}
+			return r
+		}(), nil, []string{"3 false-throttle seconds", "admitted 90.0% of the offer after"}},
+		// Without spare capacity, admitting less is no false throttling.
+		{"no spare", func() Result { r := good; r.Phases[0] = Phase{AdmittedShare: 0.5}; return r }(), nil, nil},
+		// A commit-only row past 1.2x its bound; its goodput target does not apply.
+		{"excess", Result{Row: Row{Consumer: AutoCommit5s}, GoodputShare: 0.5, Excess: 2500, Bound: 2000, Phases: [3]Phase{spare, {}, spare}}, nil,
+			[]string{"excess after the drop 2,500 > 1.2x the bound 2,000"}},
+		// An unavailable run misses nothing.
+		{"unavailable", Result{Unavailable: "no"}, nil, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := tg.Check(c.lb, c.naive)
+			if len(got) != len(c.want) {
+				t.Fatalf("got %q, want %q", got, c.want)
+			}
+			for i := range got {
+				if !strings.Contains(got[i], c.want[i]) {
+					t.Errorf("[%d] %q, want %q", i, got[i], c.want[i])
+				}
+			}
+		})
+	}
+}
