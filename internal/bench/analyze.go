@@ -44,9 +44,6 @@ type Result struct {
 	Row Row
 	// Scenario is the scenario the run ran (the row's, scaled).
 	Scenario Scenario
-	// Unavailable, when not empty, says why this run could not be made
-	// in this build; every other figure is then zero.
-	Unavailable string
 	// Broker is the cluster's name: kfake, kafka, embedded-nats or nats.
 	Broker string
 	Mode   string

@@ -287,12 +287,6 @@ func TestMarkdown(t *testing.T) {
 			t.Errorf("%q not in\n%s", want, md)
 		}
 	}
-	// An unavailable row is listed, not dropped.
-	un := append(results(), Result{Row: Row{Broker: BrokerKafka, Consumer: Hook, Producer: Sync, Interval: time.Second},
-		Mode: ModeLagbridge, Load: 2, Unavailable: "needs the consumerclient package"})
-	if md := Markdown(testScenario(), un); !strings.Contains(md, "| kafka/hook/sync/1s | 2x | not available: needs the consumerclient package |") {
-		t.Errorf("no unavailable line in\n%s", md)
-	}
 }
 
 func TestChart(t *testing.T) {

@@ -67,9 +67,6 @@ func Chart(scn Scenario, results []Result) ([]byte, error) {
 	var rows []*row
 	for i := range results {
 		r := &results[i]
-		if r.Series == nil {
-			continue
-		}
 		var cur *row
 		for _, x := range rows {
 			if x.name == r.Row.Name() && x.load == r.Load {

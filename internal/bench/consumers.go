@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/lagbridge/lagbridge/consumerclient"
 	"github.com/lagbridge/lagbridge/ttl/kafkaguard"
 )
 
@@ -73,33 +75,30 @@ func (c *consumer) Close() {
 	})
 }
 
-// errUnavailable is returned for a row whose consumer cannot be built in
-// this version (the consumer hook before the consumerclient package).
-var errUnavailable = errors.New("not available in this build")
-
 // startConsumer starts the consumer of kind on w, processing at the
 // scenario's capacity, and returns once it is ready (a Kafka group has
-// assigned partitions).
-func startConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, kind ConsumerKind) (*consumer, error) {
+// assigned partitions). daemon is the daemon's base URL, where the Hook
+// consumer reports.
+func startConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, kind ConsumerKind, daemon string, log *slog.Logger) (*consumer, error) {
 	switch kind {
 	case Marks20ms:
 		return startMarksConsumer(ctx, w, scn, rec)
 	case AckEach, AckBatch:
 		return startNATSConsumer(ctx, w, scn, rec, kind == AckBatch)
-	case Hook:
-		return nil, errUnavailable
 	}
-	return startKafkaConsumer(ctx, w, scn, rec, kind)
+	return startKafkaConsumer(ctx, w, scn, rec, kind, daemon, log)
 }
 
 // startKafkaConsumer runs the poll loop most franz-go users write: poll,
 // process each record in the order returned, and commit as kind says
 // (AutoCommit5s: the library's defaults throughout; AutoCommit1s: a 1 s
 // autocommit; CommitPerPoll: autocommit off, a synchronous commit after
-// each poll; Guard: the same behind the ttl guard's documented loop).
-// Every other client setting is franz-go's default. It returns once the
-// group has assigned partitions.
-func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, kind ConsumerKind) (*consumer, error) {
+// each poll; Guard: the same behind the ttl guard's documented loop; Hook:
+// AutoCommit5s with the consumer hook of consumerclient reporting to
+// daemon, the poll loop unchanged). Every other client setting is
+// franz-go's and consumerclient's default. It returns once the group has
+// assigned partitions.
+func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, kind ConsumerKind, daemon string, log *slog.Logger) (*consumer, error) {
 	assigned := make(chan struct{})
 	var once sync.Once
 	opts := []kgo.Opt{kgo.SeedBrokers(w.kafkaAddrs...), kgo.ConsumerGroup(w.group), kgo.ConsumeTopics(w.topic),
@@ -111,19 +110,37 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 	case perPoll:
 		opts = append(opts, kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll())
 	}
+	var rep *consumerclient.KafkaReporter
+	if kind == Hook {
+		var err error
+		if rep, err = consumerclient.NewKafkaReporter(consumerclient.Config{URL: daemon, Cluster: w.name, Logger: log}); err != nil {
+			return nil, err
+		}
+		opts = append(opts, kgo.WithHooks(rep.Hook()))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
+		if rep != nil {
+			rep.Close()
+		}
 		return nil, err
+	}
+	closeF := cl.Close
+	if rep != nil {
+		closeF = func() {
+			cl.Close()
+			rep.Close()
+		}
 	}
 	var g *kafkaguard.Guard
 	if kind == Guard {
 		if g, err = kafkaguard.New(kafkaguard.Config{MaxAge: scn.Deadline}); err != nil {
-			cl.Close()
+			closeF()
 			return nil, err
 		}
 	}
 	cctx, cancel := context.WithCancel(context.Background())
-	c := &consumer{cancel: cancel, closeF: cl.Close}
+	c := &consumer{cancel: cancel, closeF: closeF}
 	p := &pacer{capacity: capacityAt(scn, rec)}
 	process := func(r *kgo.Record) error {
 		if err := p.take(cctx); err != nil {

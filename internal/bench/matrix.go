@@ -30,7 +30,7 @@ const (
 	Guard ConsumerKind = "guard"
 	// Hook is the AutoCommit5s loop with the consumer hook, which reports
 	// the consumer's position to the daemon. The naive side runs
-	// AutoCommit5s. Not available until the consumerclient package is.
+	// AutoCommit5s.
 	Hook ConsumerKind = "hook"
 	// Marks20ms is the tuned consumer earlier versions of this benchmark
 	// used for every run: it works through fetched records oldest first

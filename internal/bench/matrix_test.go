@@ -277,8 +277,6 @@ func TestTargetsCheck(t *testing.T) {
 		// A commit-only row past 1.2x its bound; its goodput target does not apply.
 		{"excess", Result{Row: Row{Consumer: AutoCommit5s}, GoodputShare: 0.5, Excess: 2500, Bound: 2000, Phases: [3]Phase{spare, {}, spare}}, nil,
 			[]string{"excess after the drop 2,500 > 1.2x the bound 2,000"}},
-		// An unavailable run misses nothing.
-		{"unavailable", Result{Unavailable: "no"}, nil, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

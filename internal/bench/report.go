@@ -43,11 +43,8 @@ func tellsPosition(k ConsumerKind) bool {
 // consumer tells its position, goodput, dead work and head age. Empty
 // when it meets all.
 func (t Targets) Check(lb Result, naive *Result) []string {
-	if lb.Unavailable != "" {
-		return nil
-	}
 	var miss []string
-	if naive != nil && naive.Unavailable == "" {
+	if naive != nil {
 		if lb.GoodputShare < naive.GoodputShare {
 			miss = append(miss, fmt.Sprintf("goodput %s < naive's %s", pct(lb.GoodputShare), pct(naive.GoodputShare)))
 		}
@@ -82,11 +79,10 @@ func (t Targets) Check(lb Result, naive *Result) []string {
 
 // pair is a row's naive and lagbridge results at one load.
 type pair struct {
-	row         Row
-	load        float64
-	naive, lbr  *Result
-	broker      string
-	unavailable string
+	row        Row
+	load       float64
+	naive, lbr *Result
+	broker     string
 }
 
 // pairs groups results by row and load, in their order.
@@ -108,9 +104,6 @@ func pairs(results []Result) []*pair {
 			cur.naive = r
 		} else {
 			cur.lbr = r
-		}
-		if r.Unavailable != "" {
-			cur.unavailable = r.Unavailable
 		}
 	}
 	return out
@@ -153,8 +146,7 @@ func Markdown(scn Scenario, results []Result) string {
 		if p.broker == "kafka" || p.broker == "nats" {
 			name += " (real)"
 		}
-		if p.naive == nil || p.lbr == nil || p.unavailable != "" {
-			fmt.Fprintf(&b, "| %s | %sx | not available: %s | | | | | | | |\n", name, num(p.load), p.unavailable)
+		if p.naive == nil || p.lbr == nil {
 			continue
 		}
 		n, l := p.naive, p.lbr
@@ -190,7 +182,7 @@ func Markdown(scn Scenario, results []Result) string {
 	for _, row := range rowsOf(results) {
 		var cols []Result
 		for _, r := range results {
-			if r.Row == row && r.Unavailable == "" {
+			if r.Row == row {
 				cols = append(cols, r)
 			}
 		}

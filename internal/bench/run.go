@@ -24,9 +24,7 @@ const (
 // Run runs every row of o.Rows at every load, naive then lagbridge, prints
 // progress and the tables to o.Out, and writes the tables, the chart and
 // one CSV per run into o.OutDir. Rows whose naive side is the same (see
-// Row.naiveKey) share one naive run per load. A row that cannot run in
-// this build (the consumer hook before the consumerclient package) is
-// reported as not available and the matrix goes on. It returns the
+// Row.naiveKey) share one naive run per load. It returns the
 // results of the runs that finished; the error is the first that stopped
 // a run (ctx's when it ended), or an error writing the files. Every
 // goroutine it starts has stopped when it returns.
@@ -60,12 +58,6 @@ loop:
 				n++
 				fmt.Fprintf(o.Out, "\n[row %d/%d] %s, offered %sx = %s msg/s, %s\n", ri+1, len(o.Rows), row.Name(), num(load), num(load*scn.Slow), mode)
 				r, err := runOne(ctx, o, scn, row, load, mode, fmt.Sprintf("%s-%d", id, n))
-				if errors.Is(err, errUnavailable) {
-					fmt.Fprintf(o.Out, "  not available: %v\n", err)
-					results = append(results, Result{Row: row, Broker: clusterName(o, row.Broker), Mode: mode, Load: load,
-						Offered: load * scn.Slow, Unavailable: err.Error()})
-					continue
-				}
 				if err != nil {
 					runErr = fmt.Errorf("%s %sx %s: %w", row.Name(), num(load), mode, err)
 					break loop
@@ -90,9 +82,6 @@ loop:
 		errs = append(errs, err)
 	}
 	for _, r := range results {
-		if r.Series == nil {
-			continue
-		}
 		name := fmt.Sprintf("bench-%s-%sx-%s.csv", strings.ReplaceAll(strings.ReplaceAll(r.Row.Name(), "/", "_"), "+", "_"), num(r.Load), r.Mode)
 		if err := os.WriteFile(filepath.Join(o.OutDir, name), CSV(r), 0o644); err != nil {
 			errs = append(errs, err)
@@ -109,27 +98,12 @@ loop:
 	return results, errors.Join(errs...)
 }
 
-// clusterName is the name a row's runs report for their cluster.
-func clusterName(o Options, broker string) string {
-	switch {
-	case broker == BrokerKafka && len(o.KafkaBrokers) > 0:
-		return "kafka"
-	case broker == BrokerKafka:
-		return "kfake"
-	case o.NATSURL != "":
-		return "nats"
-	}
-	return "embedded-nats"
-}
-
 // runOne runs the scenario once: fresh broker (or topic), daemon,
 // consumer, producers; then tears everything down.
 func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64, mode, id string) (Result, error) {
 	kind := row.Consumer
 	if mode == ModeNaive {
 		kind = kind.naive()
-	} else if kind == Hook {
-		return Result{}, fmt.Errorf("%s consumer: %w (it needs the consumerclient package)", kind, errUnavailable)
 	}
 	w, err := startWorld(ctx, o, row, id)
 	if err != nil {
@@ -143,7 +117,7 @@ func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64,
 	defer func() { _ = d.stop() }()
 
 	rec := newRecorder(len(scn.Classes), scn.Duration(), o.Bin)
-	c, err := startConsumer(ctx, w, scn, rec, kind)
+	c, err := startConsumer(ctx, w, scn, rec, kind, d.base, o.Log.With("component", "consumer"))
 	if err != nil {
 		return Result{}, err
 	}
