@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/lagbridge/lagbridge/internal/config"
+	"github.com/lagbridge/lagbridge/internal/testpki"
 )
 
 // required reports whether a missing external tool must fail the test
@@ -39,10 +40,43 @@ func tool(tb testing.TB, name, hint string) string {
 
 func update() bool { return os.Getenv("LAGBRIDGE_UPDATE") == "1" }
 
+// mountedFile is a path the examples and the chart read from a mounted
+// Secret: tokens and TLS material.
+var mountedFile = regexp.MustCompile(`/etc/lagbridge/(secrets|tokens|tls)/[A-Za-z0-9._-]+`)
+
+// withMounts returns body with every mounted file replaced by a file in a
+// temporary directory holding what a real one would: a 32-character token
+// (one per line for the lists), or the TLS certificate, key or CA of a test
+// CA. The loader reads them as it reads the real ones.
+func withMounts(tb testing.TB, body []byte) []byte {
+	tb.Helper()
+	dir := tb.TempDir()
+	ca := testpki.NewCA(tb, "deploy-test")
+	cert, key := ca.Leaf(tb, "lagbridge", true)
+	files := map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.PEM}
+	return mountedFile.ReplaceAllFunc(body, func(m []byte) []byte {
+		name := filepath.Base(string(m))
+		content, ok := files[name]
+		if !ok {
+			content = []byte(strings.Repeat("t0k3n", 7) + "\n")
+		}
+		return []byte(testpki.Write(tb, dir, strings.ReplaceAll(string(m[len("/etc/lagbridge/"):]), "/", "-"), content))
+	})
+}
+
 // loadConfig runs the daemon's config loader on the file at path, as
-// `lagbridge run --config path` does.
+// `lagbridge run --config path` does, with the Secrets it names mounted
+// (withMounts).
 func loadConfig(tb testing.TB, path string) (config.Config, error) {
 	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	path = filepath.Join(tb.TempDir(), filepath.Base(path))
+	if err := os.WriteFile(path, withMounts(tb, b), 0o600); err != nil {
+		tb.Fatal(err)
+	}
 	fs := config.Flags("test")
 	if err := fs.Parse([]string{"--config", path}); err != nil {
 		tb.Fatal(err)
@@ -61,12 +95,13 @@ func TestExamples(t *testing.T) {
 		wantAuth, kv  bool
 		clientQuotaOn bool
 	}{
-		// Kafka with TLS, SASL, two policies, one with broker client quotas.
-		{file: "kafka.yaml", kafka: 1, policies: 2, clientQuotaOn: true},
+		// Kafka with TLS, SASL, two policies, one with broker client quotas;
+		// HTTPS and tokens per producer.
+		{file: "kafka.yaml", kafka: 1, policies: 2, wantAuth: true, clientQuotaOn: true},
 		// NATS with creds, a policy, leases in a KV bucket, bearer tokens.
 		{file: "nats.yaml", nats: 1, policies: 1, wantAuth: true, kv: true},
-		// Both brokers from one daemon.
-		{file: "both.yaml", kafka: 1, nats: 1, policies: 2},
+		// Both brokers from one daemon, one token for every producer.
+		{file: "both.yaml", kafka: 1, nats: 1, policies: 2, wantAuth: true},
 	}
 	seen := map[string]bool{}
 	for _, c := range cases {
@@ -232,16 +267,83 @@ func TestHelm(t *testing.T) {
 			t.Errorf("PrometheusRule spec: %v %+v", err, rules)
 		}
 	}
-	// A config with listen in it is refused with a clear message.
-	bad := filepath.Join(t.TempDir(), "bad.yaml")
-	if err := os.WriteFile(bad, []byte("config:\n  listen: \":1\"\n  kafka: [{cluster: a, brokers: [\"k:9092\"]}]\n"), 0o600); err != nil {
+	// Secure by default: the default rendering serves the quota protocol
+	// with tokens from a Secret the chart does not create.
+	for _, o := range objs {
+		switch o.Kind {
+		case "Secret":
+			t.Errorf("the chart renders a Secret %s: tokens must not live in values or manifests", o.Metadata.Name)
+		case "ConfigMap":
+			if c := o.Data["lagbridge.yaml"]; !strings.Contains(c, "tokenFile: /etc/lagbridge/tokens/producer-token") || !strings.Contains(c, "adminTokensFile: /etc/lagbridge/tokens/admin-tokens") {
+				t.Errorf("default config has no tokens from the Secret:\n%s", c)
+			}
+		case "Deployment":
+			pod := get(o.raw, "spec", "template", "spec")
+			if got := mountOf(pod, "tokens"); got != "lagbridge-tokens" {
+				t.Errorf("tokens volume: Secret %q, want lagbridge-tokens", got)
+			}
+		}
+	}
+	// Every option on: HTTPS from the tls Secret, probes over HTTPS.
+	for _, o := range all {
+		if o.Kind != "Deployment" {
+			continue
+		}
+		pod := get(o.raw, "spec", "template", "spec")
+		if mountOf(pod, "tls") != "lagbridge-tls" || mountOf(pod, "tokens") != "lagbridge-auth" {
+			t.Errorf("all-on: tls volume %q, tokens volume %q", mountOf(pod, "tls"), mountOf(pod, "tokens"))
+		}
+		for _, probe := range []string{"livenessProbe", "readinessProbe", "startupProbe"} {
+			if got := get(pod, "containers", 0, probe, "httpGet", "scheme"); got != "HTTPS" {
+				t.Errorf("all-on: %s scheme %v, want HTTPS", probe, got)
+			}
+		}
+	}
+	// auth.mode none says so in the config, and mounts no Secret.
+	none := filepath.Join(t.TempDir(), "none.yaml")
+	if err := os.WriteFile(none, []byte("auth: {mode: none}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("go", "run", ".", "template", chart, "-f", bad)
-	cmd.Dir, cmd.Env = "helm/check", append(os.Environ(), "GOFLAGS=", "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "config.listen is set by the chart") {
-		t.Errorf("config.listen was not refused: %v\n%s", err, out)
+	open := decodeAll(t, helmCheck(t, "template", chart, "-f", none, "--name", "lb"))
+	for _, o := range open {
+		if o.Kind == "ConfigMap" && !strings.Contains(o.Data["lagbridge.yaml"], "mode: none") {
+			t.Errorf("auth.mode=none: config lacks mode: none:\n%s", o.Data["lagbridge.yaml"])
+		}
+		if o.Kind == "Deployment" && mountOf(get(o.raw, "spec", "template", "spec"), "tokens") != "" {
+			t.Errorf("auth.mode=none still mounts the tokens Secret")
+		}
 	}
+	// Settings the chart owns or cannot serve are refused with a clear message.
+	refused := []struct {
+		name, values, msg string
+	}{
+		{"listen in config", "config:\n  listen: \":1\"\n  kafka: [{cluster: a, brokers: [\"k:9092\"]}]\n", "config.listen is set by the chart"},
+		{"unknown auth mode", "auth: {mode: open}\n", "auth.mode is \"open\""},
+		{"client certs the probes lack", "tls: {secretName: t, clientAuth: require}\n", "refuses the kubelet's probes"},
+	}
+	for _, c := range refused {
+		bad := filepath.Join(t.TempDir(), "bad.yaml")
+		if err := os.WriteFile(bad, []byte(c.values), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("go", "run", ".", "template", chart, "-f", bad)
+		cmd.Dir, cmd.Env = "helm/check", append(os.Environ(), "GOFLAGS=", "GOWORK=off")
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), c.msg) {
+			t.Errorf("%s was not refused: %v\n%s", c.name, err, out)
+		}
+	}
+}
+
+// mountOf returns the Secret name of the pod's volume called name, or "".
+func mountOf(pod any, name string) string {
+	vols, _ := get(pod, "volumes").([]any)
+	for _, v := range vols {
+		if get(v, "name") == name {
+			s, _ := get(v, "secret", "secretName").(string)
+			return s
+		}
+	}
+	return ""
 }
 
 // object is the part of a Kubernetes object the checks read.

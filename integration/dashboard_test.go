@@ -50,6 +50,7 @@ func storyWorld(tb testing.TB, story time.Duration) (string, time.Time) {
 	}
 	tb.Cleanup(w.Close)
 	cfg := demo.Config(b, "", 250*time.Millisecond)
+	cfg.Metrics.ProducerGrants = true // the Grafana dashboard's grant panels read them
 	if len(cfg.Quota.Policies) == 0 {
 		cfg.Quota.Policies = []quota.Policy{{Name: "demo", MaxAge: 4 * time.Second, HardAge: 10 * time.Second}}
 	}

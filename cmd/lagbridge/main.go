@@ -135,6 +135,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		report(stderr, err)
 		return 1
 	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(stdout, "warning: %s\n", w)
+	}
 	fmt.Fprintf(stdout, "config ok: %d kafka and %d nats cluster(s), interval %s, listen %s\n", len(cfg.Kafka), len(cfg.NATS), cfg.Interval, cfg.Listen)
 	return 0
 }
@@ -150,6 +153,9 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	log := cfg.Logger(stderr)
+	for _, w := range cfg.Warnings() {
+		log.Warn("config: " + w)
+	}
 	a, err := app.New(ctx, cfg, log)
 	if err != nil {
 		log.Error("start", "err", err)

@@ -29,7 +29,7 @@ func TestCheck(t *testing.T) {
 		}
 	}
 	good := filepath.Join(dir, "good.yaml")
-	os.WriteFile(good, []byte("kafka: [{cluster: main, brokers: ['127.0.0.1:9092']}]\n"), 0o600)
+	os.WriteFile(good, []byte("listen: 127.0.0.1:9464\nkafka: [{cluster: main, brokers: ['127.0.0.1:9092']}]\n"), 0o600)
 	if code, out, stderr := runCLI("check", "--config", good); code != 0 || !strings.Contains(out, "config ok") {
 		t.Fatalf("good config: %d %s %s", code, out, stderr)
 	}

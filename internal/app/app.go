@@ -29,6 +29,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/history"
 	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/internal/servertls"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
 )
@@ -54,6 +55,7 @@ type App struct {
 	loops     []*daemon.Loop
 	closers   []func()
 	ln        net.Listener
+	tls       *servertls.Reloader // nil: plain HTTP
 }
 
 // New builds the daemon from cfg (which must be valid) and connects to every
@@ -153,7 +155,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		return nil, fmt.Errorf("quota engine: %w", err)
 	}
 	a.Engine = eng
-	engine.NewCollector(a.Registry, eng)
+	engine.NewCollector(a.Registry, eng).ProducerGrants = cfg.Metrics.ProducerGrants
 	pols, _ := quota.NewPolicies(cfg.Quota.Policies) // validated with the config
 	a.ttl = enforce.NewRunner(pols, cfg.TTL.Enforce, movers, streams, log.With("component", "ttl"))
 	if cfg.TTL.StreamCheckInterval > 0 {
@@ -171,17 +173,32 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 			}})
 	}
 	a.Handler = daemon.NewHandler(a.Store, a.Registry, nil)
-	qs := quotaserver.New(a.Hub, eng, cfg.Quota.Auth, a.Registry)
+	qs := quotaserver.New(a.Hub, eng, cfg.Quota.Auth, a.Registry,
+		quotaserver.WithLimits(quotaserver.Limits{MaxStreams: cfg.Quota.MaxStreams, MaxLongPolls: cfg.Quota.MaxLongPolls}))
 	qs.Register(a.Handler.Mux)
 	consumers.Register(a.Handler.Mux, qs)
-	(&history.API{Store: a.History, Log: a.Decisions}).Register(a.Handler.Mux, nil) // guarded as /v1/lag is
-	a.Handler.Mux.Handle("/", dashboard.Handler())                                  // the built-in dashboard; /metrics, /v1/... are more specific
+	a.Handler.ReadAccess = qs.ReadAccess
+	(&history.API{Store: a.History, Log: a.Decisions}).Register(a.Handler.Mux, qs.ReadGuard) // guarded as /v1/lag is
+	a.Handler.Mux.Handle("/", dashboard.Handler())                                           // the built-in dashboard; /metrics, /v1/... are more specific
+	if cfg.TLS.Enabled() {
+		if a.tls, err = servertls.New(cfg.TLS, log.With("component", "tls")); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		a.Close()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	a.ln = ln
+	// The refusal rule, on the address really bound (a host name may
+	// resolve to anything): an open quota protocol only on loopback or
+	// by explicit choice.
+	if err := quotaserver.RefuseOpen(ln.Addr().String(), cfg.Quota.Auth); err != nil {
+		a.Close()
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -202,8 +219,13 @@ func (a *App) Run(ctx context.Context) error {
 		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
 	var wg sync.WaitGroup
 	srvErr := make(chan error, 1)
+	serve := func() error { return srv.Serve(a.ln) }
+	if a.tls != nil {
+		srv.TLSConfig = a.tls.TLSConfig()
+		serve = func() error { return srv.ServeTLS(a.ln, "", "") }
+	}
 	wg.Go(func() {
-		if err := srv.Serve(a.ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(); !errors.Is(err, http.ErrServerClosed) {
 			srvErr <- err
 			cancel()
 		}
@@ -213,7 +235,7 @@ func (a *App) Run(ctx context.Context) error {
 	for _, l := range a.loops {
 		wg.Go(func() { _ = l.Run(ctx) })
 	}
-	a.log.Info("lagbridge running", "version", Version, "listen", a.Addr(), "clusters", len(a.loops), "interval", a.cfg.Interval)
+	a.log.Info("lagbridge running", "version", Version, "listen", a.Addr(), "tls", a.tls != nil, "clusters", len(a.loops), "interval", a.cfg.Interval)
 	<-ctx.Done()
 	a.log.Info("shutting down")
 	// End long-polls and streams first: the HTTP server waits for them.

@@ -37,6 +37,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/enforce"
 	"github.com/lagbridge/lagbridge/internal/history"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/internal/servertls"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
 )
@@ -76,6 +77,21 @@ type Config struct {
 	TTL TTL `mapstructure:"ttl"`
 	// History sizes the history and the decision log (history.Config).
 	History history.Config `mapstructure:"history"`
+	// TLS serves the daemon's HTTP (API, quota protocol, metrics,
+	// dashboard) over TLS. Zero value: plain HTTP.
+	TLS servertls.Config `mapstructure:"tls"`
+	// Metrics says what /metrics shows beyond the defaults.
+	Metrics Metrics `mapstructure:"metrics"`
+}
+
+// Metrics chooses what /metrics exposes. /metrics needs no token, so what
+// it shows, anyone who reaches the daemon sees.
+type Metrics struct {
+	// ProducerGrants exports lagbridge_quota_grant{cluster,topic,producer},
+	// one series per producer and topic: every producer's id and grant.
+	// Default false (per-target series and producer counts only; admins
+	// see grants at /v1/quotas).
+	ProducerGrants bool `mapstructure:"producerGrants"`
 }
 
 // TTL opts quota policies into broker-side enforcement (see docs/ttl.md).
@@ -100,11 +116,20 @@ type Quota struct {
 	// beyond it is answered 503 with Retry-After. Default 20000 (about
 	// 1.7 KB of heap each per topic), from 1 to 1000000.
 	MaxProducers int `mapstructure:"maxProducers"`
-	// Auth turns on bearer tokens for the quota protocol. AdminTokens need
-	// Tokens: any token turns authentication on, for producers too. Tokens
-	// may come from files (tokens[].tokenFile, adminTokensFile), resolved
-	// by Load.
+	// Auth turns on bearer tokens for the quota protocol (see
+	// quotaserver.Auth). AdminTokens need Tokens: any producer or admin
+	// token turns authentication on, for producers too. Without tokens the
+	// protocol is open, which Validate accepts only on a loopback listen
+	// address or with mode: none (quotaserver.RefuseOpen). Tokens may come
+	// from files (tokens[].tokenFile, adminTokensFile, readTokensFile),
+	// resolved by Load.
 	Auth quotaserver.Auth `mapstructure:"auth"`
+	// MaxStreams and MaxLongPolls cap the lease streams open and the
+	// long-polls waiting at once; beyond, 503 with Retry-After (5 s) and
+	// lagbridge_quota_watchers_refused_total{kind}. Default 1024 each;
+	// each costs a connection and about 23 KB.
+	MaxStreams   int `mapstructure:"maxStreams"`
+	MaxLongPolls int `mapstructure:"maxLongPolls"`
 	// NATSKV publishes every lease to a KV bucket on a NATS cluster.
 	NATSKV NATSKV `mapstructure:"natsKV"`
 	// KafkaClientQuotas tunes the broker-native quotas of policies with
@@ -476,6 +501,9 @@ func (c Config) Validate() error {
 	if err := c.History.Validate(); err != nil {
 		errs = append(errs, split(err)...)
 	}
+	if err := c.TLS.Validate(); err != nil {
+		errs = append(errs, split(err)...)
+	}
 	return errors.Join(errs...)
 }
 
@@ -555,6 +583,15 @@ func (q Quota) validate(c Config) []error {
 	if len(q.Auth.AdminTokens) > 0 && len(q.Auth.Tokens) == 0 {
 		errs = append(errs, fmt.Errorf("quota.auth.adminTokens: set without quota.auth.tokens, which would turn authentication on and refuse every producer; add producer tokens (producers: [\"*\"] lets a token act for any producer) or remove adminTokens"))
 	}
+	if err := quotaserver.RefuseOpen(c.Listen, q.Auth); err != nil {
+		errs = append(errs, fmt.Errorf("quota.auth: %w", err))
+	}
+	if q.MaxStreams < 0 {
+		errs = append(errs, fmt.Errorf("quota.maxStreams: must not be negative (0: the default, %d)", quotaserver.DefaultMaxStreams))
+	}
+	if q.MaxLongPolls < 0 {
+		errs = append(errs, fmt.Errorf("quota.maxLongPolls: must not be negative (0: the default, %d)", quotaserver.DefaultMaxLongPolls))
+	}
 	if q.NATSKV.Bucket != "" && !kvBucket.MatchString(q.NATSKV.Bucket) {
 		errs = append(errs, fmt.Errorf("quota.natsKV.bucket: %q is not a NATS KV bucket name (letters, digits, - and _)", q.NATSKV.Bucket))
 	}
@@ -619,4 +656,35 @@ func (c Config) Logger(w interface{ Write([]byte) (int, error) }) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// Warnings returns what is valid but unsafe in c, one sentence each, for
+// `lagbridge check` to print and `lagbridge run` to log at start: broker
+// certificates not verified, an open quota protocol beyond loopback,
+// bearer tokens over plain HTTP beyond loopback, producer grants on
+// /metrics. Nil when there is nothing to say.
+func (c Config) Warnings() []string {
+	var out []string
+	for i, k := range c.Kafka {
+		if k.TLS.InsecureSkipVerify {
+			out = append(out, fmt.Sprintf("kafka[%d].tls.insecureSkipVerify: the certificates of cluster %q are not verified: anyone on the network path can pose as the brokers; for tests only", i, k.Cluster))
+		}
+	}
+	for i, n := range c.NATS {
+		if n.TLS.InsecureSkipVerify {
+			out = append(out, fmt.Sprintf("nats[%d].tls.insecureSkipVerify: the certificates of cluster %q are not verified: anyone on the network path can pose as the servers; for tests only", i, n.Cluster))
+		}
+	}
+	loopback := quotaserver.Loopback(c.Listen)
+	a := c.Quota.Auth
+	if a.Mode == quotaserver.AuthNone && !loopback {
+		out = append(out, fmt.Sprintf("quota.auth.mode: none on %s: anyone who can reach it may report demand for any producer id and read its grant", c.Listen))
+	}
+	if (!a.Open() || len(a.ReadTokens) > 0) && !c.TLS.Enabled() && !loopback {
+		out = append(out, fmt.Sprintf("tls: bearer tokens travel in clear text to %s: set tls.certFile and tls.keyFile, or terminate TLS in front of the daemon", c.Listen))
+	}
+	if c.Metrics.ProducerGrants {
+		out = append(out, "metrics.producerGrants: every producer's id and grant is on /metrics, which needs no token")
+	}
+	return out
 }

@@ -32,6 +32,7 @@ func load(tb testing.TB, args ...string) (Config, error) {
 }
 
 const good = `
+quota: {auth: {mode: none}}   # the default listen (all interfaces) without tokens
 interval: 500ms
 log: {level: debug, format: json}
 rules: {lagAge: 2s}
@@ -108,7 +109,7 @@ nats:
 
 // TestPrecedence: flags over env over file over defaults.
 func TestPrecedence(t *testing.T) {
-	p := writeFile(t, "interval: 2s\nlisten: ':1'\nkafka: [{cluster: a, brokers: ['127.0.0.1:9092']}]\n")
+	p := writeFile(t, "interval: 2s\nlisten: ':1'\nquota: {auth: {mode: none}}\nkafka: [{cluster: a, brokers: ['127.0.0.1:9092']}]\n")
 	t.Setenv("LAGBRIDGE_INTERVAL", "3s")
 	t.Setenv("LAGBRIDGE_LOG_LEVEL", "warn")
 	c, err := load(t, "--config", p, "--listen", ":2")
@@ -183,6 +184,7 @@ quota:
 
 func TestTTLSection(t *testing.T) {
 	body := `
+listen: 127.0.0.1:9464
 kafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]
 quota:
   policies:
@@ -357,7 +359,7 @@ nats:
 			t.Errorf("missing %q in:\n%v", want, err)
 		}
 	}
-	body = "kafka: [{cluster: k, brokers: ['127.0.0.1:9092'], headFetchMaxBytes: 2147483647, headFetchPartitionBytes: 1048576.0}]\n"
+	body = "listen: 127.0.0.1:9464\nkafka: [{cluster: k, brokers: ['127.0.0.1:9092'], headFetchMaxBytes: 2147483647, headFetchPartitionBytes: 1048576.0}]\n"
 	c, err := load(t, "--config", writeFile(t, body))
 	if err != nil || c.Kafka[0].HeadFetchMaxBytes != 2147483647 || c.Kafka[0].HeadFetchPartitionBytes != 1<<20 {
 		t.Fatalf("in range: %v %+v", err, c.Kafka)
@@ -436,6 +438,7 @@ quota: {natsKV: {cluster: js, bucket: "bad bucket!"}}
 // its targets stale between refreshes. An explicit staleAfter is kept.
 func TestStaleAfterCoversInfoInterval(t *testing.T) {
 	body := `
+listen: 127.0.0.1:9464
 interval: 2s
 nats:
   - {cluster: a, urls: ['nats://127.0.0.1:4222'], infoInterval: 10s}
@@ -468,5 +471,68 @@ nats:
 		if ok != (err == nil) || err != nil && !strings.Contains(err.Error(), `rules.staleAfter: `+sa+` is not longer than NATS cluster "a"'s longest gap between fresh readings (14s`) {
 			t.Errorf("staleAfter %s: %v", sa, err)
 		}
+	}
+}
+
+// TestOpenQuotaProtocol: without tokens the daemon starts only on a
+// loopback address or with quota.auth.mode: none; `lagbridge check`
+// reports the refusal with what to do, and warns about what is allowed
+// but unsafe.
+func TestOpenQuotaProtocol(t *testing.T) {
+	const kafka = "kafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]\n"
+	cases := []struct {
+		name    string
+		body    string
+		refused bool
+		warn    string
+	}{
+		{"default listen, no tokens", kafka, true, ""},
+		{"all interfaces, no tokens", "listen: 0.0.0.0:9464\n" + kafka, true, ""},
+		{"loopback, no tokens", "listen: 127.0.0.1:9464\n" + kafka, false, ""},
+		{"explicit none", "quota: {auth: {mode: none}}\n" + kafka, false, "quota.auth.mode: none on :9464"},
+		{"tokens over plain HTTP", "quota: {auth: {tokens: [{token: token-of-svc-a-0123, producers: [a]}]}}\n" + kafka, false, "bearer tokens travel in clear text"},
+		{"tokens on loopback", "listen: 127.0.0.1:1\nquota: {auth: {tokens: [{token: token-of-svc-a-0123, producers: [a]}]}}\n" + kafka, false, ""},
+		{"insecure broker TLS", "listen: 127.0.0.1:1\nkafka: [{cluster: k, brokers: ['127.0.0.1:9092'], tls: {enabled: true, insecureSkipVerify: true}}]\n", false, "kafka[0].tls.insecureSkipVerify"},
+		{"producer grants on /metrics", "listen: 127.0.0.1:1\nmetrics: {producerGrants: true}\n" + kafka, false, "metrics.producerGrants"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := load(t, "--config", writeFile(t, c.body))
+			if c.refused {
+				if err == nil || !strings.Contains(err.Error(), "quota.auth: the quota protocol would be open to anyone") || !strings.Contains(err.Error(), "quota.auth.mode: none") {
+					t.Fatalf("not refused with a clear message: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := strings.Join(cfg.Warnings(), "\n")
+			if (c.warn == "") != (w == "") || !strings.Contains(w, c.warn) {
+				t.Fatalf("warnings %q, want %q", w, c.warn)
+			}
+		})
+	}
+}
+
+// TestServerTLSSettings: the daemon's TLS settings are checked at load,
+// files included, every problem at once.
+func TestServerTLSSettings(t *testing.T) {
+	const base = "listen: 127.0.0.1:1\nkafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]\n"
+	_, err := load(t, "--config", writeFile(t, base+"tls: {certFile: /nonexistent/c.pem, clientAuth: always, minVersion: '1.1'}\n"))
+	for _, want := range []string{"tls.certFile, tls.keyFile: set both or neither", `tls.clientAuth: "always" is not require or verifyIfGiven`, `tls.minVersion: "1.1" is not 1.2 or 1.3`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	_, err = load(t, "--config", writeFile(t, base+"tls: {certFile: /nonexistent/c.pem, keyFile: /nonexistent/k.pem, clientCAFile: /nonexistent/ca.pem}\n"))
+	for _, want := range []string{"tls.certFile: open /nonexistent/c.pem", "tls.clientCAFile: open /nonexistent/ca.pem"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	_, err = load(t, "--config", writeFile(t, base+"tls: {minVersion: '1.3'}\n"))
+	if err == nil || !strings.Contains(err.Error(), "would serve plain HTTP") {
+		t.Errorf("TLS settings without a certificate accepted: %v", err)
 	}
 }

@@ -18,10 +18,11 @@ import (
 //	nats[i].tokenFile                -> nats[i].token
 //	quota.auth.tokens[i].tokenFile   -> quota.auth.tokens[i].token
 //	quota.auth.adminTokensFile       -> quota.auth.adminTokens (one per line)
+//	quota.auth.readTokensFile        -> quota.auth.readTokens (one per line)
 //
 // A file holding one value loses one trailing newline ("\n" or "\r\n"),
 // which editors and `echo` add; anything else in it is part of the value.
-// The admin tokens file holds one token per line; surrounding blanks and
+// The admin and read tokens files hold one token per line; surrounding blanks and
 // empty lines are ignored.
 //
 // It returns one error per problem and the paths of the values it could not
@@ -96,6 +97,7 @@ func resolveSecrets(settings map[string]any) (errs []error, unread map[string]bo
 				resolve(fmt.Sprintf("quota.auth.tokens[%d].", i), t, "token", false)
 			}
 			resolve("quota.auth.", auth, "adminTokens", true)
+			resolve("quota.auth.", auth, "readTokens", true)
 		}
 	}
 	return errs, unread

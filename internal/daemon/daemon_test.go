@@ -387,3 +387,47 @@ func TestLoopTargetsLeave(t *testing.T) {
 		t.Fatalf("lag series: %d, want 1 (the deleted topic's gone)", n)
 	}
 }
+
+// TestMethodNotAllowed: a wrong method on an API path is 405 with Allow,
+// even with a catch-all "/" (the dashboard) mounted; other paths still
+// reach the catch-all; ReadAccess guards /v1/lag.
+func TestMethodNotAllowed(t *testing.T) {
+	h := NewHandler(testStore(), prometheus.NewRegistry(), nil)
+	h.Mux.HandleFunc("POST /v1/leases", func(w http.ResponseWriter, _ *http.Request) {})
+	h.Mux.HandleFunc("GET /v1/leases/watch", func(w http.ResponseWriter, _ *http.Request) {})
+	h.Mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	cases := []struct {
+		name, method, path string
+		code               int
+		allow              string
+	}{
+		{"GET on a POST path", "GET", "/v1/leases", 405, "POST"},
+		{"DELETE on a POST path", "DELETE", "/v1/leases", 405, "POST"},
+		{"TRACE on a GET path", "TRACE", "/v1/leases/watch", 405, "GET, HEAD"},
+		{"OPTIONS on /v1/lag", "OPTIONS", "/v1/lag", 405, "GET, HEAD"},
+		{"POST on /metrics", "POST", "/metrics", 405, "GET, HEAD"},
+		{"PUT on /healthz", "PUT", "/healthz", 405, "GET, HEAD"},
+		{"the right method", "GET", "/healthz", 200, ""},
+		// Paths no API pattern serves go to the catch-all.
+		{"unknown path", "DELETE", "/nothing", http.StatusTeapot, ""},
+		{"the page", "GET", "/", http.StatusTeapot, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(c.method, c.path, nil))
+			if rec.Code != c.code || rec.Header().Get("Allow") != c.allow {
+				t.Fatalf("%d Allow %q, want %d Allow %q", rec.Code, rec.Header().Get("Allow"), c.code, c.allow)
+			}
+		})
+	}
+	h.ReadAccess = func(w http.ResponseWriter, _ *http.Request) bool {
+		httpError(w, http.StatusUnauthorized, "no")
+		return false
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/lag", nil))
+	if rec.Code != http.StatusUnauthorized {
+		t.Fatalf("guarded /v1/lag: %d", rec.Code)
+	}
+}

@@ -16,10 +16,18 @@ import (
 
 // Handler serves the daemon's HTTP API on a mux that callers may extend:
 // /metrics, /healthz, /readyz and /v1/lag.
+//
+// A request for a path that some pattern serves with other methods only
+// is answered 405 with Allow listing them, even when a catch-all "/"
+// (the dashboard) is mounted, which would otherwise answer 404.
 type Handler struct {
-	Mux   *http.ServeMux
-	store *Store
-	now   func() time.Time
+	Mux *http.ServeMux
+	// ReadAccess, when set, guards the read endpoints (/v1/lag): it
+	// returns true when the request may read, and otherwise writes the
+	// answer (401, 403) itself. Set it before serving; nil: open.
+	ReadAccess func(http.ResponseWriter, *http.Request) bool
+	store      *Store
+	now        func() time.Time
 }
 
 // NewHandler builds the mux. gather is the registry /metrics exposes.
@@ -39,7 +47,34 @@ func NewHandler(store *Store, gather prometheus.Gatherer, now func() time.Time) 
 }
 
 // ServeHTTP implements http.Handler.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.Mux.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := h.Mux.Handler(r); pattern == "" || pattern == "/" {
+		if allow := h.allowed(r); allow != "" {
+			w.Header().Set("Allow", allow)
+			httpError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s; allowed: %s", r.Method, r.URL.Path, allow))
+			return
+		}
+	}
+	h.Mux.ServeHTTP(w, r)
+}
+
+// probeMethods are the methods tried to find what a path allows.
+var probeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// allowed returns the methods (comma-separated) that a pattern other than
+// the catch-all serves r's path with, or "" when none does.
+func (h *Handler) allowed(r *http.Request) string {
+	var allow []string
+	probe := new(http.Request)
+	for _, m := range probeMethods {
+		*probe = *r
+		probe.Method = m
+		if _, p := h.Mux.Handler(probe); p != "" && p != "/" {
+			allow = append(allow, m)
+		}
+	}
+	return strings.Join(allow, ", ")
+}
 
 func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -166,6 +201,9 @@ func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
 // lag serves GET /v1/lag. Query: cluster, topic, group (exact match),
 // status, partitions=false to leave per-partition detail out.
 func (h *Handler) lag(w http.ResponseWriter, r *http.Request) {
+	if h.ReadAccess != nil && !h.ReadAccess(w, r) {
+		return
+	}
 	q := r.URL.Query()
 	for k := range q {
 		switch k {

@@ -11,12 +11,18 @@ import (
 //	lagbridge_quota_rate{cluster,topic,group}          allowed produce rate, msg/s (+Inf: unlimited)
 //	lagbridge_quota_signal{cluster,topic,group,signal} 1 for the current signal, 0 for the others
 //	lagbridge_quota_retry_after_seconds{cluster,topic,group}
-//	lagbridge_quota_grant{cluster,topic,producer}      a producer's granted rate, msg/s (+Inf: unlimited)
+//	lagbridge_quota_grant{cluster,topic,producer}      a producer's granted rate, msg/s (+Inf: unlimited);
+//	                                                   only with ProducerGrants
 //	lagbridge_quota_producers{cluster,topic}           producers holding a lease
 //	lagbridge_quota_refused_producers{cluster,topic}   unlisted producers refused a share (no grant series)
 //	lagbridge_quota_known_producers                    producer ids kept (bounded by quota.maxProducers)
 //	lagbridge_quota_reports_busy_total                 reports of new ids refused for want of room (503)
 type Collector struct {
+	// ProducerGrants turns on lagbridge_quota_grant, one series per
+	// producer and topic (every producer's id and grant, to whoever reads
+	// /metrics). Default false. Set it before the first scrape.
+	ProducerGrants bool
+
 	e                                          *Engine
 	rate, signal, retryAfter, grant, producers *prometheus.Desc
 	refused, known, busy                       *prometheus.Desc
@@ -78,7 +84,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			refused[l.Topic]++
 			continue
 		}
-		g(c.grant, l.Rate, l.Topic.Cluster, l.Topic.Name, l.Producer)
+		if c.ProducerGrants {
+			g(c.grant, l.Rate, l.Topic.Cluster, l.Topic.Name, l.Producer)
+		}
 		count[l.Topic]++
 	}
 	for t, n := range count {

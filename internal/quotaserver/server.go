@@ -7,10 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,70 +33,76 @@ type Engine interface {
 	Quotas() map[string]any
 }
 
-// Auth maps bearer tokens to the producers they may act for. The zero value
-// (no tokens) disables authentication.
-type Auth struct {
-	// Tokens: each entry lets one token act for the listed producer ids;
-	// "*" means any producer.
-	Tokens []Token `mapstructure:"tokens"`
-	// AdminTokens may read /v1/quotas; with auth on and no admin token,
-	// /v1/quotas is refused.
-	AdminTokens []string `mapstructure:"adminTokens"`
-}
-
-// Token is one bearer token and the producers it may act for.
-type Token struct {
-	Token     string   `mapstructure:"token"`
-	Producers []string `mapstructure:"producers"`
-}
-
-// Validate reports every problem at once.
-func (a Auth) Validate() error {
-	var errs []error
-	for i, t := range a.Tokens {
-		if len(t.Token) < 16 {
-			errs = append(errs, fmt.Errorf("auth.tokens[%d].token: must be at least 16 characters", i))
-		}
-		if len(t.Producers) == 0 {
-			errs = append(errs, fmt.Errorf("auth.tokens[%d].producers: list the producer ids this token may act for, or \"*\"", i))
-		}
-		for j, p := range t.Producers {
-			if p != "*" && !quotaproto.ValidProducer(p) {
-				errs = append(errs, fmt.Errorf("auth.tokens[%d].producers[%d]: %q is not a valid producer id", i, j, p))
-			}
-		}
-	}
-	for i, t := range a.AdminTokens {
-		if len(t) < 16 {
-			errs = append(errs, fmt.Errorf("auth.adminTokens[%d]: must be at least 16 characters", i))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // Server serves the protocol. Create it with New; mount Handler.
 type Server struct {
 	hub    *Hub
 	engine Engine
 	// token hash -> allowed producers ("*" for all); nil map: auth off.
-	tokens map[[32]byte]map[string]bool
-	admins map[[32]byte]bool
+	tokens  map[[32]byte]map[string]bool
+	admins  tokenSet
+	readers tokenSet // nil: /v1/lag open, /v1/quotas open unless auth is on
+	limits  Limits
+	streams atomic.Int64 // open streams
+	polls   atomic.Int64 // waiting long-polls
 
 	requests    *prometheus.CounterVec
 	pushes      prometheus.Counter
 	watchers    prometheus.Gauge
+	refused     *prometheus.CounterVec
 	heartbeat   time.Duration
 	bodyTimeout time.Duration // to read a report's body once its headers are in
 }
 
-// New returns a server publishing from hub. reg receives
-// lagbridge_quota_requests_total{endpoint,code}, lagbridge_quota_pushes_total
-// and lagbridge_quota_watchers.
-func New(hub *Hub, engine Engine, auth Auth, reg prometheus.Registerer) *Server {
-	s := &Server{hub: hub, engine: engine, heartbeat: 15 * time.Second, bodyTimeout: 10 * time.Second}
-	if len(auth.Tokens) > 0 || len(auth.AdminTokens) > 0 {
+// Limits bound what watching producers may hold. The zero value of each
+// field means its default.
+type Limits struct {
+	// MaxStreams is how many lease streams (GET /v1/leases/stream) may be
+	// open at once; one more is answered 503 with Retry-After. Default
+	// DefaultMaxStreams. Each costs a connection and about 23 KB.
+	MaxStreams int
+	// MaxLongPolls is how many long-polls (GET /v1/leases/watch) may wait
+	// at once; one more that would wait is answered 503 with Retry-After
+	// (a poll whose answer is ready is always answered). Default
+	// DefaultMaxLongPolls.
+	MaxLongPolls int
+}
+
+// Defaults of Limits, and the Retry-After of a refused watcher.
+const (
+	DefaultMaxStreams   = 1024
+	DefaultMaxLongPolls = 1024
+	// WatcherRetryAfter is the Retry-After of a stream or long-poll
+	// refused at its cap: 5 s.
+	WatcherRetryAfter = 5 * time.Second
+)
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithLimits sets the watcher caps (zero fields: defaults).
+func WithLimits(l Limits) Option {
+	return func(s *Server) {
+		if l.MaxStreams > 0 {
+			s.limits.MaxStreams = l.MaxStreams
+		}
+		if l.MaxLongPolls > 0 {
+			s.limits.MaxLongPolls = l.MaxLongPolls
+		}
+	}
+}
+
+// New returns a server publishing from hub. auth must be valid (Validate).
+// reg receives lagbridge_quota_requests_total{endpoint,code},
+// lagbridge_quota_pushes_total, lagbridge_quota_watchers and
+// lagbridge_quota_watchers_refused_total{kind}.
+func New(hub *Hub, engine Engine, auth Auth, reg prometheus.Registerer, opts ...Option) *Server {
+	s := &Server{hub: hub, engine: engine, heartbeat: 15 * time.Second, bodyTimeout: 10 * time.Second,
+		limits: Limits{MaxStreams: DefaultMaxStreams, MaxLongPolls: DefaultMaxLongPolls}}
+	for _, o := range opts {
+		o(s)
+	}
+	if !auth.Open() {
 		s.tokens = map[[32]byte]map[string]bool{}
-		s.admins = map[[32]byte]bool{}
 		for _, t := range auth.Tokens {
 			m := map[string]bool{}
 			for _, p := range t.Producers {
@@ -99,10 +110,9 @@ func New(hub *Hub, engine Engine, auth Auth, reg prometheus.Registerer) *Server 
 			}
 			s.tokens[sha256.Sum256([]byte(t.Token))] = m
 		}
-		for _, t := range auth.AdminTokens {
-			s.admins[sha256.Sum256([]byte(t))] = true
-		}
 	}
+	s.admins = hashTokens(auth.AdminTokens)
+	s.readers = hashTokens(auth.ReadTokens)
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lagbridge_quota_requests_total", Help: "Quota protocol requests by endpoint and status code (4xx are protocol errors).",
 	}, []string{"endpoint", "code"})
@@ -112,7 +122,10 @@ func New(hub *Hub, engine Engine, auth Auth, reg prometheus.Registerer) *Server 
 	s.watchers = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "lagbridge_quota_watchers", Help: "Producers currently waiting on a long-poll or stream.",
 	})
-	reg.MustRegister(s.requests, s.pushes, s.watchers)
+	s.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lagbridge_quota_watchers_refused_total", Help: "Streams and long-polls answered 503 because their cap (quota.maxStreams, quota.maxLongPolls) was reached.",
+	}, []string{"kind"})
+	reg.MustRegister(s.requests, s.pushes, s.watchers, s.refused)
 	return s
 }
 
@@ -122,6 +135,19 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+quotaproto.PathWatch, s.watch)
 	mux.HandleFunc("GET "+quotaproto.PathStream, s.stream)
 	mux.HandleFunc("GET "+quotaproto.PathQuotas, s.quotas)
+}
+
+// acquire takes one of max slots of n, or answers 503 with Retry-After
+// and counts the refusal.
+func (s *Server) acquire(w http.ResponseWriter, endpoint string, n *atomic.Int64, max int) bool {
+	if n.Add(1) <= int64(max) {
+		return true
+	}
+	n.Add(-1)
+	s.refused.WithLabelValues(endpoint).Inc()
+	w.Header().Set("Retry-After", strconv.Itoa(int(WatcherRetryAfter/time.Second)))
+	s.fail(w, endpoint, http.StatusServiceUnavailable, "too many open %ss (at most %d); retry later", endpoint, max)
+	return false
 }
 
 func (s *Server) fail(w http.ResponseWriter, endpoint string, code int, format string, args ...any) {
@@ -143,41 +169,15 @@ func (s *Server) allowed(w http.ResponseWriter, r *http.Request, endpoint, produ
 	return ok && s.permits(w, endpoint, perms, producer)
 }
 
-// authenticate checks that the request carries a known bearer token (when
-// auth is on) and returns the producers the token may act for (nil with
-// auth off). It writes the error itself.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, endpoint string) (map[string]bool, bool) {
-	if s.tokens == nil {
-		return nil, true
-	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || tok == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="lagbridge"`)
-		s.fail(w, endpoint, http.StatusUnauthorized, "a bearer token is required")
-		return nil, false
-	}
-	m := s.tokens[sha256.Sum256([]byte(tok))]
-	if m == nil {
-		s.fail(w, endpoint, http.StatusUnauthorized, "unknown token")
-		return nil, false
-	}
-	return m, true
-}
-
-// permits checks that a token with perms (from authenticate) may act for
-// producer; it writes the error itself.
-func (s *Server) permits(w http.ResponseWriter, endpoint string, perms map[string]bool, producer string) bool {
-	if s.tokens == nil || perms["*"] || perms[producer] {
-		return true
-	}
-	s.fail(w, endpoint, http.StatusForbidden, "this token may not act for producer %q", producer)
-	return false
-}
-
 func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	const ep = "report"
-	// Cheapest checks first: an oversized or mistyped request costs a
-	// header read.
+	// Authentication first: a stranger learns nothing about the protocol
+	// and costs a header read. Which producer the token may act for is
+	// checked once the body says.
+	perms, ok := s.authenticate(w, r, ep)
+	if !ok {
+		return
+	}
 	if r.ContentLength > quotaproto.MaxBodyBytes {
 		s.fail(w, ep, http.StatusRequestEntityTooLarge, "body of %d bytes exceeds %d", r.ContentLength, quotaproto.MaxBodyBytes)
 		return
@@ -186,36 +186,13 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, ep, http.StatusUnsupportedMediaType, "content type %q: send application/json", ct)
 		return
 	}
-	// A request without a known token is refused before its body is read;
-	// which producer it may act for is checked once the body says.
-	perms, ok := s.authenticate(w, r, ep)
+	body, ok := s.readBody(w, r, ep)
 	if !ok {
 		return
 	}
-	// A report is at most MaxBodyBytes: a client that trickles it gets
-	// bodyTimeout, not a connection and a goroutine for as long as it
-	// likes (the server's ReadHeaderTimeout ends once the headers are in).
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.bodyTimeout))
-	body := http.MaxBytesReader(w, r.Body, quotaproto.MaxBodyBytes)
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(body); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.fail(w, ep, http.StatusRequestEntityTooLarge, "body exceeds %d bytes", quotaproto.MaxBodyBytes)
-			return
-		}
-		s.fail(w, ep, http.StatusBadRequest, "read body: %v", err)
-		return
-	}
 	var rep quotaproto.Report
-	dec := json.NewDecoder(&buf)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rep); err != nil {
+	if err := decodeStrict(body, &rep, "producer", "topics", "topics[].topic"); err != nil {
 		s.fail(w, ep, http.StatusBadRequest, "malformed report: %v", err)
-		return
-	}
-	if dec.More() {
-		s.fail(w, ep, http.StatusBadRequest, "malformed report: trailing data after the JSON object")
 		return
 	}
 	if err := rep.Validate(); err != nil {
@@ -238,19 +215,80 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	s.ok(w, ep, set)
 }
 
-// producerParam reads and checks ?producer=.
-func (s *Server) producerParam(w http.ResponseWriter, r *http.Request, ep string) (string, bool) {
-	p := r.URL.Query().Get("producer")
+// readBody reads a request body of at most MaxBodyBytes within
+// bodyTimeout; it writes the error itself (413, or 400 without the
+// connection's addresses).
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, ep string) ([]byte, bool) {
+	// A client that trickles its body gets bodyTimeout, not a connection
+	// and a goroutine for as long as it likes (the server's
+	// ReadHeaderTimeout ends once the headers are in).
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.bodyTimeout))
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, quotaproto.MaxBodyBytes)); err != nil {
+		var mbe *http.MaxBytesError
+		var ne net.Error
+		switch {
+		case errors.As(err, &mbe):
+			s.fail(w, ep, http.StatusRequestEntityTooLarge, "body exceeds %d bytes", quotaproto.MaxBodyBytes)
+		case errors.As(err, &ne) && ne.Timeout():
+			s.fail(w, ep, http.StatusBadRequest, "the body did not arrive within %v", s.bodyTimeout)
+		default:
+			// Not err itself: it names the connection's addresses.
+			s.fail(w, ep, http.StatusBadRequest, "the body could not be read (connection closed or truncated)")
+		}
+		return nil, false
+	}
+	return buf.Bytes(), true
+}
+
+// query returns the request's query after authentication, refusing
+// parameters outside known and repeated ones; it writes the error itself.
+func (s *Server) query(w http.ResponseWriter, r *http.Request, ep string, known ...string) (url.Values, map[string]bool, bool) {
+	perms, ok := s.authenticate(w, r, ep)
+	if !ok {
+		return nil, nil, false
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		s.fail(w, ep, http.StatusBadRequest, "malformed query: %v", err)
+		return nil, nil, false
+	}
+	for k, v := range q {
+		if !slices.Contains(known, k) {
+			s.fail(w, ep, http.StatusBadRequest, "unknown query parameter %q (known: %s)", k, strings.Join(known, ", "))
+			return nil, nil, false
+		}
+		if len(v) > 1 {
+			s.fail(w, ep, http.StatusBadRequest, "query parameter %q given %d times", k, len(v))
+			return nil, nil, false
+		}
+	}
+	return q, perms, true
+}
+
+// producerParam reads and checks ?producer= and that the token may act
+// for it.
+func (s *Server) producerParam(w http.ResponseWriter, ep string, q url.Values, perms map[string]bool) (string, bool) {
+	p := q.Get("producer")
 	if !quotaproto.ValidProducer(p) {
 		s.fail(w, ep, http.StatusBadRequest, "producer %q must be 1-128 characters of A-Z a-z 0-9 . _ : -", p)
 		return "", false
 	}
-	return p, s.allowed(w, r, ep, p)
+	return p, s.permits(w, ep, perms, p)
 }
+
+// goDuration is the form of ?timeout= in the spec: what Go's
+// time.Duration.String writes for 0s to 60s (30s, 1m0s, 1.5s, 500ms) and a
+// bare 0; no sign, no blanks, at most two parts of at most six digits
+// (no overflow).
+var goDuration = regexp.MustCompile(`^(0|([0-9]{1,6}(\.[0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,2})$`)
 
 func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	const ep = "watch"
-	q := r.URL.Query()
+	q, perms, ok := s.query(w, r, ep, "producer", "version", "timeout")
+	if !ok {
+		return
+	}
 	var since uint64
 	if v := q.Get("version"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
@@ -263,13 +301,13 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	wait := quotaproto.DefaultWatchWait
 	if v := q.Get("timeout"); v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 || d > quotaproto.MaxWatchWait {
+		if err != nil || !goDuration.MatchString(v) || d > quotaproto.MaxWatchWait {
 			s.fail(w, ep, http.StatusBadRequest, "timeout %q must be a duration from 0s to %s", v, quotaproto.MaxWatchWait)
 			return
 		}
 		wait = d
 	}
-	producer, ok := s.producerParam(w, r, ep)
+	producer, ok := s.producerParam(w, ep, q, perms)
 	if !ok {
 		return
 	}
@@ -278,7 +316,10 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, ep, http.StatusNotFound, "unknown producer %q: POST %s first", producer, quotaproto.PathLeases)
 		return
 	}
-	if set.Version == since {
+	if set.Version == since && wait > 0 {
+		if !s.acquire(w, "long-poll", &s.polls, s.limits.MaxLongPolls) {
+			return
+		}
 		s.watchers.Inc()
 		t := time.NewTimer(wait)
 		select {
@@ -289,6 +330,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 		}
 		t.Stop()
 		s.watchers.Dec()
+		s.polls.Add(-1)
 		if set, _, known = s.hub.Current(producer); !known {
 			s.fail(w, ep, http.StatusNotFound, "producer %q expired", producer)
 			return
@@ -302,7 +344,11 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	const ep = "stream"
-	producer, ok := s.producerParam(w, r, ep)
+	q, perms, ok := s.query(w, r, ep, "producer")
+	if !ok {
+		return
+	}
+	producer, ok := s.producerParam(w, ep, q, perms)
 	if !ok {
 		return
 	}
@@ -316,6 +362,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, ep, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
+	if !s.acquire(w, ep, &s.streams, s.limits.MaxStreams) {
+		return
+	}
+	defer s.streams.Add(-1)
 	s.requests.WithLabelValues(ep, "200").Inc()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -366,12 +416,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) quotas(w http.ResponseWriter, r *http.Request) {
 	const ep = "quotas"
-	if s.tokens != nil {
-		tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !s.admins[sha256.Sum256([]byte(tok))] {
-			s.fail(w, ep, http.StatusForbidden, "an admin token is required for %s", quotaproto.PathQuotas)
-			return
-		}
+	// With producer auth on, /v1/quotas shows every producer's grant:
+	// only admin and read tokens see it.
+	if !s.readable(w, r, ep, s.tokens != nil) {
+		return
 	}
 	sets := s.hub.All()
 	sort.Slice(sets, func(i, j int) bool { return sets[i].Producer < sets[j].Producer })

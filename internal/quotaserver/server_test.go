@@ -3,6 +3,7 @@ package quotaserver
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,6 +93,26 @@ func TestBadRequests(t *testing.T) {
 		msg                      string
 	}{
 		{"not json", "POST", "/v1/leases", "{", 400, "malformed"},
+		{"empty body", "POST", "/v1/leases", "", 400, "malformed"},
+		// The strict decoding the spec promises (additionalProperties:
+		// false, required, no null): encoding/json alone lets these by.
+		{"key in the wrong case", "POST", "/v1/leases", `{"Producer":"a","topics":[]}`, 400, `keys are case-sensitive: \"producer\"`},
+		{"duplicate key", "POST", "/v1/leases", `{"producer":"a","producer":"b","topics":[]}`, 400, "producer: key given twice"},
+		{"duplicate nested key", "POST", "/v1/leases", `{"producer":"a","topics":[{"topic":"t","demand":1,"demand":2}]}`, 400, "topics[].demand: key given twice"},
+		{"missing topics", "POST", "/v1/leases", `{"producer":"a"}`, 400, "topics: required"},
+		{"missing producer", "POST", "/v1/leases", `{"topics":[]}`, 400, "producer: required"},
+		{"missing topic", "POST", "/v1/leases", `{"producer":"a","topics":[{"demand":1}]}`, 400, "topics[].topic: required"},
+		{"null demand", "POST", "/v1/leases", `{"producer":"a","topics":[{"topic":"t","demand":null}]}`, 400, "topics[].demand: must not be null"},
+		{"null topics", "POST", "/v1/leases", `{"producer":"a","topics":null}`, 400, "topics: must not be null"},
+		{"array body", "POST", "/v1/leases", `[]`, 400, "malformed"},
+		{"wrong type", "POST", "/v1/leases", `{"producer":"a","topics":[{"topic":"t","demand":"1"}]}`, 400, "malformed"},
+		{"NUL in topic", "POST", "/v1/leases", `{"producer":"a","topics":[{"topic":"t\u0000x"}]}`, 400, "control characters"},
+		{"newline in topic", "POST", "/v1/leases", `{"producer":"a","topics":[{"topic":"t\nx"}]}`, 400, "control characters"},
+		{"C1 control in topic", "POST", "/v1/leases", `{"producer":"a","topics":[{"topic":"t\u0085"}]}`, 400, "control characters"},
+		{"invalid UTF-8", "POST", "/v1/leases", "{\"producer\":\"a\",\"topics\":[{\"topic\":\"t\xff\"}]}", 400, "not valid UTF-8"},
+		{"demand above the maximum", "POST", "/v1/leases", `{"producer":"a","topics":[{"topic":"t","demand":1.5e12}]}`, 400, "demand"},
+		{"unknown query parameter", "GET", "/v1/leases/watch?producer=a&versoin=1", "", 400, "unknown query parameter"},
+		{"repeated query parameter", "GET", "/v1/leases/stream?producer=a&producer=b", "", 400, "given 2 times"},
 		// A typo'd field is an error, not silently ignored.
 		{"unknown field", "POST", "/v1/leases", `{"producer":"a","topcs":[]}`, 400, "unknown field"},
 		{"trailing data", "POST", "/v1/leases", goodReport + "{}", 400, "trailing"},
@@ -132,6 +154,11 @@ func TestAuth(t *testing.T) {
 		code                            int
 	}{
 		{"no token", "POST", "/v1/leases", "", goodReport, 401},
+		// Authentication before any other work, on every endpoint: a
+		// stranger's bad parameters, size or content type get 401.
+		{"no token, bad watch parameters", "GET", "/v1/leases/watch?producer=a%20b&version=x", "", "", 401},
+		{"no token, bad stream parameters", "GET", "/v1/leases/stream?junk=1", "", "", 401},
+		{"quotas without token", "GET", "/v1/quotas", "", "", 401},
 		// Refused before the body is read: a bad body does not turn it
 		// into a 400 that tells a stranger about the protocol.
 		{"no token, bad body", "POST", "/v1/leases", "", `{"junk":1}`, 401},
@@ -192,9 +219,14 @@ func TestSlowReportBodyIsCut(t *testing.T) {
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Fatalf("status %d, want 400", resp.StatusCode)
+		}
+		// The error says what happened, not the connection's addresses.
+		if strings.Contains(string(b), "127.0.0.1") || !strings.Contains(string(b), "did not arrive within") {
+			t.Fatalf("error body %s", b)
 		}
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatal("the trickling client was not cut off within 5s")
@@ -349,5 +381,202 @@ func BenchmarkRejectOversized(b *testing.B) {
 		if rec.Code != 413 {
 			b.Fatal(rec.Code)
 		}
+	}
+}
+
+// TestReadTokens: with read tokens, /v1/quotas (and ReadAccess, which
+// guards /v1/lag) needs a read or admin token; a producer token is
+// refused; without read tokens and with auth off, both are open.
+func TestReadTokens(t *testing.T) {
+	const prod, admin, read = "token-of-svc-a-0123", "admin-token-0123456", "read-token-01234567"
+	guarded := func(tb testing.TB, auth Auth) *httptest.Server {
+		hub := NewHub()
+		s := New(hub, &echoEngine{hub: hub}, auth, prometheus.NewRegistry())
+		mux := http.NewServeMux()
+		s.Register(mux)
+		mux.HandleFunc("GET /v1/lag", func(w http.ResponseWriter, r *http.Request) {
+			if s.ReadAccess(w, r) {
+				fmt.Fprintln(w, "{}")
+			}
+		})
+		ts := httptest.NewServer(mux)
+		tb.Cleanup(func() { hub.Close(); ts.Close() })
+		return ts
+	}
+	withTokens := guarded(t, Auth{Tokens: []Token{{Token: prod, Producers: []string{"svc-a"}}}, AdminTokens: []string{admin}, ReadTokens: []string{read}})
+	readOnly := guarded(t, Auth{Mode: AuthNone, ReadTokens: []string{read}})
+	open := guarded(t, Auth{Mode: AuthNone})
+	cases := []struct {
+		name  string
+		ts    *httptest.Server
+		path  string
+		token string
+		code  int
+	}{
+		{"lag, no token", withTokens, "/v1/lag", "", 401},
+		{"lag, producer token", withTokens, "/v1/lag", prod, 403},
+		{"lag, read token", withTokens, "/v1/lag", read, 200},
+		{"lag, admin token", withTokens, "/v1/lag", admin, 200},
+		{"quotas, read token", withTokens, "/v1/quotas", read, 200},
+		{"quotas, unknown token", withTokens, "/v1/quotas", "guess-guess-guess-1", 401},
+		// A read token reads; it does not act for producers.
+		{"watch with a read token", withTokens, "/v1/leases/watch?producer=svc-a", read, 403},
+		{"watch with an admin token", withTokens, "/v1/leases/watch?producer=svc-a", admin, 403},
+		// Mode none with read tokens: the data is closed, the protocol open.
+		{"open protocol, lag without token", readOnly, "/v1/lag", "", 401},
+		{"open protocol, quotas with read token", readOnly, "/v1/quotas", read, 200},
+		{"open protocol, watch without token", readOnly, "/v1/leases/watch?producer=nobody", "", 404},
+		// Nothing configured: open, as before.
+		{"open, lag", open, "/v1/lag", "", 200},
+		{"open, quotas", open, "/v1/quotas", "", 200},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if code, body := do(t, "GET", c.ts.URL+c.path, c.token, ""); code != c.code {
+				t.Fatalf("%d %s, want %d", code, body, c.code)
+			}
+		})
+	}
+}
+
+// TestWatcherCaps: streams and waiting long-polls beyond their caps get
+// 503 with Retry-After and are counted; a freed slot is taken again, and a
+// long-poll whose answer is ready never needs a slot.
+func TestWatcherCaps(t *testing.T) {
+	hub := NewHub()
+	reg := prometheus.NewRegistry()
+	s := New(hub, &echoEngine{hub: hub}, Auth{}, reg, WithLimits(Limits{MaxStreams: 2, MaxLongPolls: 1}))
+	mux := http.NewServeMux()
+	s.Register(mux)
+	ts := httptest.NewServer(mux)
+	t.Cleanup(func() { hub.Close(); ts.Close() })
+	if code, _ := do(t, "POST", ts.URL+"/v1/leases", "", goodReport); code != 200 {
+		t.Fatal(code)
+	}
+	set, _, _ := hub.Current("svc-a")
+	streamURL := ts.URL + "/v1/leases/stream?producer=svc-a"
+	_, stop1 := sseClient(t, streamURL)
+	_, stop2 := sseClient(t, streamURL)
+	refused := func(url string) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "5" {
+			t.Fatalf("%d Retry-After %q %s, want 503 with Retry-After 5", resp.StatusCode, resp.Header.Get("Retry-After"), b)
+		}
+	}
+	// slots polls until n holds want (a slot is freed when its handler
+	// returns, after the client went away).
+	slots := func(n *atomic.Int64, want int64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for n.Load() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d slots taken, want %d", n.Load(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	refused(streamURL)
+	stop1()
+	slots(&s.streams, 1)
+	_, stop3 := sseClient(t, streamURL)
+	stop2()
+	stop3()
+	slots(&s.streams, 0)
+
+	pollURL := fmt.Sprintf("%s/v1/leases/watch?producer=svc-a&version=%d&timeout=20s", ts.URL, set.Version)
+	done := make(chan int, 1)
+	go func() {
+		code, _ := do(t, "GET", pollURL, "", "")
+		done <- code
+	}()
+	slots(&s.polls, 1)
+	refused(pollURL)
+	// A poll that is behind is answered at once, cap or not.
+	if code, _ := do(t, "GET", ts.URL+"/v1/leases/watch?producer=svc-a&version=0", "", ""); code != 200 {
+		t.Fatalf("behind poll: %d", code)
+	}
+	set.Version++
+	hub.Publish(set)
+	if code := <-done; code != 200 {
+		t.Fatalf("waiting poll: %d", code)
+	}
+	want := `
+# HELP lagbridge_quota_watchers_refused_total Streams and long-polls answered 503 because their cap (quota.maxStreams, quota.maxLongPolls) was reached.
+# TYPE lagbridge_quota_watchers_refused_total counter
+lagbridge_quota_watchers_refused_total{kind="long-poll"} 1
+lagbridge_quota_watchers_refused_total{kind="stream"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lagbridge_quota_watchers_refused_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRefuseOpen: the refusal rule, on configured and bound addresses.
+func TestRefuseOpen(t *testing.T) {
+	tokens := Auth{Tokens: []Token{{Token: "token-of-svc-a-0123", Producers: []string{"svc-a"}}}}
+	cases := []struct {
+		name   string
+		listen string
+		auth   Auth
+		refuse bool
+	}{
+		{"all interfaces, no tokens", ":9464", Auth{}, true},
+		{"0.0.0.0, no tokens", "0.0.0.0:9464", Auth{}, true},
+		{"[::], no tokens", "[::]:9464", Auth{}, true},
+		{"a LAN address, no tokens", "10.1.2.3:9464", Auth{}, true},
+		// A host name may resolve anywhere; the bound address is checked
+		// again at start.
+		{"a host name, no tokens", "lagbridge.internal:9464", Auth{}, true},
+		{"read tokens only", ":9464", Auth{ReadTokens: []string{"read-token-01234567"}}, true},
+		{"loopback v4", "127.0.0.1:9464", Auth{}, false},
+		{"loopback v4, other address", "127.0.0.2:0", Auth{}, false},
+		{"loopback v6", "[::1]:9464", Auth{}, false},
+		{"localhost", "localhost:9464", Auth{}, false},
+		{"explicit none", ":9464", Auth{Mode: AuthNone}, false},
+		{"tokens", ":9464", tokens, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := RefuseOpen(c.listen, c.auth)
+			if (err != nil) != c.refuse || (err != nil && !errors.Is(err, ErrOpen)) {
+				t.Fatalf("RefuseOpen(%q) = %v, want refused %v", c.listen, err, c.refuse)
+			}
+			if err != nil && !strings.Contains(err.Error(), "quota.auth.mode: none") {
+				t.Fatalf("the message does not say how to proceed: %v", err)
+			}
+		})
+	}
+}
+
+// TestAuthModes: Validate refuses contradictions between mode and tokens.
+func TestAuthModes(t *testing.T) {
+	tok := []Token{{Token: "token-of-svc-a-0123", Producers: []string{"svc-a"}}}
+	cases := []struct {
+		name string
+		auth Auth
+		want string // "" for valid
+	}{
+		{"unset", Auth{}, ""},
+		{"none", Auth{Mode: AuthNone}, ""},
+		{"none with read tokens", Auth{Mode: AuthNone, ReadTokens: []string{"read-token-01234567"}}, ""},
+		{"tokens", Auth{Mode: AuthTokens, Tokens: tok}, ""},
+		{"tokens without tokens", Auth{Mode: AuthTokens}, "no token is set"},
+		{"none with tokens", Auth{Mode: AuthNone, Tokens: tok}, "mode: none, but tokens"},
+		{"unknown mode", Auth{Mode: "open"}, `"open" is not none or tokens`},
+		{"short read token", Auth{ReadTokens: []string{"short"}}, "readTokens[0]: must be at least 16"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.auth.Validate()
+			if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+				t.Fatalf("Validate = %v, want %q", err, c.want)
+			}
+		})
 	}
 }

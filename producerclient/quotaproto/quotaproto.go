@@ -29,6 +29,8 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Paths of the protocol, relative to the daemon's base URL.
@@ -145,6 +147,22 @@ var ErrInvalid = errors.New("invalid quota protocol request")
 // ValidProducer reports whether id is an acceptable producer id.
 func ValidProducer(id string) bool { return producerID.MatchString(id) }
 
+// ValidTopic reports whether name is an acceptable topic (or stream)
+// name: 1-249 characters (runes) of valid UTF-8, none of them a control
+// character (C0, DEL or C1: NUL, newlines, escapes), which no broker
+// accepts and which would garble logs and metrics labels.
+func ValidTopic(name string) bool {
+	if name == "" || !utf8.ValidString(name) || utf8.RuneCountInString(name) > 249 {
+		return false
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
 // ValidCriticality reports whether c is a criticality name (or empty).
 func ValidCriticality(c string) bool {
 	switch c {
@@ -169,8 +187,8 @@ func (r Report) Validate() error {
 	}
 	seen := make(map[string]bool, len(r.Topics))
 	for i, t := range r.Topics {
-		if t.Topic == "" || len(t.Topic) > 249 {
-			bad("topics[%d].topic must be 1-249 characters", i)
+		if !ValidTopic(t.Topic) {
+			bad("topics[%d].topic must be 1-249 characters of valid UTF-8 without control characters", i)
 		}
 		if seen[t.Topic] {
 			bad("topics[%d].topic %q is listed twice", i, t.Topic)

@@ -106,7 +106,7 @@
 
   // ---------- fetching ----------
 
-  // An admin token for v1/quotas (when the daemon requires one) comes in
+  // A read or admin token (when the daemon requires one) comes in
   // the fragment, #token=..., which browsers never send to the server; it
   // is kept for the tab's session and removed from the address bar.
   let token = sessionStorage.getItem('lagbridge-token') || '';
@@ -141,7 +141,7 @@
     }
     if (res.status === 404) return q; // the daemon has no quota controller
     if (res.status === 401 || res.status === 403) {
-      q.why = 'quotas need an admin token: open this page as …/#token=<admin token>';
+      q.why = 'quotas need an admin or read token: open this page as …/#token=<token>';
       return q;
     }
     if (res.status !== 200) {
@@ -190,6 +190,9 @@
         getJSON('v1/quotas').catch((e) => ({ error: e })),
         fetchEvents().catch((e) => { eventsNote = 'decisions unavailable: ' + e.message; }),
       ]);
+      if (lagRes.status === 401 || lagRes.status === 403) {
+        throw new Error('v1/lag needs a read or admin token: open this page as …/#token=<token>');
+      }
       if (lagRes.status !== 200) throw new Error('v1/lag answered HTTP ' + lagRes.status);
       update(lagRes.body, quotasOf(qRes));
       polls++;

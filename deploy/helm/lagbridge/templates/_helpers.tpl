@@ -43,10 +43,62 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
-{{/* The config file: the user's config; listen belongs to the chart. */}}
+{{/* The Secret holding the quota protocol's tokens. */}}
+{{- define "lagbridge.tokensSecret" -}}
+{{- default (printf "%s-tokens" (include "lagbridge.fullname" .)) .Values.auth.secretName -}}
+{{- end -}}
+
+{{/* Whether the chart mounts the tokens Secret. */}}
+{{- define "lagbridge.tokens" -}}
+{{- if eq .Values.auth.mode "tokens" -}}true{{- end -}}
+{{- end -}}
+
+{{/* The config file: the user's config, with quota.auth from auth (unless
+config sets quota.auth itself) and tls from tls; listen belongs to the chart. */}}
 {{- define "lagbridge.config" -}}
 {{- if hasKey .Values.config "listen" -}}
 {{- fail "config.listen is set by the chart from service.port; remove it from config" -}}
 {{- end -}}
-{{- toYaml .Values.config -}}
+{{- if not (has .Values.auth.mode (list "tokens" "none")) -}}
+{{- fail (printf "auth.mode is %q: tokens (the producers need the tokens of the Secret) or none (anyone who reaches the Service may report demand and read grants)" .Values.auth.mode) -}}
+{{- end -}}
+{{- if and .Values.tls.secretName (eq .Values.tls.clientAuth "require") -}}
+{{- fail "tls.clientAuth: require refuses the kubelet's probes, which present no client certificate; use verifyIfGiven" -}}
+{{- end -}}
+{{- $cfg := deepCopy .Values.config -}}
+{{- $quota := dict -}}
+{{- if hasKey $cfg "quota" -}}{{- $quota = get $cfg "quota" -}}{{- end -}}
+{{- if not (hasKey $quota "auth") -}}
+{{- if eq .Values.auth.mode "none" -}}
+{{- $_ := set $quota "auth" (dict "mode" "none") -}}
+{{- else -}}
+{{- $auth := dict "tokens" (list (dict "tokenFile" "/etc/lagbridge/tokens/producer-token" "producers" .Values.auth.producers)) "adminTokensFile" "/etc/lagbridge/tokens/admin-tokens" -}}
+{{- if .Values.auth.readTokens -}}
+{{- $_ := set $auth "readTokensFile" "/etc/lagbridge/tokens/read-tokens" -}}
+{{- end -}}
+{{- $_ := set $quota "auth" $auth -}}
+{{- end -}}
+{{- $_ := set $cfg "quota" $quota -}}
+{{- end -}}
+{{- if .Values.tls.secretName -}}
+{{- if hasKey $cfg "tls" -}}
+{{- fail "config.tls is set by the chart from tls.secretName; remove it from config" -}}
+{{- end -}}
+{{- $tls := dict "certFile" "/etc/lagbridge/tls/tls.crt" "keyFile" "/etc/lagbridge/tls/tls.key" -}}
+{{- if .Values.tls.clientAuth -}}
+{{- $_ := set $tls "clientCAFile" "/etc/lagbridge/tls/ca.crt" -}}
+{{- $_ := set $tls "clientAuth" .Values.tls.clientAuth -}}
+{{- end -}}
+{{- $_ := set $cfg "tls" $tls -}}
+{{- end -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* A probe from values, over HTTPS when the daemon serves TLS. */}}
+{{- define "lagbridge.probe" -}}
+{{- $p := deepCopy .probe -}}
+{{- if and .tls (hasKey $p "httpGet") -}}
+{{- $_ := set $p.httpGet "scheme" "HTTPS" -}}
+{{- end -}}
+{{- toYaml $p -}}
 {{- end -}}

@@ -1,0 +1,241 @@
+package quotaserver
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+)
+
+// AuthMode says whether the quota protocol needs bearer tokens.
+type AuthMode string
+
+// The auth modes. The zero value (AuthUnset) means "tokens" when tokens are
+// configured, and otherwise "none", but only on a loopback listener: see
+// RefuseOpen.
+const (
+	AuthUnset AuthMode = ""
+	// AuthNone serves the quota protocol to anyone who can reach the
+	// daemon, on any address: the operator says so in words.
+	AuthNone AuthMode = "none"
+	// AuthTokens requires a bearer token on every quota protocol call.
+	AuthTokens AuthMode = "tokens"
+)
+
+// Auth maps bearer tokens to what they may do. Tokens are compared by
+// their SHA-256 hash; none is ever logged.
+//
+//   - Tokens act for the producers they list (POST /v1/leases, watch,
+//     stream).
+//   - AdminTokens may read /v1/quotas and the read endpoints.
+//   - ReadTokens may read /v1/lag and /v1/quotas (the dashboard's data)
+//     and nothing else. Without read tokens /v1/lag is open, and
+//     /v1/quotas is open only when the quota protocol is (mode none).
+type Auth struct {
+	// Mode is none or tokens; empty: tokens when Tokens are set, else
+	// none, and then only on a loopback listen address (RefuseOpen).
+	Mode AuthMode `mapstructure:"mode"`
+	// Tokens: each entry lets one token act for the listed producer ids;
+	// "*" means any producer.
+	Tokens []Token `mapstructure:"tokens"`
+	// AdminTokens may read /v1/quotas and what ReadTokens may read; they
+	// need Tokens (they turn authentication on).
+	AdminTokens []string `mapstructure:"adminTokens"`
+	// ReadTokens may read /v1/lag and /v1/quotas; setting any closes both
+	// to clients without a read or admin token. They may be set in either
+	// mode.
+	ReadTokens []string `mapstructure:"readTokens"`
+}
+
+// Token is one bearer token and the producers it may act for.
+type Token struct {
+	Token     string   `mapstructure:"token"`
+	Producers []string `mapstructure:"producers"`
+}
+
+// minTokenLen is the shortest token accepted: 16 characters.
+const minTokenLen = 16
+
+// Validate reports every problem at once.
+func (a Auth) Validate() error {
+	var errs []error
+	switch a.Mode {
+	case AuthUnset, AuthTokens, AuthNone:
+	default:
+		errs = append(errs, fmt.Errorf("auth.mode: %q is not none or tokens", a.Mode))
+	}
+	if a.Mode == AuthNone && (len(a.Tokens) > 0 || len(a.AdminTokens) > 0) {
+		errs = append(errs, errors.New("auth.mode: none, but tokens or adminTokens are set: remove them, or set mode: tokens"))
+	}
+	if a.Mode == AuthTokens && len(a.Tokens) == 0 {
+		errs = append(errs, errors.New("auth.tokens: mode is tokens but no token is set: list the producers' tokens"))
+	}
+	for i, t := range a.Tokens {
+		if len(t.Token) < minTokenLen {
+			errs = append(errs, fmt.Errorf("auth.tokens[%d].token: must be at least %d characters", i, minTokenLen))
+		}
+		if len(t.Producers) == 0 {
+			errs = append(errs, fmt.Errorf("auth.tokens[%d].producers: list the producer ids this token may act for, or \"*\"", i))
+		}
+		for j, p := range t.Producers {
+			if p != "*" && !quotaproto.ValidProducer(p) {
+				errs = append(errs, fmt.Errorf("auth.tokens[%d].producers[%d]: %q is not a valid producer id", i, j, p))
+			}
+		}
+	}
+	for i, t := range a.AdminTokens {
+		if len(t) < minTokenLen {
+			errs = append(errs, fmt.Errorf("auth.adminTokens[%d]: must be at least %d characters", i, minTokenLen))
+		}
+	}
+	for i, t := range a.ReadTokens {
+		if len(t) < minTokenLen {
+			errs = append(errs, fmt.Errorf("auth.readTokens[%d]: must be at least %d characters", i, minTokenLen))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Open reports whether the quota protocol is served without tokens.
+func (a Auth) Open() bool { return len(a.Tokens) == 0 && len(a.AdminTokens) == 0 }
+
+// ErrOpen is wrapped by RefuseOpen's error.
+var ErrOpen = errors.New("the quota protocol would be open to anyone")
+
+// RefuseOpen applies the refusal rule: a daemon serves the quota protocol
+// without tokens only when its configuration says so (mode: none) or when
+// it listens on loopback only. listen is a host:port, as configured or as
+// bound; a host name other than localhost, an empty host and 0.0.0.0 or
+// :: (every interface) are not loopback. It returns nil when the rule
+// holds, else an error wrapping ErrOpen that says what to do.
+func RefuseOpen(listen string, a Auth) error {
+	if !a.Open() || a.Mode == AuthNone || Loopback(listen) {
+		return nil
+	}
+	return fmt.Errorf("%w who can reach %s: anyone could report demand for any producer id and read its grant; "+
+		"set quota.auth.tokens (tokens per producer; see the README's Security section), "+
+		"listen on loopback only (127.0.0.1:9464), "+
+		"or say quota.auth.mode: none to serve it without authentication on purpose", ErrOpen, listen)
+}
+
+// Loopback reports whether the host of the host:port listen is a loopback
+// address (127.0.0.0/8, ::1) or "localhost".
+func Loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// tokenSet is a set of token hashes; nil means "not configured".
+type tokenSet map[[32]byte]bool
+
+func hashTokens(list []string) tokenSet {
+	if len(list) == 0 {
+		return nil
+	}
+	s := tokenSet{}
+	for _, t := range list {
+		s[sha256.Sum256([]byte(t))] = true
+	}
+	return s
+}
+
+// bearer returns the request's bearer token, or "".
+func bearer(r *http.Request) string {
+	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return tok
+}
+
+// unauthorized writes 401 with the challenge.
+func (s *Server) unauthorized(w http.ResponseWriter, endpoint, msg string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="lagbridge"`)
+	s.fail(w, endpoint, http.StatusUnauthorized, "%s", msg)
+}
+
+// authenticate checks that the request carries a known producer token (when auth is on) and returns the producers the token may act for
+// (nil with auth off). It writes the error itself: 401 without a known
+// token, 403 for an admin or read token.
+// Every endpoint calls it (or readable) before any other work.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, endpoint string) (map[string]bool, bool) {
+	if s.tokens == nil {
+		return nil, true
+	}
+	tok := bearer(r)
+	if tok == "" {
+		s.unauthorized(w, endpoint, "a bearer token is required")
+		return nil, false
+	}
+	h := sha256.Sum256([]byte(tok))
+	if m := s.tokens[h]; m != nil {
+		return m, true
+	}
+	if s.admins[h] || s.readers[h] {
+		s.fail(w, endpoint, http.StatusForbidden, "an admin or read token may not act for producers; use a producer token")
+		return nil, false
+	}
+	s.unauthorized(w, endpoint, "unknown token")
+	return nil, false
+}
+
+// permits checks that a token with perms (from authenticate) may act for
+// producer; it writes the error itself.
+func (s *Server) permits(w http.ResponseWriter, endpoint string, perms map[string]bool, producer string) bool {
+	if s.tokens == nil || perms["*"] || perms[producer] {
+		return true
+	}
+	s.fail(w, endpoint, http.StatusForbidden, "this token may not act for producer %q", producer)
+	return false
+}
+
+// readable checks access to a read endpoint (/v1/lag, /v1/quotas and the
+// dashboard's data): open unless read tokens are configured or, for
+// closed (/v1/quotas), producer auth is on; then a read or admin token is
+// needed. It writes the error itself: 401 without a known token, 403
+// with a producer token.
+func (s *Server) readable(w http.ResponseWriter, r *http.Request, endpoint string, closed bool) bool {
+	if s.readers == nil && !closed {
+		return true
+	}
+	tok := bearer(r)
+	if tok == "" {
+		s.unauthorized(w, endpoint, "a read or admin bearer token is required")
+		return false
+	}
+	h := sha256.Sum256([]byte(tok))
+	if s.readers[h] || s.admins[h] {
+		return true
+	}
+	if s.tokens[h] != nil {
+		s.fail(w, endpoint, http.StatusForbidden, "a producer token may not read this; use a read or admin token")
+		return false
+	}
+	s.unauthorized(w, endpoint, "unknown token")
+	return false
+}
+
+// ReadAccess guards the daemon's read endpoints outside this package
+// (/v1/lag, and any later one): it returns true when r may read, and
+// otherwise writes 401 or 403 itself. Safe for concurrent use.
+func (s *Server) ReadAccess(w http.ResponseWriter, r *http.Request) bool {
+	return s.readable(w, r, "read", false)
+}
+
+// ReadGuard wraps a read endpoint's handler (/v1/history, /v1/events) with
+// ReadAccess.
+func (s *Server) ReadGuard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.ReadAccess(w, r) {
+			h.ServeHTTP(w, r)
+		}
+	})
+}
