@@ -3,7 +3,7 @@ GO        ?= go
 PKGS      ?= ./...
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build test test-fast lint demo bench kafka-up kafka-down clean
+.PHONY: all build test test-fast lint conformance demo bench kafka-up kafka-down clean
 
 all: build
 
@@ -19,6 +19,12 @@ test: lint
 ## test-fast: the tests that need no real Kafka (kfake, embedded NATS).
 test-fast:
 	$(GO) test -race -count=1 $(PKGS)
+
+## conformance: the quota protocol against docs/quota-protocol.yaml with
+## schemathesis (pinned, installed into scripts/.venv), in every auth mode;
+## part of `make test`.
+conformance:
+	scripts/conformance.sh
 
 lint:
 	@echo "== gofmt"; out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

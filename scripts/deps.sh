@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs, from Debian's packages, the tools the test suite drives besides
 # Go: headless Chromium (the dashboard's browser tests) with a font so that
-# screenshots are legible, and promtool (checks and unit tests of the alert
-# rules; Debian ships it in the prometheus package). Helm needs nothing
+# screenshots are legible, promtool (checks and unit tests of the alert
+# rules; Debian ships it in the prometheus package), and Python's venv
+# module (the conformance run installs schemathesis into a venv). Helm needs nothing
 # here: deploy/helm/check builds it from Go modules.
 #
 # Idempotent and quick when everything is there: nothing is fetched unless
@@ -19,9 +20,12 @@ need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]] || need+=(fonts-dejavu-core)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# Python's venv module (with ensurepip) for the conformance run's
+# schemathesis, which scripts/conformance.sh installs from PyPI.
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 
 if [[ ${#need[@]} -eq 0 ]]; then
-  echo "deps: chromium, fonts-dejavu-core and promtool are installed"
+  echo "deps: chromium, fonts-dejavu-core, promtool and python3-venv are installed"
   exit 0
 fi
 if [[ "${1:-}" == "--check" ]]; then
@@ -57,8 +61,8 @@ if [[ " ${need[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2
   "${sudo[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
 fi
 
-if ! command -v chromium >/dev/null || ! command -v promtool >/dev/null; then
-  echo "deps: install did not provide chromium and promtool" >&2
+if ! command -v chromium >/dev/null || ! command -v promtool >/dev/null || ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  echo "deps: install did not provide chromium, promtool and python3-venv" >&2
   exit 1
 fi
 echo "deps: $(chromium --version 2>/dev/null | head -n1); $(promtool --version 2>&1 | head -n1)"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: starts a real Apache Kafka 4.x (KRaft) on
 # 127.0.0.1 unless LAGBRIDGE_KAFKA_BOOTSTRAP already names one, runs every Go
-# test with -race, and stops the broker it started, whatever happened.
+# test with -race and the quota protocol's conformance run
+# (scripts/conformance.sh), and stops the broker it started, whatever
+# happened.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,3 +32,7 @@ trap cleanup EXIT
 export LAGBRIDGE_REQUIRE_KAFKA=1 LAGBRIDGE_REQUIRE_CHROMIUM=1 LAGBRIDGE_REQUIRE_TOOLS=1
 echo "== go test -race ./... (real Kafka at $LAGBRIDGE_KAFKA_BOOTSTRAP)"
 go test -race -count=1 -timeout 20m ./...
+
+# The quota protocol against its spec, with schemathesis (installed into
+# scripts/.venv on first use): zero failures in every auth mode.
+scripts/conformance.sh
