@@ -1,9 +1,6 @@
 package quotaserver
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -147,7 +144,8 @@ func (c *Consumers) report(rw http.ResponseWriter, r *http.Request) {
 		c.total.WithLabelValues(strconv.Itoa(w.code)).Inc()
 	}()
 	var rep quotaproto.ConsumerReport
-	perms, ok := c.srv.readJSON(w, r, ep, &rep)
+	perms, ok := c.srv.readJSON(w, r, ep, &rep, "kind", "group", "topics", "topics[].topic", "topics[].partitions",
+		"topics[].partitions[].partition", "topics[].partitions[].position")
 	if !ok {
 		return
 	}
@@ -166,53 +164,6 @@ func (c *Consumers) report(rw http.ResponseWriter, r *http.Request) {
 	}
 	c.srv.requests.WithLabelValues(ep, "204").Inc()
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// readJSON does what every JSON body of the protocol needs, cheapest check
-// first: it refuses an oversized (413) or non-JSON (415) request, checks the
-// bearer token before reading the body (401), reads at most
-// quotaproto.MaxBodyBytes within bodyTimeout, and decodes it into v
-// refusing unknown fields and trailing data (400). It returns the
-// producers (or groups) the token may act for, and false after writing the
-// error.
-func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, ep string, v any) (map[string]bool, bool) {
-	if r.ContentLength > quotaproto.MaxBodyBytes {
-		s.fail(w, ep, http.StatusRequestEntityTooLarge, "body of %d bytes exceeds %d", r.ContentLength, quotaproto.MaxBodyBytes)
-		return nil, false
-	}
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		s.fail(w, ep, http.StatusUnsupportedMediaType, "content type %q: send application/json", ct)
-		return nil, false
-	}
-	perms, ok := s.authenticate(w, r, ep)
-	if !ok {
-		return nil, false
-	}
-	// The server's ReadHeaderTimeout ends once the headers are in: a
-	// client that trickles its body gets bodyTimeout, not a connection
-	// and a goroutine for as long as it likes.
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.bodyTimeout))
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, quotaproto.MaxBodyBytes)); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.fail(w, ep, http.StatusRequestEntityTooLarge, "body exceeds %d bytes", quotaproto.MaxBodyBytes)
-			return nil, false
-		}
-		s.fail(w, ep, http.StatusBadRequest, "read body: %v", err)
-		return nil, false
-	}
-	dec := json.NewDecoder(&buf)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		s.fail(w, ep, http.StatusBadRequest, "malformed body: %v", err)
-		return nil, false
-	}
-	if dec.More() {
-		s.fail(w, ep, http.StatusBadRequest, "malformed body: trailing data after the JSON object")
-		return nil, false
-	}
-	return perms, true
 }
 
 // put stores rep's partitions as received at now: per partition and

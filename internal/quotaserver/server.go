@@ -171,28 +171,9 @@ func (s *Server) allowed(w http.ResponseWriter, r *http.Request, endpoint, produ
 
 func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	const ep = "report"
-	// Authentication first: a stranger learns nothing about the protocol
-	// and costs a header read. Which producer the token may act for is
-	// checked once the body says.
-	perms, ok := s.authenticate(w, r, ep)
-	if !ok {
-		return
-	}
-	if r.ContentLength > quotaproto.MaxBodyBytes {
-		s.fail(w, ep, http.StatusRequestEntityTooLarge, "body of %d bytes exceeds %d", r.ContentLength, quotaproto.MaxBodyBytes)
-		return
-	}
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		s.fail(w, ep, http.StatusUnsupportedMediaType, "content type %q: send application/json", ct)
-		return
-	}
-	body, ok := s.readBody(w, r, ep)
-	if !ok {
-		return
-	}
 	var rep quotaproto.Report
-	if err := decodeStrict(body, &rep, "producer", "topics", "topics[].topic"); err != nil {
-		s.fail(w, ep, http.StatusBadRequest, "malformed report: %v", err)
+	perms, ok := s.readJSON(w, r, ep, &rep, "producer", "topics", "topics[].topic")
+	if !ok {
 		return
 	}
 	if err := rep.Validate(); err != nil {
@@ -213,6 +194,38 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.ok(w, ep, set)
+}
+
+// readJSON does what every JSON body of the protocol needs, in this
+// order: it checks the bearer token before anything else (401), refuses an
+// oversized (413) or non-JSON (415) request, reads at most
+// quotaproto.MaxBodyBytes within bodyTimeout, and decodes the body into v
+// with decodeStrict (required: its required paths), 400 on any problem.
+// It returns the producers (or groups) the token may act for, and false
+// after writing the error. Which of them the request speaks for is the
+// caller's check (permits), once the body says.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, ep string, v any, required ...string) (map[string]bool, bool) {
+	perms, ok := s.authenticate(w, r, ep)
+	if !ok {
+		return nil, false
+	}
+	if r.ContentLength > quotaproto.MaxBodyBytes {
+		s.fail(w, ep, http.StatusRequestEntityTooLarge, "body of %d bytes exceeds %d", r.ContentLength, quotaproto.MaxBodyBytes)
+		return nil, false
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		s.fail(w, ep, http.StatusUnsupportedMediaType, "content type %q: send application/json", ct)
+		return nil, false
+	}
+	body, ok := s.readBody(w, r, ep)
+	if !ok {
+		return nil, false
+	}
+	if err := decodeStrict(body, v, required...); err != nil {
+		s.fail(w, ep, http.StatusBadRequest, "malformed body: %v", err)
+		return nil, false
+	}
+	return perms, true
 }
 
 // readBody reads a request body of at most MaxBodyBytes within

@@ -580,3 +580,39 @@ func TestAuthModes(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeStrictIntegers: JSON Schema's integers (5.0, 5e0) are
+// integers for integer fields; fractions, out-of-range values and other
+// kinds are still refused, and floats are left alone.
+func TestDecodeStrictIntegers(t *testing.T) {
+	type part struct {
+		Partition int32   `json:"partition"`
+		Position  int64   `json:"position"`
+		Rate      float64 `json:"rate"`
+	}
+	cases := []struct {
+		name, body string
+		want       part
+		err        string
+	}{
+		{"plain", `{"partition":3,"position":9007199254740993,"rate":0.5}`, part{3, 9007199254740993, 0.5}, ""},
+		{"zero fraction", `{"partition":3.0,"position":9007199254740993.0,"rate":2}`, part{3, 9007199254740993, 2}, ""},
+		{"exponent", `{"partition":3e0,"position":1.5e3,"rate":1e-3}`, part{3, 1500, 0.001}, ""},
+		{"fraction", `{"partition":3.5,"position":0,"rate":0}`, part{}, "cannot unmarshal number 3.5"},
+		{"out of range", `{"partition":3e10,"position":0,"rate":0}`, part{}, "cannot unmarshal number 30000000000"},
+		{"huge exponent", `{"partition":1e999999999,"position":0,"rate":0}`, part{}, "cannot unmarshal number 1e999999999"},
+		{"object for a number", `{"partition":{"a":[1]},"position":0,"rate":0}`, part{}, "cannot unmarshal object"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var got part
+			err := decodeStrict([]byte(c.body), &got, "partition")
+			if c.err == "" && (err != nil || got != c.want) {
+				t.Fatalf("got %+v %v, want %+v", got, err, c.want)
+			}
+			if c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)) {
+				t.Fatalf("err %v, want %q", err, c.err)
+			}
+		})
+	}
+}

@@ -153,8 +153,8 @@ func (r ConsumerReport) Validate() error {
 	parts := 0
 	seen := make(map[string]bool, len(r.Topics))
 	for i, t := range r.Topics {
-		if t.Topic == "" || len(t.Topic) > maxTopicLen {
-			bad("topics[%d].topic must be 1-%d characters", i, maxTopicLen)
+		if !ValidTopic(t.Topic) {
+			bad("topics[%d].topic must be 1-%d characters of valid UTF-8 without control characters", i, maxTopicLen)
 		}
 		if seen[t.Topic] {
 			bad("topics[%d].topic %q is listed twice", i, t.Topic)
