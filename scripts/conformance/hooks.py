@@ -1,11 +1,14 @@
 """Schemathesis hooks for lagbridge's quota protocol.
 
-Two rules of docs/quota-protocol.yaml are written in its prose because JSON
-Schema cannot say them; these hooks teach them to the generator, so that a
-request the spec calls valid is one the daemon must accept:
+Some rules of docs/quota-protocol.yaml are written in its prose because
+JSON Schema cannot say them; these hooks teach them to the generator, so
+that a request the spec calls valid is one the daemon must accept:
 
-- a report lists each topic at most once (uniqueItems compares whole
-  objects, not one field of them);
+- a report lists each topic at most once, and a consumer report each
+  partition of a topic at most once (uniqueItems compares whole objects,
+  not one field of them);
+- a consumer report holds at most 512 partitions in all, and a NATS
+  consumer's have partition 0 (a stream has one);
 - the long-poll's timeout is at most 60s (a Go duration is a string, and a
   pattern cannot bound its value).
 
@@ -30,11 +33,27 @@ def _seconds(duration):
     return sum(float(n) * _UNITS[u] for n, u in parts)
 
 
-def _unique_topics(body):
+def _unique(values):
+    keys = [repr(v) for v in values]
+    return len(keys) == len(set(keys))
+
+
+def _valid_topics(body):
+    """The rules above on a report's or consumer report's topics."""
     if not isinstance(body, dict) or not isinstance(body.get("topics"), list):
         return True
-    names = [repr(t.get("topic")) for t in body["topics"] if isinstance(t, dict) and "topic" in t]
-    return len(names) == len(set(names))
+    topics = [t for t in body["topics"] if isinstance(t, dict)]
+    if not _unique(t["topic"] for t in topics if "topic" in t):
+        return False
+    total = 0
+    for t in topics:
+        parts = [p for p in t.get("partitions") or [] if isinstance(p, dict)] if isinstance(t.get("partitions"), list) else []
+        total += len(parts)
+        if not _unique(p["partition"] for p in parts if "partition" in p):
+            return False
+        if body.get("kind") == "nats" and any(p.get("partition", 0) != 0 for p in parts):
+            return False
+    return total <= 512
 
 
 def _short_timeout(query):
@@ -48,7 +67,7 @@ def _short_timeout(query):
 # coverage phase applies filter_case to what it built.
 @schemathesis.hook
 def filter_body(ctx, body):
-    return _unique_topics(body)
+    return _valid_topics(body)
 
 
 @schemathesis.hook
@@ -58,4 +77,4 @@ def filter_query(ctx, query):
 
 @schemathesis.hook
 def filter_case(ctx, case):
-    return _unique_topics(case.body) and _short_timeout(case.query)
+    return _valid_topics(case.body) and _short_timeout(case.query)
