@@ -163,12 +163,6 @@ func (s *Server) ok(w http.ResponseWriter, endpoint string, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// allowed checks the bearer token for producer; it writes the error itself.
-func (s *Server) allowed(w http.ResponseWriter, r *http.Request, endpoint, producer string) bool {
-	perms, ok := s.authenticate(w, r, endpoint)
-	return ok && s.permits(w, endpoint, perms, producer)
-}
-
 func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	const ep = "report"
 	var rep quotaproto.Report
