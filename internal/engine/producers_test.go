@@ -82,7 +82,7 @@ func TestUnlistedFloodDoesNotStarveListed(t *testing.T) {
 	}
 	// The refused ids are counted, not a grant series each.
 	reg := prometheus.NewRegistry()
-	NewCollector(reg, e)
+	NewCollector(reg, e).ProducerGrants = true // opt-in: metrics.producerGrants
 	want := fmt.Sprintf(`
 # HELP lagbridge_quota_refused_producers Producers a topic's policy does not list that were refused a share (a stop lease).
 # TYPE lagbridge_quota_refused_producers gauge
@@ -93,6 +93,12 @@ lagbridge_quota_refused_producers{cluster="c1",topic="orders"} %d
 	}
 	if n := testutil.CollectAndCount(reg, "lagbridge_quota_grant"); n != 1+quota.DefaultMaxUnlisted {
 		t.Fatalf("%d grant series, want checkout's and the admitted ids'", n)
+	}
+	// By default no producer's id or grant is on /metrics.
+	off := prometheus.NewRegistry()
+	NewCollector(off, e)
+	if n := testutil.CollectAndCount(off, "lagbridge_quota_grant"); n != 0 {
+		t.Fatalf("%d grant series without ProducerGrants, want 0", n)
 	}
 }
 
