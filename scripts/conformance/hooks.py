@@ -33,8 +33,15 @@ def _seconds(duration):
     return sum(float(n) * _UNITS[u] for n, u in parts)
 
 
+def _key(v):
+    # 5 and 5.0 are one integer to the daemon, as to JSON Schema.
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    return repr(v)
+
+
 def _unique(values):
-    keys = [repr(v) for v in values]
+    keys = [_key(v) for v in values]
     return len(keys) == len(set(keys))
 
 
