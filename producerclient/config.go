@@ -1,6 +1,7 @@
 package producerclient
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -120,8 +121,25 @@ type LeaseConfig struct {
 	// Safe is the quota without a valid lease; the zero value is open.
 	Safe SafeQuota
 	// DefaultLeaseTTL is how long a lease without expiresAt is trusted;
-	// zero means 30s.
+	// zero means 30s. At most MaxLeaseTTL.
 	DefaultLeaseTTL time.Duration
+	// MaxLeaseTTL is the longest the SDK trusts a lease after it arrives:
+	// a later expiresAt is clamped to arrival plus MaxLeaseTTL, so no
+	// answer, however far in the future it says it holds, keeps a
+	// producer on it longer without a refresh (the daemon refreshes its
+	// leases every interval; its lifetime is 10 intervals by default).
+	// Zero means DefaultMaxLeaseTTL (10m).
+	MaxLeaseTTL time.Duration
+	// RequestTimeout bounds each request to the daemon, answer body
+	// included: a report, and a long-poll beyond its WatchWait. A daemon
+	// that trickles its answer fails the request after it. Zero means
+	// 15s.
+	RequestTimeout time.Duration
+	// StreamIdle is how long an SSE stream may go without a complete
+	// event or a keepalive before it is dropped and reconnected (the
+	// daemon sends a keepalive every 15s; a trickle of bytes that never
+	// completes an event does not count). Zero means 45s.
+	StreamIdle time.Duration
 	// ReportInterval is how often demand is reported when the daemon sets
 	// no refreshAfterMs; zero means 10s. Reports are jittered by ±10%.
 	ReportInterval time.Duration
@@ -130,6 +148,10 @@ type LeaseConfig struct {
 	// the daemon is honoured when it parses; a garbled one is no hint.
 	MinBackoff, MaxBackoff time.Duration
 }
+
+// DefaultMaxLeaseTTL is LeaseConfig.MaxLeaseTTL's default: the longest a
+// lease is trusted after it arrives without a refresh.
+const DefaultMaxLeaseTTL = 10 * time.Minute
 
 // RetryConfig configures the SDK's retries, the only retry layer between
 // the caller and the broker (the wrapped clients' own retries are turned
@@ -283,8 +305,12 @@ func (c Config) Validate() error {
 	if bad(l.Safe.Rate) || l.Safe.Rate < 0 || l.Safe.Burst < 0 {
 		p.add("safe quota rate %v and burst %d must be finite and not negative", l.Safe.Rate, l.Safe.Burst)
 	}
-	if l.DefaultLeaseTTL < 0 || l.ReportInterval < 0 || l.MinBackoff < 0 || l.MaxBackoff < 0 {
+	if l.DefaultLeaseTTL < 0 || l.MaxLeaseTTL < 0 || l.ReportInterval < 0 || l.MinBackoff < 0 || l.MaxBackoff < 0 ||
+		l.RequestTimeout < 0 || l.StreamIdle < 0 {
 		p.add("lease durations must not be negative")
+	}
+	if maxTTL := cmp.Or(l.MaxLeaseTTL, DefaultMaxLeaseTTL); l.DefaultLeaseTTL > maxTTL {
+		p.add("default lease TTL %v exceeds the max lease TTL %v", l.DefaultLeaseTTL, maxTTL)
 	}
 	if l.MinBackoff > 0 && l.MaxBackoff > 0 && l.MinBackoff > l.MaxBackoff {
 		p.add("lease min backoff %v exceeds max backoff %v", l.MinBackoff, l.MaxBackoff)
@@ -332,8 +358,17 @@ func (c Config) withDefaults() Config {
 	if l.WatchWait == 0 {
 		l.WatchWait = quotaproto.DefaultWatchWait
 	}
+	if l.MaxLeaseTTL == 0 {
+		l.MaxLeaseTTL = DefaultMaxLeaseTTL
+	}
 	if l.DefaultLeaseTTL == 0 {
-		l.DefaultLeaseTTL = 30 * time.Second
+		l.DefaultLeaseTTL = min(30*time.Second, l.MaxLeaseTTL)
+	}
+	if l.RequestTimeout == 0 {
+		l.RequestTimeout = 15 * time.Second
+	}
+	if l.StreamIdle == 0 {
+		l.StreamIdle = 45 * time.Second
 	}
 	if l.ReportInterval == 0 {
 		l.ReportInterval = 10 * time.Second

@@ -315,12 +315,24 @@ func (o *leaseOwner) run() {
 // place in time (a topic's lease may move to an older version when
 // another cluster's lease becomes the strictest): those are applied in
 // the order they come.
+//
+// Two guards keep a hostile or broken answer from holding a producer: a
+// lease's expiry is clamped to its arrival plus MaxLeaseTTL, and a set
+// version beyond what a daemon can have made (garbledVersion) ranks as
+// version 0: it applies only when no set is held, and holds back no later
+// set, so a version of 2^64-1 cannot freeze the leases that follow.
 func (o *leaseOwner) apply(u leaseUpdate) {
 	c := o.c
 	now := c.clock.Now()
+	version := u.version
 	if u.isSet {
-		if last := o.version.Load(); u.version < last && now.Before(o.setHeld) {
-			c.cfg.Logger.Debug("lagbridge lease set older than the one applied; ignored", "version", u.version, "applied", last)
+		if garbledVersion(version, now) {
+			o.malformed.Add(1)
+			c.cfg.Logger.Warn("lagbridge lease set version is beyond the wall-clock range; it ranks as the oldest", "version", version)
+			version = 0
+		}
+		if last := o.version.Load(); version < last && now.Before(o.setHeld) {
+			c.cfg.Logger.Debug("lagbridge lease set older than the one applied; ignored", "version", version, "applied", last)
 			return
 		}
 		o.setHeld = now
@@ -333,6 +345,9 @@ func (o *leaseOwner) apply(u leaseUpdate) {
 		expiry := d.ExpiresAt
 		if expiry.IsZero() {
 			expiry = now.Add(c.cfg.Leases.DefaultLeaseTTL)
+		}
+		if latest := now.Add(c.cfg.Leases.MaxLeaseTTL); expiry.After(latest) {
+			expiry = latest
 		}
 		t := c.topic(d.Topic)
 		if !expiry.After(now) {
@@ -359,19 +374,45 @@ func (o *leaseOwner) apply(u leaseUpdate) {
 		}
 	}
 	if u.isSet {
-		o.version.Store(u.version)
+		o.version.Store(version)
 	}
 }
 
+// maxVersionLead is how far a set version may run ahead of the wall clock
+// in microseconds. The daemon starts its versions from the wall clock
+// (Unix microseconds) and adds one per change, far fewer than one per
+// microsecond; a week allows for years of changes and for clocks apart.
+const maxVersionLead = 7 * 24 * time.Hour
+
+// garbledVersion reports whether a set version is beyond what a daemon
+// can have made by now: more than maxVersionLead ahead of now in Unix
+// microseconds (2^64-1, for one). Versions of a daemon that does not
+// start from the wall clock are small, never garbled.
+func garbledVersion(v uint64, now time.Time) bool {
+	us := now.UnixMicro()
+	if us < 0 {
+		return false
+	}
+	return v > uint64(us)+uint64(maxVersionLead/time.Microsecond)
+}
+
+// expire moves the topics whose lease expired to the safe quota, and asks
+// the reporter for a fresh answer: the daemon's current set may have been
+// ignored while a newer-versioned set was held.
 func (o *leaseOwner) expire() {
 	now := o.c.clock.Now()
+	expired := false
 	for name, a := range o.active {
 		if !a.expiry.After(now) {
 			delete(o.active, name)
 			o.expiredTotal.Add(1)
 			o.c.cfg.Logger.Warn("lagbridge lease expired without a refresh; using the safe quota", "topic", name)
 			o.c.topic(name).setView(o.safeView(a.expiry), o.c.mono.nanos())
+			expired = true
 		}
+	}
+	if expired {
+		o.askReport()
 	}
 }
 

@@ -196,7 +196,11 @@ func (o *leaseOwner) do(ctx context.Context, method, path string, q url.Values, 
 	return resp, nil
 }
 
-// readSet reads and decodes a LeaseSet body (at most 4 MiB).
+// maxSetBytes bounds a lease set as read: an HTTP answer's body, and an
+// SSE event's data in all (not only each line). A set holds at most
+// quotaproto.MaxTopics (256) leases of a few hundred bytes each.
+const maxSetBytes = 1 << 20
+
 // fetchSet makes one request to the daemon and decodes the lease set it
 // answers with.
 func (o *leaseOwner) fetchSet(ctx context.Context, method, path string, q url.Values, body []byte) (decodedSet, error) {
@@ -208,8 +212,9 @@ func (o *leaseOwner) fetchSet(ctx context.Context, method, path string, q url.Va
 	return o.readSet(resp.Body)
 }
 
+// readSet reads and decodes a LeaseSet body (at most maxSetBytes).
 func (o *leaseOwner) readSet(r io.Reader) (decodedSet, error) {
-	b, err := io.ReadAll(io.LimitReader(r, 4<<20))
+	b, err := io.ReadAll(io.LimitReader(r, maxSetBytes))
 	if err != nil {
 		return decodedSet{}, err
 	}
@@ -283,7 +288,7 @@ func (o *leaseOwner) reporter() {
 		now := c.clock.Now()
 		body, _ := json.Marshal(o.report(last, now))
 		last = now
-		ctx, cancel := context.WithTimeout(c.ctx, 15*time.Second)
+		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Leases.RequestTimeout)
 		ds, err := o.fetchSet(ctx, http.MethodPost, quotaproto.PathLeases, nil, body)
 		cancel()
 		if c.ctx.Err() != nil {
@@ -351,7 +356,7 @@ func (o *leaseOwner) watcher() {
 		}
 		asked := since
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(c.ctx, wait+15*time.Second)
+		ctx, cancel := context.WithTimeout(c.ctx, wait+c.cfg.Leases.RequestTimeout)
 		ds, err := o.fetchSet(ctx, http.MethodGet, quotaproto.PathWatch, q, nil)
 		cancel()
 		if c.ctx.Err() != nil {
@@ -412,16 +417,17 @@ func (o *leaseOwner) streamer() {
 	}
 }
 
-// streamIdle is how long a stream may stay silent (the daemon sends a
-// keepalive every 15s) before it is considered dead.
-const streamIdle = 45 * time.Second
-
 // streamOnce reads one SSE connection until it ends; got reports whether
-// any lease set arrived.
+// any lease set arrived. The connection is dropped when the daemon stays
+// StreamIdle without a complete event or keepalive (from the request on:
+// the headers too), and when an event's data exceeds maxSetBytes.
 func (o *leaseOwner) streamOnce(b *backoffState) (got bool, err error) {
 	c := o.c
+	idle := c.cfg.Leases.StreamIdle
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
+	watchdog := time.AfterFunc(idle, cancel)
+	defer watchdog.Stop()
 	resp, err := o.do(ctx, http.MethodGet, quotaproto.PathStream, url.Values{"producer": {c.cfg.Producer}}, nil)
 	if err != nil {
 		return false, err
@@ -430,17 +436,15 @@ func (o *leaseOwner) streamOnce(b *backoffState) (got bool, err error) {
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		return false, fmt.Errorf("stream answered with content type %q", ct)
 	}
-	watchdog := time.AfterFunc(streamIdle, cancel)
-	defer watchdog.Stop()
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	sc.Buffer(make([]byte, 0, 64<<10), maxSetBytes)
 	var event string
 	var data bytes.Buffer
 	for sc.Scan() {
-		watchdog.Reset(streamIdle)
 		line := sc.Bytes()
 		switch {
 		case len(line) == 0: // dispatch
+			watchdog.Reset(idle)
 			switch event {
 			case "leases", "":
 				if data.Len() > 0 {
@@ -464,6 +468,7 @@ func (o *leaseOwner) streamOnce(b *backoffState) (got bool, err error) {
 			event = ""
 			data.Reset()
 		case line[0] == ':': // comment (keepalive)
+			watchdog.Reset(idle)
 		default:
 			field, value, _ := bytes.Cut(line, []byte(":"))
 			value = bytes.TrimPrefix(value, []byte(" "))
@@ -471,6 +476,10 @@ func (o *leaseOwner) streamOnce(b *backoffState) (got bool, err error) {
 			case "event":
 				event = string(value)
 			case "data":
+				if data.Len()+1+len(value) > maxSetBytes {
+					o.malformed.Add(1)
+					return got, fmt.Errorf("lease stream event over %d bytes", maxSetBytes)
+				}
 				if data.Len() > 0 {
 					data.WriteByte('\n')
 				}

@@ -1,0 +1,303 @@
+package producerclient
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+)
+
+// hostileDaemon serves the quota protocol honestly (the current set, to
+// reports, long-polls and streams) until a hostile handler is set: then
+// every request goes to it. It is a fake of our own because it plays
+// faults no real daemon makes on purpose.
+type hostileDaemon struct {
+	srv *httptest.Server
+
+	mu      sync.Mutex
+	set     []byte        // the honest set's JSON
+	version uint64        // its version
+	changed chan struct{} // closed when the honest set changes
+	hostile http.HandlerFunc
+	base    uint64 // versions start here: the wall clock in µs, as the daemon's do
+}
+
+func newHostileDaemon(tb testing.TB) *hostileDaemon {
+	tb.Helper()
+	d := &hostileDaemon{changed: make(chan struct{}), base: uint64(time.Now().UnixMicro())}
+	d.srv = httptest.NewServer(http.HandlerFunc(d.serve))
+	tb.Cleanup(func() {
+		d.srv.CloseClientConnections()
+		d.srv.Close()
+	})
+	return d
+}
+
+// honest publishes an honest set: version base+n, one lease for orders.
+func (d *hostileDaemon) honest(n uint64, rate float64) {
+	b, _ := json.Marshal(quotaproto.LeaseSet{Producer: "svc-a", Version: d.base + n, RefreshAfterMs: 3_600_000,
+		Leases: []quotaproto.Lease{{Topic: "orders", Rate: &rate, Burst: 10, Signal: quotaproto.SignalOK, Version: d.base + n, ExpiresAt: time.Now().Add(time.Hour)}}})
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.set, d.version, d.hostile = b, d.base+n, nil
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+func (d *hostileDaemon) turn(h http.HandlerFunc) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.hostile = h
+	close(d.changed) // wake the waiting long-polls and streams into it
+	d.changed = make(chan struct{})
+}
+
+func (d *hostileDaemon) state() ([]byte, uint64, <-chan struct{}, http.HandlerFunc) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.set, d.version, d.changed, d.hostile
+}
+
+func (d *hostileDaemon) serve(w http.ResponseWriter, r *http.Request) {
+	set, version, changed, hostile := d.state()
+	if hostile != nil {
+		hostile(w, r)
+		return
+	}
+	switch r.URL.Path {
+	case quotaproto.PathStream:
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "event: leases\ndata: %s\n\n", set)
+		w.(http.Flusher).Flush()
+		select {
+		case <-changed: // end the stream: the client reconnects to what is new
+		case <-r.Context().Done():
+		}
+	case quotaproto.PathWatch:
+		if r.URL.Query().Get("version") == fmt.Sprint(version) {
+			select {
+			case <-changed:
+				set, _, _, _ = d.state()
+			case <-r.Context().Done():
+				return
+			}
+		}
+		_, _ = w.Write(set)
+	default:
+		_, _ = w.Write(set)
+	}
+}
+
+// flood writes chunk until the client goes away or limit bytes are out.
+func flood(w http.ResponseWriter, r *http.Request, prefix, chunk string, limit int) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	fmt.Fprint(w, prefix)
+	for n := 0; n < limit && r.Context().Err() == nil; n += len(chunk) {
+		if _, err := fmt.Fprint(w, chunk); err != nil {
+			return
+		}
+	}
+}
+
+// hostileSet answers every request with set (an event on the stream,
+// which it then holds open).
+func hostileSet(set string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == quotaproto.PathStream {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "event: leases\ndata: %s\n\n", set)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		_, _ = w.Write([]byte(set))
+	}
+}
+
+// heapPeak samples the live heap every millisecond until stop is called,
+// which returns the peak growth over the heap at the start in bytes.
+func heapPeak() (stop func() uint64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapAlloc
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tk := time.NewTicker(time.Millisecond)
+		defer tk.Stop()
+		for {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if ms.HeapAlloc > base && ms.HeapAlloc-base > peak.Load() {
+				peak.Store(ms.HeapAlloc - base)
+			}
+			select {
+			case <-done:
+				return
+			case <-tk.C:
+			}
+		}
+	}()
+	return func() uint64 {
+		close(done)
+		wg.Wait()
+		return peak.Load()
+	}
+}
+
+// TestHostileLeaseServer: each hostile answer leaves the producer on its
+// documented safe behaviour, grows its heap by less than 16 MiB, and the
+// next honest lease applies.
+func TestHostileLeaseServer(t *testing.T) {
+	// The clamp of the far-expiry case; the others never reach it.
+	const maxTTL = 2 * time.Second
+	far := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC).Format(time.RFC3339)
+	// stillHonest: the lease from before the hostile phase still applies.
+	stillHonest := func(q Quota) bool { return q.FromLease && q.Rate == 100 }
+	for _, tc := range []struct {
+		name       string
+		transports []LeaseTransport
+		// hostile is the server's behaviour; base is the honest versions'
+		// origin.
+		hostile func(base uint64) http.HandlerFunc
+		// safe reports whether the producer shows its safe behaviour.
+		safe func(q Quota, s Stats) bool
+	}{
+		// A stream event whose data lines never end in a blank line: the
+		// event is dropped at 1 MiB in all and the connection with it.
+		{"unbounded SSE event", []LeaseTransport{SSE}, func(uint64) http.HandlerFunc {
+			line := "data: " + strings.Repeat("x", 64<<10) + "\n"
+			return func(w http.ResponseWriter, r *http.Request) {
+				flood(w, r, "event: leases\n", line, 256<<20)
+			}
+		}, func(q Quota, s Stats) bool { return stillHonest(q) && s.LeaseMalformed >= 2 }},
+		// One line that never ends: dropped at 1 MiB.
+		{"unbounded SSE line", []LeaseTransport{SSE}, func(uint64) http.HandlerFunc {
+			chunk := strings.Repeat("x", 64<<10)
+			return func(w http.ResponseWriter, r *http.Request) {
+				flood(w, r, "event: leases\ndata: ", chunk, 256<<20)
+			}
+		}, func(q Quota, s Stats) bool { return stillHonest(q) && s.LeaseErrors >= 2 }},
+		// Stop for ever: version 2^64-1, expiry in the year 9999. The
+		// version is garbled (ranks as the oldest), so the set does not
+		// replace the held one, and it is counted.
+		{"huge version, far expiry, stop", []LeaseTransport{LongPoll, SSE}, func(uint64) http.HandlerFunc {
+			return hostileSet(fmt.Sprintf(`{"producer":"svc-a","version":%d,"refreshAfterMs":3600000,"leases":[{"topic":"orders","rate":0,"signal":"stop","version":%d,"expiresAt":%q}]}`,
+				uint64(math.MaxUint64), uint64(math.MaxUint64), far))
+		}, func(q Quota, s Stats) bool { return stillHonest(q) && s.LeaseMalformed >= 1 }},
+		// Stop with a believable version and an expiry in the year 9999:
+		// it applies, but only until arrival + MaxLeaseTTL.
+		{"far expiry, stop", []LeaseTransport{LongPoll, SSE}, func(base uint64) http.HandlerFunc {
+			v := base + 1_000_000
+			return hostileSet(fmt.Sprintf(`{"producer":"svc-a","version":%d,"refreshAfterMs":3600000,"leases":[{"topic":"orders","rate":0,"signal":"stop","version":%d,"expiresAt":%q}]}`, v, v, far))
+		}, func(q Quota, _ Stats) bool {
+			return q.FromLease && q.Signal == SignalStop && !q.ExpiresAt.After(q.Received.Add(maxTTL))
+		}},
+		// Negative and not-a-number rates: those leases are skipped
+		// (counted); the held lease stays.
+		{"negative and NaN rates", []LeaseTransport{LongPoll, SSE}, func(base uint64) http.HandlerFunc {
+			v := base + 1_000
+			return hostileSet(fmt.Sprintf(`{"producer":"svc-a","version":%d,"refreshAfterMs":3600000,"leases":[{"topic":"orders","rate":-5,"signal":"ok","version":%d},{"topic":"orders","rate":"NaN","signal":"ok","version":%d}]}`, v, v, v))
+		}, func(q Quota, s Stats) bool { return stillHonest(q) && s.LeaseMalformed >= 2 }},
+		// A trickle: headers, then a byte every 20ms, never a whole
+		// answer. Requests end at RequestTimeout (a long-poll at
+		// WatchWait + RequestTimeout), streams at StreamIdle.
+		{"trickle", []LeaseTransport{LongPoll, SSE}, func(uint64) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(http.StatusOK)
+				tk := time.NewTicker(20 * time.Millisecond)
+				defer tk.Stop()
+				for {
+					select {
+					case <-r.Context().Done():
+						return
+					case <-tk.C:
+						if _, err := w.Write([]byte("d")); err != nil {
+							return
+						}
+						w.(http.Flusher).Flush()
+					}
+				}
+			}
+		}, func(q Quota, s Stats) bool { return stillHonest(q) && s.LeaseErrors >= 2 }},
+		// Garbage instead of JSON.
+		{"garbage JSON", []LeaseTransport{LongPoll, SSE}, func(uint64) http.HandlerFunc {
+			return hostileSet(`{"producer": <<<garbage`)
+		}, func(q Quota, s Stats) bool { return stillHonest(q) && s.LeaseMalformed >= 1 }},
+	} {
+		for _, tr := range tc.transports {
+			t.Run(fmt.Sprintf("%s/%v", tc.name, map[LeaseTransport]string{LongPoll: "long-poll", SSE: "sse"}[tr]), func(t *testing.T) {
+				d := newHostileDaemon(t)
+				d.honest(1, 100)
+				ttl := time.Minute
+				if strings.HasPrefix(tc.name, "far expiry") {
+					ttl = maxTTL
+				}
+				p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"},
+					Leases: LeaseConfig{URL: d.srv.URL, Transport: tr, MaxLeaseTTL: ttl, DefaultLeaseTTL: time.Second, WatchWait: time.Second,
+						RequestTimeout: 300 * time.Millisecond, StreamIdle: 300 * time.Millisecond,
+						MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}})
+				eventually(t, 10*time.Second, "the honest lease", func() bool { q, _ := p.Quota("orders"); return stillHonest(q) })
+
+				stop := heapPeak()
+				d.turn(tc.hostile(d.base))
+				eventually(t, 20*time.Second, "the safe behaviour", func() bool {
+					q, _ := p.Quota("orders")
+					return tc.safe(q, p.Stats())
+				})
+				grew := stop()
+				if grew >= 16<<20 {
+					t.Fatalf("heap grew by %d MiB under the hostile server", grew>>20)
+				}
+				t.Logf("peak heap growth %.1f MiB", float64(grew)/(1<<20))
+
+				d.honest(2, 200)
+				eventually(t, 20*time.Second, "the next honest lease", func() bool {
+					q, _ := p.Quota("orders")
+					return q.FromLease && q.Rate == 200 && q.Signal == SignalOK
+				})
+			})
+		}
+	}
+}
+
+// TestGarbledVersion pins which set versions are beyond the wall-clock
+// range: more than a week ahead of now in Unix microseconds.
+func TestGarbledVersion(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	us := uint64(now.UnixMicro())
+	week := uint64(maxVersionLead / time.Microsecond)
+	for _, tc := range []struct {
+		name    string
+		v       uint64
+		garbled bool
+	}{
+		{"zero", 0, false},
+		{"a small counter (a daemon not started from the clock)", 42, false},
+		{"the wall clock", us, false},
+		{"a week ahead", us + week, false},
+		{"just over a week ahead", us + week + 1, true},
+		{"2^64-1", math.MaxUint64, true},
+		{"wrapped to near the top", math.MaxUint64 - 5, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := garbledVersion(tc.v, now); got != tc.garbled {
+				t.Fatalf("garbledVersion(%d) = %v, want %v", tc.v, got, tc.garbled)
+			}
+		})
+	}
+}
