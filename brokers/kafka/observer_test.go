@@ -214,9 +214,10 @@ func TestKIP848Group(t *testing.T) {
 	produceN(t, prod, "kip848", 1, 2, 40)
 
 	o := newObserver(t, c, nil)
+	// Live: its member is assigned the topic's partitions (by topic ID).
 	got := eventually(t, o, "stable KIP-848 group", func(got []lag.Sample) bool {
 		s := find(got, "nextgen", "kip848")
-		return s != nil && s.Members == 1 && s.GroupState == "Stable"
+		return s != nil && s.Members == 1 && s.GroupState == "Stable" && s.Live == lag.LiveYes
 	})
 	s := mustFind(t, got, "nextgen", "kip848")
 	wantPart(t, s, 0, 0, 5, 5, 0, -1)
@@ -225,7 +226,7 @@ func TestKIP848Group(t *testing.T) {
 	cons.Close()
 	got = eventually(t, o, "empty KIP-848 group", func(got []lag.Sample) bool {
 		s := find(got, "nextgen", "kip848")
-		return s != nil && s.Members == 0
+		return s != nil && s.Members == 0 && s.Live == lag.LiveNo
 	})
 	s = mustFind(t, got, "nextgen", "kip848")
 	wantPart(t, s, 1, 0, 7, 5, 2, 40)
