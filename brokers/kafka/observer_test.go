@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -247,9 +248,27 @@ func TestKIP848SubscribedNoCommit(t *testing.T) {
 	o := newObserver(t, c, nil)
 	got := eventually(t, o, "assigned KIP-848 member", func(got []lag.Sample) bool {
 		s := find(got, "idle848", "quiet")
-		return s != nil && s.Members == 1
+		return s != nil && s.Members == 1 && s.Live == lag.LiveYes
 	})
 	wantUncommitted(t, mustFind(t, got, "idle848", "quiet"), 0, 0, 2)
+
+	// A cycle whose describe fails still lists the pair (it has no
+	// commit, only the last description named it), live unknown: it does
+	// not leave and come back, losing its first-sight position.
+	var refuse atomic.Bool
+	refuse.Store(true)
+	c.ControlKey(int16(kmsg.ConsumerGroupDescribe), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if refuse.Load() {
+			return nil, errors.New("describe refused"), true
+		}
+		return nil, nil, false
+	})
+	s := find(observe(t, o), "idle848", "quiet")
+	refuse.Store(false)
+	if s == nil || s.Live != lag.LiveUnknown || s.Members != -1 {
+		t.Fatalf("after a failed describe: %v, want listed, members -1, live unknown", s)
+	}
 }
 
 // TestTransactions: commit markers and aborted records are not lag; open
