@@ -68,6 +68,26 @@ func TestLoadGood(t *testing.T) {
 	}
 }
 
+// TestAbandonAndReportRules: rules.abandonAfter and rules.reportFresh reach
+// the lag rules, also from the environment; negative values are refused.
+func TestAbandonAndReportRules(t *testing.T) {
+	c, err := load(t, "--config", writeFile(t, strings.Replace(good, "rules: {lagAge: 2s}", "rules: {lagAge: 2s, abandonAfter: 90s, reportFresh: 5s}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Lag(); r.AbandonAfter != 90*time.Second || r.ReportFresh != 5*time.Second {
+		t.Fatalf("rules: %+v", r)
+	}
+	_, err = load(t, "--config", writeFile(t, strings.Replace(good, "rules: {lagAge: 2s}", "rules: {abandonAfter: -1s, reportFresh: -1s}", 1)))
+	if err == nil || !strings.Contains(err.Error(), "rules.abandonAfter:") || !strings.Contains(err.Error(), "rules.reportFresh:") {
+		t.Fatalf("negative values: %v", err)
+	}
+	t.Setenv("LAGBRIDGE_RULES_ABANDONAFTER", "10m")
+	if c, err = load(t, "--config", writeFile(t, good)); err != nil || c.Lag().AbandonAfter != 10*time.Minute {
+		t.Fatalf("from the environment: %v, %v", c.Lag().AbandonAfter, err)
+	}
+}
+
 // TestEveryProblemAtOnce is the contract of `lagbridge check`: one run names
 // every mistake in the file, each with its place.
 func TestEveryProblemAtOnce(t *testing.T) {
