@@ -171,25 +171,24 @@ type ring struct {
 }
 
 func (r *ring) push(p point, capacity int) {
-	if r.n < len(r.buf) || len(r.buf) == capacity {
-		if r.n == len(r.buf) { // full: overwrite the oldest
-			r.buf[r.start] = p
-			r.start = (r.start + 1) % len(r.buf)
-			return
-		}
+	switch {
+	case r.n < len(r.buf): // room: after the newest
 		r.buf[(r.start+r.n)%len(r.buf)] = p
 		r.n++
-		return
+	case len(r.buf) >= capacity: // full: overwrite the oldest
+		r.buf[r.start] = p
+		r.start = (r.start + 1) % len(r.buf)
+	default: // full below capacity: grow, oldest first at index 0
+		if r.start != 0 || len(r.buf) == cap(r.buf) {
+			nb := make([]point, r.n, min(capacity, max(16, 2*r.n)))
+			for i := range r.n {
+				nb[i] = r.buf[(r.start+i)%len(r.buf)]
+			}
+			r.buf, r.start = nb, 0
+		}
+		r.buf = append(r.buf, p)
+		r.n++
 	}
-	// Still growing: the points are in order from index 0 (start is 0
-	// until the ring is full).
-	if len(r.buf) == cap(r.buf) {
-		nb := make([]point, len(r.buf), min(capacity, max(16, 2*len(r.buf))))
-		copy(nb, r.buf)
-		r.buf = nb
-	}
-	r.buf = append(r.buf, p)
-	r.n++
 }
 
 func (r *ring) at(i int) point { return r.buf[(r.start+i)%len(r.buf)] }

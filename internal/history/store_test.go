@@ -267,3 +267,47 @@ func BenchmarkRecordCycle(b *testing.B) {
 		k++
 	}
 }
+
+// TestRing: pushes and pops in any order keep the points in time order,
+// within the capacity, as a plain slice would (pops while the ring still
+// grows included: a target observed irregularly).
+func TestRing(t *testing.T) {
+	cases := []struct {
+		name     string
+		capacity int
+		ops      string // p: push, o: pop
+	}{
+		{"grow to full and wrap", 20, strings.Repeat("p", 45)},
+		{"pops while growing", 40, strings.Repeat("pppo", 30) + strings.Repeat("p", 50)},
+		{"empty then grow", 30, "ppoo" + strings.Repeat("p", 35)},
+		{"tiny", 2, "pppopp"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var r ring
+			var want []int64
+			next := int64(0)
+			for i, op := range c.ops {
+				if op == 'p' {
+					r.push(point{at: next}, c.capacity)
+					want = append(want, next)
+					if len(want) > c.capacity {
+						want = want[1:]
+					}
+					next++
+				} else if r.n > 0 {
+					r.pop()
+					want = want[1:]
+				}
+				if r.n != len(want) || len(r.buf) > c.capacity {
+					t.Fatalf("op %d: n %d (len %d), want %d within %d", i, r.n, len(r.buf), len(want), c.capacity)
+				}
+				for j, w := range want {
+					if got := r.at(j).at; got != w {
+						t.Fatalf("op %d: point %d is %d, want %d", i, j, got, w)
+					}
+				}
+			}
+		})
+	}
+}
