@@ -2,16 +2,9 @@ package nats
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"github.com/lagbridge/lagbridge/internal/testpki"
 )
 
 // testPKI is a throwaway CA with a server and a client certificate, all
@@ -31,47 +26,12 @@ type testPKI struct {
 func newTestPKI(tb testing.TB) testPKI {
 	tb.Helper()
 	dir := tb.TempDir()
-	must := func(err error) {
-		tb.Helper()
-		if err != nil {
-			tb.Fatal(err)
-		}
-	}
-	writePEM := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		must(os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
-		return p
-	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(err)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "lagbridge test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	must(err)
-	ca, err := x509.ParseCertificate(caDER)
-	must(err)
-	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		must(err)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		must(err)
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		must(err)
-		return writePEM(name+".pem", "CERTIFICATE", der), writePEM(name+"-key.pem", "EC PRIVATE KEY", keyDER)
-	}
-	p := testPKI{caFile: writePEM("ca.pem", "CERTIFICATE", caDER), pool: x509.NewCertPool()}
-	p.pool.AddCert(ca)
-	p.serverCert, p.serverKey = leaf("server", 2, x509.ExtKeyUsageServerAuth)
-	p.clientCert, p.clientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
+	ca := testpki.NewCA(tb, "lagbridge test CA")
+	p := testPKI{caFile: testpki.Write(tb, dir, "ca.pem", ca.PEM), pool: ca.Pool}
+	cert, key := ca.Leaf(tb, "server", true)
+	p.serverCert, p.serverKey = testpki.Write(tb, dir, "server.pem", cert), testpki.Write(tb, dir, "server-key.pem", key)
+	cert, key = ca.Leaf(tb, "client", false)
+	p.clientCert, p.clientKey = testpki.Write(tb, dir, "client.pem", cert), testpki.Write(tb, dir, "client-key.pem", key)
 	return p
 }
 
