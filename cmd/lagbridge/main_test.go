@@ -116,3 +116,37 @@ GrqeBRpYAP51hhr+8Uakojx6ay8fkeW/tOuFNA2GFdd2fXyu4xEsN2HNPQCXY+Gh
 3RdKJPPoAZY3Qa3wZXLm3xo8EYdsGlPBcRXXK9hPsC9TsBh8Z2gOk3X7sXG/
 -----END CERTIFICATE-----
 `
+
+// TestCheckSecurity: `lagbridge check` refuses an open quota protocol on
+// every interface with what to do, and passes a valid but unsafe config
+// with one warning per risk.
+func TestCheckSecurity(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	open := write("open.yaml", "listen: ':9464'\nkafka: [{cluster: main, brokers: ['127.0.0.1:9092']}]\n")
+	code, _, stderr := runCLI("check", "--config", open)
+	if code != 1 || !strings.Contains(stderr, "quota.auth: the quota protocol would be open to anyone who can reach :9464") ||
+		!strings.Contains(stderr, "quota.auth.mode: none") {
+		t.Fatalf("open on every interface: exit %d\n%s", code, stderr)
+	}
+	risky := write("risky.yaml", `listen: ':9464'
+kafka: [{cluster: main, brokers: ['127.0.0.1:9092'], tls: {enabled: true, insecureSkipVerify: true}}]
+quota: {auth: {mode: none}}
+metrics: {producerGrants: true}
+`)
+	code, stdout, stderr := runCLI("check", "--config", risky)
+	if code != 0 {
+		t.Fatalf("risky but valid: exit %d\n%s", code, stderr)
+	}
+	for _, want := range []string{"warning: kafka[0].tls.insecureSkipVerify", "warning: quota.auth.mode: none on :9464", "warning: metrics.producerGrants", "config ok"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("missing %q in:\n%s", want, stdout)
+		}
+	}
+}
