@@ -346,6 +346,10 @@ func TestPruneAndFail(t *testing.T) {
 	if gone := tr.Prune([]Sample{keep}); len(gone) != 0 {
 		t.Fatalf("prune again: %v", gone)
 	}
+	// Once a cycle: nothing leaving costs no allocation.
+	if n := testing.AllocsPerRun(100, func() { tr.Prune([]Sample{keep}) }); n != 0 {
+		t.Fatalf("prune with nothing gone: %v allocations", n)
+	}
 	tr.Fail("metadata: broker 1: EOF")
 	st := tr.States(t0.Add(time.Minute))[0]
 	if st.Status != StatusStale || st.Err != "metadata: broker 1: EOF" || !strings.HasSuffix(st.Reason, "metadata: broker 1: EOF") {

@@ -319,6 +319,7 @@ type PartitionState struct {
 type Tracker struct {
 	rules   func(Target) Rules
 	targets map[Target]*track
+	gen     uint64 // Prune's generation
 }
 
 type track struct {
@@ -330,6 +331,7 @@ type track struct {
 	haveSample bool
 	firstSeen  time.Time
 	lastLive   time.Time
+	listed     uint64 // the Prune generation that last listed the target
 }
 
 // NewTracker returns a Tracker. rules gives the thresholds for a target;
@@ -671,14 +673,19 @@ func (t *Tracker) Fail(cause string) {
 // adapter listed every target that still exists, possibly stale): a
 // deleted topic, a deleted group or an expired NATS consumer then leaves
 // at the first cycle that no longer lists it, with its state.
+//
+// It allocates nothing when nothing leaves: the listed targets are marked
+// with a generation, not collected in a set.
 func (t *Tracker) Prune(listed []Sample) []Target {
-	keep := make(map[Target]bool, len(listed))
+	t.gen++
 	for _, s := range listed {
-		keep[s.Target] = true
+		if tr := t.targets[s.Target]; tr != nil {
+			tr.listed = t.gen
+		}
 	}
 	var gone []Target
-	for tg := range t.targets {
-		if !keep[tg] {
+	for tg, tr := range t.targets {
+		if tr.listed != t.gen {
 			gone = append(gone, tg)
 			delete(t.targets, tg)
 		}
