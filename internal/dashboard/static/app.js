@@ -517,7 +517,7 @@
     const head = el('tr', {}, ...['time', 'kind', 'topic', 'producers', 'change', 'rule', 'inputs']
       .map((h) => el('th', { text: h })));
     const rows = shown.map((e) => el('tr', { 'data-kind': e.kind, 'data-rule': e.rule || '' },
-      el('td', { class: 'num', text: clock(e.ms) }),
+      el('td', { class: 'num', text: clock(e.ms) + '.' + String(((e.ms % 1000) + 1000) % 1000).padStart(3, '0') }),
       el('td', {}, badge(e.kind, 'ev-' + e.kind)),
       el('td', { text: e.topic ? e.topic.cluster + '/' + e.topic.name : '' }),
       el('td', { text: (e.producers || []).join(', ') || '–' }),
