@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -234,7 +233,7 @@ func TestDashboardBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	artifact(t, "dashboard.png", shot)
+	chromium.WriteArtifact(t, "dashboard.png", shot)
 	if os.Getenv("LAGBRIDGE_UPDATE") == "1" {
 		if err := os.WriteFile("../docs/img/dashboard.png", shot, 0o644); err != nil {
 			t.Fatal(err)
@@ -345,28 +344,10 @@ func TestDashboardPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	artifact(t, "dashboard-partitions.png", shot)
+	chromium.WriteArtifact(t, "dashboard-partitions.png", shot)
 	for _, p := range br.Problems() {
 		t.Errorf("page problem: %s", p)
 	}
-}
-
-// artifact writes a test artifact to $LAGBRIDGE_ARTIFACTS (else the
-// test's temporary folder) and logs where.
-func artifact(tb testing.TB, name string, data []byte) {
-	tb.Helper()
-	dir := os.Getenv("LAGBRIDGE_ARTIFACTS")
-	if dir == "" {
-		dir = tb.TempDir()
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, data, 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Logf("artifact: %s (%d bytes)", p, len(data))
 }
 
 func minOf(m map[string]int) int {

@@ -8,8 +8,6 @@ import (
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -353,7 +351,7 @@ func TestBrowserFakeAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeArtifact(t, "dashboard-fake.png", shot)
+	chromium.WriteArtifact(t, "dashboard-fake.png", shot)
 
 	none := fakeAPI(t, false)
 	if err := b.Navigate(ctx, none.URL+"/?refresh=100ms"); err != nil {
@@ -371,25 +369,6 @@ func TestBrowserFakeAPI(t *testing.T) {
 		}
 		t.Errorf("page problem: %s", p)
 	}
-}
-
-// writeArtifact saves a test artifact in $LAGBRIDGE_ARTIFACTS (or the
-// test's temporary folder) and logs where.
-func writeArtifact(tb testing.TB, name string, data []byte) string {
-	tb.Helper()
-	dir := os.Getenv("LAGBRIDGE_ARTIFACTS")
-	if dir == "" {
-		dir = tb.TempDir()
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, data, 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Logf("artifact: %s (%d bytes)", p, len(data))
-	return p
 }
 
 // The fake API's JSON must stay valid JSON as it is edited.

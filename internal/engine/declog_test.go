@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/lagbridge/lagbridge/internal/history"
-	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 	"github.com/lagbridge/lagbridge/quota"
@@ -20,13 +19,9 @@ import (
 func TestDecisionLog(t *testing.T) {
 	c := &clock{now: t0}
 	log := history.NewLog(history.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	e, err := New(Config{Policies: []quota.Policy{{Name: "p", MaxAge: 2 * time.Second, ProcessingTime: 100 * time.Millisecond,
-		Producers: []quota.ProducerSpec{{ID: "batch", Criticality: quota.Sheddable}}}},
-		Hub: quotaserver.NewHub(), Now: c.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Log: log,
-		Lease: quota.LeaseConfig{Interval: time.Second, VersionBase: 100, Rand: func() float64 { return 0.5 }}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, _ := newEngine(t, c, quota.Policy{Name: "p", MaxAge: 2 * time.Second, ProcessingTime: 100 * time.Millisecond,
+		Producers: []quota.ProducerSpec{{ID: "batch", Criticality: quota.Sheddable}}})
+	e.declog = log
 	w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 1000, consume: 2000}
 	w.cycles(3)
 	if _, err := e.Report(quotaproto.Report{Producer: "batch", Topics: []quotaproto.TopicDemand{{Topic: "orders", Demand: 1000}}}); err != nil {

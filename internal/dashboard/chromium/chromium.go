@@ -410,6 +410,26 @@ func Wait[T any](tb testing.TB, b *Browser, d time.Duration, expr string, cond f
 	}
 }
 
+// WriteArtifact saves a test artifact (a screenshot) in
+// $LAGBRIDGE_ARTIFACTS, or else the test's temporary folder, logs where,
+// and returns its path.
+func WriteArtifact(tb testing.TB, name string, data []byte) string {
+	tb.Helper()
+	dir := os.Getenv("LAGBRIDGE_ARTIFACTS")
+	if dir == "" {
+		dir = tb.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("artifact: %s (%d bytes)", p, len(data))
+	return p
+}
+
 // Screenshot returns a PNG of the whole page (not only the window): the
 // viewport is grown to the document's height for the capture, then
 // restored to width x height.
