@@ -45,7 +45,9 @@ func TestWhyDuringDemo(t *testing.T) {
 	var demoOut, demoErr syncBuffer
 	done := make(chan int, 1)
 	start := time.Now()
-	go func() { done <- run([]string{"demo", "--duration", story.String(), "--listen", "127.0.0.1:0"}, &demoOut, &demoErr) }()
+	go func() {
+		done <- run([]string{"demo", "--duration", story.String(), "--listen", "127.0.0.1:0"}, &demoOut, &demoErr)
+	}()
 	t.Cleanup(func() {
 		if code := <-done; code != 0 {
 			t.Errorf("demo exit %d: %s", code, demoErr.String())
