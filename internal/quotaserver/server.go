@@ -137,16 +137,16 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+quotaproto.PathQuotas, s.quotas)
 }
 
-// acquire takes one of max slots of n, or answers 503 with Retry-After
-// and counts the refusal.
-func (s *Server) acquire(w http.ResponseWriter, endpoint string, n *atomic.Int64, max int) bool {
+// acquire takes one of max slots of n for a watcher of kind (stream,
+// long-poll), or answers 503 with Retry-After and counts the refusal.
+func (s *Server) acquire(w http.ResponseWriter, endpoint, kind string, n *atomic.Int64, max int) bool {
 	if n.Add(1) <= int64(max) {
 		return true
 	}
 	n.Add(-1)
-	s.refused.WithLabelValues(endpoint).Inc()
+	s.refused.WithLabelValues(kind).Inc()
 	w.Header().Set("Retry-After", strconv.Itoa(int(WatcherRetryAfter/time.Second)))
-	s.fail(w, endpoint, http.StatusServiceUnavailable, "too many open %ss (at most %d); retry later", endpoint, max)
+	s.fail(w, endpoint, http.StatusServiceUnavailable, "too many open %ss (at most %d); retry later", kind, max)
 	return false
 }
 
@@ -324,7 +324,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if set.Version == since && wait > 0 {
-		if !s.acquire(w, "long-poll", &s.polls, s.limits.MaxLongPolls) {
+		if !s.acquire(w, ep, "long-poll", &s.polls, s.limits.MaxLongPolls) {
 			return
 		}
 		s.watchers.Inc()
@@ -369,7 +369,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, ep, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
-	if !s.acquire(w, ep, &s.streams, s.limits.MaxStreams) {
+	if !s.acquire(w, ep, "stream", &s.streams, s.limits.MaxStreams) {
 		return
 	}
 	defer s.streams.Add(-1)

@@ -515,6 +515,12 @@ lagbridge_quota_watchers_refused_total{kind="stream"} 1
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lagbridge_quota_watchers_refused_total"); err != nil {
 		t.Fatal(err)
 	}
+	// The refusals are requests of their endpoint, like any other answer.
+	for _, ep := range []string{"watch", "stream"} {
+		if n := testutil.ToFloat64(s.requests.WithLabelValues(ep, "503")); n != 1 {
+			t.Errorf("lagbridge_quota_requests_total{endpoint=%q,code=\"503\"} = %v, want 1", ep, n)
+		}
+	}
 }
 
 // TestRefuseOpen: the refusal rule, on configured and bound addresses.
