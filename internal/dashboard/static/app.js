@@ -210,7 +210,7 @@
   // the page shows what happened before it was opened. Live points newer
   // than the history's last one are kept.
   async function backfill() {
-    const res = await getJSON('v1/history?points=600&since=' + winParam()).catch((e) => ({ status: 0, error: e }));
+    const res = await getJSON('v1/history?points=300&since=' + winParam()).catch((e) => ({ status: 0, error: e }));
     if (res.status !== 200 || !res.body) {
       hist.note = res.status === 404 ? 'this daemon keeps no history' : 'history unavailable' + (res.status ? ': HTTP ' + res.status : '');
       return;
