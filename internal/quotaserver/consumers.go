@@ -58,19 +58,15 @@ type Consumers struct {
 	now   func() time.Time
 
 	mu      sync.Mutex
-	reports map[reportKey][]memberReport
+	// reports: per target (Cluster "" for reports that named no
+	// cluster: they apply to every cluster of their kind), per partition,
+	// the newest report of each member.
+	reports map[lag.Target]map[int32][]memberReport
 	n       int       // reports held: the sum of the slices' lengths
 	swept   time.Time // last sweep of reports older than keep
 
 	total   *prometheus.CounterVec
 	ageDesc *prometheus.Desc
-}
-
-// reportKey names one partition of one target; Cluster is "" for reports
-// that named no cluster (they apply to every cluster of their kind).
-type reportKey struct {
-	target    lag.Target
-	partition int32
 }
 
 // memberReport is the newest report of one member (ConsumerReport.Member;
@@ -85,7 +81,7 @@ type memberReport struct {
 // lagbridge_consumer_report_age_seconds{cluster,topic,group}.
 func NewConsumers(cfg ConsumersConfig, reg prometheus.Registerer) *Consumers {
 	c := &Consumers{fresh: cfg.Fresh, keep: cfg.Keep, max: cfg.MaxReports, now: cfg.Now,
-		reports: make(map[reportKey][]memberReport)}
+		reports: make(map[lag.Target]map[int32][]memberReport)}
 	if c.fresh <= 0 {
 		c.fresh = DefaultReportFresh
 	}
@@ -179,10 +175,10 @@ func (c *Consumers) put(rep quotaproto.ConsumerReport, now time.Time) (refused i
 	full := false
 	for _, t := range rep.Topics {
 		target := lag.Target{Kind: lag.Kind(rep.Kind), Cluster: rep.Cluster, Topic: t.Topic, Group: rep.Group}
+		parts := c.reports[target]
 		for _, p := range t.Partitions {
-			k := reportKey{target, p.Partition}
 			r := lag.Report{At: now, Position: p.Position, HeadTime: p.HeadTime()}
-			ms := c.reports[k]
+			ms := parts[p.Partition]
 			if i := slices.IndexFunc(ms, func(m memberReport) bool { return m.member == rep.Member }); i >= 0 {
 				ms[i].report = r
 				continue
@@ -205,14 +201,19 @@ func (c *Consumers) put(rep quotaproto.ConsumerReport, now time.Time) (refused i
 					// the age metric.
 					c.sweep(now.Add(-c.fresh))
 					full = c.n >= c.max
-					ms = c.reports[k]
+					parts = c.reports[target]
+					ms = parts[p.Partition]
 				}
 				if full {
 					refused++
 					continue
 				}
 			}
-			c.reports[k] = append(ms, memberReport{rep.Member, r})
+			if parts == nil {
+				parts = make(map[int32][]memberReport)
+				c.reports[target] = parts
+			}
+			parts[p.Partition] = append(ms, memberReport{rep.Member, r})
 			c.n++
 		}
 	}
@@ -221,13 +222,18 @@ func (c *Consumers) put(rep quotaproto.ConsumerReport, now time.Time) (refused i
 
 // sweep drops the reports received before cutoff. c.mu is held.
 func (c *Consumers) sweep(cutoff time.Time) {
-	for k, ms := range c.reports {
-		kept := slices.DeleteFunc(ms, func(m memberReport) bool { return m.report.At.Before(cutoff) })
-		c.n -= len(ms) - len(kept)
-		if len(kept) == 0 {
-			delete(c.reports, k)
-		} else {
-			c.reports[k] = kept
+	for t, parts := range c.reports {
+		for p, ms := range parts {
+			kept := slices.DeleteFunc(ms, func(m memberReport) bool { return m.report.At.Before(cutoff) })
+			c.n -= len(ms) - len(kept)
+			if len(kept) == 0 {
+				delete(parts, p)
+			} else {
+				parts[p] = kept
+			}
+		}
+		if len(parts) == 0 {
+			delete(c.reports, t)
 		}
 	}
 }
@@ -245,14 +251,17 @@ func (c *Consumers) sweep(cutoff time.Time) {
 func (c *Consumers) Overlay(s *lag.Sample, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	exact, anyCluster := s.Target, s.Target
+	anyCluster := s.Target
 	anyCluster.Cluster = ""
+	// One lookup per target, not per partition: hashing a target's four
+	// names is most of the cost.
+	sources := [...]map[int32][]memberReport{c.reports[s.Target], c.reports[anyCluster]}
 	oldest := now.Add(-c.fresh)
 	for i := range s.Partitions {
 		p := &s.Partitions[i]
 		var newest, inHand, idle lag.Report
-		for _, t := range [...]lag.Target{exact, anyCluster} {
-			for _, m := range c.reports[reportKey{t, p.Partition}] {
+		for _, parts := range sources {
+			for _, m := range parts[p.Partition] {
 				r := m.report
 				if r.At.Before(oldest) {
 					continue
@@ -296,11 +305,13 @@ func (c *Consumers) Collect(ch chan<- prometheus.Metric) {
 	// are one series.
 	newest := make(map[[3]string]time.Time)
 	cutoff := now.Add(-c.keep)
-	for k, ms := range c.reports {
-		lv := [3]string{k.target.Cluster, k.target.Topic, k.target.Group}
-		for _, m := range ms {
-			if m.report.At.After(newest[lv]) && !m.report.At.Before(cutoff) {
-				newest[lv] = m.report.At
+	for t, parts := range c.reports {
+		lv := [3]string{t.Cluster, t.Topic, t.Group}
+		for _, ms := range parts {
+			for _, m := range ms {
+				if m.report.At.After(newest[lv]) && !m.report.At.Before(cutoff) {
+					newest[lv] = m.report.At
+				}
 			}
 		}
 	}

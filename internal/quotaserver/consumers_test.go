@@ -378,7 +378,7 @@ func TestConsumerReportMembersBounded(t *testing.T) {
 		}
 	}
 	c.mu.Lock()
-	ms := c.reports[reportKey{lag.Target{Kind: lag.KindKafka, Cluster: "main", Topic: "orders", Group: "billing"}, 0}]
+	ms := c.reports[lag.Target{Kind: lag.KindKafka, Cluster: "main", Topic: "orders", Group: "billing"}][0]
 	n := c.n
 	c.mu.Unlock()
 	if len(ms) != maxMembers || n != maxMembers {
@@ -393,5 +393,26 @@ func TestConsumerReportMembersBounded(t *testing.T) {
 	c.Overlay(&s, clk.Now())
 	if got := s.Partitions[0].Reported.Position; got != maxMembers {
 		t.Errorf("newest report position %d, want %d", got, maxMembers)
+	}
+}
+
+// BenchmarkOverlay is the observation loop's cost per cycle for a target
+// of 1,000 partitions, every one reported on by one member.
+func BenchmarkOverlay(b *testing.B) {
+	c := NewConsumers(ConsumersConfig{}, prometheus.NewRegistry())
+	now := time.Now()
+	rep := quotaproto.ConsumerReport{Kind: quotaproto.KindKafka, Cluster: "main", Group: "billing"}
+	s := lag.Sample{Target: lag.Target{Kind: lag.KindKafka, Cluster: "main", Topic: "orders", Group: "billing"}}
+	for p := range int32(1000) {
+		if p%quotaproto.MaxReportPartitions == 0 {
+			rep.Topics = append(rep.Topics[:0], quotaproto.ConsumerTopic{Topic: "orders"})
+		}
+		rep.Topics[0].Partitions = append(rep.Topics[0].Partitions, quotaproto.ConsumerPartition{Partition: p, Position: 5, Idle: true})
+		c.put(rep, now)
+		s.Partitions = append(s.Partitions, lag.PartitionSample{Partition: p})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		c.Overlay(&s, now)
 	}
 }
