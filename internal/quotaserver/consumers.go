@@ -57,7 +57,7 @@ type Consumers struct {
 	max   int
 	now   func() time.Time
 
-	mu      sync.Mutex
+	mu sync.Mutex
 	// reports: per target (Cluster "" for reports that named no
 	// cluster: they apply to every cluster of their kind), per partition,
 	// the newest report of each member.
