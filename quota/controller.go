@@ -248,6 +248,10 @@ type Decision struct {
 	// HeadAge and Lag are copied from the state.
 	HeadAge time.Duration `json:"headAge"`
 	Lag     int64         `json:"lag"`
+	// ProduceRate is the target's smoothed produce rate, msg/s, copied
+	// from the state (from CombineTopic: the highest of the groups'; they
+	// observe the same topic). 0 when unknown.
+	ProduceRate float64 `json:"produceRate,omitempty"`
 	// Held is true when the state was stale and this is the last fresh
 	// decision, held (see ControllerConfig.MaxHold).
 	Held bool `json:"held,omitempty"`
@@ -255,6 +259,15 @@ type Decision struct {
 	// words, with the figures.
 	Rule   Rule   `json:"rule"`
 	Reason string `json:"reason"`
+}
+
+// produceRate is st's smoothed produce rate when it is known and finite,
+// else 0.
+func produceRate(st lag.State) float64 {
+	if !st.RatesKnown || math.IsNaN(st.ProduceRate) || math.IsInf(st.ProduceRate, 0) || st.ProduceRate < 0 {
+		return 0
+	}
+	return st.ProduceRate
 }
 
 // IsUnlimited reports whether d.Rate is +Inf.
@@ -402,6 +415,8 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 		MinRate:  p.MinRate,
 		HeadAge:  st.HeadAge,
 		Lag:      st.Lag,
+		// The rate is known only with RatesKnown; NaN never travels.
+		ProduceRate: produceRate(st),
 	}
 	switch {
 	case p.MaxAge <= 0 || p.Budget() <= 0:
@@ -1004,6 +1019,7 @@ func CombineTopic(ds []Decision) Decision {
 		}
 		out.RetryAfter = max(out.RetryAfter, d.RetryAfter)
 		out.HeadAge = max(out.HeadAge, d.HeadAge)
+		out.ProduceRate = max(out.ProduceRate, d.ProduceRate)
 		if d.At.After(out.At) {
 			out.At = d.At
 		}
