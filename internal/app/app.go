@@ -54,8 +54,11 @@ type App struct {
 	ttl       *enforce.Runner
 	loops     []*daemon.Loop
 	closers   []func()
-	ln        net.Listener
-	tls       *servertls.Reloader // nil: plain HTTP
+	// clientQuotas clear, on a graceful stop, the Kafka client quotas
+	// the daemon set.
+	clientQuotas []*engine.ClientQuotaPublisher
+	ln           net.Listener
+	tls          *servertls.Reloader // nil: plain HTTP
 }
 
 // New builds the daemon from cfg (which must be valid) and connects to every
@@ -95,13 +98,16 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	if err != nil {
 		return nil, err
 	}
-	bpm := cfg.Quota.KafkaClientQuotas.BytesPerMessage
-	if bpm == 0 {
-		bpm = 1024
-	}
 	clientQuotas := false
 	for _, p := range cfg.Quota.Policies {
 		clientQuotas = clientQuotas || p.KafkaClientQuota
+	}
+	var unheeded *prometheus.GaugeVec
+	if clientQuotas {
+		unheeded = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lagbridge_kafka_client_quota_unheeded",
+			Help: "1 while a topic receives more than twice its allowed rate although lagbridge holds Kafka client quotas for its listed producers (they do not produce with those client.ids, or unlisted producers write to it)."},
+			[]string{"cluster", "topic"})
+		a.Registry.MustRegister(unheeded)
 	}
 	for _, kc := range cfg.Kafka {
 		o, err := kafka.New(kc)
@@ -114,7 +120,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		movers[kc.Cluster] = enforce.NewKafkaMover(o.Client(), enforce.KafkaMoverConfig{Cluster: kc.Cluster, Logger: log, Metrics: em})
 		cq := publish.NewClientQuotas(o.Client(), log.With("cluster", kc.Cluster))
 		if clientQuotas {
-			pubs = append(pubs, engine.ClientQuotaPublisher{Cluster: kc.Cluster, BytesPerMessage: bpm, Quotas: cq})
+			p := &engine.ClientQuotaPublisher{Cluster: kc.Cluster, BytesPerMessage: cfg.Quota.KafkaClientQuotas.BytesPerMessage, Quotas: cq,
+				Sizes: publish.NewRecordSizes(o.Client()), Interval: cfg.Interval, Log: log, Unheeded: unheeded}
+			pubs = append(pubs, p)
+			a.clientQuotas = append(a.clientQuotas, p)
 		} else {
 			// Quotas an earlier run set stay on the broker until cleared.
 			pubs = append(pubs, &engine.ClientQuotaSweeper{Cluster: kc.Cluster, Quotas: cq, Log: log})
@@ -207,7 +216,9 @@ func (a *App) Addr() string { return a.ln.Addr().String() }
 
 // Run serves HTTP and runs every observation loop until ctx is done, then
 // stops in order: the HTTP server (draining requests for up to
-// ShutdownTimeout), the loops, the broker connections. It returns nil after
+// ShutdownTimeout), the loops, the quota publishing, the Kafka client
+// quotas it set (cleared, each cluster within ShutdownTimeout), the broker
+// connections. It returns nil after
 // a clean stop.
 func (a *App) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -248,6 +259,15 @@ func (a *App) Run(ctx context.Context) error {
 	wg.Wait()
 	a.Engine.Close()
 	a.ttl.Close()
+	// No daemon, no throttle: a quota left on the broker would hold its
+	// producers for good.
+	for _, p := range a.clientQuotas {
+		cctx, ccancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+		if err := p.Clear(cctx); err != nil {
+			a.log.Warn("clearing kafka client quotas on shutdown", "err", err)
+		}
+		ccancel()
+	}
 	a.Close()
 	select {
 	case err := <-srvErr:

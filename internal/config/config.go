@@ -148,8 +148,11 @@ type NATSKV struct {
 
 // KafkaClientQuotas converts message rates into producer_byte_rate.
 type KafkaClientQuotas struct {
-	// BytesPerMessage is the typical record size (key, value, headers and
-	// overhead). Default 1024.
+	// BytesPerMessage, when positive, is the bytes the broker charges a
+	// producer per record on every topic (record, batch and request
+	// framing), overriding the measurement. Zero (the default): measured
+	// per topic from the brokers' log growth, batch sizes and request
+	// framing, and 1024 until a topic has grown by 100 records.
 	BytesPerMessage float64 `mapstructure:"bytesPerMessage"`
 }
 

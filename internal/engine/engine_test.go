@@ -147,12 +147,12 @@ func TestClientQuotaWant(t *testing.T) {
 			{Producer: "legacy", Topic: other, Rate: 70},                                                          // policy not opted in
 			{Producer: "legacy", Topic: quota.Topic{Kind: lag.KindKafka, Cluster: "c2", Name: "orders"}, Rate: 5}, // other cluster
 		}}
-	want := ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 1000}.Want(s)
+	want := (&ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 1000}).Want(s)
 	if len(want) != 1 || want["legacy"] != 100*1000 {
 		t.Fatalf("want %v", want)
 	}
 	s.Leases[0].Rate = quota.Unlimited
-	if want := (ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 1000}).Want(s); len(want) != 0 {
+	if want := (&ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 1000}).Want(s); len(want) != 0 {
 		t.Fatalf("unlimited grant still wants a quota: %v", want)
 	}
 }

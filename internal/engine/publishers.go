@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/lag"
@@ -41,23 +43,89 @@ func (p *KVPublisher) Publish(ctx context.Context, s Snapshot) error {
 // ClientQuotaPublisher keeps one Kafka cluster's producer_byte_rate client
 // quotas in line with the leases of policies that opted in
 // (kafkaClientQuota: true): for each producer the policy lists, the sum of
-// its finite, enforced grants on the cluster's topics, times
-// BytesPerMessage. A producer whose grants are all unlimited gets no quota
-// (lagbridge clears the one it set).
+// its finite, enforced grants on the cluster's topics, each times the bytes
+// the broker charges per record on that topic. A producer whose grants
+// are all unlimited gets no quota (lagbridge clears the one it set).
+//
+// The value stored is steered (see [publish.Steering]): it falls by at
+// most what keeps Kafka's throttle of the producer within Interval, so a
+// producer is slowed, never held for minutes, and a 0 msg/s grant lowers
+// the quota step by step. Publish is called by the engine's publishing
+// goroutine only; Clear after it stopped.
 type ClientQuotaPublisher struct {
-	Cluster         string
-	Quotas          *publish.ClientQuotas
+	Cluster string
+	Quotas  *publish.ClientQuotas
+	// BytesPerMessage, when positive, is the bytes per record for every
+	// topic (quota.kafkaClientQuotas.bytesPerMessage, an override). Zero:
+	// measured per topic by Sizes, and DefaultBytesPerMessage until
+	// measured.
 	BytesPerMessage float64
+	// Sizes measures the bytes per record per topic; nil: not measured.
+	Sizes *publish.RecordSizes
+	// Interval is the observation interval: the longest throttle a
+	// stored quota may cause. Zero: no steering.
+	Interval time.Duration
+	// Log receives the warning about quotas producers do not heed; nil:
+	// none.
+	Log *slog.Logger
+	// Unheeded, when set, is the gauge
+	// lagbridge_kafka_client_quota_unheeded{cluster,topic}.
+	Unheeded *prometheus.GaugeVec
+
+	steer  publish.Steering
+	window bool                 // the broker's quota window was read
+	over   map[quota.Topic]int  // publishes in a row over twice the allowed rate
+	warned map[quota.Topic]bool // warned in this episode
 }
 
-// Name implements Publisher.
-func (p ClientQuotaPublisher) Name() string { return "kafka-client-quotas/" + p.Cluster }
+// DefaultBytesPerMessage is the bytes per record assumed for a topic whose
+// size is neither configured nor measured yet.
+const DefaultBytesPerMessage = 1024
 
-// Publish implements Publisher.
-func (p ClientQuotaPublisher) Publish(ctx context.Context, s Snapshot) error {
-	_, err := p.Quotas.Apply(ctx, p.Want(s))
+// UnheededCycles is how many publishes in a row a topic must receive more
+// than twice its allowed rate, while lagbridge holds client quotas for its
+// listed producers, before the publisher warns that producers do not
+// heed them (they do not produce with the listed client.ids, or unlisted
+// producers write to the topic).
+const UnheededCycles = 20
+
+// Name implements Publisher.
+func (p *ClientQuotaPublisher) Name() string { return "kafka-client-quotas/" + p.Cluster }
+
+// Publish implements Publisher: it measures record sizes (a failed
+// measurement keeps the last figures), then steers and applies the
+// quotas.
+func (p *ClientQuotaPublisher) Publish(ctx context.Context, s Snapshot) error {
+	if !p.window {
+		if w, err := p.Quotas.Window(ctx); err == nil {
+			p.steer.Window, p.window = w, true
+		}
+	}
+	p.steer.Hold = p.Interval
+	if p.Sizes != nil && p.BytesPerMessage <= 0 {
+		if err := p.Sizes.Measure(ctx, p.topics(s)); err != nil && p.Log != nil {
+			p.Log.Debug("measuring record sizes", "cluster", p.Cluster, "err", err)
+		}
+	}
+	want, sent := p.rates(s)
+	p.checkHeeded(s)
+	_, err := p.Quotas.Apply(ctx, p.steer.Next(time.Now(), want, sent))
 	if err != nil {
 		return fmt.Errorf("cluster %s: %w", p.Cluster, err)
+	}
+	return nil
+}
+
+// Clear removes every client quota lagbridge set on the cluster: the
+// daemon calls it on a graceful stop, after the last Publish, so that no
+// producer stays throttled by a daemon that no longer runs.
+func (p *ClientQuotaPublisher) Clear(ctx context.Context) error {
+	res, err := p.Quotas.Apply(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("cluster %s: clearing client quotas: %w", p.Cluster, err)
+	}
+	if p.Log != nil && len(res.Removed) > 0 {
+		p.Log.Info("cleared client quotas on shutdown", "cluster", p.Cluster, "client_ids", res.Removed)
 	}
 	return nil
 }
@@ -104,22 +172,117 @@ func (p *ClientQuotaSweeper) Publish(ctx context.Context, _ Snapshot) error {
 	return nil
 }
 
-// Want returns the byte rate per client-id the snapshot asks for.
-func (p ClientQuotaPublisher) Want(s Snapshot) map[string]float64 {
-	want := map[string]float64{}
-	for _, l := range s.Leases {
-		if l.Topic.Kind != lag.KindKafka || l.Topic.Cluster != p.Cluster || l.IsUnlimited() || l.Advisory {
-			continue
+// bytesPer returns the bytes the broker charges clientID per record on
+// topic.
+func (p *ClientQuotaPublisher) bytesPer(topic, clientID string) float64 {
+	if p.BytesPerMessage > 0 {
+		return p.BytesPerMessage
+	}
+	if p.Sizes != nil {
+		if b, ok := p.Sizes.Charged(topic, clientID); ok {
+			return b
 		}
-		d, ok := s.Topics[l.Topic]
+	}
+	return DefaultBytesPerMessage
+}
+
+// quoted reports whether the lease's producer gets a client quota from
+// this publisher, and the topic's decision.
+func (p *ClientQuotaPublisher) quoted(s Snapshot, l quota.Lease) (quota.Decision, bool) {
+	if l.Topic.Kind != lag.KindKafka || l.Topic.Cluster != p.Cluster || l.Advisory {
+		return quota.Decision{}, false
+	}
+	d, ok := s.Topics[l.Topic]
+	if !ok {
+		return d, false
+	}
+	pol, ok := s.Policies.ByName(d.Policy)
+	return d, ok && pol.KafkaClientQuota && slices.ContainsFunc(pol.Producers, func(ps quota.ProducerSpec) bool { return ps.ID == l.Producer })
+}
+
+// topics returns the names of the cluster's topics whose listed producers
+// get client quotas, sorted.
+func (p *ClientQuotaPublisher) topics(s Snapshot) []string {
+	var out []string
+	for _, l := range s.Leases {
+		if _, ok := p.quoted(s, l); ok && !slices.Contains(out, l.Topic.Name) {
+			out = append(out, l.Topic.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Want returns the byte rate per client-id the snapshot asks for.
+func (p *ClientQuotaPublisher) Want(s Snapshot) map[string]float64 {
+	want, _ := p.rates(s)
+	return want
+}
+
+// rates returns the byte rate per client-id the snapshot asks for, and
+// an upper bound of what each listed client-id sends: its topics'
+// produce rates (all their producers'), in bytes.
+func (p *ClientQuotaPublisher) rates(s Snapshot) (want, sent map[string]float64) {
+	want, sent = map[string]float64{}, map[string]float64{}
+	for _, l := range s.Leases {
+		d, ok := p.quoted(s, l)
 		if !ok {
 			continue
 		}
-		pol, ok := s.Policies.ByName(d.Policy)
-		if !ok || !pol.KafkaClientQuota || !slices.ContainsFunc(pol.Producers, func(ps quota.ProducerSpec) bool { return ps.ID == l.Producer }) {
+		b := p.bytesPer(l.Topic.Name, l.Producer)
+		sent[l.Producer] += d.ProduceRate * b
+		if !l.IsUnlimited() {
+			want[l.Producer] += l.Rate * b
+		}
+	}
+	return want, sent
+}
+
+// checkHeeded warns, once per episode, about a topic that receives more
+// than twice its allowed rate for UnheededCycles publishes while its
+// listed producers hold client quotas, and sets the Unheeded gauge.
+func (p *ClientQuotaPublisher) checkHeeded(s Snapshot) {
+	if p.over == nil {
+		p.over, p.warned = map[quota.Topic]int{}, map[quota.Topic]bool{}
+	}
+	ids := map[quota.Topic][]string{}
+	for _, l := range s.Leases {
+		if _, ok := p.quoted(s, l); ok && !l.IsUnlimited() {
+			ids[l.Topic] = append(ids[l.Topic], l.Producer)
+		}
+	}
+	for t := range p.over {
+		if _, ok := ids[t]; !ok {
+			p.heeded(t)
+		}
+	}
+	for t, producers := range ids {
+		d := s.Topics[t]
+		if d.IsUnlimited() || d.ProduceRate <= 2*d.Rate {
+			p.heeded(t)
 			continue
 		}
-		want[l.Producer] += l.Rate * p.BytesPerMessage
+		p.over[t]++
+		if p.over[t] < UnheededCycles {
+			continue
+		}
+		if !p.warned[t] && p.Log != nil {
+			slices.Sort(producers)
+			p.Log.Warn("producers do not heed their Kafka client quotas: check that they produce with these client.ids and that no unlisted producer writes to the topic",
+				"cluster", p.Cluster, "topic", t.Name, "client_ids", producers, "produce_rate", d.ProduceRate, "allowed_rate", d.Rate, "cycles", p.over[t])
+		}
+		p.warned[t] = true
+		if p.Unheeded != nil {
+			p.Unheeded.WithLabelValues(p.Cluster, t.Name).Set(1)
+		}
 	}
-	return want
+}
+
+// heeded ends topic t's episode of unheeded quotas, if any.
+func (p *ClientQuotaPublisher) heeded(t quota.Topic) {
+	if p.warned[t] && p.Unheeded != nil {
+		p.Unheeded.WithLabelValues(p.Cluster, t.Name).Set(0)
+	}
+	delete(p.over, t)
+	delete(p.warned, t)
 }

@@ -140,7 +140,7 @@ func (c *ClientQuotas) Apply(ctx context.Context, want map[string]float64) (Resu
 		}
 	}
 	for _, id := range res.Set {
-		c.log.Info("kafka client quota set", "client_id", id, QuotaKey, math.Floor(want[id]))
+		c.log.Info("kafka client quota set", "client_id", id, QuotaKey, Marked(want[id]), "wanted", math.Floor(want[id]))
 	}
 	for _, id := range res.Removed {
 		c.log.Info("kafka client quota cleared", "client_id", id)

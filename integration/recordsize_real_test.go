@@ -1,0 +1,161 @@
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/brokers/kafka"
+	"github.com/lagbridge/lagbridge/integration/kafkatest"
+	"github.com/lagbridge/lagbridge/internal/app"
+	"github.com/lagbridge/lagbridge/internal/config"
+	"github.com/lagbridge/lagbridge/internal/publish"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// produceBytes counts the bytes of the Produce requests a client writes:
+// what the broker charges the client's producer_byte_rate with.
+type produceBytes struct{ n atomic.Int64 }
+
+func (p *produceBytes) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, written int, _, _ time.Duration, err error) {
+	if key == 0 && err == nil { // Produce
+		p.n.Add(int64(written))
+	}
+}
+
+// TestRealKafkaRecordSizeMatchesBroker: the bytes per record lagbridge
+// measures from the brokers (log growth over offset growth) are within
+// 10% of the bytes the broker charges the producer's quota with, for a
+// producer that sends one record per request (as a request handler does)
+// and for one that sends batches.
+func TestRealKafkaRecordSizeMatchesBroker(t *testing.T) {
+	addr := kafkatest.Bootstrap(t)
+	cases := []struct {
+		name      string
+		perCall   int
+		valueSize int
+	}{
+		{"one 72-byte record per request", 1, 72},
+		{"batches of 16 records of 1 KiB", 16, 1024},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			topic := unique("recsize")
+			createTopic(t, addr, topic, 3, nil)
+			var hook produceBytes
+			id := unique("legacy")
+			prod := client(t, addr, kgo.DefaultProduceTopic(topic), kgo.WithHooks(&hook), kgo.ClientID(id))
+			adm := kadm.NewClient(client(t, addr))
+			poll(t, 30*time.Second, func() (bool, string) { // the new topic's logs appear on the broker
+				n := 0
+				dirs, err := adm.DescribeAllLogDirs(ctxT(t, 10*time.Second), kadm.TopicsSet{topic: {0: {}, 1: {}, 2: {}}})
+				for _, d := range dirs {
+					d.EachPartition(func(kadm.DescribedLogDirPartition) { n++ })
+				}
+				return err == nil && n == 3, fmt.Sprintf("%d of 3 partitions in the log dirs (%v)", n, err)
+			})
+			sizes := publish.NewRecordSizes(client(t, addr))
+			if err := sizes.Measure(ctxT(t, 30*time.Second), []string{topic}); err != nil {
+				t.Fatal(err)
+			}
+			val := make([]byte, c.valueSize)
+			_, _ = rand.Read(val) // incompressible, as most payloads nearly are
+			const records = 480
+			for sent := 0; sent < records; sent += c.perCall {
+				recs := make([]*kgo.Record, c.perCall)
+				for i := range recs {
+					recs[i] = &kgo.Record{Value: val}
+				}
+				if err := prod.ProduceSync(ctxT(t, 30*time.Second), recs...).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := sizes.Measure(ctxT(t, 30*time.Second), []string{topic}); err != nil {
+				t.Fatal(err)
+			}
+			got, ok := sizes.Charged(topic, id)
+			if !ok {
+				t.Fatalf("no size measured for %s", topic)
+			}
+			charged := float64(hook.n.Load()) / records
+			t.Logf("measured %.1f B per record; the broker charged %.1f B per record (%.0f%%)", got, charged, 100*got/charged)
+			if got < 0.9*charged || got > 1.1*charged {
+				t.Errorf("measured %.1f B per record, the broker charged %.1f (off by more than 10%%)", got, charged)
+			}
+		})
+	}
+}
+
+// TestRealKafkaClientQuotaClearedOnStop: the daemon sets a client quota
+// for a group that fell behind; a graceful stop removes it from the
+// broker within one observation interval, so no producer stays throttled
+// by a daemon that no longer runs.
+func TestRealKafkaClientQuotaClearedOnStop(t *testing.T) {
+	addr := kafkatest.Bootstrap(t)
+	topic, group, clientID := unique("cqstop"), unique("cqstop-g"), unique("legacy-producer")
+	createTopic(t, addr, topic, 1, nil)
+	old := time.Now().Add(-time.Minute)
+	produce(t, client(t, addr), topic, 0, 200, func(int) time.Time { return old })
+	consumeAndCommit(t, addr, group, topic, 1) // a commit, then nobody: stopped
+
+	const interval = time.Second
+	cfg := config.Config{
+		Listen: "127.0.0.1:0", Interval: interval, ShutdownTimeout: 5 * time.Second, Log: config.Log{Level: "info", Format: "text"},
+		Kafka: []kafka.Config{{Cluster: "real", Brokers: []string{addr}, Groups: kafka.Filter{Include: []string{group}}}},
+		Quota: config.Quota{Policies: []quota.Policy{{
+			Name: "cq", MaxAge: 2 * time.Second, KafkaClientQuota: true,
+			Producers: []quota.ProducerSpec{{ID: clientID}},
+		}}},
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, err := app.New(ctx, cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	q := publish.NewClientQuotas(client(t, addr), testLogger(t))
+	poll(t, 30*time.Second, func() (bool, string) {
+		cur, err := q.Current(ctxT(t, 10*time.Second))
+		v, ok := cur[clientID]
+		return err == nil && ok && publish.IsOurs(v), fmt.Sprintf("quotas %v err %v", cur, err)
+	})
+
+	stop := time.Now()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("daemon stopped with %v", err)
+	}
+	// The broker's metadata cache follows the controller's a moment
+	// later: poll, and measure from the stop.
+	poll(t, 10*time.Second, func() (bool, string) {
+		cur, err := q.Current(ctxT(t, 10*time.Second))
+		_, ok := cur[clientID]
+		return err == nil && !ok, fmt.Sprintf("quotas %v err %v", cur, err)
+	})
+	if took := time.Since(stop); took > interval {
+		t.Fatalf("the quota was gone %v after the stop, more than one interval (%v)", took, interval)
+	} else {
+		t.Logf("the quota was gone %v after the stop", took)
+	}
+}
+
+// TestRealKafkaQuotaWindow: the daemon reads the broker's quota window
+// (Kafka's defaults here: 11 samples of 1 s).
+func TestRealKafkaQuotaWindow(t *testing.T) {
+	addr := kafkatest.Bootstrap(t)
+	w, err := publish.NewClientQuotas(client(t, addr), testLogger(t)).Window(ctxT(t, 10*time.Second))
+	if err != nil || w != publish.DefaultWindow {
+		t.Fatalf("window %+v (%v), want %+v", w, err, publish.DefaultWindow)
+	}
+}

@@ -1,0 +1,219 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// RecordSizes measures, per topic, the bytes one record costs on the
+// brokers: the growth of the topic's log on disk (DescribeLogDirs) over the
+// growth of its end offsets (ListOffsets), between calls to Measure. That
+// is the record with its batch's framing (a 61-byte header shared by the
+// records of a batch), as the producers batch them, which a configured
+// guess cannot know.
+//
+// A partition whose log shrank (retention, compaction) or whose end
+// offset went back since the last call is left out of that round. Old
+// rounds fade: past MaxRecords accumulated records, the totals are
+// halved. Not safe for concurrent use.
+type RecordSizes struct {
+	adm    *kadm.Client
+	opts   []kgo.Opt
+	last   map[string]map[int32]logPoint
+	acc    map[string]*sizeAcc
+	rounds int
+}
+
+type logPoint struct{ size, end int64 }
+
+type sizeAcc struct {
+	bytes, records float64
+	// sampled records and batches read from partition tails
+	sampledRecords, sampledBatches float64
+}
+
+// Thresholds of RecordSizes: a topic's size is known once MinRecords new
+// records were measured; past MaxRecords the totals are halved.
+const (
+	MinRecords = 100
+	MaxRecords = 100_000
+)
+
+// SampleEvery is how often, in calls to Measure, RecordSizes reads the
+// newest records of a grown partition of each topic (at most
+// SampleRecords of them) to count the records per batch; a topic without
+// a sample is sampled at the next call that sees it grow.
+const (
+	SampleEvery   = 30
+	SampleRecords = 200
+)
+
+// RequestFraming is the bytes a Produce request carries besides its record
+// batch and the names of its client-id and topic (size, header, acks,
+// timeout, array lengths, partition index, tags), as Kafka 4 charges it to
+// a producer's quota; one request per batch is assumed, the case of a
+// producer sending synchronously.
+const RequestFraming = 30
+
+// NewRecordSizes measures with cl; the tail samples are read by clients
+// built from cl's options (its brokers, TLS and SASL).
+func NewRecordSizes(cl *kgo.Client) *RecordSizes {
+	return &RecordSizes{adm: kadm.NewClient(cl), opts: cl.Opts(), last: map[string]map[int32]logPoint{}, acc: map[string]*sizeAcc{}}
+}
+
+// Measure takes one reading of topics' log sizes and end offsets and adds
+// the growth since the last reading. A replica's size is the largest any
+// broker reports for the partition (the leader's, usually). It returns
+// the first request error; a topic missing from an answer is skipped.
+func (r *RecordSizes) Measure(ctx context.Context, topics []string) error {
+	if len(topics) == 0 {
+		return nil
+	}
+	// End offsets first: they name the partitions to describe (a
+	// DescribeLogDirs topic without partitions describes none).
+	ends, err := r.adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return fmt.Errorf("list end offsets: %w", err)
+	}
+	set := kadm.TopicsSet{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil {
+			set.Add(o.Topic, o.Partition)
+		}
+	})
+	if len(set) == 0 {
+		return nil
+	}
+	dirs, err := r.adm.DescribeAllLogDirs(ctx, set)
+	if err != nil {
+		return fmt.Errorf("describe log dirs: %w", err)
+	}
+	sizes := map[string]map[int32]int64{}
+	for _, broker := range dirs {
+		broker.EachPartition(func(p kadm.DescribedLogDirPartition) {
+			if p.IsFuture {
+				return
+			}
+			if sizes[p.Topic] == nil {
+				sizes[p.Topic] = map[int32]int64{}
+			}
+			sizes[p.Topic][p.Partition] = max(sizes[p.Topic][p.Partition], p.Size)
+		})
+	}
+	for _, topic := range topics {
+		now := map[int32]logPoint{}
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Topic != topic || o.Err != nil {
+				return
+			}
+			if s, ok := sizes[topic][o.Partition]; ok {
+				now[o.Partition] = logPoint{size: s, end: o.Offset}
+			}
+		})
+		if len(now) == 0 {
+			continue
+		}
+		a := r.acc[topic]
+		if a == nil {
+			a = &sizeAcc{}
+			r.acc[topic] = a
+		}
+		var grown int32 = -1
+		var growth int64
+		for p, cur := range now {
+			prev, ok := r.last[topic][p]
+			if !ok || cur.size < prev.size || cur.end < prev.end {
+				continue
+			}
+			a.bytes += float64(cur.size - prev.size)
+			a.records += float64(cur.end - prev.end)
+			if d := cur.end - prev.end; d > growth {
+				grown, growth = p, d
+			}
+		}
+		if a.records > MaxRecords {
+			a.bytes, a.records = a.bytes/2, a.records/2
+		}
+		if grown >= 0 && (a.sampledBatches == 0 || r.rounds%SampleEvery == 0) {
+			end := now[grown].end
+			recs, batches := r.sample(ctx, topic, grown, max(end-SampleRecords, r.last[topic][grown].end), end)
+			a.sampledRecords += recs
+			a.sampledBatches += batches
+			if a.sampledRecords > MaxRecords {
+				a.sampledRecords, a.sampledBatches = a.sampledRecords/2, a.sampledBatches/2
+			}
+		}
+		r.last[topic] = now
+	}
+	r.rounds++
+	return nil
+}
+
+// batchCounter counts the batches a client reads and their records.
+type batchCounter struct{ records, batches atomic.Int64 }
+
+func (b *batchCounter) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.FetchBatchMetrics) {
+	b.records.Add(int64(m.NumRecords))
+	b.batches.Add(1)
+}
+
+// sample reads partition p of topic from offset from up to end (at most
+// 5 s) and returns the records and batches read. A failed read counts
+// nothing.
+func (r *RecordSizes) sample(ctx context.Context, topic string, p int32, from, end int64) (records, batches float64) {
+	if from >= end || len(r.opts) == 0 {
+		return 0, 0
+	}
+	var n batchCounter
+	cl, err := kgo.NewClient(append(slices.Clip(r.opts), kgo.WithHooks(&n),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(from)}}))...)
+	if err != nil {
+		return 0, 0
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	last := int64(-1)
+	for last < end-1 && ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		fs.EachRecord(func(rec *kgo.Record) { last = max(last, rec.Offset) })
+	}
+	if last < end-1 {
+		return 0, 0
+	}
+	return float64(n.records.Load()), float64(n.batches.Load())
+}
+
+// Charged returns the bytes a Kafka broker charges to clientID's
+// producer_byte_rate for one record on topic: the record's share of the
+// log ([RecordSizes.PerRecord]) plus its share of a Produce request's
+// framing, RequestFraming plus the client-id and topic names, over the
+// records per batch sampled (one, until a sample was read). ok is
+// PerRecord's.
+func (r *RecordSizes) Charged(topic, clientID string) (bytes float64, ok bool) {
+	b, ok := r.PerRecord(topic)
+	if !ok {
+		return 0, false
+	}
+	perBatch := 1.0
+	if a := r.acc[topic]; a.sampledBatches > 0 {
+		perBatch = max(a.sampledRecords/a.sampledBatches, 1)
+	}
+	return b + float64(RequestFraming+len(clientID)+len(topic))/perBatch, true
+}
+
+// PerRecord returns topic's measured bytes per record, and whether at
+// least MinRecords records were measured (if not, it returns 0, false).
+func (r *RecordSizes) PerRecord(topic string) (float64, bool) {
+	a := r.acc[topic]
+	if a == nil || a.records < MinRecords || a.bytes <= 0 {
+		return 0, false
+	}
+	return a.bytes / a.records, true
+}

@@ -1,0 +1,159 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Window is how a Kafka broker measures a client's byte rate for its
+// quota: over Num samples of Size each (the broker settings
+// quota.window.num, default 11, and quota.window.size.seconds, default 1).
+type Window struct {
+	Num  int
+	Size time.Duration
+}
+
+// DefaultWindow is Kafka's default quota window: 11 samples of 1 s.
+var DefaultWindow = Window{Num: 11, Size: time.Second}
+
+// Span is the longest stretch the broker averages a client's rate over,
+// Num x Size; Kafka scales a throttle by it. A zero Window spans
+// DefaultWindow's 11 s.
+func (w Window) Span() time.Duration {
+	if w.Num <= 0 || w.Size <= 0 {
+		return DefaultWindow.Span()
+	}
+	return time.Duration(w.Num) * w.Size
+}
+
+// Floor returns the lowest quota, in bytes per second, that keeps Kafka
+// from holding a client longer than hold when its rate over the window
+// was observed bytes per second. Kafka throttles a client over its quota
+// Q for (observed - Q) / Q x span, so the throttle stays within hold for
+// Q >= observed x span / (span + hold). Floor is 0 for hold <= 0 or
+// observed <= 0.
+func Floor(observed float64, w Window, hold time.Duration) float64 {
+	if observed <= 0 || hold <= 0 {
+		return 0
+	}
+	span := w.Span().Seconds()
+	return observed * span / (span + hold.Seconds())
+}
+
+// Window returns the broker quota window the cluster reports
+// (quota.window.num and quota.window.size.seconds, cluster-wide as any
+// broker answers them), with DefaultWindow for a setting it does not
+// report or reports out of range. The error is the request's: the
+// window returned with it is DefaultWindow.
+func (c *ClientQuotas) Window(ctx context.Context) (Window, error) {
+	w := DefaultWindow
+	rcs, err := c.adm.DescribeBrokerConfigs(ctx)
+	if err != nil {
+		return w, fmt.Errorf("describe broker configs: %w", err)
+	}
+	for _, rc := range rcs {
+		for _, cfg := range rc.Configs {
+			n, err := strconv.Atoi(cfg.MaybeValue())
+			if err != nil || n <= 0 {
+				continue
+			}
+			switch cfg.Key {
+			case "quota.window.num":
+				w.Num = n
+			case "quota.window.size.seconds":
+				w.Size = time.Duration(n) * time.Second
+			}
+		}
+	}
+	return w, nil
+}
+
+// Steering turns the byte rates the daemon wants for client-ids into the
+// values to store on the broker so that Kafka never holds a producer
+// longer than Hold: a quota that falls steps down (by at most the factor
+// [Floor] allows per call) instead of jumping to what is wanted, and a
+// decision of 0 msg/s lowers the quota gradually rather than setting
+// the 41 B/s minimum at once. Rising quotas are set at once (raising
+// throttles nobody).
+//
+// Its estimate of the rate the broker observed for a client is the mean,
+// over the window's span, of what the client could send in each interval
+// between calls: the smaller of the value stored before and the rate
+// seen (sent, an upper bound such as its topics' produce rate); a client
+// first seen is taken to have sent at its first rate over the whole span. Not safe
+// for concurrent use; the zero value is ready, with DefaultWindow and no
+// hold (no steering: values are what is wanted).
+type Steering struct {
+	// Window is the broker's quota window; zero means DefaultWindow.
+	Window Window
+	// Hold is the longest throttle a stored value may cause, typically
+	// the observation interval. Zero or negative: no steering.
+	Hold time.Duration
+	last map[string]float64
+	past map[string][]sample
+}
+
+type sample struct {
+	at   time.Time
+	rate float64
+}
+
+// Next returns the byte rate per client-id to store: for each client in
+// want, at least want and at least the Floor of its estimated observed
+// rate. sent is the byte rate each client was seen to send since the
+// last call, as an upper bound (a client absent from sent is taken to
+// have sent all its last value allowed). now must not go backwards.
+func (s *Steering) Next(now time.Time, want, sent map[string]float64) map[string]float64 {
+	if s.last == nil {
+		s.last, s.past = map[string]float64{}, map[string][]sample{}
+	}
+	span := s.Window.Span()
+	seen := map[string]bool{}
+	for id := range want {
+		seen[id] = true
+	}
+	for id := range sent {
+		seen[id] = true
+	}
+	for id := range s.past {
+		seen[id] = true
+	}
+	out := make(map[string]float64, len(want))
+	for id := range seen {
+		r, known := sent[id]
+		if prev, ok := s.last[id]; ok && (!known || prev < r) {
+			r = prev
+		}
+		ps := append(s.past[id], sample{now, max(r, 0)})
+		for len(ps) > 0 && now.Sub(ps[0].at) >= span {
+			ps = ps[1:]
+		}
+		w, wanted := want[id]
+		// The broker's window covers the whole span: each sample stands
+		// for the time since the one before, the oldest for the rest of
+		// the span (a client first seen is taken to have sent so before).
+		var sum float64
+		from := now.Add(-span)
+		for i, p := range ps {
+			if i > 0 {
+				from = ps[i-1].at
+			}
+			sum += p.rate * p.at.Sub(from).Seconds()
+		}
+		if !wanted {
+			delete(s.last, id)
+			if sum == 0 {
+				delete(s.past, id) // idle and unquoted: nothing to remember
+				continue
+			}
+			s.past[id] = ps
+			continue
+		}
+		s.past[id] = ps
+		v := max(w, Floor(sum/span.Seconds(), s.Window, s.Hold), 0)
+		out[id], s.last[id] = v, v
+	}
+	return out
+}

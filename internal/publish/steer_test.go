@@ -1,0 +1,120 @@
+package publish
+
+import (
+	"testing"
+	"time"
+)
+
+// broker plays Kafka's quota accounting for one client: the rate over the
+// last Num samples of Size, and the throttle (rate - quota) / quota x span.
+type broker struct {
+	w    Window
+	sent []float64 // bytes per second, one entry per second
+}
+
+func (b *broker) send(bytesPerSecond float64) { b.sent = append(b.sent, bytesPerSecond) }
+
+func (b *broker) throttle(q float64) time.Duration {
+	n := min(len(b.sent), b.w.Num)
+	var sum float64
+	for _, v := range b.sent[len(b.sent)-n:] {
+		sum += v
+	}
+	rate := sum / float64(b.w.Num) // Kafka divides by the whole window
+	if rate <= q {
+		return 0
+	}
+	return time.Duration((rate - q) / q * float64(b.w.Span()))
+}
+
+// TestSteeringBoundsThrottle: a producer with a steady demand, sending as
+// much as its quota lets it, one observation per second. Whatever the
+// grant (a cut to a tenth, a cut to 0 msg/s, a rise), the quota stored
+// never makes Kafka's own rule hold the producer longer than the hold,
+// reaches what is wanted when that stays, and rises at once.
+func TestSteeringBoundsThrottle(t *testing.T) {
+	const demand = 100_000.0 // B/s
+	cases := []struct {
+		name    string
+		want    float64
+		reach   int // seconds within which the stored value is within 5% of want
+		hold    time.Duration
+		noSteer bool
+	}{
+		// Kafka's rule makes a 1 s hold step slowly on its default
+		// 11 s window: a tenth takes about two and a half minutes.
+		{"cut to a tenth", demand / 10, 160, time.Second, false},
+		{"cut to a half", demand / 2, 60, time.Second, false},
+		{"0 msg/s is not a 41 B/s quota at once", 0, 0, time.Second, false},
+		{"a longer hold steps faster", demand / 10, 40, 5 * time.Second, false},
+		{"no hold: the value is what is wanted", demand / 10, 1, 0, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := &broker{w: DefaultWindow}
+			for range 20 { // unthrottled, at full demand
+				b.send(demand)
+			}
+			s := Steering{Hold: c.hold}
+			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			var longest time.Duration
+			reached := -1
+			var first, v float64
+			for sec := range 200 {
+				now := t0.Add(time.Duration(sec) * time.Second)
+				sent := b.sent[len(b.sent)-1]
+				v = s.Next(now, map[string]float64{"legacy": c.want}, map[string]float64{"legacy": sent})["legacy"]
+				if sec == 0 {
+					first = v
+				}
+				longest = max(longest, b.throttle(Marked(v)))
+				b.send(min(demand, Marked(v)))
+				if reached < 0 && v <= max(c.want*1.05, c.want+MarkerModulus) {
+					reached = sec
+				}
+			}
+			if c.noSteer {
+				if first != c.want {
+					t.Fatalf("without hold the value is %v, want %v", first, c.want)
+				}
+				return
+			}
+			if longest > c.hold+c.hold/10 {
+				t.Errorf("Kafka would hold the producer %v, longer than %v", longest, c.hold)
+			}
+			if lowest := Floor(demand, DefaultWindow, c.hold); first < lowest*0.99 {
+				t.Errorf("the first value %v jumped from %v B/s (lowest allowed %v)", first, demand, lowest)
+			}
+			if c.reach > 0 && (reached < 0 || reached > c.reach) {
+				t.Errorf("reached the wanted %v B/s after %d s (value %v), want within %d s", c.want, reached, v, c.reach)
+			}
+			t.Logf("longest throttle %v, first value %.0f, within 5%% of want after %d s", longest, first, reached)
+		})
+	}
+	// A rise is set at once.
+	s := Steering{Hold: time.Second}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.Next(t0, map[string]float64{"a": 1000}, map[string]float64{"a": 1000})
+	if v := s.Next(t0.Add(time.Second), map[string]float64{"a": 50_000}, map[string]float64{"a": 1000})["a"]; v != 50_000 {
+		t.Fatalf("a rise to 50000 B/s stored %v", v)
+	}
+}
+
+func TestFloor(t *testing.T) {
+	cases := []struct {
+		name     string
+		observed float64
+		hold     time.Duration
+		want     float64
+	}{
+		{"11 s window, 1 s hold", 12_000, time.Second, 11_000},
+		{"hold as long as the window halves", 10_000, 11 * time.Second, 5_000},
+		{"nothing observed", 0, time.Second, 0},
+		{"no hold", 10_000, 0, 0},
+	}
+	for _, c := range cases {
+		if got := Floor(c.observed, DefaultWindow, c.hold); got != c.want {
+			t.Errorf("%s: Floor = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
