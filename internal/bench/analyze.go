@@ -106,8 +106,8 @@ type Result struct {
 	// Bound is the excess an observer that sees only commits cannot
 	// avoid after the drop: (AdmittedBefore - Slow) x (commit interval +
 	// observation interval), messages; Excess is the measured one (see
-	// [ExcessAfterDrop]); AdmittedBefore the acked rate over the last
-	// second before the drop (msg/s).
+	// [ExcessAfterDrop]); AdmittedBefore the mean acked rate before the
+	// drop (msg/s).
 	Excess, Bound, AdmittedBefore float64
 
 	// EndLag and EndHeadAge are the backlog the run leaves behind (the
@@ -180,7 +180,7 @@ func Analyze(scn Scenario, row Row, broker, mode string, load float64, s *Series
 	}
 	r.Phases = phases(scn, row, s, r.Offered, processed, refused)
 	r.FalseThrottleSeconds = len(FalseThrottle(scn, s.Bin, processed, refused))
-	r.AdmittedBefore = rate(acked, max(0, drop-int(time.Second/s.Bin)), drop, bin)
+	r.AdmittedBefore = rate(acked, 0, drop, bin)
 	r.Excess = ExcessAfterDrop(acked, s.Bin, drop, restore, scn.Slow)
 	r.Bound = ExcessBound(r.AdmittedBefore, scn.Slow, row.Consumer.CommitInterval(), row.Interval)
 
