@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Conformance of the quota protocol: schemathesis (a pinned version,
-# installed from PyPI into scripts/.venv, ignored by git) generates requests
+# Conformance of the quota protocol: schemathesis (pinned with its
+# dependencies in scripts/conformance/requirements.txt, installed from PyPI
+# into scripts/.venv, ignored by git) generates requests
 # from docs/quota-protocol.yaml, valid and invalid, and checks every answer
 # of a running daemon against the spec: status codes, bodies, headers,
 # 405 with Allow, rejection of what the spec refuses, acceptance of what it
@@ -19,16 +20,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SCHEMATHESIS_VERSION=4.32.5
 VENV=scripts/.venv
+REQUIREMENTS=scripts/conformance/requirements.txt   # schemathesis 4.32.5 and its dependencies, pinned
 MAX_EXAMPLES=${CONFORMANCE_MAX_EXAMPLES:-25}
 
-if [[ "$("$VENV/bin/schemathesis" --version 2>/dev/null)" != *"$SCHEMATHESIS_VERSION"* ]]; then
-  echo "== conformance: installing schemathesis $SCHEMATHESIS_VERSION into $VENV (PyPI)"
+# (Re)install when the venv is missing or was made from other pins.
+want=$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)
+if [[ "$(cat "$VENV/.requirements.sha256" 2>/dev/null)" != "$want" ]] || ! "$VENV/bin/schemathesis" --version >/dev/null 2>&1; then
+  echo "== conformance: installing $REQUIREMENTS into $VENV (PyPI)"
   rm -rf "$VENV"
   python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --index-url https://pypi.org/simple \
-    "schemathesis==$SCHEMATHESIS_VERSION"
+    --only-binary=:all: -r "$REQUIREMENTS"
+  echo "$want" >"$VENV/.requirements.sha256"
 fi
 [[ "${1:-}" == "--install" ]] && exit 0
 
