@@ -82,7 +82,7 @@ kafka: [{cluster: conformance, brokers: ["$kafka"], groups: {include: ["conforma
 quota:
   policies: [{name: all, maxAge: 30s}]
   auth:
-    tokens: [{token: $producer_token, producers: ["*"]}]
+    tokens: [{token: $producer_token, producers: ["*"], maxIds: 100000}]
     adminTokens: [$admin_token]
 YAML
 start "$work/tokens.yaml"

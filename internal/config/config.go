@@ -584,7 +584,7 @@ func (q Quota) validate(c Config) []error {
 	// alone would refuse every producer's report (401), and producers would
 	// silently fall back to their safe quota.
 	if len(q.Auth.AdminTokens) > 0 && len(q.Auth.Tokens) == 0 {
-		errs = append(errs, fmt.Errorf("quota.auth.adminTokens: set without quota.auth.tokens, which would turn authentication on and refuse every producer; add producer tokens (producers: [\"*\"] lets a token act for any producer) or remove adminTokens"))
+		errs = append(errs, fmt.Errorf("quota.auth.adminTokens: set without quota.auth.tokens, which would turn authentication on and refuse every producer; add producer tokens (producers: [\"*\"] with maxIds: N lets a token act for any N producers at once) or remove adminTokens"))
 	}
 	if err := quotaserver.RefuseOpen(c.Listen, q.Auth); err != nil {
 		errs = append(errs, fmt.Errorf("quota.auth: %w", err))

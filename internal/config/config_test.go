@@ -347,7 +347,7 @@ func TestAdminTokensNeedProducerTokens(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "quota.auth.adminTokens: set without quota.auth.tokens") {
 		t.Fatalf("admin tokens alone accepted: %v", err)
 	}
-	body = "kafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]\nquota: {auth: {adminTokens: ['0123456789abcdef-admin'], tokens: [{token: '0123456789abcdef-svc', producers: ['*']}]}}\n"
+	body = "kafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]\nquota: {auth: {adminTokens: ['0123456789abcdef-admin'], tokens: [{token: '0123456789abcdef-svc', producers: ['*'], maxIds: 50}]}}\n"
 	if _, err := load(t, "--config", writeFile(t, body)); err != nil {
 		t.Fatalf("admin and producer tokens: %v", err)
 	}

@@ -7,8 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
-
-	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+	"time"
 )
 
 // AuthMode says whether the quota protocol needs bearer tokens.
@@ -39,8 +38,9 @@ type Auth struct {
 	// Mode is none or tokens; empty: tokens when Tokens are set, else
 	// none, and then only on a loopback listen address (RefuseOpen).
 	Mode AuthMode `mapstructure:"mode"`
-	// Tokens: each entry lets one token act for the listed producer ids;
-	// "*" means any producer.
+	// Tokens: each entry lets one token act for the listed producer ids,
+	// and for as many as its MaxIDs says that its patterns ("*" any id,
+	// "billing-*" a prefix) match.
 	Tokens []Token `mapstructure:"tokens"`
 	// AdminTokens may read /v1/quotas and what ReadTokens may read; they
 	// need Tokens (they turn authentication on).
@@ -53,8 +53,16 @@ type Auth struct {
 
 // Token is one bearer token and the producers it may act for.
 type Token struct {
-	Token     string   `mapstructure:"token"`
+	Token string `mapstructure:"token"`
+	// Producers are the ids the token may act for (producers, and the
+	// groups of consumer reports): exact ids, and patterns ("*" for any
+	// id, "billing-*" for a prefix) when MaxIDs bounds them.
 	Producers []string `mapstructure:"producers"`
+	// MaxIDs is how many distinct ids the token's patterns may match at
+	// once; an id unused for PatternIdle (1m) frees its place. Beyond,
+	// 403. Required with a pattern, from 1 to MaxIDsLimit; must be zero
+	// without one.
+	MaxIDs int `mapstructure:"maxIds"`
 }
 
 // minTokenLen is the shortest token accepted: 16 characters.
@@ -81,11 +89,7 @@ func (a Auth) Validate() error {
 		if len(t.Producers) == 0 {
 			errs = append(errs, fmt.Errorf("auth.tokens[%d].producers: list the producer ids this token may act for, or \"*\"", i))
 		}
-		for j, p := range t.Producers {
-			if p != "*" && !quotaproto.ValidProducer(p) {
-				errs = append(errs, fmt.Errorf("auth.tokens[%d].producers[%d]: %q is not a valid producer id", i, j, p))
-			}
-		}
+		errs = append(errs, validateScope(i, t)...)
 	}
 	for i, t := range a.AdminTokens {
 		if len(t) < minTokenLen {
@@ -162,11 +166,11 @@ func (s *Server) unauthorized(w http.ResponseWriter, endpoint, msg string) {
 	s.fail(w, endpoint, http.StatusUnauthorized, "%s", msg)
 }
 
-// authenticate checks that the request carries a known producer token (when auth is on) and returns the producers the token may act for
+// authenticate checks that the request carries a known producer token (when auth is on) and returns what the token may act for
 // (nil with auth off). It writes the error itself: 401 without a known
 // token, 403 for an admin or read token.
 // Every endpoint calls it (or readable) before any other work.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, endpoint string) (map[string]bool, bool) {
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, endpoint string) (*scope, bool) {
 	if s.tokens == nil {
 		return nil, true
 	}
@@ -188,12 +192,22 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, endpoint s
 }
 
 // permits checks that a token with perms (from authenticate) may act for
-// producer; it writes the error itself.
-func (s *Server) permits(w http.ResponseWriter, endpoint string, perms map[string]bool, producer string) bool {
-	if s.tokens == nil || perms["*"] || perms[producer] {
+// producer (or a consumer report's group); it writes the error itself:
+// 403 when the token does not list it, or lists it by a pattern that
+// matches MaxIDs other ids already.
+func (s *Server) permits(w http.ResponseWriter, endpoint string, perms *scope, producer string) bool {
+	if s.tokens == nil {
 		return true
 	}
-	s.fail(w, endpoint, http.StatusForbidden, "this token may not act for producer %q", producer)
+	ok, full := perms.allows(producer, time.Now())
+	switch {
+	case ok:
+		return true
+	case full:
+		s.fail(w, endpoint, http.StatusForbidden, "this token acts for %d ids its patterns match already (its maxIds); %q must wait until one is unused for %v", perms.max, producer, PatternIdle)
+	default:
+		s.fail(w, endpoint, http.StatusForbidden, "this token may not act for producer %q", producer)
+	}
 	return false
 }
 

@@ -71,7 +71,7 @@ func consumerReport(group string, parts ...string) string {
 func TestConsumerReportRequests(t *testing.T) {
 	auth := Auth{Tokens: []Token{
 		{Token: "token-of-billing-01", Producers: []string{"billing"}},
-		{Token: "token-of-everyone-01", Producers: []string{"*"}},
+		{Token: "token-of-everyone-01", Producers: []string{"*"}, MaxIDs: 10},
 	}}
 	ts, c, reg := newConsumersServer(t, auth, ConsumersConfig{})
 	const path = quotaproto.PathConsumerReport

@@ -37,8 +37,8 @@ type Engine interface {
 type Server struct {
 	hub    *Hub
 	engine Engine
-	// token hash -> allowed producers ("*" for all); nil map: auth off.
-	tokens  map[[32]byte]map[string]bool
+	// token hash -> what the token may act for; nil map: auth off.
+	tokens  map[[32]byte]*scope
 	admins  tokenSet
 	readers tokenSet // nil: /v1/lag open, /v1/quotas open unless auth is on
 	limits  Limits
@@ -102,13 +102,9 @@ func New(hub *Hub, engine Engine, auth Auth, reg prometheus.Registerer, opts ...
 		o(s)
 	}
 	if !auth.Open() {
-		s.tokens = map[[32]byte]map[string]bool{}
+		s.tokens = map[[32]byte]*scope{}
 		for _, t := range auth.Tokens {
-			m := map[string]bool{}
-			for _, p := range t.Producers {
-				m[p] = true
-			}
-			s.tokens[sha256.Sum256([]byte(t.Token))] = m
+			s.tokens[sha256.Sum256([]byte(t.Token))] = newScope(t)
 		}
 	}
 	s.admins = hashTokens(auth.AdminTokens)
@@ -198,7 +194,7 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 // It returns the producers (or groups) the token may act for, and false
 // after writing the error. Which of them the request speaks for is the
 // caller's check (permits), once the body says.
-func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, ep string, v any, required ...string) (map[string]bool, bool) {
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, ep string, v any, required ...string) (*scope, bool) {
 	perms, ok := s.authenticate(w, r, ep)
 	if !ok {
 		return nil, false
@@ -250,7 +246,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, ep string) ([]
 
 // query returns the request's query after authentication, refusing
 // parameters outside known and repeated ones; it writes the error itself.
-func (s *Server) query(w http.ResponseWriter, r *http.Request, ep string, known ...string) (url.Values, map[string]bool, bool) {
+func (s *Server) query(w http.ResponseWriter, r *http.Request, ep string, known ...string) (url.Values, *scope, bool) {
 	perms, ok := s.authenticate(w, r, ep)
 	if !ok {
 		return nil, nil, false
@@ -275,7 +271,7 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request, ep string, known 
 
 // producerParam reads and checks ?producer= and that the token may act
 // for it.
-func (s *Server) producerParam(w http.ResponseWriter, ep string, q url.Values, perms map[string]bool) (string, bool) {
+func (s *Server) producerParam(w http.ResponseWriter, ep string, q url.Values, perms *scope) (string, bool) {
 	p := q.Get("producer")
 	if !quotaproto.ValidProducer(p) {
 		s.fail(w, ep, http.StatusBadRequest, "producer %q must be 1-128 characters of A-Z a-z 0-9 . _ : -", p)

@@ -137,11 +137,12 @@ func TestBadRequests(t *testing.T) {
 	}
 }
 
-// TestAuth: a token acts only for its producers; /v1/quotas needs an
-// admin token.
+// TestAuth: a token acts only for its producers, and for at most maxIds
+// ids its patterns match; /v1/quotas needs an admin token.
 func TestAuth(t *testing.T) {
 	auth := Auth{
-		Tokens:      []Token{{Token: "token-of-svc-a-0123", Producers: []string{"svc-a"}}, {Token: "token-of-everyone-01", Producers: []string{"*"}}},
+		Tokens: []Token{{Token: "token-of-svc-a-0123", Producers: []string{"svc-a"}}, {Token: "token-of-everyone-01", Producers: []string{"*"}, MaxIDs: 2},
+			{Token: "token-of-batches-01", Producers: []string{"svc-a", "batch-*"}, MaxIDs: 1}},
 		AdminTokens: []string{"admin-token-0123456"},
 	}
 	if err := auth.Validate(); err != nil {
@@ -167,6 +168,14 @@ func TestAuth(t *testing.T) {
 		// svc-a's token cannot alter svc-b's demand ...
 		{"other producer", "POST", "/v1/leases", "token-of-svc-a-0123", other, 403},
 		{"wildcard token", "POST", "/v1/leases", "token-of-everyone-01", other, 200},
+		{"wildcard token, its second id", "POST", "/v1/leases", "token-of-everyone-01", strings.Replace(goodReport, "svc-a", "svc-c", 1), 200},
+		{"wildcard token, the same id again", "POST", "/v1/leases", "token-of-everyone-01", other, 200},
+		// Beyond maxIds, a pattern matches no new id.
+		{"wildcard token, a third id", "POST", "/v1/leases", "token-of-everyone-01", strings.Replace(goodReport, "svc-a", "svc-d", 1), 403},
+		{"prefix token, its id", "POST", "/v1/leases", "token-of-batches-01", strings.Replace(goodReport, "svc-a", "batch-1", 1), 200},
+		{"prefix token, a second id", "POST", "/v1/leases", "token-of-batches-01", strings.Replace(goodReport, "svc-a", "batch-2", 1), 403},
+		{"prefix token, a listed id beside", "POST", "/v1/leases", "token-of-batches-01", goodReport, 200},
+		{"prefix token, no match", "POST", "/v1/leases", "token-of-batches-01", other, 403},
 		// ... nor read its grant.
 		{"watch other", "GET", "/v1/leases/watch?producer=svc-b&timeout=0s", "token-of-svc-a-0123", "", 403},
 		{"watch own", "GET", "/v1/leases/watch?producer=svc-a&timeout=0s", "token-of-svc-a-0123", "", 200},
@@ -180,9 +189,9 @@ func TestAuth(t *testing.T) {
 			}
 		})
 	}
-	bad := Auth{Tokens: []Token{{Token: "short", Producers: []string{"a b"}}, {Token: "long-enough-token-1"}}}
+	bad := Auth{Tokens: []Token{{Token: "short", Producers: []string{"a b"}}, {Token: "long-enough-token-1"}, {Token: "long-enough-token-2", Producers: []string{"*"}}}}
 	err := bad.Validate()
-	for _, want := range []string{"tokens[0].token", "tokens[0].producers[0]", "tokens[1].producers"} {
+	for _, want := range []string{"tokens[0].token", "tokens[0].producers[0]", "tokens[1].producers", "tokens[2].maxIds"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v, want %s", err, want)
 		}

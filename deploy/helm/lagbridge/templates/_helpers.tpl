@@ -72,7 +72,13 @@ config sets quota.auth itself) and tls from tls; listen belongs to the chart. */
 {{- if eq .Values.auth.mode "none" -}}
 {{- $_ := set $quota "auth" (dict "mode" "none") -}}
 {{- else -}}
-{{- $auth := dict "tokens" (list (dict "tokenFile" "/etc/lagbridge/tokens/producer-token" "producers" .Values.auth.producers)) "adminTokensFile" "/etc/lagbridge/tokens/admin-tokens" -}}
+{{- $token := dict "tokenFile" "/etc/lagbridge/tokens/producer-token" "producers" .Values.auth.producers -}}
+{{- $pattern := false -}}
+{{- range .Values.auth.producers -}}{{- if hasSuffix "*" . -}}{{- $pattern = true -}}{{- end -}}{{- end -}}
+{{- if and $pattern .Values.auth.maxIds -}}
+{{- $_ := set $token "maxIds" .Values.auth.maxIds -}}
+{{- end -}}
+{{- $auth := dict "tokens" (list $token) "adminTokensFile" "/etc/lagbridge/tokens/admin-tokens" -}}
 {{- if .Values.auth.readTokens -}}
 {{- $_ := set $auth "readTokensFile" "/etc/lagbridge/tokens/read-tokens" -}}
 {{- end -}}
