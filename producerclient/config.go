@@ -2,10 +2,15 @@ package producerclient
 
 import (
 	"cmp"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -98,10 +103,33 @@ type LeaseConfig struct {
 	// With it the producer reports its topics and demand (POST
 	// /v1/leases) and watches for pushes.
 	URL string
+	// URLs are the base URLs of several daemons serving the same leases
+	// (replicas), after URL when both are set; duplicates are dropped.
+	// The SDK talks to one at a time and stays with it while it works.
+	// On a connection error, a timeout, a 5xx answer (503 included) or
+	// an answer that is not a lease set, it moves to the next, after a
+	// short jittered pause (up to MinBackoff) while the round of daemons
+	// is not through, and after the backoff (or the daemon's
+	// Retry-After) once every daemon failed in turn. Sets keep their
+	// versions across daemons: a replica's set with the version already
+	// applied is the same set, an older one is ignored as from one
+	// daemon. A 4xx answer (a wrong token, say) moves nowhere.
+	URLs []string
 	// HTTPClient for the daemon; nil means a client with a 10s dial and
 	// header timeout (no overall timeout: long-polls are long). Each
 	// request carries its own deadline.
 	HTTPClient *http.Client
+	// TLS configures HTTPS to the daemon for the SDK's own client: the CA
+	// pool that verifies the daemon (RootCAs; nil means the system's),
+	// a client certificate for daemons that require one (Certificates or
+	// GetClientCertificate), and the name the daemon's certificate must
+	// carry (ServerName; empty means the URL's host). LoadTLS builds one
+	// from PEM files. nil means Go's defaults for https URLs. It is
+	// cloned when the producer is built. Set it or HTTPClient, not both
+	// (give your own client's transport the TLS config instead); every
+	// URL must then be https. InsecureSkipVerify is honoured and logged
+	// as a warning: anyone on the path can then hand out leases.
+	TLS *tls.Config
 	// Token is sent as "Authorization: Bearer <Token>" when not empty.
 	Token string
 	// Transport is LongPoll (zero) or SSE.
@@ -147,6 +175,50 @@ type LeaseConfig struct {
 	// with jitter); zero means 200ms and 30s. A Retry-After header from
 	// the daemon is honoured when it parses; a garbled one is no hint.
 	MinBackoff, MaxBackoff time.Duration
+}
+
+// endpoints returns the daemon URLs in the order they are tried: URL,
+// then URLs, without empties and duplicates.
+func (l LeaseConfig) endpoints() []string {
+	var out []string
+	for _, u := range append([]string{l.URL}, l.URLs...) {
+		if u != "" && !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// LoadTLS returns a TLS config for LeaseConfig.TLS from PEM files: caFile
+// holds the CA certificates that verify the daemon (empty means the
+// system's roots), certFile and keyFile a client certificate and its key
+// (both empty for none; the daemon may require one). TLS 1.2 is the
+// minimum. Set ServerName on the result when the daemon's certificate
+// names another host than the URL. Errors wrap ErrInvalidOption.
+func LoadTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: CA file: %w", ErrInvalidOption, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrInvalidOption, caFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, fmt.Errorf("%w: a client certificate needs both certFile and keyFile", ErrInvalidOption)
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: client certificate: %w", ErrInvalidOption, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }
 
 // DefaultMaxLeaseTTL is LeaseConfig.MaxLeaseTTL's default: the longest a
@@ -288,10 +360,21 @@ func (c Config) Validate() error {
 		p.add("message TTL %v must not be negative", c.MessageTTL)
 	}
 	l := c.Leases
-	if l.URL != "" {
-		if u, err := url.Parse(l.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			p.add("leases URL %q must be an absolute http(s) URL", l.URL)
+	for _, raw := range l.endpoints() {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			p.add("leases URL %q must be an absolute http(s) URL", raw)
+		} else if l.TLS != nil && u.Scheme != "https" {
+			p.add("leases URL %q is plain http but a TLS config is set", raw)
 		}
+	}
+	for i, raw := range l.URLs {
+		if raw == "" {
+			p.add("leases URLs[%d] is empty", i)
+		}
+	}
+	if l.TLS != nil && l.HTTPClient != nil {
+		p.add("set leases TLS or HTTPClient, not both (give the client's transport the TLS config)")
 	}
 	if l.Transport > SSE {
 		p.add("lease transport %d is not LongPoll or SSE", l.Transport)

@@ -46,12 +46,19 @@ type fakeDaemon struct {
 
 func newFakeDaemon(tb testing.TB) *fakeDaemon {
 	tb.Helper()
+	return newFakeDaemonOn(tb, httptest.NewServer)
+}
+
+// newFakeDaemonOn is newFakeDaemon on a server that start starts (TLS,
+// for one).
+func newFakeDaemonOn(tb testing.TB, start func(http.Handler) *httptest.Server) *fakeDaemon {
+	tb.Helper()
 	d := &fakeDaemon{sets: map[string]quotaproto.LeaseSet{}, changed: make(chan struct{}), killed: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+quotaproto.PathLeases, d.report)
 	mux.HandleFunc("GET "+quotaproto.PathWatch, d.watch)
 	mux.HandleFunc("GET "+quotaproto.PathStream, d.stream)
-	d.srv = httptest.NewServer(mux)
+	d.srv = start(mux)
 	tb.Cleanup(d.kill)
 	return d
 }

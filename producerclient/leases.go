@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -169,6 +170,13 @@ type leaseOwner struct {
 	updates chan leaseUpdate
 	version atomic.Uint64 // last applied set version (the watcher's ?version=)
 
+	// endpoints are the daemons' base URLs (LeaseConfig.endpoints);
+	// current indexes the one the HTTP sources talk to (see retryWait).
+	endpoints []string
+	current   atomic.Int32
+	client    *http.Client
+	failovers atomic.Uint64
+
 	// reRegister asks the reporter to report now (the daemon forgot us).
 	reRegister chan struct{}
 	// registered is closed after the first successful report.
@@ -195,12 +203,17 @@ type leaseOwner struct {
 func newLeaseOwner(c *core) *leaseOwner {
 	o := &leaseOwner{
 		c:          c,
+		endpoints:  c.cfg.Leases.endpoints(),
+		client:     httpClientFor(c.cfg.Leases),
 		updates:    make(chan leaseUpdate, 16),
 		reRegister: make(chan struct{}, 1),
 		registered: make(chan struct{}),
 		active:     map[string]*activeLease{},
 	}
 	o.noLease = o.makeSafe("no lease yet")
+	if t := c.cfg.Leases.TLS; t != nil && t.InsecureSkipVerify {
+		c.cfg.Logger.Warn("lagbridge: leases TLS does not verify the daemon's certificate (InsecureSkipVerify); anyone on the path can hand out leases")
+	}
 	return o
 }
 

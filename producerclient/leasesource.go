@@ -34,11 +34,11 @@ func (o *leaseOwner) start(js jetstream.JetStream) error {
 	if l.KVBucket != "" && kvJS == nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOption, errNoLeaseSource)
 	}
-	if l.URL == "" && l.KVBucket == "" {
+	if len(o.endpoints) == 0 && l.KVBucket == "" {
 		return nil // no source: the safe quota only
 	}
 	o.c.goroutine(o.run)
-	if l.URL != "" {
+	if len(o.endpoints) > 0 {
 		o.c.goroutine(o.reporter)
 		if l.KVBucket == "" {
 			if l.Transport == SSE {
@@ -54,25 +54,39 @@ func (o *leaseOwner) start(js jetstream.JetStream) error {
 	return nil
 }
 
-func (o *leaseOwner) httpClient() *http.Client {
-	if o.c.cfg.Leases.HTTPClient != nil {
-		return o.c.cfg.Leases.HTTPClient
+// httpClientFor returns the client of a lease configuration: the
+// caller's, one of the producer's own with l.TLS, or the shared default.
+func httpClientFor(l LeaseConfig) *http.Client {
+	switch {
+	case l.HTTPClient != nil:
+		return l.HTTPClient
+	case l.TLS != nil:
+		t := newTransport()
+		t.TLSClientConfig = l.TLS.Clone()
+		return &http.Client{Transport: t}
 	}
 	return defaultHTTPClient
 }
 
-var defaultHTTPClient = &http.Client{Transport: &http.Transport{
-	Proxy:                 http.ProxyFromEnvironment,
-	DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-	ResponseHeaderTimeout: quotaproto.MaxWatchWait + 15*time.Second,
-	MaxIdleConnsPerHost:   4,
-	IdleConnTimeout:       90 * time.Second,
-}}
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: quotaproto.MaxWatchWait + 15*time.Second,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       90 * time.Second,
+	}
+}
+
+var defaultHTTPClient = &http.Client{Transport: newTransport()}
 
 // backoffState is an exponential backoff with jitter between the lease
-// config's MinBackoff and MaxBackoff.
+// config's MinBackoff and MaxBackoff; round counts the daemons that failed
+// in turn since the last backoff (see retryWait).
 type backoffState struct {
 	min, max, cur time.Duration
+	round         int
 }
 
 func (b *backoffState) next() time.Duration {
@@ -87,7 +101,7 @@ func (b *backoffState) next() time.Duration {
 	return d
 }
 
-func (b *backoffState) reset() { b.cur = b.min }
+func (b *backoffState) reset() { b.cur, b.round = b.min, 0 }
 
 func (o *leaseOwner) newBackoff() backoffState {
 	l := o.c.cfg.Leases
@@ -154,9 +168,12 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
-// do performs one request to the daemon and returns the 200 body.
-func (o *leaseOwner) do(ctx context.Context, method, path string, q url.Values, body []byte) (*http.Response, error) {
-	u := strings.TrimRight(o.c.cfg.Leases.URL, "/") + path
+// do performs one request to the current daemon and returns the 200
+// answer, and which daemon it asked (an index of endpoints, for
+// retryWait).
+func (o *leaseOwner) do(ctx context.Context, method, path string, q url.Values, body []byte) (_ *http.Response, idx int, _ error) {
+	idx = int(o.current.Load())
+	u := strings.TrimRight(o.endpoints[idx], "/") + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
@@ -166,7 +183,7 @@ func (o *leaseOwner) do(ctx context.Context, method, path string, q url.Values, 
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		return nil, err
+		return nil, idx, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -174,9 +191,9 @@ func (o *leaseOwner) do(ctx context.Context, method, path string, q url.Values, 
 	if tok := o.c.cfg.Leases.Token; tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
-	resp, err := o.httpClient().Do(req)
+	resp, err := o.client.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, idx, err
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
@@ -191,9 +208,9 @@ func (o *leaseOwner) do(ctx context.Context, method, path string, q url.Values, 
 		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), o.c.clock.Now()); ok {
 			e.retryAfter = d
 		}
-		return nil, e
+		return nil, idx, e
 	}
-	return resp, nil
+	return resp, idx, nil
 }
 
 // maxSetBytes bounds a lease set as read: an HTTP answer's body, and an
@@ -203,13 +220,14 @@ const maxSetBytes = 1 << 20
 
 // fetchSet makes one request to the daemon and decodes the lease set it
 // answers with.
-func (o *leaseOwner) fetchSet(ctx context.Context, method, path string, q url.Values, body []byte) (decodedSet, error) {
-	resp, err := o.do(ctx, method, path, q, body)
+func (o *leaseOwner) fetchSet(ctx context.Context, method, path string, q url.Values, body []byte) (decodedSet, int, error) {
+	resp, idx, err := o.do(ctx, method, path, q, body)
 	if err != nil {
-		return decodedSet{}, err
+		return decodedSet{}, idx, err
 	}
 	defer resp.Body.Close()
-	return o.readSet(resp.Body)
+	ds, err := o.readSet(resp.Body)
+	return ds, idx, err
 }
 
 // readSet reads and decodes a LeaseSet body (at most maxSetBytes).
@@ -237,6 +255,39 @@ func (o *leaseOwner) decode(b []byte) (decodedSet, error) {
 func (o *leaseOwner) deliverSet(ds decodedSet) bool {
 	return o.deliver(leaseUpdate{leases: ds.leases, version: ds.version, isSet: true})
 }
+
+// retryWait is the wait after a request to daemon idx failed with err.
+// With more daemons than one, a failure that says the daemon is not
+// working (anything but a 4xx answer or the end of the registration)
+// moves every lease goroutine to the next daemon, unless another one has
+// moved already; the wait is then a short jittered pause, until the
+// goroutine has seen every daemon fail in turn: then, as with a single
+// daemon, the daemon's Retry-After or the next backoff.
+func (o *leaseOwner) retryWait(idx int, err error, b *backoffState) time.Duration {
+	if n := len(o.endpoints); n > 1 && failsOver(err) {
+		if o.current.CompareAndSwap(int32(idx), int32((idx+1)%n)) {
+			o.failovers.Add(1)
+			o.c.cfg.Logger.Warn("lagbridge daemon not working; trying the next", "from", o.endpoints[idx], "to", o.endpoints[(idx+1)%n], "error", err)
+		}
+		if b.round++; b.round < n {
+			return jitter(b.min)
+		}
+		b.round = 0
+	}
+	return hintOr(err, b)
+}
+
+// failsOver reports whether err says the daemon asked is not working.
+func failsOver(err error) bool {
+	var se *httpStatusError
+	if errors.As(err, &se) {
+		return se.code >= 500
+	}
+	return err != nil && !errors.Is(err, errRegistrationExpired)
+}
+
+// errRegistrationExpired ends a stream whose daemon forgot the producer.
+var errRegistrationExpired = errors.New("the daemon expired this producer's registration")
 
 // hintOr is the wait after a failed request: the daemon's Retry-After
 // when it sent a valid one, else the next backoff.
@@ -289,14 +340,14 @@ func (o *leaseOwner) reporter() {
 		body, _ := json.Marshal(o.report(last, now))
 		last = now
 		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Leases.RequestTimeout)
-		ds, err := o.fetchSet(ctx, http.MethodPost, quotaproto.PathLeases, nil, body)
+		ds, idx, err := o.fetchSet(ctx, http.MethodPost, quotaproto.PathLeases, nil, body)
 		cancel()
 		if c.ctx.Err() != nil {
 			return
 		}
 		if err != nil {
 			o.leaseError("lagbridge lease report failed", err)
-			if !o.pause(hintOr(err, &b)) {
+			if !o.pause(o.retryWait(idx, err, &b)) {
 				return
 			}
 			continue
@@ -357,7 +408,7 @@ func (o *leaseOwner) watcher() {
 		asked := since
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(c.ctx, wait+c.cfg.Leases.RequestTimeout)
-		ds, err := o.fetchSet(ctx, http.MethodGet, quotaproto.PathWatch, q, nil)
+		ds, idx, err := o.fetchSet(ctx, http.MethodGet, quotaproto.PathWatch, q, nil)
 		cancel()
 		if c.ctx.Err() != nil {
 			return
@@ -368,7 +419,7 @@ func (o *leaseOwner) watcher() {
 				o.askReport()
 			}
 			o.leaseError("lagbridge lease watch failed", err)
-			if !o.pause(hintOr(err, &b)) {
+			if !o.pause(o.retryWait(idx, err, &b)) {
 				return
 			}
 			continue
@@ -397,7 +448,7 @@ func (o *leaseOwner) streamer() {
 	}
 	b := o.newBackoff()
 	for {
-		got, err := o.streamOnce(&b)
+		got, idx, err := o.streamOnce(&b)
 		if c.ctx.Err() != nil {
 			return
 		}
@@ -408,10 +459,16 @@ func (o *leaseOwner) streamer() {
 			}
 			o.leaseError("lagbridge lease stream failed", err)
 		}
+		var wait time.Duration
 		if got {
+			// The daemon worked: reconnect to it (a stream that served
+			// lease sets and ended is no reason to move).
 			b.reset()
+			wait = b.next()
+		} else {
+			wait = o.retryWait(idx, err, &b)
 		}
-		if !o.pause(hintOr(err, &b)) {
+		if !o.pause(wait) {
 			return
 		}
 	}
@@ -421,20 +478,20 @@ func (o *leaseOwner) streamer() {
 // any lease set arrived. The connection is dropped when the daemon stays
 // StreamIdle without a complete event or keepalive (from the request on:
 // the headers too), and when an event's data exceeds maxSetBytes.
-func (o *leaseOwner) streamOnce(b *backoffState) (got bool, err error) {
+func (o *leaseOwner) streamOnce(b *backoffState) (got bool, idx int, err error) {
 	c := o.c
 	idle := c.cfg.Leases.StreamIdle
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	watchdog := time.AfterFunc(idle, cancel)
 	defer watchdog.Stop()
-	resp, err := o.do(ctx, http.MethodGet, quotaproto.PathStream, url.Values{"producer": {c.cfg.Producer}}, nil)
+	resp, idx, err := o.do(ctx, http.MethodGet, quotaproto.PathStream, url.Values{"producer": {c.cfg.Producer}}, nil)
 	if err != nil {
-		return false, err
+		return false, idx, err
 	}
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		return false, fmt.Errorf("stream answered with content type %q", ct)
+		return false, idx, fmt.Errorf("stream answered with content type %q", ct)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxSetBytes)
@@ -453,7 +510,7 @@ func (o *leaseOwner) streamOnce(b *backoffState) (got bool, err error) {
 						o.leaseError("lagbridge lease stream event skipped", err)
 					} else {
 						if !o.deliverSet(ds) {
-							return got, nil
+							return got, idx, nil
 						}
 						if !got {
 							b.reset()
@@ -463,7 +520,7 @@ func (o *leaseOwner) streamOnce(b *backoffState) (got bool, err error) {
 				}
 			case "expired":
 				o.askReport()
-				return got, errors.New("the daemon expired this producer's registration")
+				return got, idx, errRegistrationExpired
 			}
 			event = ""
 			data.Reset()
@@ -478,7 +535,7 @@ func (o *leaseOwner) streamOnce(b *backoffState) (got bool, err error) {
 			case "data":
 				if data.Len()+1+len(value) > maxSetBytes {
 					o.malformed.Add(1)
-					return got, fmt.Errorf("lease stream event over %d bytes", maxSetBytes)
+					return got, idx, fmt.Errorf("lease stream event over %d bytes", maxSetBytes)
 				}
 				if data.Len() > 0 {
 					data.WriteByte('\n')
@@ -488,12 +545,12 @@ func (o *leaseOwner) streamOnce(b *backoffState) (got bool, err error) {
 		}
 	}
 	if err := sc.Err(); err != nil && ctx.Err() == nil {
-		return got, err
+		return got, idx, err
 	}
 	if ctx.Err() != nil && c.ctx.Err() == nil {
-		return got, errors.New("lease stream silent for too long")
+		return got, idx, errors.New("lease stream silent for too long")
 	}
-	return got, io.ErrUnexpectedEOF
+	return got, idx, io.ErrUnexpectedEOF
 }
 
 // kvWatcher reads this producer's leases from the KV bucket: every key

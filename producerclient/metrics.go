@@ -15,6 +15,7 @@ type collector struct {
 	admitted, rejected, attempts, retries, acked, brokerErrs, advisory     *prometheus.Desc
 	inFlight, quotaRate, quotaSignal, leaseValid, leaseVersion, leaseAge   *prometheus.Desc
 	throttle, budget, leaseErrors, leaseMalformed, leaseExpired, unhandled *prometheus.Desc
+	leaseFailovers                                                         *prometheus.Desc
 }
 
 func newCollector(c *core) *collector {
@@ -43,13 +44,14 @@ func newCollector(c *core) *collector {
 		leaseMalformed: d("lease_malformed_total", "Leases or lease sets skipped as malformed, stream events over the size cap, and lease sets with a garbled version."),
 		leaseExpired:   d("lease_expired_total", "Leases that expired without a refresh (the safe quota applied)."),
 		unhandled:      d("unhandled_failures_total", "Async failures with no callback to hand the message to (logged)."),
+		leaseFailovers: d("lease_failovers_total", "Moves to the next daemon URL after the current one stopped working."),
 	}
 }
 
 func (m *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.admitted, m.rejected, m.attempts, m.retries, m.acked, m.brokerErrs,
 		m.advisory, m.inFlight, m.quotaRate, m.quotaSignal, m.leaseValid, m.leaseVersion, m.leaseAge, m.throttle,
-		m.budget, m.leaseErrors, m.leaseMalformed, m.leaseExpired, m.unhandled} {
+		m.budget, m.leaseErrors, m.leaseMalformed, m.leaseExpired, m.unhandled, m.leaseFailovers} {
 		ch <- d
 	}
 }
@@ -97,6 +99,7 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(m.leaseMalformed, o.malformed.Load())
 	counter(m.leaseExpired, o.expiredTotal.Load())
 	counter(m.unhandled, c.unhandled.Load())
+	counter(m.leaseFailovers, o.failovers.Load())
 }
 
 // Stats is a snapshot of a producer's counters (the same numbers as the
@@ -107,6 +110,10 @@ type Stats struct {
 	RetryBudgetTokens float64
 	// Lease source counters.
 	LeaseErrors, LeaseMalformed, LeaseExpired, LeasesApplied uint64
+	// LeaseFailovers counts moves to the next daemon URL; LeaseURL is the
+	// daemon the HTTP lease sources talk to now ("" without one).
+	LeaseFailovers uint64
+	LeaseURL       string
 	// UnhandledFailures counts async failures without a callback.
 	UnhandledFailures uint64
 }
@@ -140,7 +147,10 @@ func (c *core) stats() Stats {
 	s := Stats{Topics: map[string]TopicStats{}, RetryBudgetTokens: c.budget.Tokens(),
 		LeaseErrors: c.leases.errorsTotal.Load(), LeaseMalformed: c.leases.malformed.Load(),
 		LeaseExpired: c.leases.expiredTotal.Load(), LeasesApplied: c.leases.appliedTotal.Load(),
-		UnhandledFailures: c.unhandled.Load()}
+		UnhandledFailures: c.unhandled.Load(), LeaseFailovers: c.leases.failovers.Load()}
+	if eps := c.leases.endpoints; len(eps) > 0 {
+		s.LeaseURL = eps[c.leases.current.Load()]
+	}
 	mono := c.mono.nanos()
 	for name, t := range *c.topics.Load() {
 		ts := TopicStats{Admitted: t.admitted.Load(), Attempts: t.attempts.Load(), Retries: t.retries.Load(),

@@ -1,0 +1,271 @@
+package producerclient
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"io"
+	"log"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+)
+
+// testCA is a certificate authority made for one test.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(tb testing.TB) *testCA {
+	tb.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "lagbridge test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue returns a certificate signed by the CA for the DNS names given
+// (a server certificate when names are given, else a client one), and
+// its PEM files in dir.
+func (ca *testCA) issue(tb testing.TB, dir, name string, names ...string) (tls.Certificate, string, string) {
+	tb.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: names,
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if len(names) > 0 {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	certFile, keyFile := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	for f, b := range map[string][]byte{certFile: certPEM, keyFile: keyPEM} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pair, certFile, keyFile
+}
+
+// TestLeaseTLS: the lease client reaches a daemon over HTTPS verified by
+// a CA of the test's own (LoadTLS from PEM files), presents its client
+// certificate to a daemon that requires one, and checks the daemon's
+// name (ServerName); each missing piece fails the connection, counted
+// as a lease error, and no lease applies.
+func TestLeaseTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t)
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The daemon's certificate names lagbridge.test only, not 127.0.0.1.
+	serverCert, _, _ := ca.issue(t, dir, "daemon", "lagbridge.test")
+	_, clientCert, clientKey := ca.issue(t, dir, "svc-a")
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	d := newFakeDaemonOn(t, func(h http.Handler) *httptest.Server {
+		s := httptest.NewUnstartedServer(h)
+		s.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
+		s.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool, MinVersion: tls.VersionTLS12}
+		s.StartTLS()
+		return s
+	})
+	d.set(leaseSet("svc-a", 2, quotaproto.Lease{Topic: "orders", Rate: ptr(42.0), Signal: "ok", Version: 2, ExpiresAt: time.Now().Add(time.Hour)}))
+
+	load := func(t *testing.T, ca, cert, key, serverName string) *tls.Config {
+		cfg, err := LoadTLS(ca, cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ServerName = serverName
+		return cfg
+	}
+	for _, tc := range []struct {
+		name string
+		tls  func(t *testing.T) *tls.Config
+		ok   bool
+	}{
+		// CA, client certificate and server name: leases flow.
+		{"mTLS", func(t *testing.T) *tls.Config { return load(t, caFile, clientCert, clientKey, "lagbridge.test") }, true},
+		// No client certificate: the daemon refuses the handshake.
+		{"no client certificate", func(t *testing.T) *tls.Config { return load(t, caFile, "", "", "lagbridge.test") }, false},
+		// The system roots do not know the test CA.
+		{"system roots", func(t *testing.T) *tls.Config { return load(t, "", clientCert, clientKey, "lagbridge.test") }, false},
+		// Without ServerName the URL's 127.0.0.1 is checked, and the
+		// certificate does not name it.
+		{"wrong server name", func(t *testing.T) *tls.Config { return load(t, caFile, clientCert, clientKey, "") }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"},
+				Leases: LeaseConfig{URL: d.srv.URL, TLS: tc.tls(t), MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}})
+			if tc.ok {
+				eventually(t, 10*time.Second, "the lease over TLS", func() bool { q, _ := p.Quota("orders"); return q.FromLease && q.Rate == 42 })
+				return
+			}
+			eventually(t, 10*time.Second, "failed handshakes counted", func() bool { return p.Stats().LeaseErrors >= 2 })
+			if q, _ := p.Quota("orders"); q.FromLease {
+				t.Fatalf("a lease applied over a connection that should have failed: %+v", q)
+			}
+		})
+	}
+}
+
+// TestLeaseTLSConfigErrors: the TLS settings that cannot work are refused
+// at construction, all at once.
+func TestLeaseTLSConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		load func() error
+	}{
+		// A CA file that does not exist.
+		{"missing CA file", func() error { _, err := LoadTLS(filepath.Join(dir, "none.pem"), "", ""); return err }},
+		// A CA file without a certificate.
+		{"CA file without PEM", func() error {
+			f := filepath.Join(dir, "empty.pem")
+			_ = os.WriteFile(f, []byte("not a certificate"), 0o600)
+			_, err := LoadTLS(f, "", "")
+			return err
+		}},
+		// A certificate without its key.
+		{"cert without key", func() error { _, err := LoadTLS("", filepath.Join(dir, "c.crt"), ""); return err }},
+		// TLS with a plain-http URL, and TLS with an HTTP client.
+		{"TLS with http and a client", func() error {
+			return Config{Producer: "p", Leases: LeaseConfig{URL: "http://lagbridge:9464", URLs: []string{"https://b:9464", ""},
+				TLS: &tls.Config{}, HTTPClient: http.DefaultClient}}.Validate()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.load(); !errors.Is(err, ErrInvalidOption) {
+				t.Fatalf("got %v, want ErrInvalidOption", err)
+			}
+		})
+	}
+	err := Config{Producer: "p", Leases: LeaseConfig{URL: "http://lagbridge:9464", URLs: []string{"https://b:9464", ""},
+		TLS: &tls.Config{}, HTTPClient: http.DefaultClient}}.Validate()
+	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 3 {
+		t.Fatalf("%d problems, want 3 (plain http, empty URL, TLS and client): %v", n, err)
+	}
+}
+
+// TestLeaseFailover: with three daemons, the producer talks to the first;
+// killed, it moves to the second and stays there while it works (the
+// third sees nothing); a second answering 503 moves it to the third. The
+// sets carry the same versions everywhere, as replicas serve them; each
+// move keeps the leases flowing.
+func TestLeaseFailover(t *testing.T) {
+	for _, tr := range []struct {
+		name string
+		t    LeaseTransport
+	}{{"long-poll", LongPoll}, {"sse", SSE}} {
+		t.Run(tr.name, func(t *testing.T) {
+			ds := []*fakeDaemon{newFakeDaemon(t), newFakeDaemon(t), newFakeDaemon(t)}
+			exp := time.Now().Add(time.Hour)
+			publish := func(v uint64, rate float64) {
+				for _, d := range ds {
+					d.set(leaseSet("svc-a", v, quotaproto.Lease{Topic: "orders", Rate: ptr(rate), Signal: "ok", Version: v, ExpiresAt: exp}))
+				}
+			}
+			publish(2, 10)
+			p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"},
+				Leases: LeaseConfig{URL: ds[0].srv.URL, URLs: []string{ds[1].srv.URL, ds[2].srv.URL, ds[0].srv.URL},
+					Transport: tr.t, ReportInterval: time.Hour, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}})
+			rate := func(r float64) func() bool {
+				return func() bool { q, _ := p.Quota("orders"); return q.FromLease && q.Rate == r }
+			}
+			eventually(t, 10*time.Second, "the first daemon's lease", rate(10))
+			if s := p.Stats(); s.LeaseURL != ds[0].srv.URL || ds[1].requests.Load()+ds[2].requests.Load() != 0 {
+				t.Fatalf("on %s, %d and %d requests to the others", s.LeaseURL, ds[1].requests.Load(), ds[2].requests.Load())
+			}
+
+			ds[0].kill()
+			publish(3, 20)
+			eventually(t, 10*time.Second, "the second daemon's lease", rate(20))
+			// Sticky: more sets come from the second; the third is never asked.
+			publish(4, 30)
+			eventually(t, 10*time.Second, "the next set from the second daemon", rate(30))
+			if s := p.Stats(); s.LeaseURL != ds[1].srv.URL || s.LeaseFailovers != 1 || ds[2].requests.Load() != 0 {
+				t.Fatalf("on %s after %d failovers, %d requests to the third", s.LeaseURL, s.LeaseFailovers, ds[2].requests.Load())
+			}
+
+			// The second answers 503 from now on (its open requests are
+			// cut): on to the third, which has a newer set.
+			ds[1].inject(1<<30, http.StatusServiceUnavailable, "1")
+			ds[2].set(leaseSet("svc-a", 5, quotaproto.Lease{Topic: "orders", Rate: ptr(40.0), Signal: "ok", Version: 5, ExpiresAt: exp}))
+			ds[1].srv.CloseClientConnections()
+			eventually(t, 10*time.Second, "the third daemon's lease", rate(40))
+			if s := p.Stats(); s.LeaseURL != ds[2].srv.URL {
+				t.Fatalf("on %s, want the third daemon", s.LeaseURL)
+			}
+		})
+	}
+}
+
+// TestLeaseFailoverAllDown: with every daemon down the producer keeps
+// its lease until it expires (fail-static) and tries them in turn with
+// backoff, never faster than the jittered pause.
+func TestLeaseFailoverAllDown(t *testing.T) {
+	ds := []*fakeDaemon{newFakeDaemon(t), newFakeDaemon(t)}
+	for _, d := range ds {
+		d.set(leaseSet("svc-a", 2, quotaproto.Lease{Topic: "orders", Rate: ptr(10.0), Signal: "ok", Version: 2, ExpiresAt: time.Now().Add(time.Hour)}))
+	}
+	p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"},
+		Leases: LeaseConfig{URLs: []string{ds[0].srv.URL, ds[1].srv.URL}, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}})
+	eventually(t, 10*time.Second, "the lease", func() bool { q, _ := p.Quota("orders"); return q.FromLease })
+	start := time.Now()
+	for _, d := range ds {
+		d.kill()
+	}
+	eventually(t, 10*time.Second, "both daemons tried", func() bool { return p.Stats().LeaseFailovers >= 2 })
+	eventually(t, 10*time.Second, "several rounds", func() bool { return p.Stats().LeaseErrors >= 10 })
+	// Two goroutines (reporter and watcher) each wait at least 5ms (half
+	// of MinBackoff) between requests, and at least the growing backoff
+	// after every round: 10 errors cannot come in less than ~25ms.
+	if el := time.Since(start); el < 25*time.Millisecond {
+		t.Fatalf("10 failed requests in %v: no backoff", el)
+	}
+	if q, _ := p.Quota("orders"); !q.FromLease || q.Rate != 10 {
+		t.Fatalf("lease lost while every daemon is down: %+v", q)
+	}
+}
