@@ -690,8 +690,8 @@ func (c Config) Warnings() []string {
 		out = append(out, "metrics.producerGrants: every producer's id and grant is on /metrics, which needs no token")
 	}
 	for i, p := range c.Quota.Policies {
-		if len(p.Producers) == 0 && !p.Unlisted.Refuses() {
-			out = append(out, fmt.Sprintf("quota.policies[%d].producers: policy %q lists nobody, so every producer of its topics is unlisted: the first %d per topic share it at SHEDDABLE and later ones are stopped; list the producers (and their criticality) it should serve",
+		if len(p.Producers) == 0 && p.Unlisted == (quota.Unlisted{}) {
+			out = append(out, fmt.Sprintf("quota.policies[%d].producers: policy %q lists nobody, so every producer of its topics is unlisted: the first %d per topic share it at SHEDDABLE and later ones are stopped; list the producers (and their criticality) it should serve, or set unlisted to say so",
 				i, p.Name, p.Unlisted.Limit()))
 		}
 	}

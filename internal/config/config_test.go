@@ -515,11 +515,12 @@ func TestOpenQuotaProtocol(t *testing.T) {
 		{"insecure broker TLS", "listen: 127.0.0.1:1\nkafka: [{cluster: k, brokers: ['127.0.0.1:9092'], tls: {enabled: true, insecureSkipVerify: true}}]\n", false, "kafka[0].tls.insecureSkipVerify"},
 		{"producer grants on /metrics", "listen: 127.0.0.1:1\nmetrics: {producerGrants: true}\n" + kafka, false, "metrics.producerGrants"},
 		// A policy that lists nobody serves only unlisted producers,
-		// 32 per topic; one that lists a producer, or refuses unlisted
-		// ones on purpose, says nothing.
+		// 32 per topic; one that lists a producer, or says what
+		// unlisted ones get, is not warned about.
 		{"a policy listing nobody", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s}]}\n" + kafka, false, `quota.policies[0].producers: policy "p" lists nobody`},
 		{"a policy listing a producer", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, producers: [{id: a}]}]}\n" + kafka, false, ""},
 		{"a policy refusing unlisted ids", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, unlisted: {admit: refuse}}]}\n" + kafka, false, ""},
+		{"a policy admitting 100 unlisted ids", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, unlisted: {max: 100}}]}\n" + kafka, false, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
