@@ -368,9 +368,30 @@ type control struct {
 // partTrack is what the controller remembers of one partition.
 type partTrack struct {
 	pos  int64 // consumed position (End - Lag)
-	late bool  // listed for avoidance
+	lag  int64
+	late bool // listed for avoidance
 	gen  uint64
+	// calm counts the observations in a row a listed partition was
+	// comfortably inside the deadline (see lateParts).
+	calm int
+	// rate is the partition's consume rate, msg/s, measured between two
+	// moves of its position while it had a backlog (0: not known); movePos
+	// and moveAt are its position and the time at its last move.
+	rate    float64
+	movePos int64
+	moveAt  time.Time
 }
+
+// avoidCalm is how many observations in a row a listed partition must be
+// comfortably inside the deadline (no backlog, or head and wait within
+// the target wait) before it is no longer avoided; avoidProbe is how many
+// it must, when the rate it was seen to consume at is below the share of
+// the produce rate it would get back, before it is tried again (its
+// consumer may have recovered, which nothing shows while it is avoided).
+const (
+	avoidCalm  = 3
+	avoidProbe = 30
+)
 
 // NewController returns a Controller, or the problems of cfg (see
 // [ControllerConfig.Validate]).
@@ -511,6 +532,13 @@ type reading struct {
 	// binding: the target was limited and the producers used the whole
 	// rate in force (at least bindRatio of it) during the interval.
 	binding bool
+	// avoid lists the partitions producers avoid (fewBad: they are few
+	// enough to write around); lateLag is their lag, which the target's
+	// backlog leaves out: producers that write around them add nothing
+	// to it, so the wait of a new message is the other partitions'.
+	avoid   []int32
+	fewBad  bool
+	lateLag float64
 }
 
 // measure reads st into v and updates the smoothed interval and capacity
@@ -546,6 +574,11 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 		v.since = commitAge(tc, st, v)
 	}
 	v.headAge, v.headKnown = max(st.HeadAge.Seconds()-v.since, 0), st.HeadAgeKnown
+	v.avoid, v.fewBad = c.lateParts(tc, st, p, v)
+	for _, id := range v.avoid {
+		v.lateLag += float64(tc.parts[id].lag)
+	}
+	v.lag = max(v.lag-v.lateLag, 0)
 	v.capacity = tc.capacity
 	if v.measured {
 		c.estimateCapacity(tc, st, p, v)
@@ -809,7 +842,7 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 // retry-after, the partitions to avoid, the rule and the reason.
 func (c *Controller) signal(tc *control, d *Decision, st *lag.State, p *Policy, v *reading, rule Rule, reason string) {
 	proc := p.ProcessingTime.Seconds()
-	avoid, fewBad := c.lateParts(tc, st, p, v)
+	avoid, fewBad := v.avoid, v.fewBad
 	// Hard age: stop when a new message would be dead on arrival or the
 	// head is past it (unless only a few partitions are); once stopped,
 	// stay stopped until both the head is under the hard age and a new
@@ -850,7 +883,7 @@ func (c *Controller) signal(tc *control, d *Decision, st *lag.State, p *Policy, 
 		}
 	}
 	if len(avoid) > 0 {
-		reason += fmt.Sprintf("; partitions %v late (head older than %s or wait over budget)", avoid, p.MaxAge)
+		reason += fmt.Sprintf("; partitions %v late (head older than %s or wait over budget; their lag of %.0f left out of the wait, producers write around them)", avoid, p.MaxAge, v.lateLag)
 	}
 	d.Rule, d.Reason = rule, reason
 }
@@ -871,12 +904,17 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 // lateParts returns the partitions producers should avoid: those with lag
 // whose head is older than MaxAge, or whose predicted wait (lag over the
 // partition's own consume rate in the last interval) reaches the budget
-// while the head is past the target wait; once listed, a partition stays
-// listed until its wait is back to the target wait and its head under
-// MaxAge (hysteresis, so that producers writing around it do not flap). The
-// list is returned only while it holds fewer than AvoidBelow of the
-// partitions (and there are at least two): "a few lag, most are fine";
-// fewBad reports that.
+// while the head is past the target wait. The list is returned only while
+// it holds fewer than AvoidBelow of the partitions (and there are at least
+// two): "a few lag, most are fine"; fewBad reports that.
+//
+// Once listed, a partition stays listed (hysteresis: a partition freed at
+// its first empty sample is refilled at once by producers' sticky
+// partitioners, by a whole batch) until it was comfortably inside the
+// deadline (no backlog, or its head and wait within the target wait) for
+// avoidCalm observations in a row, and, when the rate its consumer was
+// seen to drain it at is below the share of the produce rate it would get
+// back, for avoidProbe observations.
 //
 // Head ages are taken at the commit (less v.since), as for the target.
 func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading) (late []int32, fewBad bool) {
@@ -885,27 +923,53 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 	if tc.parts == nil {
 		tc.parts = make(map[int32]partTrack, len(st.Partitions))
 	}
+	listed := 0
+	for _, pt := range tc.parts {
+		if pt.late {
+			listed++
+		}
+	}
+	// The share of the produce rate a partition freed would get.
+	share := v.produced / float64(max(len(st.Partitions)-listed+1, 1))
 	tc.gen++
 	for _, ps := range st.Partitions {
 		pos := ps.End - ps.Lag
 		pt, had := tc.parts[ps.Partition]
 		head := max(ps.HeadAge.Seconds()-v.since, 0)
-		isLate := false
-		if ps.Lag > 0 {
-			wait := -1.0 // unknown
-			if had && havePrev && dt > 0 && !ps.Stale {
-				if r := float64(pos-pt.pos) / dt; r > 0 {
-					wait = float64(ps.Lag) / r
-				} else {
-					wait = math.Inf(1)
-				}
+		next := partTrack{pos: pos, lag: ps.Lag, gen: tc.gen, rate: pt.rate, movePos: pt.movePos, moveAt: pt.moveAt}
+		switch {
+		case !had || ps.Stale:
+			next.movePos, next.moveAt = pos, st.At
+		case pos != pt.movePos:
+			// Moved: if it had a backlog all along, it drained at its
+			// capacity since the last move.
+			if pt.lag > 0 && ps.Lag > 0 && st.At.After(pt.moveAt) && !pt.moveAt.IsZero() {
+				next.rate = float64(pos-pt.movePos) / st.At.Sub(pt.moveAt).Seconds()
 			}
-			isLate = head > p.MaxAge.Seconds() || (wait >= budget && head > setWait)
-			if pt.late && !isLate {
-				isLate = wait < 0 || wait > setWait
+			next.movePos, next.moveAt = pos, st.At
+		}
+		wait := -1.0 // unknown
+		if ps.Lag > 0 && had && havePrev && dt > 0 && !ps.Stale {
+			if r := float64(pos-pt.pos) / dt; r > 0 {
+				wait = float64(ps.Lag) / r
+			} else {
+				wait = math.Inf(1)
 			}
 		}
-		tc.parts[ps.Partition] = partTrack{pos: pos, late: isLate, gen: tc.gen}
+		isLate := ps.Lag > 0 && (head > p.MaxAge.Seconds() || (wait >= budget && head > setWait))
+		if pt.late && !isLate {
+			comfortable := ps.Lag <= 0 || (head <= setWait && wait >= 0 && wait <= setWait)
+			if comfortable {
+				next.calm = pt.calm + 1
+			}
+			slow := next.rate > 0 && next.rate < share
+			isLate = next.calm < avoidCalm || (slow && next.calm < avoidProbe)
+		}
+		next.late = isLate
+		if !isLate {
+			next.calm = 0
+		}
+		tc.parts[ps.Partition] = next
 		if isLate {
 			late = append(late, ps.Partition)
 		}
