@@ -2,15 +2,23 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lagbridge/lagbridge/internal/app"
+	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/dashboard/chromium"
 	"github.com/lagbridge/lagbridge/internal/demo"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/internal/servertls"
+	"github.com/lagbridge/lagbridge/internal/testpki"
+	"github.com/lagbridge/lagbridge/producerclient"
 )
 
 // TestDashboardReadToken: with a read token configured, the daemon's read
@@ -81,5 +89,77 @@ func TestDashboardReadToken(t *testing.T) {
 	}
 	for _, p := range br.Problems() {
 		t.Errorf("page problem: %s", p)
+	}
+}
+
+// TestSDKOverTLS: the daemon serves HTTPS and requires client
+// certificates signed by its CA, with producer tokens; the producer SDK,
+// given an HTTP client with the test CA and a client certificate, streams
+// its leases over TLS, and an admin reading /v1/quotas over TLS sees it.
+func TestSDKOverTLS(t *testing.T) {
+	const producer, admin = "producer-token-over-tls-01", "admin-token-over-tls-0123"
+	b, err := demo.StartBrokers(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, "lagbridge-test-ca")
+	cert, key := ca.Leaf(t, "lagbridge", true)
+	ccert, ckey := ca.Leaf(t, "svc-tls", false)
+	pair, err := tls.X509KeyPair(ccert, ckey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := demo.Config(b, "127.0.0.1:0", 250*time.Millisecond)
+	cfg.TLS = servertls.Config{CertFile: testpki.Write(t, dir, "tls.crt", cert), KeyFile: testpki.Write(t, dir, "tls.key", key),
+		ClientCAFile: testpki.Write(t, dir, "ca.crt", ca.PEM), ClientAuth: servertls.ClientAuthRequire}
+	cfg.Quota.Auth = quotaserver.Auth{Tokens: []quotaserver.Token{{Token: producer, Producers: []string{"svc-tls"}}}, AdminTokens: []string{admin}}
+	cfg.Log = config.Log{Level: "info", Format: "text"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := app.New(ctx, cfg, testLogger(t))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon stopped with %v", err)
+		}
+	})
+	base := "https://" + a.Addr()
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: ca.Pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}}
+	t.Cleanup(hc.CloseIdleConnections)
+
+	kp, err := producerclient.NewKafka(client(t, b.KafkaAddrs()[0], producerclient.KafkaClientOpts(nil)...), producerclient.Config{
+		Producer: "svc-tls", Topics: []string{demo.KafkaTopic},
+		Leases: producerclient.LeaseConfig{URL: base, Token: producer, Transport: producerclient.SSE, HTTPClient: hc}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kp.Close() })
+	poll(t, 30*time.Second, func() (bool, string) {
+		q, ok := kp.Quota(demo.KafkaTopic)
+		return ok && q.FromLease, fmt.Sprintf("no lease from the daemon yet: %+v", q)
+	})
+	req, _ := http.NewRequest("GET", base+"/v1/quotas", nil)
+	req.Header.Set("Authorization", "Bearer "+admin)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var q struct {
+		Producers []struct{ Producer string } `json:"producers"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&q); err != nil || resp.StatusCode != 200 || len(q.Producers) != 1 || q.Producers[0].Producer != "svc-tls" {
+		t.Fatalf("/v1/quotas over TLS: %d %v %+v", resp.StatusCode, err, q)
 	}
 }
