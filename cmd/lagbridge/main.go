@@ -33,6 +33,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/console"
 	"github.com/lagbridge/lagbridge/internal/demo"
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
 )
 
 const usage = `lagbridge restores backpressure across message brokers.
@@ -138,8 +139,28 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintf(stdout, "warning: %s\n", w)
 	}
-	fmt.Fprintf(stdout, "config ok: %d kafka and %d nats cluster(s), interval %s, listen %s\n", len(cfg.Kafka), len(cfg.NATS), cfg.Interval, cfg.Listen)
+	fmt.Fprintf(stdout, "config ok: %d kafka and %d nats cluster(s), interval %s, listen %s (%s)\n", len(cfg.Kafka), len(cfg.NATS), cfg.Interval, cfg.Listen, exposure(cfg))
 	return 0
+}
+
+// exposure says in a few words how the daemon is reached and what the
+// quota protocol asks of a caller.
+func exposure(cfg config.Config) string {
+	scheme := "http"
+	if cfg.TLS.Enabled() {
+		scheme = "https"
+		if cfg.TLS.ClientCAFile != "" {
+			scheme += " with client certificates"
+		}
+	}
+	switch a := cfg.Quota.Auth; {
+	case !a.Open():
+		return scheme + ", quota protocol with tokens"
+	case a.Mode == quotaserver.AuthNone:
+		return scheme + ", quota protocol open (quota.auth.mode: none)"
+	default:
+		return scheme + ", quota protocol open on loopback only"
+	}
 }
 
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {

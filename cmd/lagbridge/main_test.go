@@ -144,7 +144,8 @@ metrics: {producerGrants: true}
 	if code != 0 {
 		t.Fatalf("risky but valid: exit %d\n%s", code, stderr)
 	}
-	for _, want := range []string{"warning: kafka[0].tls.insecureSkipVerify", "warning: quota.auth.mode: none on :9464", "warning: metrics.producerGrants", "config ok"} {
+	for _, want := range []string{"warning: kafka[0].tls.insecureSkipVerify", "warning: quota.auth.mode: none on :9464", "warning: metrics.producerGrants",
+		"config ok", "listen :9464 (http, quota protocol open (quota.auth.mode: none))"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("missing %q in:\n%s", want, stdout)
 		}
