@@ -215,4 +215,21 @@ func TestPolicyHelpers(t *testing.T) {
 	if _, ok := p.Producer("c"); ok {
 		t.Error("found c")
 	}
+	// A policy from Policies finds its producers through an index, with
+	// the same answers.
+	p.Name = "p"
+	ps, err := NewPolicies([]Policy{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, _ := ps.ByName("p")
+	if cp.index == nil {
+		t.Fatal("no index")
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		want, wantOK := p.Producer(id)
+		if got, ok := cp.Producer(id); got != want || ok != wantOK {
+			t.Errorf("%s: %v %v, want %v %v", id, got, ok, want, wantOK)
+		}
+	}
 }
