@@ -449,7 +449,11 @@ func (b *LeaseBook) Join(r Report, d Decision, p Policy, now time.Time) (Lease, 
 		return copyLease(m.lease), changed, nil
 	}
 	if m.lease == nil || m.lease.Refused {
-		next := b.share(r.Producer, r.Topic, d, m.state == admittedMember, r.Criticality, p, Unlimited)
+		crit := Sheddable
+		if s, ok := p.Producer(r.Producer); ok {
+			crit = s.Criticality
+		}
+		next := b.share(r.Producer, r.Topic, d, m.state == admittedMember, crit, p, Unlimited)
 		if !math.IsInf(d.Rate, 1) {
 			next.Rate, next.Burst = 0, 0
 			if next.Signal != SignalStop {

@@ -182,6 +182,12 @@ func TestJoinBoundedWork(t *testing.T) {
 	if got["a"] != 10 || got["b"] != 40 || got["c"] != 40 {
 		t.Fatalf("after the cycle: %v", got)
 	}
+	// A listed newcomer's provisional lease carries its policy's class.
+	p.Producers = []ProducerSpec{{ID: "vip", Criticality: CriticalPlus}}
+	v, _, _ := b.Join(Report{Producer: "vip", Topic: ordersT, Criticality: Sheddable, Demand: 5}, d, p, leaseT0.Add(time.Second))
+	if v.Criticality != CriticalPlus || v.Unlisted || v.Rate != 0 {
+		t.Fatalf("listed newcomer: %+v", v)
+	}
 	// An unlimited topic needs no allocation: a newcomer is unlimited.
 	u, _, _ := b.Join(Report{Producer: "d", Topic: ordersT, Demand: 5}, decision(Unlimited, SignalOK), p, leaseT0.Add(time.Second))
 	if !u.IsUnlimited() || u.Reason != "" {
