@@ -113,10 +113,11 @@ func runCadence(tb testing.TB, interval, commit time.Duration, offered float64) 
 // the head age stays under MaxAge in steady overload, goodput in the slow
 // phase is >= 95% of the consumer's 400 msg/s, and once capacity has
 // returned (plus one commit interval and two observations) producers get
-// >= 95% of their offer. With 5 s commits an observer of commits is blind
-// for up to a commit interval: the excess admitted after the drop stays
-// within 1.2x of (rate before - 400) x (commit interval + interval), and
-// goodput in the slow phase is >= 60%. The figures are logged.
+// >= 99% of their offer (issue 12: no false throttling). With 5 s commits
+// an observer of commits is blind for up to a commit interval: the excess
+// admitted after the drop stays within 1.2x of (rate before - 400) x
+// (commit interval + interval), and goodput in the slow phase is >= 60%.
+// The figures are logged.
 func TestSimCommitCadence(t *testing.T) {
 	for _, iv := range []time.Duration{250 * time.Millisecond, time.Second} {
 		for _, ci := range []time.Duration{250 * time.Millisecond, 5 * time.Second} {
@@ -147,8 +148,8 @@ func TestSimCommitCadence(t *testing.T) {
 					if f.slowGoodput < 0.95 {
 						t.Errorf("slow-phase goodput %.0f%%, want >= 95%%", 100*f.slowGoodput)
 					}
-					if f.spareAfter < 0.95 {
-						t.Errorf("after the recovery producers got %.1f%% of their offer, want >= 95%%", 100*f.spareAfter)
+					if f.spareAfter < 0.99 {
+						t.Errorf("after the recovery producers got %.1f%% of their offer, want >= 99%%", 100*f.spareAfter)
 					}
 				})
 			}

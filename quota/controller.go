@@ -361,9 +361,16 @@ type control struct {
 	release     int // consecutive observations with the rate unused
 	// hardStopped: the last decision was a stop for hard age.
 	hardStopped bool
-	parts       map[int32]partTrack
-	gen         uint64
+	// prevMove is what the previous move of a position read from commits
+	// measured (see consumption).
+	prevMove moveWindow
+	parts    map[int32]partTrack
+	gen      uint64
 }
+
+// moveWindow is what one move of the position measured: messages consumed
+// and produced over its span (seconds).
+type moveWindow struct{ msgs, produced, span float64 }
 
 // partTrack is what the controller remembers of one partition.
 type partTrack struct {
@@ -670,6 +677,28 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	case moved:
 		v.consumed, v.span = st.ConsumeRateInstant*v.dt/span, span
 		tc.moveAt, tc.spanProduced = st.At, 0
+		if cadence > 0 && (st.Source == "" || st.Source == lag.SourceCommits) {
+			// Commits about as often as observations: one interval
+			// holds a commit's worth more or less than was consumed in
+			// it (a 250 ms cadence read every 250 ms reads half its
+			// rate, then one and a half). A low reading while the head
+			// shows no queue (its age at most the engage wait) is that,
+			// not a slower consumer: it is measured over this move and
+			// the one before, which span at least two commits. A low
+			// reading with a queue is believed (a capacity drop must be
+			// seen at once).
+			own := moveWindow{msgs: v.consumed * span, produced: produced, span: span}
+			if w := tc.prevMove; w.span > 0 && st.HeadAge.Seconds() <= v.engageWait {
+				if avg := (own.msgs + w.msgs) / (span + w.span); avg > v.consumed {
+					span += w.span
+					v.consumed, v.span = avg, span
+					produced += w.produced
+				}
+			}
+			tc.prevMove = own
+		} else {
+			tc.prevMove = moveWindow{}
+		}
 	case span > 1.5*cadence+v.dt:
 		// Overdue: the consumer consumed nothing that it committed.
 		v.consumed, v.span, tc.spanProduced = 0, span, produced
