@@ -71,7 +71,7 @@ func BenchmarkObserve(b *testing.B) {
 	}
 }
 
-func benchCluster(b *testing.B, topics int, partitions int32, groups int) (*Observer, interface{ Load() int64 }) {
+func benchCluster(b testing.TB, topics int, partitions int32, groups int) (*Observer, interface{ Load() int64 }) {
 	b.Helper()
 	start := time.Now()
 	c := newCluster(b, kfake.NumBrokers(3))

@@ -58,6 +58,11 @@ type Observer struct {
 	starve map[tpKey]uint32
 	// pending is the head-need buffer, reused from cycle to cycle.
 	pending []pendingHead
+	// offsets holds the committed offsets of the last cycle's groups,
+	// refilled in place by fetchOffsets; offsetReqs the OffsetFetch
+	// request of each coordinator, rebuilt in place.
+	offsets    map[string]*groupOffsets
+	offsetReqs map[int32]*offsetFetchReq
 	// lastMeta is the broker that last answered Metadata, brokerIDs the
 	// brokers it listed.
 	lastMeta  int32
@@ -115,6 +120,8 @@ func New(cfg Config, opts ...kgo.Opt) (*Observer, error) {
 		decompressor: kgo.DefaultDecompressor(),
 		heads:        make(map[string]*topicHeads),
 		known:        make(map[string]knownGroup),
+		offsets:      make(map[string]*groupOffsets),
+		offsetReqs:   make(map[int32]*offsetFetchReq),
 	}, nil
 }
 
@@ -266,7 +273,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 	if len(all) > 0 {
 		var classicInfo, consumerInfo map[string]groupInfo
 		o.phase(ctx,
-			func(ctx context.Context) { fetched = o.fetchOffsets(ctx, all, topics, byID) },
+			func(ctx context.Context) { fetched = o.fetchOffsets(ctx, all, listed, topics, byID) },
 			func(ctx context.Context) { classicInfo = o.describeClassic(ctx, classic) },
 			func(ctx context.Context) { consumerInfo = o.describeConsumer(ctx, consumer, byID) },
 		)
@@ -476,86 +483,6 @@ type pair struct {
 	topic   *topicInfo
 	offsets *topicOffsets // nil: no commit on this topic
 	heads   [][]headEntry // the head cache of the topic, by partition
-}
-
-// groupOffsets is one group's OffsetFetch answer.
-type groupOffsets struct {
-	err    string // the whole group failed
-	topics map[string]*topicOffsets
-}
-
-// topicOffsets holds a group's commits on one topic, by partition.
-type topicOffsets struct {
-	committed []int64          // -1: no commit
-	errs      map[int32]string // per-partition errors, usually nil
-}
-
-// fetchOffsets reads the committed offsets of groups with one OffsetFetch
-// per coordinator (kgo shards the multi-group request), decoding straight
-// into slices rather than kadm's maps: at a thousand groups this is the
-// largest response of the cycle.
-func (o *Observer) fetchOffsets(ctx context.Context, groups []string, topics map[string]*topicInfo, byID map[[16]byte]*topicInfo) map[string]*groupOffsets {
-	out := make(map[string]*groupOffsets, len(groups))
-	req := kmsg.NewPtrOffsetFetchRequest()
-	for _, g := range groups {
-		rg := kmsg.NewOffsetFetchRequestGroup()
-		rg.Group = g
-		req.Groups = append(req.Groups, rg)
-	}
-	for _, sh := range o.cl.RequestSharded(ctx, req) {
-		failAll := func(why string) {
-			for _, g := range sh.Req.(*kmsg.OffsetFetchRequest).Groups {
-				out[g.Group] = &groupOffsets{err: why}
-			}
-		}
-		if sh.Err != nil {
-			failAll(brokerErr(sh.Meta.NodeID, sh.Err))
-			continue
-		}
-		resp := sh.Resp.(*kmsg.OffsetFetchResponse)
-		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-			failAll(brokerErr(sh.Meta.NodeID, err))
-			continue
-		}
-		for gi := range resp.Groups {
-			rg := &resp.Groups[gi]
-			if err := kerr.ErrorForCode(rg.ErrorCode); err != nil {
-				out[rg.Group] = &groupOffsets{err: err.Error()}
-				continue
-			}
-			gofs := &groupOffsets{topics: make(map[string]*topicOffsets, len(rg.Topics))}
-			out[rg.Group] = gofs
-			for ti := range rg.Topics {
-				rt := &rg.Topics[ti]
-				info := topics[rt.Topic]
-				if info == nil {
-					info = byID[rt.TopicID]
-				}
-				if info == nil || !info.watched {
-					continue
-				}
-				tofs := &topicOffsets{committed: make([]int64, len(info.parts))}
-				for i := range tofs.committed {
-					tofs.committed[i] = -1
-				}
-				for _, rp := range rt.Partitions {
-					if rp.Partition < 0 || int(rp.Partition) >= len(tofs.committed) {
-						continue
-					}
-					if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-						if tofs.errs == nil {
-							tofs.errs = map[int32]string{}
-						}
-						tofs.errs[rp.Partition] = err.Error()
-						continue
-					}
-					tofs.committed[rp.Partition] = max(rp.Offset, -1)
-				}
-				gofs.topics[info.name] = tofs
-			}
-		}
-	}
-	return out
 }
 
 func appendStaleGroup(out []lag.Sample, cluster, group string, kg knownGroup, why string) []lag.Sample {

@@ -1,0 +1,127 @@
+package kafka
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// offsetFetchBody encodes resp as a broker would (kmsg's encoder), without
+// the response header.
+func offsetFetchBody(tb testing.TB, version int16) []byte {
+	tb.Helper()
+	meta := "m"
+	resp := kmsg.NewOffsetFetchResponse()
+	resp.Version = version
+	resp.ThrottleMillis = 7
+	for g, name := range []string{"g1", "g2"} {
+		rg := kmsg.NewOffsetFetchResponseGroup()
+		rg.Group = name
+		if g == 1 {
+			rg.ErrorCode = 16 // NOT_COORDINATOR
+		}
+		rt := kmsg.NewOffsetFetchResponseGroupTopic()
+		rt.Topic = "orders"
+		rt.TopicID = [16]byte{1, 2, 3}
+		for p := range int32(3) {
+			rp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
+			rp.Partition = p
+			rp.Offset = int64(100 + p)
+			rp.LeaderEpoch = 4
+			rp.Metadata = &meta
+			if p == 2 {
+				rp.ErrorCode = 3 // UNKNOWN_TOPIC_OR_PARTITION
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		rg.Topics = append(rg.Topics, rt)
+		resp.Groups = append(resp.Groups, rg)
+	}
+	return resp.AppendTo(nil)
+}
+
+func TestOffsetFetchDecode(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		version int16
+	}{
+		{"v8 topic names", 8},
+		{"v9 topic names", 9},
+		{"v10 topic ids", 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := offsetFetchBody(t, tc.version)
+			// Decode twice into the same answer: the second reuses it.
+			into := new(offsetsAnswer)
+			for range 2 {
+				r := &offsetFetchResp{into: into}
+				r.Version = tc.version
+				if err := r.ReadFrom(body); err != nil {
+					t.Fatal(err)
+				}
+				if r.ThrottleMillis != 7 {
+					t.Errorf("throttle %d, want 7", r.ThrottleMillis)
+				}
+			}
+			if len(into.groups) != 2 || into.groups[0].name != "g1" || into.groups[1].name != "g2" {
+				t.Fatalf("groups %+v", into.groups)
+			}
+			if g := into.groups[1]; !moved(g.code) {
+				t.Errorf("g2 code %d, want NOT_COORDINATOR", g.code)
+			}
+			tp := into.groups[0].topics
+			if len(tp) != 1 {
+				t.Fatalf("topics %+v", tp)
+			}
+			if tc.version >= 10 {
+				if tp[0].id != ([16]byte{1, 2, 3}) || tp[0].name != "" {
+					t.Errorf("v%d topic %q %v, want the id only", tc.version, tp[0].name, tp[0].id)
+				}
+			} else if tp[0].name != "orders" || tp[0].id != ([16]byte{}) {
+				t.Errorf("v%d topic %q %v, want the name only", tc.version, tp[0].name, tp[0].id)
+			}
+			want := []answerPart{{0, 100, 0}, {1, 101, 0}, {2, 102, 3}}
+			if len(tp[0].parts) != len(want) {
+				t.Fatalf("parts %+v, want %+v", tp[0].parts, want)
+			}
+			for i := range want {
+				if tp[0].parts[i] != want[i] {
+					t.Errorf("part %d %+v, want %+v", i, tp[0].parts[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+// A broker's answer cut short or lying about its lengths is an error, never
+// a panic or a huge allocation.
+func TestOffsetFetchDecodeMalformed(t *testing.T) {
+	body := offsetFetchBody(t, 10)
+	for n := range len(body) - 1 {
+		r := &offsetFetchResp{into: new(offsetsAnswer)}
+		r.Version = 10
+		if err := r.ReadFrom(body[:n]); !errors.Is(err, errMalformedOffsetFetch) {
+			t.Fatalf("truncated at %d of %d: err %v, want malformed", n, len(body), err)
+		}
+		if len(r.into.groups) != 0 {
+			t.Fatalf("truncated at %d: kept %d groups", n, len(r.into.groups))
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{
+		{"group count past the body", []byte{0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, 0}},
+		{"string length past the body", []byte{0, 0, 0, 0, 2, 0xff, 0x7f, 'g'}},
+		{"unterminated varint", []byte{0, 0, 0, 0, 0x80, 0x80}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &offsetFetchResp{into: new(offsetsAnswer)}
+			r.Version = 8
+			if err := r.ReadFrom(tc.body); !errors.Is(err, errMalformedOffsetFetch) {
+				t.Fatalf("err %v, want malformed", err)
+			}
+		})
+	}
+}
