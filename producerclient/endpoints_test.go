@@ -1,17 +1,10 @@
 package producerclient
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
 	"log"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,95 +12,31 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lagbridge/lagbridge/internal/testpki"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
 
-// testCA is a certificate authority made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newTestCA(tb testing.TB) *testCA {
-	tb.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "lagbridge test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue returns a certificate signed by the CA for the DNS names given
-// (a server certificate when names are given, else a client one), and
-// its PEM files in dir.
-func (ca *testCA) issue(tb testing.TB, dir, name string, names ...string) (tls.Certificate, string, string) {
-	tb.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: names,
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	if len(names) > 0 {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
-	certFile, keyFile := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	for f, b := range map[string][]byte{certFile: certPEM, keyFile: keyPEM} {
-		if err := os.WriteFile(f, b, 0o600); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return pair, certFile, keyFile
-}
-
 // TestLeaseTLS: the lease client reaches a daemon over HTTPS verified by
-// a CA of the test's own (LoadTLS from PEM files), presents its client
+// a CA made in the test (LoadTLS from PEM files), presents its client
 // certificate to a daemon that requires one, and checks the daemon's
-// name (ServerName); each missing piece fails the connection, counted
-// as a lease error, and no lease applies.
+// certificate against ServerName when set; each missing piece fails the
+// connection, counted as a lease error, and no lease applies.
 func TestLeaseTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := newTestCA(t)
-	caFile := filepath.Join(dir, "ca.crt")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+	ca := testpki.NewCA(t, "lagbridge test CA")
+	caFile := testpki.Write(t, dir, "ca.crt", ca.PEM)
+	// The daemon's certificate names 127.0.0.1 and localhost.
+	scert, skey := ca.Leaf(t, "daemon", true)
+	serverCert, err := tls.X509KeyPair(scert, skey)
+	if err != nil {
 		t.Fatal(err)
 	}
-	// The daemon's certificate names lagbridge.test only, not 127.0.0.1.
-	serverCert, _, _ := ca.issue(t, dir, "daemon", "lagbridge.test")
-	_, clientCert, clientKey := ca.issue(t, dir, "svc-a")
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	ccert, ckey := ca.Leaf(t, "svc-a", false)
+	clientCert, clientKey := testpki.Write(t, dir, "client.crt", ccert), testpki.Write(t, dir, "client.key", ckey)
 	d := newFakeDaemonOn(t, func(h http.Handler) *httptest.Server {
 		s := httptest.NewUnstartedServer(h)
 		s.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
-		s.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool, MinVersion: tls.VersionTLS12}
+		s.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool, MinVersion: tls.VersionTLS12}
 		s.StartTLS()
 		return s
 	})
@@ -126,15 +55,17 @@ func TestLeaseTLS(t *testing.T) {
 		tls  func(t *testing.T) *tls.Config
 		ok   bool
 	}{
-		// CA, client certificate and server name: leases flow.
-		{"mTLS", func(t *testing.T) *tls.Config { return load(t, caFile, clientCert, clientKey, "lagbridge.test") }, true},
+		// CA and client certificate: leases flow.
+		{"mTLS", func(t *testing.T) *tls.Config { return load(t, caFile, clientCert, clientKey, "") }, true},
+		// A server name other than the URL's host that the certificate
+		// carries.
+		{"server name", func(t *testing.T) *tls.Config { return load(t, caFile, clientCert, clientKey, "localhost") }, true},
 		// No client certificate: the daemon refuses the handshake.
-		{"no client certificate", func(t *testing.T) *tls.Config { return load(t, caFile, "", "", "lagbridge.test") }, false},
+		{"no client certificate", func(t *testing.T) *tls.Config { return load(t, caFile, "", "", "") }, false},
 		// The system roots do not know the test CA.
-		{"system roots", func(t *testing.T) *tls.Config { return load(t, "", clientCert, clientKey, "lagbridge.test") }, false},
-		// Without ServerName the URL's 127.0.0.1 is checked, and the
-		// certificate does not name it.
-		{"wrong server name", func(t *testing.T) *tls.Config { return load(t, caFile, clientCert, clientKey, "") }, false},
+		{"system roots", func(t *testing.T) *tls.Config { return load(t, "", clientCert, clientKey, "") }, false},
+		// The server name is what the certificate is checked against.
+		{"wrong server name", func(t *testing.T) *tls.Config { return load(t, caFile, clientCert, clientKey, "lagbridge.invalid") }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"},
@@ -170,11 +101,6 @@ func TestLeaseTLSConfigErrors(t *testing.T) {
 		}},
 		// A certificate without its key.
 		{"cert without key", func() error { _, err := LoadTLS("", filepath.Join(dir, "c.crt"), ""); return err }},
-		// TLS with a plain-http URL, and TLS with an HTTP client.
-		{"TLS with http and a client", func() error {
-			return Config{Producer: "p", Leases: LeaseConfig{URL: "http://lagbridge:9464", URLs: []string{"https://b:9464", ""},
-				TLS: &tls.Config{}, HTTPClient: http.DefaultClient}}.Validate()
-		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.load(); !errors.Is(err, ErrInvalidOption) {
@@ -182,8 +108,13 @@ func TestLeaseTLSConfigErrors(t *testing.T) {
 			}
 		})
 	}
+	// TLS with a plain-http URL, an empty URL, and TLS with an HTTP
+	// client: three problems, reported together.
 	err := Config{Producer: "p", Leases: LeaseConfig{URL: "http://lagbridge:9464", URLs: []string{"https://b:9464", ""},
 		TLS: &tls.Config{}, HTTPClient: http.DefaultClient}}.Validate()
+	if !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("got %v, want ErrInvalidOption", err)
+	}
 	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 3 {
 		t.Fatalf("%d problems, want 3 (plain http, empty URL, TLS and client): %v", n, err)
 	}

@@ -398,6 +398,9 @@ func TestKafkaInFlightCap(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
+	// The slot goes back just after the callback ran (so that Flush
+	// returns after the callbacks).
+	eventually(t, 5*time.Second, "the first record's slot back", func() bool { return p.Stats().Topics["orders"].InFlight == 0 })
 	if err := p.Produce(context.Background(), &kgo.Record{Topic: "orders"}); err != nil {
 		t.Fatalf("after the first completed: %v", err)
 	}
