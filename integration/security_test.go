@@ -94,8 +94,9 @@ func TestDashboardReadToken(t *testing.T) {
 
 // TestSDKOverTLS: the daemon serves HTTPS and requires client
 // certificates signed by its CA, with producer tokens; the producer SDK,
-// given an HTTP client with the test CA and a client certificate, streams
-// its leases over TLS, and an admin reading /v1/quotas over TLS sees it.
+// given the test CA and a client certificate as PEM files
+// (producerclient.LoadTLS), streams its leases over TLS, and an admin
+// reading /v1/quotas over TLS sees it.
 func TestSDKOverTLS(t *testing.T) {
 	const producer, admin = "producer-token-over-tls-01", "admin-token-over-tls-0123"
 	b, err := demo.StartBrokers(t.TempDir())
@@ -111,6 +112,7 @@ func TestSDKOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	certFile, keyFile := testpki.Write(t, dir, "client.crt", ccert), testpki.Write(t, dir, "client.key", ckey)
 	cfg := demo.Config(b, "127.0.0.1:0", 250*time.Millisecond)
 	cfg.TLS = servertls.Config{CertFile: testpki.Write(t, dir, "tls.crt", cert), KeyFile: testpki.Write(t, dir, "tls.key", key),
 		ClientCAFile: testpki.Write(t, dir, "ca.crt", ca.PEM), ClientAuth: servertls.ClientAuthRequire}
@@ -138,9 +140,13 @@ func TestSDKOverTLS(t *testing.T) {
 		TLSClientConfig: &tls.Config{RootCAs: ca.Pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}}
 	t.Cleanup(hc.CloseIdleConnections)
 
+	sdkTLS, err := producerclient.LoadTLS(cfg.TLS.ClientCAFile, certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	kp, err := producerclient.NewKafka(client(t, b.KafkaAddrs()[0], producerclient.KafkaClientOpts(nil)...), producerclient.Config{
 		Producer: "svc-tls", Topics: []string{demo.KafkaTopic},
-		Leases: producerclient.LeaseConfig{URL: base, Token: producer, Transport: producerclient.SSE, HTTPClient: hc}})
+		Leases: producerclient.LeaseConfig{URL: base, Token: producer, Transport: producerclient.SSE, TLS: sdkTLS}})
 	if err != nil {
 		t.Fatal(err)
 	}
