@@ -665,15 +665,17 @@ func (b *LeaseBook) Apply(d Decision, p Policy, now time.Time) []Lease {
 		}
 	}
 	var silent []ProducerSpec
+	isSilent := map[string]bool{}
 	if p.KafkaClientQuota && topic.Kind == lag.KindKafka {
 		for _, s := range p.Producers {
 			if tb.members[s.ID] == nil || tb.members[s.ID].state != listedMember {
 				silent = append(silent, s)
+				isSilent[s.ID] = true
 			}
 		}
 	}
 	for id := range tb.silent {
-		if !slices.ContainsFunc(silent, func(s ProducerSpec) bool { return s.ID == id }) {
+		if !isSilent[id] {
 			delete(tb.silent, id)
 		}
 	}
