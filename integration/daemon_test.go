@@ -25,16 +25,10 @@ import (
 	"github.com/lagbridge/lagbridge/lag"
 )
 
-// startApp runs the daemon for cfg until the test ends and returns its base
-// URL once /readyz answers 200.
-func startApp(tb testing.TB, cfg config.Config) string {
+// runApp validates cfg and runs the daemon until the test ends; it returns
+// the address the daemon listens on (cfg.Listen as bound), at once.
+func runApp(tb testing.TB, cfg config.Config) string {
 	tb.Helper()
-	cfg.Listen = "127.0.0.1:0"
-	if cfg.Interval == 0 {
-		cfg.Interval = 250 * time.Millisecond
-	}
-	cfg.ShutdownTimeout = 5 * time.Second
-	cfg.Log = config.Log{Level: "info", Format: "text"}
 	if err := cfg.Validate(); err != nil {
 		tb.Fatal(err)
 	}
@@ -52,7 +46,20 @@ func startApp(tb testing.TB, cfg config.Config) string {
 			tb.Errorf("daemon stopped with %v", err)
 		}
 	})
-	base := "http://" + a.Addr()
+	return a.Addr()
+}
+
+// startApp runs the daemon for cfg until the test ends and returns its base
+// URL once /readyz answers 200.
+func startApp(tb testing.TB, cfg config.Config) string {
+	tb.Helper()
+	cfg.Listen = "127.0.0.1:0"
+	if cfg.Interval == 0 {
+		cfg.Interval = 250 * time.Millisecond
+	}
+	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.Log = config.Log{Level: "info", Format: "text"}
+	base := "http://" + runApp(tb, cfg)
 	poll(tb, 30*time.Second, func() (bool, string) {
 		code, body := get(tb, base+"/readyz")
 		return code == 200, body

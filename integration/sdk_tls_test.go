@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lagbridge/lagbridge/brokers/kafka"
-	"github.com/lagbridge/lagbridge/internal/app"
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/servertls"
 	"github.com/lagbridge/lagbridge/internal/testpki"
@@ -43,23 +41,7 @@ func TestSDKLeaseTLSOption(t *testing.T) {
 		Quota: config.Quota{Policies: []quota.Policy{{Name: "orders", MaxAge: 2 * time.Second,
 			Producers: []quota.ProducerSpec{{ID: "svc-a", Criticality: quota.Critical}}}}},
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, testLogger(t))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("daemon stopped with %v", err)
-		}
-	})
+	addr := runApp(t, cfg)
 
 	withCert, err := producerclient.LoadTLS(caFile, testpki.Write(t, dir, "client.crt", ccert), testpki.Write(t, dir, "client.key", ckey))
 	if err != nil {
@@ -83,9 +65,9 @@ func TestSDKLeaseTLSOption(t *testing.T) {
 		t.Cleanup(func() { _ = p.Close() })
 		return p
 	}
-	good := producer("https://"+a.Addr(), &producerclient.LeaseConfig{TLS: withCert})
-	refused := producer("https://"+a.Addr(), &producerclient.LeaseConfig{TLS: noCert})
-	plain := producer("http://"+a.Addr(), &producerclient.LeaseConfig{})
+	good := producer("https://"+addr, &producerclient.LeaseConfig{TLS: withCert})
+	refused := producer("https://"+addr, &producerclient.LeaseConfig{TLS: noCert})
+	plain := producer("http://"+addr, &producerclient.LeaseConfig{})
 
 	poll(t, 30*time.Second, func() (bool, string) {
 		q, _ := good.Quota("orders")

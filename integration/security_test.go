@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lagbridge/lagbridge/internal/app"
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/dashboard/chromium"
 	"github.com/lagbridge/lagbridge/internal/demo"
@@ -94,9 +93,10 @@ func TestDashboardReadToken(t *testing.T) {
 
 // TestSDKOverTLS: the daemon serves HTTPS and requires client
 // certificates signed by its CA, with producer tokens; the producer SDK,
-// given the test CA and a client certificate as PEM files
-// (producerclient.LoadTLS), streams its leases over TLS, and an admin
-// reading /v1/quotas over TLS sees it.
+// given the caller's own HTTP client (the test CA and a client
+// certificate in its transport), streams its leases over TLS with its
+// token, and an admin reading /v1/quotas over TLS sees it.
+// (TestSDKLeaseTLSOption covers the SDK's own TLS option.)
 func TestSDKOverTLS(t *testing.T) {
 	const producer, admin = "producer-token-over-tls-01", "admin-token-over-tls-0123"
 	b, err := demo.StartBrokers(t.TempDir())
@@ -112,41 +112,19 @@ func TestSDKOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	certFile, keyFile := testpki.Write(t, dir, "client.crt", ccert), testpki.Write(t, dir, "client.key", ckey)
 	cfg := demo.Config(b, "127.0.0.1:0", 250*time.Millisecond)
 	cfg.TLS = servertls.Config{CertFile: testpki.Write(t, dir, "tls.crt", cert), KeyFile: testpki.Write(t, dir, "tls.key", key),
 		ClientCAFile: testpki.Write(t, dir, "ca.crt", ca.PEM), ClientAuth: servertls.ClientAuthRequire}
 	cfg.Quota.Auth = quotaserver.Auth{Tokens: []quotaserver.Token{{Token: producer, Producers: []string{"svc-tls"}}}, AdminTokens: []string{admin}}
 	cfg.Log = config.Log{Level: "info", Format: "text"}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, testLogger(t))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("daemon stopped with %v", err)
-		}
-	})
-	base := "https://" + a.Addr()
+	base := "https://" + runApp(t, cfg)
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: ca.Pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}}
 	t.Cleanup(hc.CloseIdleConnections)
 
-	sdkTLS, err := producerclient.LoadTLS(cfg.TLS.ClientCAFile, certFile, keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	kp, err := producerclient.NewKafka(client(t, b.KafkaAddrs()[0], producerclient.KafkaClientOpts(nil)...), producerclient.Config{
 		Producer: "svc-tls", Topics: []string{demo.KafkaTopic},
-		Leases: producerclient.LeaseConfig{URL: base, Token: producer, Transport: producerclient.SSE, TLS: sdkTLS}})
+		Leases: producerclient.LeaseConfig{URL: base, Token: producer, Transport: producerclient.SSE, HTTPClient: hc}})
 	if err != nil {
 		t.Fatal(err)
 	}
