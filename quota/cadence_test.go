@@ -116,8 +116,10 @@ func runCadence(tb testing.TB, interval, commit time.Duration, offered float64) 
 // >= 99% of their offer (issue 12: no false throttling). With 5 s commits
 // an observer of commits is blind for up to a commit interval: the excess
 // admitted after the drop stays within 1.2x of (rate before - 400) x
-// (commit interval + interval), and goodput in the slow phase is >= 60%.
-// The figures are logged.
+// (commit interval + interval), goodput in the slow phase is >= 60%, and
+// after the recovery producers get >= 80% of their offer (each commit that
+// shows the consumer caught up allows one probe step; see
+// TestControllerCaughtUpAtCommit). The figures are logged.
 func TestSimCommitCadence(t *testing.T) {
 	for _, iv := range []time.Duration{250 * time.Millisecond, time.Second} {
 		for _, ci := range []time.Duration{250 * time.Millisecond, 5 * time.Second} {
@@ -139,6 +141,11 @@ func TestSimCommitCadence(t *testing.T) {
 						}
 						if f.slowGoodput < 0.6 {
 							t.Errorf("slow-phase goodput %.0f%%, want >= 60%%", 100*f.slowGoodput)
+						}
+						// Re-opening waits for commits that show the
+						// consumer caught up, one probe step each.
+						if f.spareAfter < 0.8 {
+							t.Errorf("after the recovery producers got %.1f%% of their offer, want >= 80%%", 100*f.spareAfter)
 						}
 						return
 					}

@@ -361,6 +361,16 @@ type control struct {
 	release     int // consecutive observations with the rate unused
 	// hardStopped: the last decision was a stop for hard age.
 	hardStopped bool
+	// lastCommit is the newest commit of the target's partitions seen
+	// (PartitionState.LastCommit); caughtUp: at that commit the consumer
+	// had consumed everything written before it (see caughtUpAtCommit).
+	lastCommit time.Time
+	caughtUp   bool
+	// blindCap: the highest rate a probe may reach until the next commit
+	// of a consumer caught up at its last one, msg/s.
+	blindCap float64
+	// sinceCommit: messages produced since lastCommit.
+	sinceCommit float64
 	// prevMove is what the previous move of a position read from commits
 	// measured (see consumption).
 	prevMove moveWindow
@@ -546,6 +556,10 @@ type reading struct {
 	avoid   []int32
 	fewBad  bool
 	lateLag float64
+	// blind: the position is an estimate between the commits of a
+	// consumer that was caught up at its last commit (see
+	// caughtUpAtCommit).
+	blind bool
 }
 
 // measure reads st into v and updates the smoothed interval and capacity
@@ -576,6 +590,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 
 	v.prevCap, v.wasSaturated = tc.capacity, tc.saturated
 	c.consumption(tc, st, v)
+	c.caughtUpAtCommit(tc, st, v)
 	v.commits = st.CommitInterval > 0 && (st.Source == "" || st.Source == lag.SourceCommits)
 	if v.commits {
 		v.since = commitAge(tc, st, v)
@@ -628,6 +643,15 @@ func (c *Controller) judge(tc *control, v *reading) {
 	}
 	v.queued = max(queued-tc.floor, 0)
 	v.engaged = v.wait > v.engageWait && !v.spare
+	// Caught up at its last commit, estimated since: the backlog the
+	// estimate shows is what the producers sent beyond the rate it
+	// consumed before, which was what it was offered, not its capacity.
+	// Not evidence of saturation until a commit says so (a probe it
+	// allows is capped, see caughtUpAtCommit).
+	v.blind = v.blind && (v.engaged || !v.keepsUp || v.queued > v.engageWait/2)
+	if v.blind {
+		v.keepsUp, v.queued, v.engaged = true, 0, false
+	}
 	if !tc.limited {
 		v.engaged = v.engaged && v.queued > v.engageWait
 		if v.commits && v.measured && !v.engaged {
@@ -708,6 +732,62 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	}
 	v.measured = true
 	v.keepsUp = v.consumed*span >= keepUpRatio*produced
+}
+
+// caughtUpAtCommit sets v.blind and tracks tc.caughtUp.
+//
+// Between the commits of a consumer that commits less often than it is
+// observed, lag/ estimates its position from the rate measured from commit
+// to commit. When the consumer was caught up at its last commit, that
+// rate is what it was offered, not what it can do: producers that send
+// more (a probe raising the rate) read as a backlog growing at the
+// difference, and the consumer as saturated, until the next commit shows
+// it idle. So at each commit the controller notes whether the consumer
+// was caught up: on every partition with a new commit, the record at the
+// committed position was at most E/2 old when committed (the commit dated
+// as lag/ dates it, half an interval before the reading that saw it), the
+// "near empty" of a probe. Until the next commit (or until that one is
+// overdue), such a consumer's estimated backlog is not taken as
+// saturation, and the probe it allows is capped at one probe step above
+// the rate produced over the commit span that ended caught up (what the
+// consumer is known to keep up with): if the commit misled, the next one
+// shows it, and what was admitted meanwhile is at most one probe step
+// over one commit interval.
+func (c *Controller) caughtUpAtCommit(tc *control, st *lag.State, v *reading) {
+	if st.Source != lag.SourceEstimate || st.CommitInterval.Seconds() <= 1.5*v.dt {
+		tc.caughtUp, tc.lastCommit = false, time.Time{}
+		return
+	}
+	var newest time.Time
+	for i := range st.Partitions {
+		if ps := &st.Partitions[i]; ps.LastCommit.After(newest) {
+			newest = ps.LastCommit
+		}
+	}
+	if newest.After(tc.lastCommit) {
+		caught := true
+		for i := range st.Partitions {
+			ps := &st.Partitions[i]
+			if !ps.LastCommit.After(tc.lastCommit) || ps.CommittedLag <= 0 {
+				continue
+			}
+			atCommit := ps.CommittedHeadAge - st.At.Sub(ps.LastCommit)
+			if !ps.HeadKnown || atCommit.Seconds() > v.engageWait/2 {
+				caught = false
+			}
+		}
+		// What it kept up with: the rate produced over the span that
+		// ended at this commit.
+		kept := 0.0
+		if span := newest.Sub(tc.lastCommit).Seconds(); !tc.lastCommit.IsZero() && span > 0 {
+			kept = tc.sinceCommit / span
+		}
+		tc.lastCommit, tc.caughtUp, tc.sinceCommit = newest, caught && kept > 0, 0
+		tc.blindCap = kept * (1 + c.probeStep(v))
+	}
+	tc.sinceCommit += v.produced * v.dt
+	overdue := st.At.Sub(tc.lastCommit).Seconds() > 1.5*st.CommitInterval.Seconds()+v.dt
+	v.blind = tc.caughtUp && !overdue && (tc.limited || v.produced <= tc.blindCap)
 }
 
 // commitAge is how long ago, in seconds, a consumer that commits less
@@ -808,9 +888,14 @@ func (c *Controller) saturatedLaw(tc *control, v *reading) {
 		law = 0
 	}
 	v.law = max(law, 0)
-	// Probing overshoots by at most Probe x rate x dt messages per
-	// interval; keep that within half the slack of the budget.
-	v.probe = min(cfg.Probe, (v.budget-v.setWait)/(2*v.dt))
+	v.probe = c.probeStep(v)
+}
+
+// probeStep is the relative step of a probe. Probing overshoots by at most
+// Probe x rate x dt messages per interval; keep that within half the slack
+// of the budget.
+func (c *Controller) probeStep(v *reading) float64 {
+	return min(c.cfg.Probe, (v.budget-v.setWait)/(2*v.dt))
 }
 
 // regime picks the rule that sets the rate in force (tc.rate, tc.limited)
@@ -855,6 +940,9 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 	// while the consumer keeps up; release once the producers leave the
 	// rate unused.
 	tc.rate = max(tc.rate, v.law, inForce*(1+v.probe))
+	if v.blind {
+		tc.rate = min(tc.rate, tc.blindCap)
+	}
 	if v.produced < c.cfg.ReleaseRatio*inForce {
 		tc.release++
 	} else {

@@ -707,3 +707,73 @@ func TestControllerNeverLocks(t *testing.T) {
 	}
 	t.Fatalf("still limited at %.0f/s after 9 s", rate)
 }
+
+// TestControllerCaughtUpAtCommit: a consumer that commits every 5 s,
+// observed every second through lag's estimate (its position advanced at
+// the rate measured from commit to commit, 400/s). Limited at 400/s from
+// t=6, its producers get 600/s through in the next seconds: the estimate reads a backlog growing by 200/s.
+// When the consumer was caught up at its last commit (the record at the
+// committed position was written after the commit), that backlog is the
+// estimate's, not evidence of saturation: the rule is probe, capped at one
+// probe step above what the consumer kept up with (400 x 1.5) until the
+// next commit. When it was behind (its head half a second old at the
+// commit), or once that commit is overdue, the estimate is believed.
+func TestControllerCaughtUpAtCommit(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	const ci = 5 * time.Second
+	// state is the observation at second k: commits at 0.5 s and 5.5 s
+	// (dated as lag dates them); headAtCommit is the age the committed
+	// record had when it was committed.
+	state := func(k int, headAtCommit time.Duration, lagN int64, produce float64) lag.State {
+		s := st(float64(k), lagN, 400, produce)
+		s.Source, s.CommitInterval = lag.SourceEstimate, ci
+		last := leaseT0.Add(500 * time.Millisecond)
+		if k >= 6 {
+			last = last.Add(ci)
+		}
+		sinceCommit := s.At.Sub(last)
+		s.Uncertainty = sinceCommit
+		s.HeadAge, s.HeadAgeKnown = time.Duration(float64(lagN)/400*float64(time.Second)), true
+		s.Partitions = []lag.PartitionState{{
+			PartitionSample:  lag.PartitionSample{Partition: 0, Committed: 1, End: 1 + lagN + int64(400*sinceCommit.Seconds()), HeadKnown: true},
+			Source:           lag.SourceEstimate,
+			LastCommit:       last,
+			CommittedLag:     lagN + int64(400*sinceCommit.Seconds()),
+			CommittedHeadAge: headAtCommit + sinceCommit,
+			CommitInterval:   ci,
+		}}
+		return s
+	}
+	for _, tc := range []struct {
+		name         string
+		headAtCommit time.Duration
+		until        int // the last second observed
+		rule         Rule
+	}{
+		{name: "caught up at the commit", headAtCommit: 0, until: 8, rule: RuleProbe},
+		{name: "behind at the commit", headAtCommit: 500 * time.Millisecond, until: 8, rule: RuleSaturated},
+		{name: "caught up, next commit overdue", headAtCommit: 0, until: 15, rule: RuleDrain},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCtl(t, ControllerConfig{})
+			var d Decision
+			for k := 1; k <= tc.until; k++ {
+				lagN, produce := int64(0), 400.0
+				if k > 6 {
+					lagN, produce = int64(200*(k-6)), 600
+				}
+				d = c.Step(state(k, tc.headAtCommit, lagN, produce), p, leaseT0.Add(time.Duration(k)*time.Second))
+				if k == 6 {
+					// Limited at what it consumes, the producers bound.
+					c.targets[ordersK].limited, c.targets[ordersK].rate, c.targets[ordersK].release = true, 400, 0
+				}
+			}
+			if d.Rule != tc.rule {
+				t.Fatalf("rule %v (rate %.0f: %s), want %v", d.Rule, d.Rate, d.Reason, tc.rule)
+			}
+			if d.Rule == RuleProbe && d.Rate > 600 {
+				t.Errorf("rate %.0f, want at most 600 (one probe step above the 400/s it kept up with)", d.Rate)
+			}
+		})
+	}
+}
