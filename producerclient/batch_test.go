@@ -425,20 +425,7 @@ func TestKafkaBatchBrokerFailsPart(t *testing.T) {
 			// flag sticks to the function.)
 			return nil, nil, false
 		}
-		pr := req.(*kmsg.ProduceRequest)
-		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range pr.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				failed.Add(int64(countRecords(rp.Records)))
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotEnoughReplicas.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true // once: the retries go through
+		return produceFailure(req, kerr.NotEnoughReplicas.Code, &failed), nil, true // once: the retries go through
 	})
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c2.ListenAddrs()...)}, KafkaClientOpts(kgo.ManualPartitioner())...)...)
 	if err != nil {

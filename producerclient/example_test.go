@@ -90,7 +90,7 @@ func ExampleRejectError() {
 	var re *producerclient.RejectError
 	if errors.As(err, &re) {
 		fmt.Println(errors.Is(err, producerclient.ErrSlowDown), errors.Is(err, producerclient.ErrRateLimited))
-		fmt.Println(re.Topic, re.Signal, re.RetryAfter.Round(100*time.Millisecond), string(re.Record.Value))
+		fmt.Println(re.Topic, re.Signal, re.RetryAfter.Round(time.Second), string(re.Record.Value))
 	}
 	// Output:
 	// true true

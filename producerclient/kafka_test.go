@@ -698,21 +698,29 @@ func TestKafkaCanceledContextIsNotABrokerFailure(t *testing.T) {
 func failProduce(c *kfake.Cluster, code int16, records *atomic.Int64) {
 	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		pr := req.(*kmsg.ProduceRequest)
-		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range pr.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				records.Add(int64(countRecords(rp.Records)))
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return produceFailure(req, code, records), nil, true
 	})
+}
+
+// produceFailure answers a produce request with code on every partition;
+// records, when not nil, counts the records the broker was asked to write.
+func produceFailure(req kmsg.Request, code int16, records *atomic.Int64) kmsg.Response {
+	pr := req.(*kmsg.ProduceRequest)
+	resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+	for _, rt := range pr.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			if records != nil {
+				records.Add(int64(countRecords(rp.Records)))
+			}
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition, sp.ErrorCode = rp.Partition, code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }
 
 // countRecords sums NumRecords over the record batches in b.

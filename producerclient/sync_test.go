@@ -90,19 +90,7 @@ func TestKafkaSyncRetriesOnCaller(t *testing.T) {
 	}
 	// The next produce request fails (the control is used once).
 	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		pr := req.(*kmsg.ProduceRequest)
-		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range pr.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotLeaderForPartition.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return produceFailure(req, kerr.NotLeaderForPartition.Code, nil), nil, true
 	})
 	if err := p.Produce(ctxFor(t, 10*time.Second), &kgo.Record{Topic: "orders", Value: []byte("x")}); err != nil {
 		t.Fatal(err)
@@ -123,6 +111,19 @@ func TestAsyncRefusalAtCallTime(t *testing.T) {
 		calls int
 		got   error
 	}
+	// once makes one async call through send, whose callback calls done,
+	// and returns its outcome once done has run.
+	once := func(send func(done func(error)) error) outcome {
+		var o outcome
+		ch := make(chan struct{})
+		o.ret = send(func(err error) {
+			o.calls++
+			o.got = err
+			close(ch)
+		})
+		<-ch
+		return o
+	}
 	for _, tc := range []struct {
 		name string
 		// send makes one async call and returns its outcome once done
@@ -135,15 +136,9 @@ func TestAsyncRefusalAtCallTime(t *testing.T) {
 			p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Mode: Drop, Clock: newFakeClock(),
 				Leases: LeaseConfig{Safe: SafeQuota{Mode: SafeRate, Rate: 1, Burst: 1}}})
 			call := func() outcome {
-				var o outcome
-				ch := make(chan struct{})
-				o.ret = p.ProduceAsync(context.Background(), &kgo.Record{Topic: "orders"}, func(_ *kgo.Record, err error) {
-					o.calls++
-					o.got = err
-					close(ch)
+				return once(func(done func(error)) error {
+					return p.ProduceAsync(context.Background(), &kgo.Record{Topic: "orders"}, func(_ *kgo.Record, err error) { done(err) })
 				})
-				<-ch
-				return o
 			}
 			a, b := call(), call()
 			return a, b, p.Stats().Topics["orders"].Rejected["rate"]
@@ -155,15 +150,9 @@ func TestAsyncRefusalAtCallTime(t *testing.T) {
 			p := newNATSProducer(t, js, Config{Mode: Drop, Clock: newFakeClock(),
 				Leases: LeaseConfig{Safe: SafeQuota{Mode: SafeRate, Rate: 1, Burst: 1}}})
 			call := func() outcome {
-				var o outcome
-				ch := make(chan struct{})
-				o.ret = p.PublishAsync(context.Background(), &nats.Msg{Subject: "orders.a"}, func(_ *nats.Msg, _ *jetstream.PubAck, err error) {
-					o.calls++
-					o.got = err
-					close(ch)
+				return once(func(done func(error)) error {
+					return p.PublishAsync(context.Background(), &nats.Msg{Subject: "orders.a"}, func(_ *nats.Msg, _ *jetstream.PubAck, err error) { done(err) })
 				})
-				<-ch
-				return o
 			}
 			a, b := call(), call()
 			return a, b, p.Stats().Topics["ORDERS"].Rejected["rate"]
