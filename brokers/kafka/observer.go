@@ -63,6 +63,9 @@ type Observer struct {
 	// request of each coordinator, rebuilt in place.
 	offsets    map[string]*groupOffsets
 	offsetReqs map[int32]*offsetFetchReq
+	// listReqs holds the two ListOffsets requests of each partition
+	// leader, rebuilt in place.
+	listReqs map[int32]*leaderLists
 	// lastMeta is the broker that last answered Metadata, brokerIDs the
 	// brokers it listed.
 	lastMeta  int32
@@ -122,6 +125,7 @@ func New(cfg Config, opts ...kgo.Opt) (*Observer, error) {
 		known:        make(map[string]knownGroup),
 		offsets:      make(map[string]*groupOffsets),
 		offsetReqs:   make(map[int32]*offsetFetchReq),
+		listReqs:     make(map[int32]*leaderLists),
 	}, nil
 }
 
@@ -668,83 +672,6 @@ func (o *Observer) describeConsumer(ctx context.Context, groups []string, byID m
 		}
 	}
 	return out
-}
-
-// listOffsets fills logStart and end of every partition of the needed
-// topics with two sharded ListOffsets requests run in parallel. The end is
-// read under read_committed: it is the last stable offset.
-func (o *Observer) listOffsets(ctx context.Context, topics map[string]*topicInfo) {
-	build := func(ts int64, isolation int8) *kmsg.ListOffsetsRequest {
-		req := kmsg.NewPtrListOffsetsRequest()
-		req.IsolationLevel = isolation
-		req.TimeoutMillis = int32(o.cfg.attemptTimeout().Milliseconds())
-		for _, ti := range topics {
-			if !ti.needed {
-				continue
-			}
-			rt := kmsg.NewListOffsetsRequestTopic()
-			rt.Topic = ti.name
-			for p := range ti.parts {
-				if ti.parts[p].err != "" {
-					continue
-				}
-				rp := kmsg.NewListOffsetsRequestTopicPartition()
-				rp.Partition = int32(p)
-				rp.Timestamp = ts
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			if len(rt.Partitions) > 0 {
-				req.Topics = append(req.Topics, rt)
-			}
-		}
-		return req
-	}
-	startReq, endReq := build(-2, 0), build(-1, 1)
-	if len(startReq.Topics) == 0 {
-		return
-	}
-	var startShards, endShards []kgo.ResponseShard
-	o.phase(ctx,
-		func(ctx context.Context) { startShards = o.cl.RequestSharded(ctx, startReq) },
-		func(ctx context.Context) { endShards = o.cl.RequestSharded(ctx, endReq) },
-	)
-	apply := func(shards []kgo.ResponseShard, set func(pi *partInfo, off int64)) {
-		for _, sh := range shards {
-			if sh.Err != nil {
-				why := "list offsets: " + brokerErr(sh.Meta.NodeID, sh.Err)
-				for _, rt := range sh.Req.(*kmsg.ListOffsetsRequest).Topics {
-					ti := topics[rt.Topic]
-					for _, rp := range rt.Partitions {
-						if pi := ti.part(rp.Partition); pi != nil && pi.err == "" {
-							pi.err = why
-						}
-					}
-				}
-				continue
-			}
-			for _, rt := range sh.Resp.(*kmsg.ListOffsetsResponse).Topics {
-				ti := topics[rt.Topic]
-				if ti == nil {
-					continue
-				}
-				for _, rp := range rt.Partitions {
-					pi := ti.part(rp.Partition)
-					if pi == nil {
-						continue
-					}
-					if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-						if pi.err == "" {
-							pi.err = "list offsets: " + err.Error()
-						}
-						continue
-					}
-					set(pi, rp.Offset)
-				}
-			}
-		}
-	}
-	apply(startShards, func(pi *partInfo, off int64) { pi.logStart, pi.startOK = off, true })
-	apply(endShards, func(pi *partInfo, off int64) { pi.end, pi.endOK = off, true })
 }
 
 func (ti *topicInfo) part(p int32) *partInfo {

@@ -125,3 +125,62 @@ func TestOffsetFetchDecodeMalformed(t *testing.T) {
 		})
 	}
 }
+
+func TestListOffsetsDecode(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		version int16
+	}{
+		{"v5 through kmsg", 5},
+		{"v6 flexible", 6},
+		{"v9 flexible", 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := kmsg.NewListOffsetsResponse()
+			resp.Version = tc.version
+			for _, name := range []string{"a", "b"} {
+				rt := kmsg.NewListOffsetsResponseTopic()
+				rt.Topic = name
+				for p := range int32(2) {
+					rp := kmsg.NewListOffsetsResponseTopicPartition()
+					rp.Partition, rp.Offset, rp.Timestamp, rp.LeaderEpoch = p, 40+int64(p), 1234, 3
+					if name == "b" && p == 1 {
+						rp.ErrorCode = 6 // NOT_LEADER_OR_FOLLOWER
+					}
+					rt.Partitions = append(rt.Partitions, rp)
+				}
+				resp.Topics = append(resp.Topics, rt)
+			}
+			body := resp.AppendTo(nil)
+			into := new(offsetsListed)
+			for range 2 { // the second decode reuses the answer
+				r := &listOffsetsResp{into: into}
+				r.Version = tc.version
+				if err := r.ReadFrom(body); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(into.topics) != 2 || into.topics[0].name != "a" || into.topics[1].name != "b" {
+				t.Fatalf("topics %+v", into.topics)
+			}
+			want := []listedPart{{0, 0, 40}, {1, 6, 41}}
+			got := into.topics[1].parts
+			if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+				t.Fatalf("b's partitions %+v, want %+v", got, want)
+			}
+			if !leaderMoved(got[1].code) {
+				t.Errorf("code %d is not a moved leader", got[1].code)
+			}
+			if tc.version < 6 {
+				return
+			}
+			for n := range len(body) - 1 {
+				r := &listOffsetsResp{into: new(offsetsListed)}
+				r.Version = tc.version
+				if err := r.ReadFrom(body[:n]); !errors.Is(err, errMalformedListOffsets) {
+					t.Fatalf("truncated at %d of %d: err %v, want malformed", n, len(body), err)
+				}
+			}
+		})
+	}
+}
