@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(benchBrokerEnv); spec != "" {
+		os.Exit(serveBenchBroker(spec))
+	}
 	goleak.VerifyTestMain(m)
 }
 
