@@ -25,6 +25,9 @@ type Totals struct {
 	// Shed counts the messages the SDK refused locally (never sent), by
 	// reason (rate, throttled, stop, expired, ...).
 	Shed map[string]int64
+	// MaxThrottle is the longest throttle a broker asked of a naive or
+	// legacy producer (throttle_time_ms), 0 for none.
+	MaxThrottle time.Duration
 }
 
 // ClassResult is what one producer class got.

@@ -185,6 +185,10 @@ func (r Row) validate() []error {
 	}
 	switch r.Producer {
 	case Sync, Async, Batch:
+	case Legacy:
+		if r.Broker != BrokerKafka {
+			add("legacy producers are Kafka producers (client quotas)")
+		}
 	default:
 		add("unknown producer %q", r.Producer)
 	}

@@ -48,6 +48,7 @@ type naiveKafka struct {
 	retry   chan kretry
 	wg      sync.WaitGroup
 	stop    context.CancelFunc
+	thr     throttles
 }
 
 type kretry struct {
@@ -59,7 +60,7 @@ func newNaiveKafka(w *world, scn Scenario, rec *recorder) (*naiveKafka, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	n := &naiveKafka{w: w, rec: rec, retry: make(chan kretry, 100_000), stop: stop}
 	for _, c := range scn.Classes {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(w.kafkaAddrs...), kgo.ClientID(c.Producer), kgo.RecordRetries(0))
+		cl, err := kgo.NewClient(kgo.SeedBrokers(w.kafkaAddrs...), kgo.ClientID(c.Producer), kgo.RecordRetries(0), kgo.WithHooks(&n.thr))
 		if err != nil {
 			n.close()
 			return nil, err
@@ -154,7 +155,7 @@ func (n *naiveKafka) close() Totals {
 		cl.Close()
 	}
 	n.clients = nil
-	return Totals{Attempts: n.rec.attempts.Load(), Retries: n.rec.retries.Load(), Failed: n.rec.failed.Load()}
+	return Totals{Attempts: n.rec.attempts.Load(), Retries: n.rec.retries.Load(), Failed: n.rec.failed.Load(), MaxThrottle: n.thr.Longest()}
 }
 
 // sdkKafka: one producerclient.KafkaProducer per producer, in Drop mode
@@ -523,7 +524,7 @@ func newFleet(kind ProducerKind, s sender, scn Scenario, rec *recorder) *fleet {
 		ch := make(chan time.Time, 4096)
 		f.reqs = append(f.reqs, ch)
 		switch kind {
-		case Sync:
+		case Sync, Legacy:
 			for range syncHandlers {
 				f.wg.Go(func() { f.handle(class, ch) })
 			}

@@ -246,6 +246,9 @@ func detail(b *strings.Builder, scn Scenario, cols []Result) {
 		return fmt.Sprintf("%.2f (%d retries)", r.Amplification, r.Totals.Retries)
 	})
 	row("requests lost at full handler queues", func(r Result) string { return fmt.Sprint(r.Totals.Overflow) })
+	row("longest broker throttle (throttle_time_ms) / longest consumer idle with demand held", func(r Result) string {
+		return dur(r.Totals.MaxThrottle) + " / " + dur(longestIdle(r.Series))
+	})
 	for c := range scn.Classes {
 		cl := scn.Classes[c]
 		row(fmt.Sprintf("%s (%s): stored / good, %% of offered", cl.Criticality, pctPlain(cl.Share)), func(r Result) string {

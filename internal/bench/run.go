@@ -110,7 +110,7 @@ func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64,
 		return Result{}, err
 	}
 	defer w.Close()
-	d, err := startDaemon(ctx, o, scn, w, row.Interval)
+	d, err := startDaemon(ctx, o, scn, w, row.Interval, row.Producer == Legacy && mode == ModeLagbridge)
 	if err != nil {
 		return Result{}, err
 	}
@@ -125,7 +125,7 @@ func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64,
 
 	var s sender
 	switch {
-	case mode == ModeNaive && row.Broker == BrokerKafka:
+	case (mode == ModeNaive || row.Producer == Legacy) && row.Broker == BrokerKafka:
 		s, err = newNaiveKafka(w, scn, rec)
 	case mode == ModeNaive:
 		s = newNaiveNATS(w, rec)

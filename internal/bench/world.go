@@ -272,7 +272,7 @@ type daemon struct {
 // daemonConfig is the daemon's config for a run: the one cluster, a quota
 // policy for the run's topic with maxAge = the deadline and the scenario's
 // producers.
-func daemonConfig(o Options, scn Scenario, w *world, interval time.Duration) (config.Config, error) {
+func daemonConfig(o Options, scn Scenario, w *world, interval time.Duration, clientQuota bool) (config.Config, error) {
 	var producers []quota.ProducerSpec
 	for _, c := range scn.Classes {
 		var qc quota.Criticality
@@ -287,6 +287,7 @@ func daemonConfig(o Options, scn Scenario, w *world, interval time.Duration) (co
 		Rules: config.Rules{LagAge: scn.Deadline},
 		Quota: config.Quota{LeaseLifetime: max(5*time.Second, 4*interval), Policies: []quota.Policy{{
 			Name: "bench", Match: quota.Match{Topic: regexp.QuoteMeta(w.topic)}, MaxAge: scn.Deadline, Producers: producers,
+			KafkaClientQuota: clientQuota,
 		}}},
 	}
 	consumers := []string{regexp.QuoteMeta(w.group)}
@@ -305,8 +306,9 @@ func daemonConfig(o Options, scn Scenario, w *world, interval time.Duration) (co
 }
 
 // startDaemon runs the daemon for w and returns once /readyz answers 200.
-func startDaemon(ctx context.Context, o Options, scn Scenario, w *world, interval time.Duration) (*daemon, error) {
-	cfg, err := daemonConfig(o, scn, w, interval)
+// clientQuota turns kafkaClientQuota on for the policy (legacy producers).
+func startDaemon(ctx context.Context, o Options, scn Scenario, w *world, interval time.Duration, clientQuota bool) (*daemon, error) {
+	cfg, err := daemonConfig(o, scn, w, interval, clientQuota)
 	if err != nil {
 		return nil, fmt.Errorf("daemon config: %w", err)
 	}
