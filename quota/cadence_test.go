@@ -163,3 +163,62 @@ func TestSimCommitCadence(t *testing.T) {
 		}
 	}
 }
+
+// TestSimFirstCommit: a consumer group that starts without a committed
+// offset, seen live from the start (lag/ measures it from first sight),
+// whose first commit comes 5.3 s later (franz-go's default auto-commit),
+// then every 5 s; observed every 250 ms and every second. Offered 800 msg/s
+// with 2,000 of capacity, producers are not throttled for the commit they
+// have not made yet (>= 97% of the offer in the first 20 s; before, the
+// first observation drained them to 0 and the rate stayed 0). Offered 2,000
+// with 400 of capacity, they are throttled (rate <= 110% of 400) within two
+// auto-commit intervals (and two observations) of first sight: once a
+// commit shows the lag (the first one, which follows a first-sight
+// position, measures no rate; the second does).
+func TestSimFirstCommit(t *testing.T) {
+	for _, iv := range []time.Duration{250 * time.Millisecond, time.Second} {
+		for _, tc := range []struct {
+			name     string
+			offered  float64
+			capacity float64
+		}{
+			{name: "spare capacity", offered: 800, capacity: highCap},
+			{name: "overload", offered: 2000, capacity: lowCap},
+		} {
+			t.Run(fmt.Sprintf("interval %v %s", iv, tc.name), func(t *testing.T) {
+				res := runSim(t, simConfig{
+					interval:    iv,
+					commitEvery: 5 * time.Second,
+					firstCommit: 5.3,
+					duration:    40 * time.Second,
+					capacity:    constant(tc.capacity),
+					policy:      drainPolicy(),
+					producers:   producersOffering(4, tc.offered),
+					seed:        uint64(iv / time.Millisecond),
+				})
+				var off, adm float64
+				for i, tt := range res.tickT {
+					if tt <= 20 {
+						off += res.tickOffered[i]
+						adm += res.tickAdmitd[i]
+					}
+				}
+				share := adm / off
+				throttled := -1.0
+				for _, s := range res.steps {
+					if s.dec.Rate <= 1.1*tc.capacity {
+						throttled = s.t
+						break
+					}
+				}
+				t.Logf("admitted %.1f%% of the offer in the first 20 s; first throttled at %.2fs", 100*share, throttled)
+				if tc.offered < tc.capacity && share < 0.97 {
+					t.Errorf("producers got %.1f%% of their offer to a consumer with spare capacity, want >= 97%%", 100*share)
+				}
+				if by := 2*firstCommitEvery.Seconds() + 2*iv.Seconds(); tc.offered > tc.capacity && (throttled < 0 || throttled > by) {
+					t.Errorf("first throttled at %.2fs, want by %.2fs", throttled, by)
+				}
+			})
+		}
+	}
+}

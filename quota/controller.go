@@ -115,6 +115,13 @@ const floorMemory = 30.0
 // interval, unless it commits less often than it is observed).
 const keepUpRatio = 0.95
 
+// firstCommitEvery is the commit cadence assumed for a live consumer that
+// has not committed yet (lag.SourceFirstSight): the default auto-commit
+// interval of franz-go and the Java client. Its first commit is overdue
+// after 1.5 of it plus one observation; until then it is not throttled
+// for what it has not committed.
+const firstCommitEvery = 5 * time.Second
+
 func (c ControllerConfig) withDefaults() ControllerConfig {
 	d := DefaultControllerConfig
 	if c.Interval == 0 {
@@ -685,6 +692,14 @@ func (c *Controller) judge(tc *control, v *reading) {
 // consume rate.
 func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	cadence := st.CommitInterval.Seconds()
+	if cadence <= 0 && st.Source == lag.SourceFirstSight {
+		// A live consumer without a commit yet, measured from where it
+		// was first seen: that position never moves, so nothing
+		// consumed is not a measurement until the first commit is
+		// overdue, taken to come at the auto-commit interval of
+		// franz-go and the Java client.
+		cadence = firstCommitEvery.Seconds()
+	}
 	moved := st.ConsumeRateInstant > 0 || st.Lag <= 0 || cadence <= 0
 	if !moved && (!tc.has || tc.moveAt.IsZero()) {
 		// The first sighting: when it last committed is unknown; the
@@ -943,7 +958,8 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 	if v.blind {
 		tc.rate = min(tc.rate, tc.blindCap)
 	}
-	if v.produced < c.cfg.ReleaseRatio*inForce {
+	if v.produced < c.cfg.ReleaseRatio*inForce || inForce <= 0 {
+		// (A rate of 0 cannot be probed up: caught up, it is released.)
 		tc.release++
 	} else {
 		tc.release = 0

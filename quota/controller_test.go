@@ -777,3 +777,21 @@ func TestControllerCaughtUpAtCommit(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerZeroRateReleased: a limited target whose rate in force is 0
+// (a drain with MinRate 0) and whose consumer is caught up cannot be probed
+// up (0 x 1.5 is 0) and its producers, refused everything, leave nothing
+// unused: it is released after ReleaseAfter observations, never locked.
+func TestControllerZeroRateReleased(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	c := newCtl(t, ControllerConfig{})
+	c.Step(st(1, 0, 0, 0), p, leaseT0.Add(time.Second))
+	c.targets[ordersK].limited, c.targets[ordersK].rate = true, 0
+	var d Decision
+	for k := 2; k <= 5; k++ {
+		d = c.Step(st(float64(k), 0, 0, 0), p, leaseT0.Add(time.Duration(k)*time.Second))
+	}
+	if d.Rule != RuleRelease && !(d.Rule == RuleUnlimited && d.IsUnlimited()) {
+		t.Fatalf("rule %v rate %.0f (%s), want released", d.Rule, d.Rate, d.Reason)
+	}
+}

@@ -85,6 +85,12 @@ type simConfig struct {
 	// is set to it when the tracker leaves it unknown). 0: the consumer
 	// commits every tick (the observer sees its exact position).
 	commitEvery time.Duration
+	// firstCommit: the consumer group starts without a committed offset
+	// and is seen live (as a member assigned the partitions); the observer
+	// sees no commit (Committed -1) before this many seconds, and the
+	// consumer's first commit comes then, on its commitEvery timer after.
+	// 0: committed from the start.
+	firstCommit float64
 	// members is the number of group members at t; nil: 1.
 	members func(t float64) int
 	// observeFails makes the observation at t fail (a sample with Err).
@@ -224,6 +230,9 @@ func newSim(tb testing.TB, cfg simConfig) *sim {
 	}
 	// The first commit comes at a phase unrelated to the observations.
 	s.nextCommit = simT0.Add(cfg.commitEvery * 3 / 7)
+	if cfg.firstCommit > 0 {
+		s.nextCommit = simT0.Add(time.Duration(cfg.firstCommit*float64(time.Second)) - cfg.tick)
+	}
 	return s
 }
 
@@ -347,6 +356,10 @@ func (s *sim) commit() {
 func (s *sim) observe(t, dt float64) {
 	cfg, tb, now := &s.cfg, s.tb, s.now
 	smp := lag.Sample{Target: s.target, At: now, Members: cfg.members(t), GroupState: "Stable"}
+	noCommit := t < cfg.firstCommit
+	if cfg.firstCommit > 0 {
+		smp.Live = lag.LiveYes
+	}
 	if cfg.observeFails != nil && cfg.observeFails(t) {
 		smp.Err = "broker unreachable"
 	} else {
@@ -356,11 +369,14 @@ func (s *sim) observe(t, dt float64) {
 			if head, ok := part.committedHead(); ok && ps.Lag > 0 {
 				ps.HeadTime, ps.HeadKnown = head, true
 			}
+			if noCommit {
+				ps = lag.PartitionSample{Partition: int32(i), End: end, Committed: -1}
+			}
 			smp.Partitions = append(smp.Partitions, ps)
 		}
 	}
 	st := s.tracker.Observe(smp, now)
-	if st.CommitInterval == 0 {
+	if st.CommitInterval == 0 && st.Source != lag.SourceFirstSight {
 		st.CommitInterval = cfg.commitEvery
 	}
 	dec := s.ctl.Step(st, cfg.policy, now)
