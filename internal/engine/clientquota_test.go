@@ -14,18 +14,25 @@ import (
 	"github.com/lagbridge/lagbridge/quota"
 )
 
+// legacyPolicy is one policy opted into client quotas, listing "legacy",
+// and the topic c1/orders.
+func legacyPolicy(tb testing.TB) (*quota.Policies, quota.Topic) {
+	tb.Helper()
+	pols, err := quota.NewPolicies([]quota.Policy{
+		{Name: "in", MaxAge: time.Second, KafkaClientQuota: true, Producers: []quota.ProducerSpec{{ID: "legacy"}}},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pols, quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "orders"}
+}
+
 // TestClientQuotaUnheeded: a topic that keeps receiving more than twice its
 // allowed rate while its listed producers hold client quotas raises one
 // warning and the gauge after UnheededCycles publishes; heeding again
 // lowers the gauge; a topic within twice its rate never warns.
 func TestClientQuotaUnheeded(t *testing.T) {
-	pols, err := quota.NewPolicies([]quota.Policy{
-		{Name: "in", MaxAge: time.Second, KafkaClientQuota: true, Producers: []quota.ProducerSpec{{ID: "legacy"}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	topic := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "orders"}
+	pols, topic := legacyPolicy(t)
 	snap := func(produce float64) Snapshot {
 		return Snapshot{Policies: pols,
 			Topics: map[quota.Topic]quota.Decision{topic: {Policy: "in", Rate: 100, ProduceRate: produce}},
@@ -63,13 +70,7 @@ func TestClientQuotaUnheeded(t *testing.T) {
 // TestClientQuotaRates: what a client-id is allowed and an upper bound of
 // what it sends, in bytes, from the override or the default size.
 func TestClientQuotaRates(t *testing.T) {
-	pols, err := quota.NewPolicies([]quota.Policy{
-		{Name: "in", MaxAge: time.Second, KafkaClientQuota: true, Producers: []quota.ProducerSpec{{ID: "legacy"}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	topic := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "orders"}
+	pols, topic := legacyPolicy(t)
 	s := Snapshot{Policies: pols,
 		Topics: map[quota.Topic]quota.Decision{topic: {Policy: "in", Rate: 0, ProduceRate: 40}},
 		Leases: []quota.Lease{{Producer: "legacy", Topic: topic, Rate: 0}}}
