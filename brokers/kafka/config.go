@@ -385,3 +385,8 @@ func (f filter) match(name string) bool {
 	}
 	return true
 }
+
+// ClientOpts returns the kgo options that connect to the cluster as the
+// observer does (seeds, client id, timeouts, TLS, SASL), for other clients
+// of the same cluster. The config must be valid.
+func (c Config) ClientOpts() ([]kgo.Opt, error) { return c.withDefaults().clientOpts() }

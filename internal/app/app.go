@@ -27,6 +27,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/enforce"
 	"github.com/lagbridge/lagbridge/internal/engine"
 	"github.com/lagbridge/lagbridge/internal/history"
+	"github.com/lagbridge/lagbridge/internal/leader"
 	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/internal/servertls"
@@ -59,6 +60,9 @@ type App struct {
 	clientQuotas []*engine.ClientQuotaPublisher
 	ln           net.Listener
 	tls          *servertls.Reloader // nil: plain HTTP
+	// el elects, per cluster, the replica that publishes (ha:); empty
+	// without replicas: this one always publishes.
+	el elections
 }
 
 // New builds the daemon from cfg (which must be valid) and connects to every
@@ -109,6 +113,15 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 			[]string{"cluster", "topic"})
 		a.Registry.MustRegister(unheeded)
 	}
+	var electionMetrics *leader.Metrics
+	ha := cfg.HA.WithDefaults()
+	elect := func(cluster string) leader.Config {
+		if electionMetrics == nil {
+			electionMetrics = leader.NewMetrics(a.Registry)
+		}
+		return leader.Config{Cluster: cluster, ID: ha.ID, Name: ha.Name, Session: ha.SessionTimeout, Every: cfg.Interval,
+			OnRole: electionMetrics.Watch(cluster), Log: log.With("component", "ha")}
+	}
 	for _, kc := range cfg.Kafka {
 		o, err := kafka.New(kc)
 		if err != nil {
@@ -117,16 +130,24 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		}
 		a.closers = append(a.closers, o.Close)
 		addLoop(kc.Cluster, lag.KindKafka, o)
+		if cfg.HA.Enabled {
+			opts, err := kc.ClientOpts()
+			if err != nil {
+				a.Close()
+				return nil, fmt.Errorf("kafka cluster %q: %w", kc.Cluster, err)
+			}
+			a.el.add(leader.NewKafka(opts, elect(kc.Cluster)))
+		}
 		movers[kc.Cluster] = enforce.NewKafkaMover(o.Client(), enforce.KafkaMoverConfig{Cluster: kc.Cluster, Logger: log, Metrics: em})
 		cq := publish.NewClientQuotas(o.Client(), log.With("cluster", kc.Cluster))
 		if clientQuotas {
 			p := &engine.ClientQuotaPublisher{Cluster: kc.Cluster, BytesPerMessage: cfg.Quota.KafkaClientQuotas.BytesPerMessage, Quotas: cq,
 				Sizes: publish.NewRecordSizes(o.Client()), Interval: cfg.Interval, Log: log, Unheeded: unheeded}
-			pubs = append(pubs, p)
+			pubs = append(pubs, a.el.gate(kc.Cluster, p))
 			a.clientQuotas = append(a.clientQuotas, p)
 		} else {
 			// Quotas an earlier run set stay on the broker until cleared.
-			pubs = append(pubs, &engine.ClientQuotaSweeper{Cluster: kc.Cluster, Quotas: cq, Log: log})
+			pubs = append(pubs, a.el.gate(kc.Cluster, &engine.ClientQuotaSweeper{Cluster: kc.Cluster, Quotas: cq, Log: log}))
 		}
 	}
 	for _, nc := range cfg.NATS {
@@ -146,9 +167,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 			a.Close()
 			return nil, fmt.Errorf("nats cluster %q: jetstream: %w", nc.Cluster, err)
 		}
+		if cfg.HA.Enabled {
+			a.el.add(leader.NewNATS(js, "", elect(nc.Cluster)))
+		}
 		streams[nc.Cluster] = enforce.NewStreamEnforcer(js, enforce.StreamEnforcerConfig{Cluster: nc.Cluster, Logger: log, Metrics: em})
 		if cfg.Quota.NATSKV.Cluster == nc.Cluster {
-			pubs = append(pubs, &engine.KVPublisher{JS: js, Bucket: cfg.Quota.NATSKV.Bucket})
+			pubs = append(pubs, a.el.gate(nc.Cluster, &engine.KVPublisher{JS: js, Bucket: cfg.Quota.NATSKV.Bucket}))
 		}
 	}
 	a.Hub = quotaserver.NewHub()
@@ -178,10 +202,15 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 			OnCycle: func(now time.Time, states []lag.State) {
 				eng.OnCycle(sc.name, now, states)
 				a.History.Record(now, states, eng.ClusterDecisions(sc.name))
-				a.ttl.OnCycle(sc.name, now, states)
+				if a.el.leading(sc.name) { // TTL enforcement writes to the brokers: the leader's
+					a.ttl.OnCycle(sc.name, now, states)
+				}
 			}})
 	}
 	a.Handler = daemon.NewHandler(a.Store, a.Registry, nil)
+	if cfg.HA.Enabled {
+		a.Handler.Election = a.el.ready
+	}
 	qs := quotaserver.New(a.Hub, eng, cfg.Quota.Auth, a.Registry,
 		quotaserver.WithLimits(quotaserver.Limits{MaxStreams: cfg.Quota.MaxStreams, MaxLongPolls: cfg.Quota.MaxLongPolls}))
 	qs.Register(a.Handler.Mux)
@@ -241,6 +270,7 @@ func (a *App) Run(ctx context.Context) error {
 			cancel()
 		}
 	})
+	a.el.start(a.log)
 	a.Engine.Start(ctx)
 	a.ttl.Start(ctx)
 	for _, l := range a.loops {
@@ -260,14 +290,23 @@ func (a *App) Run(ctx context.Context) error {
 	a.Engine.Close()
 	a.ttl.Close()
 	// No daemon, no throttle: a quota left on the broker would hold its
-	// producers for good.
+	// producers for good. With replicas, the one taking over steers them
+	// from where they are: clearing would let producers run unthrottled
+	// until it does.
 	for _, p := range a.clientQuotas {
+		if a.cfg.HA.Enabled {
+			break
+		}
 		cctx, ccancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 		if err := p.Clear(cctx); err != nil {
 			a.log.Warn("clearing kafka client quotas on shutdown", "err", err)
 		}
 		ccancel()
 	}
+	// Hand leadership over now rather than after the session timeout.
+	rctx, rcancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+	a.el.release(rctx)
+	rcancel()
 	a.Close()
 	select {
 	case err := <-srvErr:

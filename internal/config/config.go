@@ -82,6 +82,8 @@ type Config struct {
 	TLS servertls.Config `mapstructure:"tls"`
 	// Metrics says what /metrics shows beyond the defaults.
 	Metrics Metrics `mapstructure:"metrics"`
+	// HA runs several replicas, one leader per cluster (see HA).
+	HA HA `mapstructure:"ha"`
 }
 
 // Metrics chooses what /metrics exposes. /metrics needs no token, so what
@@ -263,6 +265,10 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	for _, k := range []string{"rules.lagAge", "rules.stallAfter", "rules.staleAfter", "rules.rateWindow", "rules.abandonAfter", "rules.reportFresh"} {
 		v.SetDefault(k, "0s")
 	}
+	v.SetDefault("ha.enabled", false) // and LAGBRIDGE_HA_ID, ... below
+	v.SetDefault("ha.id", "")
+	v.SetDefault("ha.name", "")
+	v.SetDefault("ha.sessionTimeout", "0s")
 	// Reachable from the environment too (LAGBRIDGE_HISTORY_RECENT, ...).
 	for _, k := range []string{"history.recent", "history.retention", "history.resolution", "history.events", "history.grantChange"} {
 		v.SetDefault(k, "0")
@@ -495,6 +501,7 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Quota.validate(c)...)
+	errs = append(errs, c.HA.validate(c)...)
 	if err := enforce.ValidateRules(c.TTL.Enforce, c.Quota.Policies); err != nil {
 		errs = append(errs, split(err)...)
 	}

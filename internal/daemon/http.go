@@ -26,8 +26,13 @@ type Handler struct {
 	// returns true when the request may read, and otherwise writes the
 	// answer (401, 403) itself. Set it before serving; nil: open.
 	ReadAccess func(http.ResponseWriter, *http.Request) bool
-	store      *Store
-	now        func() time.Time
+	// Election, when set (replicas, ha:), says this replica's role per
+	// cluster ("leader of a; follower of b") and whether every election
+	// has answered: until then /readyz answers 503 (not yet synced).
+	// Set it before serving; nil: one replica, /readyz says "ready".
+	Election func() (roles string, ok bool)
+	store    *Store
+	now      func() time.Time
 }
 
 // NewHandler builds the mux. gather is the registry /metrics exposes.
@@ -81,6 +86,16 @@ func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 	if ok, missing := h.store.Ready(); !ok {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "not ready: no successful observation yet of %s\n", strings.Join(missing, ", "))
+		return
+	}
+	if h.Election != nil {
+		roles, ok := h.Election()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %s\n", roles)
+			return
+		}
+		fmt.Fprintf(w, "ready: %s\n", roles)
 		return
 	}
 	fmt.Fprintln(w, "ready")

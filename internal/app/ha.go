@@ -1,0 +1,120 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lagbridge/lagbridge/internal/engine"
+	"github.com/lagbridge/lagbridge/internal/leader"
+)
+
+// gated publishes only while this replica leads the publisher's cluster.
+type gated struct {
+	engine.Publisher
+	e leader.Elector
+}
+
+// Publish implements engine.Publisher: nothing while following.
+func (g gated) Publish(ctx context.Context, s engine.Snapshot) error {
+	if _, ok := g.e.Leading(time.Now()); !ok {
+		return nil
+	}
+	return g.Publisher.Publish(ctx, s)
+}
+
+// elections are the daemon's electors, one per watched cluster.
+type elections struct {
+	byCluster map[string]leader.Elector
+	order     []string
+	stop      context.CancelFunc
+	done      chan struct{}
+}
+
+// leading reports whether this replica publishes for cluster now.
+func (el *elections) leading(cluster string) bool {
+	e, ok := el.byCluster[cluster]
+	if !ok {
+		return true
+	}
+	_, lead := e.Leading(time.Now())
+	return lead
+}
+
+// gate wraps p so it publishes only while leading cluster.
+func (el *elections) gate(cluster string, p engine.Publisher) engine.Publisher {
+	e, ok := el.byCluster[cluster]
+	if !ok {
+		return p
+	}
+	return gated{p, e}
+}
+
+func (el *elections) add(e leader.Elector) {
+	if el.byCluster == nil {
+		el.byCluster = map[string]leader.Elector{}
+	}
+	el.byCluster[e.Cluster()] = e
+	el.order = append(el.order, e.Cluster())
+}
+
+// start runs every election until release.
+func (el *elections) start(log *slog.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	el.stop, el.done = cancel, make(chan struct{})
+	running := make(chan struct{}, len(el.order))
+	for _, c := range el.order {
+		go func() {
+			defer func() { running <- struct{}{} }()
+			if err := el.byCluster[c].Run(ctx); err != nil {
+				log.Error("leader election stopped", "cluster", c, "err", err)
+			}
+		}()
+	}
+	go func() {
+		for range el.order {
+			<-running
+		}
+		close(el.done)
+	}()
+}
+
+// release hands leadership over (within ctx) and stops the elections.
+// Idempotent; a no-op if they never started.
+func (el *elections) release(ctx context.Context) {
+	if el.stop == nil {
+		return
+	}
+	for _, c := range el.order {
+		el.byCluster[c].Release(ctx)
+	}
+	el.stop()
+	<-el.done
+	el.stop = nil
+}
+
+// ready reports whether every election has answered, and the replica's
+// role per cluster ("leader of a; follower of b").
+func (el *elections) ready() (string, bool) {
+	now := time.Now()
+	roles := map[leader.Role][]string{}
+	for _, c := range el.order {
+		r := el.byCluster[c].Role(now)
+		roles[r] = append(roles[r], c)
+	}
+	var parts []string
+	for _, r := range []leader.Role{leader.RoleLeader, leader.RoleFollower, leader.RoleUnknown} {
+		if cs := roles[r]; len(cs) > 0 {
+			slices.Sort(cs)
+			name := r.String()
+			if r == leader.RoleUnknown {
+				name = "not yet synced"
+			}
+			parts = append(parts, fmt.Sprintf("%s of %s", name, strings.Join(cs, ", ")))
+		}
+	}
+	return strings.Join(parts, "; "), len(roles[leader.RoleUnknown]) == 0
+}
