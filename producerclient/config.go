@@ -343,8 +343,8 @@ func (c Config) Validate() error {
 		p.add("%d topics, at most %d", len(c.Topics), quotaproto.MaxTopics)
 	}
 	for i, t := range c.Topics {
-		if t == "" || len(t) > 249 {
-			p.add("topics[%d] %q must be 1-249 characters", i, t)
+		if !quotaproto.ValidTopic(t) {
+			p.add("topics[%d] %q must be 1-249 characters of valid UTF-8 without control characters", i, t)
 		}
 	}
 	if c.Mode > Drop {

@@ -535,6 +535,33 @@ func TestLeaseReRegisters(t *testing.T) {
 	eventually(t, 10*time.Second, "a report after the 404", func() bool { return d.posts.Load() > before })
 }
 
+// TestReportSkipsTopicsTheProtocolRefuses: a topic first used with a name
+// the daemon refuses (a control character) is left out of the report,
+// which the daemon would otherwise refuse whole: the other topics keep
+// their leases.
+func TestReportSkipsTopicsTheProtocolRefuses(t *testing.T) {
+	d := newFakeDaemon(t)
+	d.set(leaseSet("svc-a", 2, quotaproto.Lease{Topic: "orders", Rate: ptr(7.0), Signal: "ok", Version: 2, ExpiresAt: time.Now().Add(time.Hour)}))
+	p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"},
+		Leases: LeaseConfig{URL: d.srv.URL, ReportInterval: time.Hour}})
+	eventually(t, 10*time.Second, "the first report", func() bool { _, n := d.lastReport(); return n == 1 })
+	p.c.topic("bad\ntopic") // first use: reported at once
+	p.c.topic("payments")
+	eventually(t, 10*time.Second, "a report with the new valid topic", func() bool {
+		rep, _ := d.lastReport()
+		return len(rep.Topics) == 2
+	})
+	rep, _ := d.lastReport()
+	for _, td := range rep.Topics {
+		if td.Topic != "orders" && td.Topic != "payments" {
+			t.Fatalf("reported %q", td.Topic)
+		}
+	}
+	if err := (Config{Producer: "p", Topics: []string{"ok", "bad\x00"}}).Validate(); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("a topic with a NUL in the config: %v", err)
+	}
+}
+
 func TestReportDemand(t *testing.T) {
 	c := newKfake(t, 1, "orders")
 	clk := newFakeClock()

@@ -307,7 +307,13 @@ func (o *leaseOwner) report(last time.Time, now time.Time) quotaproto.Report {
 	r := quotaproto.Report{Producer: c.cfg.Producer, Topics: make([]quotaproto.TopicDemand, 0, len(topics))}
 	secs := now.Sub(last).Seconds()
 	crit := c.cfg.Criticality.String()
+	skipped := 0
 	for name, t := range topics {
+		if !quotaproto.ValidTopic(name) {
+			// The daemon would refuse the whole report for it.
+			skipped++
+			continue
+		}
 		asked := t.admitted.Load() + t.refused.Load()
 		n := asked - t.reportedDemand.Swap(asked)
 		d := 0.0
@@ -319,6 +325,9 @@ func (o *leaseOwner) report(last time.Time, now time.Time) quotaproto.Report {
 			break
 		}
 		r.Topics = append(r.Topics, quotaproto.TopicDemand{Topic: name, Criticality: crit, Demand: math.Min(d, 1e12)})
+	}
+	if skipped > 0 {
+		c.cfg.Logger.Warn("lagbridge: topics with names the protocol refuses (empty, over 249 characters, control characters, invalid UTF-8) are not reported; they run on the safe quota", "topics", skipped)
 	}
 	return r
 }
