@@ -56,11 +56,16 @@
 // Metadata request (to the broker that answered last time, then the others);
 // one ListGroups per broker; one DescribeGroups and
 // (when KIP-848 groups exist) one ConsumerGroupDescribe per group
-// coordinator; one OffsetFetch per coordinator for all groups (batched); two
-// ListOffsets per partition leader (log start, and end under
-// read_committed) for the partitions of watched pairs only; and at most one
-// Fetch per partition leader for head records, none when every head is
-// cached. At 10,000 partitions and 1,000 groups (200,000 group-partitions)
+// coordinator; OffsetFetch to each coordinator for its groups, batched so
+// that each answer stays within a quarter of kgo.BrokerMaxReadBytes
+// (planned from each group's answer last cycle, or from the cluster's
+// partition count for a group not seen before: one request per coordinator
+// at 1,000 groups of 200 partitions); two ListOffsets per partition leader
+// (log start, and end under read_committed) for the partitions of watched
+// pairs only; and at most one Fetch per partition leader for head records,
+// none when every head is cached. The OffsetFetch and ListOffsets answers
+// are decoded into storage kept from cycle to cycle, so a warm cycle
+// allocates little beyond the samples it returns. At 10,000 partitions and 1,000 groups (200,000 group-partitions)
 // a cycle against an in-process kfake broker on two cores takes about
 // 0.1-0.2 s with warm heads and 0.25-0.5 s with every head fetched, broker
 // work included (BenchmarkObserve). Heads are cached by (topic,

@@ -16,15 +16,10 @@ type leaderLists struct {
 	start, end listOffsetsReq
 }
 
-// listOffsetsReq is a ListOffsets request to one leader whose response
-// decodes into spare, which the caller hands back after use; a response kgo
-// abandons (a canceled request) keeps its own.
+// listOffsetsReq is a ListOffsets request to one leader.
 type listOffsetsReq struct {
 	kmsg.ListOffsetsRequest
-	spare *offsetsListed
-	// set by the request's goroutine, read after it ends:
-	answer *offsetsListed
-	err    error
+	reused[offsetsListed]
 }
 
 // offsetsListed is one ListOffsets response, decoded without kmsg's
@@ -46,12 +41,7 @@ type listedPart struct {
 
 // ResponseKind returns a response that decodes into r's spare answer.
 func (r *listOffsetsReq) ResponseKind() kmsg.Response {
-	into := r.spare
-	r.spare = nil
-	if into == nil {
-		into = new(offsetsListed)
-	}
-	resp := &listOffsetsResp{into: into}
+	resp := &listOffsetsResp{into: r.take()}
 	resp.Version = r.Version
 	return resp
 }
@@ -211,7 +201,7 @@ func (o *Observer) listOffsets(ctx context.Context, topics map[string]*topicInfo
 					}
 				}
 			}
-			r.spare, r.answer = r.answer, nil
+			r.release()
 		}
 	}
 	var shards [2][]kgo.ResponseShard

@@ -60,9 +60,14 @@ type Observer struct {
 	pending []pendingHead
 	// offsets holds the committed offsets of the last cycle's groups,
 	// refilled in place by fetchOffsets; offsetReqs the OffsetFetch
-	// request of each coordinator, rebuilt in place.
+	// requests of each coordinator, rebuilt in place.
 	offsets    map[string]*groupOffsets
-	offsetReqs map[int32]*offsetFetchReq
+	offsetReqs map[int32]*coordFetches
+	// answerBudget is the most bytes one OffsetFetch answer is planned
+	// to carry: a quarter of what the client reads from a broker at once
+	// (kgo.BrokerMaxReadBytes, 100 MiB by default), leaving room for
+	// groups that commit on more partitions than last cycle.
+	answerBudget int
 	// listReqs holds the two ListOffsets requests of each partition
 	// leader, rebuilt in place.
 	listReqs map[int32]*leaderLists
@@ -112,19 +117,21 @@ func New(cfg Config, opts ...kgo.Opt) (*Observer, error) {
 	}
 	adm := kadm.NewClient(cl)
 	adm.SetTimeoutMillis(int32(cfg.RequestTimeout.Milliseconds()))
+	maxRead, _ := cl.OptValue(kgo.BrokerMaxReadBytes).(int32)
 	return &Observer{
-		cfg:    cfg,
-		cl:     cl,
-		adm:    adm,
-		groups: groups,
-		topics: topics,
-		now:    time.Now,
+		answerBudget: max(int(maxRead)/4, 1<<16),
+		cfg:          cfg,
+		cl:           cl,
+		adm:          adm,
+		groups:       groups,
+		topics:       topics,
+		now:          time.Now,
 
 		decompressor: kgo.DefaultDecompressor(),
 		heads:        make(map[string]*topicHeads),
 		known:        make(map[string]knownGroup),
 		offsets:      make(map[string]*groupOffsets),
-		offsetReqs:   make(map[int32]*offsetFetchReq),
+		offsetReqs:   make(map[int32]*coordFetches),
 		listReqs:     make(map[int32]*leaderLists),
 	}, nil
 }

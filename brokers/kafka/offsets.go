@@ -18,6 +18,7 @@ type groupOffsets struct {
 	err    string // the whole group failed
 	topics map[string]*topicOffsets
 	cycle  uint64 // the cycle that last answered for the group
+	size   int    // bytes of its last answer, 0 when unknown
 }
 
 // topicOffsets holds a group's commits on one topic, by partition.
@@ -38,6 +39,7 @@ type answerGroup struct {
 	name   string
 	code   int16
 	topics []answerTopic
+	size   int // bytes of the answer, 0 when decoded by kmsg
 }
 
 type answerTopic struct {
@@ -52,25 +54,41 @@ type answerPart struct {
 	code      int16
 }
 
+// reused is the state of a request whose response decodes into storage
+// kept from cycle to cycle: ResponseKind takes spare (kgo calls it once per
+// attempt), and the caller hands the answer back after use. A response kgo
+// abandons (a canceled request) keeps its own storage.
+type reused[T any] struct {
+	spare *T
+	// set by the request's goroutine, read after it ends:
+	answer *T
+	err    error
+}
+
+// take returns the spare storage, or new storage when an earlier attempt
+// or an abandoned response holds it.
+func (r *reused[T]) take() *T {
+	t := r.spare
+	r.spare = nil
+	if t == nil {
+		t = new(T)
+	}
+	return t
+}
+
+// release hands the answer back for the next cycle.
+func (r *reused[T]) release() { r.spare, r.answer = r.answer, nil }
+
 // offsetFetchReq is the OffsetFetch request sent to one coordinator for all
-// its groups. Its response decodes into spare, which the caller hands back
-// after use; a response kgo abandons (a canceled request) keeps its own.
+// its groups.
 type offsetFetchReq struct {
 	kmsg.OffsetFetchRequest
-	spare *offsetsAnswer
-	// set by the request's goroutine, read after it ends:
-	answer *offsetsAnswer
-	err    error
+	reused[offsetsAnswer]
 }
 
 // ResponseKind returns a response that decodes into r's spare answer.
 func (r *offsetFetchReq) ResponseKind() kmsg.Response {
-	into := r.spare
-	r.spare = nil
-	if into == nil {
-		into = new(offsetsAnswer)
-	}
-	resp := &offsetFetchResp{into: into}
+	resp := &offsetFetchResp{into: r.take()}
 	resp.Version = r.Version
 	return resp
 }
@@ -96,6 +114,7 @@ func (r *offsetFetchResp) ReadFrom(src []byte) error {
 	a.groups = resize(a.groups, w.arrayLen(5))
 	for i := range a.groups {
 		g := &a.groups[i]
+		left := len(w.b)
 		w.setString(&g.name)
 		minTopic := 3
 		if r.Version >= 10 {
@@ -124,6 +143,7 @@ func (r *offsetFetchResp) ReadFrom(src []byte) error {
 		}
 		g.code = w.int16()
 		w.skipTags()
+		g.size = left - len(w.b)
 	}
 	w.skipTags()
 	if w.bad {
@@ -237,70 +257,91 @@ func (w *wire) skipTags() {
 	}
 }
 
-// fetchOffsets reads the committed offsets of groups: one OffsetFetch per
-// coordinator (the broker that listed the group), in parallel, decoded into
-// the observer's reused answers. Groups whose coordinator moved or did not
-// answer, and every group when a broker only speaks OffsetFetch before v8,
-// are asked again through kgo's sharded path, which looks coordinators up.
-// The result holds an entry for each group some broker answered for.
+// Sizes of an OffsetFetch answer (v8+) used to plan batches: per
+// partition (partition, offset, leader epoch, empty metadata, error code,
+// tags) and, generously, per topic and per group besides their names.
+const (
+	answerPerPartition = 20
+	answerPerTopic     = 24
+	answerPerGroup     = 16
+)
+
+// coordFetches holds the OffsetFetch batches of one coordinator.
+type coordFetches struct {
+	reqs []*offsetFetchReq
+	size int // planned answer bytes of reqs[len(reqs)-1]
+}
+
+// fetchOffsets reads the committed offsets of groups: OffsetFetch requests
+// to each group's coordinator (the broker that listed it), as few as keep
+// every answer within the observer's answer budget, all in parallel, and
+// decoded into the observer's reused answers. A group's answer is planned
+// at its size last cycle, a group not answered before at the size of
+// commits on every partition of the cluster. Groups whose coordinator moved
+// or did not answer, and every group when a broker only speaks OffsetFetch
+// before v8, are asked again through kgo's sharded path, which looks
+// coordinators up. The result holds an entry for each group some broker
+// answered for.
 func (o *Observer) fetchOffsets(ctx context.Context, groups []string, listed map[string]listedGroup, topics map[string]*topicInfo, byID map[[16]byte]*topicInfo) map[string]*groupOffsets {
-	for _, r := range o.offsetReqs {
-		r.Groups = r.Groups[:0]
+	unknown := answerPerGroup
+	for name, ti := range topics {
+		unknown += answerPerTopic + len(name) + answerPerPartition*len(ti.parts)
+	}
+	for _, cf := range o.offsetReqs {
+		cf.reqs, cf.size = cf.reqs[:0], 0
 	}
 	for _, g := range groups {
 		c := listed[g].coordinator
-		r := o.offsetReqs[c]
-		if r == nil {
-			r = &offsetFetchReq{OffsetFetchRequest: kmsg.NewOffsetFetchRequest()}
-			o.offsetReqs[c] = r
+		cf := o.offsetReqs[c]
+		if cf == nil {
+			cf = new(coordFetches)
+			o.offsetReqs[c] = cf
 		}
+		size := unknown + len(g)
+		if known := o.offsets[g]; known != nil && known.size > 0 {
+			size = known.size
+		}
+		if n := len(cf.reqs); n == 0 || cf.size+size > o.answerBudget && len(cf.reqs[n-1].Groups) > 0 {
+			cf.reqs = resize(cf.reqs, n+1)
+			if cf.reqs[n] == nil {
+				cf.reqs[n] = &offsetFetchReq{OffsetFetchRequest: kmsg.NewOffsetFetchRequest()}
+			}
+			cf.reqs[n].Groups, cf.size = cf.reqs[n].Groups[:0], 0
+		}
+		r := cf.reqs[len(cf.reqs)-1]
 		rg := kmsg.NewOffsetFetchRequestGroup()
 		rg.Group = g
 		r.Groups = append(r.Groups, rg)
+		cf.size += size
 	}
 	var wg sync.WaitGroup
-	for c, r := range o.offsetReqs {
-		if len(r.Groups) == 0 {
+	for c, cf := range o.offsetReqs {
+		if len(cf.reqs) == 0 {
 			delete(o.offsetReqs, c)
 			continue
 		}
-		wg.Go(func() {
-			r.answer, r.err = nil, nil
-			kresp, err := o.cl.Broker(int(c)).RetriableRequest(ctx, r)
-			if err != nil {
-				r.err = brokerErrE(c, err)
-				return
-			}
-			if resp := kresp.(*offsetFetchResp); resp.Version >= 8 {
-				r.answer = resp.into
-			}
-		})
+		clear(cf.reqs[len(cf.reqs):cap(cf.reqs)]) // batches no longer needed
+		for _, r := range cf.reqs {
+			wg.Go(func() {
+				r.answer, r.err = nil, nil
+				kresp, err := o.cl.Broker(int(c)).RetriableRequest(ctx, r)
+				if err != nil {
+					r.err = brokerErrE(c, err)
+					return
+				}
+				if resp := kresp.(*offsetFetchResp); resp.Version >= 8 {
+					r.answer = resp.into
+				}
+			})
+		}
 	}
 	wg.Wait()
 
 	var again []string
-	for _, r := range o.offsetReqs {
-		switch {
-		case r.err != nil && ctx.Err() != nil:
-			for _, g := range r.Groups {
-				o.groupOffsets(g.Group).err = r.err.Error()
-			}
-			continue
-		case r.answer == nil:
-			for _, g := range r.Groups {
-				again = append(again, g.Group)
-			}
-			continue
+	for _, cf := range o.offsetReqs {
+		for _, r := range cf.reqs {
+			o.offsetAnswer(ctx, r, topics, byID, &again)
 		}
-		for i := range r.answer.groups {
-			ag := &r.answer.groups[i]
-			if moved(ag.code) {
-				again = append(again, ag.name)
-				continue
-			}
-			o.applyOffsets(ag, topics, byID)
-		}
-		r.spare, r.answer = r.answer, nil
 	}
 	if len(again) > 0 {
 		o.fetchOffsetsSharded(ctx, again, topics, byID)
@@ -318,6 +359,32 @@ func (o *Observer) fetchOffsets(ctx context.Context, groups []string, listed map
 		}
 	}
 	return o.offsets
+}
+
+// offsetAnswer stores the answer to r, or adds its groups to again when
+// they are to be asked through kgo's sharded path.
+func (o *Observer) offsetAnswer(ctx context.Context, r *offsetFetchReq, topics map[string]*topicInfo, byID map[[16]byte]*topicInfo, again *[]string) {
+	switch {
+	case r.err != nil && ctx.Err() != nil:
+		for _, g := range r.Groups {
+			o.groupOffsets(g.Group).err = r.err.Error()
+		}
+		return
+	case r.answer == nil:
+		for _, g := range r.Groups {
+			*again = append(*again, g.Group)
+		}
+		return
+	}
+	for i := range r.answer.groups {
+		ag := &r.answer.groups[i]
+		if moved(ag.code) {
+			*again = append(*again, ag.name)
+			continue
+		}
+		o.applyOffsets(ag, topics, byID)
+	}
+	r.release()
 }
 
 // moved reports whether a group's error means its coordinator is elsewhere
@@ -363,7 +430,7 @@ func (a *offsetsAnswer) fromKmsg(resp *kmsg.OffsetFetchResponse) {
 	a.groups = resize(a.groups, len(resp.Groups))
 	for i, rg := range resp.Groups {
 		g := &a.groups[i]
-		g.name, g.code = rg.Group, rg.ErrorCode
+		g.name, g.code, g.size = rg.Group, rg.ErrorCode, 0
 		g.topics = resize(g.topics, len(rg.Topics))
 		for j, rt := range rg.Topics {
 			t := &g.topics[j]
@@ -393,6 +460,7 @@ func (o *Observer) groupOffsets(name string) *groupOffsets {
 // applyOffsets stores one group's answer for the watched topics.
 func (o *Observer) applyOffsets(ag *answerGroup, topics map[string]*topicInfo, byID map[[16]byte]*topicInfo) {
 	g := o.groupOffsets(ag.name)
+	g.size = ag.size
 	if err := kerr.ErrorForCode(ag.code); err != nil {
 		g.err = err.Error()
 		return

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -179,6 +180,61 @@ func TestListOffsetsDecode(t *testing.T) {
 				r.Version = tc.version
 				if err := r.ReadFrom(body[:n]); !errors.Is(err, errMalformedListOffsets) {
 					t.Fatalf("truncated at %d of %d: err %v, want malformed", n, len(body), err)
+				}
+			}
+		})
+	}
+}
+
+// TestOffsetFetchBatches: a coordinator's groups are asked in as few
+// OffsetFetch requests as keep each answer within the budget, planned from
+// the cluster's size for groups not seen before and from each group's last
+// answer after; every batch's groups are reported.
+func TestOffsetFetchBatches(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	cl := newClient(t, c)
+	adm := kadm.NewClient(cl)
+	createTopic(t, adm, "batched", 4, nil)
+	produceN(t, cl, "batched", 0, 3, 0)
+	groups := []string{"b1", "b2", "b3", "b4", "b5", "b6"}
+	for i, g := range groups {
+		commit(t, adm, g, "batched", map[int32]int64{0: int64(i % 3), 1: 0})
+	}
+	fetches := countRequests(c, kmsg.OffsetFetch)
+	for _, tc := range []struct {
+		name     string
+		budget   int // 0: the default
+		requests int64
+	}{
+		{"default budget: one request", 0, 1},
+		{"budget below one group: one request per group", 1, int64(len(groups))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newObserver(t, c, nil)
+			if o.answerBudget < 1<<20 {
+				t.Fatalf("default budget %d B, want at least 1 MiB", o.answerBudget)
+			}
+			if tc.budget > 0 {
+				o.answerBudget = tc.budget
+			}
+			for cycle := range 2 { // planned from the cluster, then from the answers
+				f0 := fetches.Load()
+				got, err := o.Observe(ctxT(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := fetches.Load() - f0; n != tc.requests {
+					t.Errorf("cycle %d: %d OffsetFetch requests, want %d", cycle, n, tc.requests)
+				}
+				for i, g := range groups {
+					s := mustFind(t, got, g, "batched")
+					if s.Err != "" || s.Partitions[0].Committed != int64(i%3) || s.Partitions[1].Committed != 0 || s.Partitions[2].Committed != -1 {
+						t.Errorf("cycle %d: %s: err %q, partitions %+v", cycle, g, s.Err, s.Partitions)
+					}
+					if o.offsets[g].size == 0 {
+						t.Errorf("cycle %d: %s: answer size not recorded", cycle, g)
+					}
 				}
 			}
 		})
