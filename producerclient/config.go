@@ -131,6 +131,8 @@ type LeaseConfig struct {
 	// as a warning: anyone on the path can then hand out leases.
 	TLS *tls.Config
 	// Token is sent as "Authorization: Bearer <Token>" when not empty.
+	// Over plain http to a host other than loopback it travels in clear
+	// text: the producer logs a warning at construction.
 	Token string
 	// Transport is LongPoll (zero) or SSE.
 	Transport LeaseTransport
@@ -149,7 +151,8 @@ type LeaseConfig struct {
 	// Safe is the quota without a valid lease; the zero value is open.
 	Safe SafeQuota
 	// DefaultLeaseTTL is how long a lease without expiresAt is trusted;
-	// zero means 30s. At most MaxLeaseTTL.
+	// zero means 30s, or MaxLeaseTTL when that is shorter. At most
+	// MaxLeaseTTL.
 	DefaultLeaseTTL time.Duration
 	// MaxLeaseTTL is the longest the SDK trusts a lease after it arrives:
 	// a later expiresAt is clamped to arrival plus MaxLeaseTTL, so no

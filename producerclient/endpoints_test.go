@@ -1,14 +1,18 @@
 package producerclient
 
 import (
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"io"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -199,4 +203,52 @@ func TestLeaseFailoverAllDown(t *testing.T) {
 	if q, _ := p.Quota("orders"); !q.FromLease || q.Rate != 10 {
 		t.Fatalf("lease lost while every daemon is down: %+v", q)
 	}
+}
+
+// TestTokenOverPlainHTTPWarns: a token sent over plain http to a host
+// other than this machine is logged as a warning at construction.
+func TestTokenOverPlainHTTPWarns(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		url   string
+		token string
+		warn  bool
+	}{
+		// The token in clear text across the network.
+		{"http, remote", "http://lagbridge.invalid:9464", "secret", true},
+		// Loopback does not leave the machine.
+		{"http, loopback", "http://127.0.0.1:1", "secret", false},
+		{"http, localhost", "http://localhost:1", "secret", false},
+		// https carries it encrypted.
+		{"https", "https://lagbridge.invalid:9464", "secret", false},
+		// No token, nothing to leak.
+		{"no token", "http://lagbridge.invalid:9464", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf syncBuffer
+			newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+				Leases: LeaseConfig{URL: tc.url, Token: tc.token}})
+			if got := strings.Contains(buf.String(), "clear text"); got != tc.warn {
+				t.Fatalf("warned %v, want %v: %s", got, tc.warn, buf.String())
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -148,6 +150,15 @@ func decodeSet(b []byte, producer string) (decodedSet, []error, error) {
 	return ds, problems, nil
 }
 
+// loopback reports whether host (a URL's host name) is this machine.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // leaseUpdate is what the source goroutines send to the owner.
 type leaseUpdate struct {
 	leases  []decodedLease
@@ -213,6 +224,13 @@ func newLeaseOwner(c *core) *leaseOwner {
 	o.noLease = o.makeSafe("no lease yet")
 	if t := c.cfg.Leases.TLS; t != nil && t.InsecureSkipVerify {
 		c.cfg.Logger.Warn("lagbridge: leases TLS does not verify the daemon's certificate (InsecureSkipVerify); anyone on the path can hand out leases")
+	}
+	if c.cfg.Leases.Token != "" {
+		for _, raw := range o.endpoints {
+			if u, err := url.Parse(raw); err == nil && u.Scheme == "http" && !loopback(u.Hostname()) {
+				c.cfg.Logger.Warn("lagbridge: the lease token travels in clear text over plain http; use https", "url", raw)
+			}
+		}
 	}
 	return o
 }
