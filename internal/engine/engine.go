@@ -492,7 +492,11 @@ func (e *Engine) publishSet(producer string, ls []quota.Lease, now time.Time) bo
 		e.hub.Publish(set)
 		return false
 	}
-	e.version++
+	// A new version is at least now in Unix microseconds: replicas of
+	// the daemon, whose clocks agree, number their sets on one scale, so
+	// a producer failing over to another replica never sees a version
+	// below the one it holds (and its set is not ignored as older).
+	e.version = max(e.version+1, uint64(max(now.UnixMicro(), 0)))
 	set.Version = e.version
 	e.published[producer] = published{fingerprint: fp, set: set}
 	e.hub.Publish(set)

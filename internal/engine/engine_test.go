@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -182,5 +183,38 @@ func TestVanishedTopicLeavesItsLeases(t *testing.T) {
 	}
 	if d := e.Decisions(); len(d) != 0 {
 		t.Fatalf("decisions %+v", d)
+	}
+}
+
+// TestVersionsAcrossReplicas: two engines (replicas) started from the same
+// low base number their sets on the wall clock: a set the second one
+// makes after the first's last change has a higher version, however many
+// changes the first made, so a producer failing over is not ignored.
+func TestVersionsAcrossReplicas(t *testing.T) {
+	report := func(tb testing.TB, e *Engine, topic string) uint64 {
+		tb.Helper()
+		set, err := e.Report(quotaproto.Report{Producer: "checkout", Topics: []quotaproto.TopicDemand{{Topic: topic}}})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return set.Version
+	}
+	ca, cb := &clock{now: t0}, &clock{now: t0}
+	a, _ := newEngine(t, ca)
+	b, _ := newEngine(t, cb)
+	var last uint64
+	for i := range 50 { // many changes within one microsecond of clock
+		v := report(t, a, fmt.Sprintf("t%d", i))
+		if v <= last {
+			t.Fatalf("change %d: version %d after %d", i, v, last)
+		}
+		last = v
+	}
+	if last < uint64(t0.UnixMicro()) {
+		t.Fatalf("version %d below the clock %d", last, t0.UnixMicro())
+	}
+	cb.now = t0.Add(time.Millisecond)
+	if v := report(t, b, "t0"); v <= last {
+		t.Errorf("the second replica's set is %d, below the first's %d", v, last)
 	}
 }
