@@ -43,10 +43,14 @@ type partTrack struct {
 	lastPos   int64 // consumed position (End-Lag) at the last reading with a commit; -1: none
 	moves     []move
 	lagAtMove bool // the partition had lag at the newest move
-	intervals [numIntervals]time.Duration
-	nInt      int           // intervals recorded, up to numIntervals
-	ci        time.Duration // median of intervals; 0 while none
-	ends      []endPoint
+	// between counts the readings since the newest move, and lagBetween
+	// is whether all of them saw lag (see fold).
+	between    int
+	lagBetween bool
+	intervals  [numIntervals]time.Duration
+	nInt       int           // intervals recorded, up to numIntervals
+	ci         time.Duration // median of intervals; 0 while none
+	ends       []endPoint
 
 	// counted is the best position at the newest reading, never moving
 	// back except on an offset reset: the consumed counter of the rates.
@@ -93,11 +97,19 @@ func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, g
 			// The commit was made between the previous reading and
 			// this one: date it half way.
 			mid := now - int64(gap/2)
-			if n := len(pt.moves); n > 0 && pt.lagAtMove {
+			// The interval is the consumer's cadence when it had work to
+			// commit throughout: lag at the move that started it, or at
+			// every reading since (a consumer that caught up at its commit
+			// while its producers were held back, then was given work).
+			if n := len(pt.moves); n > 0 && (pt.lagAtMove || (pt.between > 0 && pt.lagBetween)) {
 				pt.addInterval(time.Duration(mid - pt.moves[n-1].at))
 			}
 			pt.moves = append(pt.moves, move{at: mid, pos: pos})
 			pt.lagAtMove = p.Lag > 0
+			pt.between, pt.lagBetween = 0, true
+		case pos == pt.lastPos:
+			pt.between++
+			pt.lagBetween = pt.lagBetween && p.Lag > 0
 		case pos < pt.lastPos:
 			// An offset reset to earlier: the old commits say nothing
 			// of the rate from here.

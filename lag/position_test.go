@@ -388,3 +388,35 @@ func TestLongCadenceIsNotAStall(t *testing.T) {
 		t.Fatal("the commits alone never read stalled before the cadence was known: the case does not test the estimate")
 	}
 }
+
+// TestCadenceLearnedWhenCaughtUpAtCommits: a consumer that commits every
+// 5 s and is caught up at each commit, because its producers were held
+// back (a quota at 0) and were given work only after the commit: every move
+// leaves no lag, and every reading between two moves sees some. Its cadence
+// is learned (before, only intervals that started with lag at the move
+// counted, so a drained consumer's cadence was never learned and its
+// commits were read as they are: nothing consumed four seconds in five).
+func TestCadenceLearnedWhenCaughtUpAtCommits(t *testing.T) {
+	// 300 records are written in [5k+1.5, 5k+4.5) of every 5 s cycle;
+	// the consumer commits everything written by 5k+0.5.
+	end := func(at float64) int64 {
+		cycles := math.Floor(at / 5)
+		in := min(max(at-5*cycles-1.5, 0), 3)
+		return int64(300*cycles + 100*in)
+	}
+	tr := NewTracker(nil)
+	var st State
+	for s := 1; s <= 26; s++ {
+		at := float64(s)
+		commit := math.Floor((at-0.5)/5)*5 + 0.5
+		e, c := end(at), end(commit)
+		p := PartitionSample{Partition: 0, End: e, Committed: c, Lag: e - c, HeadKnown: true}
+		if p.Lag > 0 {
+			p.HeadTime = t0.Add(sec(5*math.Floor(at/5) + 1.5))
+		}
+		st = tr.Observe(sample(t0.Add(sec(at)), 1, p), t0.Add(sec(at)))
+	}
+	if st.CommitInterval != 5*time.Second {
+		t.Fatalf("commit interval %v, want 5s", st.CommitInterval)
+	}
+}
