@@ -119,7 +119,6 @@ func New(cfg Config, opts ...kgo.Opt) (*Observer, error) {
 	adm.SetTimeoutMillis(int32(cfg.RequestTimeout.Milliseconds()))
 	maxRead, _ := cl.OptValue(kgo.BrokerMaxReadBytes).(int32)
 	return &Observer{
-		answerBudget: max(int(maxRead)/4, 1<<16),
 		cfg:          cfg,
 		cl:           cl,
 		adm:          adm,
@@ -133,6 +132,7 @@ func New(cfg Config, opts ...kgo.Opt) (*Observer, error) {
 		offsets:      make(map[string]*groupOffsets),
 		offsetReqs:   make(map[int32]*coordFetches),
 		listReqs:     make(map[int32]*leaderLists),
+		answerBudget: max(int(maxRead)/4, 1<<16),
 	}, nil
 }
 

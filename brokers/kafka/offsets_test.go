@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -235,6 +236,80 @@ func TestOffsetFetchBatches(t *testing.T) {
 					if o.offsets[g].size == 0 {
 						t.Errorf("cycle %d: %s: answer size not recorded", cycle, g)
 					}
+				}
+			}
+		})
+	}
+}
+
+// TestAskedAgainThroughKgo: a group whose coordinator answers
+// NOT_COORDINATOR, and partitions whose leader answers
+// NOT_LEADER_OR_FOLLOWER, are asked again through kgo's sharded path in the
+// same cycle, which reports them fresh.
+func TestAskedAgainThroughKgo(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		key    kmsg.Key
+		answer func(kmsg.Request) kmsg.Response
+	}{
+		{"coordinator moved", kmsg.OffsetFetch, func(kreq kmsg.Request) kmsg.Response {
+			req := kreq.(*kmsg.OffsetFetchRequest)
+			resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
+			for _, g := range req.Groups {
+				rg := kmsg.NewOffsetFetchResponseGroup()
+				rg.Group, rg.ErrorCode = g.Group, 16 // NOT_COORDINATOR
+				resp.Groups = append(resp.Groups, rg)
+			}
+			return resp
+		}},
+		{"leader moved", kmsg.ListOffsets, func(kreq kmsg.Request) kmsg.Response {
+			req := kreq.(*kmsg.ListOffsetsRequest)
+			resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+			for _, t := range req.Topics {
+				rt := kmsg.NewListOffsetsResponseTopic()
+				rt.Topic = t.Topic
+				for _, p := range t.Partitions {
+					rp := kmsg.NewListOffsetsResponseTopicPartition()
+					rp.Partition, rp.ErrorCode = p.Partition, 6 // NOT_LEADER_OR_FOLLOWER
+					rt.Partitions = append(rt.Partitions, rp)
+				}
+				resp.Topics = append(resp.Topics, rt)
+			}
+			return resp
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := newCluster(t)
+			cl := newClient(t, c)
+			adm := kadm.NewClient(cl)
+			createTopic(t, adm, "again", 2, nil)
+			produceN(t, cl, "again", 0, 3, 0)
+			produceN(t, cl, "again", 1, 3, 0)
+			commit(t, adm, "ga", "again", map[int32]int64{0: 1, 1: 2})
+			o := newObserver(t, c, nil)
+			var fired atomic.Bool
+			c.ControlKey(int16(tc.key), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				fired.Store(true)
+				return tc.answer(req), nil, true // once
+			})
+			got, err := o.Observe(ctxT(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !fired.Load() {
+				t.Fatal("the broker never answered with the error")
+			}
+			s := mustFind(t, got, "ga", "again")
+			if s.Err != "" {
+				t.Fatalf("sample error %q", s.Err)
+			}
+			for p, committed := range []int64{1, 2} {
+				ps := s.Partitions[p]
+				if ps.Stale || ps.Err != "" || ps.Committed != committed || ps.End != 3 || ps.Lag != 3-committed {
+					t.Errorf("partition %d: %+v, want committed %d, end 3, fresh", p, ps, committed)
 				}
 			}
 		})
