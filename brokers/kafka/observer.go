@@ -119,12 +119,12 @@ func New(cfg Config, opts ...kgo.Opt) (*Observer, error) {
 	adm.SetTimeoutMillis(int32(cfg.RequestTimeout.Milliseconds()))
 	maxRead, _ := cl.OptValue(kgo.BrokerMaxReadBytes).(int32)
 	return &Observer{
-		cfg:          cfg,
-		cl:           cl,
-		adm:          adm,
-		groups:       groups,
-		topics:       topics,
-		now:          time.Now,
+		cfg:    cfg,
+		cl:     cl,
+		adm:    adm,
+		groups: groups,
+		topics: topics,
+		now:    time.Now,
 
 		decompressor: kgo.DefaultDecompressor(),
 		heads:        make(map[string]*topicHeads),
