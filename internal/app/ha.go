@@ -13,14 +13,24 @@ import (
 )
 
 // gated publishes only while this replica leads the publisher's cluster.
+// Used by the engine's publishing goroutine only.
 type gated struct {
 	engine.Publisher
-	e leader.Elector
+	e   leader.Elector
+	led bool // at the last publish
 }
 
-// Publish implements engine.Publisher: nothing while following.
-func (g gated) Publish(ctx context.Context, s engine.Snapshot) error {
-	if _, ok := g.e.Leading(time.Now()); !ok {
+// Publish implements engine.Publisher: nothing while following. On
+// becoming leader again, a publisher that remembers what it wrote
+// (engine.KVPublisher) forgets it: another leader wrote meanwhile.
+func (g *gated) Publish(ctx context.Context, s engine.Snapshot) error {
+	_, ok := g.e.Leading(time.Now())
+	if ok && !g.led {
+		if r, can := g.Publisher.(interface{ Reset() }); can {
+			r.Reset()
+		}
+	}
+	if g.led = ok; !ok {
 		return nil
 	}
 	return g.Publisher.Publish(ctx, s)
@@ -50,7 +60,7 @@ func (el *elections) gate(cluster string, p engine.Publisher) engine.Publisher {
 	if !ok {
 		return p
 	}
-	return gated{p, e}
+	return &gated{Publisher: p, e: e}
 }
 
 func (el *elections) add(e leader.Elector) {

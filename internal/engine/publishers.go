@@ -27,6 +27,11 @@ type KVPublisher struct {
 // Name implements Publisher.
 func (p *KVPublisher) Name() string { return "nats-kv" }
 
+// Reset forgets what was written: the next Publish adopts the bucket's
+// keys again and rewrites every lease (another replica wrote meanwhile).
+// Called on the publishing goroutine only.
+func (p *KVPublisher) Reset() { p.kv = nil }
+
 // Publish implements Publisher.
 func (p *KVPublisher) Publish(ctx context.Context, s Snapshot) error {
 	if p.kv == nil {

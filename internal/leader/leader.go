@@ -135,11 +135,16 @@ func (l *lease) role(now time.Time) Role {
 // notify calls onRole when the role at now differs from the last one
 // notified.
 func (l *lease) notify(now time.Time) {
-	r := l.role(now)
 	l.mu.Lock()
-	changed, epoch := r != l.last, l.epoch
+	r := RoleFollower
+	switch {
+	case !l.known:
+		r = RoleUnknown
+	case l.held && now.Before(l.until):
+		r = RoleLeader
+	}
+	changed, epoch, f := r != l.last, l.epoch, l.onRole
 	l.last = r
-	f := l.onRole
 	l.mu.Unlock()
 	if changed && f != nil {
 		f(r, epoch)
