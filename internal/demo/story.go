@@ -228,23 +228,18 @@ func (s *Story) consumeKafka(ctx context.Context, cl *kgo.Client, lim *rate.Limi
 }
 
 func (s *Story) consumeNATS(ctx context.Context, c jetstream.Consumer, lim *rate.Limiter) {
-	for ctx.Err() == nil {
-		batch, err := c.Fetch(50, jetstream.FetchMaxWait(500*time.Millisecond))
-		if err != nil {
-			continue
+	_ = pullEach(ctx, c, func(m jetstream.Msg) bool {
+		md, _ := m.Metadata()
+		var produced time.Time
+		if md != nil {
+			produced = md.Timestamp
 		}
-		for m := range batch.Messages() {
-			md, _ := m.Metadata()
-			var produced time.Time
-			if md != nil {
-				produced = md.Timestamp
-			}
-			if !process(ctx, lim, &s.NATS, m.Headers().Get(ttl.HeaderDeadline), produced) {
-				return
-			}
-			_ = m.Ack()
+		if !process(ctx, lim, &s.NATS, m.Headers().Get(ttl.HeaderDeadline), produced) {
+			return false
 		}
-	}
+		_ = m.Ack()
+		return true
+	})
 }
 
 // Close stops producers and consumers and waits for them. Idempotent.

@@ -8,6 +8,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -241,18 +242,44 @@ func (w *Workload) consumeKafka(ctx context.Context, cl *kgo.Client, lim *rate.L
 }
 
 func (w *Workload) consumeNATS(ctx context.Context, c jetstream.Consumer, lim *rate.Limiter) {
-	for ctx.Err() == nil {
-		batch, err := c.Fetch(50, jetstream.FetchMaxWait(500*time.Millisecond))
-		if err != nil {
-			continue
+	err := pullEach(ctx, c, func(m jetstream.Msg) bool {
+		if lim.Wait(ctx) != nil {
+			return false
 		}
-		for m := range batch.Messages() {
-			if lim.Wait(ctx) != nil {
-				return
-			}
-			if m.Ack() == nil {
-				w.add(&w.stats.NATSConsumed)
-			}
+		if m.Ack() == nil {
+			w.add(&w.stats.NATSConsumed)
+		}
+		return true
+	})
+	if err != nil && ctx.Err() == nil {
+		w.fail(err)
+	}
+}
+
+// pullEach hands c's messages to fn, one at a time, until fn returns false
+// or ctx is done. It keeps pull requests in flight while fn works
+// (Messages, not Fetch: a Fetch waits a round trip to the server for each
+// batch, which on a busy machine holds the consumer below its profile's
+// speed and its backlog never drains). It returns the consumer's error
+// when the pull ends otherwise; a missed heartbeat it rides over.
+func pullEach(ctx context.Context, c jetstream.Consumer, fn func(jetstream.Msg) bool) error {
+	it, err := c.Messages(jetstream.PullMaxMessages(500))
+	if err != nil {
+		return fmt.Errorf("pull from consumer: %w", err)
+	}
+	defer it.Stop()
+	defer context.AfterFunc(ctx, it.Stop)()
+	for {
+		m, err := it.Next()
+		switch {
+		case ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed):
+			return nil
+		case errors.Is(err, jetstream.ErrNoHeartbeat):
+			continue
+		case err != nil:
+			return fmt.Errorf("pull from consumer: %w", err)
+		case !fn(m):
+			return nil
 		}
 	}
 }
