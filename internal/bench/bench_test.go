@@ -398,10 +398,14 @@ func TestRunEndToEnd(t *testing.T) {
 			t.Fatalf("order: %s %s / %s %s", naive.Broker, naive.Mode, lb.Broker, lb.Mode)
 		}
 		// 800 msg/s of excess for 4s is a 16s queue at 200/s: most of
-		// the naive side's processing after the drop is dead work.
-		if naive.DeadShare < 0.2 || naive.Acked < naive.Requested*9/10 {
-			t.Errorf("%s naive: dead share %v, stored %d of %d", naive.Broker, naive.DeadShare, naive.Acked, naive.Requested)
+		// the naive side's processing after the drop is dead work. The
+		// naive side refuses nothing; how much of the offer it stores
+		// is the machine's (a busy one cannot publish 1,000 msg/s one
+		// synchronous publish at a time), so it is told, not asserted.
+		if naive.DeadShare < 0.2 || naive.Refused != 0 || len(naive.Totals.Shed) != 0 {
+			t.Errorf("%s naive: dead share %v, refused %d, shed %v", naive.Broker, naive.DeadShare, naive.Refused, naive.Totals.Shed)
 		}
+		t.Logf("%s naive: stored %d of %d (%d overflowed, %d failed)", naive.Broker, naive.Acked, naive.Requested, naive.Totals.Overflow, naive.Totals.Failed)
 		if !(lb.GoodputShare > naive.GoodputShare) || !(lb.DeadShare < naive.DeadShare) {
 			t.Errorf("%s: lagbridge goodput %v dead %v, naive %v %v\n%s", lb.Broker, lb.GoodputShare, lb.DeadShare,
 				naive.GoodputShare, naive.DeadShare, out.String())
