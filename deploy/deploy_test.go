@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -249,7 +250,33 @@ func TestHelm(t *testing.T) {
 	checkObjects(t, objs, []string{"ServiceAccount", "ConfigMap", "Service", "Deployment"})
 
 	all := decodeAll(t, helmCheck(t, "template", chart, "-f", chart+"/ci/all-on-values.yaml", "--name", "lb"))
-	checkObjects(t, all, []string{"ServiceAccount", "ConfigMap", "Service", "Deployment", "PrometheusRule", "ServiceMonitor"})
+	checkObjects(t, all, []string{"PodDisruptionBudget", "ServiceAccount", "ConfigMap", "Service", "Deployment", "PrometheusRule", "ServiceMonitor"})
+	// ha: two replicas rolled one at a time, on different nodes, named by
+	// their pod, at most one disrupted.
+	for _, o := range all {
+		switch o.Kind {
+		case "Deployment":
+			pod := get(o.raw, "spec", "template", "spec")
+			checks := []struct {
+				what      string
+				got, want any
+			}{
+				{"strategy", get(o.raw, "spec", "strategy", "type"), "RollingUpdate"},
+				{"anti-affinity topology", get(pod, "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution", 0, "podAffinityTerm", "topologyKey"), "kubernetes.io/hostname"},
+				{"LAGBRIDGE_HA_ENABLED", get(pod, "containers", 0, "env", 0, "value"), "true"},
+				{"LAGBRIDGE_HA_ID from", get(pod, "containers", 0, "env", 1, "valueFrom", "fieldRef", "fieldPath"), "metadata.name"},
+			}
+			for _, c := range checks {
+				if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
+					t.Errorf("all-on Deployment %s: %v, want %v", c.what, c.got, c.want)
+				}
+			}
+		case "PodDisruptionBudget":
+			if got := get(o.raw, "spec", "maxUnavailable"); fmt.Sprint(got) != "1" {
+				t.Errorf("PodDisruptionBudget maxUnavailable %v, want 1", got)
+			}
+		}
+	}
 	// The PrometheusRule holds the alert rules unchanged.
 	for _, o := range all {
 		if o.Kind != "PrometheusRule" {
@@ -402,6 +429,18 @@ func get(v any, path ...any) any {
 	return v
 }
 
+// replicasWanted is the Deployment's replica count for its container c: 1,
+// or 2 with ha (LAGBRIDGE_HA_ENABLED set).
+func replicasWanted(c any) int {
+	env, _ := get(c, "env").([]any)
+	for i := range env {
+		if get(c, "env", i, "name") == "LAGBRIDGE_HA_ENABLED" {
+			return 2
+		}
+	}
+	return 1
+}
+
 func checkObjects(t *testing.T, objs []object, kinds []string) {
 	t.Helper()
 	var got []string
@@ -438,7 +477,7 @@ func checkObjects(t *testing.T, objs []object, kinds []string) {
 				{"cpu request", get(c, "resources", "requests", "cpu"), "50m"},
 				{"config arg", get(c, "args", 1), "--config=/etc/lagbridge/lagbridge.yaml"},
 				{"port name", get(c, "ports", 0, "name"), "http"},
-				{"one replica", get(o.raw, "spec", "replicas"), 1},
+				{"one replica (two with ha)", get(o.raw, "spec", "replicas"), replicasWanted(c)},
 			}
 			for _, k := range checks {
 				if k.got != k.want {
