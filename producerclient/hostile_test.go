@@ -301,3 +301,51 @@ func TestGarbledVersion(t *testing.T) {
 		})
 	}
 }
+
+// TestHostileLeaseServerNewTopics: a server that answers every request
+// with leases for topics the producer never wrote to cannot grow the
+// producer's topics (each a view, a throttle window, a line in every
+// report) without bound: beyond quotaproto.MaxTopics such leases are
+// skipped and counted, and the leases of its own topics still apply.
+func TestHostileLeaseServerNewTopics(t *testing.T) {
+	for _, tr := range []LeaseTransport{LongPoll, SSE} {
+		t.Run(map[LeaseTransport]string{LongPoll: "long-poll", SSE: "sse"}[tr], func(t *testing.T) {
+			d := newHostileDaemon(t)
+			d.honest(1, 100)
+			p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"},
+				Leases: LeaseConfig{URL: d.srv.URL, Transport: tr, WatchWait: time.Second,
+					RequestTimeout: 300 * time.Millisecond, StreamIdle: 300 * time.Millisecond,
+					MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}})
+			eventually(t, 10*time.Second, "the honest lease", func() bool { q, _ := p.Quota("orders"); return q.FromLease && q.Rate == 100 })
+
+			// Every answer: 500 leases for topics never seen before, and
+			// the producer's own topic at rate 7.
+			var sets atomic.Int64
+			d.turn(func(w http.ResponseWriter, r *http.Request) {
+				n := sets.Add(1)
+				v := d.base + 10 + uint64(n)
+				var b strings.Builder
+				fmt.Fprintf(&b, `{"producer":"svc-a","version":%d,"refreshAfterMs":3600000,"leases":[{"topic":"orders","rate":7,"signal":"ok","version":%d}`, v, v)
+				for i := range 500 {
+					fmt.Fprintf(&b, `,{"topic":"junk-%d-%d","rate":1,"signal":"ok","version":%d}`, n, i, v)
+				}
+				b.WriteString("]}")
+				if r.URL.Path == quotaproto.PathStream {
+					w.Header().Set("Content-Type", "text/event-stream")
+					fmt.Fprintf(w, "event: leases\ndata: %s\n\n", b.String())
+					w.(http.Flusher).Flush()
+					return // the client reconnects for the next
+				}
+				_, _ = w.Write([]byte(b.String()))
+			})
+			eventually(t, 20*time.Second, "ten hostile sets", func() bool { return sets.Load() >= 10 })
+			eventually(t, 10*time.Second, "the own topic's lease", func() bool { q, _ := p.Quota("orders"); return q.FromLease && q.Rate == 7 })
+			if n := len(*p.c.topics.Load()); n > quotaproto.MaxTopics {
+				t.Fatalf("the producer holds %d topics after %d hostile sets, want at most %d", n, sets.Load(), quotaproto.MaxTopics)
+			}
+			if s := p.Stats(); s.LeaseMalformed == 0 {
+				t.Fatalf("skipped leases not counted: %+v", s)
+			}
+		})
+	}
+}

@@ -380,7 +380,12 @@ func (o *leaseOwner) apply(u leaseUpdate) {
 		if latest := now.Add(c.cfg.Leases.MaxLeaseTTL); expiry.After(latest) {
 			expiry = latest
 		}
-		t := c.topic(d.Topic)
+		t, ok := o.leaseTopic(d.Topic)
+		if !ok {
+			o.malformed.Add(1)
+			c.cfg.Logger.Warn("lagbridge lease for a topic this producer has not written to, beyond the protocol's topics per producer; skipped", "topic", d.Topic, "max", quotaproto.MaxTopics)
+			continue
+		}
 		if !expiry.After(now) {
 			// Already expired on arrival (stale, or clocks apart): not
 			// trusted; the safe quota applies.
@@ -407,6 +412,25 @@ func (o *leaseOwner) apply(u leaseUpdate) {
 	if u.isSet {
 		o.version.Store(version)
 	}
+}
+
+// leaseTopic returns the topic a lease is for. A lease may come before
+// the producer's first message to its topic (a KV bucket holds the leases
+// of an earlier run), so the topic is created, but only while the producer
+// knows fewer than quotaproto.MaxTopics topics, the most one report names:
+// a daemon has no lease to give beyond those, and a hostile one must not
+// grow the producer's topics (each a view, a throttle window and a line in
+// every report) without bound. false: skip the lease.
+func (o *leaseOwner) leaseTopic(name string) (*topic, bool) {
+	c := o.c
+	topics := *c.topics.Load()
+	if t := topics[name]; t != nil {
+		return t, true
+	}
+	if len(topics) >= quotaproto.MaxTopics {
+		return nil, false
+	}
+	return c.topic(name), true
 }
 
 // maxVersionLead is how far a set version may run ahead of the wall clock

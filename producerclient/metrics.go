@@ -41,7 +41,7 @@ func newCollector(c *core) *collector {
 		throttle:       d("throttle_probability", "Adaptive throttling's current local rejection probability.", "topic"),
 		budget:         d("retry_budget_tokens", "Retries the shared retry budget would allow now."),
 		leaseErrors:    d("lease_errors_total", "Failed requests to the lease source."),
-		leaseMalformed: d("lease_malformed_total", "Leases or lease sets skipped as malformed, stream events over the size cap, and lease sets with a garbled version."),
+		leaseMalformed: d("lease_malformed_total", "Leases or lease sets skipped as malformed, stream events over the size cap, lease sets with a garbled version, and leases for new topics beyond 256."),
 		leaseExpired:   d("lease_expired_total", "Leases that expired without a refresh (the safe quota applied)."),
 		unhandled:      d("unhandled_failures_total", "Async failures with no callback to hand the message to (logged)."),
 		leaseFailovers: d("lease_failovers_total", "Moves to the next daemon URL after the current one stopped working."),
