@@ -27,6 +27,9 @@ type Kafka struct {
 
 	mu   sync.Mutex
 	owns bool // assigned partition 0 in the current generation
+	// revokes counts the revocations of partition 0 and Releases: a
+	// confirmation whose commit was in flight across one does not count.
+	revokes uint64
 	// released: Release was called; the replica no longer runs for leader.
 	released bool
 	gen      int32
@@ -136,7 +139,7 @@ func (k *Kafka) createTopic(ctx context.Context) error {
 // current generation.
 func (k *Kafka) round(ctx context.Context, cl *kgo.Client) error {
 	k.mu.Lock()
-	owns, gen := k.owns && !k.released, k.gen
+	owns, gen, revokes := k.owns && !k.released, k.gen, k.revokes
 	k.mu.Unlock()
 	if !owns {
 		_, g := cl.GroupMetadata()
@@ -170,10 +173,21 @@ func (k *Kafka) round(ctx context.Context, cl *kgo.Client) error {
 	if cerr != nil {
 		return fmt.Errorf("confirming leadership (generation %d): %w", gen, cerr)
 	}
+	// Partition 0 revoked (or Release called) while the commit was in
+	// flight: the broker may have accepted it, in a generation where
+	// another member owns partition 0, but this replica no longer leads.
+	// Checked and confirmed under k.mu, as revoked and Release clear the
+	// lease, so that none of them comes in between.
 	k.mu.Lock()
-	k.gen = gen
+	still := k.owns && !k.released && k.revokes == revokes
+	if still {
+		k.gen = gen
+		k.hold(sent, int64(gen), k.cfg.ttl())
+	}
 	k.mu.Unlock()
-	k.confirm(sent, int64(gen), k.cfg.ttl())
+	if still {
+		k.notify(sent)
+	}
 	return nil
 }
 
@@ -193,10 +207,11 @@ func (k *Kafka) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32) 
 		if p == 0 {
 			k.mu.Lock()
 			k.owns = false
-			k.mu.Unlock()
+			k.revokes++
 			k.lease.mu.Lock()
 			k.held = false // stop publishing at once
 			k.lease.mu.Unlock()
+			k.mu.Unlock()
 		}
 	}
 }
@@ -208,10 +223,11 @@ func (k *Kafka) Release(ctx context.Context) {
 	k.mu.Lock()
 	cl := k.cl
 	k.cl, k.released = nil, true
-	k.mu.Unlock()
+	k.revokes++
 	k.lease.mu.Lock()
 	k.held = false
 	k.lease.mu.Unlock()
+	k.mu.Unlock()
 	k.notify(time.Now())
 	if cl == nil {
 		return

@@ -100,10 +100,15 @@ type lease struct {
 // confirm records that the broker confirmed, at sent (when the request
 // left, not when it returned), that this replica leads in epoch, for ttl.
 func (l *lease) confirm(sent time.Time, epoch int64, ttl time.Duration) {
+	l.hold(sent, epoch, ttl)
+	l.notify(sent)
+}
+
+// hold is confirm without notifying (for a caller holding its own lock).
+func (l *lease) hold(sent time.Time, epoch int64, ttl time.Duration) {
 	l.mu.Lock()
 	l.known, l.held, l.epoch, l.until = true, true, epoch, sent.Add(ttl)
 	l.mu.Unlock()
-	l.notify(sent)
 }
 
 // follow records that another replica leads (or that this one lost).

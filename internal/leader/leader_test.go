@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/lagbridge/lagbridge/internal/embedded"
 )
@@ -201,5 +202,77 @@ func TestLeaseExpires(t *testing.T) {
 	l.notify(t0.Add(time.Hour))
 	if len(roles) != 2 || roles[0] != RoleLeader || roles[1] != RoleFollower {
 		t.Errorf("roles notified %v, want [leader follower]", roles)
+	}
+}
+
+// TestKafkaRevokedDuringConfirmation: a revocation of partition 0 (or a
+// Release) that arrives while the leader's confirming commit is in flight
+// wins over that commit's success: the replica does not lead again on it,
+// so it never leads beside the member that now owns partition 0.
+func TestKafkaRevokedDuringConfirmation(t *testing.T) {
+	cases := []struct {
+		name string
+		// during runs while the broker handles the confirming commit.
+		during func(k *Kafka)
+		lead   bool
+	}{
+		{"nothing happens: the commit confirms", func(*Kafka) {}, true},
+		{"partition 0 revoked", func(k *Kafka) {
+			k.revoked(context.Background(), nil, map[string][]int32{k.topic: {0}})
+		}, false},
+		{"released", func(k *Kafka) { k.Release(context.Background()) }, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			seeds := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
+			k := NewKafka(seeds, Config{Cluster: "k", ID: "r0", Name: "revoke", Session: 6 * time.Second, Every: time.Second})
+			ctx := context.Background()
+			if err := k.createTopic(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cl, err := kgo.NewClient(append(seeds, kgo.ConsumerGroup(k.cfg.Name), kgo.ConsumeTopics(k.topic), kgo.DisableAutoCommit(),
+				kgo.OnPartitionsAssigned(k.assigned), kgo.OnPartitionsRevoked(k.revoked))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cl.Close)
+			pctx, cancel := context.WithCancel(ctx)
+			polled := make(chan struct{})
+			go func() { // the group is served while polled
+				defer close(polled)
+				for pctx.Err() == nil {
+					cl.PollFetches(pctx)
+				}
+			}()
+			t.Cleanup(func() { cancel(); <-polled })
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				k.mu.Lock()
+				owns := k.owns
+				k.mu.Unlock()
+				if owns {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("partition 0 not assigned within 10s")
+				}
+				time.Sleep(10 * time.Millisecond) // polling the group's assignment
+			}
+			c.ControlKey(int16(kmsg.OffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
+				tc.during(k)
+				return nil, nil, false // the broker answers the commit as usual
+			})
+			if err := k.round(ctx, cl); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := k.Leading(time.Now()); ok != tc.lead {
+				t.Errorf("leading after the round = %v, want %v", ok, tc.lead)
+			}
+		})
 	}
 }
