@@ -83,8 +83,10 @@ func TestAutoCommitCadence(t *testing.T) {
 			continue // before the second commit: read from the commits as they are
 		}
 		checked++
-		if st.CommitInterval < 4*time.Second || st.CommitInterval > 6*time.Second {
-			t.Errorf("%d: commit interval %v, want about 5s", i, st.CommitInterval)
+		// Commits are seen at readings, so the learnt interval is off by
+		// up to one reading interval either way, plus a late tick.
+		if st.CommitInterval < 3500*time.Millisecond || st.CommitInterval > 6500*time.Millisecond {
+			t.Errorf("%d: commit interval %v, want 5s within one reading interval", i, st.CommitInterval)
 		}
 		// The consumer keeps up with what is written (on a busy machine
 		// the producer pauses at times: then there is nothing to consume).
