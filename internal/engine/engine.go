@@ -557,19 +557,20 @@ func (e *Engine) publishAll(now time.Time) {
 // lease so the SDK always has an answer.
 func (e *Engine) buildSet(producer string, ls []quota.Lease, now time.Time) quotaproto.LeaseSet {
 	set := quotaproto.LeaseSet{Producer: producer, Leases: []quotaproto.Lease{}}
-	byName := map[string]*quotaproto.Lease{}
+	// byName indexes set.Leases (indexes, not pointers: appends move it).
+	byName := map[string]int{}
 	refresh := time.Duration(0)
 	for _, l := range ls {
 		w := wire(l, cmp.Or(l.Reason, e.topics[l.Topic].Reason))
-		if cur := byName[w.Topic]; cur != nil {
+		if i, ok := byName[w.Topic]; ok {
 			// The same name on several clusters: the strictest wins.
-			if stricter(w, *cur) {
-				*cur = w
+			if stricter(w, set.Leases[i]) {
+				set.Leases[i] = w
 			}
 			continue
 		}
+		byName[w.Topic] = len(set.Leases)
 		set.Leases = append(set.Leases, w)
-		byName[w.Topic] = &set.Leases[len(set.Leases)-1]
 		if refresh == 0 || l.RefreshAfter < refresh {
 			refresh = l.RefreshAfter
 		}
@@ -579,10 +580,10 @@ func (e *Engine) buildSet(producer string, ls []quota.Lease, now time.Time) quot
 		names = pr.names
 	}
 	for _, name := range names {
-		if byName[name] == nil {
+		if _, ok := byName[name]; !ok {
+			byName[name] = len(set.Leases)
 			set.Leases = append(set.Leases, quotaproto.Lease{Topic: name, Signal: quotaproto.SignalOK,
 				ExpiresAt: now.Add(e.lifetime), Reason: "no policy or no observation for this topic: unlimited"})
-			byName[name] = &set.Leases[len(set.Leases)-1]
 		}
 	}
 	sort.Slice(set.Leases, func(i, j int) bool { return set.Leases[i].Topic < set.Leases[j].Topic })
