@@ -51,7 +51,8 @@ type Auth struct {
 	ReadTokens []string `mapstructure:"readTokens"`
 }
 
-// Token is one bearer token and the producers it may act for.
+// Token is one bearer token and the producers it may act for. A token has
+// one entry, and is not also an admin or read token (Validate).
 type Token struct {
 	Token string `mapstructure:"token"`
 	// Producers are the ids the token may act for (producers, and the
@@ -91,14 +92,32 @@ func (a Auth) Validate() error {
 		}
 		errs = append(errs, validateScope(i, t)...)
 	}
+	// A producer token is one caller with one scope: the server keeps one
+	// entry per token, so a second entry would silently drop the first's
+	// producers, and the same token as an admin or read token would let a
+	// producer read every grant. The messages name places, never tokens.
+	producer := map[string]int{}
+	for i, t := range a.Tokens {
+		if j, dup := producer[t.Token]; dup {
+			errs = append(errs, fmt.Errorf("auth.tokens[%d].token: the same as auth.tokens[%d].token: give each token one entry listing all its producers", i, j))
+		} else {
+			producer[t.Token] = i
+		}
+	}
 	for i, t := range a.AdminTokens {
 		if len(t) < minTokenLen {
 			errs = append(errs, fmt.Errorf("auth.adminTokens[%d]: must be at least %d characters", i, minTokenLen))
+		}
+		if j, dup := producer[t]; dup {
+			errs = append(errs, fmt.Errorf("auth.adminTokens[%d]: the same as auth.tokens[%d].token: a producer token may not read other producers' grants; use another token", i, j))
 		}
 	}
 	for i, t := range a.ReadTokens {
 		if len(t) < minTokenLen {
 			errs = append(errs, fmt.Errorf("auth.readTokens[%d]: must be at least %d characters", i, minTokenLen))
+		}
+		if j, dup := producer[t]; dup {
+			errs = append(errs, fmt.Errorf("auth.readTokens[%d]: the same as auth.tokens[%d].token: a producer token may not read other producers' grants; use another token", i, j))
 		}
 	}
 	return errors.Join(errs...)

@@ -585,6 +585,12 @@ func TestAuthModes(t *testing.T) {
 		{"none with tokens", Auth{Mode: AuthNone, Tokens: tok}, "mode: none, but tokens"},
 		{"unknown mode", Auth{Mode: "open"}, `"open" is not none or tokens`},
 		{"short read token", Auth{ReadTokens: []string{"short"}}, "readTokens[0]: must be at least 16"},
+		// A producer token is one caller: listed twice, only one entry's
+		// producers would count; as an admin or read token too, it would
+		// read every producer's grant.
+		{"a token listed twice", Auth{Tokens: append(tok, Token{Token: "token-of-svc-a-0123", Producers: []string{"svc-b"}})}, "tokens[1].token: the same as auth.tokens[0].token"},
+		{"a producer token also an admin token", Auth{Tokens: tok, AdminTokens: []string{"token-of-svc-a-0123"}}, "adminTokens[0]: the same as auth.tokens[0].token"},
+		{"a producer token also a read token", Auth{Tokens: tok, ReadTokens: []string{"token-of-svc-a-0123"}}, "readTokens[0]: the same as auth.tokens[0].token"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
