@@ -165,13 +165,16 @@ func (b *batchCounter) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32,
 
 // sample reads partition p of topic from offset from up to end (at most
 // 5 s) and returns the records and batches read. A failed read counts
-// nothing.
+// nothing. Transaction markers (control batches of one control record
+// each, written by the broker, charged to no producer) are read, so that
+// a transactional topic's tail, which ends with one, is read to its end,
+// and left out of both counts.
 func (r *RecordSizes) sample(ctx context.Context, topic string, p int32, from, end int64) (records, batches float64) {
 	if from >= end || len(r.opts) == 0 {
 		return 0, 0
 	}
 	var n batchCounter
-	cl, err := kgo.NewClient(append(slices.Clip(r.opts), kgo.WithHooks(&n),
+	cl, err := kgo.NewClient(append(slices.Clip(r.opts), kgo.WithHooks(&n), kgo.KeepControlRecords(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(from)}}))...)
 	if err != nil {
 		return 0, 0
@@ -179,15 +182,20 @@ func (r *RecordSizes) sample(ctx context.Context, topic string, p int32, from, e
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	last := int64(-1)
+	last, control := int64(-1), int64(0)
 	for last < end-1 && ctx.Err() == nil {
 		fs := cl.PollFetches(ctx)
-		fs.EachRecord(func(rec *kgo.Record) { last = max(last, rec.Offset) })
+		fs.EachRecord(func(rec *kgo.Record) {
+			last = max(last, rec.Offset)
+			if rec.Attrs.IsControl() {
+				control++
+			}
+		})
 	}
 	if last < end-1 {
 		return 0, 0
 	}
-	return float64(n.records.Load()), float64(n.batches.Load())
+	return float64(n.records.Load() - control), float64(n.batches.Load() - control)
 }
 
 // Charged returns the bytes a Kafka broker charges to clientID's
