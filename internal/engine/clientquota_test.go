@@ -2,6 +2,8 @@ package engine
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -9,7 +11,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
 )
@@ -87,5 +92,57 @@ func TestClientQuotaRates(t *testing.T) {
 		if w, ok := want["legacy"]; !ok || w != c.want || sent["legacy"] != c.sent {
 			t.Errorf("%s: want %v sent %v, want %v and %v", c.name, want, sent, c.want, c.sent)
 		}
+	}
+}
+
+// TestClientQuotaResetOnLeadingAgain: a replica that leads again (the
+// publishing gate calls Reset) steers from what the producer sends now,
+// not from the quota it stored before another replica led: a producer the
+// other leader let send 100 times more is not held for minutes by a cut
+// computed from the old value.
+func TestClientQuotaResetOnLeadingAgain(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	pols, topic := legacyPolicy(t)
+	snap := func(rate, produce float64) Snapshot {
+		return Snapshot{Policies: pols,
+			Topics: map[quota.Topic]quota.Decision{topic: {Policy: "in", Rate: rate, ProduceRate: produce}},
+			Leases: []quota.Lease{{Producer: "legacy", Topic: topic, Rate: rate}}}
+	}
+	q := publish.NewClientQuotas(cl, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := &ClientQuotaPublisher{Cluster: "c1", Quotas: q, BytesPerMessage: 1, Interval: time.Second}
+	// This replica leads: 1000 B/s wanted and sent.
+	if err := p.Publish(ctx, snap(1000, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	// Another replica leads meanwhile and lets the producer send 100 kB/s.
+	if _, err := q.Apply(ctx, map[string]float64{"legacy": 100_000}); err != nil {
+		t.Fatal(err)
+	}
+	// This one leads again and cuts to 10 kB/s.
+	if r, ok := any(p).(interface{ Reset() }); ok {
+		r.Reset()
+	}
+	if err := p.Publish(ctx, snap(10_000, 100_000)); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := q.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	floor := publish.Floor(100_000, publish.DefaultWindow, time.Second)
+	if got := cur["legacy"]; got < floor-publish.MarkerModulus {
+		t.Errorf("stored %v B/s for a producer sending 100000 B/s: Kafka holds it %.0fs; want at least %.0f (a throttle within 1s)",
+			got, (100_000-got)/got*publish.DefaultWindow.Span().Seconds(), floor)
 	}
 }

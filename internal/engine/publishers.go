@@ -97,6 +97,13 @@ const UnheededCycles = 20
 // Name implements Publisher.
 func (p *ClientQuotaPublisher) Name() string { return "kafka-client-quotas/" + p.Cluster }
 
+// Reset forgets the steering's memory of the quotas it stored and of
+// what producers sent: another replica led meanwhile, so the quotas on the
+// broker and the rates they let through are no longer the ones it
+// remembers, and the next Publish steers from what producers send now.
+// Called on the publishing goroutine only.
+func (p *ClientQuotaPublisher) Reset() { p.steer = publish.Steering{Window: p.steer.Window} }
+
 // Publish implements Publisher: it measures record sizes (a failed
 // measurement keeps the last figures), then steers and applies the
 // quotas.
