@@ -23,7 +23,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 	"github.com/lagbridge/lagbridge/quota"
@@ -50,7 +49,10 @@ type Config struct {
 	Policies   []quota.Policy
 	Controller quota.ControllerConfig
 	Lease      quota.LeaseConfig
-	Hub        *quotaserver.Hub
+	// Hub receives every producer's set as it changes; a
+	// *quotaserver.Hub, or, on a replica that serves another's sets
+	// while it follows, what stands in front of one.
+	Hub        Hub
 	Publishers []Publisher
 	Logger     *slog.Logger
 	// Now is the clock for HTTP reports; nil means time.Now.
@@ -65,6 +67,15 @@ type Config struct {
 	// known keep reporting. Zero means [DefaultMaxProducers]; negative
 	// is invalid.
 	MaxProducers int
+}
+
+// Hub is where the engine publishes lease sets (*quotaserver.Hub). Its
+// methods are called with the engine's lock held and must not call back.
+type Hub interface {
+	// Publish stores the producer's current set.
+	Publish(set quotaproto.LeaseSet) bool
+	// Remove forgets a producer that stopped reporting.
+	Remove(producer string)
 }
 
 // DecisionLog records decisions after each cycle (internal/history.Log).
@@ -108,7 +119,7 @@ type Engine struct {
 	policies *quota.Policies
 	ctl      *quota.Controller
 	book     *quota.LeaseBook
-	hub      *quotaserver.Hub
+	hub      Hub
 	log      *slog.Logger
 	now      func() time.Time
 	pubs     []Publisher
@@ -501,6 +512,31 @@ func (e *Engine) publishSet(producer string, ls []quota.Lease, now time.Time) bo
 	e.published[producer] = published{fingerprint: fp, set: set}
 	e.hub.Publish(set)
 	return true
+}
+
+// Renumber gives every published set a new version above both floor and
+// every version the engine issued, and publishes them again: a replica
+// that starts leading numbers above the last version the previous leader
+// wrote (floor), so a producer's version guard never sees its set go
+// back. Safe for concurrent use.
+func (e *Engine) Renumber(floor uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.version = max(e.version, floor)
+	ids := make([]string, 0, len(e.published))
+	for id := range e.published {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	now := uint64(max(e.now().UnixMicro(), 0))
+	for _, id := range ids {
+		p := e.published[id]
+		e.version = max(e.version+1, now)
+		p.set.Version = e.version
+		e.published[id] = p
+		e.hub.Publish(p.set)
+	}
+	e.kickPublishers()
 }
 
 func (e *Engine) kickPublishers() {

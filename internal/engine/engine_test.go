@@ -218,3 +218,33 @@ func TestVersionsAcrossReplicas(t *testing.T) {
 		t.Errorf("the second replica's set is %d, below the first's %d", v, last)
 	}
 }
+
+// TestRenumber: a replica that starts leading numbers every set above the
+// last version the previous leader wrote (the floor), even when its clock
+// is behind it, pushes them to the hub, and keeps numbering above.
+func TestRenumber(t *testing.T) {
+	c := &clock{now: t0}
+	e, hub := newEngine(t, c)
+	for _, p := range []string{"a", "b"} {
+		if _, err := e.Report(quotaproto.Report{Producer: p, Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	floor := uint64(t0.Add(time.Hour).UnixMicro()) // the old leader's clock ran ahead
+	e.Renumber(floor)
+	seen := map[uint64]bool{}
+	for _, p := range []string{"a", "b"} {
+		set, _, _ := hub.Current(p)
+		if set.Version <= floor || seen[set.Version] {
+			t.Errorf("%s: version %d, want above %d and unique", p, set.Version, floor)
+		}
+		seen[set.Version] = true
+	}
+	set, err := e.Report(quotaproto.Report{Producer: "a", Topics: []quotaproto.TopicDemand{{Topic: "payments"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set.Version <= floor+2 {
+		t.Errorf("a change after renumbering: version %d, want above %d", set.Version, floor+2)
+	}
+}
