@@ -5,6 +5,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/leader"
 	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/internal/replica"
 	"github.com/lagbridge/lagbridge/internal/servertls"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
@@ -63,6 +65,8 @@ type App struct {
 	// el elects, per cluster, the replica that publishes (ha:); empty
 	// without replicas: this one always publishes.
 	el elections
+	// rep replicates the lease state between replicas; nil without.
+	rep *replica.Replicator
 }
 
 // New builds the daemon from cfg (which must be valid) and connects to every
@@ -113,6 +117,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 			[]string{"cluster", "topic"})
 		a.Registry.MustRegister(unheeded)
 	}
+	// The channel and election of the replicated lease state (ha:).
+	var leaseCh replica.Channel
+	var leaseEl leader.Elector
+	var kafkaLease replica.Channel
+	var kafkaLeaseEl leader.Elector
 	var electionMetrics *leader.Metrics
 	ha := cfg.HA.WithDefaults()
 	elect := func(cluster string) leader.Config {
@@ -137,6 +146,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 				return nil, fmt.Errorf("kafka cluster %q: %w", kc.Cluster, err)
 			}
 			a.el.add(leader.NewKafka(opts, elect(kc.Cluster)))
+			if kafkaLease == nil {
+				// Without NATS, the lease state travels through a
+				// compacted topic of the first Kafka cluster.
+				ch := replica.NewKafka(opts, replica.KafkaTopic(ha.Name))
+				a.closers = append(a.closers, ch.Close)
+				kafkaLease, kafkaLeaseEl = ch, a.el.byCluster[kc.Cluster]
+			}
 		}
 		movers[kc.Cluster] = enforce.NewKafkaMover(o.Client(), enforce.KafkaMoverConfig{Cluster: kc.Cluster, Logger: log, Metrics: em})
 		cq := publish.NewClientQuotas(o.Client(), log.With("cluster", kc.Cluster))
@@ -169,18 +185,35 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		}
 		if cfg.HA.Enabled {
 			a.el.add(leader.NewNATS(js, "", elect(nc.Cluster)))
+			if leaseCh == nil || cfg.Quota.NATSKV.Cluster == nc.Cluster {
+				// The lease state travels through the quota KV's
+				// cluster, else the first NATS cluster.
+				leaseCh, leaseEl = replica.NewNATS(js, replica.NATSBucket(ha.Name)), a.el.byCluster[nc.Cluster]
+			}
 		}
 		streams[nc.Cluster] = enforce.NewStreamEnforcer(js, enforce.StreamEnforcerConfig{Cluster: nc.Cluster, Logger: log, Metrics: em})
 		if cfg.Quota.NATSKV.Cluster == nc.Cluster {
 			pubs = append(pubs, a.el.gate(nc.Cluster, &engine.KVPublisher{JS: js, Bucket: cfg.Quota.NATSKV.Bucket}))
 		}
 	}
+	if leaseCh == nil {
+		leaseCh, leaseEl = kafkaLease, kafkaLeaseEl
+	}
 	a.Hub = quotaserver.NewHub()
+	var hub engine.Hub = a.Hub
+	var served quotaserver.Engine
+	if leaseCh != nil {
+		a.rep = replica.New(replica.Config{Channel: leaseCh, Elector: leaseEl, Hub: a.Hub,
+			Lifetime: cmp.Or(cfg.Quota.LeaseLifetime, 10*cfg.Interval), Interval: cfg.Interval, Log: log.With("component", "ha")})
+		a.rep.Register(a.Registry)
+		hub = a.rep.Sink()
+		pubs = append(pubs, a.rep)
+	}
 	a.History = history.NewStore(cfg.History, cfg.Interval, time.Now())
 	a.History.Register(a.Registry)
 	a.Decisions = history.NewLog(cfg.History, log.With("component", "quota"), a.Registry)
 	eng, err := engine.New(engine.Config{
-		Policies: cfg.Quota.Policies, Hub: a.Hub, Publishers: pubs, Logger: log.With("component", "quota"), Log: a.Decisions,
+		Policies: cfg.Quota.Policies, Hub: hub, Publishers: pubs, Logger: log.With("component", "quota"), Log: a.Decisions,
 		Lease: quota.LeaseConfig{Interval: cfg.Interval, Lifetime: cfg.Quota.LeaseLifetime}, MaxProducers: cfg.Quota.MaxProducers,
 	})
 	if err != nil {
@@ -188,6 +221,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		return nil, fmt.Errorf("quota engine: %w", err)
 	}
 	a.Engine = eng
+	served = eng
+	if a.rep != nil {
+		a.rep.SetEngine(eng)
+		served = a.rep
+	}
 	engine.NewCollector(a.Registry, eng).ProducerGrants = cfg.Metrics.ProducerGrants
 	pols, _ := quota.NewPolicies(cfg.Quota.Policies) // validated with the config
 	a.ttl = enforce.NewRunner(pols, cfg.TTL.Enforce, movers, streams, log.With("component", "ttl"))
@@ -209,9 +247,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	}
 	a.Handler = daemon.NewHandler(a.Store, a.Registry, nil)
 	if cfg.HA.Enabled {
-		a.Handler.Election = a.el.ready
+		a.Handler.Election = a.ready
 	}
-	qs := quotaserver.New(a.Hub, eng, cfg.Quota.Auth, a.Registry,
+	qs := quotaserver.New(a.Hub, served, cfg.Quota.Auth, a.Registry,
 		quotaserver.WithLimits(quotaserver.Limits{MaxStreams: cfg.Quota.MaxStreams, MaxLongPolls: cfg.Quota.MaxLongPolls}))
 	qs.Register(a.Handler.Mux)
 	consumers.Register(a.Handler.Mux, qs)
@@ -238,6 +276,16 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		return nil, err
 	}
 	return a, nil
+}
+
+// ready is /readyz with replicas: every election answered and, on a
+// follower, the replicated lease state read once.
+func (a *App) ready() (string, bool) {
+	roles, ok := a.el.ready()
+	if a.rep != nil && !a.rep.Synced() {
+		return roles + "; lease state not yet synced", false
+	}
+	return roles, ok
 }
 
 // Addr is the address the HTTP server listens on.
@@ -271,6 +319,9 @@ func (a *App) Run(ctx context.Context) error {
 		}
 	})
 	a.el.start(a.log)
+	if a.rep != nil {
+		a.rep.Start(ctx)
+	}
 	a.Engine.Start(ctx)
 	a.ttl.Start(ctx)
 	for _, l := range a.loops {
@@ -288,6 +339,9 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	a.Engine.Close()
+	if a.rep != nil {
+		a.rep.Close()
+	}
 	a.ttl.Close()
 	// No daemon, no throttle: a quota left on the broker would hold its
 	// producers for good. With replicas, the one taking over steers them

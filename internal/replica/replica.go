@@ -1,0 +1,374 @@
+package replica
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lagbridge/lagbridge/internal/engine"
+	"github.com/lagbridge/lagbridge/internal/leader"
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+)
+
+// Engine is what a Replicator needs from the quota engine
+// (*engine.Engine).
+type Engine interface {
+	quotaserver.Engine
+	// Renumber republishes every set above floor.
+	Renumber(floor uint64)
+}
+
+// Config builds a Replicator.
+type Config struct {
+	// Channel carries the lease state; required.
+	Channel Channel
+	// Elector is the election of the cluster whose leader's sets every
+	// replica serves; required.
+	Elector leader.Elector
+	// Hub is the hub the quota protocol serves from; required.
+	Hub *quotaserver.Hub
+	// Lifetime is the lease lifetime: a replicated report older than it
+	// is not replayed into the engine (its producer is gone).
+	Lifetime time.Duration
+	// Interval is how often the role is checked and a failed watch is
+	// retried; the observation interval.
+	Interval time.Duration
+	// Log receives channel failures; nil means slog.Default().
+	Log *slog.Logger
+}
+
+// Replicator replicates the lease state of one replica set. It is the
+// engine's hub (Sink), one of its publishers (the leader writes its sets)
+// and the quota server's engine (reports are forwarded). Create it with
+// New, give it the engine with SetEngine, then Start; Close stops it. Safe
+// for concurrent use.
+type Replicator struct {
+	cfg  Config
+	sink sink
+	eng  Engine
+
+	mu         sync.Mutex
+	synced     bool      // the channel was read once
+	newest     time.Time // when the newest replicated set was written
+	maxVersion uint64    // the highest set version read
+	setKeys    map[string]bool
+
+	// The publishing goroutine's own state.
+	led     bool
+	written map[string]writtenSet
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// writtenSet is what the leader last wrote under a set key; the zero value
+// is a key another leader wrote (rewritten at once).
+type writtenSet struct {
+	version uint64
+	at      time.Time
+}
+
+// New returns a Replicator; it starts nothing.
+func New(cfg Config) *Replicator {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	return &Replicator{cfg: cfg, sink: sink{hub: cfg.Hub, own: map[string]quotaproto.LeaseSet{}},
+		setKeys: map[string]bool{}, stop: func() {}}
+}
+
+// Sink is the hub to give the engine (engine.Config.Hub): the engine's sets
+// reach the served hub only while this replica leads.
+func (r *Replicator) Sink() engine.Hub { return &r.sink }
+
+// SetEngine sets the engine; call it once, before Start.
+func (r *Replicator) SetEngine(e Engine) { r.eng = e }
+
+// Register adds lagbridge_ha_lease_state_age_seconds to reg.
+func (r *Replicator) Register(reg prometheus.Registerer) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lagbridge_ha_lease_state_age_seconds",
+		Help: "Age of the newest lease set read from the replicated lease state (since the leader wrote it); -1 before the first. The leader rewrites a steady set once per refresh interval."},
+		func() float64 {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.newest.IsZero() {
+				return -1
+			}
+			return math.Max(time.Since(r.newest).Seconds(), 0)
+		}))
+}
+
+// Synced reports whether the replicated state was read once; a leader is
+// always synced.
+func (r *Replicator) Synced() bool {
+	if r.cfg.Elector.Role(time.Now()) == leader.RoleLeader {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.synced
+}
+
+// Start reads the channel and follows the role until Close: two goroutines.
+func (r *Replicator) Start(ctx context.Context) {
+	ctx, r.stop = context.WithCancel(ctx)
+	r.wg.Go(func() {
+		for {
+			err := r.cfg.Channel.Watch(ctx, r.apply, func() {
+				r.mu.Lock()
+				r.synced = true
+				r.mu.Unlock()
+			})
+			if ctx.Err() != nil {
+				return
+			}
+			r.cfg.Log.Warn("reading the replicated lease state", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(r.cfg.Interval):
+			}
+		}
+	})
+	r.wg.Go(func() {
+		t := time.NewTicker(r.cfg.Interval)
+		defer t.Stop()
+		for {
+			r.checkRole()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+}
+
+// Close stops the goroutines and waits for them. Idempotent.
+func (r *Replicator) Close() {
+	r.stop()
+	r.wg.Wait()
+}
+
+// checkRole moves the served hub between the leader's replicated sets and
+// this replica's own. A replica that starts leading renumbers its sets
+// above every version it read, then serves them.
+func (r *Replicator) checkRole() {
+	_, lead := r.cfg.Elector.Leading(time.Now())
+	if lead == r.sink.isLeading() {
+		return
+	}
+	if lead {
+		r.mu.Lock()
+		floor := r.maxVersion
+		r.mu.Unlock()
+		r.eng.Renumber(floor)
+	}
+	r.sink.lead(lead)
+}
+
+// apply is one entry of the channel.
+func (r *Replicator) apply(k string, v []byte) {
+	kind, producer, err := quotaproto.ParseKVKey(k)
+	if err != nil {
+		r.cfg.Log.Debug("replicated lease state: key ignored", "key", k, "err", err)
+		return
+	}
+	switch kind {
+	case kindSet:
+		if v == nil {
+			r.mu.Lock()
+			delete(r.setKeys, producer)
+			r.mu.Unlock()
+			r.sink.unfollow(producer)
+			return
+		}
+		var rec setRecord
+		if err := json.Unmarshal(v, &rec); err != nil || rec.Set.Producer != producer {
+			r.cfg.Log.Warn("replicated lease state: set ignored", "key", k, "err", err)
+			return
+		}
+		r.mu.Lock()
+		r.setKeys[producer] = true
+		r.maxVersion = max(r.maxVersion, rec.Set.Version)
+		if rec.At.After(r.newest) {
+			r.newest = rec.At
+		}
+		r.mu.Unlock()
+		r.sink.follow(rec.Set)
+	case kindReport:
+		if v == nil {
+			return
+		}
+		var rec reportRecord
+		if err := json.Unmarshal(v, &rec); err != nil || rec.Report.Producer != producer {
+			r.cfg.Log.Warn("replicated lease state: report ignored", "key", k, "err", err)
+			return
+		}
+		if time.Since(rec.At) > r.cfg.Lifetime {
+			return
+		}
+		if _, err := r.eng.Report(rec.Report); err != nil {
+			r.cfg.Log.Debug("replicated report refused", "producer", producer, "err", err)
+		}
+	}
+}
+
+// Report implements quotaserver.Engine: the engine records the report,
+// the channel carries it to the other replicas. A follower answers with
+// the leader's set; for a producer the leader has not answered yet, with
+// its own set numbered 1, which any set of the leader's supersedes.
+func (r *Replicator) Report(rep quotaproto.Report) (quotaproto.LeaseSet, error) {
+	set, err := r.eng.Report(rep)
+	if err != nil {
+		return set, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := r.cfg.Channel.Put(ctx, key(kindReport, rep.Producer), encode(reportRecord{Report: rep, At: time.Now()})); err != nil {
+		r.cfg.Log.Warn("forwarding a report to the leader", "producer", rep.Producer, "err", err)
+	}
+	if r.sink.isLeading() {
+		return set, nil
+	}
+	if cur, _, ok := r.cfg.Hub.Current(rep.Producer); ok {
+		return cur, nil
+	}
+	set.Version = 1
+	r.sink.follow(set)
+	return set, nil
+}
+
+// Quotas implements quotaserver.Engine.
+func (r *Replicator) Quotas() map[string]any { return r.eng.Quotas() }
+
+// Name implements engine.Publisher.
+func (r *Replicator) Name() string { return "lease-replication" }
+
+// Publish implements engine.Publisher: while leading, it writes the sets
+// that changed or whose last write is a refresh interval old, and deletes
+// the sets of producers that are gone. Called by the engine's publishing
+// goroutine only.
+func (r *Replicator) Publish(ctx context.Context, s engine.Snapshot) error {
+	// Only once the hub serves the engine's renumbered sets (checkRole).
+	if _, lead := r.cfg.Elector.Leading(time.Now()); !lead || !r.sink.isLeading() {
+		r.led = false
+		return nil
+	}
+	if !r.led {
+		r.led, r.written = true, map[string]writtenSet{}
+		r.mu.Lock()
+		for p := range r.setKeys {
+			r.written[p] = writtenSet{}
+		}
+		r.mu.Unlock()
+	}
+	now := time.Now()
+	seen := make(map[string]bool, len(s.Sets))
+	var errs []error
+	for _, set := range s.Sets {
+		seen[set.Producer] = true
+		w, ok := r.written[set.Producer]
+		refresh := time.Duration(set.RefreshAfterMs) * time.Millisecond
+		if ok && w.version == set.Version && now.Sub(w.at) < refresh {
+			continue
+		}
+		if err := r.cfg.Channel.Put(ctx, key(kindSet, set.Producer), encode(setRecord{Set: set, At: now})); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.written[set.Producer] = writtenSet{version: set.Version, at: now}
+	}
+	for p := range r.written {
+		if seen[p] {
+			continue
+		}
+		if err := r.cfg.Channel.Delete(ctx, key(kindSet, p)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(r.written, p)
+	}
+	return errors.Join(errs...)
+}
+
+// sink stands between the engine and the served hub.
+type sink struct {
+	mu      sync.Mutex
+	hub     *quotaserver.Hub
+	own     map[string]quotaproto.LeaseSet // the engine's sets
+	leading bool
+}
+
+// Publish implements engine.Hub.
+func (s *sink) Publish(set quotaproto.LeaseSet) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.own[set.Producer] = set
+	if s.leading {
+		return s.hub.Publish(set)
+	}
+	return false
+}
+
+// Remove implements engine.Hub.
+func (s *sink) Remove(producer string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.own, producer)
+	if s.leading {
+		s.hub.Remove(producer)
+	}
+}
+
+func (s *sink) isLeading() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leading
+}
+
+// lead switches what the hub serves: the engine's own sets (all of them at
+// once, and none else) or, from now on, the replicated ones.
+func (s *sink) lead(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leading = on
+	if !on {
+		return
+	}
+	for _, set := range s.hub.All() {
+		if _, ok := s.own[set.Producer]; !ok {
+			s.hub.Remove(set.Producer)
+		}
+	}
+	for _, set := range s.own {
+		s.hub.Publish(set)
+	}
+}
+
+// follow serves a replicated set while following.
+func (s *sink) follow(set quotaproto.LeaseSet) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.leading {
+		s.hub.Publish(set)
+	}
+}
+
+func (s *sink) unfollow(producer string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.leading {
+		s.hub.Remove(producer)
+	}
+}
