@@ -115,6 +115,11 @@ func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64,
 		return Result{}, err
 	}
 	defer func() { _ = d.stop() }()
+	if w.abandoned != "" {
+		if err := d.waitAbandoned(ctx, w, 10*abandonAfter); err != nil {
+			fmt.Fprintf(o.Out, "  warning: %v; starting anyway\n", err)
+		}
+	}
 
 	rec := newRecorder(len(scn.Classes), scn.Duration(), o.Bin)
 	c, err := startConsumer(ctx, w, scn, rec, kind, d.base, o.Log.With("component", "consumer"))

@@ -140,7 +140,7 @@ type Options struct {
 	// Scenario is the capacity profile, deadline and producer mix; the
 	// zero value means DefaultScenario.
 	Scenario Scenario
-	// Scale multiplies the three phases (0.3 makes a CI-sized run); zero
+	// Scale multiplies the three phases (--short uses 0.4); zero
 	// means 1.
 	Scale float64
 	// Loads are the offered loads as multiples of Scenario.Slow; nil means

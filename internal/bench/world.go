@@ -24,6 +24,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/app"
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/embedded"
+	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
 )
 
@@ -293,6 +294,11 @@ func daemonConfig(o Options, scn Scenario, w *world, interval time.Duration, cli
 	consumers := []string{regexp.QuoteMeta(w.group)}
 	if w.abandoned != "" {
 		consumers = append(consumers, regexp.QuoteMeta(w.abandoned))
+		// The abandoned consumer stands for one gone longer than the
+		// grace period: a short one, waited out before the run (see
+		// waitAbandoned). With the default 2m, a freshly started
+		// daemon obeys it for two minutes.
+		cfg.Rules.AbandonAfter = abandonAfter
 	}
 	switch w.broker {
 	case BrokerKafka:
@@ -303,6 +309,30 @@ func daemonConfig(o Options, scn Scenario, w *world, interval time.Duration, cli
 			Streams: nats.Filter{Include: []string{regexp.QuoteMeta(w.topic)}}, Consumers: nats.Filter{Include: consumers}}}
 	}
 	return cfg, cfg.Validate()
+}
+
+// abandonAfter is the daemon's grace period in the Abandoned rows.
+const abandonAfter = 3 * time.Second
+
+// waitAbandoned waits until the daemon reports w's abandoned consumer as
+// abandoned, at most d.
+func (d *daemon) waitAbandoned(ctx context.Context, w *world, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		for _, s := range d.app.Store.States() {
+			if s.Target.Group == w.abandoned && s.Status == lag.StatusAbandoned {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the daemon did not report %s abandoned within %s", w.abandoned, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // startDaemon runs the daemon for w and returns once /readyz answers 200.
