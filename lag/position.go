@@ -220,6 +220,11 @@ func (pt *partTrack) rate(r Rules, gap time.Duration, now time.Time) float64 {
 	return float64(last.pos-ref.pos) / time.Duration(span).Seconds()
 }
 
+// freshAt reports whether rep is a report at most r.ReportFresh old at now.
+func (rep Report) freshAt(now time.Time, r Rules) bool {
+	return !rep.IsZero() && now.Sub(rep.At) <= r.ReportFresh
+}
+
 // bestPos is a partition's best position and the head there.
 type bestPos struct {
 	pos       int64 // -1: unknown
@@ -235,7 +240,7 @@ type bestPos struct {
 func (pt *partTrack) best(r Rules, gap time.Duration, now time.Time) bestPos {
 	p := pt.raw
 	end := p.End
-	if rep := p.Reported; !rep.IsZero() && now.Sub(rep.At) <= r.ReportFresh {
+	if rep := p.Reported; rep.freshAt(now, r) {
 		pos := rep.Position
 		if pt.kind == KindNATS {
 			// A stream sequence; End counts messages for this

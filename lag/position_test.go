@@ -261,6 +261,58 @@ func TestAbandoned(t *testing.T) {
 	}
 }
 
+// TestConsumingWithoutMembersIsNotAbandoned: a Kafka consumer that assigns
+// its partitions itself and commits to the group (Flink's checkpoints, any
+// assign-and-commit consumer) is never a member of the group, so every
+// reading says LiveNo; its commits moving, or its own fresh reports, show
+// that it consumes, and such a target is never abandoned. A group whose
+// commits stand still is, as before, also while retention moves its
+// position (the log start) past its commit.
+func TestConsumingWithoutMembersIsNotAbandoned(t *testing.T) {
+	rules := Rules{AbandonAfter: time.Minute, StallAfter: 30 * time.Second, ReportFresh: 3 * time.Second}
+	cases := []struct {
+		name      string
+		commit    func(i int) int64 // the committed offset at reading i
+		reports   bool              // the consumer reports its position at every reading
+		retention bool              // the log start passes the commit, 100 a reading
+		want      Status
+	}{
+		{"commits moving", func(i int) int64 { return 500 + int64(i)*100 }, false, false, StatusLagging},
+		{"commits standing", func(int) int64 { return 500 }, false, false, StatusAbandoned},
+		{"retention past a standing commit", func(int) int64 { return 500 }, false, true, StatusAbandoned},
+		{"fresh reports", func(int) int64 { return 500 }, true, false, StatusLagging},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr := NewTracker(func(Target) Rules { return rules })
+			var st State
+			// Five minutes, one reading every 10 s; the end grows by
+			// 100 a reading and the head stays 20 s old.
+			for i := range 31 {
+				at := t0.Add(time.Duration(i) * 10 * time.Second)
+				end := 1000 + int64(i)*100
+				p := part(0, end, end-c.commit(i), at.Add(-20*time.Second))
+				if c.retention {
+					p.LogStart = 600 + int64(i)*100
+					p.Lag = end - p.LogStart
+				}
+				if c.reports {
+					p.Reported = Report{At: at, Position: c.commit(i) + 50, HeadTime: at.Add(-20 * time.Second)}
+				}
+				s := sample(at, 0, p)
+				s.Live = LiveNo
+				st = tr.Observe(s, at)
+				if c.want != StatusAbandoned && st.Status == StatusAbandoned {
+					t.Fatalf("reading %d: abandoned (%s) while consuming", i, st.Reason)
+				}
+			}
+			if st.Status != c.want {
+				t.Fatalf("status %s (%s: %s), want %s", st.Status, st.Rule, st.Reason, c.want)
+			}
+		})
+	}
+}
+
 // TestConsumerReport: a fresh report overrides the commits, a report older
 // than ReportFresh falls back to them, an idle report dates the records
 // that came after it.

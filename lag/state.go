@@ -174,9 +174,12 @@ type State struct {
 	Uncommitted int `json:"uncommitted,omitempty"`
 
 	// Live is the newest fresh reading's Sample.Live, and LastLive the
-	// last time a consumer was seen attached (LiveYes or LiveUnknown), or
-	// the first reading of the target when none ever was. A target whose
-	// Live is LiveNo for Rules.AbandonAfter since LastLive is abandoned.
+	// last time a consumer was seen attached (LiveYes or LiveUnknown) or
+	// seen consuming (a report within Rules.ReportFresh, or on Kafka a
+	// commit moved forward: a consumer that assigns its partitions itself
+	// is no member of the group), or the first reading of the
+	// target when neither ever was. A target whose Live is LiveNo for
+	// Rules.AbandonAfter since LastLive is abandoned.
 	Live     Liveness  `json:"live"`
 	LastLive time.Time `json:"lastLive,omitzero"`
 
@@ -384,6 +387,7 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 	}
 	var dProduced, dConsumed int64
 	var rateParts int
+	consuming := false
 	for _, p := range s.Partitions {
 		pt, had := tr.parts[p.Partition]
 		if p.Stale {
@@ -412,6 +416,15 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 		}
 		prevRaw, prevCounted, prevFresh := pt.raw, pt.counted, had && !pt.raw.Stale && tr.haveSample
 		prevKnown := prevRaw.Committed >= 0 || pt.synth >= 0
+		// A consumer that is no member of the group (it assigns its
+		// partitions itself and commits, or reports) is live all the
+		// same while it reports or, on Kafka, while its commit moves
+		// forward (the commit itself: End-Lag also moves with retention
+		// and compaction; a NATS consumer's deliveries are in Live).
+		readBefore := had && !pt.observedAt.IsZero()
+		if p.Reported.freshAt(s.At, r) || s.Target.Kind == KindKafka && readBefore && p.Committed >= 0 && p.Committed > prevRaw.Committed {
+			consuming = true
+		}
 		pt.fold(p, s.At, s.Live == LiveYes, r, tr.gap)
 		// Without a position on either side (no commit, never seen
 		// live) the consumed position is unknown, and a first commit
@@ -432,6 +445,9 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 				rateParts++
 			}
 		}
+	}
+	if consuming {
+		tr.lastLive = s.At
 	}
 	// Every partition s lists is in tr.parts now; more there means some
 	// are gone from the target.
