@@ -252,7 +252,9 @@ func (pt *partTrack) best(r Rules, gap time.Duration, now time.Time) bestPos {
 			// from the report, is exact).
 			pos = end - p.Lag
 			if p.Committed >= 0 {
-				pos += max(rep.Position-p.Committed, 0)
+				// At most to the end: a sequence near the largest
+				// int64 must not wrap the sum below zero.
+				pos += min(max(rep.Position-p.Committed, 0), max(end-pos, 0))
 			}
 		} else {
 			pos = max(pos, p.LogStart)

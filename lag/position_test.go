@@ -361,6 +361,23 @@ func TestConsumerReport(t *testing.T) {
 			t.Fatalf("lag %d head age %v source %q; want 100, 1s, consumer", st.Lag, st.HeadAge, st.Source)
 		}
 	})
+	t.Run("nats report past the end", func(t *testing.T) {
+		// An unfiltered NATS consumer acking out of order: ack floor
+		// 4,999, last sequence 10,000, 300 unprocessed. A report of
+		// any sequence past the last, up to the largest int64 the
+		// protocol lets through, is the end: lag 0, never more than the
+		// commits say.
+		for _, seq := range []int64{10_500, math.MaxInt64 - 1000, math.MaxInt64} {
+			tr := NewTracker(func(Target) Rules { return rules })
+			s := Sample{Target: Target{Kind: KindNATS, Cluster: "js", Topic: "S", Group: "c"}, At: t0, Members: 1, Partitions: []PartitionSample{{
+				End: 10001, Committed: 5000, Lag: 300, LogStart: 1, HeadTime: head, HeadKnown: true,
+				Reported: Report{At: t0, Position: seq},
+			}}}
+			if st := tr.Observe(s, t0); st.Lag != 0 || st.Source != SourceConsumer {
+				t.Errorf("report of sequence %d: lag %d source %q; want 0, consumer", seq, st.Lag, st.Source)
+			}
+		}
+	})
 	t.Run("reports stop", func(t *testing.T) {
 		tr := NewTracker(func(Target) Rules { return rules })
 		r := Report{At: t0, Position: 10000}
