@@ -257,7 +257,7 @@ func (r *Replicator) Name() string { return "lease-replication" }
 
 // Publish implements engine.Publisher: while leading, it writes the sets
 // that changed or whose last write is a refresh interval old, and deletes
-// the sets of producers that are gone. Called by the engine's publishing
+// the set and report of producers that are gone. Called by the engine's publishing
 // goroutine only.
 func (r *Replicator) Publish(ctx context.Context, s engine.Snapshot) error {
 	// Only once the hub serves the engine's renumbered sets (checkRole).
@@ -293,7 +293,9 @@ func (r *Replicator) Publish(ctx context.Context, s engine.Snapshot) error {
 		if seen[p] {
 			continue
 		}
-		if err := r.cfg.Channel.Delete(ctx, key(kindSet, p)); err != nil {
+		// The report goes too: the channel keeps nothing of a producer
+		// the leader let go.
+		if err := errors.Join(r.cfg.Channel.Delete(ctx, key(kindSet, p)), r.cfg.Channel.Delete(ctx, key(kindReport, p))); err != nil {
 			errs = append(errs, err)
 			continue
 		}
