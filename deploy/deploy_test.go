@@ -247,7 +247,8 @@ func TestHelm(t *testing.T) {
 		t.Errorf("%s is out of date with the chart; run LAGBRIDGE_UPDATE=1 go test ./deploy/", manifests)
 	}
 	objs := decodeAll(t, def)
-	checkObjects(t, objs, []string{"ServiceAccount", "ConfigMap", "Service", "Deployment"})
+	// ha is on by default: two replicas and their disruption budget.
+	checkObjects(t, objs, []string{"PodDisruptionBudget", "ServiceAccount", "ConfigMap", "Service", "Deployment"})
 
 	all := decodeAll(t, helmCheck(t, "template", chart, "-f", chart+"/ci/all-on-values.yaml", "--name", "lb"))
 	checkObjects(t, all, []string{"PodDisruptionBudget", "ServiceAccount", "ConfigMap", "Service", "Deployment", "PrometheusRule", "ServiceMonitor"})
