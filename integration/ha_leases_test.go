@@ -17,15 +17,20 @@ import (
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
 
-// report posts a producer's report to a replica and returns its answer.
-func report(tb testing.TB, base, producer string, topics ...string) quotaproto.LeaseSet {
-	tb.Helper()
+// reportBody is a report of producer with a demand of 100 msg/s per topic.
+func reportBody(producer string, topics []string) *bytes.Reader {
 	r := quotaproto.Report{Producer: producer}
 	for _, t := range topics {
 		r.Topics = append(r.Topics, quotaproto.TopicDemand{Topic: t, Demand: 100})
 	}
 	b, _ := json.Marshal(r)
-	resp, err := http.Post(base+quotaproto.PathLeases, "application/json", bytes.NewReader(b))
+	return bytes.NewReader(b)
+}
+
+// report posts a producer's report to a replica and returns its answer.
+func report(tb testing.TB, base, producer string, topics ...string) quotaproto.LeaseSet {
+	tb.Helper()
+	resp, err := http.Post(base+quotaproto.PathLeases, "application/json", reportBody(producer, topics))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -51,12 +56,7 @@ func keepReporting(tb testing.TB, producer string, topics func() []string, bases
 		defer t.Stop()
 		for {
 			for _, base := range bases {
-				r := quotaproto.Report{Producer: producer}
-				for _, t := range topics() {
-					r.Topics = append(r.Topics, quotaproto.TopicDemand{Topic: t, Demand: 100})
-				}
-				b, _ := json.Marshal(r)
-				resp, err := http.Post(base()+quotaproto.PathLeases, "application/json", bytes.NewReader(b))
+				resp, err := http.Post(base()+quotaproto.PathLeases, "application/json", reportBody(producer, topics()))
 				if err == nil {
 					resp.Body.Close()
 					if resp.StatusCode == http.StatusOK {

@@ -59,6 +59,10 @@ type Replicator struct {
 	newest     time.Time // when the newest replicated set was written
 	maxVersion uint64    // the highest set version read
 	setKeys    map[string]bool
+	// pending holds the reports not yet written, the newest per producer:
+	// a report is answered without waiting for the broker.
+	pending map[string]reportRecord
+	kick    chan struct{}
 
 	// The publishing goroutine's own state.
 	led     bool
@@ -84,7 +88,7 @@ func New(cfg Config) *Replicator {
 		cfg.Interval = time.Second
 	}
 	return &Replicator{cfg: cfg, sink: sink{hub: cfg.Hub, own: map[string]quotaproto.LeaseSet{}},
-		setKeys: map[string]bool{}, stop: func() {}}
+		setKeys: map[string]bool{}, pending: map[string]reportRecord{}, kick: make(chan struct{}, 1), stop: func() {}}
 }
 
 // Sink is the hub to give the engine (engine.Config.Hub): the engine's sets
@@ -119,7 +123,8 @@ func (r *Replicator) Synced() bool {
 	return r.synced
 }
 
-// Start reads the channel and follows the role until Close: two goroutines.
+// Start reads the channel, writes the reports and follows the role until
+// Close: three goroutines.
 func (r *Replicator) Start(ctx context.Context) {
 	ctx, r.stop = context.WithCancel(ctx)
 	r.wg.Go(func() {
@@ -137,6 +142,27 @@ func (r *Replicator) Start(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-time.After(r.cfg.Interval):
+			}
+		}
+	})
+	r.wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.kick:
+			}
+			r.mu.Lock()
+			batch := r.pending
+			r.pending = map[string]reportRecord{}
+			r.mu.Unlock()
+			for p, rec := range batch {
+				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				err := r.cfg.Channel.Put(pctx, key(kindReport, p), encode(rec))
+				cancel()
+				if err != nil && ctx.Err() == nil {
+					r.cfg.Log.Warn("forwarding a report to the other replicas", "producer", p, "err", err)
+				}
 			}
 		}
 	})
@@ -225,7 +251,9 @@ func (r *Replicator) apply(k string, v []byte) {
 }
 
 // Report implements quotaserver.Engine: the engine records the report,
-// the channel carries it to the other replicas. A follower answers with
+// the channel carries it to the other replicas (written in the background:
+// the answer never waits for the broker; a producer's newer report
+// replaces one not yet written). A follower answers with
 // the leader's set; for a producer the leader has not answered yet, with
 // its own set numbered 1, which any set of the leader's supersedes.
 func (r *Replicator) Report(rep quotaproto.Report) (quotaproto.LeaseSet, error) {
@@ -233,10 +261,12 @@ func (r *Replicator) Report(rep quotaproto.Report) (quotaproto.LeaseSet, error) 
 	if err != nil {
 		return set, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := r.cfg.Channel.Put(ctx, key(kindReport, rep.Producer), encode(reportRecord{Report: rep, At: time.Now()})); err != nil {
-		r.cfg.Log.Warn("forwarding a report to the leader", "producer", rep.Producer, "err", err)
+	r.mu.Lock()
+	r.pending[rep.Producer] = reportRecord{Report: rep, At: time.Now()}
+	r.mu.Unlock()
+	select {
+	case r.kick <- struct{}{}:
+	default:
 	}
 	if r.sink.isLeading() {
 		return set, nil
