@@ -71,3 +71,47 @@ func TestReadTokenGuardsHistory(t *testing.T) {
 		t.Errorf("status with the read token: %v\n%s", err, out.String())
 	}
 }
+
+// TestEventsClosedWithProducerAuth: with producer tokens and no read
+// tokens, /v1/history stays open as /v1/lag does, but /v1/events, which
+// names producers and their grants, is closed as /v1/quotas is: 401
+// anonymous, 403 with a producer token, 200 with an admin token.
+func TestEventsClosedWithProducerAuth(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	const producer, admin = "a-producer-token-for-p", "an-admin-token-for-operators"
+	cfg := config.Config{Kafka: []kafka.Config{{Cluster: "guarded", Brokers: c.ListenAddrs()}}}
+	cfg.Quota.Auth = quotaserver.Auth{
+		Tokens:      []quotaserver.Token{{Token: producer, Producers: []string{"p"}}},
+		AdminTokens: []string{admin},
+	}
+	base := startApp(t, cfg)
+	cases := []struct {
+		name, path, token string
+		want              int
+	}{
+		{"history, anonymous", "/v1/history", "", http.StatusOK},
+		{"lag, anonymous", "/v1/lag", "", http.StatusOK},
+		{"events, anonymous", "/v1/events", "", http.StatusUnauthorized},
+		{"events, producer token", "/v1/events", producer, http.StatusForbidden},
+		{"events, admin token", "/v1/events", admin, http.StatusOK},
+		{"quotas, anonymous", "/v1/quotas", "", http.StatusUnauthorized},
+	}
+	for _, tc := range cases {
+		req, _ := http.NewRequest(http.MethodGet, base+tc.path, nil)
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: HTTP %d, want %d", tc.name, resp.StatusCode, tc.want)
+		}
+	}
+}

@@ -254,8 +254,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	qs.Register(a.Handler.Mux)
 	consumers.Register(a.Handler.Mux, qs)
 	a.Handler.ReadAccess = qs.ReadAccess
-	(&history.API{Store: a.History, Log: a.Decisions}).Register(a.Handler.Mux, qs.ReadGuard) // guarded as /v1/lag is
-	a.Handler.Mux.Handle("/", dashboard.Handler())                                           // the built-in dashboard; /metrics, /v1/... are more specific
+	(&history.API{Store: a.History, Log: a.Decisions}).Register(a.Handler.Mux, qs.ReadGuard, qs.ClosedReadGuard) // history as /v1/lag, events as /v1/quotas
+	a.Handler.Mux.Handle("/", dashboard.Handler())                                                               // the built-in dashboard; /metrics, /v1/... are more specific
 	if cfg.TLS.Enabled() {
 		if a.tls, err = servertls.New(cfg.TLS, log.With("component", "tls")); err != nil {
 			a.Close()

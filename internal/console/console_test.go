@@ -37,7 +37,7 @@ func server(tb testing.TB, token string) string {
 	log.Observe(now.Add(-time.Minute), map[quota.Topic]quota.Decision{topic: d},
 		[]quota.Lease{{Producer: "p", Topic: topic, Rate: 0, Signal: quota.SignalSlowDown}},
 		func(string) time.Duration { return 2 * time.Second })
-	(&history.API{Store: history.NewStore(history.Config{}, time.Second, now.Add(-time.Hour)), Log: log}).Register(h.Mux, nil)
+	(&history.API{Store: history.NewStore(history.Config{}, time.Second, now.Add(-time.Hour)), Log: log}).Register(h.Mux, nil, nil)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+token {
 			http.Error(w, `{"error":"a token is required"}`, http.StatusUnauthorized)

@@ -175,9 +175,10 @@ func TestAPI(t *testing.T) {
 	l.Observe(now, map[quota.Topic]quota.Decision{orders: decision(quota.SignalOK, math.Inf(1), quota.RuleRelease)}, []quota.Lease{lease("a", math.Inf(1), quota.SignalOK)}, nil)
 	mux := http.NewServeMux()
 	guarded := 0
-	(&API{Store: s, Log: l, Now: func() time.Time { return now }}).Register(mux, func(h http.Handler) http.Handler {
+	count := func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { guarded++; h.ServeHTTP(w, r) })
-	})
+	}
+	(&API{Store: s, Log: l, Now: func() time.Time { return now }}).Register(mux, count, count)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	get := func(path string, v any) int {

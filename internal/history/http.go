@@ -50,14 +50,19 @@ type API struct {
 	Now   func() time.Time
 }
 
-// Register mounts GET /v1/history and GET /v1/events on mux, each behind
-// guard (the check that guards /v1/lag; nil: none).
-func (a *API) Register(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
+// Register mounts GET /v1/history on mux behind guard (the check that
+// guards /v1/lag) and GET /v1/events behind eventsGuard (the stricter
+// check of /v1/quotas: events name producers and their grants); nil: none.
+func (a *API) Register(mux *http.ServeMux, guard, eventsGuard func(http.Handler) http.Handler) {
+	open := func(h http.Handler) http.Handler { return h }
 	if guard == nil {
-		guard = func(h http.Handler) http.Handler { return h }
+		guard = open
+	}
+	if eventsGuard == nil {
+		eventsGuard = open
 	}
 	mux.Handle("GET /v1/history", guard(http.HandlerFunc(a.history)))
-	mux.Handle("GET /v1/events", guard(http.HandlerFunc(a.events)))
+	mux.Handle("GET /v1/events", eventsGuard(http.HandlerFunc(a.events)))
 }
 
 func (a *API) now() time.Time {

@@ -263,11 +263,25 @@ func (s *Server) ReadAccess(w http.ResponseWriter, r *http.Request) bool {
 	return s.readable(w, r, "read", false)
 }
 
-// ReadGuard wraps a read endpoint's handler (/v1/history, /v1/events) with
+// ReadGuard wraps a read endpoint's handler (/v1/history) with
 // ReadAccess.
 func (s *Server) ReadGuard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.ReadAccess(w, r) {
+			h.ServeHTTP(w, r)
+		}
+	})
+}
+
+// ClosedReadGuard wraps a read endpoint that names producers and their
+// grants (/v1/events) with the check of /v1/quotas: open only while no
+// token of any kind is configured; with producer auth on, or read tokens
+// set, a read or admin token is needed (401 without, 403 with a producer
+// token), so that who produces what at which rate is never public while
+// the quota protocol is guarded.
+func (s *Server) ClosedReadGuard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.readable(w, r, "read", s.tokens != nil) {
 			h.ServeHTTP(w, r)
 		}
 	})

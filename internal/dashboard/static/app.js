@@ -244,7 +244,9 @@
     const since = eventsFrom ? new Date(eventsFrom).toISOString() : winParam();
     const res = await getJSON('v1/events?since=' + encodeURIComponent(since));
     if (res.status !== 200 || !res.body) {
-      eventsNote = res.status === 404 ? 'this daemon keeps no decision log' : 'decisions unavailable: HTTP ' + res.status;
+      eventsNote = res.status === 404 ? 'this daemon keeps no decision log'
+        : (res.status === 401 || res.status === 403) ? 'decisions name producers: they need a read or admin token (#token=...)'
+        : 'decisions unavailable: HTTP ' + res.status;
       return;
     }
     eventsNote = '';
