@@ -1,7 +1,21 @@
 package replica
 
 import (
+	"context"
+	"io"
+	"log/slog"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/lagbridge/lagbridge/internal/embedded"
+	"github.com/lagbridge/lagbridge/internal/engine"
+	"github.com/lagbridge/lagbridge/internal/leader"
+	"github.com/lagbridge/lagbridge/quota"
 
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
@@ -43,3 +57,97 @@ func TestSink(t *testing.T) {
 		}
 	}
 }
+
+// role is an election whose outcome the test sets: which replica leads is
+// what no broker plays on cue.
+type role struct {
+	leader.Single
+	lead atomic.Bool
+}
+
+func (r *role) Leading(time.Time) (int64, bool) { return 1, r.lead.Load() }
+func (r *role) Role(time.Time) leader.Role {
+	if r.lead.Load() {
+		return leader.RoleLeader
+	}
+	return leader.RoleFollower
+}
+
+// node is one replica: engine, served hub, replicator on a shared channel.
+type node struct {
+	hub *quotaserver.Hub
+	eng *engine.Engine
+	rep *Replicator
+	el  *role
+}
+
+func newNode(tb testing.TB, ch Channel, lead bool) *node {
+	tb.Helper()
+	n := &node{hub: quotaserver.NewHub(), el: &role{}}
+	n.el.lead.Store(lead)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	n.rep = New(Config{Channel: ch, Elector: n.el, Hub: n.hub, Lifetime: time.Minute, Interval: 20 * time.Millisecond, Log: log})
+	eng, err := engine.New(engine.Config{Hub: n.rep.Sink(), Publishers: []engine.Publisher{n.rep}, Logger: log,
+		Lease: quota.LeaseConfig{Interval: time.Second}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n.eng = eng
+	n.rep.SetEngine(eng)
+	ctx, cancel := context.WithCancel(context.Background())
+	n.rep.Start(ctx)
+	eng.Start(ctx)
+	tb.Cleanup(func() { cancel(); eng.Close(); n.rep.Close(); n.hub.Close() })
+	return n
+}
+
+// TestReplicasOnNATS: two replicas on the embedded nats-server. A report
+// to the follower reaches the leader's engine through the bucket, and the
+// follower serves the leader's set (its version), not its own; when the
+// roles swap, the new leader serves its own sets above every version it
+// read.
+func TestReplicasOnNATS(t *testing.T) {
+	s := embedded.NATSTest(t)
+	nc, err := natsgo.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead, follow := newNode(t, NewNATS(js, NATSBucket("t")), true), newNode(t, NewNATS(js, NATSBucket("t")), false)
+	if _, err := follow.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+		t.Fatal(err)
+	}
+	served := func(n *node) uint64 {
+		set, _, _ := n.hub.Current("p")
+		return set.Version
+	}
+	waitFor(t, "the follower serves the leader's set", func() bool {
+		return served(lead) > 1 && served(follow) == served(lead)
+	})
+	if !follow.rep.Synced() {
+		t.Error("the follower read the bucket but is not synced")
+	}
+	before := served(lead)
+	lead.el.lead.Store(false)
+	follow.el.lead.Store(true)
+	waitFor(t, "the new leader's set is served by both, above the old one", func() bool {
+		return served(follow) > before && served(lead) == served(follow)
+	})
+}
+
+// waitFor polls cond every 10 ms for up to 10 s.
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	tb.Fatalf("not within 10s: %s", what)
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
