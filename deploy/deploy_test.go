@@ -2,6 +2,8 @@ package deploy
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,9 +48,10 @@ func update() bool { return os.Getenv("LAGBRIDGE_UPDATE") == "1" }
 var mountedFile = regexp.MustCompile(`/etc/lagbridge/(secrets|tokens|tls)/[A-Za-z0-9._-]+`)
 
 // withMounts returns body with every mounted file replaced by a file in a
-// temporary directory holding what a real one would: a 32-character token
-// (one per line for the lists), or the TLS certificate, key or CA of a test
-// CA. The loader reads them as it reads the real ones.
+// temporary directory holding what a real one would: a token of its own
+// (distinct per file, as real Secrets hold: the daemon refuses one token in
+// two roles), or the TLS certificate, key or CA of a test CA. The loader
+// reads them as it reads the real ones.
 func withMounts(tb testing.TB, body []byte) []byte {
 	tb.Helper()
 	dir := tb.TempDir()
@@ -59,7 +62,8 @@ func withMounts(tb testing.TB, body []byte) []byte {
 		name := filepath.Base(string(m))
 		content, ok := files[name]
 		if !ok {
-			content = []byte(strings.Repeat("t0k3n", 7) + "\n")
+			sum := sha256.Sum256(m)
+			content = []byte("t0k3n-" + hex.EncodeToString(sum[:12]) + "\n")
 		}
 		return []byte(testpki.Write(tb, dir, strings.ReplaceAll(string(m[len("/etc/lagbridge/"):]), "/", "-"), content))
 	})
