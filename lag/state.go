@@ -28,8 +28,9 @@ const (
 	// StatusStale: the data is too old to judge (observation failing).
 	StatusStale Status = "stale"
 	// StatusAbandoned: no live consumer has been attached for the grace
-	// period (see Sample.Live). Reported, never obeyed: an abandoned
-	// target binds no producer.
+	// period (see Sample.Live and Rules.AbandonAfter), or none ever was
+	// since the target was first seen. Reported, never obeyed: an
+	// abandoned target binds no producer.
 	StatusAbandoned Status = "abandoned"
 )
 
@@ -73,15 +74,18 @@ type Rules struct {
 	// commits is measured over max(RateWindow, 2 x the commit interval),
 	// from commit to commit (see [Tracker]).
 	RateWindow time.Duration
-	// AbandonAfter is how long a target may go without a live consumer
-	// (Sample.Live LiveNo) before it is abandoned: reported, never obeyed.
-	// It is counted from the last reading that saw a consumer attached,
-	// or from the first reading of the target when none ever did (a
-	// daemon restart does not know how long a group has been idle, so it
-	// waits the whole period). Default 2m: longer than a rolling restart
-	// or a rebalance, short enough that a decommissioned group stops
-	// throttling its topic's producers within minutes, not the 7 days
-	// Kafka keeps its offsets.
+	// AbandonAfter is how long a target that was seen live may go without
+	// a live consumer (Sample.Live LiveNo) before it is abandoned:
+	// reported, never obeyed. It is counted from the last reading that
+	// saw a consumer attached. The grace protects consumers seen live (a
+	// rolling restart, a rebalance); a target with no live consumer from
+	// its first reading on (a decommissioned group whose offsets Kafka
+	// keeps for 7 days, a NATS durable that never fetches, also right
+	// after a daemon restart) is abandoned at once, whatever AbandonAfter,
+	// and binds again from the first reading that sees it live. Default
+	// 2m: longer than a rolling restart or a rebalance, short enough that
+	// a group that left stops throttling its topic's producers within
+	// minutes.
 	AbandonAfter time.Duration
 	// ReportFresh is how old a consumer's own report (PartitionSample.Reported)
 	// may be and still override the position estimated from commits.
@@ -174,12 +178,13 @@ type State struct {
 	Uncommitted int `json:"uncommitted,omitempty"`
 
 	// Live is the newest fresh reading's Sample.Live, and LastLive the
+	// Live is the newest fresh reading's Sample.Live, and LastLive the
 	// last time a consumer was seen attached (LiveYes or LiveUnknown) or
 	// seen consuming (a report within Rules.ReportFresh, or on Kafka a
 	// commit moved forward: a consumer that assigns its partitions itself
-	// is no member of the group), or the first reading of the
-	// target when neither ever was. A target whose Live is LiveNo for
-	// Rules.AbandonAfter since LastLive is abandoned.
+	// is no member of the group); zero when neither was since the target
+	// was first seen. A target whose Live is LiveNo is abandoned when
+	// LastLive is zero (never seen live) or Rules.AbandonAfter ago or more.
 	Live     Liveness  `json:"live"`
 	LastLive time.Time `json:"lastLive,omitzero"`
 
@@ -332,7 +337,6 @@ type track struct {
 	gap        time.Duration // between the last two fresh readings
 	haveRates  bool
 	haveSample bool
-	firstSeen  time.Time
 	lastLive   time.Time
 	listed     uint64 // the Prune generation that last listed the target
 }
@@ -374,9 +378,6 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 		}
 	}
 	if fresh > 0 {
-		if tr.firstSeen.IsZero() {
-			tr.firstSeen = s.At
-		}
 		if s.Live != LiveNo {
 			tr.lastLive = s.At
 		}
@@ -516,9 +517,6 @@ func (t *Tracker) summarize(tr *track, r Rules, now time.Time) {
 	st.Lag, st.HeadAge, st.HeadAgeKnown, st.Partial, st.Uncommitted = 0, 0, true, false, 0
 	st.CommittedLag, st.CommittedHeadAge, st.CommitInterval, st.Uncertainty, st.Source = 0, 0, 0, 0, ""
 	st.LastLive = tr.lastLive
-	if st.LastLive.IsZero() {
-		st.LastLive = tr.firstSeen
-	}
 	st.Partitions = st.Partitions[:0]
 	var srcLag, srcAll Source
 	for _, pt := range tr.parts {
@@ -589,8 +587,16 @@ func (t *Tracker) snapshot(tr *track) State {
 //  1. stale: the newest fresh observation is older than StaleAfter, or
 //     there never was one. (Partial data sets Stale but judges on.) The
 //     reason ends with the cause: st.Err, else the first partition's.
-//  2. abandoned: no live consumer (Live LiveNo) for AbandonAfter since
-//     LastLive. Whatever its lag: an abandoned target binds no producer.
+//  2. never-live: no live consumer now (Live LiveNo) and none since the
+//     target was first seen (LastLive zero): abandoned at once.
+//     abandoned: no live consumer for AbandonAfter since LastLive.
+//     Whatever its lag: an abandoned target binds no producer. Example,
+//     AbandonAfter 2m: a group with offsets and no member at the
+//     daemon's first reading is abandoned at that reading; a group seen
+//     live at 12:00:00 and empty since is stopped or stalled (by the
+//     rules below) until 12:02:00, abandoned from then on. Either binds
+//     again from the first reading that sees a consumer (LiveYes or
+//     LiveUnknown).
 //  3. caught-up: no lag. OK, however long ago the last message came:
 //     a quiet topic is not a stopped consumer.
 //  4. no-progress: there is lag, nothing was consumed for StallAfter, and
@@ -617,7 +623,9 @@ func Evaluate(st *State, r Rules, now, lastFresh time.Time) {
 	case since > r.StaleAfter:
 		st.Stale = true
 		set(StatusStale, "stale", fmt.Sprintf("last good observation %s ago (> %s): %s", since.Round(time.Millisecond), r.StaleAfter, orNone(cause(st))))
-	case st.Live == LiveNo && !st.LastLive.IsZero() && now.Sub(st.LastLive) >= r.AbandonAfter:
+	case st.Live == LiveNo && st.LastLive.IsZero():
+		set(StatusAbandoned, "never-live", "no live consumer since first seen: reported, binds no producer")
+	case st.Live == LiveNo && now.Sub(st.LastLive) >= r.AbandonAfter:
 		set(StatusAbandoned, "abandoned", fmt.Sprintf("no live consumer for %s (>= %s): reported, binds no producer", now.Sub(st.LastLive).Round(time.Millisecond), r.AbandonAfter))
 	case st.Lag == 0:
 		set(StatusOK, "caught-up", "nothing unconsumed")

@@ -132,10 +132,9 @@ func TestNoCommits(t *testing.T) {
 	// or stalled), and no commit next to a commit counts only the latter.
 	// lazy has a member assigned the topic: its partitions are measured
 	// from first sight (nothing written since: lag 0), not unknown. half
-	// has no member: its partition 0 stays unknown. (Abandonment, which
-	// half would reach after two minutes without members, is not what
-	// this test is about: its grace is an hour here.)
-	tr := lag.NewTracker(func(lag.Target) lag.Rules { return lag.Rules{AbandonAfter: time.Hour} })
+	// has no member: its partition 0 stays unknown. (half, never seen live,
+	// is abandoned from its first reading: not what this test is about.)
+	tr := lag.NewTracker(nil)
 	var stLazy, stHalf lag.State
 	for i := range 3 {
 		now := time.Now().Add(time.Duration(i) * time.Minute)
@@ -484,8 +483,10 @@ func TestRecreatedTopicFewerPartitions(t *testing.T) {
 	produceN(t, cl, "re", 3, 5, 0) // 5 unconsumed records on partition 3
 	commit(t, adm, "g", "re", map[int32]int64{0: 0, 1: 0, 2: 0, 3: 0})
 	o := newObserver(t, c, nil)
-	// g has no member: the long grace keeps it from being abandoned
-	// over the minutes this test folds, which are about partitions.
+	// g has no member: abandoned at the first reading (never seen live);
+	// its commit moving after the recreate shows a consumer, and the long
+	// grace keeps it binding over the minutes this test folds, which are
+	// about partitions.
 	tr := lag.NewTracker(func(lag.Target) lag.Rules { return lag.Rules{AbandonAfter: time.Hour} })
 	now := time.Now()
 	if st := tr.Observe(*mustFind(t, observe(t, o), "g", "re"), now); st.Lag != 5 || len(st.Partitions) != 4 {

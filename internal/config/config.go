@@ -172,8 +172,10 @@ type Rules struct {
 	StallAfter time.Duration `mapstructure:"stallAfter"`
 	StaleAfter time.Duration `mapstructure:"staleAfter"`
 	RateWindow time.Duration `mapstructure:"rateWindow"`
-	// AbandonAfter: how long a target may have no live consumer before
-	// it is abandoned (reported, never throttling producers). Default 2m.
+	// AbandonAfter: how long a target seen live may have no live
+	// consumer before it is abandoned (reported, never throttling
+	// producers); one with no live consumer since first seen is abandoned
+	// at once. Default 2m.
 	AbandonAfter time.Duration `mapstructure:"abandonAfter"`
 	// ReportFresh: how old a consumer's own position report may be and
 	// still override the commits. Default 3s.
