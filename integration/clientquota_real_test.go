@@ -103,9 +103,9 @@ func TestRealKafkaClientQuotaThrottles(t *testing.T) {
 
 // TestRealKafkaEngineSetsAndClearsClientQuota: the daemon itself, on the
 // real broker, with a policy that opts into client quotas: a group that
-// fell behind (stopped, head far past its deadline) gets the listed
-// producer's client-id throttled by the broker; once the group catches up,
-// lagbridge removes the quota it set.
+// fell behind (a live member stuck, head far past its deadline) gets the
+// listed producer's client-id throttled by the broker; once the group
+// catches up, lagbridge removes the quota it set.
 func TestRealKafkaEngineSetsAndClearsClientQuota(t *testing.T) {
 	addr := kafkatest.Bootstrap(t)
 	topic, group, clientID := unique("cq"), unique("cq-g"), unique("legacy-producer")
@@ -113,7 +113,8 @@ func TestRealKafkaEngineSetsAndClearsClientQuota(t *testing.T) {
 	prod := client(t, addr)
 	old := time.Now().Add(-time.Minute)
 	produce(t, prod, topic, 0, 200, func(int) time.Time { return old })
-	consumeAndCommit(t, addr, group, topic, 1) // a commit, then nobody: stopped
+	consumeAndCommit(t, addr, group, topic, 1)                       // a commit,
+	stuck := member(t, addr, group, false, kgo.ConsumeTopics(topic)) // then a live member that never commits
 
 	cfg := config.Config{
 		Kafka: []kafka.Config{{Cluster: "real", Brokers: []string{addr}, Groups: kafka.Filter{Include: []string{group}}}},
@@ -131,6 +132,7 @@ func TestRealKafkaEngineSetsAndClearsClientQuota(t *testing.T) {
 	})
 	t.Logf("behind: the broker holds client-id %s to a lagbridge quota", clientID)
 
+	stuck()                                      // it leaves (seen live: the grace keeps the group binding)
 	consumeAndCommit(t, addr, group, topic, 199) // caught up
 	poll(t, 60*time.Second, func() (bool, string) {
 		cur, err := q.Current(ctxT(t, 10*time.Second))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lagbridge/lagbridge/brokers/kafka"
 	"github.com/lagbridge/lagbridge/brokers/nats"
@@ -200,6 +201,9 @@ func TestDaemonRealKafka(t *testing.T) {
 	old := time.Now().Add(-30 * time.Second)
 	produce(t, prod, topic, 0, 60, func(int) time.Time { return old })
 	consumeAndCommit(t, addr, group, topic, 20)
+	// A live member that never commits: the group binds (a group never
+	// seen live would be abandoned), and its lag stays the committed one.
+	member(t, addr, group, false, kgo.ConsumeTopics(topic))
 
 	base := startApp(t, config.Config{Kafka: []kafka.Config{{Cluster: "real", Brokers: []string{addr}, Groups: kafka.Filter{Include: []string{group}}}}})
 	rows, err := kafkatest.GroupsDescribe(t, group)

@@ -61,14 +61,15 @@ func TestRealKafkaMatchesKafkaTooling(t *testing.T) {
 	produce(t, prod, topic, 0, 25, func(int) time.Time { return time.Now() })
 	observeUntil(t, o, topic, group, func(s lag.Sample) bool { return totalLag(s) == 300-250+25 })
 
-	// Fold the readings: an empty group with work waiting and no
-	// progress is "stopped" once StallAfter has passed.
+	// Fold the readings: an empty group with work waiting, never seen
+	// live since the tracker started, is abandoned from its first reading
+	// (rule never-live), before StallAfter could call it stopped.
 	tr := lag.NewTracker(func(lag.Target) lag.Rules { return lag.Rules{StallAfter: time.Second} })
 	s1 := observeUntil(t, o, topic, group, func(lag.Sample) bool { return true })
 	tr.Observe(s1, s1.At)
 	st := tr.States(s1.At.Add(2 * time.Second))[0]
-	if st.Status != lag.StatusStopped || st.Members != 0 {
-		t.Fatalf("status %s (%s), members %d; want stopped", st.Status, st.Reason, st.Members)
+	if st.Status != lag.StatusAbandoned || st.Rule != "never-live" || st.Members != 0 {
+		t.Fatalf("status %s (%s: %s), members %d; want abandoned (never-live)", st.Status, st.Rule, st.Reason, st.Members)
 	}
 }
 

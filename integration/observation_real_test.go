@@ -16,9 +16,11 @@ import (
 	"github.com/lagbridge/lagbridge/quota"
 )
 
-// member runs a group member that polls until the test ends; commit says
-// whether it commits (franz-go's default auto-commit) or never.
-func member(tb testing.TB, addr, group string, commit bool, opts ...kgo.Opt) {
+// member runs a group member that polls until the test ends or stop is
+// called (idempotent); commit says whether it commits (franz-go's default
+// auto-commit) or never. One that never commits holds its partitions
+// without moving their committed offsets: a live consumer that is stuck.
+func member(tb testing.TB, addr, group string, commit bool, opts ...kgo.Opt) (stop func()) {
 	tb.Helper()
 	o := append([]kgo.Opt{kgo.ConsumerGroup(group)}, opts...)
 	if !commit {
@@ -32,7 +34,10 @@ func member(tb testing.TB, addr, group string, commit bool, opts ...kgo.Opt) {
 			cl.PollFetches(ctx)
 		}
 	})
-	tb.Cleanup(func() { cancel(); wg.Wait() })
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait(); cl.LeaveGroup() }) }
+	tb.Cleanup(stop)
+	return stop
 }
 
 // steadyProducer writes n records every 10 ms, stamped now, until the test
@@ -62,24 +67,30 @@ func steadyProducer(tb testing.TB, addr, topic string, n int) {
 }
 
 // TestRealKafkaAbandonedGroup: a group keeps its offsets on topic A while
-// its only member consumes topic B. After rules.abandonAfter, (A, group)
-// is abandoned in /v1/lag and binds no producer (its decision: rule
-// abandoned, unlimited), while (B, group) is live.
+// its only member consumes topic B, and a second group has offsets on A
+// and no member at all. Neither was live on A since the daemon started:
+// from their first readings, well inside the default rules.abandonAfter
+// (2m), (A, group) and (A, dead) are abandoned in /v1/lag and their first
+// decisions bind no producer (rule abandoned, unlimited), while (B,
+// group) is live.
 func TestRealKafkaAbandonedGroup(t *testing.T) {
 	addr := kafkatest.Bootstrap(t)
-	topicA, topicB, group := unique("left"), unique("moved-to"), unique("mover")
+	topicA, topicB, group, dead := unique("left"), unique("moved-to"), unique("mover"), unique("dead")
 	createTopic(t, addr, topicA, 1, nil)
 	createTopic(t, addr, topicB, 1, nil)
 	prod := client(t, addr)
 	produce(t, prod, topicA, 0, 30, func(int) time.Time { return time.Now().Add(-time.Minute) })
 	consumeAndCommit(t, addr, group, topicA, 10) // 20 left on A, then it leaves
+	consumeAndCommit(t, addr, dead, topicA, 5)   // 25 left on A, and gone for good
 	member(t, addr, group, true, kgo.ConsumeTopics(topicB))
 
 	base := startApp(t, config.Config{
-		Rules: config.Rules{AbandonAfter: 3 * time.Second},
-		Kafka: []kafka.Config{{Cluster: "real", Brokers: []string{addr}, Groups: kafka.Filter{Include: []string{group}}}},
+		Kafka: []kafka.Config{{Cluster: "real", Brokers: []string{addr}, Groups: kafka.Filter{Include: []string{group, dead}}}},
 		Quota: config.Quota{Policies: []quota.Policy{{Name: "left", MaxAge: time.Second, Match: quota.Match{Topic: topicA}}}},
 	})
+	for _, g := range []string{group, dead} {
+		wantAbandonedAtOnce(t, base, "real", topicA, g)
+	}
 	poll(t, 60*time.Second, func() (bool, string) {
 		r := lagAPI(t, base)
 		a, okA := targetOf(r, "real", topicA, group)

@@ -96,6 +96,41 @@ func decisionOf(tb testing.TB, base, cluster, topic, group string) (quota.Decisi
 	return quota.Decision{}, false
 }
 
+// firstSight polls /v1/lag and /v1/quotas until cluster/topic/group shows
+// in both, and returns the first view and the first decision seen of it.
+func firstSight(tb testing.TB, base, cluster, topic, group string) (daemon.TargetView, quota.Decision) {
+	tb.Helper()
+	var (
+		view     daemon.TargetView
+		dec      quota.Decision
+		okV, okD bool
+	)
+	poll(tb, 60*time.Second, func() (bool, string) {
+		if !okV {
+			view, okV = targetOf(lagAPI(tb, base), cluster, topic, group)
+		}
+		if !okD {
+			dec, okD = decisionOf(tb, base, cluster, topic, group)
+		}
+		return okV && okD, fmt.Sprintf("in /v1/lag %v, in /v1/quotas %v", okV, okD)
+	})
+	return view, dec
+}
+
+// wantAbandonedAtOnce fails unless the first view and the first decision
+// of cluster/topic/group (see firstSight) show it abandoned since first
+// seen (rule never-live) and binding no producer.
+func wantAbandonedAtOnce(tb testing.TB, base, cluster, topic, group string) {
+	tb.Helper()
+	view, dec := firstSight(tb, base, cluster, topic, group)
+	if view.Status != lag.StatusAbandoned || view.Rule != "never-live" || view.Live != lag.LiveNo {
+		tb.Errorf("%s/%s/%s first view: %s (%s: %s) live %s, want abandoned (never-live), idle", cluster, topic, group, view.Status, view.Rule, view.Reason, view.Live)
+	}
+	if dec.Rule != quota.RuleAbandoned || !dec.IsUnlimited() {
+		tb.Errorf("%s/%s/%s first decision: %s rate %v (%s), want abandoned, unlimited", cluster, topic, group, dec.Rule, dec.Rate, dec.Reason)
+	}
+}
+
 // goneWithin waits until target is absent from /v1/lag and from the lag
 // metric, and fails when that took more than two cycles of the cluster
 // after start (plus the one that may have been in flight at start).
@@ -186,10 +221,11 @@ func TestVanishedTargetsLeave(t *testing.T) {
 }
 
 // TestNATSDurableNeverFetchingIsAbandoned: on the embedded nats-server a
-// durable consumer that never fetches beside one that consumes: after
-// rules.abandonAfter the first is abandoned in /v1/lag and
-// lagbridge_target_status, and its decision binds no producer (rule
-// abandoned, unlimited), while the live one stays measured.
+// durable consumer that never fetches beside one that consumes. The first
+// was never live since the daemon started: from its first reading, well
+// inside the default rules.abandonAfter (2m), it is abandoned in /v1/lag
+// and lagbridge_target_status, and its first decision binds no producer
+// (rule abandoned, unlimited), while the live one stays measured.
 func TestNATSDurableNeverFetchingIsAbandoned(t *testing.T) {
 	ns, js := embeddedJS(t, "ORD", "ord")
 	if _, err := js.CreateOrUpdateConsumer(ctxT(t, 10*time.Second), "ORD", jetstream.ConsumerConfig{Durable: "forgotten", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
@@ -212,11 +248,11 @@ func TestNATSDurableNeverFetchingIsAbandoned(t *testing.T) {
 
 	cfg := config.Config{
 		Interval: 250 * time.Millisecond,
-		Rules:    config.Rules{AbandonAfter: 2 * time.Second},
 		NATS:     []natsobs.Config{{Cluster: "js", URLs: []string{ns.ClientURL()}}},
 		Quota:    config.Quota{Policies: []quota.Policy{{Name: "ord", MaxAge: time.Second, Match: quota.Match{Topic: "ORD"}}}},
 	}
 	base := startApp(t, cfg)
+	wantAbandonedAtOnce(t, base, "js", "ORD", "forgotten")
 	poll(t, 20*time.Second, func() (bool, string) {
 		r := lagAPI(t, base)
 		f, ok1 := targetOf(r, "js", "ORD", "forgotten")

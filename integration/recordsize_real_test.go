@@ -102,7 +102,8 @@ func TestRealKafkaClientQuotaClearedOnStop(t *testing.T) {
 	createTopic(t, addr, topic, 1, nil)
 	old := time.Now().Add(-time.Minute)
 	produce(t, client(t, addr), topic, 0, 200, func(int) time.Time { return old })
-	consumeAndCommit(t, addr, group, topic, 1) // a commit, then nobody: stopped
+	consumeAndCommit(t, addr, group, topic, 1)              // a commit,
+	member(t, addr, group, false, kgo.ConsumeTopics(topic)) // then a live member that never commits
 
 	const interval = time.Second
 	cfg := config.Config{
