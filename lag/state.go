@@ -77,7 +77,7 @@ type Rules struct {
 	// AbandonAfter is how long a target that was seen live may go without
 	// a live consumer (Sample.Live LiveNo) before it is abandoned:
 	// reported, never obeyed. It is counted from the last reading that
-	// saw a consumer attached. The grace protects consumers seen live (a
+	// saw a consumer attached or consuming (see State.LastLive). The grace protects consumers seen live (a
 	// rolling restart, a rebalance); a target with no live consumer from
 	// its first reading on (a decommissioned group whose offsets Kafka
 	// keeps for 7 days, a NATS durable that never fetches, also right
@@ -177,7 +177,6 @@ type State struct {
 	// lack a commit and that was never seen live has Lag 0.
 	Uncommitted int `json:"uncommitted,omitempty"`
 
-	// Live is the newest fresh reading's Sample.Live, and LastLive the
 	// Live is the newest fresh reading's Sample.Live, and LastLive the
 	// last time a consumer was seen attached (LiveYes or LiveUnknown) or
 	// seen consuming (a report within Rules.ReportFresh, or on Kafka a
@@ -595,8 +594,8 @@ func (t *Tracker) snapshot(tr *track) State {
 //     daemon's first reading is abandoned at that reading; a group seen
 //     live at 12:00:00 and empty since is stopped or stalled (by the
 //     rules below) until 12:02:00, abandoned from then on. Either binds
-//     again from the first reading that sees a consumer (LiveYes or
-//     LiveUnknown).
+//     again from the first reading that sees a consumer attached or
+//     consuming (see State.LastLive).
 //  3. caught-up: no lag. OK, however long ago the last message came:
 //     a quiet topic is not a stopped consumer.
 //  4. no-progress: there is lag, nothing was consumed for StallAfter, and
