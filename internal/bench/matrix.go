@@ -111,10 +111,10 @@ const (
 	// Abandoned adds a second consumer on the same topic that never
 	// consumes: on Kafka a group with committed offsets (at the start of
 	// every partition) and no member, on NATS a durable that never
-	// fetches. By design it must not throttle anyone. The daemon's grace
-	// period (rules.abandonAfter) is then 3 s, and the run starts once
-	// the daemon reports the consumer abandoned: one gone for longer than
-	// the grace period.
+	// fetches. By design it must not throttle anyone. The daemon runs
+	// with its default grace period (rules.abandonAfter); a consumer never
+	// seen live is abandoned from its first reading, and the run starts
+	// once the daemon reports it so.
 	Abandoned Extra = "abandoned"
 	// NoCommitYet drops the capacity 1 s into the run, before the
 	// consumer's first commit: the group has live members and no

@@ -116,7 +116,7 @@ func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64,
 	}
 	defer func() { _ = d.stop() }()
 	if w.abandoned != "" {
-		if err := d.waitAbandoned(ctx, w, 10*abandonAfter); err != nil {
+		if err := d.waitAbandoned(ctx, w, abandonWait); err != nil {
 			fmt.Fprintf(o.Out, "  warning: %v; starting anyway\n", err)
 		}
 	}

@@ -294,11 +294,8 @@ func daemonConfig(o Options, scn Scenario, w *world, interval time.Duration, cli
 	consumers := []string{regexp.QuoteMeta(w.group)}
 	if w.abandoned != "" {
 		consumers = append(consumers, regexp.QuoteMeta(w.abandoned))
-		// The abandoned consumer stands for one gone longer than the
-		// grace period: a short one, waited out before the run (see
-		// waitAbandoned). With the default 2m, a freshly started
-		// daemon obeys it for two minutes.
-		cfg.Rules.AbandonAfter = abandonAfter
+		// The daemon keeps its default grace (rules.abandonAfter): a
+		// consumer never seen live is abandoned from its first reading.
 	}
 	switch w.broker {
 	case BrokerKafka:
@@ -311,8 +308,9 @@ func daemonConfig(o Options, scn Scenario, w *world, interval time.Duration, cli
 	return cfg, cfg.Validate()
 }
 
-// abandonAfter is the daemon's grace period in the Abandoned rows.
-const abandonAfter = 3 * time.Second
+// abandonWait bounds how long an Abandoned row waits for the daemon to
+// call its second consumer abandoned (its first readings).
+const abandonWait = 10 * time.Second
 
 // waitAbandoned waits until the daemon reports w's abandoned consumer as
 // abandoned, at most d.
