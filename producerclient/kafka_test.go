@@ -690,6 +690,12 @@ func TestKafkaCanceledContextIsNotABrokerFailure(t *testing.T) {
 		}
 		rel()
 		check(t, p, err)
+		// Let the held metadata request finish before the cluster closes:
+		// kfake's Close does not wait for a slept control to resume, and
+		// its goroutine would outlive the test.
+		if err := p.Produce(ctxFor(t, 10*time.Second), &kgo.Record{Topic: "orders", Value: []byte("y")}); err != nil {
+			t.Fatalf("a record after the release: %v", err)
+		}
 	})
 }
 
