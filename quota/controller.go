@@ -381,8 +381,16 @@ type control struct {
 	// prevMove is what the previous move of a position read from commits
 	// measured (see consumption).
 	prevMove moveWindow
-	parts    map[int32]partTrack
-	gen      uint64
+	// quick counts the moves in a row, each one observation after the
+	// one before, of a position read from commits: from two on, the
+	// consumer commits at least once per observation (see cadence).
+	// still: while the cadence is not learned, the position (with lag)
+	// was seen not to move in an observation: the consumer may commit
+	// less often than it is observed.
+	quick int
+	still bool
+	parts map[int32]partTrack
+	gen   uint64
 }
 
 // moveWindow is what one move of the position measured: messages consumed
@@ -514,8 +522,12 @@ func (c *Controller) unfresh(tc *control, d Decision, st *lag.State, now time.Ti
 type reading struct {
 	dt   float64 // this observation interval
 	span float64 // the time the consumption was measured over (>= dt)
-	// commits: the position is a commit of a consumer whose cadence is
-	// known (State.CommitInterval, Source commits).
+	// cadence is the commit cadence worked with (see cadence), 0 when
+	// the position moves whenever the consumer consumes.
+	cadence float64
+	// commits: the position is a commit of a consumer that commits less
+	// often than it is observed, or whose cadence is not learned yet
+	// (v.cadence > 0, Source commits).
 	commits   bool
 	since     float64 // how long ago it committed the position seen (0: exact enough)
 	headAge   float64 // the head's age at the commit (HeadAge - since)
@@ -596,9 +608,10 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	v.engageWait = v.setWait * cfg.Engage / cfg.Setpoint
 
 	v.prevCap, v.wasSaturated = tc.capacity, tc.saturated
+	v.cadence = cadence(tc, st)
 	c.consumption(tc, st, v)
 	c.caughtUpAtCommit(tc, st, v)
-	v.commits = st.CommitInterval > 0 && (st.Source == "" || st.Source == lag.SourceCommits)
+	v.commits = fromCommits(st) && (st.CommitInterval > 0 || (v.cadence > 0 && tc.still))
 	if v.commits {
 		v.since = commitAge(tc, st, v)
 	}
@@ -691,32 +704,31 @@ func (c *Controller) judge(tc *control, v *reading) {
 // interval (an estimate, a consumer's reports), this is the interval's
 // consume rate.
 func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
-	cadence := st.CommitInterval.Seconds()
-	if cadence <= 0 && st.Source == lag.SourceFirstSight {
-		// A live consumer without a commit yet, measured from where it
-		// was first seen: that position never moves, so nothing
-		// consumed is not a measurement until the first commit is
-		// overdue, taken to come at the auto-commit interval of
-		// franz-go and the Java client.
-		cadence = firstCommitEvery.Seconds()
-	}
+	cadence := v.cadence
 	moved := st.ConsumeRateInstant > 0 || st.Lag <= 0 || cadence <= 0
 	if !moved && (!tc.has || tc.moveAt.IsZero()) {
 		// The first sighting: when it last committed is unknown; the
 		// span starts now.
-		tc.moveAt, tc.spanProduced = st.At, 0
+		tc.moveAt, tc.spanProduced, tc.quick, tc.still = st.At, 0, 0, true
 		return
 	}
 	span := v.dt
 	if !tc.moveAt.IsZero() {
 		span = max(st.At.Sub(tc.moveAt).Seconds(), v.dt)
 	}
+	switch {
+	case !moved || span > 1.5*v.dt:
+		tc.quick = 0
+	case st.ConsumeRateInstant > 0 && fromCommits(st):
+		tc.quick++
+	}
+	tc.still = (tc.still || !moved) && tc.quick < 2 && st.CommitInterval <= 0
 	produced := tc.spanProduced + v.produced*v.dt // messages since the last move
 	switch {
 	case moved:
 		v.consumed, v.span = st.ConsumeRateInstant*v.dt/span, span
 		tc.moveAt, tc.spanProduced = st.At, 0
-		if cadence > 0 && (st.Source == "" || st.Source == lag.SourceCommits) {
+		if st.CommitInterval > 0 && fromCommits(st) {
 			// Commits about as often as observations: one interval
 			// holds a commit's worth more or less than was consumed in
 			// it (a 250 ms cadence read every 250 ms reads half its
@@ -747,6 +759,29 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	}
 	v.measured = true
 	v.keepsUp = v.consumed*span >= keepUpRatio*produced
+}
+
+// fromCommits reports whether st's position is the committed one.
+func fromCommits(st *lag.State) bool { return st.Source == "" || st.Source == lag.SourceCommits }
+
+// cadence is the commit cadence the controller reads a position with,
+// seconds: the learned one (State.CommitInterval). While it is not learned
+// yet (the Tracker needs two moves of the committed offsets), an unknown
+// cadence is no evidence that the consumer stopped: a position from
+// commits, or from first sight (lag.SourceFirstSight, no commit yet), is
+// taken to move at the auto-commit interval of franz-go and the Java
+// client (firstCommitEvery), unless it was seen to move in two
+// observations in a row (tc.quick: it commits at least once per
+// observation, and is read as it is). 0 for other positions (estimates,
+// consumers' reports), which move whenever the consumer consumes.
+func cadence(tc *control, st *lag.State) float64 {
+	switch {
+	case st.CommitInterval > 0:
+		return st.CommitInterval.Seconds()
+	case st.Source == lag.SourceFirstSight, fromCommits(st) && tc.quick < 2:
+		return firstCommitEvery.Seconds()
+	}
+	return 0
 }
 
 // caughtUpAtCommit sets v.blind and tracks tc.caughtUp.
@@ -814,7 +849,7 @@ func (c *Controller) caughtUpAtCommit(tc *control, st *lag.State, v *reading) {
 // exact enough (the cadence is learned at the resolution of the
 // interval, so one that commits every poll reads the same): 0.
 func commitAge(tc *control, st *lag.State, v *reading) float64 {
-	if st.CommitInterval.Seconds() <= 1.5*v.dt {
+	if v.cadence <= 1.5*v.dt {
 		return 0
 	}
 	if u := st.Uncertainty.Seconds(); u > 0 {

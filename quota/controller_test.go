@@ -21,6 +21,13 @@ func st(at float64, lagN int64, consume, produce float64) lag.State {
 	}
 }
 
+// reported is s as read from the consumer's own reports: a position that
+// moves with every message handled.
+func reported(s lag.State) lag.State {
+	s.Source = lag.SourceConsumer
+	return s
+}
+
 func newCtl(tb testing.TB, cfg ControllerConfig) *Controller {
 	tb.Helper()
 	c, err := NewController(cfg)
@@ -78,12 +85,21 @@ func TestControllerRules(t *testing.T) {
 			rate:   5, signal: SignalSlowDown, rule: RuleDrain,
 		},
 		{
-			// Lag and nothing consumed this interval: the wait is
-			// unbounded, the floor only, still slow-down (lag has not
-			// declared a stop yet).
+			// Lag and nothing consumed this interval, by the consumer's
+			// own report (a position that moves with every message
+			// handled): the wait is unbounded, the floor only, still
+			// slow-down (lag has not declared a stop yet).
 			name:   "nothing consumed",
-			states: []lag.State{st(1, 100, 0, 800)},
+			states: []lag.State{reported(st(1, 100, 0, 800))},
 			rate:   5, signal: SignalSlowDown, rule: RuleDrain,
+		},
+		{
+			// Lag and no commit this interval, the cadence not learned
+			// yet: no evidence that nothing was consumed (it may commit
+			// every 5 s, the auto-commit default); unlimited.
+			name:   "nothing committed, cadence unknown",
+			states: []lag.State{st(1, 100, 0, 800)},
+			rate:   inf, signal: SignalOK, rule: RuleUnlimited,
 		},
 		{
 			// lag says stopped: stop at the floor.
@@ -208,8 +224,8 @@ func TestControllerRetryAfter(t *testing.T) {
 	if d := ctl.Step(st(1, 600, 400, 800), p, leaseT0.Add(time.Second)); d.RetryAfter != 2*time.Second {
 		t.Fatalf("retry-after %v, want 2s", d.RetryAfter)
 	}
-	// Nothing consumed: capped.
-	if d := ctl.Step(st(2, 600, 0, 800), p, leaseT0.Add(2*time.Second)); d.RetryAfter != 5*time.Second {
+	// Nothing consumed (by the consumer's report): capped.
+	if d := ctl.Step(reported(st(2, 600, 0, 800)), p, leaseT0.Add(2*time.Second)); d.RetryAfter != 5*time.Second {
 		t.Fatalf("retry-after %v, want the 5s cap", d.RetryAfter)
 	}
 }

@@ -91,6 +91,11 @@ type simConfig struct {
 	// consumer's first commit comes then, on its commitEvery timer after.
 	// 0: committed from the start.
 	firstCommit float64
+	// learnCadence: State.CommitInterval is left as the tracker learns it
+	// (unknown until two commits have moved the positions), as the
+	// daemon sees it; false: it is set to commitEvery from the first
+	// observation.
+	learnCadence bool
 	// members is the number of group members at t; nil: 1.
 	members func(t float64) int
 	// observeFails makes the observation at t fail (a sample with Err).
@@ -376,7 +381,7 @@ func (s *sim) observe(t, dt float64) {
 		}
 	}
 	st := s.tracker.Observe(smp, now)
-	if st.CommitInterval == 0 && st.Source != lag.SourceFirstSight {
+	if st.CommitInterval == 0 && st.Source != lag.SourceFirstSight && !cfg.learnCadence {
 		st.CommitInterval = cfg.commitEvery
 	}
 	dec := s.ctl.Step(st, cfg.policy, now)
