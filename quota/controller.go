@@ -528,7 +528,10 @@ type reading struct {
 	// commits: the position is a commit of a consumer that commits less
 	// often than it is observed, or whose cadence is not learned yet
 	// (v.cadence > 0, Source commits).
-	commits   bool
+	commits bool
+	// learned: the cadence is the one lag/ learned (State.CommitInterval),
+	// not assumed (see cadence).
+	learned   bool
 	since     float64 // how long ago it committed the position seen (0: exact enough)
 	headAge   float64 // the head's age at the commit (HeadAge - since)
 	headKnown bool    // State.HeadAgeKnown
@@ -611,7 +614,8 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	v.cadence = cadence(tc, st)
 	c.consumption(tc, st, v)
 	c.caughtUpAtCommit(tc, st, v)
-	v.commits = fromCommits(st) && (st.CommitInterval > 0 || (v.cadence > 0 && tc.still))
+	v.learned = st.CommitInterval > 0
+	v.commits = fromCommits(st) && (v.learned || (v.cadence > 0 && tc.still))
 	if v.commits {
 		v.since = commitAge(tc, st, v)
 	}
@@ -674,9 +678,10 @@ func (c *Controller) judge(tc *control, v *reading) {
 	}
 	if !tc.limited {
 		v.engaged = v.engaged && v.queued > v.engageWait
-		if v.commits && v.measured && !v.engaged {
+		if v.commits && v.learned && v.measured && !v.engaged {
 			// Healthy: learn the standing wait (its recent peak, up to
-			// the engage threshold, forgotten over floorMemory).
+			// the engage threshold, forgotten over floorMemory), once
+			// the cadence it comes from is known.
 			tc.floor = max(min(queued, v.engageWait), tc.floor*math.Exp(-v.dt/floorMemory))
 		}
 	}
@@ -1071,10 +1076,16 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 
 // lateParts returns the partitions producers should avoid: those with lag
 // whose head is older than MaxAge, or whose predicted wait (lag over the
-// partition's own consume rate in the last interval) reaches the budget
+// partition's own consume rate since its previous move; unknown while a
+// position read from commits has not moved and its commit is not overdue,
+// see partCadence) reaches the budget
 // while the head is past the target wait. The list is returned only while
 // it holds fewer than AvoidBelow of the partitions (and there are at least
-// two): "a few lag, most are fine"; fewBad reports that.
+// two), and some partition not listed was written to since the last
+// observation: "a few lag, most are fine", and the producers write to the
+// others; fewBad reports that. (Producers that write to the late
+// partitions only, keyed records, would have their lag left out of the
+// wait for good.)
 //
 // Once listed, a partition stays listed (hysteresis: a partition freed at
 // its first empty sample is refilled at once by producers' sticky
@@ -1100,6 +1111,7 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 	// The share of the produce rate a partition freed would get.
 	share := v.produced / float64(max(len(st.Partitions)-listed+1, 1))
 	tc.gen++
+	others := false // a partition not late was written to
 	for _, ps := range st.Partitions {
 		pos := ps.End - ps.Lag
 		pt, had := tc.parts[ps.Partition]
@@ -1117,10 +1129,17 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 			next.movePos, next.moveAt = pos, st.At
 		}
 		wait := -1.0 // unknown
-		if ps.Lag > 0 && had && havePrev && dt > 0 && !ps.Stale {
-			if r := float64(pos-pt.pos) / dt; r > 0 {
-				wait = float64(ps.Lag) / r
-			} else {
+		if ps.Lag > 0 && had && havePrev && dt > 0 && !ps.Stale && !pt.moveAt.IsZero() {
+			// Its consume rate over the span since its previous move: a
+			// position read from commits moves only when the consumer
+			// commits, so an interval without a move measures nothing
+			// until its commit is overdue (as for the target, see
+			// consumption).
+			span, cad := st.At.Sub(pt.moveAt).Seconds(), partCadence(&ps, v)
+			switch {
+			case pos != pt.movePos && span > 0:
+				wait = float64(ps.Lag) * span / float64(pos-pt.movePos)
+			case cad <= 0 || span > 1.5*cad+dt:
 				wait = math.Inf(1)
 			}
 		}
@@ -1140,6 +1159,11 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 		tc.parts[ps.Partition] = next
 		if isLate {
 			late = append(late, ps.Partition)
+		} else if !had || ps.End > pt.pos+pt.lag {
+			// Written to since the last observation (or first seen: no
+			// evidence against it): producers do write around the late
+			// partitions.
+			others = true
 		}
 	}
 	if len(tc.parts) > len(st.Partitions) {
@@ -1150,11 +1174,26 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 		}
 	}
 	n := len(st.Partitions)
-	if n < 2 || len(late) == 0 || float64(len(late)) >= c.cfg.AvoidBelow*float64(n) {
+	if n < 2 || len(late) == 0 || !others || float64(len(late)) >= c.cfg.AvoidBelow*float64(n) {
 		return nil, false
 	}
 	slices.Sort(late)
 	return late, true
+}
+
+// partCadence is the commit cadence a partition's position is read with,
+// seconds: its own learned one, else the target's (v.cadence); 0 for a
+// position that moves whenever the consumer consumes (an estimate, a
+// consumer's report).
+func partCadence(ps *lag.PartitionState, v *reading) float64 {
+	switch ps.Source {
+	case "", lag.SourceCommits, lag.SourceFirstSight:
+		if ci := ps.CommitInterval.Seconds(); ci > 0 {
+			return ci
+		}
+		return v.cadence
+	}
+	return 0
 }
 
 func secs(s float64) string {
