@@ -336,9 +336,13 @@ func (r *Replicator) Publish(ctx context.Context, s engine.Snapshot) error {
 
 // sink stands between the engine and the served hub.
 type sink struct {
-	mu      sync.Mutex
-	hub     *quotaserver.Hub
-	own     map[string]quotaproto.LeaseSet // the engine's sets
+	mu  sync.Mutex
+	hub *quotaserver.Hub
+	own map[string]quotaproto.LeaseSet // the engine's sets
+	// rep holds the newest replicated set of each producer, kept while
+	// leading too: a replica deposed after the new leader's sets arrived
+	// serves them at once, not its own until the next rewrite.
+	rep     map[string]quotaproto.LeaseSet
 	leading bool
 }
 
@@ -376,6 +380,9 @@ func (s *sink) lead(on bool) {
 	defer s.mu.Unlock()
 	s.leading = on
 	if !on {
+		for _, set := range s.rep {
+			s.hub.Publish(set)
+		}
 		return
 	}
 	for _, set := range s.hub.All() {
@@ -392,6 +399,10 @@ func (s *sink) lead(on bool) {
 func (s *sink) follow(set quotaproto.LeaseSet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.rep == nil {
+		s.rep = make(map[string]quotaproto.LeaseSet)
+	}
+	s.rep[set.Producer] = set
 	if !s.leading {
 		s.hub.Publish(set)
 	}
@@ -400,6 +411,7 @@ func (s *sink) follow(set quotaproto.LeaseSet) {
 func (s *sink) unfollow(producer string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.rep, producer)
 	if !s.leading {
 		s.hub.Remove(producer)
 	}

@@ -47,6 +47,11 @@ func TestSink(t *testing.T) {
 		{"replicated sets are ignored while leading", func() { s.follow(set("a", 3)) }, map[string]uint64{"a": 10}},
 		{"engine changes are served while leading", func() { s.Publish(set("b", 11)); s.Remove("a") }, map[string]uint64{"a": 0, "b": 11}},
 		{"following again", func() { s.lead(false); s.follow(set("b", 12)); s.Publish(set("b", 13)) }, map[string]uint64{"b": 12}},
+		{"a set replicated while leading is served once following", func() {
+			s.lead(true)
+			s.follow(set("c", 20))
+			s.lead(false)
+		}, map[string]uint64{"c": 20}},
 	}
 	for _, st := range steps {
 		st.do()
