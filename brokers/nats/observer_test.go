@@ -308,8 +308,11 @@ func TestRedeliveriesAreNotConsumption(t *testing.T) {
 	c := newClient(t, s)
 	c.stream(t, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.*"}})
 	c.publish(t, "s.a", "s.a", "s.a")
-	f := c.consumer(t, "S", jetstream.ConsumerConfig{Durable: "filtered", FilterSubject: "s.a", AckPolicy: jetstream.AckExplicitPolicy})
-	u := c.consumer(t, "S", jetstream.ConsumerConfig{Durable: "unfiltered", AckPolicy: jetstream.AckExplicitPolicy})
+	// One message ack pending at a time: a nak is asynchronous, and until
+	// the server has processed it the next fetch must wait for the
+	// redelivery instead of handing out the next new message.
+	f := c.consumer(t, "S", jetstream.ConsumerConfig{Durable: "filtered", FilterSubject: "s.a", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1})
+	u := c.consumer(t, "S", jetstream.ConsumerConfig{Durable: "unfiltered", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1})
 	waitPending(t, f, 3)
 	waitPending(t, u, 3)
 	// The head is a real stored timestamp: start the clock at real time.
