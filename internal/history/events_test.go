@@ -214,6 +214,7 @@ func TestAPI(t *testing.T) {
 		"/v1/history?since=yesterday",   // neither a time nor a duration
 		"/v1/history?since=1m&until=2m", // until before since
 		"/v1/history?points=5",          // too few points to draw
+		"/v1/history?kind=kafak",        // unknown kind
 		"/v1/events?limit=0",            // not positive
 		"/v1/events?kind=boost",         // unknown kind
 		"/v1/events?since=-5m",          // a negative duration

@@ -124,6 +124,13 @@ func (a *API) history(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	kind := lag.Kind(q.Get("kind"))
+	switch kind {
+	case "", lag.KindKafka, lag.KindNATS:
+	default:
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("kind: %q is not one of kafka, nats", kind)})
+		return
+	}
 	cfg, interval := a.Store.Config()
 	resp := HistoryResponse{GeneratedAt: now, IntervalSeconds: interval.Seconds(), RecentSeconds: cfg.Recent.Seconds(),
 		ResolutionSeconds: cfg.Resolution.Seconds(), RetentionSeconds: cfg.Retention.Seconds()}
@@ -132,7 +139,7 @@ func (a *API) history(w http.ResponseWriter, r *http.Request) {
 	if !oldest.IsZero() {
 		resp.DataSince = &oldest
 	}
-	resp.Targets = a.Store.Query(Query{Kind: lag.Kind(q.Get("kind")), Cluster: q.Get("cluster"), Topic: q.Get("topic"),
+	resp.Targets = a.Store.Query(Query{Kind: kind, Cluster: q.Get("cluster"), Topic: q.Get("topic"),
 		Group: q.Get("group"), Since: since, Until: until, MaxPoints: maxPoints})
 	// Compact: a long history of many targets is large enough as it is.
 	w.Header().Set("Content-Type", "application/json")
