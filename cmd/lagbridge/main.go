@@ -192,14 +192,15 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("demo", pflag.ContinueOnError)
 	duration := fs.Duration("duration", 0, "end the demo after this long (0: run until interrupted; the story then spans 60s)")
-	listen := fs.String("listen", "127.0.0.1:9464", "the daemon's HTTP address")
+	listen := fs.String("listen", "127.0.0.1:9464", "the daemon's HTTP address (beyond loopback only with --no-auth)")
+	noAuth := fs.Bool("no-auth", false, "serve the quota protocol without authentication (quota.auth.mode: none), to listen beyond loopback")
 	rate := fs.Float64("rate", 1000, "producer rate per broker, messages per second")
 	interval := fs.Duration("interval", time.Second, "observation interval")
 	verbose := fs.Bool("verbose", false, "print the daemon's logs")
 	if code, ok := parse(fs, args, stderr); !ok {
 		return code
 	}
-	o := demo.Options{Duration: *duration, Listen: *listen, ProduceRate: *rate, Interval: *interval, Out: stdout}
+	o := demo.Options{Duration: *duration, Listen: *listen, NoAuth: *noAuth, ProduceRate: *rate, Interval: *interval, Out: stdout}
 	if *verbose {
 		o.Log = slog.New(slog.NewTextHandler(stderr, nil))
 	}

@@ -72,6 +72,16 @@ func TestDemoSmoke(t *testing.T) {
 	}
 }
 
+// TestDemoBeyondLoopback: the demo serves its token-less quota protocol
+// beyond loopback only when told to in words, and says which flag does it;
+// it refuses before starting anything.
+func TestDemoBeyondLoopback(t *testing.T) {
+	code, _, stderr := runCLI("demo", "--duration", "1s", "--listen", "0.0.0.0:0")
+	if code != 1 || !strings.Contains(stderr, "--no-auth") {
+		t.Fatalf("demo on 0.0.0.0 without --no-auth: exit %d, stderr %q; want 1 naming --no-auth", code, stderr)
+	}
+}
+
 // TestReadmeConfig keeps the README's configuration true: its yaml blocks,
 // together, are a config `lagbridge check` accepts (the files they name are
 // replaced by temporary ones).

@@ -15,6 +15,7 @@ import (
 	"github.com/lagbridge/lagbridge/brokers/nats"
 	"github.com/lagbridge/lagbridge/internal/app"
 	"github.com/lagbridge/lagbridge/internal/config"
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/producerclient"
 	"github.com/lagbridge/lagbridge/quota"
@@ -26,8 +27,13 @@ type Options struct {
 	// Duration ends the demo by itself; 0 runs until ctx is done. The
 	// consumer's slow phase is scaled to it (default 60s when 0).
 	Duration time.Duration
-	// Listen is the daemon's HTTP address. Default 127.0.0.1:9464.
+	// Listen is the daemon's HTTP address. Default 127.0.0.1:9464. An
+	// address beyond loopback needs NoAuth.
 	Listen string
+	// NoAuth serves the quota protocol without authentication
+	// (quota.auth.mode: none), which the daemon requires before it
+	// listens beyond loopback: the demo's producers have no tokens.
+	NoAuth bool
 	// ProduceRate in messages per second per broker. Default 1000.
 	ProduceRate float64
 	// Normal and Slow are the consumers' speeds. Defaults 2000 and 400.
@@ -81,6 +87,9 @@ func Config(b *Brokers, listen string, interval time.Duration) config.Config {
 // duration has passed.
 func Run(ctx context.Context, o Options) error {
 	o.defaults()
+	if !o.NoAuth && !quotaserver.Loopback(o.Listen) {
+		return fmt.Errorf("--listen %s is beyond loopback, where the quota protocol needs tokens the demo's producers do not have; pass --no-auth to serve it without authentication to anyone who can reach it", o.Listen)
+	}
 	if o.Duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.Duration)
@@ -98,6 +107,9 @@ func Run(ctx context.Context, o Options) error {
 	defer b.Close()
 	cfg := Config(b, o.Listen, o.Interval)
 	cfg.Quota.Policies = []quota.Policy{StoryPolicy()}
+	if o.NoAuth {
+		cfg.Quota.Auth.Mode = quotaserver.AuthNone
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
