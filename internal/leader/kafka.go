@@ -34,13 +34,15 @@ type Kafka struct {
 	released bool
 	gen      int32
 	cl       *kgo.Client
-	lease    // confirmed by commits
+	// stopped is closed by Release: Run returns.
+	stopped chan struct{}
+	lease   // confirmed by commits
 }
 
 // NewKafka returns the elector; opts connect to the cluster (seeds, TLS,
 // SASL), the group options are added by Run.
 func NewKafka(opts []kgo.Opt, cfg Config) *Kafka {
-	k := &Kafka{cfg: cfg, opts: opts, topic: cfg.Name + ".leader"}
+	k := &Kafka{cfg: cfg, opts: opts, topic: cfg.Name + ".leader", stopped: make(chan struct{})}
 	k.onRole = logRole(cfg)
 	return k
 }
@@ -54,7 +56,9 @@ func (k *Kafka) Leading(now time.Time) (int64, bool) { return k.leading(now) }
 // Role implements Elector.
 func (k *Kafka) Role(now time.Time) Role { return k.role(now) }
 
-// Run implements Elector.
+// Run implements Elector. It returns when ctx is done or Release was
+// called; it starts one goroutine (the group's poll loop), which ends
+// before it returns.
 func (k *Kafka) Run(ctx context.Context) error {
 	opts := append(append([]kgo.Opt{}, k.opts...),
 		kgo.ConsumerGroup(k.cfg.Name), kgo.ConsumeTopics(k.topic), kgo.DisableAutoCommit(),
@@ -72,6 +76,8 @@ func (k *Kafka) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-k.stopped:
+			return nil
 		case <-time.After(k.cfg.every()):
 		}
 	}
@@ -80,6 +86,11 @@ func (k *Kafka) Run(ctx context.Context) error {
 		return fmt.Errorf("leader election on %s: %w", k.cfg.Cluster, err)
 	}
 	k.mu.Lock()
+	if k.released { // released while the topic was created
+		k.mu.Unlock()
+		cl.Close()
+		return nil
+	}
 	k.cl = cl
 	k.mu.Unlock()
 	// A static member (InstanceID) does not leave the group when closed:
@@ -100,8 +111,9 @@ func (k *Kafka) Run(ctx context.Context) error {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wg.Go(func() { // drain the (empty) topic so the group stays served
-		for pctx.Err() == nil {
-			cl.PollFetches(pctx)
+		// Until Run returns or Release closes the client: a closed
+		// client's poll returns at once, and looping on it would spin.
+		for !cl.PollFetches(pctx).IsClientClosed() && pctx.Err() == nil {
 		}
 	})
 	t := time.NewTicker(k.cfg.every())
@@ -113,6 +125,8 @@ func (k *Kafka) Run(ctx context.Context) error {
 		k.notify(time.Now())
 		select {
 		case <-ctx.Done():
+			return nil
+		case <-k.stopped:
 			return nil
 		case <-t.C:
 		}
@@ -218,10 +232,14 @@ func (k *Kafka) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32) 
 
 // Release implements Elector: it closes the group client and has the
 // broker remove this static member from the group, so another replica is
-// assigned partition 0 at once; this replica no longer runs for leader.
+// assigned partition 0 at once; this replica no longer runs for leader,
+// and Run returns.
 func (k *Kafka) Release(ctx context.Context) {
 	k.mu.Lock()
 	cl := k.cl
+	if !k.released {
+		close(k.stopped)
+	}
 	k.cl, k.released = nil, true
 	k.revokes++
 	k.lease.mu.Lock()

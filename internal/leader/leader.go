@@ -55,7 +55,8 @@ type Elector interface {
 	// Role is the replica's role at now.
 	Role(now time.Time) Role
 	// Run takes part in the election until ctx is done, then leaves
-	// without releasing (a graceful stop calls Release first).
+	// without releasing (a graceful stop calls Release first), or until
+	// Release: it returns once its goroutines ended.
 	Run(ctx context.Context) error
 	// Release gives leadership up at once so another replica takes over
 	// without waiting for the session timeout; call it while Run still

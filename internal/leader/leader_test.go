@@ -276,3 +276,69 @@ func TestKafkaRevokedDuringConfirmation(t *testing.T) {
 		})
 	}
 }
+
+// TestRunEndsOnRelease: after Release, Run returns while its context is
+// still live (its poll loop and ticker stop with it), whether the replica
+// led or followed.
+func TestRunEndsOnRelease(t *testing.T) {
+	session, every := 6*time.Second, 100*time.Millisecond
+	cases := []struct {
+		name string
+		// mk returns n electors of one election on a fresh broker.
+		mk func(tb testing.TB, n int) []Elector
+	}{
+		{"kafka (kfake)", func(tb testing.TB, n int) []Elector {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(c.Close)
+			var es []Elector
+			for i := range n {
+				es = append(es, NewKafka([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, Config{Cluster: "k", ID: fmt.Sprintf("r%d", i), Name: "release", Session: session, Every: every}))
+			}
+			return es
+		}},
+		{"nats", func(tb testing.TB, n int) []Elector {
+			s := embedded.NATSTest(tb)
+			var es []Elector
+			for i := range n {
+				nc, err := natsgo.Connect(s.ClientURL())
+				if err != nil {
+					tb.Fatal(err)
+				}
+				tb.Cleanup(nc.Close)
+				js, err := jetstream.New(nc)
+				if err != nil {
+					tb.Fatal(err)
+				}
+				es = append(es, NewNATS(js, "", Config{Cluster: "n", ID: fmt.Sprintf("r%d", i), Name: "release", Session: session, Every: every}))
+			}
+			return es
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			es := tc.mk(t, 2)
+			var rs []*replica
+			for _, e := range es {
+				rs = append(rs, start(t, e))
+			}
+			first, _ := waitLeader(t, rs, 4*session)
+			other := rs[1-first]
+			deadline := time.Now().Add(session)
+			for other.e.Role(time.Now()) == RoleUnknown && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond) // polling the elector
+			}
+			for _, r := range []*replica{other, rs[first]} { // the follower, then the leader
+				r.e.Release(context.Background())
+				r.e.Release(context.Background()) // idempotent
+				select {
+				case <-r.done:
+				case <-time.After(10 * every):
+					t.Fatalf("Run still runs %v after Release (role %v)", 10*every, r.e.Role(time.Now()))
+				}
+			}
+		})
+	}
+}

@@ -28,6 +28,8 @@ type NATS struct {
 	rev    uint64     // the revision this replica last wrote; 0: not leading
 	// released: Release was called; the replica no longer runs for leader.
 	released bool
+	// stopped is closed by Release: Run returns.
+	stopped chan struct{}
 	lease
 }
 
@@ -36,7 +38,7 @@ func NewNATS(js jetstream.JetStream, bucket string, cfg Config) *NATS {
 	if bucket == "" {
 		bucket = DefaultBucket
 	}
-	n := &NATS{cfg: cfg, js: js, bucket: bucket}
+	n := &NATS{cfg: cfg, js: js, bucket: bucket, stopped: make(chan struct{})}
 	n.onRole = logRole(cfg)
 	return n
 }
@@ -50,8 +52,9 @@ func (n *NATS) Leading(now time.Time) (int64, bool) { return n.leading(now) }
 // Role implements Elector.
 func (n *NATS) Role(now time.Time) Role { return n.role(now) }
 
-// Run implements Elector. Errors reaching NATS are retried every
-// Config.Every; the local lease runs out meanwhile.
+// Run implements Elector: until ctx is done or Release was called. Errors
+// reaching NATS are retried every Config.Every; the local lease runs out
+// meanwhile.
 func (n *NATS) Run(ctx context.Context) error {
 	t := time.NewTicker(n.cfg.every())
 	defer t.Stop()
@@ -62,6 +65,8 @@ func (n *NATS) Run(ctx context.Context) error {
 		n.notify(time.Now()) // a lease that ran out turns into following
 		select {
 		case <-ctx.Done():
+			return nil
+		case <-n.stopped:
 			return nil
 		case <-t.C:
 		}
@@ -114,10 +119,13 @@ func (n *NATS) round(ctx context.Context) error {
 
 // Release implements Elector: it deletes the key if this replica still
 // holds it, so a follower takes over at its next try; this replica no
-// longer runs for leader.
+// longer runs for leader, and Run returns.
 func (n *NATS) Release(ctx context.Context) {
 	n.op.Lock()
 	defer n.op.Unlock()
+	if !n.released {
+		close(n.stopped)
+	}
 	n.released = true
 	if n.rev == 0 || n.kv == nil {
 		return
