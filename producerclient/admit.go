@@ -1,0 +1,304 @@
+package producerclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lagbridge/lagbridge/ttl"
+)
+
+// CallOption overrides a producer default for one call. It is a small
+// value (no allocation).
+type CallOption struct {
+	set  uint8
+	mode Mode
+	crit Criticality
+}
+
+const (
+	setMode = 1 << iota
+	setCrit
+)
+
+// WithMode makes this call Block or Drop regardless of Config.Mode.
+func WithMode(m Mode) CallOption { return CallOption{set: setMode, mode: m} }
+
+// WithCriticality sets this message's criticality, overriding both
+// Config.Criticality and a lagbridge-criticality header already on the
+// message.
+func WithCriticality(c Criticality) CallOption { return CallOption{set: setCrit, crit: c} }
+
+// prepare resolves the call options and the deadline of a message, without
+// reading the clock. hdr is what the message's own headers already say: the
+// earlier deadline wins, and an explicit criticality option wins over the
+// header's.
+func (c *core) prepare(ctx context.Context, m *msg, t *topic, opts []CallOption, hdr ttl.Meta, hasHdrCrit bool) {
+	m.t, m.ctx = t, ctx
+	m.mode = c.cfg.Mode
+	m.crit = c.cfg.Criticality
+	if hasHdrCrit {
+		m.crit = hdr.Criticality
+	}
+	for _, o := range opts {
+		if o.set&setMode != 0 {
+			m.mode = o.mode
+		}
+		if o.set&setCrit != 0 && o.crit.Valid() {
+			m.crit = o.crit
+		}
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		m.limit = c.mono.of(dl)
+		m.dl, m.hasDL = m.limit, true
+	}
+	if hdr.HasDeadline() {
+		if h := c.mono.of(hdr.Deadline); !m.hasDL || h < m.dl {
+			m.dl, m.hasDL = h, true
+		}
+	}
+}
+
+// admit runs the local checks for a new message at now (one clock read
+// per message, shared by every check): closed, deadline, lease signal,
+// in-flight cap, token bucket. A message without a deadline gets
+// Config.MessageTTL. On success the message holds an in-flight slot. It
+// returns nil or a rejection (without the message).
+func (c *core) admit(m *msg, now int64) *RejectError {
+	t := m.t
+	c.limits(m, now)
+	if r := c.admitChecks(m, now); r != nil {
+		t.refused.Add(1)
+		return r
+	}
+	t.admitted.Add(1)
+	return nil
+}
+
+// limits completes m's deadline and Block limit at now, its first
+// admission: Config.MessageTTL for a message without a deadline, and
+// Config.MaxBlock for a wait without a context deadline.
+func (c *core) limits(m *msg, now int64) {
+	if !m.hasDL && c.cfg.MessageTTL > 0 {
+		m.dl, m.hasDL = now+int64(c.cfg.MessageTTL), true
+	}
+	// Block waits end at the context's deadline, or after MaxBlock; and
+	// never after the message's own deadline.
+	if m.limit == 0 {
+		m.limit = now + int64(c.cfg.MaxBlock)
+	}
+	if m.hasDL && m.dl < m.limit {
+		m.limit = m.dl
+	}
+}
+
+func (c *core) admitChecks(m *msg, now int64) *RejectError {
+	t := m.t
+	if c.closed.Load() {
+		return c.rejectCount(t, reasonClosed, reject(t.name, SignalStop, ErrClosed, "the producer is closed", 0, nil))
+	}
+	if err := m.ctx.Err(); err != nil {
+		return c.rejectCount(t, reasonCanceled, reject(t.name, SignalSlowDown, nil, "context done before sending", 0, err))
+	}
+	if m.hasDL && now >= m.dl {
+		return c.rejectCount(t, reasonExpired, reject(t.name, SignalStop, ErrExpired, "the message's deadline passed before it was sent", 0, nil))
+	}
+	v := t.view.Load()
+	if r := c.checkView(t, v); r != nil {
+		return r
+	}
+	if r := c.acquireSlot(m); r != nil {
+		return r
+	}
+	m.held = true
+	if r := c.takeToken(m, now); r != nil {
+		c.releaseSlot(m)
+		return r
+	}
+	return nil
+}
+
+// checkView rejects when the quota says stop or is closed.
+func (c *core) checkView(t *topic, v *quotaView) *RejectError {
+	if r := viewReject(t, v); r != nil {
+		return c.rejectCount(t, int(r.reason), r)
+	}
+	return nil
+}
+
+// viewReject is checkView's rejection, not counted.
+func viewReject(t *topic, v *quotaView) *RejectError {
+	switch {
+	case v.closed:
+		return uncounted(reasonQuotaUnavailable, reject(t.name, SignalSlowDown, ErrQuotaUnavailable, v.reason, v.retryAfter, nil))
+	case v.signal == SignalStop && !v.advisory:
+		return uncounted(reasonStop, reject(t.name, SignalStop, nil, v.reason, 0, nil))
+	}
+	return nil
+}
+
+func (c *core) acquireSlot(m *msg) *RejectError {
+	t := m.t
+	if t.inflight.tryAcquire() {
+		return nil
+	}
+	full := func(err error) *RejectError {
+		return c.rejectCount(t, reasonInFlight, reject(t.name, SignalSlowDown, ErrInFlightLimit,
+			fmt.Sprintf("%d messages in flight on %s", t.inflight.limit, t.name), 0, err))
+	}
+	if m.mode == Drop {
+		return full(nil)
+	}
+	for {
+		ch := t.inflight.wait()
+		if t.inflight.tryAcquire() {
+			t.inflight.done()
+			return nil
+		}
+		wait := time.Duration(m.limit - c.mono.nanos())
+		if wait <= 0 {
+			t.inflight.done()
+			return full(nil)
+		}
+		err := c.sleep(m.ctx, wait, ch)
+		t.inflight.done()
+		if errors.Is(err, errTimer) {
+			if t.inflight.tryAcquire() {
+				return nil
+			}
+			return full(nil)
+		}
+		if err != nil {
+			return c.waitErr(t, err, full)
+		}
+		if t.inflight.tryAcquire() {
+			return nil
+		}
+	}
+}
+
+func (c *core) releaseSlot(m *msg) {
+	if m.held {
+		m.held = false
+		m.t.inflight.release()
+	}
+}
+
+// takeToken takes a token from the bucket for m at now, waiting in Block
+// mode.
+func (c *core) takeToken(m *msg, now int64) *RejectError {
+	t := m.t
+	for first := true; ; first = false {
+		// The change channel first, then the lease: a change in between
+		// wakes the wait below instead of being missed.
+		ch := t.changedCh()
+		v := t.view.Load()
+		if !first {
+			now = c.mono.nanos()
+		}
+		ok, wait := t.bucket.admit(now, m.crit)
+		if ok {
+			return nil
+		}
+		if v.advisory {
+			t.advisory.Add(1)
+			return nil
+		}
+		after := time.Duration(wait)
+		if v.signal == SignalSlowDown && v.retryAfter > after {
+			after = v.retryAfter
+		}
+		limited := func(err error) *RejectError {
+			return c.rejectCount(t, reasonRate, reject(t.name, SignalSlowDown, ErrRateLimited, v.rateReason(), after, err))
+		}
+		if m.mode == Drop || now+wait > m.limit {
+			// Fail at once rather than wait in vain: the token would
+			// come after the deadline.
+			return limited(nil)
+		}
+		if err := c.sleep(m.ctx, time.Duration(wait), ch); err != nil && !errors.Is(err, errTimer) {
+			return c.waitErr(t, err, limited)
+		}
+		if r := c.checkView(t, t.view.Load()); r != nil {
+			return r
+		}
+	}
+}
+
+// admitN admits up to n messages that share m (topic, mode, criticality,
+// deadline; m went through limits) at now, without waiting: admit's checks
+// once, then up to n in-flight slots in one operation and as many tokens
+// in one compare-and-swap. It returns how many, a prefix of the n, now
+// hold a slot and a token, and when fewer than n, why the next one was
+// not admitted; the rejection is not counted (countRejects), and its
+// reason is reasonRate or reasonInFlight when k > 0 (waiting may help).
+// It counts nothing else either: the caller counts admitted and refused.
+func (c *core) admitN(m *msg, n int, now int64) (int, *RejectError) {
+	t := m.t
+	if c.closed.Load() {
+		return 0, uncounted(reasonClosed, reject(t.name, SignalStop, ErrClosed, "the producer is closed", 0, nil))
+	}
+	if err := m.ctx.Err(); err != nil {
+		return 0, uncounted(reasonCanceled, reject(t.name, SignalSlowDown, nil, "context done before sending", 0, err))
+	}
+	if m.hasDL && now >= m.dl {
+		return 0, uncounted(reasonExpired, reject(t.name, SignalStop, ErrExpired, "the message's deadline passed before it was sent", 0, nil))
+	}
+	v := t.view.Load()
+	if r := viewReject(t, v); r != nil {
+		return 0, r
+	}
+	slots := int(t.inflight.tryAcquireN(int64(n)))
+	k, wait := t.bucket.admitN(now, m.crit, slots)
+	if k < slots {
+		if v.advisory {
+			t.advisory.Add(uint64(slots - k))
+			k = slots
+		} else {
+			t.inflight.releaseN(int64(slots - k))
+		}
+	}
+	switch {
+	case k == n:
+		return n, nil
+	case k < slots:
+		after := time.Duration(wait)
+		if v.signal == SignalSlowDown && v.retryAfter > after {
+			after = v.retryAfter
+		}
+		return k, uncounted(reasonRate, reject(t.name, SignalSlowDown, ErrRateLimited, v.rateReason(), after, nil))
+	default:
+		return k, uncounted(reasonInFlight, reject(t.name, SignalSlowDown, ErrInFlightLimit,
+			fmt.Sprintf("%d messages in flight on %s", t.inflight.limit, t.name), 0, nil))
+	}
+}
+
+// sentN is beforeSend's bookkeeping for n first attempts sent at now
+// under m (the adaptive throttle's decision is the caller's, per message).
+func (c *core) sentN(m *msg, n int, now int64) {
+	if n <= 0 {
+		return
+	}
+	c.budget.requestN(c.budgetNow(now), int64(n))
+	m.t.attempts.Add(uint64(n))
+}
+
+// beforeSend is the last local check before an attempt at now: adaptive
+// throttling. It counts the attempt and, for a first attempt, the budget
+// deposit.
+func (c *core) beforeSend(m *msg, now int64) *RejectError {
+	t := m.t
+	m.sent = now
+	ok, p := t.throttle.allow(now)
+	if !ok {
+		return c.rejectCount(t, reasonThrottled, reject(t.name, SignalSlowDown, ErrThrottled,
+			fmt.Sprintf("the broker accepted too few recent requests; refusing locally with probability %.2f", p), 0, nil))
+	}
+	if m.attempts == 0 {
+		c.budget.request(c.budgetNow(now))
+	}
+	m.attempts++
+	t.attempts.Add(1)
+	return nil
+}
