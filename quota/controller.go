@@ -403,6 +403,9 @@ type partTrack struct {
 	lag  int64
 	late bool // listed for avoidance
 	gen  uint64
+	// in and out are what was written to the partition and what its
+	// consumer drained in the last interval, msg/s (see leaveOutLate).
+	in, out float64
 	// calm counts the observations in a row a listed partition was
 	// comfortably inside the deadline (see lateParts).
 	calm int
@@ -575,9 +578,13 @@ type reading struct {
 	// enough to write around); lateLag is their lag, which the target's
 	// backlog leaves out: producers that write around them add nothing
 	// to it, so the wait of a new message is the other partitions'.
+	// The rates leave them out too (see leaveOutLate).
 	avoid   []int32
 	fewBad  bool
 	lateLag float64
+	// spanProduced: messages produced over the span the consumption was
+	// measured over (see consumption).
+	spanProduced float64
 	// blind: the position is an estimate between the commits of a
 	// consumer that was caught up at its last commit (see
 	// caughtUpAtCommit).
@@ -621,10 +628,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	}
 	v.headAge, v.headKnown = max(st.HeadAge.Seconds()-v.since, 0), st.HeadAgeKnown
 	v.avoid, v.fewBad = c.lateParts(tc, st, p, v)
-	for _, id := range v.avoid {
-		v.lateLag += float64(tc.parts[id].lag)
-	}
-	v.lag = max(v.lag-v.lateLag, 0)
+	leaveOutLate(tc, v)
 	v.capacity = tc.capacity
 	if v.measured {
 		c.estimateCapacity(tc, st, p, v)
@@ -763,7 +767,39 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 		return
 	}
 	v.measured = true
+	v.spanProduced = produced
 	v.keepsUp = v.consumed*span >= keepUpRatio*produced
+}
+
+// leaveOutLate takes the partitions producers avoid (v.avoid) out of the
+// target's figures: their lag out of the lag (a new message waits on the
+// other partitions), what was written to them out of the produce rate, and
+// what their consumer drained out of the consume rate, so that the
+// capacity, "keeps up" and the rate the law sets are those of the other
+// partitions. Keyless producers write around an avoided partition, and the
+// SDK refuses keyed records bound for it; whatever still reaches it (plain
+// producers) must not make the topic look unable to keep up, or slow-down
+// would refuse producers on every partition for one.
+//
+// An avoided partition's consumption is the rate its consumer was seen to
+// drain it at (partTrack.rate) while it has a backlog, else what its
+// position moved in the interval.
+func leaveOutLate(tc *control, v *reading) {
+	var in, out float64
+	for _, id := range v.avoid {
+		pt := tc.parts[id]
+		v.lateLag += float64(pt.lag)
+		in += pt.in
+		out += pt.out
+	}
+	v.lag = max(v.lag-v.lateLag, 0)
+	v.produced = max(v.produced-in, 0)
+	if !v.measured || (in == 0 && out == 0) {
+		return
+	}
+	v.consumed = max(v.consumed-out, 0)
+	v.spanProduced = max(v.spanProduced-in*v.span, 0)
+	v.keepsUp = v.consumed*v.span >= keepUpRatio*v.spanProduced
 }
 
 // fromCommits reports whether st's position is the committed one.
@@ -1127,6 +1163,13 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 				next.rate = float64(pos-pt.movePos) / st.At.Sub(pt.moveAt).Seconds()
 			}
 			next.movePos, next.moveAt = pos, st.At
+		}
+		if had && !ps.Stale && dt > 0 {
+			next.in = float64(max(ps.End-(pt.pos+pt.lag), 0)) / dt
+			next.out = float64(max(pos-pt.pos, 0)) / dt
+			if ps.Lag > 0 && next.rate > 0 {
+				next.out = next.rate
+			}
 		}
 		wait := -1.0 // unknown
 		if ps.Lag > 0 && had && havePrev && dt > 0 && !ps.Stale && !pt.moveAt.IsZero() {

@@ -34,6 +34,10 @@ type simProducer struct {
 	unknown bool
 	// honorAvoid: unkeyed traffic, so it writes around avoided partitions.
 	honorAvoid bool
+	// keyed: keyed traffic through the SDK, keys spread over all
+	// partitions: the share bound for avoided partitions is refused (the
+	// SDK's per-partition refusal), the rest lands where its keys send it.
+	keyed bool
 
 	lease    Lease
 	hasLease bool
@@ -265,6 +269,12 @@ func (s *sim) produce(t float64) (offered, admitted float64) {
 			continue
 		}
 		want := p.offer(t) * dt
+		offer := want
+		if p.keyed && p.hasLease && !p.lease.Advisory && len(p.lease.AvoidPartitions) < cfg.partitions {
+			// Refused before it takes a token: bound for an avoided
+			// partition.
+			want *= 1 - float64(len(p.lease.AvoidPartitions))/float64(cfg.partitions)
+		}
 		adm := want
 		if p.hasLease && !p.lease.Advisory && !p.lease.IsUnlimited() {
 			// A fluid token bucket: the bucket holds at least one
@@ -273,19 +283,19 @@ func (s *sim) produce(t float64) (offered, admitted float64) {
 			adm = min(want, p.tokens)
 			p.tokens -= adm
 		}
-		p.offered += want
+		p.offered += offer
 		p.admitted += adm
-		offered += want
+		offered += offer
 		admitted += adm
 		if t >= cfg.window[0] && t < cfg.window[1] {
-			p.winOffered += want
+			p.winOffered += offer
 			p.winAdmitted += adm
 		}
 		if adm <= 0 {
 			continue
 		}
 		var avoid []int32
-		if p.honorAvoid && p.hasLease {
+		if (p.honorAvoid || p.keyed) && p.hasLease {
 			avoid = p.lease.AvoidPartitions
 		}
 		n := cfg.partitions - len(avoid)
