@@ -47,6 +47,9 @@ type Observer struct {
 
 	closeOnce sync.Once
 	closed    atomic.Bool
+	// owns, when set (SetOwns), selects the topics of this replica's
+	// shards; nil: every topic the filter selects.
+	owns atomic.Pointer[func(topic string) bool]
 
 	mu    sync.Mutex // serializes Observe; guards everything below
 	cycle uint64
@@ -82,6 +85,19 @@ type Observer struct {
 type knownGroup struct {
 	coordinator int32
 	topics      []knownTopic
+}
+
+// watched returns kg without the topics this cycle's metadata lists as not
+// watched (a topic of a shard this replica no longer observes); a topic
+// the metadata no longer lists stays.
+func (kg knownGroup) watched(topics map[string]*topicInfo) knownGroup {
+	out := knownGroup{coordinator: kg.coordinator}
+	for _, t := range kg.topics {
+		if ti := topics[t.name]; ti == nil || ti.watched {
+			out.topics = append(out.topics, t)
+		}
+	}
+	return out
 }
 
 type knownTopic struct {
@@ -134,6 +150,21 @@ func New(cfg Config, opts ...kgo.Opt) (*Observer, error) {
 		listReqs:     make(map[int32]*leaderLists),
 		answerBudget: max(int(maxRead)/4, 1<<16),
 	}, nil
+}
+
+// SetOwns narrows the observation to the topics for which owns returns
+// true (this replica's shards, see internal/shard), from the next cycle
+// on: every consumer group of such a topic is observed on it, no group on
+// another topic, and a topic it leaves out leaves the samples as a deleted
+// one does. nil restores every topic Config.Topics selects. owns is called
+// from Observe and must be safe for concurrent use. Safe to call at any
+// time.
+func (o *Observer) SetOwns(owns func(topic string) bool) {
+	if owns == nil {
+		o.owns.Store(nil)
+		return
+	}
+	o.owns.Store(&owns)
 }
 
 // Client returns the observer's admin client, shared with publishers that
@@ -312,7 +343,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 			}
 			if kg, ok := o.known[name]; ok {
 				newKnown[name] = kg
-				stale = appendStaleGroup(stale, o.cfg.Cluster, name, kg, why)
+				stale = appendStaleGroup(stale, o.cfg.Cluster, name, kg.watched(topics), why)
 			}
 			continue
 		}
@@ -356,7 +387,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 				continue
 			}
 			newKnown[name] = kg
-			stale = appendStaleGroup(stale, o.cfg.Cluster, name, kg, "list groups: "+why.Error())
+			stale = appendStaleGroup(stale, o.cfg.Cluster, name, kg.watched(topics), "list groups: "+why.Error())
 		}
 	}
 	o.known = newKnown
@@ -563,6 +594,10 @@ func b2i(b bool) int {
 func brokerErrE(node int32, err error) error { return fmt.Errorf("broker %d: %w", node, err) }
 
 func (o *Observer) topicTable(meta *kmsg.MetadataResponse) (map[string]*topicInfo, map[[16]byte]*topicInfo) {
+	owns := func(string) bool { return true }
+	if f := o.owns.Load(); f != nil {
+		owns = *f
+	}
 	topics := make(map[string]*topicInfo, len(meta.Topics))
 	byID := make(map[[16]byte]*topicInfo, len(meta.Topics))
 	for i := range meta.Topics {
@@ -574,7 +609,7 @@ func (o *Observer) topicTable(meta *kmsg.MetadataResponse) (map[string]*topicInf
 		ti := &topicInfo{
 			name:    name,
 			id:      mt.TopicID,
-			watched: !mt.IsInternal && !internalTopics[name] && o.topics.match(name),
+			watched: !mt.IsInternal && !internalTopics[name] && o.topics.match(name) && owns(name),
 		}
 		if err := kerr.ErrorForCode(mt.ErrorCode); err != nil {
 			ti.err = "metadata: " + err.Error()

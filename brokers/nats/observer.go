@@ -152,6 +152,10 @@ type Observer struct {
 	closeCancel context.CancelFunc
 	closeOnce   sync.Once
 
+	// owns, when set (SetOwns), selects the streams of this replica's
+	// shards; nil: every stream the filter selects.
+	owns atomic.Pointer[func(stream string) bool]
+
 	mu    sync.Mutex // serializes Observe; guards state
 	state map[string]*streamState
 
@@ -185,6 +189,19 @@ type headEntry struct {
 	floor    uint64
 	seq      uint64
 	time     time.Time
+}
+
+// SetOwns narrows the observation to the streams for which owns returns
+// true (this replica's shards, see internal/shard), from the next cycle
+// on; a stream it leaves out leaves the samples as a deleted one does.
+// nil restores every stream Config.Streams selects. owns is called from
+// Observe and must be safe for concurrent use. Safe to call at any time.
+func (o *Observer) SetOwns(owns func(stream string) bool) {
+	if owns == nil {
+		o.owns.Store(nil)
+		return
+	}
+	o.owns.Store(&owns)
 }
 
 // New validates cfg, connects to NATS and returns an Observer. The
@@ -424,11 +441,15 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 		return nil, o.cycleError(ctx, &dropped, fmt.Errorf("nats: list streams: %w", err))
 	}
 
+	watched := o.streams.match
+	if owns := o.owns.Load(); owns != nil {
+		watched = func(name string) bool { return o.streams.match(name) && (*owns)(name) }
+	}
 	seen := make(map[string]bool, len(infos))
 	var due []refreshJob
 	for _, si := range infos {
 		name := si.Config.Name
-		if !o.streams.match(name) {
+		if !watched(name) {
 			continue
 		}
 		seen[name] = true
@@ -451,7 +472,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 	for _, name := range missing {
 		// Listed but not reported (clustered leader did not answer):
 		// keep the last readings; they turn stale with age.
-		if o.streams.match(name) {
+		if watched(name) {
 			seen[name] = true
 		}
 	}

@@ -1,0 +1,53 @@
+package kafka
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+// TestSetOwns: an observer narrowed to some topics reports every group of
+// those topics and no other topic, a group committing on topics of both
+// sides included; nil restores every topic; the change takes effect at the
+// next cycle.
+func TestSetOwns(t *testing.T) {
+	c := newCluster(t)
+	adm := kadm.NewClient(newClient(t, c))
+	cl := newClient(t, c)
+	for _, topic := range []string{"mine", "theirs"} {
+		createTopic(t, adm, topic, 2, nil)
+		produceN(t, cl, topic, 0, 3, 0)
+		produceN(t, cl, topic, 1, 3, 0)
+	}
+	commit(t, adm, "both", "mine", map[int32]int64{0: 1, 1: 1})
+	commit(t, adm, "both", "theirs", map[int32]int64{0: 1, 1: 1})
+	commit(t, adm, "only-theirs", "theirs", map[int32]int64{0: 2, 1: 2})
+	commit(t, adm, "only-mine", "mine", map[int32]int64{0: 3, 1: 3})
+	o := newObserver(t, c, nil)
+
+	pairs := func() []string {
+		var out []string
+		for _, s := range observe(t, o) {
+			out = append(out, s.Target.Group+"/"+s.Target.Topic)
+		}
+		return out
+	}
+	steps := []struct {
+		name string
+		owns func(string) bool
+		want []string
+	}{
+		{"every topic", nil, []string{"both/mine", "both/theirs", "only-mine/mine", "only-theirs/theirs"}},
+		{"mine only", func(topic string) bool { return topic == "mine" }, []string{"both/mine", "only-mine/mine"}},
+		{"theirs only", func(topic string) bool { return topic == "theirs" }, []string{"both/theirs", "only-theirs/theirs"}},
+		{"none", func(string) bool { return false }, nil},
+		{"every topic again", nil, []string{"both/mine", "both/theirs", "only-mine/mine", "only-theirs/theirs"}},
+	}
+	for _, st := range steps {
+		o.SetOwns(st.owns)
+		if got := pairs(); !slices.Equal(got, st.want) {
+			t.Errorf("%s: observed %v, want %v", st.name, got, st.want)
+		}
+	}
+}

@@ -1,0 +1,176 @@
+package shard
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultBucket is the NATS KV bucket of the shard members.
+const DefaultBucket = "lagbridge_shards"
+
+// NATS assigns shards through a NATS KV bucket whose entries expire after
+// Config.Session: every replica puts the key "<Name>.<Count>.<hex id>"
+// every Config.Every and lists the keys under "<Name>.<Count>."; those are
+// the live replicas, and each shard goes to the one that ranks first for
+// it by rendezvous hashing (FNV-1a of id and shard), so a replica that
+// joins or leaves moves only its share of the shards. A replica that
+// stops renewing its key drops out of every list when the key expires; it
+// stops observing its own shards a fifth of the session before that, by
+// its clock.
+type NATS struct {
+	cfg    Config
+	js     jetstream.JetStream
+	bucket string
+	log    *slog.Logger
+	prefix string
+
+	op       sync.Mutex // one round or Release at a time
+	kv       jetstream.KeyValue
+	released bool
+	owned
+}
+
+// NewNATS returns the assigner; bucket "" means DefaultBucket, log nil
+// slog.Default().
+func NewNATS(js jetstream.JetStream, bucket string, cfg Config, log *slog.Logger) *NATS {
+	if bucket == "" {
+		bucket = DefaultBucket
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	n := &NATS{cfg: cfg, js: js, bucket: bucket, log: log, prefix: cfg.Name + "." + strconv.Itoa(cfg.Count) + "."}
+	n.notify = cfg.OnChange
+	return n
+}
+
+// Cluster implements Assigner.
+func (n *NATS) Cluster() string { return n.cfg.Cluster }
+
+// Count implements Assigner.
+func (n *NATS) Count() int { return n.cfg.Count }
+
+// Owned implements Assigner.
+func (n *NATS) Owned(now time.Time) ([]int, bool) { return n.get(now) }
+
+// Owners implements Assigner.
+func (n *NATS) Owners() []string { return n.ownersCopy(n.cfg.Count) }
+
+// Run implements Assigner; errors reaching NATS are retried every
+// Config.Every while the local view of the shards runs out.
+func (n *NATS) Run(ctx context.Context) error {
+	t := time.NewTicker(n.cfg.every())
+	defer t.Stop()
+	for {
+		if err := n.round(ctx); err != nil && ctx.Err() == nil {
+			n.log.Warn("shard assignment", "cluster", n.cfg.Cluster, "err", err)
+		}
+		n.changed(time.Now())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (n *NATS) round(ctx context.Context) error {
+	n.op.Lock()
+	defer n.op.Unlock()
+	if n.released {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, n.cfg.every())
+	defer cancel()
+	if n.kv == nil {
+		kv, err := n.js.CreateOrUpdateKeyValue(rctx, jetstream.KeyValueConfig{Bucket: n.bucket, History: 1, TTL: n.cfg.Session,
+			Description: "lagbridge shard members: <name>.<shards>.<hex replica id>, expires after the session timeout"})
+		if err != nil {
+			return fmt.Errorf("bucket %q: %w", n.bucket, err)
+		}
+		n.kv = kv
+	}
+	sent := time.Now()
+	if _, err := n.kv.Put(rctx, n.prefix+hex.EncodeToString([]byte(n.cfg.ID)), []byte(n.cfg.ID)); err != nil {
+		return err
+	}
+	lister, err := n.kv.ListKeysFiltered(rctx, n.prefix+"*")
+	if err != nil {
+		return err
+	}
+	var members []string
+	for k := range lister.Keys() {
+		id, err := hex.DecodeString(strings.TrimPrefix(k, n.prefix))
+		if err != nil {
+			continue
+		}
+		members = append(members, string(id))
+	}
+	// The lister stops by itself once every key is read.
+	owners := Rendezvous(members, n.cfg.Count)
+	var mine []int
+	for s, id := range owners {
+		if id == n.cfg.ID {
+			mine = append(mine, s)
+		}
+	}
+	n.store(mine, owners, sent.Add(n.cfg.Session-n.cfg.Session/5))
+	return nil
+}
+
+// Rendezvous returns the owner of each of count shards among members: the
+// member with the highest FNV-1a hash of "<member>/<shard>" (ties to the
+// smaller id; the hash goes through a finalizer, as FNV alone lets the id
+// decide every shard). A member that leaves hands over only its own shards; with
+// no members every owner is "".
+func Rendezvous(members []string, count int) []string {
+	owners := make([]string, count)
+	best := make([]uint64, count)
+	members = slices.Clone(members)
+	slices.Sort(members)
+	for _, m := range slices.Compact(members) {
+		for s := range owners {
+			h := fnv.New64a()
+			_, _ = h.Write([]byte(m + "/" + strconv.Itoa(s)))
+			if v := mix(h.Sum64()); owners[s] == "" || v > best[s] {
+				owners[s], best[s] = m, v
+			}
+		}
+	}
+	return owners
+}
+
+// Release implements Assigner: it deletes this replica's key, so the
+// others take its shards over at their next round.
+func (n *NATS) Release(ctx context.Context) {
+	n.op.Lock()
+	n.released = true
+	kv := n.kv
+	n.store(nil, n.Owners(), time.Time{})
+	n.op.Unlock()
+	n.changed(time.Now())
+	if kv != nil {
+		_ = kv.Delete(ctx, n.prefix+hex.EncodeToString([]byte(n.cfg.ID)))
+	}
+}
+
+// mix is MurmurHash3's 64-bit finalizer: every input bit moves every
+// output bit.
+func mix(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb53a83b6ae53
+	h ^= h >> 33
+	return h
+}
