@@ -64,13 +64,13 @@ func (c *core) prepare(ctx context.Context, m *msg, t *topic, opts []CallOption,
 // per message, shared by every check): closed, deadline, lease signal,
 // in-flight cap, token bucket. A message without a deadline gets
 // Config.MessageTTL. On success the message holds an in-flight slot. It
-// returns nil or a rejection (without the message).
+// returns nil or a rejection (without the message), counted.
 func (c *core) admit(m *msg, now int64) *RejectError {
 	t := m.t
 	c.limits(m, now)
-	if r := c.admitChecks(m, now); r != nil {
+	if r, why := c.admitChecks(m, now); r != nil {
 		t.refused.Add(1)
-		return r
+		return c.rejectCount(t, why, r)
 	}
 	t.admitted.Add(1)
 	return nil
@@ -93,87 +93,108 @@ func (c *core) limits(m *msg, now int64) {
 	}
 }
 
-func (c *core) admitChecks(m *msg, now int64) *RejectError {
-	t := m.t
-	if c.closed.Load() {
-		return c.rejectCount(t, reasonClosed, reject(t.name, SignalStop, ErrClosed, "the producer is closed", 0, nil))
+// admitChecks is admit's checks for one message: gate, then an in-flight
+// slot and a token, waiting for them in Block mode. It returns nil, or the
+// rejection and its reason, uncounted.
+func (c *core) admitChecks(m *msg, now int64) (*RejectError, reason) {
+	if _, r, why := c.gate(m, now); r != nil {
+		return r, why
 	}
-	if err := m.ctx.Err(); err != nil {
-		return c.rejectCount(t, reasonCanceled, reject(t.name, SignalSlowDown, nil, "context done before sending", 0, err))
-	}
-	if m.hasDL && now >= m.dl {
-		return c.rejectCount(t, reasonExpired, reject(t.name, SignalStop, ErrExpired, "the message's deadline passed before it was sent", 0, nil))
-	}
-	v := t.view.Load()
-	if r := c.checkView(t, v); r != nil {
-		return r
-	}
-	if r := c.acquireSlot(m); r != nil {
-		return r
+	if r, why := c.acquireSlot(m); r != nil {
+		return r, why
 	}
 	m.held = true
-	if r := c.takeToken(m, now); r != nil {
+	if r, why := c.takeToken(m, now); r != nil {
 		c.releaseSlot(m)
-		return r
+		return r, why
 	}
-	return nil
+	return nil, 0
 }
 
-// checkView rejects when the quota says stop or is closed.
-func (c *core) checkView(t *topic, v *quotaView) *RejectError {
-	if r := viewReject(t, v); r != nil {
-		return c.rejectCount(t, int(r.reason), r)
+// gate is the part of admission that takes nothing: the producer is open,
+// m's context is live, its deadline is after now, and the lease lets it
+// through (viewReject). It returns the lease it read, or the rejection
+// and its reason, uncounted.
+func (c *core) gate(m *msg, now int64) (*quotaView, *RejectError, reason) {
+	t := m.t
+	if c.closed.Load() {
+		return nil, reject(t.name, SignalStop, ErrClosed, "the producer is closed", 0, nil), reasonClosed
 	}
-	return nil
+	if err := m.ctx.Err(); err != nil {
+		return nil, reject(t.name, SignalSlowDown, nil, "context done before sending", 0, err), reasonCanceled
+	}
+	if m.hasDL && now >= m.dl {
+		return nil, reject(t.name, SignalStop, ErrExpired, "the message's deadline passed before it was sent", 0, nil), reasonExpired
+	}
+	v := t.view.Load()
+	r, why := viewReject(t, v)
+	return v, r, why
 }
 
-// viewReject is checkView's rejection, not counted.
-func viewReject(t *topic, v *quotaView) *RejectError {
+// viewReject rejects when the quota says stop or is closed (uncounted).
+func viewReject(t *topic, v *quotaView) (*RejectError, reason) {
 	switch {
 	case v.closed:
-		return uncounted(reasonQuotaUnavailable, reject(t.name, SignalSlowDown, ErrQuotaUnavailable, v.reason, v.retryAfter, nil))
+		return reject(t.name, SignalSlowDown, ErrQuotaUnavailable, v.reason, v.retryAfter, nil), reasonQuotaUnavailable
 	case v.signal == SignalStop && !v.advisory:
-		return uncounted(reasonStop, reject(t.name, SignalStop, nil, v.reason, 0, nil))
+		return reject(t.name, SignalStop, nil, v.reason, 0, nil), reasonStop
 	}
-	return nil
+	return nil, 0
 }
 
-func (c *core) acquireSlot(m *msg) *RejectError {
+// inFlightReject is the rejection of a message of t that found
+// MaxInFlight messages outstanding (reason reasonInFlight).
+func inFlightReject(t *topic, cause error) *RejectError {
+	return reject(t.name, SignalSlowDown, ErrInFlightLimit,
+		fmt.Sprintf("%d messages in flight on %s", t.inflight.limit, t.name), 0, cause)
+}
+
+// rateReject is the rejection of a message of t whose token is due in wait
+// nanoseconds under lease v (reason reasonRate): retry when the token is
+// due, or after the lease's slow-down hint when that is later.
+func rateReject(t *topic, v *quotaView, wait int64, cause error) *RejectError {
+	after := time.Duration(wait)
+	if v.signal == SignalSlowDown && v.retryAfter > after {
+		after = v.retryAfter
+	}
+	return reject(t.name, SignalSlowDown, ErrRateLimited, v.rateReason(), after, cause)
+}
+
+// acquireSlot takes an in-flight slot for m, waiting for one in Block
+// mode until m's limit. It returns nil, or the rejection and its reason,
+// uncounted.
+func (c *core) acquireSlot(m *msg) (*RejectError, reason) {
 	t := m.t
 	if t.inflight.tryAcquire() {
-		return nil
-	}
-	full := func(err error) *RejectError {
-		return c.rejectCount(t, reasonInFlight, reject(t.name, SignalSlowDown, ErrInFlightLimit,
-			fmt.Sprintf("%d messages in flight on %s", t.inflight.limit, t.name), 0, err))
+		return nil, 0
 	}
 	if m.mode == Drop {
-		return full(nil)
+		return inFlightReject(t, nil), reasonInFlight
 	}
 	for {
 		ch := t.inflight.wait()
 		if t.inflight.tryAcquire() {
 			t.inflight.done()
-			return nil
+			return nil, 0
 		}
 		wait := time.Duration(m.limit - c.mono.nanos())
 		if wait <= 0 {
 			t.inflight.done()
-			return full(nil)
+			return inFlightReject(t, nil), reasonInFlight
 		}
 		err := c.sleep(m.ctx, wait, ch)
 		t.inflight.done()
 		if errors.Is(err, errTimer) {
 			if t.inflight.tryAcquire() {
-				return nil
+				return nil, 0
 			}
-			return full(nil)
+			return inFlightReject(t, nil), reasonInFlight
 		}
 		if err != nil {
-			return c.waitErr(t, err, full)
+			return c.waitErr(t, err, reasonInFlight, func(err error) *RejectError { return inFlightReject(t, err) })
 		}
 		if t.inflight.tryAcquire() {
-			return nil
+			return nil, 0
 		}
 	}
 }
@@ -186,8 +207,8 @@ func (c *core) releaseSlot(m *msg) {
 }
 
 // takeToken takes a token from the bucket for m at now, waiting in Block
-// mode.
-func (c *core) takeToken(m *msg, now int64) *RejectError {
+// mode. It returns nil, or the rejection and its reason, uncounted.
+func (c *core) takeToken(m *msg, now int64) (*RejectError, reason) {
 	t := m.t
 	for first := true; ; first = false {
 		// The change channel first, then the lease: a change in between
@@ -199,55 +220,39 @@ func (c *core) takeToken(m *msg, now int64) *RejectError {
 		}
 		ok, wait := t.bucket.admit(now, m.crit)
 		if ok {
-			return nil
+			return nil, 0
 		}
 		if v.advisory {
 			t.advisory.Add(1)
-			return nil
-		}
-		after := time.Duration(wait)
-		if v.signal == SignalSlowDown && v.retryAfter > after {
-			after = v.retryAfter
-		}
-		limited := func(err error) *RejectError {
-			return c.rejectCount(t, reasonRate, reject(t.name, SignalSlowDown, ErrRateLimited, v.rateReason(), after, err))
+			return nil, 0
 		}
 		if m.mode == Drop || now+wait > m.limit {
 			// Fail at once rather than wait in vain: the token would
 			// come after the deadline.
-			return limited(nil)
+			return rateReject(t, v, wait, nil), reasonRate
 		}
 		if err := c.sleep(m.ctx, time.Duration(wait), ch); err != nil && !errors.Is(err, errTimer) {
-			return c.waitErr(t, err, limited)
+			return c.waitErr(t, err, reasonRate, func(err error) *RejectError { return rateReject(t, v, wait, err) })
 		}
-		if r := c.checkView(t, t.view.Load()); r != nil {
-			return r
+		if r, why := viewReject(t, t.view.Load()); r != nil {
+			return r, why
 		}
 	}
 }
 
 // admitN admits up to n messages that share m (topic, mode, criticality,
-// deadline; m went through limits) at now, without waiting: admit's checks
+// deadline; m went through limits) at now, without waiting: admit's gate
 // once, then up to n in-flight slots in one operation and as many tokens
 // in one compare-and-swap. It returns how many, a prefix of the n, now
 // hold a slot and a token, and when fewer than n, why the next one was
-// not admitted; the rejection is not counted (countRejects), and its
-// reason is reasonRate or reasonInFlight when k > 0 (waiting may help).
-// It counts nothing else either: the caller counts admitted and refused.
-func (c *core) admitN(m *msg, n int, now int64) (int, *RejectError) {
+// not admitted: the rejection, uncounted (countRejects), and its reason,
+// reasonRate or reasonInFlight when k > 0 (waiting may help). It counts
+// nothing else either: the caller counts admitted and refused.
+func (c *core) admitN(m *msg, n int, now int64) (int, *RejectError, reason) {
 	t := m.t
-	if c.closed.Load() {
-		return 0, uncounted(reasonClosed, reject(t.name, SignalStop, ErrClosed, "the producer is closed", 0, nil))
-	}
-	if err := m.ctx.Err(); err != nil {
-		return 0, uncounted(reasonCanceled, reject(t.name, SignalSlowDown, nil, "context done before sending", 0, err))
-	}
-	if m.hasDL && now >= m.dl {
-		return 0, uncounted(reasonExpired, reject(t.name, SignalStop, ErrExpired, "the message's deadline passed before it was sent", 0, nil))
-	}
-	v := t.view.Load()
-	if r := viewReject(t, v); r != nil {
-		return 0, r
+	v, r, why := c.gate(m, now)
+	if r != nil {
+		return 0, r, why
 	}
 	slots := int(t.inflight.tryAcquireN(int64(n)))
 	k, wait := t.bucket.admitN(now, m.crit, slots)
@@ -261,16 +266,11 @@ func (c *core) admitN(m *msg, n int, now int64) (int, *RejectError) {
 	}
 	switch {
 	case k == n:
-		return n, nil
+		return n, nil, 0
 	case k < slots:
-		after := time.Duration(wait)
-		if v.signal == SignalSlowDown && v.retryAfter > after {
-			after = v.retryAfter
-		}
-		return k, uncounted(reasonRate, reject(t.name, SignalSlowDown, ErrRateLimited, v.rateReason(), after, nil))
+		return k, rateReject(t, v, wait, nil), reasonRate
 	default:
-		return k, uncounted(reasonInFlight, reject(t.name, SignalSlowDown, ErrInFlightLimit,
-			fmt.Sprintf("%d messages in flight on %s", t.inflight.limit, t.name), 0, nil))
+		return k, inFlightReject(t, nil), reasonInFlight
 	}
 }
 
@@ -292,8 +292,7 @@ func (c *core) beforeSend(m *msg, now int64) *RejectError {
 	m.sent = now
 	ok, p := t.throttle.allow(now)
 	if !ok {
-		return c.rejectCount(t, reasonThrottled, reject(t.name, SignalSlowDown, ErrThrottled,
-			fmt.Sprintf("the broker accepted too few recent requests; refusing locally with probability %.2f", p), 0, nil))
+		return c.rejectCount(t, reasonThrottled, throttledReject(t, p))
 	}
 	if m.attempts == 0 {
 		c.budget.request(c.budgetNow(now))
@@ -301,4 +300,11 @@ func (c *core) beforeSend(m *msg, now int64) *RejectError {
 	m.attempts++
 	t.attempts.Add(1)
 	return nil
+}
+
+// throttledReject is the rejection of a message of t the adaptive
+// throttle refused with probability p (reason reasonThrottled).
+func throttledReject(t *topic, p float64) *RejectError {
+	return reject(t.name, SignalSlowDown, ErrThrottled,
+		fmt.Sprintf("the broker accepted too few recent requests; refusing locally with probability %.2f", p), 0, nil)
 }

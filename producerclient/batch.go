@@ -2,7 +2,6 @@ package producerclient
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -167,7 +166,7 @@ func (p *KafkaProducer) produceRun(ctx context.Context, rs []*kgo.Record, t *top
 	c.prepare(ctx, &m, t, opts, meta, hasCrit)
 	c.limits(&m, clk.now)
 	for len(rs) > 0 {
-		k, rej := c.admitN(&m, len(rs), clk.now)
+		k, rej, why := c.admitN(&m, len(rs), clk.now)
 		if k > 0 {
 			t.admitted.Add(uint64(k))
 			refused += p.sendRun(&m, rs[:k], done, clk, sync)
@@ -176,17 +175,17 @@ func (p *KafkaProducer) produceRun(ctx context.Context, rs []*kgo.Record, t *top
 		if rej == nil {
 			break
 		}
-		waitable := rej.reason == reasonRate || rej.reason == reasonInFlight
+		waitable := why == reasonRate || why == reasonInFlight
 		if !waitable || m.mode == Drop {
-			p.rejectRun(t, rs, rej, done)
+			p.rejectRun(t, rs, rej, why, done)
 			refused += len(rs)
 			break
 		}
 		// Block: the next record waits for its slot and token as
 		// ProduceAsync would (the checks run again after the wait).
 		head := m
-		if r := c.admitChecks(&head, c.mono.nanos()); r != nil {
-			p.rejectRun(t, rs, r, done)
+		if r, why := c.admitChecks(&head, c.mono.nanos()); r != nil {
+			p.rejectRun(t, rs, r, why, done)
 			refused += len(rs)
 			break
 		}
@@ -199,10 +198,10 @@ func (p *KafkaProducer) produceRun(ctx context.Context, rs []*kgo.Record, t *top
 }
 
 // rejectRun hands rej to every record of rs, each in its own copy, and
-// counts them as refused at admission.
-func (p *KafkaProducer) rejectRun(t *topic, rs []*kgo.Record, rej *RejectError, done func(*kgo.Record, error)) {
+// counts them as refused at admission and rejected under why.
+func (p *KafkaProducer) rejectRun(t *topic, rs []*kgo.Record, rej *RejectError, why reason, done func(*kgo.Record, error)) {
 	t.refused.Add(uint64(len(rs)))
-	p.c.countRejects(t, rej, len(rs))
+	p.c.countRejects(t, why, len(rs))
 	base := *rej // copied before any callback can see rej
 	for i, r := range rs {
 		e := rej
@@ -336,8 +335,7 @@ func count(rs []*kgo.Record, bare bool) (own, blocks int) {
 func (p *KafkaProducer) throttledInRun(b *kbatch, r *kgo.Record, pr float64, now int64) {
 	t := b.m.t
 	t.throttle.w.add(now, countA)
-	rej := p.c.rejectCount(t, reasonThrottled, reject(t.name, SignalSlowDown, ErrThrottled,
-		fmt.Sprintf("the broker accepted too few recent requests; refusing locally with probability %.2f", pr), 0, nil))
+	rej := p.c.rejectCount(t, reasonThrottled, throttledReject(t, pr))
 	kp := &kpending{m: b.m, userCtx: r.Context, done: b.done}
 	kp.m.held, kp.m.attempts = true, 0
 	b.out.Add(1)

@@ -564,7 +564,8 @@ func TestInflightWaiterGetsSlotFreedByBackOut(t *testing.T) {
 	res := make(chan *RejectError, 1)
 	go func() {
 		m := msg{t: tp, ctx: context.Background(), mode: Block, limit: c.mono.nanos() + int64(3*time.Second)}
-		res <- c.acquireSlot(&m)
+		r, _ := c.acquireSlot(&m)
+		res <- r
 	}()
 	parked := func() bool { // the waiter sleeps on the current channel
 		f.mu.Lock()

@@ -221,15 +221,12 @@ func (c *core) sleep(ctx context.Context, d time.Duration, wake <-chan struct{})
 	}
 }
 
-// waitErr turns a failed wait into a rejection: closed, or the context's
-// error under the reason make builds.
-func (c *core) waitErr(t *topic, err error, mk func(error) *RejectError) *RejectError {
+// waitErr turns a failed wait into a rejection and its reason, uncounted:
+// the producer closed (reasonClosed), or the context ended: mk(err) under
+// why.
+func (c *core) waitErr(t *topic, err error, why reason, mk func(error) *RejectError) (*RejectError, reason) {
 	if errors.Is(err, errClosedWait) {
-		return c.rejectCount(t, reasonClosed, reject(t.name, SignalStop, ErrClosed, "the producer closed while the message waited", 0, nil))
+		return reject(t.name, SignalStop, ErrClosed, "the producer closed while the message waited", 0, nil), reasonClosed
 	}
-	r := mk(err)
-	if !r.counted {
-		r = c.rejectCount(t, reasonCanceled, r)
-	}
-	return r
+	return mk(err), why
 }

@@ -129,10 +129,8 @@ type RejectError struct {
 	// Err is the underlying error, if any: the broker's, or a context's.
 	Err error
 
-	kind    error // one of the reason sentinels, or nil
-	extra   error // a second reason sentinel (ErrRetryBudgetExhausted), or nil
-	counted bool  // already counted in lagbridge_client_rejected_total
-	reason  uint8 // the reason it is counted under (valid when counted)
+	kind  error // one of the reason sentinels, or nil
+	extra error // a second reason sentinel (ErrRetryBudgetExhausted), or nil
 }
 
 // Error describes the rejection in one line.

@@ -1,8 +1,18 @@
 package producerclient
 
-// Reasons of rejections, the label values of lagbridge_client_rejected_total.
+// reason is why the SDK rejected a message: the label values of
+// lagbridge_client_rejected_total (reasonNames).
+//
+// The count is kept apart from the error: the checks (admitChecks, admitN,
+// takeToken, ...) return a rejection together with its reason, uncounted,
+// and whoever hands the rejection to the caller counts it exactly once per
+// message it is handed to (rejectCount for one message, countRejects for a
+// run of records).
+type reason uint8
+
+// The reasons.
 const (
-	reasonRate = iota
+	reasonRate reason = iota
 	reasonInFlight
 	reasonThrottled
 	reasonStop
@@ -28,30 +38,16 @@ var reasonNames = [numReasons]string{
 	reasonCanceled:         "canceled",
 }
 
-func (c *core) rejectCount(t *topic, reason int, r *RejectError) *RejectError {
-	if !r.counted {
-		t.rejected[reason].Add(1)
-		r.counted, r.reason = true, uint8(reason)
-	}
+// rejectCount counts r, the rejection of one message of t, under why and
+// returns it.
+func (c *core) rejectCount(t *topic, why reason, r *RejectError) *RejectError {
+	t.rejected[why].Add(1)
 	return r
 }
 
-// uncounted marks r with its reason without counting it yet (see
-// countRejects): a batch counts a rejection once per message it ends up
-// handed to.
-func uncounted(reason int, r *RejectError) *RejectError {
-	r.reason = uint8(reason)
-	return r
-}
-
-// countRejects counts r for n messages: n, or n-1 more when r was counted
-// once already.
-func (c *core) countRejects(t *topic, r *RejectError, n int) {
-	if r.counted {
-		n--
-	}
+// countRejects counts the rejection of n messages of t under why.
+func (c *core) countRejects(t *topic, why reason, n int) {
 	if n > 0 {
-		t.rejected[r.reason].Add(uint64(n))
+		t.rejected[why].Add(uint64(n))
 	}
-	r.counted = true
 }

@@ -54,11 +54,11 @@ func (c *core) failed(m *msg, err error, class errClass, own context.Context) (t
 	t.brokerErrs.Add(1)
 	t.throttle.outcome(m.sent, false)
 	c.budget.outcome(false)
-	final := func(reason int, sig Signal, extra error, why string, after time.Duration) *RejectError {
+	final := func(rsn reason, sig Signal, extra error, why string, after time.Duration) *RejectError {
 		r := reject(t.name, sig, ErrBrokerRejected, why, after, err)
 		r.extra = extra
 		r.Attempts = int(m.attempts)
-		return c.rejectCount(t, reason, r)
+		return c.rejectCount(t, rsn, r)
 	}
 	if errors.Is(err, ErrClosed) || c.closed.Load() {
 		return 0, c.closedReject(t, m.attempts, err)
@@ -163,24 +163,24 @@ func (c *core) waitRetry(m *msg, delay time.Duration, cause error) *RejectError 
 			break
 		}
 		if err != nil {
-			r := c.waitErr(t, err, func(err error) *RejectError {
+			r, why := c.waitErr(t, err, reasonCanceled, func(err error) *RejectError {
 				return reject(t.name, SignalSlowDown, ErrBrokerRejected, "context done while waiting to retry", 0, err)
 			})
 			if r.Err != cause && cause != nil && !errors.Is(r, ErrClosed) {
 				r.Err = errors.Join(r.Err, cause)
 			}
 			r.Attempts = int(m.attempts)
-			return r
+			return c.rejectCount(t, why, r)
 		}
 	}
-	if r := c.checkView(t, t.view.Load()); r != nil {
+	if r, why := viewReject(t, t.view.Load()); r != nil {
 		r.Err, r.Attempts = cause, int(m.attempts)
-		return r
+		return c.rejectCount(t, why, r)
 	}
-	if r := c.takeToken(m, c.mono.nanos()); r != nil {
+	if r, why := c.takeToken(m, c.mono.nanos()); r != nil {
 		r.Err = errors.Join(r.Err, cause)
 		r.Attempts = int(m.attempts)
-		return r
+		return c.rejectCount(t, why, r)
 	}
 	return nil
 }
