@@ -362,7 +362,15 @@ func (c Config) Validate() error {
 	if c.MessageTTL < 0 {
 		p.add("message TTL %v must not be negative", c.MessageTTL)
 	}
-	l := c.Leases
+	c.Leases.validate(&p)
+	c.Retry.validate(&p)
+	c.Throttle.validate(&p)
+	c.NATS.validate(&p)
+	return p.err()
+}
+
+// validate adds l's problems to p (Config.Validate).
+func (l LeaseConfig) validate(p *problems) {
 	for _, raw := range l.endpoints() {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -401,7 +409,11 @@ func (c Config) Validate() error {
 	if l.MinBackoff > 0 && l.MaxBackoff > 0 && l.MinBackoff > l.MaxBackoff {
 		p.add("lease min backoff %v exceeds max backoff %v", l.MinBackoff, l.MaxBackoff)
 	}
-	r := c.Retry
+}
+
+// validate adds r's problems to p (Config.Validate); the budget's only
+// when r has no shared one.
+func (r RetryConfig) validate(p *problems) {
 	if r.MaxAttempts < 0 || r.MaxAttempts > 5 {
 		p.add("max attempts %d must be 1 to 5 (0 for the default 3)", r.MaxAttempts)
 	}
@@ -413,23 +425,29 @@ func (c Config) Validate() error {
 	}
 	if r.Shared == nil {
 		if err := r.Budget.Validate(); err != nil {
-			p = append(p, err)
+			*p = append(*p, err)
 		}
 	}
-	t := c.Throttle
+}
+
+// validate adds t's problems to p (Config.Validate).
+func (t ThrottleConfig) validate(p *problems) {
 	if bad(t.K) || (t.K != 0 && t.K < 1) {
 		p.add("throttle K %v must be at least 1 (0 for the default 2)", t.K)
 	}
 	if t.Window != 0 && t.Window < time.Second {
 		p.add("throttle window %v must be at least 1s (0 for the default 2m)", t.Window)
 	}
-	if c.NATS.MessageTTL > TTLAlways {
-		p.add("NATS message TTL mode %d is not TTLAuto, TTLNever or TTLAlways", c.NATS.MessageTTL)
+}
+
+// validate adds n's problems to p (Config.Validate).
+func (n NATSConfig) validate(p *problems) {
+	if n.MessageTTL > TTLAlways {
+		p.add("NATS message TTL mode %d is not TTLAuto, TTLNever or TTLAlways", n.MessageTTL)
 	}
-	if c.NATS.MaxPendingAcks < 0 {
-		p.add("NATS max pending acks %d must not be negative", c.NATS.MaxPendingAcks)
+	if n.MaxPendingAcks < 0 {
+		p.add("NATS max pending acks %d must not be negative", n.MaxPendingAcks)
 	}
-	return p.err()
 }
 
 // withDefaults fills in the documented defaults of a valid config.
