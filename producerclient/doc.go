@@ -27,7 +27,7 @@
 //     costs no header bytes.
 //   - Typed errors. A message the SDK does not deliver comes back to the
 //     caller inside a [*RejectError] that matches one signal ([ErrSlowDown],
-//     [ErrStop], [ErrTryElsewhere]) and one reason ([ErrRateLimited],
+//     [ErrStop], [ErrAvoidPartitions]) and one reason ([ErrRateLimited],
 //     [ErrThrottled], [ErrQuotaUnavailable], [ErrClosed], ...) with
 //     errors.Is. Nothing is dropped quietly.
 //   - Metrics (lagbridge_client_*) on an injected prometheus.Registerer.

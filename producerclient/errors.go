@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/contract"
 )
 
 // The three signals a rejection carries. Every [*RejectError] matches
@@ -21,9 +23,14 @@ var (
 	// would be dead on arrival, the broker refused it for good, or the
 	// producer is closed). Do not retry this message.
 	ErrStop = errors.New("producerclient: stop, retrying will not help")
-	// ErrTryElsewhere: this partition (or replica) is busy but others are
-	// not; the message may succeed on another partition or subject.
-	ErrTryElsewhere = errors.New("producerclient: try elsewhere")
+	// ErrAvoidPartitions (try elsewhere): this partition (or replica) is
+	// busy but others are not; the message may succeed on another
+	// partition or subject.
+	ErrAvoidPartitions = errors.New("producerclient: avoid partitions, try elsewhere")
+	// ErrTryElsewhere is ErrAvoidPartitions, under its former name.
+	//
+	// Deprecated: use ErrAvoidPartitions.
+	ErrTryElsewhere = ErrAvoidPartitions
 )
 
 // Why a message was rejected. A [*RejectError] matches at most one of
@@ -59,44 +66,36 @@ var (
 	ErrInvalidOption = errors.New("producerclient: invalid option")
 )
 
-// Signal is what a lease or a rejection tells the producer. The numeric
-// values are stable and match the daemon's quota signals (lease signal
-// "avoid-partitions" is SignalTryElsewhere).
-type Signal uint8
+// Signal is what a lease or a rejection tells the producer: the one
+// definition of package contract (the daemon's quota.Signal is the same
+// type). The numeric values are stable; String returns the wire name ("ok",
+// "slow-down", "stop", "avoid-partitions").
+type Signal = contract.Signal
 
 // The signals.
 const (
 	// SignalOK: produce within the rate. Never carried by a RejectError.
-	SignalOK Signal = iota
+	SignalOK = contract.SignalOK
 	// SignalSlowDown: over quota or pushed back; retry later.
-	SignalSlowDown
+	SignalSlowDown = contract.SignalSlowDown
 	// SignalStop: do not retry.
-	SignalStop
-	// SignalTryElsewhere: some partitions are busy; others are fine.
-	SignalTryElsewhere
+	SignalStop = contract.SignalStop
+	// SignalAvoidPartitions (try elsewhere): some partitions are busy;
+	// others are fine.
+	SignalAvoidPartitions = contract.SignalAvoidPartitions
+	// SignalTryElsewhere is SignalAvoidPartitions, under its former name.
+	//
+	// Deprecated: use SignalAvoidPartitions.
+	SignalTryElsewhere = SignalAvoidPartitions
 )
 
-// String returns "ok", "slow-down", "stop" or "try-elsewhere".
-func (s Signal) String() string {
-	switch s {
-	case SignalOK:
-		return "ok"
-	case SignalSlowDown:
-		return "slow-down"
-	case SignalStop:
-		return "stop"
-	case SignalTryElsewhere:
-		return "try-elsewhere"
-	}
-	return "Signal(" + strconv.Itoa(int(s)) + ")"
-}
-
-func (s Signal) sentinel() error {
+// sentinelOf is the signal sentinel a rejection with s matches.
+func sentinelOf(s Signal) error {
 	switch s {
 	case SignalStop:
 		return ErrStop
-	case SignalTryElsewhere:
-		return ErrTryElsewhere
+	case SignalAvoidPartitions:
+		return ErrAvoidPartitions
 	}
 	return ErrSlowDown
 }
@@ -106,13 +105,14 @@ func (s Signal) sentinel() error {
 // is lost quietly: the caller decides whether to retry, park or drop it.
 //
 // errors.Is matches the sentinel of Signal (ErrSlowDown, ErrStop or
-// ErrTryElsewhere), the reason sentinel (ErrRateLimited, ErrThrottled, ...)
+// ErrAvoidPartitions), the reason sentinel (ErrRateLimited, ErrThrottled, ...)
 // and whatever Err wraps (the broker's error, a context error). Use
 // errors.As to get the details.
 type RejectError struct {
 	// Topic is the Kafka topic or the NATS stream (the lease key).
 	Topic string
-	// Signal says what to do: slow down, stop, or try elsewhere.
+	// Signal says what to do: slow down, stop, or avoid partitions (try
+	// elsewhere).
 	Signal Signal
 	// Reason says why, in words (the lease's reason when it decided).
 	Reason string
@@ -172,7 +172,7 @@ func (e *RejectError) Error() string {
 // Unwrap returns the signal sentinel, the reason sentinels and Err.
 func (e *RejectError) Unwrap() []error {
 	errs := make([]error, 0, 4)
-	errs = append(errs, e.Signal.sentinel())
+	errs = append(errs, sentinelOf(e.Signal))
 	if e.kind != nil {
 		errs = append(errs, e.kind)
 	}

@@ -27,10 +27,10 @@ func TestErrorContract(t *testing.T) {
 	}{
 		// Local rate limit: slow down, with the time to the next token.
 		{"rate limited", reject("orders", SignalSlowDown, ErrRateLimited, "quota 10 msg/s", 100*time.Millisecond, nil),
-			ErrSlowDown, ErrRateLimited, []error{ErrStop, ErrTryElsewhere}, nil},
+			ErrSlowDown, ErrRateLimited, []error{ErrStop, ErrAvoidPartitions}, nil},
 		// The lease says stop: do not retry.
 		{"stop", reject("orders", SignalStop, nil, "consumer stopped", 0, nil),
-			ErrStop, nil, []error{ErrSlowDown, ErrTryElsewhere}, nil},
+			ErrStop, nil, []error{ErrSlowDown, ErrAvoidPartitions}, nil},
 		// A closed producer is a stop, and ErrClosed.
 		{"closed", reject("orders", SignalStop, ErrClosed, "closed", 0, nil),
 			ErrStop, ErrClosed, []error{ErrSlowDown}, nil},
@@ -38,8 +38,8 @@ func TestErrorContract(t *testing.T) {
 		{"quota unavailable", reject("orders", SignalSlowDown, ErrQuotaUnavailable, "no lease", 0, nil),
 			ErrSlowDown, ErrQuotaUnavailable, []error{ErrStop}, nil},
 		// A broker failure keeps the broker's own error reachable.
-		{"broker try elsewhere", reject("orders", SignalTryElsewhere, ErrBrokerRejected, "partition unavailable", 0, kerr.NotLeaderForPartition),
-			ErrTryElsewhere, ErrBrokerRejected, []error{ErrStop, ErrSlowDown}, kerr.NotLeaderForPartition},
+		{"broker avoid partitions", reject("orders", SignalAvoidPartitions, ErrBrokerRejected, "partition unavailable", 0, kerr.NotLeaderForPartition),
+			ErrAvoidPartitions, ErrBrokerRejected, []error{ErrStop, ErrSlowDown}, kerr.NotLeaderForPartition},
 		// A context that ended keeps its error.
 		{"deadline", reject("orders", SignalSlowDown, ErrRateLimited, "", 0, context.DeadlineExceeded),
 			ErrSlowDown, ErrRateLimited, nil, context.DeadlineExceeded},
@@ -104,9 +104,9 @@ func TestClassifyKafka(t *testing.T) {
 		retriable bool
 	}{
 		// A lost leader: another partition may do.
-		{"not leader", kerr.NotLeaderForPartition, SignalTryElsewhere, true},
+		{"not leader", kerr.NotLeaderForPartition, SignalAvoidPartitions, true},
 		// Too few replicas: same.
-		{"not enough replicas", fmt.Errorf("x: %w", kerr.NotEnoughReplicas), SignalTryElsewhere, true},
+		{"not enough replicas", fmt.Errorf("x: %w", kerr.NotEnoughReplicas), SignalAvoidPartitions, true},
 		// Broker quota: slow down.
 		{"throttling", kerr.ThrottlingQuotaExceeded, SignalSlowDown, true},
 		// A record too large will never fit.

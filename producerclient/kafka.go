@@ -398,7 +398,7 @@ func classifyKafka(err error) errClass {
 		case kerr.NotLeaderForPartition, kerr.LeaderNotAvailable, kerr.NotEnoughReplicas,
 			kerr.NotEnoughReplicasAfterAppend, kerr.KafkaStorageError, kerr.ReplicaNotAvailable,
 			kerr.FencedLeaderEpoch, kerr.UnknownLeaderEpoch, kerr.PreferredLeaderNotAvailable:
-			return errClass{signal: SignalTryElsewhere, retriable: true, why: "the partition is unavailable: " + ke.Message}
+			return errClass{signal: SignalAvoidPartitions, retriable: true, why: "the partition is unavailable: " + ke.Message}
 		case kerr.ThrottlingQuotaExceeded:
 			return errClass{signal: SignalSlowDown, retriable: true, why: "the broker's quota is exceeded"}
 		}

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lagbridge/lagbridge/contract"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
 
@@ -279,16 +280,9 @@ func viewOf(d decodedLease, now time.Time, expiry time.Time) *quotaView {
 		}
 		v.params = newBucketParams(v.rate, v.burst)
 	}
-	switch d.Signal {
-	case quotaproto.SignalSlowDown:
-		v.signal = SignalSlowDown
-	case quotaproto.SignalStop:
-		v.signal = SignalStop
-	case quotaproto.SignalAvoidPartitions:
-		v.signal = SignalTryElsewhere
-	default: // ok, and signals this SDK does not know yet: the rate still applies
-		v.signal = SignalOK
-	}
+	// ok, and signals this SDK does not know yet (SignalOK with an
+	// error): the rate still applies.
+	v.signal, _ = contract.ParseSignal(d.Signal)
 	v.retryAfter = time.Duration(d.RetryAfterMs) * time.Millisecond
 	if len(d.AvoidPartitions) > 0 {
 		v.avoid = append([]int32(nil), d.AvoidPartitions...)

@@ -14,7 +14,7 @@ import (
 )
 
 // TestImports holds the package boundary: the client libraries it wraps,
-// client_golang, and lagbridge's quotaproto and ttl; never viper or a
+// client_golang, and lagbridge's contract, quotaproto and ttl; never viper or a
 // daemon package.
 func TestImports(t *testing.T) {
 	importcheck.Only(t, ".",
@@ -23,6 +23,7 @@ func TestImports(t *testing.T) {
 		"github.com/nats-io/nats.go",
 		"github.com/nats-io/nats.go/jetstream",
 		"github.com/prometheus/client_golang/prometheus",
+		"github.com/lagbridge/lagbridge/contract",
 		"github.com/lagbridge/lagbridge/producerclient/quotaproto",
 		"github.com/lagbridge/lagbridge/ttl",
 	)

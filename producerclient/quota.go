@@ -12,7 +12,7 @@ type Quota struct {
 	Rate float64
 	// Burst is the bucket size (0 when unlimited).
 	Burst int
-	// Signal of the lease (SignalTryElsewhere for avoid-partitions).
+	// Signal of the lease.
 	Signal Signal
 	// RetryAfter is the slow-down hint; 0 for none (also when the lease's
 	// hint was garbled).

@@ -10,8 +10,10 @@ import (
 	"github.com/lagbridge/lagbridge/lag"
 )
 
-// TestImports: quota imports only the standard library and lag.
-func TestImports(t *testing.T) { importcheck.Only(t, ".", "github.com/lagbridge/lagbridge/lag") }
+// TestImports: quota imports only the standard library, lag and contract.
+func TestImports(t *testing.T) {
+	importcheck.Only(t, ".", "github.com/lagbridge/lagbridge/lag", "github.com/lagbridge/lagbridge/contract")
+}
 
 // BenchmarkControllerStep: one decision for a saturated 12-partition target.
 func BenchmarkControllerStep(b *testing.B) {

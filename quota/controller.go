@@ -1314,7 +1314,7 @@ func CombineTopic(ds []Decision) Decision {
 	var bind Decision
 	found := false
 	for _, d := range ds {
-		if counts(d) && (!found || d.Rate < bind.Rate || (d.Rate == bind.Rate && d.Signal.severity() > bind.Signal.severity())) {
+		if counts(d) && (!found || d.Rate < bind.Rate || (d.Rate == bind.Rate && severity(d.Signal) > severity(bind.Signal))) {
 			bind, found = d, true
 		}
 	}
@@ -1328,7 +1328,7 @@ func CombineTopic(ds []Decision) Decision {
 		if !counts(d) {
 			continue
 		}
-		if d.Signal.severity() > out.Signal.severity() {
+		if severity(d.Signal) > severity(out.Signal) {
 			out.Signal = d.Signal
 		}
 		out.RetryAfter = max(out.RetryAfter, d.RetryAfter)

@@ -22,10 +22,11 @@
 //     [Lease] values with a version that moves only on material change, an
 //     expiry, and a jittered refresh hint.
 //
-// The package is pure: it imports only the standard library and
-// github.com/lagbridge/lagbridge/lag, starts no goroutines, does no I/O and
-// never reads the clock; every function that needs the time takes
-// now time.Time. The publishers (HTTP protocol, NATS KV, Kafka client
+// The package is pure: it imports only the standard library,
+// github.com/lagbridge/lagbridge/lag and github.com/lagbridge/lagbridge/contract
+// (the vocabulary: [Criticality] and [Signal] are contract's), starts no
+// goroutines, does no I/O and never reads the clock; every function that
+// needs the time takes now time.Time. The publishers (HTTP protocol, NATS KV, Kafka client
 // quotas) are built on its types elsewhere and must not be imported from
 // here. A test enforces the import rule.
 package quota

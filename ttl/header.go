@@ -4,10 +4,10 @@
 //
 // This file defines the one header format lagbridge writes and reads, shared
 // by the producer SDK (which sets the headers) and the consumer-side guard
-// (which reads them). It is pure: it imports only the standard library,
-// starts no goroutines, does no I/O, and takes the time as an argument. It
-// must not import the SDK, the daemon, or any broker client; a test enforces
-// that.
+// (which reads them). It is pure: it imports only the standard library and
+// package contract (whose [Criticality] it carries), starts no goroutines,
+// does no I/O, and takes the time as an argument. It must not import the
+// SDK, the daemon, or any broker client; a test enforces that.
 //
 // # Wire format (version 1)
 //
@@ -52,6 +52,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lagbridge/lagbridge/contract"
 )
 
 // Header names. They are lower case because Kafka header keys are case
@@ -81,85 +83,37 @@ var ErrMalformed = errors.New("ttl: malformed lagbridge header")
 var ErrUnsupportedVersion = fmt.Errorf("%w: unsupported version", ErrMalformed)
 
 // Criticality says how much a message matters when there is not room for
-// all of them. The zero value is [Critical], the default of a message that
-// says nothing. The numeric values are not in priority order; use
-// [Criticality.Rank]. (The values match the daemon's quota.Criticality, so a
-// conversion between the two is a plain type conversion.)
-type Criticality uint8
+// all of them: the one definition of package contract (the same type as
+// quota.Criticality and producerclient.Criticality). The zero value is
+// [Critical], the default of a message that says nothing. The numeric
+// values are not in priority order; use [Criticality.Rank].
+type Criticality = contract.Criticality
 
 // The four criticalities; in priority order CriticalPlus, Critical,
 // SheddablePlus, Sheddable.
 const (
 	// Critical is the default: production traffic whose loss users notice.
-	Critical Criticality = iota
+	Critical = contract.Critical
 	// CriticalPlus is the most important traffic, shed last.
-	CriticalPlus
+	CriticalPlus = contract.CriticalPlus
 	// SheddablePlus is traffic that can be delayed or partly lost (batch
 	// work with a deadline).
-	SheddablePlus
+	SheddablePlus = contract.SheddablePlus
 	// Sheddable is best effort, shed first.
-	Sheddable
+	Sheddable = contract.Sheddable
 )
 
-var criticalityNames = [...]string{
-	Critical:      "CRITICAL",
-	CriticalPlus:  "CRITICAL_PLUS",
-	SheddablePlus: "SHEDDABLE_PLUS",
-	Sheddable:     "SHEDDABLE",
-}
-
-// Valid reports whether c is one of the four criticalities.
-func (c Criticality) Valid() bool { return int(c) < len(criticalityNames) }
-
-// Rank is c's priority: 0 CriticalPlus, 1 Critical, 2 SheddablePlus, 3
-// Sheddable; lower is served first. An invalid value ranks 4.
-func (c Criticality) Rank() int {
-	switch c {
-	case CriticalPlus:
-		return 0
-	case Critical:
-		return 1
-	case SheddablePlus:
-		return 2
-	case Sheddable:
-		return 3
-	}
-	return 4
-}
-
-// String returns the wire name ("CRITICAL", ...), or "Criticality(n)" for an
-// invalid value. It does not allocate for valid values.
-func (c Criticality) String() string {
-	if c.Valid() {
-		return criticalityNames[c]
-	}
-	return "Criticality(" + strconv.Itoa(int(c)) + ")"
-}
-
-// ParseCriticality parses a criticality header value. It accepts the four
-// names case-insensitively, with '-' for '_' and surrounding spaces. Empty
-// input is [Critical] with no error (the header says nothing). Anything
-// else is [Critical] and an error wrapping [ErrMalformed].
+// ParseCriticality parses a criticality header value with
+// [contract.ParseCriticality]: the four names case-insensitively, with '-'
+// for '_' and surrounding spaces. Empty input is [Critical] with no error
+// (the header says nothing). Anything else is [Critical] and an error
+// wrapping both [ErrMalformed] and contract.ErrUnknownName.
 func ParseCriticality(v string) (Criticality, error) {
-	s := strings.TrimSpace(v)
-	if s == "" {
-		return Critical, nil
+	c, err := contract.ParseCriticality(v)
+	if err != nil {
+		return Critical, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	// Fast path: the exact names writers use.
-	for i, name := range criticalityNames {
-		if s == name {
-			return Criticality(i), nil
-		}
-	}
-	if len(s) <= len("SHEDDABLE_PLUS") {
-		n := strings.ToUpper(strings.ReplaceAll(s, "-", "_"))
-		for i, name := range criticalityNames {
-			if n == name {
-				return Criticality(i), nil
-			}
-		}
-	}
-	return Critical, fmt.Errorf("%w: criticality %s (want CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS or SHEDDABLE)", ErrMalformed, quoteShort(v))
+	return c, nil
 }
 
 // AppendDeadline appends the lagbridge-deadline value for deadline to dst

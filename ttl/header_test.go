@@ -9,7 +9,9 @@ import (
 	"github.com/lagbridge/lagbridge/internal/importcheck"
 )
 
-func TestImportsOnlyStdlib(t *testing.T) { importcheck.Only(t, ".") }
+func TestImportsOnlyStdlib(t *testing.T) {
+	importcheck.Only(t, ".", "github.com/lagbridge/lagbridge/contract")
+}
 
 func TestParseDeadline(t *testing.T) {
 	for _, tc := range []struct {

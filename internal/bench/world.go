@@ -276,11 +276,7 @@ type daemon struct {
 func daemonConfig(o Options, scn Scenario, w *world, interval time.Duration, clientQuota bool) (config.Config, error) {
 	var producers []quota.ProducerSpec
 	for _, c := range scn.Classes {
-		var qc quota.Criticality
-		if err := qc.UnmarshalText([]byte(c.Criticality.String())); err != nil {
-			return config.Config{}, err
-		}
-		producers = append(producers, quota.ProducerSpec{ID: c.Producer, Criticality: qc})
+		producers = append(producers, quota.ProducerSpec{ID: c.Producer, Criticality: c.Criticality})
 	}
 	cfg := config.Config{
 		Listen: "127.0.0.1:0", Interval: interval, ShutdownTimeout: 5 * time.Second,

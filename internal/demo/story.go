@@ -41,9 +41,8 @@ const MessageDeadline = 2 * time.Second
 func StoryPolicy() quota.Policy {
 	p := quota.Policy{Name: "demo", MaxAge: MessageDeadline, HardAge: 4 * MessageDeadline}
 	for _, sp := range StoryProducers {
-		c, _ := quota.ParseCriticality(sp.Criticality.String())
 		for _, suffix := range []string{"", natsSuffix} {
-			p.Producers = append(p.Producers, quota.ProducerSpec{ID: sp.ID + suffix, Criticality: c})
+			p.Producers = append(p.Producers, quota.ProducerSpec{ID: sp.ID + suffix, Criticality: sp.Criticality})
 		}
 	}
 	return p

@@ -52,6 +52,8 @@ const (
 )
 
 // Signals a lease carries: the three a rejection should carry, and ok.
+// These are the wire names of package contract's Signal values (the one
+// definition of the signals, whose String returns them).
 const (
 	// SignalOK: produce within Rate.
 	SignalOK = "ok"
@@ -61,12 +63,14 @@ const (
 	// SignalStop: retrying will not help (messages would be dead on
 	// arrival, or the consumer is stopped). Fail fast; do not retry.
 	SignalStop = "stop"
-	// SignalAvoidPartitions: a few partitions are behind while the rest
-	// are fine; records without a key should go elsewhere.
+	// SignalAvoidPartitions (try elsewhere): a few partitions are behind
+	// while the rest are fine; records without a key should go elsewhere.
 	SignalAvoidPartitions = "avoid-partitions"
 )
 
-// Criticality names, most important first (as in Google's SRE book).
+// Criticality names, most important first (as in Google's SRE book): the
+// wire names of package contract's Criticality values, as the
+// lagbridge-criticality header and a report's criticality spell them.
 const (
 	CriticalPlus  = "CRITICAL_PLUS"
 	Critical      = "CRITICAL"
