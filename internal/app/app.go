@@ -59,7 +59,7 @@ type App struct {
 	closers   []func()
 	// clientQuotas clear, on a graceful stop, the Kafka client quotas
 	// the daemon set.
-	clientQuotas []*engine.ClientQuotaPublisher
+	clientQuotas []*publish.ClientQuotaPublisher
 	ln           net.Listener
 	tls          *servertls.Reloader // nil: plain HTTP
 	// el elects, per cluster, the replica that publishes (ha:); empty
@@ -100,7 +100,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	addLoop := func(name string, kind lag.Kind, src daemon.Source) {
 		sources = append(sources, source{name, kind, src})
 	}
-	var pubs []engine.Publisher
+	var pubs []publish.Publisher
 	movers, streams := map[string]*enforce.KafkaMover{}, map[string]*enforce.StreamEnforcer{}
 	em, err := enforce.NewMetrics(a.Registry)
 	if err != nil {
@@ -157,13 +157,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		movers[kc.Cluster] = enforce.NewKafkaMover(o.Client(), enforce.KafkaMoverConfig{Cluster: kc.Cluster, Logger: log, Metrics: em})
 		cq := publish.NewClientQuotas(o.Client(), log.With("cluster", kc.Cluster))
 		if clientQuotas {
-			p := &engine.ClientQuotaPublisher{Cluster: kc.Cluster, BytesPerMessage: cfg.Quota.KafkaClientQuotas.BytesPerMessage, Quotas: cq,
+			p := &publish.ClientQuotaPublisher{Cluster: kc.Cluster, BytesPerMessage: cfg.Quota.KafkaClientQuotas.BytesPerMessage, Quotas: cq,
 				Sizes: publish.NewRecordSizes(o.Client()), Interval: cfg.Interval, Log: log, Unheeded: unheeded}
 			pubs = append(pubs, a.el.gate(kc.Cluster, p))
 			a.clientQuotas = append(a.clientQuotas, p)
 		} else {
 			// Quotas an earlier run set stay on the broker until cleared.
-			pubs = append(pubs, a.el.gate(kc.Cluster, &engine.ClientQuotaSweeper{Cluster: kc.Cluster, Quotas: cq, Log: log}))
+			pubs = append(pubs, a.el.gate(kc.Cluster, &publish.ClientQuotaSweeper{Cluster: kc.Cluster, Quotas: cq, Log: log}))
 		}
 	}
 	for _, nc := range cfg.NATS {
@@ -193,7 +193,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		}
 		streams[nc.Cluster] = enforce.NewStreamEnforcer(js, enforce.StreamEnforcerConfig{Cluster: nc.Cluster, Logger: log, Metrics: em})
 		if cfg.Quota.NATSKV.Cluster == nc.Cluster {
-			pubs = append(pubs, a.el.gate(nc.Cluster, &engine.KVPublisher{JS: js, Bucket: cfg.Quota.NATSKV.Bucket}))
+			pubs = append(pubs, a.el.gate(nc.Cluster, &publish.KVPublisher{JS: js, Bucket: cfg.Quota.NATSKV.Bucket}))
 		}
 	}
 	if leaseCh == nil {

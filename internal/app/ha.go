@@ -8,22 +8,22 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lagbridge/lagbridge/internal/engine"
 	"github.com/lagbridge/lagbridge/internal/leader"
+	"github.com/lagbridge/lagbridge/internal/publish"
 )
 
 // gated publishes only while this replica leads the publisher's cluster.
 // Used by the engine's publishing goroutine only.
 type gated struct {
-	engine.Publisher
+	publish.Publisher
 	e   leader.Elector
 	led bool // at the last publish
 }
 
-// Publish implements engine.Publisher: nothing while following. On
+// Publish implements publish.Publisher: nothing while following. On
 // becoming leader again, a publisher that remembers what it wrote
-// (engine.KVPublisher) forgets it: another leader wrote meanwhile.
-func (g *gated) Publish(ctx context.Context, s engine.Snapshot) error {
+// (publish.KVPublisher) forgets it: another leader wrote meanwhile.
+func (g *gated) Publish(ctx context.Context, s publish.Snapshot) error {
 	_, ok := g.e.Leading(time.Now())
 	if ok && !g.led {
 		if r, can := g.Publisher.(interface{ Reset() }); can {
@@ -55,7 +55,7 @@ func (el *elections) leading(cluster string) bool {
 }
 
 // gate wraps p so it publishes only while leading cluster.
-func (el *elections) gate(cluster string, p engine.Publisher) engine.Publisher {
+func (el *elections) gate(cluster string, p publish.Publisher) publish.Publisher {
 	e, ok := el.byCluster[cluster]
 	if !ok {
 		return p

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lagbridge/lagbridge/internal/engine"
 	"github.com/lagbridge/lagbridge/internal/leader"
+	"github.com/lagbridge/lagbridge/internal/publish"
 )
 
 // switched is an election whose outcome the test sets: the moment a
@@ -21,9 +21,9 @@ func (s *switched) Leading(time.Time) (int64, bool) { return 1, s.lead }
 // recorder counts publishes and resets.
 type recorder struct{ published, resets int }
 
-func (r *recorder) Publish(context.Context, engine.Snapshot) error { r.published++; return nil }
-func (r *recorder) Name() string                                   { return "recorder" }
-func (r *recorder) Reset()                                         { r.resets++ }
+func (r *recorder) Publish(context.Context, publish.Snapshot) error { r.published++; return nil }
+func (r *recorder) Name() string                                    { return "recorder" }
+func (r *recorder) Reset()                                          { r.resets++ }
 
 // TestGated: a follower publishes nothing; a replica that becomes leader
 // forgets what its publisher wrote before, once, then publishes.
@@ -46,14 +46,14 @@ func TestGated(t *testing.T) {
 	}
 	for _, s := range steps {
 		e.lead = s.lead
-		if err := p.Publish(context.Background(), engine.Snapshot{}); err != nil {
+		if err := p.Publish(context.Background(), publish.Snapshot{}); err != nil {
 			t.Fatal(err)
 		}
 		if r.published != s.published || r.resets != s.resets {
 			t.Errorf("%s: published %d, resets %d; want %d, %d", s.name, r.published, r.resets, s.published, s.resets)
 		}
 	}
-	if got := el.gate("other", r); got != engine.Publisher(r) {
+	if got := el.gate("other", r); got != publish.Publisher(r) {
 		t.Errorf("a cluster without election is gated: %T", got)
 	}
 }

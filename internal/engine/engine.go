@@ -23,26 +23,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 	"github.com/lagbridge/lagbridge/quota"
 )
-
-// Publisher receives every producer's lease sets after each change. It runs
-// on the engine's publishing goroutine, never on an observation loop.
-type Publisher interface {
-	Publish(ctx context.Context, s Snapshot) error
-	Name() string
-}
-
-// Snapshot is what publishers see: every producer's lease set, every lease,
-// and the combined decision and policy of every topic.
-type Snapshot struct {
-	Sets     []quotaproto.LeaseSet
-	Leases   []quota.Lease
-	Topics   map[quota.Topic]quota.Decision
-	Policies *quota.Policies
-}
 
 // Config builds an Engine.
 type Config struct {
@@ -53,7 +38,7 @@ type Config struct {
 	// *quotaserver.Hub, or, on a replica that serves another's sets
 	// while it follows, what stands in front of one.
 	Hub        Hub
-	Publishers []Publisher
+	Publishers []publish.Publisher
 	Logger     *slog.Logger
 	// Now is the clock for HTTP reports; nil means time.Now.
 	Now func() time.Time
@@ -122,7 +107,7 @@ type Engine struct {
 	hub      Hub
 	log      *slog.Logger
 	now      func() time.Time
-	pubs     []Publisher
+	pubs     []publish.Publisher
 	declog   DecisionLog
 
 	// decisions holds the newest decision per target, by cluster.
@@ -254,7 +239,7 @@ func (e *Engine) Close() {
 }
 
 // snapshot returns a copy of the current state for the publishers.
-func (e *Engine) snapshot() Snapshot {
+func (e *Engine) snapshot() publish.Snapshot {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	sets := make([]quotaproto.LeaseSet, 0, len(e.published))
@@ -262,7 +247,7 @@ func (e *Engine) snapshot() Snapshot {
 		sets = append(sets, p.set)
 	}
 	sort.Slice(sets, func(i, j int) bool { return sets[i].Producer < sets[j].Producer })
-	return Snapshot{Sets: sets, Leases: e.book.Leases(), Topics: maps.Clone(e.topics), Policies: e.policies}
+	return publish.Snapshot{Sets: sets, Leases: e.book.Leases(), Topics: maps.Clone(e.topics), Policies: e.policies}
 }
 
 // Rules returns the lag status rules for a target: a matching policy's

@@ -128,36 +128,6 @@ func TestEngine(t *testing.T) {
 	}
 }
 
-// TestClientQuotaWant: only listed producers of opted-in policies, on that
-// cluster, with finite enforced grants, become client quotas.
-func TestClientQuotaWant(t *testing.T) {
-	pols, err := quota.NewPolicies([]quota.Policy{
-		{Name: "in", MaxAge: time.Second, KafkaClientQuota: true, Producers: []quota.ProducerSpec{{ID: "legacy"}}},
-		{Name: "out", MaxAge: time.Second, Producers: []quota.ProducerSpec{{ID: "other"}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	topic := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "orders"}
-	other := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "events"}
-	s := Snapshot{Policies: pols,
-		Topics: map[quota.Topic]quota.Decision{topic: {Policy: "in"}, other: {Policy: "out"}},
-		Leases: []quota.Lease{
-			{Producer: "legacy", Topic: topic, Rate: 100},
-			{Producer: "sdk-user", Topic: topic, Rate: 50},                                                        // not listed
-			{Producer: "legacy", Topic: other, Rate: 70},                                                          // policy not opted in
-			{Producer: "legacy", Topic: quota.Topic{Kind: lag.KindKafka, Cluster: "c2", Name: "orders"}, Rate: 5}, // other cluster
-		}}
-	want := (&ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 1000}).Want(s)
-	if len(want) != 1 || want["legacy"] != 100*1000 {
-		t.Fatalf("want %v", want)
-	}
-	s.Leases[0].Rate = quota.Unlimited
-	if want := (&ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 1000}).Want(s); len(want) != 0 {
-		t.Fatalf("unlimited grant still wants a quota: %v", want)
-	}
-}
-
 // TestVanishedTopicLeavesItsLeases: the only target of a topic leaves (the
 // topic was deleted): at that cycle its producers' cut lease gives way to
 // the open lease of a topic nobody observes, not at its expiry.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lagbridge/lagbridge/internal/engine"
 	"github.com/lagbridge/lagbridge/internal/leader"
+	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
@@ -282,14 +283,14 @@ func (r *Replicator) Report(rep quotaproto.Report) (quotaproto.LeaseSet, error) 
 // Quotas implements quotaserver.Engine.
 func (r *Replicator) Quotas() map[string]any { return r.eng.Quotas() }
 
-// Name implements engine.Publisher.
+// Name implements publish.Publisher.
 func (r *Replicator) Name() string { return "lease-replication" }
 
-// Publish implements engine.Publisher: while leading, it writes the sets
+// Publish implements publish.Publisher: while leading, it writes the sets
 // that changed or whose last write is a refresh interval old, and deletes
 // the set and report of producers that are gone. Called by the engine's publishing
 // goroutine only.
-func (r *Replicator) Publish(ctx context.Context, s engine.Snapshot) error {
+func (r *Replicator) Publish(ctx context.Context, s publish.Snapshot) error {
 	// Only once the hub serves the engine's renumbered sets (checkRole).
 	if _, lead := r.cfg.Elector.Leading(time.Now()); !lead || !r.sink.isLeading() {
 		r.led = false

@@ -15,6 +15,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/embedded"
 	"github.com/lagbridge/lagbridge/internal/engine"
 	"github.com/lagbridge/lagbridge/internal/leader"
+	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/quota"
 
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
@@ -92,7 +93,7 @@ func newNode(tb testing.TB, ch Channel, lead bool) *node {
 	n.el.lead.Store(lead)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	n.rep = New(Config{Channel: ch, Elector: n.el, Hub: n.hub, Lifetime: time.Minute, Interval: 20 * time.Millisecond, Log: log})
-	eng, err := engine.New(engine.Config{Hub: n.rep.Sink(), Publishers: []engine.Publisher{n.rep}, Logger: log,
+	eng, err := engine.New(engine.Config{Hub: n.rep.Sink(), Publishers: []publish.Publisher{n.rep}, Logger: log,
 		Lease: quota.LeaseConfig{Interval: time.Second}})
 	if err != nil {
 		tb.Fatal(err)

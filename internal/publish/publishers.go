@@ -1,4 +1,4 @@
-package engine
+package publish
 
 import (
 	"context"
@@ -10,10 +10,26 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 	"github.com/lagbridge/lagbridge/quota"
 )
+
+// Publisher receives every producer's lease sets after each change. It runs
+// on the engine's publishing goroutine (internal/engine), never on an observation loop.
+type Publisher interface {
+	Publish(ctx context.Context, s Snapshot) error
+	Name() string
+}
+
+// Snapshot is what publishers see: every producer's lease set, every lease,
+// and the combined decision and policy of every topic.
+type Snapshot struct {
+	Sets     []quotaproto.LeaseSet
+	Leases   []quota.Lease
+	Topics   map[quota.Topic]quota.Decision
+	Policies *quota.Policies
+}
 
 // KVPublisher publishes every lease set to a NATS KV bucket. The bucket is
 // created (or adopted) at the first publish, so the daemon can start while
@@ -21,7 +37,7 @@ import (
 type KVPublisher struct {
 	JS     jetstream.JetStream
 	Bucket string
-	kv     *publish.KV
+	kv     *KV
 }
 
 // Name implements Publisher.
@@ -35,7 +51,7 @@ func (p *KVPublisher) Reset() { p.kv = nil }
 // Publish implements Publisher.
 func (p *KVPublisher) Publish(ctx context.Context, s Snapshot) error {
 	if p.kv == nil {
-		kv, err := publish.NewKV(ctx, p.JS, p.Bucket)
+		kv, err := NewKV(ctx, p.JS, p.Bucket)
 		if err != nil {
 			return err
 		}
@@ -52,21 +68,21 @@ func (p *KVPublisher) Publish(ctx context.Context, s Snapshot) error {
 // the broker charges per record on that topic. A producer whose grants
 // are all unlimited gets no quota (lagbridge clears the one it set).
 //
-// The value stored is steered (see [publish.Steering]): it falls by at
+// The value stored is steered (see [Steering]): it falls by at
 // most what keeps Kafka's throttle of the producer within Interval, so a
 // producer is slowed, never held for minutes, and a 0 msg/s grant lowers
 // the quota step by step. Publish is called by the engine's publishing
 // goroutine only; Clear after it stopped.
 type ClientQuotaPublisher struct {
 	Cluster string
-	Quotas  *publish.ClientQuotas
+	Quotas  *ClientQuotas
 	// BytesPerMessage, when positive, is the bytes per record for every
 	// topic (quota.kafkaClientQuotas.bytesPerMessage, an override). Zero:
 	// measured per topic by Sizes, and DefaultBytesPerMessage until
 	// measured.
 	BytesPerMessage float64
 	// Sizes measures the bytes per record per topic; nil: not measured.
-	Sizes *publish.RecordSizes
+	Sizes *RecordSizes
 	// Interval is the observation interval: the longest throttle a
 	// stored quota may cause. Zero: no steering.
 	Interval time.Duration
@@ -77,7 +93,7 @@ type ClientQuotaPublisher struct {
 	// lagbridge_kafka_client_quota_unheeded{cluster,topic}.
 	Unheeded *prometheus.GaugeVec
 
-	steer  publish.Steering
+	steer  Steering
 	window bool                 // the broker's quota window was read
 	over   map[quota.Topic]int  // publishes in a row over twice the allowed rate
 	warned map[quota.Topic]bool // warned in this episode
@@ -102,7 +118,7 @@ func (p *ClientQuotaPublisher) Name() string { return "kafka-client-quotas/" + p
 // broker and the rates they let through are no longer the ones it
 // remembers, and the next Publish steers from what producers send now.
 // Called on the publishing goroutine only.
-func (p *ClientQuotaPublisher) Reset() { p.steer = publish.Steering{Window: p.steer.Window} }
+func (p *ClientQuotaPublisher) Reset() { p.steer = Steering{Window: p.steer.Window} }
 
 // Publish implements Publisher: it measures record sizes (a failed
 // measurement keeps the last figures), then steers and applies the
@@ -152,7 +168,7 @@ func (p *ClientQuotaPublisher) Clear(ctx context.Context) error {
 // client quotas costs one request a minute, not one a cycle.
 type ClientQuotaSweeper struct {
 	Cluster string
-	Quotas  *publish.ClientQuotas
+	Quotas  *ClientQuotas
 	Log     *slog.Logger
 	done    bool
 	wait    int // publishes to skip before the next attempt

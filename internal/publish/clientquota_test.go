@@ -1,4 +1,4 @@
-package engine
+package publish
 
 import (
 	"bytes"
@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
 )
@@ -119,7 +118,7 @@ func TestClientQuotaResetOnLeadingAgain(t *testing.T) {
 			Topics: map[quota.Topic]quota.Decision{topic: {Policy: "in", Rate: rate, ProduceRate: produce}},
 			Leases: []quota.Lease{{Producer: "legacy", Topic: topic, Rate: rate}}}
 	}
-	q := publish.NewClientQuotas(cl, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	q := NewClientQuotas(cl, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	p := &ClientQuotaPublisher{Cluster: "c1", Quotas: q, BytesPerMessage: 1, Interval: time.Second}
 	// This replica leads: 1000 B/s wanted and sent.
 	if err := p.Publish(ctx, snap(1000, 1000)); err != nil {
@@ -140,9 +139,39 @@ func TestClientQuotaResetOnLeadingAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	floor := publish.Floor(100_000, publish.DefaultWindow, time.Second)
-	if got := cur["legacy"]; got < floor-publish.MarkerModulus {
+	floor := Floor(100_000, DefaultWindow, time.Second)
+	if got := cur["legacy"]; got < floor-MarkerModulus {
 		t.Errorf("stored %v B/s for a producer sending 100000 B/s: Kafka holds it %.0fs; want at least %.0f (a throttle within 1s)",
-			got, (100_000-got)/got*publish.DefaultWindow.Span().Seconds(), floor)
+			got, (100_000-got)/got*DefaultWindow.Span().Seconds(), floor)
+	}
+}
+
+// TestClientQuotaWant: only listed producers of opted-in policies, on that
+// cluster, with finite enforced grants, become client quotas.
+func TestClientQuotaWant(t *testing.T) {
+	pols, err := quota.NewPolicies([]quota.Policy{
+		{Name: "in", MaxAge: time.Second, KafkaClientQuota: true, Producers: []quota.ProducerSpec{{ID: "legacy"}}},
+		{Name: "out", MaxAge: time.Second, Producers: []quota.ProducerSpec{{ID: "other"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "orders"}
+	other := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "events"}
+	s := Snapshot{Policies: pols,
+		Topics: map[quota.Topic]quota.Decision{topic: {Policy: "in"}, other: {Policy: "out"}},
+		Leases: []quota.Lease{
+			{Producer: "legacy", Topic: topic, Rate: 100},
+			{Producer: "sdk-user", Topic: topic, Rate: 50},                                                        // not listed
+			{Producer: "legacy", Topic: other, Rate: 70},                                                          // policy not opted in
+			{Producer: "legacy", Topic: quota.Topic{Kind: lag.KindKafka, Cluster: "c2", Name: "orders"}, Rate: 5}, // other cluster
+		}}
+	want := (&ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 1000}).Want(s)
+	if len(want) != 1 || want["legacy"] != 100*1000 {
+		t.Fatalf("want %v", want)
+	}
+	s.Leases[0].Rate = quota.Unlimited
+	if want := (&ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 1000}).Want(s); len(want) != 0 {
+		t.Fatalf("unlimited grant still wants a quota: %v", want)
 	}
 }
