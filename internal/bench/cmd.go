@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -31,6 +34,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	natsURL := fs.String("nats", "", "run the NATS rows on this real server (JetStream enabled) instead of an embedded one")
 	strict := fs.Bool("strict", false, "exit 3 when a lagbridge run misses a target of issue 12")
 	verbose := fs.Bool("verbose", false, "print the daemon's and the SDK's logs")
+	hot := fs.Bool("hot-partition", false, "run the hot-partition scenario instead of the matrix: 6 partitions, partition 0's consumer 100x slower, keyless and keyed producers, naive and lagbridge (on kfake, or on --kafka); --scale multiplies its 60s runs")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: lagbridge bench [flags]\n\nThe overload benchmark matrix: naive producers vs lagbridge, side by side, per consumer, producer and observation interval.\n\n")
 		fs.PrintDefaults()
@@ -45,6 +49,9 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "lagbridge bench: unexpected arguments %v\n", fs.Args())
 		return 2
+	}
+	if *hot {
+		return hotCommand(ctx, HotOptions{Duration: time.Duration(*scale * float64(time.Minute)), KafkaBrokers: *kafkaAddr, Out: stdout}, *out, *verbose, stderr)
 	}
 	if *short && !fs.Changed("loads") {
 		*loadList = "2,10"
@@ -118,4 +125,37 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 3
 	}
 	return 0
+}
+
+// HotFile is the table hotCommand writes into the output folder.
+const HotFile = "hot-partition.md"
+
+// hotCommand runs [RunHot] for Command and writes its table to dir.
+func hotCommand(ctx context.Context, o HotOptions, dir string, verbose bool, stderr io.Writer) int {
+	if verbose {
+		o.Log = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	if err := o.Validate(); err != nil {
+		fmt.Fprintf(stderr, "lagbridge bench: %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return 2
+	}
+	res, err := RunHot(ctx, o)
+	if len(res) > 0 {
+		if werr := writeFile(dir, HotFile, "# lagbridge bench, hot partition\n\n"+HotMarkdown(o, res)); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "lagbridge bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// writeFile writes text to dir/name, creating dir when missing.
+func writeFile(dir, name, text string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644)
 }
