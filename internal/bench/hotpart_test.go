@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestHotKeys: the keys cover every partition evenly, and each is where
+// franz-go's default partitioner (the one NewAvoidPartitioner wraps by
+// default) sends it.
+func TestHotKeys(t *testing.T) {
+	k := newHotKeys()
+	tp := kgo.UniformBytesPartitioner(64<<10, true, true, nil).ForTopic("t").(kgo.TopicBackupPartitioner)
+	var per [partitions]int
+	for i, key := range k.keys {
+		if got := tp.PartitionByBackup(&kgo.Record{Key: key}, partitions, nil); int32(got) != k.part[i] {
+			t.Fatalf("key %q: default partitioner picks %d, table says %d", key, got, k.part[i])
+		}
+		per[k.part[i]]++
+	}
+	for p, n := range per {
+		if n != hotKeysPer {
+			t.Errorf("partition %d has %d keys, want %d", p, n, hotKeysPer)
+		}
+	}
+}
+
+// TestHotMisses pins issue 17's targets on hand-made results.
+func TestHotMisses(t *testing.T) {
+	o := HotOptions{}
+	good := HotResult{Mode: ModeLagbridge, Offered: 1000, Refused: 40, Processed: [partitions]int64{100, 200, 200, 200, 200, 200},
+		HeadP99: [partitions]float64{1.5, 0.1, 0.1, 0.1, 0.1, 0.1}}
+	cases := []struct {
+		name string
+		r    func(r HotResult) HotResult
+		want []string // substrings, one per miss
+	}{
+		{"keyless within every target", func(r HotResult) HotResult { return r }, nil},
+		{"keyless refusing 6%", func(r HotResult) HotResult { r.Refused = 60; return r }, []string{"refused 6.0%"}},
+		{"p0 too old and dead", func(r HotResult) HotResult {
+			r.HeadP99[0], r.Dead[0] = 2.5, 2
+			return r
+		}, []string{"p0 head age p99", "p0 dead work 2.0%"}},
+		{"dead work left at the end counts", func(r HotResult) HotResult { r.Left[0], r.LeftDead[0] = 10, 5; return r }, []string{"p0 dead work"}},
+		{"another partition affected", func(r HotResult) HotResult { r.Dead[3] = 1; return r }, []string{"p3 affected"}},
+		{"keyed refusing only p0", func(r HotResult) HotResult {
+			r.Keyed, r.Refused, r.RefusedBy[0] = true, 150, 150
+			return r
+		}, nil},
+		{"keyed refusing elsewhere", func(r HotResult) HotResult {
+			r.Keyed, r.RefusedBy[0], r.RefusedBy[2] = true, 100, 3
+			return r
+		}, []string{"3 records bound for partitions other than p0"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			miss := HotMisses(o, c.r(good))
+			if len(miss) != len(c.want) {
+				t.Fatalf("misses %q, want %d", miss, len(c.want))
+			}
+			for i, w := range c.want {
+				if !strings.Contains(miss[i], w) {
+					t.Errorf("miss %d = %q, want it to say %q", i, miss[i], w)
+				}
+			}
+		})
+	}
+}
+
+// TestRunHot runs the scenario briefly on kfake: four runs, naive and
+// lagbridge, keyless and keyed.
+func TestRunHot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs kfake and the daemon for about 30s")
+	}
+	var out bytes.Buffer
+	o := HotOptions{Duration: 6 * time.Second, Out: &out}
+	res, err := RunHot(context.Background(), o)
+	if err != nil || len(res) != 4 {
+		t.Fatalf("%d results, %v\n%s", len(res), err, out.String())
+	}
+	if md := HotMarkdown(o, res); !strings.Contains(md, "| kfake | keyed | lagbridge |") || !strings.Contains(out.String(), md) {
+		t.Errorf("the table is missing or not printed:\n%s", out.String())
+	}
+	for _, r := range res {
+		t.Logf("%s %s: %s", keyName(r.Keyed), r.Mode, hotLine(r))
+		if r.Offered == 0 || r.Stored == 0 {
+			t.Errorf("%s %s: nothing offered or stored", keyName(r.Keyed), r.Mode)
+		}
+		if r.Mode == ModeNaive && r.Refused != 0 {
+			t.Errorf("naive %s refused %d", keyName(r.Keyed), r.Refused)
+		}
+		if r.Keyed && r.Mode == ModeNaive {
+			// Keys spread evenly: about a sixth lands on p0.
+			if s := r.ShareTo(0); s < 0.10 || s > 0.25 {
+				t.Errorf("keyed naive: share to p0 %.1f%%, want about 16.7%%", 100*s)
+			}
+		}
+	}
+}
