@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -173,5 +174,86 @@ func TestClientQuotaWant(t *testing.T) {
 	s.Leases[0].Rate = quota.Unlimited
 	if want := (&ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 1000}).Want(s); len(want) != 0 {
 		t.Fatalf("unlimited grant still wants a quota: %v", want)
+	}
+}
+
+// TestClientQuotaShares: what each client-id is allowed and what it is
+// taken to send when several share a topic, and when one is granted a
+// finite rate on one topic and an unlimited one on another.
+func TestClientQuotaShares(t *testing.T) {
+	pols, err := quota.NewPolicies([]quota.Policy{
+		{Name: "in", MaxAge: time.Second, KafkaClientQuota: true, Producers: []quota.ProducerSpec{{ID: "a"}, {ID: "b"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "orders"}
+	events := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "events"}
+	topics := map[quota.Topic]quota.Decision{orders: {Policy: "in", ProduceRate: 100}, events: {Policy: "in", ProduceRate: 30}}
+	cases := []struct {
+		name       string
+		leases     []quota.Lease
+		want, sent map[string]float64
+	}{
+		// The broker does not say who sent what: each of the two is taken
+		// to send half of the topic's 100 msg/s.
+		{"two client-ids share a topic", []quota.Lease{{Producer: "a", Topic: orders, Rate: 20}, {Producer: "b", Topic: orders, Rate: 0}},
+			map[string]float64{"a": 20 * 10, "b": 0}, map[string]float64{"a": 50 * 10, "b": 50 * 10}},
+		// Finite on orders, unlimited on events: its grant plus twice all
+		// that events receives, so events' traffic is never throttled.
+		{"finite and unlimited", []quota.Lease{{Producer: "a", Topic: orders, Rate: 20}, {Producer: "a", Topic: events, Rate: quota.Unlimited}},
+			map[string]float64{"a": 20*10 + UnlimitedHeadroom*30*10}, map[string]float64{"a": (100 + 30) * 10}},
+		// Unlimited everywhere: no quota, still an estimate of what it sends.
+		{"all unlimited", []quota.Lease{{Producer: "a", Topic: orders, Rate: quota.Unlimited}},
+			map[string]float64{}, map[string]float64{"a": 100 * 10}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := Snapshot{Policies: pols, Topics: topics, Leases: c.leases}
+			want, sent := (&ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 10}).rates(s)
+			if !maps.Equal(want, c.want) || !maps.Equal(sent, c.sent) {
+				t.Errorf("want %v sent %v; want %v and %v", want, sent, c.want, c.sent)
+			}
+		})
+	}
+}
+
+// TestClientQuotaPerBroker: Kafka applies a client-id quota on every
+// broker, so a producer whose topic is led half by one broker and a
+// quarter by each of two others is stored half its grant: what the
+// busiest broker must let through. On kfake with three brokers.
+func TestClientQuotaPerBroker(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(4, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	for p, node := range []int32{0, 0, 1, 2} {
+		if err := c.MoveTopicPartition("orders", int32(p), node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	pols, topic := legacyPolicy(t)
+	q := NewClientQuotas(cl, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := &ClientQuotaPublisher{Cluster: "c1", Quotas: q, BytesPerMessage: 1000}
+	s := Snapshot{Policies: pols,
+		Topics: map[quota.Topic]quota.Decision{topic: {Policy: "in", Rate: 100, ProduceRate: 100}},
+		Leases: []quota.Lease{{Producer: "legacy", Topic: topic, Rate: 100}}}
+	if err := p.Publish(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := q.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := Marked(100 * 1000 / 2); cur["legacy"] != want {
+		t.Errorf("stored %v B/s for a grant of 100000 B/s led half by one broker, want %v", cur["legacy"], want)
 	}
 }

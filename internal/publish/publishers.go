@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"time"
 
@@ -65,8 +66,10 @@ func (p *KVPublisher) Publish(ctx context.Context, s Snapshot) error {
 // quotas in line with the leases of policies that opted in
 // (kafkaClientQuota: true): for each producer the policy lists, the sum of
 // its finite, enforced grants on the cluster's topics, each times the bytes
-// the broker charges per record on that topic. A producer whose grants
-// are all unlimited gets no quota (lagbridge clears the one it set).
+// the broker charges per record on that topic, on the broker that leads
+// the most of it (Kafka applies the value on each broker). A producer
+// whose grants are all unlimited gets no quota (lagbridge clears the one
+// it set); one with unlimited grants too is held as rates says.
 //
 // The value stored is steered (see [Steering]): it falls by at
 // most what keeps Kafka's throttle of the producer within Interval, so a
@@ -93,10 +96,11 @@ type ClientQuotaPublisher struct {
 	// lagbridge_kafka_client_quota_unheeded{cluster,topic}.
 	Unheeded *prometheus.GaugeVec
 
-	steer  Steering
-	window bool                 // the broker's quota window was read
-	over   map[quota.Topic]int  // publishes in a row over twice the allowed rate
-	warned map[quota.Topic]bool // warned in this episode
+	steer   Steering
+	leaders Leaders              // the last partition leaders read; nil: none yet
+	window  bool                 // the broker's quota window was read
+	over    map[quota.Topic]int  // publishes in a row over twice the allowed rate
+	warned  map[quota.Topic]bool // warned in this episode
 }
 
 // DefaultBytesPerMessage is the bytes per record assumed for a topic whose
@@ -133,6 +137,13 @@ func (p *ClientQuotaPublisher) Publish(ctx context.Context, s Snapshot) error {
 	if p.Sizes != nil && p.BytesPerMessage <= 0 {
 		if err := p.Sizes.Measure(ctx, p.topics(s)); err != nil && p.Log != nil {
 			p.Log.Debug("measuring record sizes", "cluster", p.Cluster, "err", err)
+		}
+	}
+	if topics := p.topics(s); len(topics) > 0 {
+		if ls, err := p.Quotas.Leaders(ctx, topics); err == nil {
+			p.leaders = ls
+		} else if p.Log != nil {
+			p.Log.Debug("reading partition leaders", "cluster", p.Cluster, "err", err)
 		}
 	}
 	want, sent := p.rates(s)
@@ -248,19 +259,52 @@ func (p *ClientQuotaPublisher) Want(s Snapshot) map[string]float64 {
 }
 
 // rates returns the byte rate per client-id the snapshot asks for, and
-// an upper bound of what each listed client-id sends: its topics'
-// produce rates (all their producers'), in bytes.
+// an estimate of what each listed client-id sends, both on the broker
+// that leads the most of its traffic ([PerBroker]).
+//
+// The broker does not say what each client-id sends, only what a topic
+// receives: a topic's produce rate is taken to be shared equally by the
+// client-ids quoted on it. An even share is what lets a quota bind at
+// all when several client-ids write a topic (with the whole topic's rate
+// as each one's, no quota could fall below what any one of them sends
+// without breaking the steering's bound); a client-id sending more than
+// its share can be held longer than Interval on its first throttled
+// response, (n x its share x 12/11 - 1) x 11 s with n client-ids and
+// Kafka's default window.
+//
+// A client-id granted a finite rate on one topic and an unlimited one on
+// another is held to its finite grants plus UnlimitedHeadroom times the
+// whole produce rate of its unlimited topics: lagbridge never throttles
+// unlimited traffic on purpose, so such a producer is slowed on its
+// limited topic only by what the broker can tell apart (give it a
+// client.id per topic to slow it there fully).
 func (p *ClientQuotaPublisher) rates(s Snapshot) (want, sent map[string]float64) {
-	want, sent = map[string]float64{}, map[string]float64{}
+	writers := map[quota.Topic]float64{}
+	for _, l := range s.Leases {
+		if _, ok := p.quoted(s, l); ok {
+			writers[l.Topic]++
+		}
+	}
+	per := map[string][]TopicRate{}
 	for _, l := range s.Leases {
 		d, ok := p.quoted(s, l)
 		if !ok {
 			continue
 		}
 		b := p.bytesPer(l.Topic.Name, l.Producer)
-		sent[l.Producer] += d.ProduceRate * b
+		allowed := math.Inf(1)
 		if !l.IsUnlimited() {
-			want[l.Producer] += l.Rate * b
+			allowed = l.Rate * b
+		}
+		per[l.Producer] = append(per[l.Producer], TopicRate{Topic: l.Topic.Name, Allowed: allowed,
+			Sent: d.ProduceRate * b / writers[l.Topic], Whole: d.ProduceRate * b})
+	}
+	want, sent = map[string]float64{}, map[string]float64{}
+	for id, rs := range per {
+		a, snt, quoted := PerBroker(rs, p.leaders)
+		sent[id] = snt
+		if quoted {
+			want[id] = a
 		}
 	}
 	return want, sent
