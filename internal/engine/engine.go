@@ -649,10 +649,11 @@ func fingerprint(s quotaproto.LeaseSet) string {
 }
 
 // Quotas is the operators' view served at /v1/quotas: every target's
-// decision ("targets") and the policies behind them ("policies", with
-// maxAge, so the dashboard can draw each deadline).
-func (e *Engine) Quotas() map[string]any {
-	return map[string]any{"targets": e.Decisions(), "policies": e.policies.List()}
+// decision, sorted by target ("targets"), and the policies behind them
+// ("policies", with maxAge, so the dashboard can draw each deadline).
+// Safe for concurrent use.
+func (e *Engine) Quotas() (targets []quota.Decision, policies []quota.Policy) {
+	return e.Decisions(), e.policies.List()
 }
 
 // Decisions returns every target's decision, sorted by target.

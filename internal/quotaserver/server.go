@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+	"github.com/lagbridge/lagbridge/quota"
 )
 
 // Engine is what the server needs from the quota engine.
@@ -28,9 +29,18 @@ type Engine interface {
 	// Report records a producer's topics and demand and returns its lease
 	// set as of now (it also publishes the set to the hub).
 	Report(r quotaproto.Report) (quotaproto.LeaseSet, error)
-	// Quotas is the operators' view served at /v1/quotas, merged with
-	// the producers' lease sets ("producers").
-	Quotas() map[string]any
+	// Quotas is the operators' view served at /v1/quotas: every
+	// target's decision and the policies behind them (quotasBody).
+	Quotas() (targets []quota.Decision, policies []quota.Policy)
+}
+
+// quotasBody is the body of /v1/quotas: the engine's view and every
+// producer's lease set, sorted by producer. The fields are in the order
+// of their names, as the body has always listed them.
+type quotasBody struct {
+	Policies  []quota.Policy        `json:"policies"`
+	Producers []quotaproto.LeaseSet `json:"producers"`
+	Targets   []quota.Decision      `json:"targets"`
 }
 
 // Server serves the protocol. Create it with New; mount Handler.
@@ -426,7 +436,7 @@ func (s *Server) quotas(w http.ResponseWriter, r *http.Request) {
 	}
 	sets := s.hub.All()
 	sort.Slice(sets, func(i, j int) bool { return sets[i].Producer < sets[j].Producer })
-	out := s.engine.Quotas()
-	out["producers"] = sets
+	out := quotasBody{Producers: sets}
+	out.Targets, out.Policies = s.engine.Quotas()
 	s.ok(w, ep, out)
 }

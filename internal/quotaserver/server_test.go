@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+	"github.com/lagbridge/lagbridge/quota"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -45,7 +46,7 @@ func (e *echoEngine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
 	return set, nil
 }
 
-func (e *echoEngine) Quotas() map[string]any { return map[string]any{"targets": []string{}} }
+func (e *echoEngine) Quotas() ([]quota.Decision, []quota.Policy) { return []quota.Decision{}, nil }
 
 func newTestServer(tb testing.TB, auth Auth) (*httptest.Server, *Hub) {
 	ts, hub, _ := newTestServerS(tb, auth)

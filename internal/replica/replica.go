@@ -16,6 +16,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+	"github.com/lagbridge/lagbridge/quota"
 )
 
 // Engine is what a Replicator needs from the quota engine
@@ -281,7 +282,7 @@ func (r *Replicator) Report(rep quotaproto.Report) (quotaproto.LeaseSet, error) 
 }
 
 // Quotas implements quotaserver.Engine.
-func (r *Replicator) Quotas() map[string]any { return r.eng.Quotas() }
+func (r *Replicator) Quotas() ([]quota.Decision, []quota.Policy) { return r.eng.Quotas() }
 
 // Name implements publish.Publisher.
 func (r *Replicator) Name() string { return "lease-replication" }
