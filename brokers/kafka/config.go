@@ -1,13 +1,9 @@
 package kafka
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/lagbridge/lagbridge/brokers"
 )
 
 // Defaults applied by [New] to zero-valued [Config] fields.
@@ -41,51 +39,24 @@ var internalTopics = map[string]bool{
 	"__share_group_state": true,
 }
 
-// ErrInvalidConfig is wrapped by every problem [Config.Validate] reports.
-var ErrInvalidConfig = errors.New("invalid kafka config")
+// ErrInvalidConfig is wrapped by every problem [Config.Validate] reports:
+// brokers.ErrInvalidConfig, shared with the NATS observer.
+var ErrInvalidConfig = brokers.ErrInvalidConfig
 
-// ConfigError is one problem found by [Config.Validate]. Its message has the
-// one shape `kafka.<field>: <problem>`; it matches [ErrInvalidConfig] with
-// errors.Is.
-type ConfigError struct {
-	// Field is the path of the offending field below "kafka.", in the
-	// config file's spelling (for example "tls.caFile" or "brokers[1]").
-	Field string
-	// Problem says what is wrong, in lower case.
-	Problem string
-}
+// ConfigError is one problem found by [Config.Validate] (brokers.ConfigError,
+// Section "kafka"). Its message has the one shape `kafka.<field>: <problem>`;
+// it matches [ErrInvalidConfig] with errors.Is.
+type ConfigError = brokers.ConfigError
 
-func (e *ConfigError) Error() string { return "kafka." + e.Field + ": " + e.Problem }
+// Filter selects names with Go regular expressions, anchored for you (a
+// pattern "orders" matches only "orders"; use "orders.*" for a prefix): see
+// brokers.Filter. The zero value selects every name.
+type Filter = brokers.Filter
 
-// Unwrap returns [ErrInvalidConfig].
-func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
-
-// Filter selects names with Go regular expressions. Each pattern is anchored
-// for you (a pattern "orders" matches only "orders"; use "orders.*" for a
-// prefix). A name is selected when it matches some Include pattern (or
-// Include is empty) and no Exclude pattern. The zero value selects every
-// name.
-type Filter struct {
-	Include []string
-	Exclude []string
-}
-
-// TLS configures transport encryption. The zero value is plaintext.
-type TLS struct {
-	// Enabled turns TLS on. The other fields are only valid with it.
-	Enabled bool
-	// CAFile is a PEM bundle of CAs to trust instead of the system pool.
-	CAFile string
-	// CertFile and KeyFile are a PEM client certificate and key for
-	// mutual TLS; both or neither.
-	CertFile string
-	KeyFile  string
-	// ServerName overrides the name verified in the broker certificate;
-	// empty means the host of the address dialled.
-	ServerName string
-	// InsecureSkipVerify disables certificate verification. For tests only.
-	InsecureSkipVerify bool
-}
+// TLS configures transport encryption (brokers.TLS). The zero value is
+// plaintext; Enabled turns TLS on, and the other fields are only valid with
+// it.
+type TLS = brokers.TLS
 
 // SASL configures authentication. The zero value (empty Mechanism) is none.
 type SASL struct {
@@ -163,7 +134,7 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	add := func(field, format string, args ...any) {
-		errs = append(errs, &ConfigError{Field: field, Problem: fmt.Sprintf(format, args...)})
+		errs = append(errs, &ConfigError{Section: "kafka", Field: field, Problem: fmt.Sprintf(format, args...)})
 	}
 
 	if strings.TrimSpace(c.Cluster) == "" {
@@ -177,21 +148,8 @@ func (c Config) Validate() error {
 			add(fmt.Sprintf("brokers[%d]", i), "%q: %v", b, err)
 		}
 	}
-	for _, f := range []struct {
-		name string
-		pats []string
-	}{
-		{"groups.include", c.Groups.Include},
-		{"groups.exclude", c.Groups.Exclude},
-		{"topics.include", c.Topics.Include},
-		{"topics.exclude", c.Topics.Exclude},
-	} {
-		for i, p := range f.pats {
-			if _, err := compileAnchored(p); err != nil {
-				add(fmt.Sprintf("%s[%d]", f.name, i), "%v", err)
-			}
-		}
-	}
+	errs = append(errs, c.Groups.Check("kafka", "groups")...)
+	errs = append(errs, c.Topics.Check("kafka", "topics")...)
 	if c.RequestTimeout < 0 {
 		add("requestTimeout", "must not be negative, got %v", c.RequestTimeout)
 	}
@@ -219,7 +177,7 @@ func (c Config) Validate() error {
 			}
 		}
 	} else {
-		if _, tlsErrs := t.build(); len(tlsErrs) > 0 {
+		if _, tlsErrs := t.Load("kafka"); len(tlsErrs) > 0 {
 			errs = append(errs, tlsErrs...)
 		}
 	}
@@ -261,47 +219,6 @@ func checkHostPort(hp string) error {
 	return nil
 }
 
-func compileAnchored(p string) (*regexp.Regexp, error) {
-	return regexp.Compile(`^(?:` + p + `)$`)
-}
-
-// build loads the TLS material. It returns every problem found.
-func (t TLS) build() (*tls.Config, []error) {
-	var errs []error
-	cfg := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		ServerName:         t.ServerName,
-		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // explicit opt-in, documented as test-only
-	}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		switch {
-		case err != nil:
-			errs = append(errs, &ConfigError{Field: "tls.caFile", Problem: err.Error()})
-		default:
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				errs = append(errs, &ConfigError{Field: "tls.caFile", Problem: fmt.Sprintf("%s: no PEM certificate found", t.CAFile)})
-			}
-			cfg.RootCAs = pool
-		}
-	}
-	switch {
-	case t.CertFile != "" && t.KeyFile == "":
-		errs = append(errs, &ConfigError{Field: "tls.keyFile", Problem: "required with kafka.tls.certFile"})
-	case t.CertFile == "" && t.KeyFile != "":
-		errs = append(errs, &ConfigError{Field: "tls.certFile", Problem: "required with kafka.tls.keyFile"})
-	case t.CertFile != "":
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			errs = append(errs, &ConfigError{Field: "tls.certFile", Problem: err.Error()})
-		} else {
-			cfg.Certificates = []tls.Certificate{cert}
-		}
-	}
-	return cfg, errs
-}
-
 // mechanism returns the SASL mechanism, nil for none. s must be valid.
 func (s SASL) mechanism() sasl.Mechanism {
 	switch strings.ToUpper(s.Mechanism) {
@@ -331,7 +248,7 @@ func (c Config) clientOpts() ([]kgo.Opt, error) {
 		kgo.RequestTimeoutOverhead(c.attemptTimeout()),
 	}
 	if c.TLS.Enabled {
-		cfg, errs := c.TLS.build()
+		cfg, errs := c.TLS.Load("kafka")
 		if len(errs) > 0 {
 			return nil, errors.Join(errs...)
 		}
@@ -341,49 +258,6 @@ func (c Config) clientOpts() ([]kgo.Opt, error) {
 		opts = append(opts, kgo.SASL(m))
 	}
 	return opts, nil
-}
-
-// filter is a compiled Filter.
-type filter struct{ include, exclude []*regexp.Regexp }
-
-func (f Filter) compile() (filter, error) {
-	var out filter
-	for _, p := range f.Include {
-		re, err := compileAnchored(p)
-		if err != nil {
-			return filter{}, err
-		}
-		out.include = append(out.include, re)
-	}
-	for _, p := range f.Exclude {
-		re, err := compileAnchored(p)
-		if err != nil {
-			return filter{}, err
-		}
-		out.exclude = append(out.exclude, re)
-	}
-	return out, nil
-}
-
-func (f filter) match(name string) bool {
-	if len(f.include) > 0 {
-		ok := false
-		for _, re := range f.include {
-			if re.MatchString(name) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			return false
-		}
-	}
-	for _, re := range f.exclude {
-		if re.MatchString(name) {
-			return false
-		}
-	}
-	return true
 }
 
 // ClientOpts returns the kgo options that connect to the cluster as the

@@ -126,43 +126,6 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestFilterMatch(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		name string
-		f    Filter
-		in   []string
-		out  []string
-	}{
-		// The zero filter selects everything.
-		{"zero", Filter{}, []string{"a", "", "orders"}, nil},
-		// Patterns are anchored at both ends.
-		{"anchored", Filter{Include: []string{"orders"}}, []string{"orders"}, []string{"orders-dlq", "old-orders"}},
-		// Alternation is anchored as a whole, not per branch.
-		{"alternation", Filter{Include: []string{"a|b"}}, []string{"a", "b"}, []string{"ab", "xa", "bx"}},
-		// Exclude wins over include.
-		{"exclude wins", Filter{Include: []string{"svc-.*"}, Exclude: []string{".*-test"}}, []string{"svc-a"}, []string{"svc-a-test", "other"}},
-		// Exclude alone removes from everything.
-		{"exclude only", Filter{Exclude: []string{"tmp.*"}}, []string{"orders"}, []string{"tmp", "tmp-1"}},
-	}
-	for _, tc := range cases {
-		f, err := tc.f.compile()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range tc.in {
-			if !f.match(n) {
-				t.Errorf("%s: %q not selected", tc.name, n)
-			}
-		}
-		for _, n := range tc.out {
-			if f.match(n) {
-				t.Errorf("%s: %q selected", tc.name, n)
-			}
-		}
-	}
-}
-
 // TestSASL runs a real SASL round trip against kfake for each mechanism,
 // and checks that wrong credentials fail the cycle.
 func TestSASL(t *testing.T) {

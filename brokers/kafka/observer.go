@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/lagbridge/lagbridge/brokers"
 	"github.com/lagbridge/lagbridge/lag"
 )
 
@@ -39,8 +40,8 @@ type Observer struct {
 	cfg    Config
 	cl     *kgo.Client
 	adm    *kadm.Client
-	groups filter
-	topics filter
+	groups brokers.Matcher
+	topics brokers.Matcher
 	now    func() time.Time
 
 	decompressor kgo.Decompressor
@@ -115,11 +116,11 @@ func New(cfg Config, opts ...kgo.Opt) (*Observer, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	groups, err := cfg.Groups.compile()
+	groups, err := cfg.Groups.Compile()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	topics, err := cfg.Topics.compile()
+	topics, err := cfg.Topics.Compile()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -294,7 +295,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 	// Phase 3: describe and offsets of the watched groups.
 	var classic, consumer, all []string
 	for name, g := range listed {
-		if !o.groups.match(name) {
+		if !o.groups.Match(name) {
 			continue
 		}
 		switch g.typ {
@@ -609,7 +610,7 @@ func (o *Observer) topicTable(meta *kmsg.MetadataResponse) (map[string]*topicInf
 		ti := &topicInfo{
 			name:    name,
 			id:      mt.TopicID,
-			watched: !mt.IsInternal && !internalTopics[name] && o.topics.match(name) && owns(name),
+			watched: !mt.IsInternal && !internalTopics[name] && o.topics.Match(name) && owns(name),
 		}
 		if err := kerr.ErrorForCode(mt.ErrorCode); err != nil {
 			ti.err = "metadata: " + err.Error()

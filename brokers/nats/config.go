@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
+
+	"github.com/lagbridge/lagbridge/brokers"
 )
 
 // Defaults applied by [Config] to zero-valued fields.
@@ -89,47 +90,24 @@ type Config struct {
 	Concurrency int `mapstructure:"concurrency"`
 }
 
-// Filter selects names by anchored regular expressions (Go RE2 syntax;
-// "orders" matches only "orders", "orders\..*" its dotted children). A name
-// is selected when Include is empty or one Include pattern matches it, and
-// no Exclude pattern matches it. The zero value selects every name.
-type Filter struct {
-	Include []string `mapstructure:"include"`
-	Exclude []string `mapstructure:"exclude"`
-}
+// Filter selects names by anchored regular expressions (brokers.Filter; Go
+// RE2 syntax; "orders" matches only "orders", "orders\..*" its dotted
+// children). The zero value selects every name.
+type Filter = brokers.Filter
 
-// TLS configures the client side of TLS. The zero value leaves TLS to the
-// URL scheme.
-type TLS struct {
-	// Enabled turns TLS on for every URL.
-	Enabled bool `mapstructure:"enabled"`
-	// CAFile is a PEM bundle of roots that verify the server; empty means
-	// the system roots.
-	CAFile string `mapstructure:"caFile"`
-	// CertFile and KeyFile are a PEM client certificate and its key, for
-	// mutual TLS; both or neither.
-	CertFile string `mapstructure:"certFile"`
-	KeyFile  string `mapstructure:"keyFile"`
-	// ServerName overrides the name verified in the server certificate.
-	ServerName string `mapstructure:"serverName"`
-	// InsecureSkipVerify disables server verification. Tests only.
-	InsecureSkipVerify bool `mapstructure:"insecureSkipVerify"`
-}
+// TLS configures the client side of TLS (brokers.TLS). The zero value
+// leaves TLS to the URL scheme (tls:// turns it on with the system roots);
+// Enabled, or any other field set, turns it on for every URL.
+type TLS = brokers.TLS
 
-// ErrInvalidConfig is wrapped by every problem [Config.Validate] reports.
-var ErrInvalidConfig = errors.New("invalid nats config")
+// ErrInvalidConfig is wrapped by every problem [Config.Validate] reports:
+// brokers.ErrInvalidConfig, shared with the Kafka observer.
+var ErrInvalidConfig = brokers.ErrInvalidConfig
 
-// ConfigError is one configuration problem. Its message has the shape
-// "nats.<field>: <problem>"; it unwraps to [ErrInvalidConfig].
-type ConfigError struct {
-	Field   string
-	Problem string
-}
-
-func (e *ConfigError) Error() string { return "nats." + e.Field + ": " + e.Problem }
-
-// Unwrap returns ErrInvalidConfig.
-func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+// ConfigError is one configuration problem (brokers.ConfigError, Section
+// "nats"). Its message has the shape "nats.<field>: <problem>"; it unwraps
+// to [ErrInvalidConfig].
+type ConfigError = brokers.ConfigError
 
 // Validate reports every problem of c at once, joined with errors.Join; each
 // is a *[ConfigError] wrapping [ErrInvalidConfig]. It does no I/O: files
@@ -137,7 +115,7 @@ func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, &ConfigError{Field: field, Problem: fmt.Sprintf(format, args...)})
+		errs = append(errs, &ConfigError{Section: "nats", Field: field, Problem: fmt.Sprintf(format, args...)})
 	}
 	if strings.TrimSpace(c.Cluster) == "" {
 		bad("cluster", "required")
@@ -153,23 +131,10 @@ func (c Config) Validate() error {
 	if strings.ContainsAny(c.Domain, " \t.*>") {
 		bad("domain", "must be a single subject token, got %q", c.Domain)
 	}
-	checkFilter := func(name string, f Filter) {
-		for i, p := range f.Include {
-			if _, err := compilePattern(p); err != nil {
-				bad(fmt.Sprintf("%s.include[%d]", name, i), "%v", err)
-			}
-		}
-		for i, p := range f.Exclude {
-			if _, err := compilePattern(p); err != nil {
-				bad(fmt.Sprintf("%s.exclude[%d]", name, i), "%v", err)
-			}
-		}
-	}
-	checkFilter("streams", c.Streams)
-	checkFilter("consumers", c.Consumers)
-
-	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
-		bad("tls", "certFile and keyFile must be set together")
+	errs = append(errs, c.Streams.Check("nats", "streams")...)
+	errs = append(errs, c.Consumers.Check("nats", "consumers")...)
+	if err := c.TLS.CheckPair("nats"); err != nil {
+		errs = append(errs, err)
 	}
 
 	var methods []string
@@ -263,51 +228,4 @@ func (c Config) withDefaults() Config {
 		c.Concurrency = DefaultConcurrency
 	}
 	return c
-}
-
-// matcher is a compiled Filter.
-type matcher struct {
-	include, exclude []*regexp.Regexp
-}
-
-func compilePattern(p string) (*regexp.Regexp, error) {
-	return regexp.Compile(`^(?:` + p + `)$`)
-}
-
-func compileFilter(f Filter) (matcher, error) {
-	var m matcher
-	for _, p := range f.Include {
-		re, err := compilePattern(p)
-		if err != nil {
-			return matcher{}, err
-		}
-		m.include = append(m.include, re)
-	}
-	for _, p := range f.Exclude {
-		re, err := compilePattern(p)
-		if err != nil {
-			return matcher{}, err
-		}
-		m.exclude = append(m.exclude, re)
-	}
-	return m, nil
-}
-
-func (m matcher) match(name string) bool {
-	ok := len(m.include) == 0
-	for _, re := range m.include {
-		if re.MatchString(name) {
-			ok = true
-			break
-		}
-	}
-	if !ok {
-		return false
-	}
-	for _, re := range m.exclude {
-		if re.MatchString(name) {
-			return false
-		}
-	}
-	return true
 }

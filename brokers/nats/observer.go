@@ -3,8 +3,6 @@ package nats
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +15,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lagbridge/lagbridge/brokers"
 	"github.com/lagbridge/lagbridge/lag"
 )
 
@@ -139,8 +138,8 @@ type cycleCounters struct {
 // Config.Concurrency workers and waits for them before it returns.
 type Observer struct {
 	cfg       Config
-	streams   matcher
-	consumers matcher
+	streams   brokers.Matcher
+	consumers brokers.Matcher
 	sched     schedule
 	now       func() time.Time
 	nc        *natsgo.Conn
@@ -231,10 +230,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Observer, error) {
 		o.prefix = "$JS." + cfg.Domain + ".API."
 	}
 	var err error
-	if o.streams, err = compileFilter(cfg.Streams); err != nil {
+	if o.streams, err = cfg.Streams.Compile(); err != nil {
 		return nil, err
 	}
-	if o.consumers, err = compileFilter(cfg.Consumers); err != nil {
+	if o.consumers, err = cfg.Consumers.Compile(); err != nil {
 		return nil, err
 	}
 	var op options
@@ -308,30 +307,10 @@ func authTLSOptions(cfg Config) ([]natsgo.Option, error) {
 	case cfg.Token != "":
 		opts = append(opts, natsgo.Token(cfg.Token))
 	}
-	t := cfg.TLS
-	if t.Enabled || t.CAFile != "" || t.CertFile != "" || t.ServerName != "" || t.InsecureSkipVerify {
-		tc := &tls.Config{
-			MinVersion:         tls.VersionTLS12,
-			ServerName:         t.ServerName,
-			InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // opt-in, documented as tests only
-		}
-		if t.CAFile != "" {
-			pem, err := os.ReadFile(t.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("nats: tls.caFile: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("nats: tls.caFile: no PEM certificate in %s", t.CAFile)
-			}
-			tc.RootCAs = pool
-		}
-		if t.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("nats: tls.certFile/keyFile: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
+	if cfg.TLS.Set() {
+		tc, errs := cfg.TLS.Load("nats")
+		if len(errs) > 0 {
+			return nil, errors.Join(errs...)
 		}
 		opts = append(opts, natsgo.Secure(tc))
 	}
@@ -441,9 +420,9 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 		return nil, o.cycleError(ctx, &dropped, fmt.Errorf("nats: list streams: %w", err))
 	}
 
-	watched := o.streams.match
+	watched := o.streams.Match
 	if owns := o.owns.Load(); owns != nil {
-		watched = func(name string) bool { return o.streams.match(name) && (*owns)(name) }
+		watched = func(name string) bool { return o.streams.Match(name) && (*owns)(name) }
 	}
 	seen := make(map[string]bool, len(infos))
 	var due []refreshJob
@@ -606,7 +585,7 @@ func (o *Observer) refresh(ctx context.Context, j refreshJob, cs *cycleCounters)
 	live := make(map[string]bool, len(cis))
 	samples := make([]lag.Sample, 0, len(cis))
 	for _, ci := range cis {
-		if !o.consumers.match(ci.Name) {
+		if !o.consumers.Match(ci.Name) {
 			continue
 		}
 		live[ci.Name] = true
@@ -633,7 +612,7 @@ func (o *Observer) refresh(ctx context.Context, j refreshJob, cs *cycleCounters)
 		})
 	}
 	for _, name := range missing {
-		if live[name] || !o.consumers.match(name) {
+		if live[name] || !o.consumers.Match(name) {
 			continue
 		}
 		if s, ok := prev[name]; ok {

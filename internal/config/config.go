@@ -32,6 +32,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/lagbridge/lagbridge/brokers"
 	"github.com/lagbridge/lagbridge/brokers/kafka"
 	"github.com/lagbridge/lagbridge/brokers/nats"
 	"github.com/lagbridge/lagbridge/internal/enforce"
@@ -485,13 +486,13 @@ func (c Config) Validate() error {
 	for i, k := range c.Kafka {
 		path := fmt.Sprintf("kafka[%d]", i)
 		cluster(path, k.Cluster)
-		errs = append(errs, reprefix(k.Validate(), "kafka.", path+".")...)
+		errs = append(errs, split(brokers.InSection(k.Validate(), path))...)
 	}
 	for i, n := range c.NATS {
 		path := fmt.Sprintf("nats[%d]", i)
 		cluster(path, n.Cluster)
 		nerrs := n.Validate()
-		errs = append(errs, reprefix(nerrs, "nats.", path+".")...)
+		errs = append(errs, split(brokers.InSection(nerrs, path))...)
 		for j, u := range n.URLs {
 			field := fmt.Sprintf("urls[%d]", j)
 			if reported(nerrs, field) {
@@ -630,34 +631,6 @@ func split(err error) []error {
 	}
 	return []error{err}
 }
-
-// reprefix splits a joined error and renames each problem's leading
-// "kafka." into "kafka[i]." so every message names its place in the file.
-func reprefix(err error, from, to string) []error {
-	if err == nil {
-		return nil
-	}
-	var list []error
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		list = j.Unwrap()
-	} else {
-		list = []error{err}
-	}
-	out := make([]error, 0, len(list))
-	for _, e := range list {
-		out = append(out, prefixed{msg: to + strings.TrimPrefix(e.Error(), from), err: e})
-	}
-	return out
-}
-
-// prefixed renames an error's message and keeps it for errors.Is/As.
-type prefixed struct {
-	msg string
-	err error
-}
-
-func (p prefixed) Error() string { return p.msg }
-func (p prefixed) Unwrap() error { return p.err }
 
 // Logger builds the slog logger c.Log asks for, writing to w.
 func (c Config) Logger(w interface{ Write([]byte) (int, error) }) *slog.Logger {
