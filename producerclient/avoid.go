@@ -1,8 +1,11 @@
 package producerclient
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
+	"sync"
 	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -38,7 +41,131 @@ import (
 type AvoidPartitioner struct {
 	base kgo.Partitioner
 	b    atomic.Pointer[avoidBinding]
+	// keyed holds a *keyedTopic per topic (see keyedPartition).
+	keyed sync.Map
 }
+
+// keyedTopic is what an AvoidPartitioner knows of one topic for placing
+// keyed records ahead of franz-go: the partition count franz-go last
+// partitioned a record of it over that must be placed consistently (0:
+// none yet), and a partitioner of base's own for the topic, whose methods
+// are not safe for concurrent use (mu).
+type keyedTopic struct {
+	n  atomic.Int32
+	mu sync.Mutex
+	tp kgo.TopicPartitioner
+}
+
+func (a *AvoidPartitioner) keyedOf(topic string) *keyedTopic {
+	if kt, ok := a.keyed.Load(topic); ok {
+		return kt.(*keyedTopic)
+	}
+	kt, _ := a.keyed.LoadOrStore(topic, new(keyedTopic))
+	return kt.(*keyedTopic)
+}
+
+// keyedPartition returns the partition franz-go will place r, a record of
+// topic with a key, on: base's choice for a record it must place
+// consistently (franz-go's default partitioner: the murmur2 hash of the
+// key over all the topic's partitions, as Kafka's Java client), over the
+// partition count franz-go last used for such a record of the topic, or,
+// before it placed one, the count in the client's cached metadata (see
+// cachedCount). ok is false when neither is known, or base does not place
+// r by its key. Should the topic grow partitions, the records checked
+// before franz-go places one over the new count are checked against the
+// old one.
+func (a *AvoidPartitioner) keyedPartition(topic string, r *kgo.Record) (int32, bool) {
+	kt := a.keyedOf(topic)
+	n := int(kt.n.Load())
+	if n <= 0 {
+		if n = a.cachedCount(topic); n <= 0 {
+			return -1, false
+		}
+	}
+	kt.mu.Lock()
+	defer kt.mu.Unlock()
+	if kt.tp == nil {
+		kt.tp = a.base.ForTopic(topic)
+	}
+	if !kt.tp.RequiresConsistency(r) {
+		return -1, false
+	}
+	var i int
+	if bp, ok := kt.tp.(kgo.TopicBackupPartitioner); ok {
+		i = bp.PartitionByBackup(r, n, &noBackup{n: n})
+	} else {
+		i = kt.tp.Partition(r, n)
+	}
+	if i < 0 || i >= n {
+		return -1, false
+	}
+	return int32(i), true
+}
+
+// maxCachedCount bounds cachedCount's walk.
+const maxCachedCount = 1 << 16
+
+// cachedCount is how many partitions of topic the client's cached
+// metadata holds (PartitionLeader reads the cache, no request): the first
+// partition number it knows nothing of, leaderless partitions (which come
+// with their error) included. 0 when the topic is not loaded or its last
+// load failed (PartitionLeader then answers every partition number it
+// does not hold with that error, which cannot be told from a leaderless
+// partition's).
+func (a *AvoidPartitioner) cachedCount(topic string) int {
+	b := a.b.Load()
+	if b == nil {
+		return 0
+	}
+	if _, _, err := b.cl.PartitionLeader(topic, math.MaxInt32); err != nil {
+		return 0
+	}
+	n := 0
+	for ; n < maxCachedCount; n++ {
+		if leader, _, err := b.cl.PartitionLeader(topic, int32(n)); leader == -1 && err == nil {
+			break
+		}
+	}
+	return n
+}
+
+// noBackup is a kgo.TopicBackupIter over n partitions with nothing
+// buffered: a consistent placement does not look at it.
+type noBackup struct{ i, n int }
+
+func (b *noBackup) Next() (int, int64) {
+	b.i++
+	return b.i - 1, 0
+}
+
+func (b *noBackup) Rem() int { return b.n - b.i }
+
+// PartitionBusyError is the cause ([RejectError].Err) of a keyed Kafka
+// record the producer refused because its key sends it to a partition
+// its topic's lease says to avoid (signal avoid-partitions): that
+// partition's consumer is late, the topic's other partitions are fine. The
+// RejectError's Signal is SignalAvoidPartitions (errors.Is(err,
+// ErrAvoidPartitions)); errors.As finds the PartitionBusyError. The record
+// was not sent and took no token. Only keyed records placed by their key
+// are refused this way; keyless records go to another partition instead
+// (see AvoidPartitioner), and the rest of the topic is not slowed down.
+// The partition is listed until its consumer is back inside the deadline
+// for a few observations ([Quota].AvoidPartitions shows the list); the
+// RejectError's RetryAfter is the lease's hint, 0 when it gives none.
+type PartitionBusyError struct {
+	// Topic is the record's topic.
+	Topic string
+	// Partition is the partition its key sends it to.
+	Partition int32
+}
+
+// Error says which partition is busy.
+func (e *PartitionBusyError) Error() string {
+	return fmt.Sprintf("producerclient: partition %d of %s is late (the lease says to avoid it); the topic's other partitions are not", e.Partition, e.Topic)
+}
+
+// Unwrap returns ErrAvoidPartitions.
+func (e *PartitionBusyError) Unwrap() error { return ErrAvoidPartitions }
 
 // avoidBinding is the producer an AvoidPartitioner serves: its leases, and
 // the client whose metadata says which partitions franz-go may write.
@@ -70,7 +197,7 @@ func (a *AvoidPartitioner) detach(c *core) {
 // same optional extensions (OnNewBatch, PartitionByBackup) as base's.
 func (a *AvoidPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
 	tp := a.base.ForTopic(topic)
-	at := avoidTopic{a: a, topic: topic, base: tp}
+	at := avoidTopic{a: a, topic: topic, base: tp, kt: a.keyedOf(topic)}
 	_, nb := tp.(kgo.TopicPartitionerOnNewBatch)
 	_, bk := tp.(kgo.TopicBackupPartitioner)
 	switch {
@@ -90,8 +217,9 @@ type avoidTopic struct {
 	base  kgo.TopicPartitioner
 	// t caches the producer's state of topic (franz-go calls a topic's
 	// partitioner from one goroutine at a time).
-	t *topic
-	b *avoidBinding
+	t  *topic
+	b  *avoidBinding
+	kt *keyedTopic
 	// writable is scratch space for the rebuilt list of writable
 	// partitions (see mapping).
 	writable []int32
@@ -108,11 +236,19 @@ func (t *avoidTopic) Partition(r *kgo.Record, n int) int {
 // writable partitions. It returns a random index whose partition is not
 // avoided (i itself when all are, or when the list cannot be known).
 func (t *avoidTopic) redirect(r *kgo.Record, i, n int) int {
+	if t.base.RequiresConsistency(r) {
+		// Placed over all the topic's partitions: note how many, for
+		// keyedPartition.
+		if int(t.kt.n.Load()) != n {
+			t.kt.n.Store(int32(n))
+		}
+		return i
+	}
 	if r.Key != nil || n <= 1 {
 		return i
 	}
 	avoid := t.avoided()
-	if len(avoid) == 0 || t.base.RequiresConsistency(r) {
+	if len(avoid) == 0 {
 		return i
 	}
 	parts, ok := t.mapping(n)

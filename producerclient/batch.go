@@ -102,16 +102,23 @@ func (p *KafkaProducer) produceBatch(ctx context.Context, rs []*kgo.Record, done
 			i++
 			continue
 		}
+		t := p.c.topic(name)
+		if rej := p.busyPartition(t, r); rej != nil {
+			p.unhandled(r, done, rej)
+			refused++
+			i++
+			continue
+		}
 		meta, hasCrit, _ := readKafkaMeta(r.Headers)
 		j := i + 1
-		for j < len(rs) && p.sameRun(rs[j], name, meta, hasCrit) {
+		for j < len(rs) && p.sameRun(rs[j], name, meta, hasCrit) && !p.isAvoided(t, rs[j]) {
 			j++
 		}
 		if !clk.read {
 			clk = p.read()
 		}
 		var n int
-		clk, n = p.produceRun(ctx, rs[i:j], p.c.topic(name), meta, hasCrit, done, opts, clk, sync)
+		clk, n = p.produceRun(ctx, rs[i:j], t, meta, hasCrit, done, opts, clk, sync)
 		refused += n
 		i = j
 	}

@@ -123,6 +123,13 @@ func (kp *kpending) Value(key any) any           { return kp.rc().Value(key) }
 // on the calling goroutine, within the retry budget, the context's
 // deadline and the lease's signal.
 //
+// A record with a key that sends it to a partition the lease says to
+// avoid is refused at once, unsent and without taking a token:
+// SignalAvoidPartitions with a *PartitionBusyError naming the partition
+// (the topic's other partitions are not slowed down). Keyless records are
+// placed on another partition instead (see AvoidPartitioner). The same
+// holds for ProduceAsync and the batch calls.
+//
 // Each attempt goes out at once, as with franz-go's own ProduceSync: the
 // partition the record lands on stops lingering (kgo.ProducerLinger, 10ms
 // by default) instead of waiting for more records, since the caller is
@@ -140,6 +147,9 @@ func (p *KafkaProducer) Produce(ctx context.Context, r *kgo.Record, opts ...Call
 		return err
 	}
 	t := p.c.topic(name)
+	if rej := p.busyPartition(t, r); rej != nil {
+		return rej
+	}
 	meta, hasCrit, _ := readKafkaMeta(r.Headers)
 	var m msg
 	p.c.prepare(ctx, &m, t, opts, meta, hasCrit)
@@ -207,7 +217,8 @@ func (p *KafkaProducer) recordTopic(r *kgo.Record) (string, error) {
 // It also returns a refusal at call time: when the SDK refused r before
 // handing it to franz-go (Drop's ErrRateLimited or ErrInFlightLimit, a
 // stop lease, ErrQuotaUnavailable, ErrThrottled, ErrExpired, ErrClosed, a
-// failed Block wait, or an invalid record), it returns the very error
+// failed Block wait, a keyed record bound for an avoided partition
+// (PartitionBusyError), or an invalid record), it returns the very error
 // done received, after done returned; the rejection is counted once. nil
 // means r was handed to franz-go and its outcome comes through done only.
 // The return value is for callers that branch at once (shed the request,
@@ -237,6 +248,10 @@ func (p *KafkaProducer) ProduceAsync(ctx context.Context, r *kgo.Record, done fu
 		return err
 	}
 	t := p.c.topic(name)
+	if rej := p.busyPartition(t, r); rej != nil {
+		p.unhandled(r, done, rej)
+		return rej
+	}
 	meta, hasCrit, _ := readKafkaMeta(r.Headers)
 	kp := new(kpending)
 	p.c.prepare(ctx, &kp.m, t, opts, meta, hasCrit)
@@ -252,6 +267,38 @@ func (p *KafkaProducer) ProduceAsync(ctx context.Context, r *kgo.Record, done fu
 		return rej
 	}
 	return nil
+}
+
+// busyPartition refuses r, a record of t, when it has a key that sends it
+// to a partition t's lease says to avoid (see PartitionBusyError): the
+// rejection holds r and is counted; nil otherwise. It costs an atomic load
+// for a record without a key or a topic without an avoid list.
+func (p *KafkaProducer) busyPartition(t *topic, r *kgo.Record) *RejectError {
+	part, v, ok := p.avoidedBy(t, r)
+	if !ok {
+		return nil
+	}
+	rej := reject(t.name, SignalAvoidPartitions, nil, fmt.Sprintf("the record's key sends it to partition %d, which the lease says to avoid (%s)", part, v.reason),
+		v.retryAfter, &PartitionBusyError{Topic: t.name, Partition: part})
+	rej.Record = r
+	t.refused.Add(1)
+	return p.c.rejectCount(t, reasonPartition, rej)
+}
+
+// avoidedBy returns the partition r's key sends it to and the lease of t
+// that says to avoid it; ok is false when r is not refused for its
+// partition (no key, no avoid list, an advisory lease, a partition not
+// listed or not known, or a client whose partitioner is not ours).
+func (p *KafkaProducer) avoidedBy(t *topic, r *kgo.Record) (part int32, v *quotaView, ok bool) {
+	if p.part == nil || r == nil || r.Key == nil {
+		return -1, nil, false
+	}
+	v = t.view.Load()
+	if len(v.avoid) == 0 || v.advisory {
+		return -1, nil, false
+	}
+	part, ok = p.part.keyedPartition(t.name, r)
+	return part, v, ok && contains(v.avoid, int(part))
 }
 
 // now reads the clock once for a record. With the system clock and no
@@ -551,4 +598,11 @@ func stampKafka(r *kgo.Record, deadline time.Time, crit ttl.Criticality) {
 	case crit != ttl.Critical:
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: ttl.HeaderCriticality, Value: cv})
 	}
+}
+
+// isAvoided reports whether busyPartition would refuse r (without
+// counting it).
+func (p *KafkaProducer) isAvoided(t *topic, r *kgo.Record) bool {
+	_, _, ok := p.avoidedBy(t, r)
+	return ok
 }

@@ -26,7 +26,7 @@ func newCollector(c *core) *collector {
 	return &collector{
 		c:              c,
 		admitted:       d("admitted_total", "Messages admitted by the local quota (before any broker attempt).", "topic"),
-		rejected:       d("rejected_total", "Messages handed back to the caller with an error, by reason (rate, in_flight, throttled, stop, quota_unavailable, closed, expired, broker, retry_budget, canceled).", "topic", "reason"),
+		rejected:       d("rejected_total", "Messages handed back to the caller with an error, by reason (rate, in_flight, throttled, stop, quota_unavailable, closed, expired, broker, retry_budget, canceled, partition).", "topic", "reason"),
 		attempts:       d("attempts_total", "Sends to the broker, first attempts and retries.", "topic"),
 		retries:        d("retries_total", "Retries granted by the retry budget.", "topic"),
 		acked:          d("acked_total", "Messages acknowledged by the broker.", "topic"),
@@ -126,7 +126,9 @@ type TopicStats struct {
 	// lease's rate.
 	Admitted, Attempts, Retries, Acked, BrokerErrors, AdvisoryViolations uint64
 	// Rejected by reason: rate, in_flight, throttled, stop,
-	// quota_unavailable, closed, expired, broker, retry_budget, canceled.
+	// quota_unavailable, closed, expired, broker, retry_budget, canceled,
+	// partition (a keyed record bound for an avoided partition, see
+	// PartitionBusyError).
 	Rejected map[string]uint64
 	// InFlight now.
 	InFlight int64

@@ -22,6 +22,7 @@ const (
 	reasonBroker
 	reasonRetryBudget
 	reasonCanceled
+	reasonPartition
 	numReasons
 )
 
@@ -36,6 +37,7 @@ var reasonNames = [numReasons]string{
 	reasonBroker:           "broker",
 	reasonRetryBudget:      "retry_budget",
 	reasonCanceled:         "canceled",
+	reasonPartition:        "partition",
 }
 
 // rejectCount counts r, the rejection of one message of t, under why and

@@ -1,0 +1,154 @@
+package producerclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+)
+
+// TestKafkaKeyedAvoidedPartition: under a lease that says to avoid
+// partition 1 of four, a keyed record whose key sends it there is refused
+// at once with SignalAvoidPartitions and a *PartitionBusyError naming
+// partition 1, whichever call sends it; every other keyed record lands
+// where a plain franz-go client puts it, and keyless records are never
+// refused (they go around partition 1). An advisory lease, or one without
+// the list, refuses nothing.
+func TestKafkaKeyedAvoidedPartition(t *testing.T) {
+	type outcome struct {
+		r   *kgo.Record
+		err error
+	}
+	sends := []struct {
+		name string
+		send func(ctx context.Context, p *KafkaProducer, rs []*kgo.Record) []outcome
+	}{
+		{"Produce", func(ctx context.Context, p *KafkaProducer, rs []*kgo.Record) []outcome {
+			var out []outcome
+			for _, r := range rs {
+				out = append(out, outcome{r, p.Produce(ctx, r)})
+			}
+			return out
+		}},
+		{"ProduceAsync", func(ctx context.Context, p *KafkaProducer, rs []*kgo.Record) []outcome {
+			var (
+				mu  sync.Mutex
+				wg  sync.WaitGroup
+				out []outcome
+			)
+			for _, r := range rs {
+				wg.Add(1)
+				ret := p.ProduceAsync(ctx, r, func(r *kgo.Record, err error) {
+					mu.Lock()
+					out = append(out, outcome{r, err})
+					mu.Unlock()
+					wg.Done()
+				})
+				var busy *PartitionBusyError
+				if ret != nil && !errors.As(ret, &busy) {
+					t.Errorf("ProduceAsync returned %v", ret)
+				}
+			}
+			wg.Wait()
+			return out
+		}},
+		{"ProduceBatch", func(ctx context.Context, p *KafkaProducer, rs []*kgo.Record) []outcome {
+			var out []outcome
+			for _, res := range p.ProduceBatch(ctx, rs) {
+				out = append(out, outcome{res.Record, res.Err})
+			}
+			return out
+		}},
+	}
+	leases := []struct {
+		name   string
+		lease  quotaproto.Lease
+		refuse bool
+	}{
+		{"avoid partition 1", quotaproto.Lease{Topic: "orders", Signal: quotaproto.SignalAvoidPartitions, AvoidPartitions: []int32{1}, Version: 1}, true},
+		{"advisory", quotaproto.Lease{Topic: "orders", Signal: quotaproto.SignalAvoidPartitions, AvoidPartitions: []int32{1}, Advisory: true, Version: 1}, false},
+		{"no list", quotaproto.Lease{Topic: "orders", Signal: quotaproto.SignalOK, Version: 1}, false},
+	}
+	for _, s := range sends {
+		for _, l := range leases {
+			t.Run(s.name+"/"+l.name, func(t *testing.T) {
+				c := newKfake(t, 4, "orders")
+				ctx := ctxFor(t, 20*time.Second)
+				// Where a plain client puts each key.
+				plain := newKgo(t, c)
+				want := map[string]int32{}
+				var rs []*kgo.Record
+				for i := range 24 {
+					key := fmt.Sprintf("key-%d", i)
+					r := &kgo.Record{Topic: "orders", Key: []byte(key)}
+					if err := plain.ProduceSync(ctx, r).FirstErr(); err != nil {
+						t.Fatal(err)
+					}
+					want[key] = r.Partition
+					rs = append(rs, &kgo.Record{Topic: "orders", Key: []byte(key)}, &kgo.Record{Topic: "orders", Value: []byte(key)})
+				}
+				p := newKafkaProducer(t, newKgo(t, c), Config{})
+				// The producer's client loads the topic's metadata with its
+				// first record (before that, keys cannot be placed ahead).
+				if err := p.Produce(ctx, &kgo.Record{Topic: "orders"}); err != nil {
+					t.Fatal(err)
+				}
+				setLease(t, p.c, l.lease)
+				refused := 0
+				for _, o := range s.send(ctx, p, rs) {
+					if o.r.Key == nil {
+						switch {
+						case o.err != nil:
+							t.Errorf("keyless record refused: %v", o.err)
+						case l.refuse && o.r.Partition == 1:
+							t.Errorf("keyless record on avoided partition 1")
+						}
+						continue
+					}
+					bound := want[string(o.r.Key)]
+					if !l.refuse || bound != 1 {
+						if o.err != nil || o.r.Partition != bound {
+							t.Errorf("key %s: partition %d, %v; a plain client puts it on %d", o.r.Key, o.r.Partition, o.err, bound)
+						}
+						continue
+					}
+					refused++
+					var busy *PartitionBusyError
+					var rej *RejectError
+					switch {
+					case !errors.Is(o.err, ErrAvoidPartitions) || errors.Is(o.err, ErrSlowDown) || errors.Is(o.err, ErrStop):
+						t.Errorf("key %s bound for 1: %v, want avoid-partitions only", o.r.Key, o.err)
+					case !errors.As(o.err, &busy) || busy.Topic != "orders" || busy.Partition != 1:
+						t.Errorf("key %s: %v, want a PartitionBusyError for orders/1", o.r.Key, o.err)
+					case !errors.As(o.err, &rej) || rej.Record != o.r || rej.Attempts != 0 || rej.Signal != SignalAvoidPartitions:
+						t.Errorf("key %s: %+v, want the record handed back unsent", o.r.Key, rej)
+					}
+				}
+				if l.refuse && refused == 0 {
+					t.Fatalf("no key of %v sent to partition 1: the case tests nothing", want)
+				}
+				if got := p.Stats().Topics["orders"].Rejected["partition"]; got != uint64(refused) {
+					t.Errorf("counted %d refusals for a partition, want %d", got, refused)
+				}
+			})
+		}
+	}
+}
+
+// TestPartitionBusyError pins the error's contract on its own and wrapped.
+func TestPartitionBusyError(t *testing.T) {
+	e := &PartitionBusyError{Topic: "orders", Partition: 3}
+	rej := reject("orders", SignalAvoidPartitions, nil, "late", 0, e)
+	for name, err := range map[string]error{"plain": e, "wrapped": fmt.Errorf("send: %w", e), "in a RejectError": rej} {
+		var got *PartitionBusyError
+		if !errors.Is(err, ErrAvoidPartitions) || !errors.As(err, &got) || got.Partition != 3 || got.Topic != "orders" {
+			t.Errorf("%s: %v does not match ErrAvoidPartitions and a PartitionBusyError for orders/3", name, err)
+		}
+	}
+}
