@@ -72,9 +72,7 @@ func newJetStream(tb testing.TB, name, subject, durable string, n int) (*server.
 // floor.
 func TestNATSReporterEndToEnd(t *testing.T) {
 	s, cons := newJetStream(t, "ORDERS", "orders.new", "billing", 10)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	obs, err := nats.New(ctx, nats.Config{Cluster: "main", URLs: []string{s.ClientURL()}, RequestTimeout: 2 * time.Second})
+	obs, err := nats.New(nats.Config{Cluster: "main", URLs: []string{s.ClientURL()}, RequestTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

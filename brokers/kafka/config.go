@@ -109,6 +109,10 @@ type Config struct {
 	// (Kafka's fetch.max.bytes); partitions that do not fit wait for a
 	// later cycle. Zero means DefaultHeadFetchMaxBytes (8 MiB).
 	HeadFetchMaxBytes int32
+	// Now is the observer's clock: the time of each reading
+	// (lag.Sample.At) and the age of cached heads. Nil means time.Now; it
+	// must be safe for concurrent use. Not a setting of the config file.
+	Now func() time.Time `mapstructure:"-"`
 }
 
 func (c Config) withDefaults() Config {
@@ -123,6 +127,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HeadFetchMaxBytes == 0 {
 		c.HeadFetchMaxBytes = DefaultHeadFetchMaxBytes
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }

@@ -42,7 +42,6 @@ type Observer struct {
 	adm    *kadm.Client
 	groups brokers.Matcher
 	topics brokers.Matcher
-	now    func() time.Time
 
 	decompressor kgo.Decompressor
 
@@ -141,7 +140,6 @@ func New(cfg Config, opts ...kgo.Opt) (*Observer, error) {
 		adm:    adm,
 		groups: groups,
 		topics: topics,
-		now:    time.Now,
 
 		decompressor: kgo.DefaultDecompressor(),
 		heads:        make(map[string]*topicHeads),
@@ -398,7 +396,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 	if err := o.stopped(ctx); err != nil {
 		return nil, err
 	}
-	at := o.now()
+	at := o.cfg.Now()
 	o.at = at
 
 	// Compute lag; collect the heads to fetch.

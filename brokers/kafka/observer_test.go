@@ -393,9 +393,8 @@ func TestCompactionAfterCachedHead(t *testing.T) {
 	t.Parallel()
 	c, adm := compactedTopic(t)
 	commit(t, adm, "compactor", "compacted", map[int32]int64{0: 1})
-	o := newObserver(t, c, nil)
 	clock := time.Now()
-	o.now = func() time.Time { return clock }
+	o := newObserver(t, c, func(cfg *Config) { cfg.Now = func() time.Time { return clock } })
 	wantPart(t, mustFind(t, observe(t, o), "compactor", "compacted"), 0, 0, 6, 1, 5, 1) // head offset 1
 
 	c.Compact() // drops offsets 1 and 2

@@ -88,6 +88,10 @@ type Config struct {
 	// Concurrency is how many streams are refreshed in parallel within one
 	// Observe call. Zero means DefaultConcurrency (4).
 	Concurrency int `mapstructure:"concurrency"`
+	// Now is the observer's clock: the time of each reading
+	// (lag.Sample.At) and of the refresh schedule. Nil means time.Now; it
+	// must be safe for concurrent use. Not a setting of the config file.
+	Now func() time.Time `mapstructure:"-"`
 }
 
 // Filter selects names by anchored regular expressions (brokers.Filter; Go
@@ -226,6 +230,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }

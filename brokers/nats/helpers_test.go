@@ -84,13 +84,13 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 // newObserver connects an Observer to s, closing it at cleanup.
-func newObserver(tb testing.TB, s *server.Server, mod func(*Config), opts ...Option) *Observer {
+func newObserver(tb testing.TB, s *server.Server, mod func(*Config), opts ...natsgo.Option) *Observer {
 	tb.Helper()
 	cfg := Config{Cluster: "test", URLs: []string{s.ClientURL()}, RequestTimeout: 2 * time.Second}
 	if mod != nil {
 		mod(&cfg)
 	}
-	o, err := New(context.Background(), cfg, opts...)
+	o, err := New(cfg, opts...)
 	if err != nil {
 		tb.Fatalf("New: %v", err)
 	}

@@ -50,31 +50,6 @@ func (e *StreamError) Error() string { return "stream " + e.Stream + ": " + e.Er
 // Unwrap returns the cause.
 func (e *StreamError) Unwrap() error { return e.Err }
 
-// Option configures New beyond Config; options are for wiring and tests.
-type Option func(*options)
-
-type options struct {
-	nats []natsgo.Option
-	now  func() time.Time
-}
-
-// WithNATSOptions appends nats.go connection options, applied after the
-// ones derived from Config (so they override them). A ClosedHandler set
-// here is still called.
-func WithNATSOptions(opts ...natsgo.Option) Option {
-	return func(o *options) { o.nats = append(o.nats, opts...) }
-}
-
-// WithClock sets the clock used for lag.Sample.At and for scheduling
-// refreshes; nil means time.Now. It must be safe for concurrent use.
-func WithClock(now func() time.Time) Option {
-	return func(o *options) {
-		if now != nil {
-			o.now = now
-		}
-	}
-}
-
 // CycleStats counts the work of Observe calls: one cycle (Stats.Last) or
 // all cycles since New (Stats.Total).
 type CycleStats struct {
@@ -141,7 +116,6 @@ type Observer struct {
 	streams   brokers.Matcher
 	consumers brokers.Matcher
 	sched     schedule
-	now       func() time.Time
 	nc        *natsgo.Conn
 	js        jetstream.JetStream
 	prefix    string
@@ -203,25 +177,23 @@ func (o *Observer) SetOwns(owns func(stream string) bool) {
 	o.owns.Store(&owns)
 }
 
-// New validates cfg, connects to NATS and returns an Observer. The
-// connection reconnects forever (Config.ReconnectWait apart); New itself
-// fails when the first connect fails (within Config.RequestTimeout), when
-// a TLS or nkey file cannot be read, or with the joined Validate errors.
-// It does not check that JetStream is enabled: Observe reports
-// ErrNoJetStream. ctx is checked before connecting; nats.go's connect is
-// bounded by RequestTimeout, not by ctx.
-func New(ctx context.Context, cfg Config, opts ...Option) (*Observer, error) {
+// New validates cfg, connects to NATS and returns an Observer. opts are
+// nats.go connection options applied after the ones built from cfg (so
+// they win; a ClosedHandler set here is still called), as kafka.New takes
+// kgo options. The connection reconnects forever (Config.ReconnectWait
+// apart); New itself fails when the first connect fails (within
+// Config.RequestTimeout; with nats.RetryOnFailedConnect it does not wait),
+// when a TLS or nkey file cannot be read, or with the joined Validate
+// errors. It does not check that JetStream is enabled: Observe reports
+// ErrNoJetStream.
+func New(cfg Config, opts ...natsgo.Option) (*Observer, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	o := &Observer{
 		cfg:      cfg,
 		sched:    newSchedule(cfg),
-		now:      time.Now,
 		prefix:   jetstream.DefaultAPIPrefix,
 		closedCh: make(chan struct{}),
 		state:    make(map[string]*streamState),
@@ -236,14 +208,6 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Observer, error) {
 	if o.consumers, err = cfg.Consumers.Compile(); err != nil {
 		return nil, err
 	}
-	var op options
-	for _, f := range opts {
-		f(&op)
-	}
-	if op.now != nil {
-		o.now = op.now
-	}
-
 	nopts := natsgo.GetDefaultOptions()
 	nopts.Servers = cfg.URLs
 	base := []natsgo.Option{
@@ -256,7 +220,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Observer, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range slices.Concat(base, authTLS, op.nats) {
+	for _, f := range slices.Concat(base, authTLS, opts) {
 		if err := f(&nopts); err != nil {
 			return nil, fmt.Errorf("nats: option: %w", err)
 		}
@@ -396,7 +360,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 		watch.Wait()
 	}()
 
-	start := o.now()
+	start := o.cfg.Now()
 	if st := o.nc.Status(); st != natsgo.CONNECTED {
 		return nil, fmt.Errorf("%w (%s)", ErrNotConnected, st)
 	}
@@ -407,7 +371,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 		cycle.StreamInfoCalls = cs.streamInfoCalls.Load()
 		cycle.GetCalls = cs.getCalls.Load()
 		cycle.GetCacheHits = cs.getCacheHits.Load()
-		cycle.Duration = o.now().Sub(start)
+		cycle.Duration = o.cfg.Now().Sub(start)
 		o.statsMu.Lock()
 		o.stats.Cycles++
 		o.stats.Last = cycle
@@ -558,7 +522,7 @@ func (o *Observer) refresh(ctx context.Context, j refreshJob, cs *cycleCounters)
 		fail(fmt.Errorf("list consumers: %w", err))
 		return
 	}
-	at := o.now()
+	at := o.cfg.Now()
 	cs.streamInfoCalls.Add(1)
 	sctx, cancel := context.WithTimeout(ctx, o.cfg.RequestTimeout)
 	stream, err := o.js.Stream(sctx, j.name)

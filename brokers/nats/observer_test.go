@@ -48,7 +48,7 @@ func TestDurablePull(t *testing.T) {
 			c.publish(t, subjects...)
 			cons := c.consumer(t, "ORDERS", jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy})
 			clock := newFakeClock()
-			o := newObserver(t, s, nil, WithClock(clock.Now))
+			o := newObserver(t, s, func(c *Config) { c.Now = clock.Now })
 
 			sm := find(t, observe(t, o), "ORDERS", "worker")
 			p := sm.Partitions[0]
@@ -263,7 +263,7 @@ func TestFilterSubjects(t *testing.T) {
 	c.consumer(t, "MIX", jetstream.ConsumerConfig{Durable: "conly", FilterSubject: "c.*", AckPolicy: jetstream.AckExplicitPolicy})
 	c.consumer(t, "MIX", jetstream.ConsumerConfig{Durable: "all3", FilterSubjects: []string{"c.*", "a.*", "b.*"}, AckPolicy: jetstream.AckExplicitPolicy})
 	clock := newFakeClock()
-	o := newObserver(t, s, nil, WithClock(clock.Now))
+	o := newObserver(t, s, func(c *Config) { c.Now = clock.Now })
 
 	samples := observe(t, o)
 	p := find(t, samples, "MIX", "ab").Partitions[0]
@@ -317,7 +317,7 @@ func TestRedeliveriesAreNotConsumption(t *testing.T) {
 	waitPending(t, u, 3)
 	// The head is a real stored timestamp: start the clock at real time.
 	clock := &fakeClock{t: time.Now()}
-	o := newObserver(t, s, func(c *Config) { c.InfoInterval = time.Millisecond; c.Interval = time.Millisecond }, WithClock(clock.Now))
+	o := newObserver(t, s, func(c *Config) { c.InfoInterval = time.Millisecond; c.Interval = time.Millisecond; c.Now = clock.Now })
 	tr := lag.NewTracker(nil)
 	consumers := map[string]jetstream.Consumer{"filtered": f, "unfiltered": u}
 
@@ -432,7 +432,7 @@ func TestPurge(t *testing.T) {
 	onlya := c.consumer(t, "PG", jetstream.ConsumerConfig{Durable: "onlya", FilterSubject: "pg.a", AckPolicy: jetstream.AckExplicitPolicy})
 	fetch(t, all, 3, 0)
 	clock := newFakeClock()
-	o := newObserver(t, s, nil, WithClock(clock.Now))
+	o := newObserver(t, s, func(c *Config) { c.Now = clock.Now })
 
 	samples := observe(t, o)
 	checkPart(t, "all before", find(t, samples, "PG", "all").Partitions[0], 10, 3, 1, 1, 11)
@@ -646,7 +646,8 @@ func TestJitterSchedule(t *testing.T) {
 		c.Interval = time.Second
 		c.InfoInterval = 5 * time.Second
 		c.Jitter = 1
-	}, WithClock(clock.Now))
+		c.Now = clock.Now
+	})
 
 	lastAt := map[string]time.Time{}
 	refreshes := map[string]int{}
@@ -709,7 +710,7 @@ func TestJitterSchedule(t *testing.T) {
 // InfoIntervals (a stream the server listed without its info) are Stale.
 func TestStaleAfterThreeIntervals(t *testing.T) {
 	clock := newFakeClock()
-	o := &Observer{cfg: Config{InfoInterval: time.Second}.withDefaults(), now: clock.Now, state: map[string]*streamState{}}
+	o := &Observer{cfg: Config{InfoInterval: time.Second, Now: clock.Now}.withDefaults(), state: map[string]*streamState{}}
 	sample := lag.Sample{Target: lag.Target{Topic: "S", Group: "c"}, At: clock.Now(), Partitions: []lag.PartitionSample{{Lag: 3}}}
 	o.state["S"] = &streamState{ok: true, fetchedAt: clock.Now(), samples: []lag.Sample{sample}}
 	for _, tc := range []struct {
@@ -743,7 +744,7 @@ func TestServerRestart(t *testing.T) {
 	c.publish(t, "r", "r", "r")
 	c.consumer(t, "R", jetstream.ConsumerConfig{Durable: "c"})
 	o := newObserver(t, s, func(c *Config) { c.InfoInterval = time.Nanosecond },
-		WithNATSOptions(natsgo.ReconnectWait(50*time.Millisecond)))
+		natsgo.ReconnectWait(50*time.Millisecond))
 	if p := find(t, observe(t, o), "R", "c").Partitions[0]; p.Lag != 3 {
 		t.Fatalf("before restart: lag %d", p.Lag)
 	}
@@ -797,7 +798,7 @@ func TestAuth(t *testing.T) {
 			s := startServer(t, tc.server)
 			cfg := Config{Cluster: "test", URLs: []string{s.ClientURL()}, RequestTimeout: 2 * time.Second}
 			tc.cfg(&cfg)
-			o, err := New(context.Background(), cfg)
+			o, err := New(cfg)
 			if tc.wantErr {
 				if err == nil {
 					o.Close()
@@ -845,11 +846,11 @@ func TestClose(t *testing.T) {
 // TestNewErrors: New rejects an invalid config with every problem and
 // fails on an unreachable server.
 func TestNewErrors(t *testing.T) {
-	_, err := New(context.Background(), Config{})
+	_, err := New(Config{})
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("empty config: %v, want ErrInvalidConfig", err)
 	}
-	_, err = New(context.Background(), Config{Cluster: "x", URLs: []string{"nats://127.0.0.1:1"}, RequestTimeout: 500 * time.Millisecond})
+	_, err = New(Config{Cluster: "x", URLs: []string{"nats://127.0.0.1:1"}, RequestTimeout: 500 * time.Millisecond})
 	if err == nil {
 		t.Error("unreachable server: New succeeded")
 	}

@@ -55,7 +55,7 @@ func TestTLS(t *testing.T) {
 
 	cfg := base
 	cfg.TLS = TLS{CAFile: pki.caFile, CertFile: pki.clientCert, KeyFile: pki.clientKey}
-	o, err := New(context.Background(), cfg)
+	o, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New with mTLS: %v", err)
 	}
@@ -66,14 +66,14 @@ func TestTLS(t *testing.T) {
 
 	cfg = base
 	cfg.TLS = TLS{CAFile: pki.caFile}
-	if o2, err := New(context.Background(), cfg); err == nil {
+	if o2, err := New(cfg); err == nil {
 		o2.Close()
 		t.Error("New without client certificate succeeded")
 	}
 
 	cfg = base
 	cfg.TLS = TLS{CAFile: filepath.Join(t.TempDir(), "missing.pem")}
-	if _, err := New(context.Background(), cfg); !errors.Is(err, os.ErrNotExist) {
+	if _, err := New(cfg); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing CA file: %v, want os.ErrNotExist", err)
 	}
 }

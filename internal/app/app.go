@@ -171,7 +171,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 			nc.Interval = cfg.Interval
 		}
 		// Start even while NATS is unreachable: not ready until it answers.
-		o, err := nats.New(ctx, nc, nats.WithNATSOptions(natsgo.RetryOnFailedConnect(true)))
+		o, err := nats.New(nc, natsgo.RetryOnFailedConnect(true))
 		if err != nil {
 			a.Close()
 			return nil, fmt.Errorf("nats cluster %q: %w", nc.Cluster, err)
