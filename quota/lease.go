@@ -177,7 +177,10 @@ type LeaseConfig struct {
 // DefaultInlineMembers is LeaseConfig.InlineMembers's default.
 const DefaultInlineMembers = 256
 
-func (c LeaseConfig) withDefaults() LeaseConfig {
+// WithDefaults returns c with every zero field set to its default: the
+// values a [LeaseBook] built from c uses (Lifetime 10 x Interval, ...), for
+// callers that need them.
+func (c LeaseConfig) WithDefaults() LeaseConfig {
 	if c.Interval <= 0 {
 		c.Interval = time.Second
 	}
@@ -223,7 +226,7 @@ func (c LeaseConfig) Validate() error {
 	if c.InlineMembers < 0 {
 		errs = append(errs, configError("inlineMembers", "must be >= 0 (0 means %d), got %d", DefaultInlineMembers, c.InlineMembers))
 	}
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	if !(c.Jitter >= 0 && c.Jitter < 1) {
 		errs = append(errs, configError("jitter", "must be in [0, 1), got %v", c.Jitter))
 	}
@@ -318,7 +321,7 @@ func NewLeaseBook(cfg LeaseConfig) (*LeaseBook, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	return &LeaseBook{
 		cfg:     cfg,
 		topics:  make(map[Topic]*topicBook),

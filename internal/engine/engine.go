@@ -40,7 +40,8 @@ type Config struct {
 	Hub        Hub
 	Publishers []publish.Publisher
 	Logger     *slog.Logger
-	// Now is the clock for HTTP reports; nil means time.Now.
+	// Now is the engine's clock: the time of HTTP reports and the base
+	// of lease set versions (Lease.VersionBase unset). Nil means time.Now.
 	Now func() time.Time
 	// Log, when set, is shown every topic's decision and every lease after
 	// each cycle (the decision log); it runs under the engine's lock.
@@ -162,10 +163,13 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MaxProducers < 0 {
 		return nil, fmt.Errorf("engine: MaxProducers must be >= 0 (0 means %d), got %d", DefaultMaxProducers, cfg.MaxProducers)
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if cfg.Lease.VersionBase == 0 {
 		// Versions keep increasing across restarts: a producer never
 		// takes a fresh daemon's lease for an old one.
-		cfg.Lease.VersionBase = uint64(time.Now().UnixMicro())
+		cfg.Lease.VersionBase = uint64(cfg.Now().UnixMicro())
 	}
 	book, err := quota.NewLeaseBook(cfg.Lease)
 	if err != nil {
@@ -181,15 +185,8 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	lifetime := cfg.Lease.Lifetime
-	if lifetime == 0 {
-		// quota.LeaseConfig's default: ten intervals (interval 1s).
-		lifetime = 10 * cmp.Or(cfg.Lease.Interval, time.Second)
-	}
-	return &Engine{lifetime: lifetime, interval: cmp.Or(cfg.Lease.Interval, time.Second),
+	lease := cfg.Lease.WithDefaults()
+	return &Engine{lifetime: lease.Lifetime, interval: lease.Interval,
 		policies: policies, ctl: ctl, book: book, hub: cfg.Hub, log: cfg.Logger, now: cfg.Now, pubs: cfg.Publishers, declog: cfg.Log,
 		decisions: map[string]map[lag.Target]quota.Decision{}, topics: map[quota.Topic]quota.Decision{},
 		published: map[string]published{}, version: cfg.Lease.VersionBase,
