@@ -484,3 +484,32 @@ func TestValidate(t *testing.T) {
 		t.Errorf("%d problems reported, want 6:\n%v", n, err)
 	}
 }
+
+// TestCheckURL pins which server URLs are refused: those nats.go
+// would never dial, read as the observer's client reads them.
+func TestCheckURL(t *testing.T) {
+	good := []string{"nats://127.0.0.1:4222", "nats-0.nats", "tls://nats:4443", "ws://nats", "wss://nats:443", "nats://[::1]:4222", "nats://u:p@nats:4222", "nats:4222",
+		"nats://user:pa,ss@127.0.0.1:4222"} // a comma in a password is not two URLs
+	bad := map[string]string{
+		"::::":                   "is not host:port",
+		"nats://::::":            "is not host:port",
+		"nats://a:4222,nats://b": "holds a comma",
+		"a,b":                    "holds a comma",
+		"nats://nats:0":          "port \"0\"",
+		"http://nats:4222":       "unsupported scheme",
+		"nats://:4222":           "no host",
+		"nats://nats:port":       "is not a URL",
+		"":                       "empty URL",
+		" nats://nats:4222":      "is not a URL", // nats.go does not trim
+	}
+	for _, u := range good {
+		if p := checkURL(u); p != "" {
+			t.Errorf("%q refused: %s", u, p)
+		}
+	}
+	for u, want := range bad {
+		if p := checkURL(u); p == "" || !strings.Contains(p, want) {
+			t.Errorf("%q: problem %q, want one containing %q", u, p, want)
+		}
+	}
+}

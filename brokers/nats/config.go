@@ -3,7 +3,9 @@ package nats
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -182,31 +184,52 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// checkURL says why raw would not dial, read the way the observer's client
+// reads it (nats.go's Options.Servers: one URL per entry, nats:// when no
+// scheme is given, the scheme's default port when none is), or "" when it
+// would. url.Parse alone accepts some that never dial, such as "::::".
 func checkURL(raw string) string {
-	s := strings.TrimSpace(raw)
-	if s == "" {
+	if strings.TrimSpace(raw) == "" {
 		return "empty URL"
 	}
+	s := raw
 	if !strings.Contains(s, "://") {
 		s = "nats://" + s
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Sprintf("invalid URL %q: %v", raw, err)
+		return fmt.Sprintf("%q is not a URL: %v", raw, err)
+	}
+	// Two URLs in one entry; a comma in a password is fine.
+	if strings.Contains(u.Host, ",") {
+		return fmt.Sprintf("%q holds a comma: give each URL its own entry", raw)
 	}
 	switch u.Scheme {
 	case "nats", "tls", "ws", "wss":
 	default:
-		return fmt.Sprintf("unsupported scheme %q (want nats, tls, ws or wss)", u.Scheme)
+		return fmt.Sprintf("unsupported scheme %q in %q (want nats, tls, ws or wss)", u.Scheme, raw)
 	}
-	if u.Hostname() == "" {
-		return fmt.Sprintf("no host in %q", raw)
+	hostPort := u.Host
+	if u.Port() == "" {
+		hostPort = strings.TrimSuffix(hostPort, ":") + ":4222" // any valid port: only the form is checked
+	}
+	host, port, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return fmt.Sprintf("%q: %q is not host:port (bracket IPv6 addresses: [::1]:4222): %v", raw, u.Host, err)
+	}
+	if host == "" {
+		return fmt.Sprintf("%q: no host", raw)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Sprintf("%q: port %q is not a number from 1 to 65535", raw, port)
 	}
 	return ""
 }
 
-// withDefaults returns c with every zero optional field set to its default.
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with every zero optional field set to its default,
+// as New applies them: the effective values, for callers that size things
+// by them (the daemon's staleAfter).
+func (c Config) WithDefaults() Config {
 	if c.Interval == 0 {
 		c.Interval = DefaultInterval
 	}
@@ -235,4 +258,14 @@ func (c Config) withDefaults() Config {
 		c.Now = time.Now
 	}
 	return c
+}
+
+// MaxReadingAge is the longest age a reading of an observer built from c
+// reaches before a fresh one replaces it: a stream's refresh comes up to
+// (1+Jitter) x InfoInterval after the last, and is seen at the next
+// Observe, an Interval later. Zero fields take their defaults. A consumer of
+// the readings that judges staleness by their age must allow more.
+func (c Config) MaxReadingAge() time.Duration {
+	c = c.WithDefaults()
+	return time.Duration(float64(c.InfoInterval)*(1+c.Jitter)) + c.Interval
 }

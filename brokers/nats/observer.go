@@ -190,7 +190,7 @@ func New(cfg Config, opts ...natsgo.Option) (*Observer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	o := &Observer{
 		cfg:      cfg,
 		sched:    newSchedule(cfg),

@@ -710,7 +710,7 @@ func TestJitterSchedule(t *testing.T) {
 // InfoIntervals (a stream the server listed without its info) are Stale.
 func TestStaleAfterThreeIntervals(t *testing.T) {
 	clock := newFakeClock()
-	o := &Observer{cfg: Config{InfoInterval: time.Second, Now: clock.Now}.withDefaults(), state: map[string]*streamState{}}
+	o := &Observer{cfg: Config{InfoInterval: time.Second, Now: clock.Now}.WithDefaults(), state: map[string]*streamState{}}
 	sample := lag.Sample{Target: lag.Target{Topic: "S", Group: "c"}, At: clock.Now(), Partitions: []lag.PartitionSample{{Lag: 3}}}
 	o.state["S"] = &streamState{ok: true, fetchedAt: clock.Now(), samples: []lag.Sample{sample}}
 	for _, tc := range []struct {

@@ -5,7 +5,6 @@
 package app
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -166,10 +165,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 			pubs = append(pubs, a.el.gate(kc.Cluster, &publish.ClientQuotaSweeper{Cluster: kc.Cluster, Quotas: cq, Log: log}))
 		}
 	}
-	for _, nc := range cfg.NATS {
-		if nc.Interval == 0 {
-			nc.Interval = cfg.Interval
-		}
+	for _, nc := range cfg.ObservedNATS() {
 		// Start even while NATS is unreachable: not ready until it answers.
 		o, err := nats.New(nc, natsgo.RetryOnFailedConnect(true))
 		if err != nil {
@@ -202,9 +198,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	a.Hub = quotaserver.NewHub()
 	var hub engine.Hub = a.Hub
 	var served quotaserver.Engine
+	lease := quota.LeaseConfig{Interval: cfg.Interval, Lifetime: cfg.Quota.LeaseLifetime}
 	if leaseCh != nil {
 		a.rep = replica.New(replica.Config{Channel: leaseCh, Elector: leaseEl, Hub: a.Hub,
-			Lifetime: cmp.Or(cfg.Quota.LeaseLifetime, 10*cfg.Interval), Interval: cfg.Interval, Log: log.With("component", "ha")})
+			Lifetime: lease.WithDefaults().Lifetime, Interval: cfg.Interval, Log: log.With("component", "ha")})
 		a.rep.Register(a.Registry)
 		hub = a.rep.Sink()
 		pubs = append(pubs, a.rep)
@@ -214,7 +211,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	a.Decisions = history.NewLog(cfg.History, log.With("component", "quota"), a.Registry)
 	eng, err := engine.New(engine.Config{
 		Policies: cfg.Quota.Policies, Hub: hub, Publishers: pubs, Logger: log.With("component", "quota"), Log: a.Decisions,
-		Lease: quota.LeaseConfig{Interval: cfg.Interval, Lifetime: cfg.Quota.LeaseLifetime}, MaxProducers: cfg.Quota.MaxProducers,
+		Lease: lease, MaxProducers: cfg.Quota.MaxProducers,
 	})
 	if err != nil {
 		a.Close()

@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"net/url"
 	"reflect"
 	"regexp"
 	"slices"
@@ -36,6 +35,7 @@ import (
 	"github.com/lagbridge/lagbridge/brokers/kafka"
 	"github.com/lagbridge/lagbridge/brokers/nats"
 	"github.com/lagbridge/lagbridge/internal/enforce"
+	"github.com/lagbridge/lagbridge/internal/engine"
 	"github.com/lagbridge/lagbridge/internal/history"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/internal/servertls"
@@ -198,41 +198,25 @@ func (c Config) Lag() lag.Rules {
 	r := lag.Rules(c.Rules)
 	if r.StaleAfter == 0 {
 		r.StaleAfter = max(3*c.Interval, 3*time.Second)
-		for _, n := range c.NATS {
-			r.StaleAfter = max(r.StaleAfter, 3*c.infoInterval(n))
+		for _, n := range c.ObservedNATS() {
+			r.StaleAfter = max(r.StaleAfter, 3*n.WithDefaults().InfoInterval)
 		}
 	}
 	return r
 }
 
-// natsRefreshGap is the longest age a reading of n's observer can reach
-// before a fresh one replaces it: a refresh comes up to (1+Jitter) times
-// infoInterval after the last, and is seen at the next cycle.
-func (c Config) natsRefreshGap(n nats.Config) time.Duration {
-	j := n.Jitter
-	switch {
-	case j == 0:
-		j = nats.DefaultJitter
-	case j < 0:
-		j = 0
+// ObservedNATS returns the NATS clusters as the daemon observes them: a
+// cluster's interval, when unset, is the daemon's. Everything else is the
+// observer's own default (nats.Config.WithDefaults).
+func (c Config) ObservedNATS() []nats.Config {
+	out := make([]nats.Config, len(c.NATS))
+	for i, n := range c.NATS {
+		if n.Interval == 0 {
+			n.Interval = c.Interval
+		}
+		out[i] = n
 	}
-	cycle := n.Interval
-	if cycle <= 0 {
-		cycle = c.Interval
-	}
-	return time.Duration(float64(c.infoInterval(n))*(1+j)) + cycle
-}
-
-// infoInterval is n's refresh interval as its observer applies it: its
-// infoInterval, else its interval, else the daemon's.
-func (c Config) infoInterval(n nats.Config) time.Duration {
-	switch {
-	case n.InfoInterval > 0:
-		return n.InfoInterval
-	case n.Interval > 0:
-		return n.Interval
-	}
-	return c.Interval
+	return out
 }
 
 // Flags returns the flag set shared by run, check and demo: --config and the
@@ -463,8 +447,8 @@ func (c Config) Validate() error {
 		}
 	}
 	if sa := c.Rules.StaleAfter; sa > 0 {
-		for _, n := range c.NATS {
-			if gap := c.natsRefreshGap(n); sa <= gap {
+		for _, n := range c.ObservedNATS() {
+			if gap := n.MaxReadingAge(); sa <= gap {
 				add("rules.staleAfter", "%v is not longer than NATS cluster %q's longest gap between fresh readings (%v: infoInterval plus its jitter, plus a cycle): its targets would turn stale between refreshes; set more than %v, or leave staleAfter unset (its default covers it)",
 					sa, n.Cluster, gap, gap)
 			}
@@ -491,17 +475,7 @@ func (c Config) Validate() error {
 	for i, n := range c.NATS {
 		path := fmt.Sprintf("nats[%d]", i)
 		cluster(path, n.Cluster)
-		nerrs := n.Validate()
-		errs = append(errs, split(brokers.InSection(nerrs, path))...)
-		for j, u := range n.URLs {
-			field := fmt.Sprintf("urls[%d]", j)
-			if reported(nerrs, field) {
-				continue
-			}
-			if p := natsURLProblem(u); p != "" {
-				add(path+"."+field, "%s", p)
-			}
-		}
+		errs = append(errs, split(brokers.InSection(n.Validate(), path))...)
 	}
 	errs = append(errs, c.Quota.validate(c)...)
 	errs = append(errs, c.HA.validate(c)...)
@@ -520,57 +494,6 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// reported reports whether the nats package's Validate already names field.
-func reported(err error, field string) bool {
-	for _, e := range split(err) {
-		var ce *nats.ConfigError
-		if errors.As(e, &ce) && ce.Field == field {
-			return true
-		}
-	}
-	return false
-}
-
-// natsURLProblem says why raw would not dial, read the way the observer's
-// client reads it (nats.go's Options.Servers: one URL per entry, nats://
-// when no scheme is given, the scheme's default port when none is), or ""
-// when it would. nats.Config.Validate accepts some URLs that never dial,
-// such as "::::"; with them the daemon runs but is never ready.
-func natsURLProblem(raw string) string {
-	s := raw
-	if !strings.Contains(s, "://") {
-		s = "nats://" + s
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return fmt.Sprintf("%q is not a URL: %v", raw, err)
-	}
-	// Two URLs in one entry; a comma in a password is fine.
-	if strings.Contains(u.Host, ",") {
-		return fmt.Sprintf("%q holds a comma: give each URL its own entry", raw)
-	}
-	switch u.Scheme {
-	case "nats", "tls", "ws", "wss":
-	default:
-		return fmt.Sprintf("%q: unsupported scheme %q (want nats, tls, ws or wss)", raw, u.Scheme)
-	}
-	hostPort := u.Host
-	if u.Port() == "" {
-		hostPort = strings.TrimSuffix(hostPort, ":") + ":4222" // any valid port: only the form is checked
-	}
-	host, port, err := net.SplitHostPort(hostPort)
-	if err != nil {
-		return fmt.Sprintf("%q: %q is not host:port (bracket IPv6 addresses: [::1]:4222): %v", raw, u.Host, err)
-	}
-	if host == "" {
-		return fmt.Sprintf("%q: no host", raw)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return fmt.Sprintf("%q: port %q is not a number from 1 to 65535", raw, port)
-	}
-	return ""
-}
-
 // kvBucket is what NATS accepts as a KV bucket name.
 var kvBucket = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
@@ -583,7 +506,7 @@ func (q Quota) validate(c Config) []error {
 		errs = append(errs, fmt.Errorf("quota.leaseLifetime: must be at least two intervals (%v), got %v", 2*c.Interval, q.LeaseLifetime))
 	}
 	if q.MaxProducers < 0 || q.MaxProducers > 1000000 {
-		errs = append(errs, fmt.Errorf("quota.maxProducers: must be from 1 to 1000000 (0 means 20000), got %d", q.MaxProducers))
+		errs = append(errs, fmt.Errorf("quota.maxProducers: must be from 1 to 1000000 (0 means %d), got %d", engine.DefaultMaxProducers, q.MaxProducers))
 	}
 	if err := q.Auth.Validate(); err != nil {
 		for _, e := range split(err) {
