@@ -11,13 +11,10 @@ package engine
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"maps"
-	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -445,7 +442,6 @@ func (e *Engine) publishOne(id string, now time.Time, onlyChanged bool) bool {
 		return false
 	}
 	ls := make([]quota.Lease, 0, len(pr.topics))
-	h := fnv.New64a()
 	for t := range pr.topics {
 		if l, ok := e.book.Lease(id, t); ok {
 			ls = append(ls, l)
@@ -454,16 +450,7 @@ func (e *Engine) publishOne(id string, now time.Time, onlyChanged bool) bool {
 		}
 	}
 	sort.Slice(ls, func(i, j int) bool { return ls[i].Topic.String() < ls[j].Topic.String() })
-	var b [8]byte
-	for _, l := range ls {
-		binary.LittleEndian.PutUint64(b[:], l.Version)
-		h.Write(b[:])
-	}
-	for _, n := range pr.names {
-		h.Write([]byte(n))
-		h.Write([]byte{0})
-	}
-	sum := h.Sum64()
+	sum := publish.Versions(ls, pr.names)
 	if _, had := e.published[id]; onlyChanged && had && sum == pr.versions {
 		return false
 	}
@@ -477,7 +464,7 @@ func (e *Engine) publishOne(id string, now time.Time, onlyChanged bool) bool {
 // new expiries. Called with e.mu held.
 func (e *Engine) publishSet(producer string, ls []quota.Lease, now time.Time) bool {
 	set := e.buildSet(producer, ls, now)
-	fp := fingerprint(set)
+	fp := publish.Fingerprint(set)
 	old, had := e.published[producer]
 	if had && old.fingerprint == fp {
 		set.Version = old.set.Version
@@ -570,79 +557,19 @@ func (e *Engine) publishAll(now time.Time) {
 	}
 }
 
-// buildSet converts a producer's leases to the wire form; topic names it
-// reported that have no lease (no policy, nothing observed yet) get an open
-// lease so the SDK always has an answer.
+// buildSet converts a producer's leases (sorted by topic) to the wire form
+// (publish.Set): a lease without a reason of its own gets its topic's;
+// topic names it reported that have no lease get an open one. Called with
+// e.mu held; it fills in reasons in ls.
 func (e *Engine) buildSet(producer string, ls []quota.Lease, now time.Time) quotaproto.LeaseSet {
-	set := quotaproto.LeaseSet{Producer: producer, Leases: []quotaproto.Lease{}}
-	// byName indexes set.Leases (indexes, not pointers: appends move it).
-	byName := map[string]int{}
-	refresh := time.Duration(0)
-	for _, l := range ls {
-		w := wire(l, cmp.Or(l.Reason, e.topics[l.Topic].Reason))
-		if i, ok := byName[w.Topic]; ok {
-			// The same name on several clusters: the strictest wins.
-			if stricter(w, set.Leases[i]) {
-				set.Leases[i] = w
-			}
-			continue
-		}
-		byName[w.Topic] = len(set.Leases)
-		set.Leases = append(set.Leases, w)
-		if refresh == 0 || l.RefreshAfter < refresh {
-			refresh = l.RefreshAfter
-		}
+	for i := range ls {
+		ls[i].Reason = cmp.Or(ls[i].Reason, e.topics[ls[i].Topic].Reason)
 	}
 	var names []string
 	if pr := e.producers[producer]; pr != nil {
 		names = pr.names
 	}
-	for _, name := range names {
-		if _, ok := byName[name]; !ok {
-			byName[name] = len(set.Leases)
-			set.Leases = append(set.Leases, quotaproto.Lease{Topic: name, Signal: quotaproto.SignalOK,
-				ExpiresAt: now.Add(e.lifetime), Reason: "no policy or no observation for this topic: unlimited"})
-		}
-	}
-	sort.Slice(set.Leases, func(i, j int) bool { return set.Leases[i].Topic < set.Leases[j].Topic })
-	if refresh == 0 {
-		refresh = e.lifetime / 3
-	}
-	set.RefreshAfterMs = refresh.Milliseconds()
-	return set
-}
-
-func stricter(a, b quotaproto.Lease) bool {
-	ra, rb := math.Inf(1), math.Inf(1)
-	if a.Rate != nil {
-		ra = *a.Rate
-	}
-	if b.Rate != nil {
-		rb = *b.Rate
-	}
-	return ra < rb
-}
-
-// wire converts a lease to the protocol's form.
-func wire(l quota.Lease, reason string) quotaproto.Lease {
-	w := quotaproto.Lease{
-		Topic: l.Topic.Name, Burst: l.Burst, Signal: l.Signal.String(), RetryAfterMs: l.RetryAfter.Milliseconds(),
-		AvoidPartitions: slices.Clone(l.AvoidPartitions), Advisory: l.Advisory, Version: l.Version, ExpiresAt: l.Expires, Reason: reason,
-	}
-	if !l.IsUnlimited() {
-		r := l.Rate
-		w.Rate = &r
-	}
-	return w
-}
-
-// fingerprint identifies a set's content (not its expiries).
-func fingerprint(s quotaproto.LeaseSet) string {
-	b := make([]byte, 0, 32*len(s.Leases))
-	for _, l := range s.Leases {
-		b = fmt.Appendf(b, "%s@%d;", l.Topic, l.Version)
-	}
-	return string(b)
+	return publish.Set(producer, ls, names, now, e.lifetime)
 }
 
 // Quotas is the operators' view served at /v1/quotas: every target's

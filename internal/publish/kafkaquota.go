@@ -1,10 +1,12 @@
 // Package publish puts the daemon's quotas where producers and brokers see
 // them without the SDK's HTTP protocol: a NATS KV bucket of leases, and
 // Kafka broker-native client quotas (producer_byte_rate per client-id) for
-// producers that never imported the SDK. It holds both halves of that:
+// producers that never imported the SDK. It holds every part of that:
 // the [Publisher]s the engine's publishing goroutine calls with every
-// change (the adapters and the byte-rate policy, publishers.go) and the
-// broker I/O they use (KV, ClientQuotas, RecordSizes, Steering).
+// change (the adapters and the byte-rate policy, publishers.go), the broker
+// I/O they use (KV, ClientQuotas, RecordSizes, Steering), and the quota
+// protocol's encoding of leases that the HTTP push shares with them ([Set],
+// [Wire], [Fingerprint], [Versions]).
 package publish
 
 import (
