@@ -242,7 +242,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 				}
 			}})
 	}
-	a.Handler = daemon.NewHandler(a.Store, a.Registry, nil)
+	a.Handler = daemon.NewHandler(a.Store, a.Registry)
 	if cfg.HA.Enabled {
 		a.Handler.Election = a.ready
 	}

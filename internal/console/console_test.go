@@ -29,7 +29,7 @@ func server(tb testing.TB, token string) string {
 	store := daemon.NewStore(map[string]lag.Kind{"c": lag.KindKafka})
 	store.Update(daemon.ClusterStatus{Name: "c", Kind: lag.KindKafka, Observed: true, LastSuccess: now},
 		[]lag.State{{Target: tg, Status: lag.StatusLagging, Lag: 3400, HeadAge: 3400 * time.Millisecond, HeadAgeKnown: true, At: now, Uncommitted: 2}})
-	h := daemon.NewHandler(store, prometheus.NewRegistry(), nil)
+	h := daemon.NewHandler(store, prometheus.NewRegistry())
 	log := history.NewLog(history.Config{}, slog.New(slog.DiscardHandler), nil)
 	topic := quota.TopicOf(tg)
 	d := quota.Decision{Target: tg, Policy: "orders", Rule: quota.RuleDrain, Signal: quota.SignalSlowDown, Rate: 0, Lag: 3400,

@@ -94,7 +94,8 @@ lagbridge_partitions_without_commit{cluster="c1",group="new",topic="orders"} 1
 
 func TestHTTP(t *testing.T) {
 	store := testStore()
-	h := NewHandler(store, prometheus.NewRegistry(), func() time.Time { return t0.Add(2 * time.Second) })
+	h := NewHandler(store, prometheus.NewRegistry())
+	h.Now = func() time.Time { return t0.Add(2 * time.Second) }
 	get := func(path string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
@@ -392,7 +393,7 @@ func TestLoopTargetsLeave(t *testing.T) {
 // even with a catch-all "/" (the dashboard) mounted; other paths still
 // reach the catch-all; ReadAccess guards /v1/lag.
 func TestMethodNotAllowed(t *testing.T) {
-	h := NewHandler(testStore(), prometheus.NewRegistry(), nil)
+	h := NewHandler(testStore(), prometheus.NewRegistry())
 	h.Mux.HandleFunc("POST /v1/leases", func(w http.ResponseWriter, _ *http.Request) {})
 	h.Mux.HandleFunc("GET /v1/leases/watch", func(w http.ResponseWriter, _ *http.Request) {})
 	h.Mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })

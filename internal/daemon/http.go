@@ -31,16 +31,15 @@ type Handler struct {
 	// has answered: until then /readyz answers 503 (not yet synced).
 	// Set it before serving; nil: one replica, /readyz says "ready".
 	Election func() (roles string, ok bool)
-	store    *Store
-	now      func() time.Time
+	// Now is the clock of /v1/lag's ages; set it before serving; nil:
+	// time.Now.
+	Now   func() time.Time
+	store *Store
 }
 
 // NewHandler builds the mux. gather is the registry /metrics exposes.
-func NewHandler(store *Store, gather prometheus.Gatherer, now func() time.Time) *Handler {
-	if now == nil {
-		now = time.Now
-	}
-	h := &Handler{Mux: http.NewServeMux(), store: store, now: now}
+func NewHandler(store *Store, gather prometheus.Gatherer) *Handler {
+	h := &Handler{Mux: http.NewServeMux(), store: store}
 	h.Mux.Handle("GET /metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	h.Mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -49,6 +48,13 @@ func NewHandler(store *Store, gather prometheus.Gatherer, now func() time.Time) 
 	h.Mux.HandleFunc("GET /readyz", h.readyz)
 	h.Mux.HandleFunc("GET /v1/lag", h.lag)
 	return h
+}
+
+func (h *Handler) now() time.Time {
+	if h.Now != nil {
+		return h.Now()
+	}
+	return time.Now()
 }
 
 // ServeHTTP implements http.Handler.
