@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -220,6 +221,11 @@ type avoidTopic struct {
 	t  *topic
 	b  *avoidBinding
 	kt *keyedTopic
+	// The keyless run in progress (see bounded): base's choice, the
+	// partition count, the index given and the timestamp it was given
+	// from.
+	runBase, runN, runPick int
+	runAt                  time.Time
 	// writable is scratch space for the rebuilt list of writable
 	// partitions (see mapping).
 	writable []int32
@@ -231,7 +237,8 @@ func (t *avoidTopic) Partition(r *kgo.Record, n int) int {
 	return t.redirect(r, t.base.Partition(r, n), n)
 }
 
-// redirect moves a keyless record off an avoided partition: i is base's
+// redirect places a keyless record of a bound producer: base's sticky run
+// ended after maxRun (bounded), and off an avoided partition. i is base's
 // choice among the n partitions franz-go offers, an index into its list of
 // writable partitions. It returns a random index whose partition is not
 // avoided (i itself when all are, or when the list cannot be known).
@@ -244,9 +251,10 @@ func (t *avoidTopic) redirect(r *kgo.Record, i, n int) int {
 		}
 		return i
 	}
-	if r.Key != nil || n <= 1 {
+	if r.Key != nil || n <= 1 || t.a.b.Load() == nil {
 		return i
 	}
+	i = t.bounded(r, i, n)
 	avoid := t.avoided()
 	if len(avoid) == 0 {
 		return i
@@ -272,6 +280,38 @@ func (t *avoidTopic) redirect(r *kgo.Record, i, n int) int {
 		}
 	}
 	return i
+}
+
+// maxRun is how long a run of keyless records may stay on one partition,
+// by the records' timestamps (see bounded).
+const maxRun = 100 * time.Millisecond
+
+// bounded ends base's sticky runs of keyless records after maxRun: i is
+// base's choice among n; while base stays on it, the records go to the
+// partition given last, and to another one at random (among the n) once
+// that one has taken records for maxRun. franz-go's default partitioner
+// stays on a partition until 64 KiB went to it: at a few hundred small
+// records a second that is seconds of records on one partition, which a
+// slow consumer of that partition (one the daemon has not seen late yet,
+// or one freed from avoidance on probation) turns into a backlog far past
+// the deadline before any lease can say to avoid it. Bounded by time, a
+// run holds what the producer sends in maxRun; batching is unchanged while
+// runs outlast the linger (kgo.ProducerLinger, 10ms by default) or fill
+// 64 KiB first, which they do at any rate where batches fill. Records
+// without a timestamp, and timestamps that go backwards, start a new run
+// with base's choice (the SDK stamps every record it sends without one).
+func (t *avoidTopic) bounded(r *kgo.Record, i, n int) int {
+	ts := r.Timestamp
+	switch {
+	case ts.IsZero():
+		return i
+	case i != t.runBase || n != t.runN || ts.Before(t.runAt):
+		t.runBase, t.runN, t.runPick, t.runAt = i, n, i, ts
+	case ts.Sub(t.runAt) >= maxRun:
+		t.runPick = (t.runPick + 1 + rand.IntN(n-1)) % n
+		t.runAt = ts
+	}
+	return t.runPick
 }
 
 // mapping returns the partition numbers of the n partitions franz-go

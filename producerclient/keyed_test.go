@@ -152,3 +152,60 @@ func TestPartitionBusyError(t *testing.T) {
 		}
 	}
 }
+
+// TestKafkaKeylessRunsBounded: franz-go's default partitioner keeps small
+// keyless records on one partition until 64 KiB went to it; through the
+// SDK a run lasts at most maxRun of the records' timestamps, so records
+// produced over a second spread over the partitions in runs of at most
+// maxRun. A plain client keeps them on one partition (what makes the
+// check able to fail).
+func TestKafkaKeylessRunsBounded(t *testing.T) {
+	c := newKfake(t, 4, "orders")
+	ctx := ctxFor(t, 20*time.Second)
+	t0 := time.Now()
+	records := func() []*kgo.Record {
+		var rs []*kgo.Record
+		for i := range 200 {
+			rs = append(rs, &kgo.Record{Topic: "orders", Value: []byte("x"), Timestamp: t0.Add(time.Duration(i) * 5 * time.Millisecond)})
+		}
+		return rs
+	}
+	cases := []struct {
+		name string
+		send func(r *kgo.Record) error
+		// runs: at least this many runs, each at most maxRun long.
+		bounded bool
+	}{
+		{"through the SDK", func() func(*kgo.Record) error {
+			p := newKafkaProducer(t, newKgo(t, c), Config{})
+			return func(r *kgo.Record) error { return p.Produce(ctx, r) }
+		}(), true},
+		{"a plain client", func() func(*kgo.Record) error {
+			cl := newKgo(t, c)
+			return func(r *kgo.Record) error { return cl.ProduceSync(ctx, r).FirstErr() }
+		}(), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			runs, longest := 0, time.Duration(0)
+			var start time.Time
+			last := int32(-1)
+			for _, r := range records() {
+				if err := tc.send(r); err != nil {
+					t.Fatal(err)
+				}
+				if r.Partition != last {
+					runs, start, last = runs+1, r.Timestamp, r.Partition
+				}
+				longest = max(longest, r.Timestamp.Sub(start))
+			}
+			t.Logf("%d runs, the longest %s", runs, longest)
+			switch {
+			case tc.bounded && (runs < 5 || longest >= maxRun):
+				t.Errorf("%d runs, the longest %s: want runs of less than %s", runs, longest, maxRun)
+			case !tc.bounded && runs != 1:
+				t.Errorf("a plain client made %d runs: the default partitioner no longer sticks, the case tests nothing", runs)
+			}
+		})
+	}
+}
