@@ -1114,7 +1114,8 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 // whose head is older than MaxAge, or whose predicted wait (lag over the
 // partition's own consume rate since its previous move; unknown while a
 // position read from commits has not moved and its commit is not overdue,
-// see partCadence) reaches the budget
+// see partCadence; on first sight, lag over its share of the target's
+// consume rate) reaches the budget
 // while the head is past the target wait. The list is returned only while
 // it holds fewer than AvoidBelow of the partitions (and there are at least
 // two), and some partition not listed was written to since the last
@@ -1185,6 +1186,12 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 			case cad <= 0 || span > 1.5*cad+dt:
 				wait = math.Inf(1)
 			}
+		} else if ps.Lag > 0 && !had && !ps.Stale && v.measured && v.consumed > 0 {
+			// First sight: its own rate is not known yet; take its share
+			// of the target's. A partition that holds the target's
+			// backlog alone is late at once, before the target's wait,
+			// made of its lag, drains the whole topic for it.
+			wait = float64(ps.Lag) * float64(len(st.Partitions)) / v.consumed
 		}
 		isLate := ps.Lag > 0 && (head > p.MaxAge.Seconds() || (wait >= budget && head > setWait))
 		if pt.late && !isLate {

@@ -235,3 +235,27 @@ func TestSimHotPartitionSaturatedOthers(t *testing.T) {
 		t.Errorf("capacity estimate %.0f msg/s while partition 0 is avoided, want the others' 2,000", mean)
 	}
 }
+
+// TestControllerHotPartitionFirstSight: the first fresh observation finds
+// one partition of six holding the target's whole backlog (331 messages,
+// head 1.9 s old, not yet past MaxAge) while the consumer was measured at
+// 16 msg/s over the interval. The partition's own rate is not known yet;
+// at its share of the target's it would take 124 s: late at once, so the
+// target's wait is the other partitions' (none), not 331/16 = 20 s, which
+// would drain the whole topic for one partition.
+func TestControllerHotPartitionFirstSight(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	s := st(1, 331, 16, 300)
+	s.HeadAge, s.HeadAgeKnown = 1900*time.Millisecond, true
+	for i := range 6 {
+		ps := lag.PartitionState{PartitionSample: lag.PartitionSample{Partition: int32(i), End: 500}}
+		if i == 0 {
+			ps.Lag, ps.HeadAge = 331, 1900*time.Millisecond
+		}
+		s.Partitions = append(s.Partitions, ps)
+	}
+	d := newCtl(t, ControllerConfig{}).Step(s, p, leaseT0.Add(time.Second))
+	if !slices.Equal(d.AvoidPartitions, []int32{0}) || d.Signal != SignalAvoidPartitions || !d.IsUnlimited() {
+		t.Fatalf("avoid %v signal %v rule %v rate %v (%s), want [0], avoid-partitions, unlimited", d.AvoidPartitions, d.Signal, d.Rule, d.Rate, d.Reason)
+	}
+}
