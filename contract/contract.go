@@ -110,19 +110,8 @@ func ParseCriticality(v string) (Criticality, error) {
 	if s == "" {
 		return Critical, nil
 	}
-	// Fast path: the exact names writers use.
-	for i, name := range criticalityNames {
-		if s == name {
-			return Criticality(i), nil
-		}
-	}
-	if len(s) <= len(quotaproto.SheddablePlus) {
-		n := strings.ToUpper(strings.ReplaceAll(s, "-", "_"))
-		for i, name := range criticalityNames {
-			if n == name {
-				return Criticality(i), nil
-			}
-		}
+	if i, ok := lookup(criticalityNames[:], s, func(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-", "_")) }); ok {
+		return Criticality(i), nil
 	}
 	return Critical, fmt.Errorf("%w: criticality %s (want CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS or SHEDDABLE)", ErrUnknownName, quoteShort(v))
 }
@@ -197,19 +186,8 @@ func (s Signal) String() string {
 // (the empty string included) returns [SignalOK] and an error wrapping
 // [ErrUnknownName]. It does not allocate for the exact wire names.
 func ParseSignal(v string) (Signal, error) {
-	s := strings.TrimSpace(v)
-	for i, name := range signalNames {
-		if s == name {
-			return Signal(i), nil
-		}
-	}
-	if len(s) <= len(quotaproto.SignalAvoidPartitions) {
-		n := strings.ToLower(strings.ReplaceAll(s, "_", "-"))
-		for i, name := range signalNames {
-			if n == name {
-				return Signal(i), nil
-			}
-		}
+	if i, ok := lookup(signalNames[:], strings.TrimSpace(v), func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "-")) }); ok {
+		return Signal(i), nil
 	}
 	return SignalOK, fmt.Errorf("%w: signal %s (want ok, slow-down, stop or avoid-partitions)", ErrUnknownName, quoteShort(v))
 }
@@ -232,6 +210,29 @@ func (s *Signal) UnmarshalText(b []byte) error {
 	}
 	*s = v
 	return nil
+}
+
+// lookup finds s among names: as it is (the fast path: the exact wire
+// names, no allocation), else as canon spells it. Input longer than every
+// name is not canonicalized, so garbage costs no allocation either.
+func lookup(names []string, s string, canon func(string) string) (int, bool) {
+	longest := 0
+	for i, name := range names {
+		if s == name {
+			return i, true
+		}
+		longest = max(longest, len(name))
+	}
+	if len(s) > longest {
+		return 0, false
+	}
+	n := canon(s)
+	for i, name := range names {
+		if n == name {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // quoteShort quotes at most 64 bytes of s for an error message, so that a
