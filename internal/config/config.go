@@ -167,21 +167,10 @@ type Log struct {
 	Format string `mapstructure:"format"`
 }
 
-// Rules mirrors lag.Rules in the config file.
-type Rules struct {
-	LagAge     time.Duration `mapstructure:"lagAge"`
-	StallAfter time.Duration `mapstructure:"stallAfter"`
-	StaleAfter time.Duration `mapstructure:"staleAfter"`
-	RateWindow time.Duration `mapstructure:"rateWindow"`
-	// AbandonAfter: how long a target seen live may have no live
-	// consumer before it is abandoned (reported, never throttling
-	// producers); one with no live consumer since first seen is abandoned
-	// at once. Default 2m.
-	AbandonAfter time.Duration `mapstructure:"abandonAfter"`
-	// ReportFresh: how old a consumer's own position report may be and
-	// still override the commits. Default 3s.
-	ReportFresh time.Duration `mapstructure:"reportFresh"`
-}
+// Rules are lag.Rules, under rules: in the file (lagAge, stallAfter,
+// staleAfter, rateWindow, abandonAfter, reportFresh); zero fields take
+// lag.DefaultRules, except staleAfter (see Config.Lag).
+type Rules = lag.Rules
 
 // Lag returns the lag.Rules the loops use.
 //
@@ -195,7 +184,7 @@ type Rules struct {
 // explicit StaleAfter that is not longer than a NATS cluster's refresh gap
 // is refused by Validate.
 func (c Config) Lag() lag.Rules {
-	r := lag.Rules(c.Rules)
+	r := c.Rules
 	if r.StaleAfter == 0 {
 		r.StaleAfter = max(3*c.Interval, 3*time.Second)
 		for _, n := range c.ObservedNATS() {
