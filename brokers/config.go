@@ -14,8 +14,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"regexp"
+	"strconv"
 )
 
 // ErrInvalidConfig is wrapped by every [*ConfigError]: match it with
@@ -77,6 +79,22 @@ func InSection(err error, section string) error {
 		return errors.Join(out...)
 	}
 	return err
+}
+
+// CheckHostPort returns why hp is not a broker address host:port (a host,
+// and a port from 1 to 65535; an IPv6 host in brackets), or nil.
+func CheckHostPort(hp string) error {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return fmt.Errorf("not host:port (an IPv6 host in brackets: [::1]:port): %w", err)
+	}
+	if host == "" {
+		return errors.New("no host")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
 }
 
 // Filter selects names with Go regular expressions (RE2 syntax). Each

@@ -13,6 +13,29 @@ import (
 
 func TestImports(t *testing.T) { importcheck.Only(t, ".") }
 
+// TestCheckHostPort: a host and a port from 1 to 65535, IPv6 in brackets.
+func TestCheckHostPort(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string // a part of the problem; "" for none
+	}{
+		{"kafka-0:9092", ""},           // host and port
+		{"[::1]:9092", ""},             // IPv6 in brackets
+		{"10.0.0.1:65535", ""},         // highest port
+		{"nohost", "not host:port"},    // no port
+		{"::1:9092", "not host:port"},  // IPv6 without brackets
+		{":9092", "no host"},           // no host
+		{"h:0", `port "0"`},            // port 0 does not dial
+		{"h:65536", `port "65536"`},    // beyond the range
+		{"h:x", `port "x" is not a n`}, // not a number
+	} {
+		err := CheckHostPort(tc.in)
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("CheckHostPort(%q) = %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}
+
 // TestFilterMatch: anchored include/exclude semantics, for both observers.
 func TestFilterMatch(t *testing.T) {
 	for _, tc := range []struct {

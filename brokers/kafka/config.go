@@ -3,8 +3,6 @@ package kafka
 import (
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -151,7 +149,7 @@ func (c Config) Validate() error {
 		add("brokers", "at least one seed broker (host:port) is required")
 	}
 	for i, b := range c.Brokers {
-		if err := checkHostPort(b); err != nil {
+		if err := brokers.CheckHostPort(b); err != nil {
 			add(fmt.Sprintf("brokers[%d]", i), "%q: %v", b, err)
 		}
 	}
@@ -209,21 +207,6 @@ func (c Config) Validate() error {
 		add("sasl.mechanism", "%q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", s.Mechanism)
 	}
 	return errors.Join(errs...)
-}
-
-func checkHostPort(hp string) error {
-	host, port, err := net.SplitHostPort(hp)
-	if err != nil {
-		return err
-	}
-	if host == "" {
-		return errors.New("missing host")
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 1 || n > 65535 {
-		return fmt.Errorf("port %q is not a number in 1..65535", port)
-	}
-	return nil
 }
 
 // mechanism returns the SASL mechanism, nil for none. s must be valid.

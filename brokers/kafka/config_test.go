@@ -39,10 +39,10 @@ func TestValidate(t *testing.T) {
 		}},
 		// Every broker address is checked, each with its index.
 		{"bad brokers", func(c *Config) { c.Brokers = []string{"ok:1", "nohost", ":9092", "h:0", "h:x"} }, []string{
-			`kafka.brokers[1]: "nohost": address nohost: missing port in address`,
-			`kafka.brokers[2]: ":9092": missing host`,
-			`kafka.brokers[3]: "h:0": port "0" is not a number in 1..65535`,
-			`kafka.brokers[4]: "h:x": port "x" is not a number in 1..65535`,
+			`kafka.brokers[1]: "nohost": not host:port (an IPv6 host in brackets: [::1]:port): address nohost: missing port in address`,
+			`kafka.brokers[2]: ":9092": no host`,
+			`kafka.brokers[3]: "h:0": port "0" is not a number from 1 to 65535`,
+			`kafka.brokers[4]: "h:x": port "x" is not a number from 1 to 65535`,
 		}},
 		// Patterns of both filters, include and exclude, are compiled.
 		{"bad patterns", func(c *Config) {

@@ -491,8 +491,8 @@ func TestCheckURL(t *testing.T) {
 	good := []string{"nats://127.0.0.1:4222", "nats-0.nats", "tls://nats:4443", "ws://nats", "wss://nats:443", "nats://[::1]:4222", "nats://u:p@nats:4222", "nats:4222",
 		"nats://user:pa,ss@127.0.0.1:4222"} // a comma in a password is not two URLs
 	bad := map[string]string{
-		"::::":                   "is not host:port",
-		"nats://::::":            "is not host:port",
+		"::::":                   "not host:port",
+		"nats://::::":            "not host:port",
 		"nats://a:4222,nats://b": "holds a comma",
 		"a,b":                    "holds a comma",
 		"nats://nats:0":          "port \"0\"",

@@ -3,9 +3,7 @@ package nats
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -213,15 +211,8 @@ func checkURL(raw string) string {
 	if u.Port() == "" {
 		hostPort = strings.TrimSuffix(hostPort, ":") + ":4222" // any valid port: only the form is checked
 	}
-	host, port, err := net.SplitHostPort(hostPort)
-	if err != nil {
-		return fmt.Sprintf("%q: %q is not host:port (bracket IPv6 addresses: [::1]:4222): %v", raw, u.Host, err)
-	}
-	if host == "" {
-		return fmt.Sprintf("%q: no host", raw)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return fmt.Sprintf("%q: port %q is not a number from 1 to 65535", raw, port)
+	if err := brokers.CheckHostPort(hostPort); err != nil {
+		return fmt.Sprintf("%q: %v", raw, err)
 	}
 	return ""
 }
