@@ -31,15 +31,15 @@ type Handler struct {
 	// has answered: until then /readyz answers 503 (not yet synced).
 	// Set it before serving; nil: one replica, /readyz says "ready".
 	Election func() (roles string, ok bool)
-	// Now is the clock of /v1/lag's ages; set it before serving; nil:
-	// time.Now.
+	// Now is the clock of /v1/lag's ages: time.Now from NewHandler;
+	// replace it before serving.
 	Now   func() time.Time
 	store *Store
 }
 
 // NewHandler builds the mux. gather is the registry /metrics exposes.
 func NewHandler(store *Store, gather prometheus.Gatherer) *Handler {
-	h := &Handler{Mux: http.NewServeMux(), store: store}
+	h := &Handler{Mux: http.NewServeMux(), store: store, Now: time.Now}
 	h.Mux.Handle("GET /metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	h.Mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -48,13 +48,6 @@ func NewHandler(store *Store, gather prometheus.Gatherer) *Handler {
 	h.Mux.HandleFunc("GET /readyz", h.readyz)
 	h.Mux.HandleFunc("GET /v1/lag", h.lag)
 	return h
-}
-
-func (h *Handler) now() time.Time {
-	if h.Now != nil {
-		return h.Now()
-	}
-	return time.Now()
 }
 
 // ServeHTTP implements http.Handler.
@@ -243,7 +236,7 @@ func (h *Handler) lag(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, "partitions must be true or false")
 		return
 	}
-	now := h.now()
+	now := h.Now()
 	resp := LagResponse{GeneratedAt: now, Clusters: []ClusterView{}, Targets: []TargetView{}}
 	for _, c := range h.store.Clusters() {
 		resp.Clusters = append(resp.Clusters, ClusterView{ClusterStatus: c, DurationSeconds: c.Duration.Seconds()})

@@ -89,6 +89,8 @@ type ClientQuotaPublisher struct {
 	// Interval is the observation interval: the longest throttle a
 	// stored quota may cause. Zero: no steering.
 	Interval time.Duration
+	// Now is the steering's clock; nil: time.Now.
+	Now func() time.Time
 	// Log receives the warning about quotas producers do not heed; nil:
 	// none.
 	Log *slog.Logger
@@ -148,7 +150,11 @@ func (p *ClientQuotaPublisher) Publish(ctx context.Context, s Snapshot) error {
 	}
 	want, sent := p.rates(s)
 	p.checkHeeded(s)
-	_, err := p.Quotas.Apply(ctx, p.steer.Next(time.Now(), want, sent))
+	now := time.Now
+	if p.Now != nil {
+		now = p.Now
+	}
+	_, err := p.Quotas.Apply(ctx, p.steer.Next(now(), want, sent))
 	if err != nil {
 		return fmt.Errorf("cluster %s: %w", p.Cluster, err)
 	}

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"time"
 )
 
 // AuthMode says whether the quota protocol needs bearer tokens.
@@ -218,7 +217,7 @@ func (s *Server) permits(w http.ResponseWriter, endpoint string, perms *scope, p
 	if s.tokens == nil {
 		return true
 	}
-	ok, full := perms.allows(producer, time.Now())
+	ok, full := perms.allows(producer, s.Now())
 	switch {
 	case ok:
 		return true

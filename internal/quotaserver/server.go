@@ -45,6 +45,10 @@ type quotasBody struct {
 
 // Server serves the protocol. Create it with New; mount Handler.
 type Server struct {
+	// Now is the clock of the tokens' id slots (PatternIdle): time.Now
+	// from New; replace it before serving. Body deadlines are real time.
+	Now func() time.Time
+
 	hub    *Hub
 	engine Engine
 	// token hash -> what the token may act for; nil map: auth off.
@@ -106,7 +110,7 @@ func WithLimits(l Limits) Option {
 // lagbridge_quota_pushes_total, lagbridge_quota_watchers and
 // lagbridge_quota_watchers_refused_total{kind}.
 func New(hub *Hub, engine Engine, auth Auth, reg prometheus.Registerer, opts ...Option) *Server {
-	s := &Server{hub: hub, engine: engine, heartbeat: 15 * time.Second, bodyTimeout: 10 * time.Second,
+	s := &Server{Now: time.Now, hub: hub, engine: engine, heartbeat: 15 * time.Second, bodyTimeout: 10 * time.Second,
 		limits: Limits{MaxStreams: DefaultMaxStreams, MaxLongPolls: DefaultMaxLongPolls}}
 	for _, o := range opts {
 		o(s)
