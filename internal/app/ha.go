@@ -22,9 +22,12 @@ type gated struct {
 
 // Publish implements publish.Publisher: nothing while following. On
 // becoming leader again, a publisher that remembers what it wrote
-// (publish.KVPublisher) forgets it: another leader wrote meanwhile.
+// (publish.KVPublisher) forgets it: another leader wrote meanwhile. The
+// publish runs under leader.Fence: no write starts after the lease ran
+// out, and the NATS KV writes are fenced by the broker.
 func (g *gated) Publish(ctx context.Context, s publish.Snapshot) error {
-	_, ok := g.e.Leading(time.Now())
+	ctx, cancel, ok := leader.Fence(ctx, g.e, time.Now())
+	defer cancel()
 	if ok && !g.led {
 		if r, can := g.Publisher.(interface{ Reset() }); can {
 			r.Reset()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lagbridge/lagbridge/internal/leader"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
 
@@ -22,8 +23,13 @@ import (
 // refresh interval: the daemon extends a steady lease every cycle without
 // a new version, and a reader of the bucket must never see it expire while
 // the daemon still grants it.
+//
+// Under a replica's lease (leader.Fence put the epoch in Publish's
+// context), every write is fenced by the broker (leader.KVFence): once
+// another replica took over, the server refuses this one's writes.
 type KV struct {
-	kv jetstream.KeyValue
+	kv    jetstream.KeyValue
+	fence *leader.KVFence
 	// last is what was last written per key.
 	last map[string]written
 }
@@ -58,13 +64,15 @@ func NewKV(ctx context.Context, js jetstream.JetStream, bucket string) (*KV, err
 	if err != nil {
 		return nil, fmt.Errorf("quota KV bucket %q: %w", bucket, err)
 	}
-	p := &KV{kv: kv, last: map[string]written{}}
+	p := &KV{kv: kv, fence: leader.NewKVFence(js, kv), last: map[string]written{}}
 	keys, err := kv.ListKeys(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list quota KV keys: %w", err)
 	}
 	for k := range keys.Keys() {
-		p.last[k] = written{}
+		if k != leader.FenceKey {
+			p.last[k] = written{}
+		}
 	}
 	return p, nil
 }
@@ -84,7 +92,10 @@ func (p *KV) Publish(ctx context.Context, sets []quotaproto.LeaseSet) (wrote, de
 				continue
 			}
 			b, _ := json.Marshal(l)
-			if _, err := p.kv.Put(ctx, k, b); err != nil {
+			if err := p.put(ctx, k, b); err != nil {
+				if errors.Is(err, leader.ErrFenced) {
+					return wrote, deleted, err // no later write would land either
+				}
 				errs = append(errs, fmt.Errorf("put %s: %w", k, err))
 				continue
 			}
@@ -96,7 +107,10 @@ func (p *KV) Publish(ctx context.Context, sets []quotaproto.LeaseSet) (wrote, de
 		if seen[k] {
 			continue
 		}
-		if err := p.kv.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if err := p.delete(ctx, k); err != nil {
+			if errors.Is(err, leader.ErrFenced) {
+				return wrote, deleted, err
+			}
 			errs = append(errs, fmt.Errorf("delete %s: %w", k, err))
 			continue
 		}
@@ -104,4 +118,29 @@ func (p *KV) Publish(ctx context.Context, sets []quotaproto.LeaseSet) (wrote, de
 		deleted++
 	}
 	return wrote, deleted, errors.Join(errs...)
+}
+
+// put writes a key, fenced when ctx carries a leader's epoch.
+func (p *KV) put(ctx context.Context, k string, b []byte) error {
+	if epoch, ok := leader.EpochOf(ctx); ok {
+		_, err := p.fence.Put(ctx, epoch, k, b)
+		return err
+	}
+	_, err := p.kv.Put(ctx, k, b)
+	return err
+}
+
+// delete deletes a key, fenced when ctx carries a leader's epoch; a key
+// already gone is no error.
+func (p *KV) delete(ctx context.Context, k string) error {
+	var err error
+	if epoch, ok := leader.EpochOf(ctx); ok {
+		err = p.fence.Delete(ctx, epoch, k)
+	} else {
+		err = p.kv.Delete(ctx, k)
+	}
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	return err
 }

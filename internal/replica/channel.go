@@ -21,6 +21,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lagbridge/lagbridge/internal/leader"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
 
@@ -63,12 +64,17 @@ type reportRecord struct {
 // election named name ("lagbridge_leases_<name>").
 func NATSBucket(name string) string { return "lagbridge_leases_" + name }
 
-// natsChannel is a Channel on a NATS KV bucket (history 1).
+// natsChannel is a Channel on a NATS KV bucket (history 1). A write
+// whose context carries a leader's epoch (leader.Fence) is fenced by the
+// broker (leader.KVFence); the others (reports) are plain.
 type natsChannel struct {
 	js     jetstream.JetStream
 	bucket string
 	mu     sync.Mutex
 	kv     jetstream.KeyValue // nil until opened
+	// fence is used by the leader's writes, on the engine's publishing
+	// goroutine only.
+	fence *leader.KVFence
 }
 
 // NewNATS returns a Channel on the KV bucket, created (or adopted) at its
@@ -88,13 +94,17 @@ func (n *natsChannel) open(ctx context.Context) (jetstream.KeyValue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease state KV bucket %q: %w", n.bucket, err)
 	}
-	n.kv = kv
+	n.kv, n.fence = kv, leader.NewKVFence(n.js, kv)
 	return kv, nil
 }
 
 func (n *natsChannel) Put(ctx context.Context, key string, value []byte) error {
 	kv, err := n.open(ctx)
 	if err != nil {
+		return err
+	}
+	if epoch, ok := leader.EpochOf(ctx); ok {
+		_, err = n.fence.Put(ctx, epoch, key, value)
 		return err
 	}
 	_, err = kv.Put(ctx, key, value)
@@ -106,7 +116,12 @@ func (n *natsChannel) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if err := kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if epoch, ok := leader.EpochOf(ctx); ok {
+		err = n.fence.Delete(ctx, epoch, key)
+	} else {
+		err = kv.Delete(ctx, key)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return err
 	}
 	return nil

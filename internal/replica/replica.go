@@ -207,6 +207,9 @@ func (r *Replicator) checkRole() {
 
 // apply is one entry of the channel.
 func (r *Replicator) apply(k string, v []byte) {
+	if k == leader.FenceKey {
+		return
+	}
 	kind, producer, err := quotaproto.ParseKVKey(k)
 	if err != nil {
 		r.cfg.Log.Debug("replicated lease state: key ignored", "key", k, "err", err)
@@ -292,8 +295,12 @@ func (r *Replicator) Name() string { return "lease-replication" }
 // the set and report of producers that are gone. Called by the engine's publishing
 // goroutine only.
 func (r *Replicator) Publish(ctx context.Context, s publish.Snapshot) error {
-	// Only once the hub serves the engine's renumbered sets (checkRole).
-	if _, lead := r.cfg.Elector.Leading(time.Now()); !lead || !r.sink.isLeading() {
+	// Only once the hub serves the engine's renumbered sets (checkRole),
+	// and under the lease: no write starts after it ran out, and the
+	// broker refuses them once another replica took over (leader.Fence).
+	ctx, cancel, lead := leader.Fence(ctx, r.cfg.Elector, time.Now())
+	defer cancel()
+	if !lead || !r.sink.isLeading() {
 		r.led = false
 		return nil
 	}
@@ -316,6 +323,9 @@ func (r *Replicator) Publish(ctx context.Context, s publish.Snapshot) error {
 			continue
 		}
 		if err := r.cfg.Channel.Put(ctx, key(kindSet, set.Producer), encode(setRecord{Set: set, At: now})); err != nil {
+			if errors.Is(err, leader.ErrFenced) {
+				return err // deposed: no later write would land either
+			}
 			errs = append(errs, err)
 			continue
 		}
