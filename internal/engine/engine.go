@@ -151,14 +151,14 @@ type published struct {
 }
 
 // New validates cfg and returns an engine; Start runs its publishing
-// goroutine.
+// goroutine. The error names every problem of cfg at once (errors.Join):
+// the policies', the lease and controller configs' and MaxProducers.
 func New(cfg Config) (*Engine, error) {
+	var errs []error
 	policies, err := quota.NewPolicies(cfg.Policies)
-	if err != nil {
-		return nil, err
-	}
+	errs = append(errs, err)
 	if cfg.MaxProducers < 0 {
-		return nil, fmt.Errorf("engine: MaxProducers must be >= 0 (0 means %d), got %d", DefaultMaxProducers, cfg.MaxProducers)
+		errs = append(errs, fmt.Errorf("engine: MaxProducers must be >= 0 (0 means %d), got %d", DefaultMaxProducers, cfg.MaxProducers))
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -169,14 +169,13 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Lease.VersionBase = uint64(cfg.Now().UnixMicro())
 	}
 	book, err := quota.NewLeaseBook(cfg.Lease)
-	if err != nil {
-		return nil, err
-	}
+	errs = append(errs, err)
 	if cfg.Controller.Interval == 0 {
 		cfg.Controller.Interval = cfg.Lease.Interval
 	}
 	ctl, err := quota.NewController(cfg.Controller)
-	if err != nil {
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {

@@ -1,0 +1,259 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/lagbridge/lagbridge/internal/embedded"
+	"github.com/lagbridge/lagbridge/internal/publish"
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestNew: every problem of a config at once, and the defaults of a zero
+// one.
+func TestNew(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  Config
+		want []string // in the error, each
+	}{
+		{"a bad policy", Config{Policies: []quota.Policy{{Name: "p"}, {Name: "p", MaxAge: time.Second}}}, []string{"policies[1].name"}},
+		{"negative MaxProducers", Config{MaxProducers: -1}, []string{"MaxProducers must be >= 0"}},
+		{"a bad lease config", Config{Lease: quota.LeaseConfig{Lifetime: -time.Second}}, []string{"lifetime"}},
+		{"a bad controller config", Config{Controller: quota.ControllerConfig{Setpoint: 2}}, []string{"setpoint"}},
+		{"all of them at once", Config{Policies: []quota.Policy{{Name: ""}}, MaxProducers: -1,
+			Lease: quota.LeaseConfig{Lifetime: -time.Second}, Controller: quota.ControllerConfig{Setpoint: 2}},
+			[]string{"policies[0]", "MaxProducers", "lifetime", "setpoint"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e, err := New(c.cfg)
+			if err == nil || e != nil {
+				t.Fatalf("New = %v, %v; want an error", e, err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+		})
+	}
+
+	before := uint64(time.Now().UnixMicro())
+	e, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := quota.LeaseConfig{}.WithDefaults()
+	if e.lifetime != lease.Lifetime || e.interval != lease.Interval || e.maxProducers != DefaultMaxProducers ||
+		e.log == nil || e.now == nil || e.version < before {
+		t.Fatalf("defaults: lifetime %v interval %v maxProducers %d version %d (want >= %d)",
+			e.lifetime, e.interval, e.maxProducers, e.version, before)
+	}
+	e.Start(context.Background()) // no publishers: no goroutine
+	e.Close()
+	e.Close()
+}
+
+// syncBuffer is a log sink the publishing goroutine writes while the test
+// reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) count(sub string) int { return strings.Count(s.String(), sub) }
+
+// outage is a Publisher that fails while down is set, a fault the test
+// switches at an exact moment; it counts its calls.
+type outage struct {
+	down  atomic.Bool
+	calls atomic.Int32
+}
+
+func (o *outage) Name() string { return "outage" }
+
+func (o *outage) Publish(context.Context, publish.Snapshot) error {
+	o.calls.Add(1)
+	if o.down.Load() {
+		return errors.New("unreachable")
+	}
+	return nil
+}
+
+// eventually polls cond until it holds or d passes.
+func eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	for end := time.Now().Add(d); !cond(); {
+		if time.Now().After(end) {
+			tb.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestPublishingGoroutine: Start runs the publishers on every change: a
+// report's set reaches a real NATS KV bucket (embedded nats-server), a
+// publisher that fails is warned about once per outage and its recovery
+// logged; Close stops the goroutine, twice without harm, and nothing is
+// published after it.
+func TestPublishingGoroutine(t *testing.T) {
+	ns := embedded.NATSTest(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	down := &outage{}
+	down.down.Store(true)
+	c := &clock{now: t0}
+	e, err := New(Config{Hub: quotaserver.NewHub(), Now: c.Now, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Policies:   []quota.Policy{{Name: "p", MaxAge: 2 * time.Second}},
+		Lease:      quota.LeaseConfig{Interval: time.Second, VersionBase: 100},
+		Publishers: []publish.Publisher{&publish.KVPublisher{JS: js, Bucket: "engine-test"}, down}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.Start(ctx)
+	defer e.Close()
+
+	w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 100, consume: 200}
+	w.cycles(2)
+	if _, err := e.Report(quotaproto.Report{Producer: "checkout", Topics: []quotaproto.TopicDemand{{Topic: "orders", Demand: 50}}}); err != nil {
+		t.Fatal(err)
+	}
+	var kv jetstream.KeyValue
+	eventually(t, 10*time.Second, "the bucket", func() bool {
+		kv, err = js.KeyValue(ctx, "engine-test")
+		return err == nil
+	})
+	eventually(t, 10*time.Second, "checkout's lease in the bucket", func() bool {
+		_, err := kv.Get(ctx, quotaproto.KVKey("checkout", "orders"))
+		return err == nil
+	})
+	w.cycles(3) // three more publishes while the outage lasts
+	eventually(t, 10*time.Second, "the failing publisher called again", func() bool { return down.calls.Load() >= 3 })
+	if n := logs.count("publishing quotas failed"); n != 1 {
+		t.Fatalf("%d warnings for one outage, want 1:\n%s", n, &logs)
+	}
+	down.down.Store(false)
+	w.cycles(1)
+	eventually(t, 10*time.Second, "the recovery logged", func() bool { return logs.count("publishing quotas recovered") == 1 })
+
+	e.Close()
+	e.Close()
+	calls := down.calls.Load()
+	w.cycles(2)
+	if got := down.calls.Load(); got != calls {
+		t.Fatalf("published %d times after Close", got-calls)
+	}
+}
+
+// TestReadViews: Rules, ClusterDecisions and budget answer from the
+// policies and the latest cycle.
+func TestReadViews(t *testing.T) {
+	c := &clock{now: t0}
+	e, _ := newEngine(t, c, quota.Policy{Name: "p", MaxAge: 2 * time.Second, ProcessingTime: 200 * time.Millisecond,
+		Match: quota.Match{Topic: "orders"}})
+	w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 100, consume: 200}
+	w.cycles(2)
+
+	base := lag.Rules{LagAge: time.Minute}
+	rules := e.Rules(base)
+	other := lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "payments", Group: "g"}
+	cases := []struct {
+		name   string
+		target lag.Target
+		age    time.Duration
+	}{
+		{"a policy's target: its maxAge", target, 2 * time.Second},
+		{"no policy: the base rules", other, time.Minute},
+	}
+	for _, tc := range cases {
+		if got := rules(tc.target).LagAge; got != tc.age {
+			t.Errorf("%s: lag age %v, want %v", tc.name, got, tc.age)
+		}
+	}
+
+	ds := e.ClusterDecisions("c1")
+	if len(ds) != 1 || ds[target].Policy != "p" {
+		t.Fatalf("c1's decisions %+v", ds)
+	}
+	delete(ds, target) // a copy: the engine keeps its own
+	if len(e.ClusterDecisions("c1")) != 1 || len(e.ClusterDecisions("c2")) != 0 {
+		t.Fatal("ClusterDecisions shares the engine's map, or invents a cluster")
+	}
+	if got := e.budget("p"); got != 1800*time.Millisecond {
+		t.Errorf("budget of p %v, want 1.8s", got)
+	}
+	if got := e.budget("gone"); got != 0 {
+		t.Errorf("budget of an unknown policy %v, want 0", got)
+	}
+}
+
+// TestReportRefusals: a report with a bad topic entry (the HTTP layer
+// validates reports first; these reach the engine from its other callers)
+// is refused with an error that says why, and publishes no set.
+func TestReportRefusals(t *testing.T) {
+	cases := []struct {
+		name  string
+		topic quotaproto.TopicDemand
+		is    error
+	}{
+		{"an unknown criticality", quotaproto.TopicDemand{Topic: "orders", Criticality: "URGENT"}, quota.ErrUnknownName},
+		{"a negative demand", quotaproto.TopicDemand{Topic: "orders", Demand: -1}, quota.ErrInvalidReport},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &clock{now: t0}
+			e, hub := newEngine(t, c, quota.Policy{Name: "p", MaxAge: 2 * time.Second})
+			w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 100, consume: 200}
+			w.cycles(2)
+			_, err := e.Report(quotaproto.Report{Producer: "svc", Topics: []quotaproto.TopicDemand{{Topic: "elsewhere"}, tc.topic}})
+			if !errors.Is(err, tc.is) {
+				t.Fatalf("Report: %v, want an error matching %v", err, tc.is)
+			}
+			if _, _, ok := hub.Current("svc"); ok {
+				t.Fatal("a refused report published a set")
+			}
+			if n := len(e.Leases()); n != 0 {
+				t.Fatalf("%d leases after a refused report", n)
+			}
+		})
+	}
+}
