@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // NATS starts a nats-server with JetStream on 127.0.0.1 (a free port),
@@ -39,4 +41,21 @@ func NATSTest(tb testing.TB) *server.Server {
 	}
 	tb.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	return s
+}
+
+// JetStreamTest starts NATS for a test (NATSTest) and returns a JetStream
+// context on a connection to it; both end when the test ends.
+func JetStreamTest(tb testing.TB) jetstream.JetStream {
+	tb.Helper()
+	s := NATSTest(tb)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return js
 }

@@ -21,6 +21,11 @@ type clock struct{ now time.Time }
 
 func (c *clock) Now() time.Time { return c.now }
 
+// twoProducers is the story's policy: checkout (CRITICAL_PLUS) and batch
+// (SHEDDABLE) write to what its consumers must take within 2 s.
+var twoProducers = quota.Policy{Name: "p", MaxAge: 2 * time.Second,
+	Producers: []quota.ProducerSpec{{ID: "checkout", Criticality: quota.CriticalPlus}, {ID: "batch", Criticality: quota.Sheddable}}}
+
 func newEngine(tb testing.TB, c *clock, policies ...quota.Policy) (*Engine, *quotaserver.Hub) {
 	tb.Helper()
 	hub := quotaserver.NewHub()
@@ -69,8 +74,7 @@ func rateOf(l quotaproto.Lease) float64 {
 // producer that stops reporting loses its lease.
 func TestEngine(t *testing.T) {
 	c := &clock{now: t0}
-	e, hub := newEngine(t, c, quota.Policy{Name: "p", MaxAge: 2 * time.Second,
-		Producers: []quota.ProducerSpec{{ID: "checkout", Criticality: quota.CriticalPlus}, {ID: "batch", Criticality: quota.Sheddable}}})
+	e, hub := newEngine(t, c, twoProducers)
 	w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 1000, consume: 2000}
 	w.cycles(3)
 

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
@@ -126,16 +125,7 @@ func eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
 // logged; Close stops the goroutine, twice without harm, and nothing is
 // published after it.
 func TestPublishingGoroutine(t *testing.T) {
-	ns := embedded.NATSTest(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := embedded.JetStreamTest(t)
 	var logs syncBuffer
 	down := &outage{}
 	down.down.Store(true)

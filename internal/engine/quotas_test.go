@@ -8,14 +8,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
-	"github.com/lagbridge/lagbridge/quota"
 )
 
 // TestQuotasJSON pins the body of /v1/quotas byte for byte, as the server
@@ -26,8 +24,7 @@ import (
 // file, so that the controller's figures may change and the shape may not.
 func TestQuotasJSON(t *testing.T) {
 	c := &clock{now: t0}
-	e, hub := newEngine(t, c, quota.Policy{Name: "p", MaxAge: 2 * time.Second,
-		Producers: []quota.ProducerSpec{{ID: "checkout", Criticality: quota.CriticalPlus}, {ID: "batch", Criticality: quota.Sheddable}}})
+	e, hub := newEngine(t, c, twoProducers)
 	w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 1000, consume: 2000}
 	w.cycles(3)
 	for _, r := range []quotaproto.Report{

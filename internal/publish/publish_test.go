@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -114,17 +113,7 @@ func TestClientQuotas(t *testing.T) {
 // cleanup.
 func newKV(t *testing.T) (jetstream.JetStream, *KV) {
 	t.Helper()
-	ns, err := embedded.NATS(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	js := embedded.JetStreamTest(t)
 	kv, err := NewKV(ctx(t), js, "")
 	if err != nil {
 		t.Fatal(err)
