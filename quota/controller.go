@@ -1114,7 +1114,9 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 // whose head is older than MaxAge, or whose predicted wait (lag over the
 // partition's own consume rate since its previous move; unknown while a
 // position read from commits has not moved and its commit is not overdue,
-// see partCadence; on first sight, lag over its share of the target's
+// see partCadence; plus, while more is written to it than it drains, the
+// growth of its wait over one more interval, until the next decision
+// takes effect; on first sight, lag over its share of the target's
 // consume rate) reaches the budget
 // while the head is past the target wait. The list is returned only while
 // it holds fewer than AvoidBelow of the partitions (and there are at least
@@ -1182,7 +1184,14 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 			span, cad := st.At.Sub(pt.moveAt).Seconds(), partCadence(&ps, v)
 			switch {
 			case pos != pt.movePos && span > 0:
-				wait = float64(ps.Lag) * span / float64(pos-pt.movePos)
+				drain := float64(pos-pt.movePos) / span
+				wait = float64(ps.Lag) / drain
+				if next.in > drain {
+					// What is written to it beyond what it drains until
+					// the next decision takes effect (one interval) waits
+					// longer still.
+					wait += (next.in/drain - 1) * dt
+				}
 			case cad <= 0 || span > 1.5*cad+dt:
 				wait = math.Inf(1)
 			}

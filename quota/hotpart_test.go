@@ -259,3 +259,30 @@ func TestControllerHotPartitionFirstSight(t *testing.T) {
 		t.Fatalf("avoid %v signal %v rule %v rate %v (%s), want [0], avoid-partitions, unlimited", d.AvoidPartitions, d.Signal, d.Rule, d.Rate, d.Reason)
 	}
 }
+
+// TestControllerLatePartitionProjected: partition 0 drains 20 msg/s and
+// gets 50; its lag of 30 is a 1.5 s wait now, under the 2 s budget, but
+// by the time the next decision takes effect (one interval) another 30
+// have arrived beyond what it drains: 3 s. It is late now, not one
+// interval (and 30 more messages past the deadline) later.
+func TestControllerLatePartitionProjected(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	mk := func(at float64, end0, lag0 int64, head0 time.Duration) lag.State {
+		s := st(at, lag0, 270, 300)
+		s.HeadAge, s.HeadAgeKnown = head0, lag0 > 0
+		for i := range 6 {
+			ps := lag.PartitionState{PartitionSample: lag.PartitionSample{Partition: int32(i), End: int64(at) * 50}}
+			if i == 0 {
+				ps.End, ps.Lag, ps.HeadAge = end0, lag0, head0
+			}
+			s.Partitions = append(s.Partitions, ps)
+		}
+		return s
+	}
+	ctl := newCtl(t, ControllerConfig{})
+	ctl.Step(mk(1, 100, 0, 0), p, leaseT0.Add(time.Second))
+	d := ctl.Step(mk(2, 150, 30, 900*time.Millisecond), p, leaseT0.Add(2*time.Second))
+	if !slices.Equal(d.AvoidPartitions, []int32{0}) {
+		t.Fatalf("avoid %v (%s), want [0]", d.AvoidPartitions, d.Reason)
+	}
+}

@@ -35,6 +35,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	strict := fs.Bool("strict", false, "exit 3 when a lagbridge run misses a target of issue 12")
 	verbose := fs.Bool("verbose", false, "print the daemon's and the SDK's logs")
 	hot := fs.Bool("hot-partition", false, "run the hot-partition scenario instead of the matrix: 6 partitions, partition 0's consumer 100x slower, keyless and keyed producers, naive and lagbridge (on kfake, or on --kafka); --scale multiplies its 60s runs")
+	hotInterval := fs.Duration("hot-interval", time.Second, "the daemon's observation interval in the hot-partition scenario")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: lagbridge bench [flags]\n\nThe overload benchmark matrix: naive producers vs lagbridge, side by side, per consumer, producer and observation interval.\n\n")
 		fs.PrintDefaults()
@@ -51,7 +52,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *hot {
-		return hotCommand(ctx, HotOptions{Duration: time.Duration(*scale * float64(time.Minute)), KafkaBrokers: *kafkaAddr, Out: stdout}, *out, *verbose, stderr)
+		return hotCommand(ctx, HotOptions{Duration: time.Duration(*scale * float64(time.Minute)), Interval: *hotInterval, KafkaBrokers: *kafkaAddr, Out: stdout}, *out, *verbose, stderr)
 	}
 	if *short && !fs.Changed("loads") {
 		*loadList = "2,10"
