@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -357,8 +358,9 @@ func (e *Engine) topicsNamed(name string) []quota.Topic { return e.byName[name] 
 // larger one at the next observation cycle) and republishes its own set and
 // those of the producers whose leases the report changed. A new producer id
 // while the engine keeps MaxProducers of them gets a [*BusyError]; a topic
-// with a bad criticality, an error wrapping quota.ErrUnknownName (and no
-// topic of the report is recorded).
+// with a bad criticality, an error wrapping quota.ErrUnknownName; a negative
+// or NaN demand, one wrapping quota.ErrInvalidReport (and no topic of the
+// report is recorded, nor a new producer).
 func (e *Engine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
 	now := e.now()
 	e.mu.Lock()
@@ -371,6 +373,9 @@ func (e *Engine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
 	crits := make([]quota.Criticality, len(r.Topics))
 	var errs []error
 	for i, td := range r.Topics {
+		if td.Demand < 0 || math.IsNaN(td.Demand) {
+			errs = append(errs, fmt.Errorf("%w: topic %q: demand must be >= 0 msg/s, got %v", quota.ErrInvalidReport, td.Topic, td.Demand))
+		}
 		crits[i] = quota.Critical
 		if td.Criticality != "" {
 			c, err := quota.ParseCriticality(td.Criticality)

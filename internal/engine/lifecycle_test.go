@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -218,15 +219,17 @@ func TestReadViews(t *testing.T) {
 
 // TestReportRefusals: a report with a bad topic entry (the HTTP layer
 // validates reports first; these reach the engine from its other callers)
-// is refused with an error that says why, and publishes no set.
+// is refused with an error that says why, and records nothing: no lease,
+// no set, not even the producer, on the topic observed either.
 func TestReportRefusals(t *testing.T) {
 	cases := []struct {
 		name  string
 		topic quotaproto.TopicDemand
 		is    error
 	}{
-		{"an unknown criticality", quotaproto.TopicDemand{Topic: "orders", Criticality: "URGENT"}, quota.ErrUnknownName},
-		{"a negative demand", quotaproto.TopicDemand{Topic: "orders", Demand: -1}, quota.ErrInvalidReport},
+		{"an unknown criticality", quotaproto.TopicDemand{Topic: "payments", Criticality: "URGENT"}, quota.ErrUnknownName},
+		{"a negative demand", quotaproto.TopicDemand{Topic: "payments", Demand: -1}, quota.ErrInvalidReport},
+		{"a NaN demand", quotaproto.TopicDemand{Topic: "payments", Demand: math.NaN()}, quota.ErrInvalidReport},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -234,7 +237,7 @@ func TestReportRefusals(t *testing.T) {
 			e, hub := newEngine(t, c, quota.Policy{Name: "p", MaxAge: 2 * time.Second})
 			w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 100, consume: 200}
 			w.cycles(2)
-			_, err := e.Report(quotaproto.Report{Producer: "svc", Topics: []quotaproto.TopicDemand{{Topic: "elsewhere"}, tc.topic}})
+			_, err := e.Report(quotaproto.Report{Producer: "svc", Topics: []quotaproto.TopicDemand{{Topic: "orders", Demand: 10}, tc.topic}})
 			if !errors.Is(err, tc.is) {
 				t.Fatalf("Report: %v, want an error matching %v", err, tc.is)
 			}
@@ -243,6 +246,9 @@ func TestReportRefusals(t *testing.T) {
 			}
 			if n := len(e.Leases()); n != 0 {
 				t.Fatalf("%d leases after a refused report", n)
+			}
+			if known, _ := e.producerStats(); known != 0 {
+				t.Fatalf("%d producers kept after a refused report", known)
 			}
 		})
 	}
