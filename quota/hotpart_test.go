@@ -8,6 +8,35 @@ import (
 	"github.com/lagbridge/lagbridge/lag"
 )
 
+// hotSim runs #17's hot partition for secs seconds: six partitions,
+// partition 0 drained at hot msg/s and the others at other msg/s each,
+// positions from commits every commitEvery (0: exact), the producers ps.
+// It returns the result and the share of the offer refused inside window.
+func hotSim(tb testing.TB, ps []*simProducer, hot, other float64, commitEvery time.Duration, secs float64, window [2]float64) (*simResult, float64) {
+	tb.Helper()
+	res := runSim(tb, simConfig{
+		duration:    time.Duration(secs * float64(time.Second)),
+		partitions:  6,
+		capacity:    constant(hot + 5*other),
+		commitEvery: commitEvery,
+		partCap: func(p int, _ float64) float64 {
+			if p == 0 {
+				return hot
+			}
+			return other
+		},
+		policy:    drainPolicy(),
+		producers: ps,
+		window:    window,
+	})
+	var offered, admitted float64
+	for _, p := range ps {
+		offered += p.winOffered
+		admitted += p.winAdmitted
+	}
+	return res, 1 - admitted/offered
+}
+
 // TestSimHotPartition is #17's one slow partition: six partitions, the
 // consumer of partition 0 drains 20 msg/s where the others drain 2,000;
 // keyless producers that write around avoided partitions offer 300 msg/s,
@@ -31,27 +60,7 @@ func TestSimHotPartition(t *testing.T) {
 			for _, p := range ps {
 				p.honorAvoid = true
 			}
-			res := runSim(t, simConfig{
-				duration:    120 * time.Second,
-				partitions:  6,
-				capacity:    constant(20 + 5*2000),
-				commitEvery: c.commitEvery,
-				partCap: func(p int, _ float64) float64 {
-					if p == 0 {
-						return 20
-					}
-					return 2000
-				},
-				policy:    drainPolicy(),
-				producers: ps,
-				window:    [2]float64{20, 120},
-			})
-			var offered, admitted float64
-			for _, p := range ps {
-				offered += p.winOffered
-				admitted += p.winAdmitted
-			}
-			refused := 1 - admitted/offered
+			res, refused := hotSim(t, ps, 20, 2000, c.commitEvery, 120, [2]float64{20, 120})
 			_, p99 := res.headStats(20, 120)
 			avoided, flips, slowDown := 0, 0, 0
 			var prev bool
@@ -145,27 +154,7 @@ func TestSimHotPartitionAfterOverload(t *testing.T) {
 				p.offer = step(3, 5000, 100)
 				c.mk(p)
 			}
-			res := runSim(t, simConfig{
-				duration:    90 * time.Second,
-				partitions:  6,
-				capacity:    constant(20 + 5*2000),
-				commitEvery: 250 * time.Millisecond,
-				partCap: func(p int, _ float64) float64 {
-					if p == 0 {
-						return 20
-					}
-					return 2000
-				},
-				policy:    drainPolicy(),
-				producers: ps,
-				window:    [2]float64{30, 90},
-			})
-			var offered, admitted float64
-			for _, p := range ps {
-				offered += p.winOffered
-				admitted += p.winAdmitted
-			}
-			refused := 1 - admitted/offered
+			res, refused := hotSim(t, ps, 20, 2000, 250*time.Millisecond, 90, [2]float64{30, 90})
 			limited, slow := 0, 0
 			steps := res.between(0, 90)
 			for _, s := range steps {
@@ -206,20 +195,7 @@ func TestSimHotPartitionSaturatedOthers(t *testing.T) {
 		p.honorAvoid = true
 	}
 	plain := &simProducer{id: "plain", offer: constant(900)}
-	res := runSim(t, simConfig{
-		duration:    60 * time.Second,
-		partitions:  6,
-		capacity:    constant(100 + 5*400),
-		commitEvery: 0,
-		partCap: func(p int, _ float64) float64 {
-			if p == 0 {
-				return 100
-			}
-			return 400
-		},
-		policy:    drainPolicy(),
-		producers: append(keyless, plain),
-	})
+	res, _ := hotSim(t, append(keyless, plain), 100, 400, 0, 60, [2]float64{0, 60})
 	var capSum float64
 	n := 0
 	for _, s := range res.between(30, 60) {

@@ -374,7 +374,7 @@ func newHotProducer(o HotOptions, w *world, base, mode string, keyed bool) (*hot
 			stop()
 			return nil, err
 		}
-		if err := p.waitLease(ctx, 10*time.Second); err != nil {
+		if err := waitQuotas(ctx, []func() (producerclient.Quota, bool){func() (producerclient.Quota, bool) { return p.sdk.Quota(w.topic) }}, 10*time.Second); err != nil {
 			fmt.Fprintf(o.Out, "  warning: %v; starting anyway\n", err)
 		}
 	}
@@ -393,23 +393,6 @@ func newHotProducer(o HotOptions, w *world, base, mode string, keyed bool) (*hot
 		})
 	}
 	return p, nil
-}
-
-func (p *hotProducer) waitLease(ctx context.Context, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for {
-		if q, ok := p.sdk.Quota(p.w.topic); ok && q.FromLease {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no lease after %s", d)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
 
 // send sends one record created at created and counts its outcome.

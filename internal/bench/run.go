@@ -202,6 +202,11 @@ func waitLeases(ctx context.Context, s sender, d time.Duration) error {
 			ps = append(ps, func() (producerclient.Quota, bool) { return p.Quota(s.w.topic) })
 		}
 	}
+	return waitQuotas(ctx, ps, d)
+}
+
+// waitQuotas waits until every quota of ps comes from a lease, at most d.
+func waitQuotas(ctx context.Context, ps []func() (producerclient.Quota, bool), d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
 		all := true
