@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -415,6 +416,10 @@ type partTrack struct {
 	rate    float64
 	movePos int64
 	moveAt  time.Time
+	// probe is how many calm observations its next trial waits for (0:
+	// avoidProbe); trial counts the observations since it was last
+	// tried again, while that is being watched (0: not watched).
+	probe, trial int
 }
 
 // avoidCalm is how many observations in a row a listed partition must be
@@ -423,9 +428,14 @@ type partTrack struct {
 // it must, when the rate it was seen to consume at is below the share of
 // the produce rate it would get back, before it is tried again (its
 // consumer may have recovered, which nothing shows while it is avoided).
+// A partition late again within probeWatch observations of such a trial
+// failed it: its next trial waits twice as long, up to maxProbe; one that
+// stays fine for probeWatch passed it, and the wait is avoidProbe again.
 const (
 	avoidCalm  = 3
 	avoidProbe = 30
+	probeWatch = 10
+	maxProbe   = 8 * avoidProbe
 )
 
 // NewController returns a Controller, or the problems of cfg (see
@@ -1132,7 +1142,8 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 // deadline (no backlog, or its head and wait within the target wait) for
 // avoidCalm observations in a row, and, when the rate its consumer was
 // seen to drain it at is below the share of the produce rate it would get
-// back, for avoidProbe observations.
+// back, for avoidProbe observations (a trial; twice as many after each
+// trial it failed, up to maxProbe).
 //
 // Head ages are taken at the commit (less v.since), as for the target.
 func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading) (late []int32, fewBad bool) {
@@ -1155,7 +1166,8 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 		pos := ps.End - ps.Lag
 		pt, had := tc.parts[ps.Partition]
 		head := max(ps.HeadAge.Seconds()-v.since, 0)
-		next := partTrack{pos: pos, lag: ps.Lag, gen: tc.gen, rate: pt.rate, movePos: pt.movePos, moveAt: pt.moveAt}
+		next := partTrack{pos: pos, lag: ps.Lag, gen: tc.gen, rate: pt.rate, movePos: pt.movePos, moveAt: pt.moveAt, probe: pt.probe}
+		probe := cmp.Or(pt.probe, avoidProbe)
 		switch {
 		case !had || ps.Stale:
 			next.movePos, next.moveAt = pos, st.At
@@ -1209,7 +1221,19 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 				next.calm = pt.calm + 1
 			}
 			slow := next.rate > 0 && next.rate < share
-			isLate = next.calm < avoidCalm || (slow && next.calm < avoidProbe)
+			isLate = next.calm < avoidCalm || (slow && next.calm < probe)
+			if !isLate && slow {
+				next.trial = 1 // tried again: watch it
+			}
+		}
+		switch {
+		case isLate && !pt.late && pt.trial > 0:
+			// Late again soon after a trial: the next one waits longer.
+			next.probe = min(2*probe, maxProbe)
+		case !isLate && pt.trial > 0 && pt.trial < probeWatch:
+			next.trial = pt.trial + 1
+		case !isLate && pt.trial > 0:
+			next.probe = 0 // it passed
 		}
 		next.late = isLate
 		if !isLate {

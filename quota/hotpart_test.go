@@ -262,3 +262,65 @@ func TestControllerLatePartitionProjected(t *testing.T) {
 		t.Fatalf("avoid %v (%s), want [0]", d.AvoidPartitions, d.Reason)
 	}
 }
+
+// TestSimHotPartitionTrialsBackOff: a partition whose consumer is too slow
+// for its share is tried again after avoidProbe calm observations, and
+// each trial it fails (late again within probeWatch) doubles the wait for
+// the next: over 300 s partition 0 (20 msg/s) is tried 3 times, not about
+// 9, each trial's backlog being work past the deadline. Once its consumer
+// recovers (2,000 msg/s from 150 s on), the next trial passes and it stays
+// in use.
+func TestSimHotPartitionTrialsBackOff(t *testing.T) {
+	cases := []struct {
+		name      string
+		recoverAt float64 // 0: never
+		maxTrials int
+	}{
+		{"always slow", 0, 3},
+		{"recovers at 150 s", 150, 3},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ps := producersOffering(3, 300)
+			for _, p := range ps {
+				p.honorAvoid = true
+			}
+			res := runSim(t, simConfig{
+				duration:    400 * time.Second,
+				partitions:  6,
+				capacity:    constant(2000 + 5*2000),
+				commitEvery: 250 * time.Millisecond,
+				partCap: func(p int, at float64) float64 {
+					if p == 0 && (c.recoverAt == 0 || at < c.recoverAt) {
+						return 20
+					}
+					return 2000
+				},
+				policy:    drainPolicy(),
+				producers: ps,
+			})
+			var trials []float64
+			var prev bool
+			for i, s := range res.steps {
+				on := slices.Contains(s.dec.AvoidPartitions, 0)
+				if i > 0 && prev && !on {
+					trials = append(trials, s.t)
+				}
+				prev = on
+			}
+			t.Logf("partition 0 tried again at %v s", trials)
+			if len(trials) == 0 || len(trials) > c.maxTrials {
+				t.Fatalf("%d trials, want 1 to %d", len(trials), c.maxTrials)
+			}
+			for i := 2; i < len(trials); i++ {
+				if trials[i]-trials[i-1] <= trials[i-1]-trials[i-2] {
+					t.Errorf("trials at %v: the waits between them do not grow", trials)
+				}
+			}
+			last := res.steps[len(res.steps)-1]
+			if c.recoverAt > 0 && slices.Contains(last.dec.AvoidPartitions, 0) {
+				t.Errorf("partition 0 still avoided at %v s, its consumer recovered at %v s", last.t, c.recoverAt)
+			}
+		})
+	}
+}
