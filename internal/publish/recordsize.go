@@ -20,8 +20,11 @@ import (
 //
 // A partition whose log shrank (retention, compaction) or whose end
 // offset went back since the last call is left out of that round. Old
-// rounds fade: past MaxRecords accumulated records, the totals are
-// halved. Not safe for concurrent use.
+// rounds fade: a round that measured at least MinRecords records weighs
+// as much as all the rounds before it (they keep the weight Fade), so
+// the size follows the producers' batching and compression within a few
+// calls; past MaxRecords accumulated records, the totals are halved. Not
+// safe for concurrent use.
 type RecordSizes struct {
 	adm    *kadm.Client
 	opts   []kgo.Opt
@@ -44,6 +47,16 @@ const (
 	MinRecords = 100
 	MaxRecords = 100_000
 )
+
+// Fade is the weight RecordSizes keeps for what it measured before a
+// round of at least MinRecords records. A record costs the broker what
+// its batch costs over the records in it, and that moves with the
+// producers' state: a producer Kafka throttles sends what it buffered
+// meanwhile in one large batch, which compresses far better (franz-go
+// and Java compress batches by default) than the one or two records of
+// an unthrottled request handler's batch; a byte quota computed from the
+// old size would let several times the records granted through.
+const Fade = 0.5
 
 // SampleEvery is how often, in calls to Measure, RecordSizes reads the
 // newest records of a grown partition of each topic (at most
@@ -126,17 +139,23 @@ func (r *RecordSizes) Measure(ctx context.Context, topics []string) error {
 		}
 		var grown int32 = -1
 		var growth int64
+		var bytes, records float64
 		for p, cur := range now {
 			prev, ok := r.last[topic][p]
 			if !ok || cur.size < prev.size || cur.end < prev.end {
 				continue
 			}
-			a.bytes += float64(cur.size - prev.size)
-			a.records += float64(cur.end - prev.end)
+			bytes += float64(cur.size - prev.size)
+			records += float64(cur.end - prev.end)
 			if d := cur.end - prev.end; d > growth {
 				grown, growth = p, d
 			}
 		}
+		if records >= MinRecords {
+			a.bytes, a.records = a.bytes*Fade, a.records*Fade
+		}
+		a.bytes += bytes
+		a.records += records
 		if a.records > MaxRecords {
 			a.bytes, a.records = a.bytes/2, a.records/2
 		}
