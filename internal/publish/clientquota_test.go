@@ -148,7 +148,8 @@ func TestClientQuotaResetOnLeadingAgain(t *testing.T) {
 }
 
 // TestClientQuotaWant: only listed producers of opted-in policies, on that
-// cluster, with finite enforced grants, become client quotas.
+// cluster, with finite enforced grants, become client quotas; an unlimited
+// grant becomes the ceiling.
 func TestClientQuotaWant(t *testing.T) {
 	pols, err := quota.NewPolicies([]quota.Policy{
 		{Name: "in", MaxAge: time.Second, KafkaClientQuota: true, Producers: []quota.ProducerSpec{{ID: "legacy"}}},
@@ -172,8 +173,8 @@ func TestClientQuotaWant(t *testing.T) {
 		t.Fatalf("want %v", want)
 	}
 	s.Leases[0].Rate = quota.Unlimited
-	if want := (&ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 1000}).Want(s); len(want) != 0 {
-		t.Fatalf("unlimited grant still wants a quota: %v", want)
+	if want := (&ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 1000}).Want(s); len(want) != 1 || want["legacy"] != Ceiling {
+		t.Fatalf("an unlimited grant wants %v, want only the ceiling for legacy (the broker measures its rate)", want)
 	}
 }
 
@@ -203,9 +204,9 @@ func TestClientQuotaShares(t *testing.T) {
 		// that events receives, so events' traffic is never throttled.
 		{"finite and unlimited", []quota.Lease{{Producer: "a", Topic: orders, Rate: 20}, {Producer: "a", Topic: events, Rate: quota.Unlimited}},
 			map[string]float64{"a": 20*10 + UnlimitedHeadroom*30*10}, map[string]float64{"a": (100 + 30) * 10}},
-		// Unlimited everywhere: no quota, still an estimate of what it sends.
+		// Unlimited everywhere: the ceiling, throttling no one.
 		{"all unlimited", []quota.Lease{{Producer: "a", Topic: orders, Rate: quota.Unlimited}},
-			map[string]float64{}, map[string]float64{"a": 100 * 10}},
+			map[string]float64{"a": Ceiling}, map[string]float64{"a": 100 * 10}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -255,5 +256,51 @@ func TestClientQuotaPerBroker(t *testing.T) {
 	}
 	if want := Marked(100 * 1000 / 2); cur["legacy"] != want {
 		t.Errorf("stored %v B/s for a grant of 100000 B/s led half by one broker, want %v", cur["legacy"], want)
+	}
+}
+
+// TestClientQuotaHolds: the longest Kafka may hold a client-id is the
+// predicted wait of its consumers, at least one interval and at most
+// MaxHold, the shortest over its limited topics; none without steering.
+func TestClientQuotaHolds(t *testing.T) {
+	pols, orders := legacyPolicy(t)
+	events := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "events"}
+	cases := []struct {
+		name     string
+		interval time.Duration
+		waits    map[quota.Topic]time.Duration
+		unlim    bool // the events lease is unlimited
+		want     map[string]time.Duration
+	}{
+		{"short wait: one interval", time.Second, map[quota.Topic]time.Duration{orders: 200 * time.Millisecond}, false,
+			map[string]time.Duration{"legacy": time.Second}},
+		{"queued work: its wait", time.Second, map[quota.Topic]time.Duration{orders: 2500 * time.Millisecond}, false,
+			map[string]time.Duration{"legacy": 2500 * time.Millisecond}},
+		{"long wait: MaxHold", time.Second, map[quota.Topic]time.Duration{orders: time.Minute}, false,
+			map[string]time.Duration{"legacy": MaxHold}},
+		{"nothing consumed (wait never): one interval", time.Second, map[quota.Topic]time.Duration{orders: -1}, false,
+			map[string]time.Duration{"legacy": time.Second}},
+		{"two topics: the shortest", time.Second, map[quota.Topic]time.Duration{orders: time.Minute, events: 2 * time.Second}, false,
+			map[string]time.Duration{"legacy": 2 * time.Second}},
+		{"an unlimited topic does not count", time.Second, map[quota.Topic]time.Duration{orders: time.Minute, events: 0}, true,
+			map[string]time.Duration{"legacy": MaxHold}},
+		{"no steering", 0, map[quota.Topic]time.Duration{orders: time.Minute}, false, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := Snapshot{Policies: pols, Topics: map[quota.Topic]quota.Decision{}}
+			for topic, w := range c.waits {
+				s.Topics[topic] = quota.Decision{Policy: "in", Wait: w}
+				rate := 10.0
+				if topic == events && c.unlim {
+					rate = quota.Unlimited
+				}
+				s.Leases = append(s.Leases, quota.Lease{Producer: "legacy", Topic: topic, Rate: rate})
+			}
+			got := (&ClientQuotaPublisher{Cluster: "c1", Interval: c.interval}).holds(s)
+			if !maps.Equal(got, c.want) {
+				t.Errorf("holds %v, want %v", got, c.want)
+			}
+		})
 	}
 }

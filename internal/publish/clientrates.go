@@ -1,9 +1,11 @@
 package publish
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // TopicRate is one topic a client-id writes, as its client quota counts
@@ -24,12 +26,72 @@ type TopicRate struct {
 	Whole float64
 }
 
+// Writer is one client-id writing a topic, as [Share] splits the topic's
+// rate.
+type Writer struct {
+	// Held is true when the client-id's stored quota is below what it was
+	// estimated to send ([Steering.Last]): Kafka throttles it.
+	Held bool
+	// Cap is the most it can be sending to the topic (its stored quota,
+	// in the unit of the rate shared); +Inf when it has none.
+	Cap float64
+}
+
+// Share splits a topic's produce rate among the client-ids writing it,
+// since the broker does not say what each one sends: first in equal
+// parts among the client-ids the broker is not holding, none more than
+// its Cap, then what is left among the held ones the same way. A held
+// client-id is thus taken to send only what the others cannot account
+// for: a request handler's producer that Kafka throttles for about a
+// second at each response sends next to nothing, and counting the free
+// producers' traffic as its own would keep its quota above what it
+// really sends, so that it bursts again as soon as Kafka's window
+// forgets its past (what the bench's legacy rows did). A held producer
+// that keeps sending at its quota (one that buffers, sending
+// asynchronously) is then underestimated: Kafka holds it longer than the
+// steering's hold at a response, at most about its quota window.
+//
+// With no one held, n writers of a topic receiving R each get R/n (or
+// their Cap). Rate left over once every one reached its Cap (an
+// unlisted producer's) is attributed to no one.
+func Share(rate float64, ws []Writer) []float64 {
+	out := make([]float64, len(ws))
+	left := max(rate, 0)
+	for _, held := range []bool{false, true} {
+		var idx []int
+		for i, w := range ws {
+			if w.Held == held {
+				idx = append(idx, i)
+			}
+		}
+		// Equal parts, none above its cap: fill the smallest caps first.
+		slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(ws[a].Cap, ws[b].Cap) })
+		for k, i := range idx {
+			part := min(left/float64(len(idx)-k), max(ws[i].Cap, 0))
+			out[i] = part
+			left -= part
+		}
+	}
+	return out
+}
+
 // Leaders is, per topic, the share of the topic's partitions each broker
 // leads (broker id to a share in (0, 1]; a topic's shares add up to 1).
 // A producer that spreads its records over the partitions, as franz-go's
 // and Java's default partitioners do for keyless records, sends each
 // broker that share of its bytes to the topic.
 type Leaders map[string]map[int32]float64
+
+// Ceiling is the quota, in bytes per second, lagbridge keeps on a listed
+// client-id whose grants are all unlimited: about 1 TB/s, which throttles
+// no one. It is there because a Kafka broker measures client rates only
+// while some client quota is set: without it the first cut finds the
+// broker's quota window empty, and the producer is held only once the
+// window has filled again, up to 11 s later on the default window (the
+// bench's legacy rows sent at full rate for 4 to 6 s after every first
+// cut). With it the broker knows what the client sent over the whole
+// window, and a cut binds at the next produce request.
+const Ceiling = 1 << 40
 
 // UnlimitedHeadroom multiplies the whole produce rate of a topic where a
 // client-id's grant is unlimited when it counts in that client-id's quota
@@ -49,7 +111,7 @@ const UnlimitedHeadroom = 2
 //
 // A topic with an unlimited grant counts UnlimitedHeadroom times its
 // Whole rate in allowed; quoted is false when every grant is unlimited
-// (the client-id gets no quota).
+// (the client-id is then given Ceiling).
 //
 // Example: grants of 1,000 B/s on topic a (leaders: broker 1 half, broker
 // 2 half) and 600 B/s on topic b (broker 1 alone): broker 1 carries 500 +

@@ -75,3 +75,34 @@ func TestLeaders(t *testing.T) {
 		}
 	}
 }
+
+func TestShare(t *testing.T) {
+	inf := math.Inf(1)
+	cases := []struct {
+		name string
+		rate float64
+		ws   []Writer
+		want []float64
+	}{
+		{"no one held: equal parts", 90, []Writer{{Cap: inf}, {Cap: inf}, {Cap: inf}}, []float64{30, 30, 30}},
+		// A small cap takes its cap, the rest share what is left.
+		{"caps", 90, []Writer{{Cap: 10}, {Cap: inf}, {Cap: inf}}, []float64{10, 40, 40}},
+		// The free writer accounts for the rate first: a throttled
+		// request handler sends next to nothing.
+		{"held after free", 40, []Writer{{Held: true, Cap: 100}, {Cap: 50}, {Held: true, Cap: 100}}, []float64{0, 40, 0}},
+		{"free full: the held share what is left", 90, []Writer{{Held: true, Cap: 100}, {Cap: 50}, {Held: true, Cap: 100}}, []float64{20, 50, 20}},
+		// More than every cap: the rest is an unlisted producer's.
+		{"beyond every cap", 500, []Writer{{Cap: 100}, {Held: true, Cap: 50}}, []float64{100, 50}},
+		{"nothing sent", 0, []Writer{{Cap: inf}}, []float64{0}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := Share(c.rate, c.ws)
+			for i := range got {
+				if math.Abs(got[i]-c.want[i]) > 1e-9 {
+					t.Fatalf("Share(%v) = %v, want %v", c.rate, got, c.want)
+				}
+			}
+		})
+	}
+}

@@ -68,8 +68,10 @@ func (p *KVPublisher) Publish(ctx context.Context, s Snapshot) error {
 // its finite, enforced grants on the cluster's topics, each times the bytes
 // the broker charges per record on that topic, on the broker that leads
 // the most of it (Kafka applies the value on each broker). A producer
-// whose grants are all unlimited gets no quota (lagbridge clears the one
-// it set); one with unlimited grants too is held as rates says.
+// whose grants are all unlimited gets Ceiling, which throttles no one but
+// makes the broker measure its rate before a cut; one with unlimited
+// grants too is held as rates says. A producer no longer listed, or whose
+// topics are gone, loses its quota.
 //
 // The value stored is steered (see [Steering]): it falls by at
 // most what keeps Kafka's throttle of the producer within Interval, so a
@@ -154,7 +156,7 @@ func (p *ClientQuotaPublisher) Publish(ctx context.Context, s Snapshot) error {
 	if p.Now != nil {
 		now = p.Now
 	}
-	_, err := p.Quotas.Apply(ctx, p.steer.Next(now(), want, sent))
+	_, err := p.Quotas.Apply(ctx, p.steer.NextHolding(now(), want, sent, p.holds(s)))
 	if err != nil {
 		return fmt.Errorf("cluster %s: %w", p.Cluster, err)
 	}
@@ -269,14 +271,14 @@ func (p *ClientQuotaPublisher) Want(s Snapshot) map[string]float64 {
 // that leads the most of its traffic ([PerBroker]).
 //
 // The broker does not say what each client-id sends, only what a topic
-// receives: a topic's produce rate is taken to be shared equally by the
-// client-ids quoted on it. An even share is what lets a quota bind at
-// all when several client-ids write a topic (with the whole topic's rate
-// as each one's, no quota could fall below what any one of them sends
-// without breaking the steering's bound); a client-id sending more than
-// its share can be held longer than Interval on its first throttled
-// response, (n x its share x 12/11 - 1) x 11 s with n client-ids and
-// Kafka's default window.
+// receives: [Share] splits a topic's produce rate among the client-ids
+// quoted on it, the ones Kafka is not holding first, each at most its
+// stored quota. With the whole topic's rate as each one's, no quota
+// could bind when several client-ids write a topic (a producer sending a
+// third of it is never slowed by 11/12 of all of it); a client-id sending
+// more than its share can be held longer than Interval on its first
+// throttled response, (n x its share x 12/11 - 1) x 11 s with n
+// client-ids and Kafka's default window.
 //
 // A client-id granted a finite rate on one topic and an unlimited one on
 // another is held to its finite grants plus UnlimitedHeadroom times the
@@ -285,35 +287,85 @@ func (p *ClientQuotaPublisher) Want(s Snapshot) map[string]float64 {
 // limited topic only by what the broker can tell apart (give it a
 // client.id per topic to slow it there fully).
 func (p *ClientQuotaPublisher) rates(s Snapshot) (want, sent map[string]float64) {
-	writers := map[quota.Topic]float64{}
+	type writer struct {
+		lease quota.Lease
+		bytes float64 // per record
+	}
+	byTopic := map[quota.Topic][]writer{}
+	var order []quota.Topic
 	for _, l := range s.Leases {
 		if _, ok := p.quoted(s, l); ok {
-			writers[l.Topic]++
+			if byTopic[l.Topic] == nil {
+				order = append(order, l.Topic)
+			}
+			byTopic[l.Topic] = append(byTopic[l.Topic], writer{l, p.bytesPer(l.Topic.Name, l.Producer)})
 		}
 	}
 	per := map[string][]TopicRate{}
-	for _, l := range s.Leases {
-		d, ok := p.quoted(s, l)
-		if !ok {
-			continue
+	for _, t := range order {
+		d := s.Topics[t]
+		ws := make([]Writer, len(byTopic[t]))
+		for i, w := range byTopic[t] {
+			ws[i].Cap = math.Inf(1)
+			if stored, held, ok := p.steer.Last(w.lease.Producer); ok {
+				ws[i] = Writer{Held: held, Cap: stored / w.bytes}
+			}
 		}
-		b := p.bytesPer(l.Topic.Name, l.Producer)
-		allowed := math.Inf(1)
-		if !l.IsUnlimited() {
-			allowed = l.Rate * b
+		shares := Share(d.ProduceRate, ws)
+		for i, w := range byTopic[t] {
+			allowed := math.Inf(1)
+			if !w.lease.IsUnlimited() {
+				allowed = w.lease.Rate * w.bytes
+			}
+			per[w.lease.Producer] = append(per[w.lease.Producer], TopicRate{Topic: t.Name, Allowed: allowed,
+				Sent: shares[i] * w.bytes, Whole: d.ProduceRate * w.bytes})
 		}
-		per[l.Producer] = append(per[l.Producer], TopicRate{Topic: l.Topic.Name, Allowed: allowed,
-			Sent: d.ProduceRate * b / writers[l.Topic], Whole: d.ProduceRate * b})
 	}
 	want, sent = map[string]float64{}, map[string]float64{}
 	for id, rs := range per {
 		a, snt, quoted := PerBroker(rs, p.leaders)
 		sent[id] = snt
+		want[id] = Ceiling
 		if quoted {
 			want[id] = a
 		}
 	}
 	return want, sent
+}
+
+// MaxHold is the longest Kafka should hold a producer at one response
+// under the quota lagbridge stores. A client-id that sends f times the
+// share of its topic it is taken to send ([Share]) is held up to
+// f x (window + hold) - window: with 3 s, under 10 s for f up to 1.5 on
+// Kafka's default 11 s window.
+const MaxHold = 3 * time.Second
+
+// holds returns, per client-id with a finite grant, the longest Kafka may
+// hold it at a response: the time its consumers need to work off what is
+// queued for them (the decision's predicted wait; the shortest over the
+// client-id's limited topics), at least Interval and at most MaxHold. A
+// producer held while its consumer has queued work costs no goodput: the
+// consumer stays busy, and a request handler's producer is stopped only
+// by a throttle of a second or more (under shorter ones franz-go sends
+// what it buffered meanwhile in one batch, compressed, at nearly its full
+// rate, measured on Kafka 4.3.1). With nothing queued the hold is one
+// interval: a producer comes back within it once its quota rises.
+func (p *ClientQuotaPublisher) holds(s Snapshot) map[string]time.Duration {
+	if p.Interval <= 0 {
+		return nil // no steering
+	}
+	out := map[string]time.Duration{}
+	for _, l := range s.Leases {
+		d, ok := p.quoted(s, l)
+		if !ok || l.IsUnlimited() {
+			continue
+		}
+		h := min(max(d.Wait, p.Interval), MaxHold)
+		if cur, seen := out[l.Producer]; !seen || h < cur {
+			out[l.Producer] = h
+		}
+	}
+	return out
 }
 
 // checkHeeded warns, once per episode, about a topic that receives more

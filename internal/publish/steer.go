@@ -3,6 +3,7 @@ package publish
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -92,7 +93,27 @@ type Steering struct {
 	// the observation interval. Zero or negative: no steering.
 	Hold time.Duration
 	last map[string]float64
+	est  map[string]float64 // the window rate estimated at the last call
+	peak map[string]sample  // the highest window rate estimated, fading
 	past map[string][]sample
+}
+
+// MinShare is the least share of the highest rate a client-id was
+// estimated to send (that estimate halving every window span since) that
+// the value stored keeps, whatever is wanted: a producer Kafka stopped
+// sends what it buffered at once when its throttle ends, and over a
+// quota near nothing (Kafka's floor is a few bytes per second) a burst of
+// a few kilobytes holds it for minutes. 1% of a producer's old rate takes
+// such a burst within the hold.
+const MinShare = 0.01
+
+// Last returns the value stored for client-id id at the last call to
+// Next and whether it was below the rate the client was estimated to
+// send over the broker's window, so that Kafka throttles it (held); ok is
+// false for a client that got no value.
+func (s *Steering) Last(id string) (stored float64, held, ok bool) {
+	stored, ok = s.last[id]
+	return stored, ok && stored < s.est[id], ok
 }
 
 type sample struct {
@@ -100,14 +121,48 @@ type sample struct {
 	rate float64
 }
 
+// windowSum returns the bytes samples ps (oldest first) stand for between
+// start and end: each sample for the time since the one before, the
+// oldest back to start.
+func windowSum(ps []sample, start, end time.Time) float64 {
+	var sum float64
+	from := start
+	for i, p := range ps {
+		if i > 0 && ps[i-1].at.After(start) {
+			from = ps[i-1].at
+		}
+		to := p.at
+		if to.After(end) {
+			to = end
+		}
+		if to.After(from) {
+			sum += p.rate * to.Sub(from).Seconds()
+		}
+	}
+	return sum
+}
+
 // Next returns the byte rate per client-id to store: for each client in
 // want, at least want and at least the Floor of its estimated observed
 // rate. sent is the byte rate each client was seen to send since the
-// last call, as an upper bound (a client absent from sent is taken to
-// have sent all its last value allowed). now must not go backwards.
+// last call (a client absent from sent is taken to have sent all its
+// last value allowed). now must not go backwards.
+//
+// The estimate is what the broker's window will hold one Hold from now
+// if the client keeps sending at its last rate: a client whose rate
+// rises (one just started, or one the steering estimated low) fills the
+// window until Kafka's next response, and a value computed from the
+// window as it is now would hold it longer than Hold then.
 func (s *Steering) Next(now time.Time, want, sent map[string]float64) map[string]float64 {
+	return s.NextHolding(now, want, sent, nil)
+}
+
+// NextHolding is Next with a longest throttle of its own for some
+// client-ids: hold[id], when positive, replaces Hold in id's Floor (the
+// window is still projected one Hold ahead, the time to the next call).
+func (s *Steering) NextHolding(now time.Time, want, sent map[string]float64, hold map[string]time.Duration) map[string]float64 {
 	if s.last == nil {
-		s.last, s.past = map[string]float64{}, map[string][]sample{}
+		s.last, s.est, s.peak, s.past = map[string]float64{}, map[string]float64{}, map[string]sample{}, map[string][]sample{}
 	}
 	span := s.Window.Span()
 	seen := map[string]bool{}
@@ -123,7 +178,7 @@ func (s *Steering) Next(now time.Time, want, sent map[string]float64) map[string
 	out := make(map[string]float64, len(want))
 	for id := range seen {
 		r, known := sent[id]
-		if prev, ok := s.last[id]; ok && (!known || prev < r) {
+		if prev, ok := s.last[id]; ok && !known {
 			r = prev
 		}
 		ps := append(s.past[id], sample{now, max(r, 0)})
@@ -134,16 +189,15 @@ func (s *Steering) Next(now time.Time, want, sent map[string]float64) map[string
 		// The broker's window covers the whole span: each sample stands
 		// for the time since the one before, the oldest for the rest of
 		// the span (a client first seen is taken to have sent so before).
-		var sum float64
-		from := now.Add(-span)
-		for i, p := range ps {
-			if i > 0 {
-				from = ps[i-1].at
-			}
-			sum += p.rate * p.at.Sub(from).Seconds()
-		}
+		// The window one Hold ahead, with the last rate going on, counts
+		// too when it holds more (a rising rate).
+		ahead := max(s.Hold, 0)
+		sum := windowSum(ps, now.Add(-span), now)
+		sum = max(sum, windowSum(ps, now.Add(ahead-span), now)+max(r, 0)*ahead.Seconds())
 		if !wanted {
 			delete(s.last, id)
+			delete(s.est, id)
+			delete(s.peak, id)
 			if sum == 0 {
 				delete(s.past, id) // idle and unquoted: nothing to remember
 				continue
@@ -152,8 +206,17 @@ func (s *Steering) Next(now time.Time, want, sent map[string]float64) map[string
 			continue
 		}
 		s.past[id] = ps
-		v := max(w, Floor(sum/span.Seconds(), s.Window, s.Hold), 0)
-		out[id], s.last[id] = v, v
+		h := s.Hold
+		if hold[id] > 0 {
+			h = hold[id]
+		}
+		est := sum / span.Seconds()
+		pk := s.peak[id]
+		pk.rate *= math.Exp2(-now.Sub(pk.at).Seconds() / span.Seconds())
+		pk = sample{now, max(pk.rate, est)}
+		s.peak[id] = pk
+		v := max(w, Floor(est, s.Window, h), MinShare*pk.rate, 0)
+		out[id], s.last[id], s.est[id] = v, v, est
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -116,5 +117,57 @@ func TestFloor(t *testing.T) {
 		if got := Floor(c.observed, DefaultWindow, c.hold); got != c.want {
 			t.Errorf("%s: Floor = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestSteeringLast: a value stored below what the client was estimated to
+// send is held (Kafka throttles it); one at what is wanted above it is
+// not; a client no longer quoted has no value.
+func TestSteeringLast(t *testing.T) {
+	s := Steering{Hold: time.Second}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.Next(t0, map[string]float64{"cut": 0, "free": 50_000}, map[string]float64{"cut": 12_000, "free": 12_000})
+	if v, held, ok := s.Last("cut"); !ok || !held || v != 11_000 {
+		t.Errorf("cut: %v, held %v, ok %v; want 11000 held", v, held, ok)
+	}
+	if v, held, ok := s.Last("free"); !ok || held || v != 50_000 {
+		t.Errorf("free: %v, held %v, ok %v; want 50000 not held", v, held, ok)
+	}
+	s.Next(t0.Add(time.Second), map[string]float64{"free": 50_000}, nil)
+	if _, _, ok := s.Last("cut"); ok {
+		t.Error("a client no longer quoted still has a value")
+	}
+}
+
+// TestSteeringRisingRate: a client that just started sending (the daemon
+// saw it idle a second ago) keeps filling the broker's window until
+// Kafka's next response, so the value counts the window one hold ahead:
+// 110 kB/s for one second seen and one more to come, over 11 s, not the
+// one second seen alone (which would hold it twice as long).
+func TestSteeringRisingRate(t *testing.T) {
+	s := Steering{Hold: time.Second}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.Next(t0, map[string]float64{"a": 0}, map[string]float64{"a": 0})
+	got := s.Next(t0.Add(time.Second), map[string]float64{"a": 0}, map[string]float64{"a": 110_000})["a"]
+	if want := Floor(2*110_000/11., DefaultWindow, time.Second); math.Abs(got-want) > 1e-6 {
+		t.Errorf("stored %v, want %v (the window one second ahead)", got, want)
+	}
+}
+
+// TestSteeringMinShare: a producer stopped for good keeps a quota of 1% of
+// the rate it sent, halving every window span, never Kafka's few bytes
+// per second, over which the burst it sends when a throttle ends would
+// hold it for minutes.
+func TestSteeringMinShare(t *testing.T) {
+	s := Steering{Hold: time.Second}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.Next(t0, map[string]float64{"a": 0}, map[string]float64{"a": 100_000})
+	var v float64
+	for sec := 1; sec <= 33; sec++ {
+		v = s.Next(t0.Add(time.Duration(sec)*time.Second), map[string]float64{"a": 0}, map[string]float64{"a": 0})["a"]
+	}
+	// Three window spans later the estimate is 0 and the floor an eighth of 1%.
+	if want := MinShare * 100_000 / 8; math.Abs(v-want) > 1 {
+		t.Errorf("stored %v after 33 s of nothing sent, want %v", v, want)
 	}
 }
