@@ -43,6 +43,28 @@ type partTrack struct {
 	lastPos   int64 // consumed position (End-Lag) at the last reading with a commit; -1: none
 	moves     []move
 	lagAtMove bool // the partition had lag at the newest move
+	// caught: at the newest move the consumer had consumed every record
+	// written before the reading that preceded it (see keepUpRate).
+	caught bool
+	// spanRate is the rate from the move before the newest to the
+	// newest, and behindRate the newest such rate over a span the
+	// consumer was behind at both ends of (its capacity then), messages
+	// per second; 0 while unknown.
+	spanRate, behindRate float64
+	// proven is the fastest the consumer was seen to consume from one
+	// move to the next since a commit last corrected the estimate (a
+	// correcting commit sets it to the rate it measured), messages per
+	// second; 0 while unknown.
+	proven float64
+	// prodRate is the rate the partition was written at from the
+	// reading that saw the move before the newest to the one that saw the
+	// newest (moveEnd and moveReadAt: that reading's end offset and time).
+	prodRate   float64
+	moveEnd    int64
+	moveReadAt int64
+	// behind: the newest move landed behind the position estimated at
+	// the reading before it.
+	behind bool
 	// between counts the readings since the newest move, and lagBetween
 	// is whether all of them saw lag (see fold).
 	between    int
@@ -66,8 +88,10 @@ func newPartTrack(p PartitionSample, kind Kind) *partTrack {
 
 // fold records the fresh reading p taken at at. live says whether the
 // target has a consumer attached now (Sample.Live LiveYes); gap is the
-// time between the target's last two fresh readings.
-func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, gap time.Duration) {
+// time between the target's last two fresh readings. It reports whether
+// a commit landed behind the position estimated before it (the consumed
+// counter restarted from it).
+func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, gap time.Duration) (corrected bool) {
 	if !pt.observedAt.IsZero() && p.End < pt.raw.End {
 		// The partition was recreated or its counter reset: nothing
 		// learned so far applies.
@@ -76,6 +100,7 @@ func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, g
 	prevCommitted := pt.raw.Committed >= 0 && !pt.observedAt.IsZero()
 	// A commit where the last reading saw none was made since: a move.
 	firstCommit := pt.raw.Committed < 0 && !pt.observedAt.IsZero()
+	prevEnd := pt.raw.End
 	pt.raw, pt.observedAt = p, at
 	now := at.UnixNano()
 
@@ -104,22 +129,41 @@ func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, g
 			if n := len(pt.moves); n > 0 && (pt.lagAtMove || (pt.between > 0 && pt.lagBetween)) {
 				pt.addInterval(time.Duration(mid - pt.moves[n-1].at))
 			}
+			pt.spanRate = 0
+			caught := pos >= prevEnd
+			if n := len(pt.moves); n > 0 && mid > pt.moves[n-1].at {
+				pt.spanRate = float64(pos-pt.moves[n-1].pos) / time.Duration(mid-pt.moves[n-1].at).Seconds()
+				if !caught && !pt.caught {
+					pt.behindRate = pt.spanRate
+				}
+				if pos < pt.counted {
+					pt.proven = pt.spanRate
+				} else {
+					pt.proven = max(pt.proven, pt.spanRate)
+				}
+			}
+			pt.prodRate = 0
+			if pt.moveReadAt > 0 && now > pt.moveReadAt {
+				pt.prodRate = float64(p.End-pt.moveEnd) / time.Duration(now-pt.moveReadAt).Seconds()
+			}
+			pt.moveEnd, pt.moveReadAt = p.End, now
 			pt.moves = append(pt.moves, move{at: mid, pos: pos})
 			pt.lagAtMove = p.Lag > 0
 			pt.between, pt.lagBetween = 0, true
+			pt.caught, pt.behind = caught, pos < pt.counted
 		case pos == pt.lastPos:
 			pt.between++
 			pt.lagBetween = pt.lagBetween && p.Lag > 0
 		case pos < pt.lastPos:
 			// An offset reset to earlier: the old commits say nothing
 			// of the rate from here.
-			pt.moves = pt.moves[:0]
+			pt.forgetMoves()
 			reset = true
 		}
 		pt.lastPos = pos
 	} else {
 		pt.lastPos = -1
-		pt.moves = pt.moves[:0]
+		pt.forgetMoves()
 		if pt.synth < 0 && live {
 			pt.synth, pt.synthAt = p.End, at
 		}
@@ -127,7 +171,12 @@ func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, g
 	pt.trimMoves(r)
 
 	b := pt.best(r, gap, at)
-	if reset || !prevCommitted || pt.counted < 0 {
+	if reset || !prevCommitted || pt.counted < 0 || pt.behind {
+		// A commit behind the estimate it follows corrects it: counting
+		// resumes from the position it shows (consumption counted ahead
+		// is counted again, once; holding the counter would read as a
+		// consumer that consumes nothing until it passes it).
+		corrected, pt.behind = pt.behind, false
 		pt.counted = b.pos
 	} else {
 		pt.counted = max(pt.counted, b.pos)
@@ -140,6 +189,14 @@ func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, g
 		anchor = p.End - p.Lag
 	}
 	pt.trimEnds(anchor)
+	return corrected
+}
+
+// forgetMoves drops what the commits so far told of the consumer.
+func (pt *partTrack) forgetMoves() {
+	pt.moves = pt.moves[:0]
+	pt.caught, pt.behind, pt.spanRate, pt.behindRate, pt.proven = false, false, 0, 0, 0
+	pt.prodRate, pt.moveEnd, pt.moveReadAt = 0, 0, 0
 }
 
 // addInterval records one commit interval and updates the median.
@@ -289,16 +346,52 @@ func (pt *partTrack) best(r Rules, gap time.Duration, now time.Time) bestPos {
 	}
 	last := pt.moves[n-1].at
 	dt := min(time.Duration(now.UnixNano()-last), pt.ci+gap)
-	adv := int64(pt.rate(r, gap, now) * dt.Seconds())
-	if adv <= 0 {
+	var pos int64
+	if pt.caught {
+		pos = min(pt.endBy(last+int64(dt)), cpos+int64(pt.keepUpRate()*dt.Seconds()))
+	} else {
+		rate := pt.rate(r, gap, now)
+		if rate > 0 {
+			rate = max(rate, pt.proven)
+		}
+		pos = cpos + int64(rate*dt.Seconds())
+	}
+	if pos <= cpos {
 		return b
 	}
-	pos := min(cpos+adv, end)
+	pos = min(pos, end)
 	b = bestPos{pos: pos, src: SourceEstimate, unc: time.Duration(now.UnixNano() - last), headKnown: p.HeadKnown || pos == end}
 	if pos < end && p.HeadKnown {
 		b.head = pt.dateRecord(cpos, p.HeadTime, pos)
 	}
 	return b
+}
+
+// keepUpRate is the most a consumer caught up at its newest commit is
+// taken to consume until its next one, messages per second (see Tracker):
+// the capacity it showed when last behind at two commits in a row, when
+// it was written to at less than 90% of that since its previous commit
+// (it caught up because its producers were held back: nothing shows it
+// faster); otherwise twice the larger of the rate it consumed and the
+// rate it was written at from its previous commit to this one (it kept
+// up with all it was given, which bounds nothing above).
+func (pt *partTrack) keepUpRate() float64 {
+	if pt.behindRate > 0 && pt.prodRate < 0.9*pt.behindRate {
+		return max(pt.behindRate, pt.spanRate)
+	}
+	return 2 * max(pt.spanRate, pt.prodRate)
+}
+
+// endBy is the end offset of the newest reading at or before at (Unix
+// nanoseconds) that the end points keep, at least the committed position.
+func (pt *partTrack) endBy(at int64) int64 {
+	pos := pt.raw.End - pt.raw.Lag
+	for _, e := range pt.ends {
+		if e.first <= at {
+			pos = max(pos, e.off)
+		}
+	}
+	return pos
 }
 
 // dateRecord estimates when the record at offset pos was written, given

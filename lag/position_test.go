@@ -507,3 +507,126 @@ func TestCadenceLearnedWhenCaughtUpAtCommits(t *testing.T) {
 		t.Fatalf("commit interval %v, want 5s", st.CommitInterval)
 	}
 }
+
+// consumerRun drives a Tracker with one partition written at prod(t)
+// records/s and read by a consumer of capacity capa(t) records/s that
+// commits the position it reached every 5 s (from 0.3 s), read every
+// second for until seconds. each is called after every reading with the
+// state and the true end and position.
+func consumerRun(tb testing.TB, prod, capa func(t float64) float64, until float64, each func(at float64, st State, end, real float64)) {
+	tb.Helper()
+	tr := NewTracker(func(Target) Rules { return Rules{LagAge: 2 * time.Second} })
+	const step = 0.01
+	var end, real, committed float64
+	var times []float64 // times[k]: when record k was written
+	headAt := func(pos int64) time.Time {
+		if pos < int64(len(times)) {
+			return t0.Add(sec(times[pos]))
+		}
+		return t0.Add(sec(until))
+	}
+	nextCommit := 0.3
+	for k := 1; float64(k)*step <= until+1e-9; k++ {
+		t := float64(k) * step
+		before := end
+		end += prod(t) * step
+		for range int(end) - int(before) {
+			times = append(times, t)
+		}
+		real = min(end, real+capa(t)*step)
+		if t >= nextCommit-1e-9 {
+			committed = real
+			nextCommit += 5
+		}
+		if k%100 != 0 {
+			continue
+		}
+		e, c := int64(end), int64(committed)
+		p := PartitionSample{Partition: 0, End: e, Committed: c, Lag: e - c, HeadKnown: true}
+		if p.Lag > 0 {
+			p.HeadTime = headAt(c)
+		}
+		now := t0.Add(sec(t))
+		each(t, tr.Observe(sample(now, 1, p), now), end, real)
+	}
+}
+
+// TestEstimateBetweenCommits: the position estimated between the 5 s
+// commits of a consumer, against where it really is.
+func TestEstimateBetweenCommits(t *testing.T) {
+	step := func(at, before, after float64) func(float64) float64 {
+		return func(t float64) float64 {
+			if t < at {
+				return before
+			}
+			return after
+		}
+	}
+	t.Run("caught up, its producers given twice as much", func(t *testing.T) {
+		// A consumer of 1,000/s written at 100/s, then (a quota raised)
+		// at 200/s from 30.5 s: caught up at its commits, it keeps up
+		// with the new rate between them. Read at the rate it consumed
+		// from commit to commit (100/s), the estimate fell behind by
+		// 100 records a second, a backlog that was not there.
+		worst := 0.0
+		consumerRun(t, step(30.5, 100, 200), func(float64) float64 { return 1000 }, 45, func(at float64, st State, end, real float64) {
+			if at > 30 {
+				worst = max(worst, float64(st.Lag)-(end-real))
+			}
+		})
+		if worst > 20 {
+			t.Fatalf("the estimated lag exceeded the real one by up to %.0f records, want <= 20", worst)
+		}
+	})
+	t.Run("drained, its producers resume", func(t *testing.T) {
+		// A consumer of 100/s written at 150/s (behind at every commit),
+		// its producers held back from 20 s to 32 s (it drains its
+		// backlog of 1,000 and catches up), then writing at 300/s: it is
+		// still a consumer of 100/s, and the estimate does not take it
+		// for a faster one because it caught up while given nothing.
+		prod := func(t float64) float64 {
+			switch {
+			case t < 20:
+				return 150
+			case t < 32:
+				return 0
+			}
+			return 300
+		}
+		worst := 0.0
+		consumerRun(t, prod, func(float64) float64 { return 100 }, 45, func(at float64, st State, end, real float64) {
+			if at > 33 {
+				worst = max(worst, (end-real)-float64(st.Lag))
+			}
+		})
+		if worst > 150 {
+			t.Fatalf("the estimated lag fell short of the real one by up to %.0f records, want <= 150", worst)
+		}
+	})
+	t.Run("a commit behind the estimate", func(t *testing.T) {
+		// Written at 500/s; the consumer's capacity drops from 1,000/s
+		// to 200/s at 21 s. The estimate runs ahead until the next
+		// commit, which lands behind it: that reading says so
+		// (Corrected), and the consume rate is counted again from the
+		// commit at the next reading (and every one that is not itself
+		// a correction), not held at 0 until the consumer passes the
+		// position the estimate had reached.
+		var corrected []float64
+		zeroAfter := 0
+		consumerRun(t, func(float64) float64 { return 500 }, step(21, 1000, 200), 45, func(at float64, st State, end, real float64) {
+			if st.Corrected {
+				corrected = append(corrected, at)
+			}
+			if len(corrected) > 0 && !st.Corrected && st.ConsumeRateInstant <= 0 {
+				t.Logf("%.0f s: lag %d, source %s, consumed nothing", at, st.Lag, st.Source)
+				zeroAfter++
+			}
+		})
+		if len(corrected) == 0 {
+			t.Fatal("no reading was Corrected")
+		}
+		if zeroAfter > 0 {
+			t.Fatalf("after the correction at %.0f s, %d readings that were no correction consumed nothing", corrected[0], zeroAfter)
+		}
+	})
+}

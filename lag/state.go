@@ -190,7 +190,8 @@ type State struct {
 	// ProduceRate and ConsumeRate are exponentially weighted rates in
 	// messages per second (time constant Rules.RateWindow). RatesKnown is
 	// false until two fresh observations were seen. The consumed position
-	// they follow is the best one (see Source), never moving back, so a
+	// they follow is the best one (see Source), never moving back except
+	// to a commit that corrects an estimate (see Corrected), so a
 	// consumer that commits every 5 s reads its steady rate between
 	// commits rather than 0 four seconds in five and 5x in the fifth.
 	ProduceRate float64 `json:"produceRate"`
@@ -200,6 +201,12 @@ type State struct {
 	ProduceRateInstant float64 `json:"produceRateInstant"`
 	ConsumeRateInstant float64 `json:"consumeRateInstant"`
 	RatesKnown         bool    `json:"ratesKnown"`
+	// Corrected is true when a commit in the newest reading landed
+	// behind the position estimated before it (see Tracker): the estimate
+	// restarts from that commit, and ConsumeRateInstant counts none of
+	// what was consumed since the previous reading (the estimate counted
+	// it ahead): that reading measures no consume rate.
+	Corrected bool `json:"corrected,omitempty"`
 
 	// TimeToDrain is Lag / (ConsumeRate - ProduceRate): 0 with no lag,
 	// and Never (-1) when the backlog is not shrinking.
@@ -284,6 +291,27 @@ type PartitionState struct {
 // observation) after the last commit: a consumer that misses its commit
 // is not assumed to progress. No estimate is made before the cadence is
 // known (two moves that started with lag).
+//
+// The rate from commit to commit is the consumer's capacity only when it
+// was behind; a consumer caught up at its commit (it had consumed every
+// record written before the reading that preceded the commit) consumed
+// what it was given, and may take more. Such a consumer is taken to keep
+// up with what is written until its next commit, at up to twice the
+// rate it consumed or was written at from its previous commit (so that
+// producers a quota held back can be given twice as much within one
+// commit interval), or, when its producers had been held below the
+// capacity it showed when last behind at two commits in a row, at that
+// capacity (a consumer that drained a backlog while given nothing is not
+// taken to be faster for it). A consumer behind at its commit consumes at
+// the rate from commit to commit, and never slower than the fastest it
+// was seen to consume since a commit last corrected the estimate.
+//
+// A commit that lands behind the estimated position corrects it: the
+// estimate restarts from the commit, State.Corrected says so, and the
+// consumed counter of the rates restarts from there too (what the
+// estimate counted ahead is counted again, once; holding the counter
+// until the consumer passes it would read as a consumer that consumes
+// nothing meanwhile).
 //
 // The head age at an estimated position needs the timestamp of the
 // record there, which the adapters do not read. The Tracker keeps, per
@@ -387,7 +415,7 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 	}
 	var dProduced, dConsumed int64
 	var rateParts int
-	consuming := false
+	consuming, corrected := false, false
 	for _, p := range s.Partitions {
 		pt, had := tr.parts[p.Partition]
 		if p.Stale {
@@ -425,7 +453,7 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 		if p.Reported.freshAt(s.At, r) || s.Target.Kind == KindKafka && readBefore && p.Committed >= 0 && p.Committed > prevRaw.Committed {
 			consuming = true
 		}
-		pt.fold(p, s.At, s.Live == LiveYes, r, tr.gap)
+		corrected = pt.fold(p, s.At, s.Live == LiveYes, r, tr.gap) || corrected
 		// Without a position on either side (no commit, never seen
 		// live) the consumed position is unknown, and a first commit
 		// after a first-sight position says nothing of what was
@@ -487,6 +515,7 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 		}
 		tr.haveSample = true
 		tr.lastFresh = s.At
+		st.Corrected = corrected
 		st.At = s.At
 		st.GroupState = s.GroupState
 		st.Members = s.Members

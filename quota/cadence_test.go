@@ -190,10 +190,15 @@ func TestSimCommitCadenceLearned(t *testing.T) {
 
 // checkCommitsOnly asserts what an observer of 5 s commits can hold: the
 // excess after the drop within 1.2x its bound, slow-phase goodput >= 60%,
-// and >= 80% of the offer after the recovery (re-opening waits for commits
-// that show the consumer caught up, one probe step each).
+// >= 80% of the offer after the recovery (re-opening waits for commits
+// that show the consumer caught up), and a head age in steady overload
+// of at most two commit intervals (what an estimate between commits can
+// hide is bounded by one).
 func checkCommitsOnly(tb testing.TB, f cadenceFigures) {
 	tb.Helper()
+	if limit := 2 * f.commit.Seconds(); f.steadyHeadMax > limit {
+		tb.Errorf("head age %.2fs in steady overload, want <= %.0fs (two commit intervals)", f.steadyHeadMax, limit)
+	}
 	if f.excess > 1.2*f.bound+1 {
 		tb.Errorf("excess %.0f after the drop, want <= 1.2 x %.0f", f.excess, f.bound)
 	}

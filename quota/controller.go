@@ -379,6 +379,11 @@ type control struct {
 	blindCap float64
 	// sinceCommit: messages produced since lastCommit.
 	sinceCommit float64
+	// spanAt and spanPos: the newest commit of a consumer whose position
+	// is estimated between commits, and the sum of its committed offsets
+	// then (see commitSpan).
+	spanAt  time.Time
+	spanPos int64
 	// prevMove is what the previous move of a position read from commits
 	// measured (see consumption).
 	prevMove moveWindow
@@ -724,6 +729,12 @@ func (c *Controller) judge(tc *control, v *reading) {
 // consume rate.
 func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	cadence := v.cadence
+	if st.Corrected {
+		// A commit corrected the estimate: this interval's consume
+		// rate counts nothing; measure from here.
+		tc.moveAt, tc.spanProduced = st.At, 0
+		return
+	}
 	moved := st.ConsumeRateInstant > 0 || st.Lag <= 0 || cadence <= 0
 	if !moved && (!tc.has || tc.moveAt.IsZero()) {
 		// The first sighting: when it last committed is unknown; the
@@ -938,8 +949,27 @@ func backlog(tc *control, v *reading, at time.Time) {
 // estimateCapacity sets v.capacity: the smoothed consume rate, restarted
 // from the instant one when they differ by more than StepThreshold (a step
 // is under way: react now, not one time constant later).
+//
+// A reading lowers the estimate only when it measures the capacity: one
+// with work queued (a lag of at least the engage wait at the estimate; with
+// less, the consumer consumed what it was given, a lower bound), and, for
+// a position estimated between commits (a model of the consumer, not a
+// measure of it), only a commit that found the consumer behind (see
+// commitSpan). Without these, the estimate followed the rate admitted
+// while a backlog drained and the quota followed the estimate: down to a
+// few messages a second for a consumer of 2,000.
 func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *reading) {
 	cInst := v.consumed
+	switch {
+	case st.Source == lag.SourceEstimate:
+		span, measured := c.commitSpan(tc, st, v)
+		if !measured {
+			span = max(cInst, span)
+		}
+		cInst = span
+	case cInst < tc.capacity && v.lag < v.engageWait*tc.capacity:
+		cInst = tc.capacity
+	}
 	if tc.has && (tc.headLate || v.headAge > p.MaxAge.Seconds()) && tc.capacity > 0 && cInst > tc.capacity {
 		// The head was past the deadline: consumers that skip expired
 		// messages (the ttl guard) or retention then "consume" in bursts
@@ -954,6 +984,47 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 		tc.capacity += (1 - math.Exp(-v.dt/c.cfg.Smoothing.Seconds())) * (cInst - tc.capacity)
 	}
 	v.capacity = tc.capacity
+}
+
+// commitSpan measures, at each new commit of a consumer whose position is
+// estimated between commits, what it consumed from its previous commit to
+// this one (msg/s, from the committed offsets and the commits' times):
+// its capacity when it was behind at this commit (the record at a
+// committed position had waited more than the engage wait when the
+// commit was made, as lag/ dates it), else a lower bound of it. It
+// returns the rate and true when it measured the capacity, else the
+// higher of that lower bound and tc.capacity.
+func (c *Controller) commitSpan(tc *control, st *lag.State, v *reading) (float64, bool) {
+	var newest time.Time
+	var pos int64
+	behind := false
+	for i := range st.Partitions {
+		ps := &st.Partitions[i]
+		if ps.Committed < 0 || ps.Stale {
+			continue
+		}
+		pos += ps.Committed
+		if ps.LastCommit.After(newest) {
+			newest = ps.LastCommit
+		}
+		if ps.LastCommit.After(tc.spanAt) && ps.CommittedLag > 0 && ps.HeadKnown {
+			atCommit := ps.CommittedHeadAge - st.At.Sub(ps.LastCommit)
+			behind = behind || atCommit.Seconds() > v.engageWait
+		}
+	}
+	if !newest.After(tc.spanAt) {
+		return tc.capacity, false
+	}
+	prevAt, prevPos := tc.spanAt, tc.spanPos
+	tc.spanAt, tc.spanPos = newest, pos
+	if prevAt.IsZero() || pos < prevPos {
+		return tc.capacity, false
+	}
+	rate := float64(pos-prevPos) / newest.Sub(prevAt).Seconds()
+	if !behind {
+		return max(rate, tc.capacity), false
+	}
+	return rate, true
 }
 
 // saturatedLaw sets v.law, v.stepDown and v.probe.

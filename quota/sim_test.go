@@ -95,6 +95,9 @@ type simConfig struct {
 	// consumer's first commit comes then, on its commitEvery timer after.
 	// 0: committed from the start.
 	firstCommit float64
+	// commitAt is when the consumer commits first, in seconds; 0: at 3/7
+	// of commitEvery (a phase unrelated to the observations).
+	commitAt float64
 	// learnCadence: State.CommitInterval is left as the tracker learns it
 	// (unknown until two commits have moved the positions), as the
 	// daemon sees it; false: it is set to commitEvery from the first
@@ -117,6 +120,9 @@ type simConfig struct {
 	// window, in seconds, over which per-producer admitted/offered is
 	// accumulated (for shares).
 	window [2]float64
+	// open: the producers ignore their leases (no lagbridge: what naive
+	// producers do), while the loop runs as usual.
+	open bool
 }
 
 // simStep is what one observation interval looked like.
@@ -139,6 +145,9 @@ type simResult struct {
 	tickT, tickHead         []float64
 	tickOffered, tickAdmitd []float64
 	tickSpare               []bool
+	// per tick: messages consumed within the policy's MaxAge of their
+	// production (good) and after it (dead work)
+	tickGood, tickDead []float64
 }
 
 // sim is the state of one run.
@@ -172,8 +181,8 @@ func runSim(tb testing.TB, cfg simConfig) *simResult {
 		}
 		s.deliverLeases()
 		offered, admitted := s.produce(t)
-		spare := s.consume(t, max(cfg.capacity(t)*noiseF, 0)*dt)
 		s.now = s.now.Add(cfg.tick)
+		spare, good, dead := s.consume(t, max(cfg.capacity(t)*noiseF, 0)*dt)
 		s.commit()
 		t = float64(k+1) * dt
 		r := s.res
@@ -181,6 +190,7 @@ func runSim(tb testing.TB, cfg simConfig) *simResult {
 		r.tickHead = append(r.tickHead, trueHeadAge(s.parts, s.now))
 		r.tickOffered, r.tickAdmitd = append(r.tickOffered, offered), append(r.tickAdmitd, admitted)
 		r.tickSpare = append(r.tickSpare, spare)
+		r.tickGood, r.tickDead = append(r.tickGood, good), append(r.tickDead, dead)
 		if (k+1)%perInterval == 0 {
 			s.observe(t, dt)
 		}
@@ -239,6 +249,9 @@ func newSim(tb testing.TB, cfg simConfig) *sim {
 	}
 	// The first commit comes at a phase unrelated to the observations.
 	s.nextCommit = simT0.Add(cfg.commitEvery * 3 / 7)
+	if cfg.commitAt > 0 {
+		s.nextCommit = simT0.Add(time.Duration(cfg.commitAt * float64(time.Second)))
+	}
 	if cfg.firstCommit > 0 {
 		s.nextCommit = simT0.Add(time.Duration(cfg.firstCommit*float64(time.Second)) - cfg.tick)
 	}
@@ -276,7 +289,7 @@ func (s *sim) produce(t float64) (offered, admitted float64) {
 			want *= 1 - float64(len(p.lease.AvoidPartitions))/float64(cfg.partitions)
 		}
 		adm := want
-		if p.hasLease && !p.lease.Advisory && !p.lease.IsUnlimited() {
+		if !cfg.open && p.hasLease && !p.lease.Advisory && !p.lease.IsUnlimited() {
 			// A fluid token bucket: the bucket holds at least one
 			// tick of tokens so that a small burst does not starve.
 			p.tokens = min(p.tokens+p.lease.Rate*dt, max(float64(p.lease.Burst), p.lease.Rate*dt))
@@ -320,8 +333,10 @@ func appendChunk(q []chunk, n float64, t time.Time) []chunk {
 }
 
 // consume spends budget messages of capacity on the partitions with work,
-// pooled, each optionally capped; it reports whether some was left unused.
-func (s *sim) consume(t, budget float64) (spare bool) {
+// pooled, each optionally capped; it reports whether some was left unused,
+// and the messages it consumed within MaxAge of their production (good)
+// and after it (dead), their age taken at the end of the tick (s.now).
+func (s *sim) consume(t, budget float64) (spare bool, good, dead float64) {
 	cfg := &s.cfg
 	dt := cfg.tick.Seconds()
 	for round := 0; round < 3 && budget > 1e-9; round++ {
@@ -341,14 +356,15 @@ func (s *sim) consume(t, budget float64) (spare bool) {
 			if cfg.partCap != nil && cfg.partCap(i, t) >= 0 {
 				take = min(take, cfg.partCap(i, t)*dt-part.consumedTick)
 			}
-			part.take(take)
+			g, d := part.take(take, s.now, s.cfg.policy.MaxAge)
+			good, dead = good+g, dead+d
 			budget -= take
 		}
 	}
 	for _, part := range s.parts {
 		part.consumedTick = 0
 	}
-	return budget > 1e-6
+	return budget > 1e-6, good, dead
 }
 
 // commit moves the committed positions: every tick without a commit
@@ -429,21 +445,33 @@ func (s *sim) observe(t, dt float64) {
 	})
 }
 
-// take consumes n messages from the head of the partition.
-func (p *simPartition) take(n float64) {
+// take consumes n messages from the head of the partition at now and
+// returns how many were at most maxAge old then (good) and how many older
+// (dead).
+func (p *simPartition) take(n float64, now time.Time, maxAge time.Duration) (good, dead float64) {
 	p.consumed += n
 	p.consumedTick += n
+	count := func(c chunk) {
+		if now.Sub(c.t) <= maxAge {
+			good += c.n
+		} else {
+			dead += c.n
+		}
+	}
 	for n > 1e-12 && len(p.q) > 0 {
 		if p.q[0].n <= n {
 			n -= p.q[0].n
+			count(p.q[0])
 			p.done = appendChunk(p.done, p.q[0].n, p.q[0].t)
 			p.q = p.q[1:]
 			continue
 		}
 		p.q[0].n -= n
+		count(chunk{n: n, t: p.q[0].t})
 		p.done = appendChunk(p.done, n, p.q[0].t)
 		n = 0
 	}
+	return good, dead
 }
 
 // committedHead is the production time of the message at the committed
