@@ -36,6 +36,13 @@ type HotOptions struct {
 	// Slower: partition 0's consumer is this many times slower than the
 	// others (Capacity/Slower msg/s); zero means 100.
 	Slower float64
+	// SlowAfter: partition 0's consumer runs at Capacity for this long
+	// from the start of the run (the daemon sees a healthy group first),
+	// then slows down; every figure then counts the records produced
+	// from the slowdown on, and the head ages sampled from then on. Zero
+	// means slow from the start (a fresh group whose first records meet
+	// the slow consumer).
+	SlowAfter time.Duration
 	// Deadline: a message processed more than Deadline after it was
 	// produced is dead work. It is also the quota policy's maxAge and the
 	// SDK's message TTL; zero means 2s.
@@ -105,6 +112,9 @@ func (o HotOptions) Validate() error {
 		if !(f.v > 0) || math.IsInf(f.v, 0) {
 			add("%s must be finite and > 0, got %v", f.name, f.v)
 		}
+	}
+	if o.SlowAfter < 0 || o.SlowAfter >= o.Duration {
+		add("slow-after must be in [0, duration %v), got %v", o.Duration, o.SlowAfter)
 	}
 	if o.Deadline < 0 || o.Interval < 0 || o.CommitEvery < 0 {
 		add("deadline, interval and commit interval must be > 0, got %v, %v, %v", o.Deadline, o.Interval, o.CommitEvery)
@@ -181,8 +191,8 @@ func RunHot(ctx context.Context, o HotOptions) ([]HotResult, error) {
 		return nil, err
 	}
 	o = o.withDefaults()
-	fmt.Fprintf(o.Out, "lagbridge bench, hot partition: %d partitions, partition 0 processed at %s msg/s, the others at %s; %s msg/s offered; runs of %s; deadline %s\n",
-		partitions, num(o.Capacity/o.Slower), num(o.Capacity), num(o.Offered), dur(o.Duration), dur(o.Deadline))
+	fmt.Fprintf(o.Out, "lagbridge bench, hot partition: %d partitions, partition 0 processed at %s msg/s (from %s), the others at %s; %s msg/s offered; runs of %s; deadline %s\n",
+		partitions, num(o.Capacity/o.Slower), dur(o.SlowAfter), num(o.Capacity), num(o.Offered), dur(o.Duration), dur(o.Deadline))
 	id := strconv.FormatInt(time.Now().Unix()%1_000_000, 10)
 	var out []HotResult
 	n := 0
@@ -244,16 +254,23 @@ func runHot(ctx context.Context, o HotOptions, keyed bool, mode, id string) (Hot
 	defer p.close()
 
 	start := time.Now()
+	from := start.Add(o.SlowAfter)
+	p.from = from
+	c.from.Store(from.UnixNano())
 	rctx, cancel := context.WithDeadline(ctx, start.Add(o.Duration))
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		generate(rctx, start, o.Offered, func(created time.Time) {
-			p.offered.Add(1)
+			if !created.Before(from) {
+				p.offered.Add(1)
+			}
 			select {
 			case p.reqs <- created:
 			default:
-				p.failed.Add(1) // the handlers' queue is full: lost
+				if !created.Before(from) {
+					p.failed.Add(1) // the handlers' queue is full: lost
+				}
 			}
 		})
 	})
@@ -266,6 +283,9 @@ func runHot(ctx context.Context, o HotOptions, keyed bool, mode, id string) (Hot
 			case <-rctx.Done():
 				return
 			case now := <-t.C:
+				if now.Before(from) {
+					continue
+				}
 				for i, a := range c.headAges(now) {
 					heads[i] = append(heads[i], a)
 				}
@@ -340,6 +360,7 @@ type hotProducer struct {
 	cl     *kgo.Client
 	sdk    *producerclient.KafkaProducer
 	reqs   chan time.Time
+	from   time.Time // records created before are not counted
 	ctx    context.Context
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
@@ -404,6 +425,11 @@ func (p *hotProducer) send(ctx context.Context, created time.Time) {
 		r.Key, bound = p.keys.keys[i], p.keys.part[i]
 	}
 	var err error
+	defer func() {
+		if !created.Before(p.from) {
+			p.count(r, bound, err)
+		}
+	}()
 	if p.sdk != nil {
 		err = p.sdk.Produce(ctx, r)
 	} else {
@@ -413,6 +439,10 @@ func (p *hotProducer) send(ctx context.Context, created time.Time) {
 			}
 		}
 	}
+}
+
+// count counts the outcome err of r, bound for partition bound (-1: none).
+func (p *hotProducer) count(r *kgo.Record, bound int32, err error) {
 	var rej *producerclient.RejectError
 	switch {
 	case err == nil:
@@ -461,7 +491,10 @@ func (p *hotProducer) fill(r *HotResult) {
 // (a run is short): what the daemon sees is the committed position, which
 // moves only as records are processed.
 type hotConsumer struct {
-	cl     *kgo.Client
+	cl *kgo.Client
+	// from is when partition 0 slows down, UnixNano (0: not set yet):
+	// records created before are not counted.
+	from   atomic.Int64
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
@@ -510,11 +543,12 @@ func startHotConsumer(ctx context.Context, w *world, o HotOptions) (*hotConsumer
 		}
 	})
 	for i, hp := range c.parts {
-		capacity := o.Capacity
-		if i == 0 {
-			capacity /= o.Slower
-		}
-		pc := &pacer{capacity: func(time.Time) float64 { return capacity }}
+		pc := &pacer{capacity: func(now time.Time) float64 {
+			if from := c.from.Load(); i == 0 && (o.SlowAfter == 0 || (from != 0 && now.UnixNano() >= from)) {
+				return o.Capacity / o.Slower
+			}
+			return o.Capacity
+		}}
 		c.wg.Go(func() { c.work(cctx, hp, pc, o.Deadline) })
 	}
 	select {
@@ -553,13 +587,22 @@ func (c *hotConsumer) work(ctx context.Context, hp *hotPart, pc *pacer, deadline
 		hp.mu.Lock()
 		hp.q[0] = nil
 		hp.q = hp.q[1:]
-		hp.done++
-		if err == nil && time.Since(created) > deadline {
-			hp.dead++
+		if err == nil && c.counted(created) {
+			hp.done++
+			if time.Since(created) > deadline {
+				hp.dead++
+			}
 		}
 		hp.mu.Unlock()
 		c.cl.MarkCommitRecords(r)
 	}
+}
+
+// counted reports whether a record created at created counts: it was
+// created from the slowdown on.
+func (c *hotConsumer) counted(created time.Time) bool {
+	from := c.from.Load()
+	return from != 0 && created.UnixNano() >= from
 }
 
 // headAges returns each partition's head age at now, seconds: the age of
@@ -591,10 +634,13 @@ func (c *hotConsumer) Close() {
 func (c *hotConsumer) fill(r *HotResult, now time.Time, deadline time.Duration) {
 	for i, hp := range c.parts {
 		hp.mu.Lock()
-		r.Processed[i], r.Dead[i], r.Left[i] = hp.done, hp.dead, int64(len(hp.q))
+		r.Processed[i], r.Dead[i] = hp.done, hp.dead
 		for _, rec := range hp.q {
-			if created, _, err := decode(rec.Value); err == nil && now.Sub(created) > deadline {
-				r.LeftDead[i]++
+			if created, _, err := decode(rec.Value); err == nil && c.counted(created) {
+				r.Left[i]++
+				if now.Sub(created) > deadline {
+					r.LeftDead[i]++
+				}
 			}
 		}
 		hp.mu.Unlock()
@@ -607,8 +653,12 @@ func (c *hotConsumer) fill(r *HotResult, now time.Time, deadline time.Duration) 
 func HotMarkdown(o HotOptions, rs []HotResult) string {
 	o = o.withDefaults()
 	var b strings.Builder
-	fmt.Fprintf(&b, "Hot partition: %d partitions, partition 0's consumer at %s msg/s, the others at %s; %s msg/s offered; %s per run; deadline %s; commits every %s; observed every %s.\n\n",
-		partitions, num(o.Capacity/o.Slower), num(o.Capacity), num(o.Offered), dur(o.Duration), dur(o.Deadline), dur(o.CommitEvery), dur(o.Interval))
+	slow := "from the start"
+	if o.SlowAfter > 0 {
+		slow = "from " + dur(o.SlowAfter) + " on (at " + num(o.Capacity) + " before; the figures count the records produced from then on)"
+	}
+	fmt.Fprintf(&b, "Hot partition: %d partitions, partition 0's consumer at %s msg/s %s, the others at %s; %s msg/s offered; %s per run; deadline %s; commits every %s; observed every %s.\n\n",
+		partitions, num(o.Capacity/o.Slower), slow, num(o.Capacity), num(o.Offered), dur(o.Duration), dur(o.Deadline), dur(o.CommitEvery), dur(o.Interval))
 	b.WriteString("| broker | keys | mode | refused (% of offered) | refused per partition p0..p5 (keyless) | share to p0 | p0 head age p50 / p99 | p0 dead work | others: head age p99 (max), dead work |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +102,16 @@ func TestRunHot(t *testing.T) {
 				t.Errorf("keyed naive: share to p0 %.1f%%, want about 16.7%%", 100*s)
 			}
 		}
+	}
+}
+
+// TestHotOptionsValidate: every problem at once, each an ErrInvalidOptions.
+func TestHotOptionsValidate(t *testing.T) {
+	if err := (HotOptions{}).Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	err := HotOptions{Offered: -1, SlowAfter: 2 * time.Minute, Deadline: -time.Second}.Validate()
+	if !errors.Is(err, ErrInvalidOptions) || strings.Count(err.Error(), "\n") != 2 {
+		t.Fatalf("%v: want three problems", err)
 	}
 }
