@@ -29,6 +29,9 @@ func TestImports(t *testing.T) {
 	)
 }
 
+// TestShortFuncs holds the package's functions to 80 lines (issue 15).
+func TestShortFuncs(t *testing.T) { importcheck.ShortFuncs(t, ".", 80) }
+
 func TestMetrics(t *testing.T) {
 	c := newKfake(t, 1, "orders")
 	reg := prometheus.NewPedanticRegistry()

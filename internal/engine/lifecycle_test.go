@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lagbridge/lagbridge/internal/embedded"
+	"github.com/lagbridge/lagbridge/internal/importcheck"
 	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/lag"
@@ -24,6 +25,9 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestShortFuncs holds the package's functions to 80 lines (issue 15).
+func TestShortFuncs(t *testing.T) { importcheck.ShortFuncs(t, ".", 80) }
 
 // TestNew: every problem of a config at once, and the defaults of a zero
 // one.
