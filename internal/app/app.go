@@ -32,6 +32,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/internal/replica"
 	"github.com/lagbridge/lagbridge/internal/servertls"
+	"github.com/lagbridge/lagbridge/internal/shard"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
 )
@@ -66,6 +67,9 @@ type App struct {
 	el elections
 	// rep replicates the lease state between replicas; nil without.
 	rep *replica.Replicator
+	// sh splits the observation across replicas (ha.shards); empty
+	// without: this replica observes everything.
+	sh sharding
 }
 
 // New builds the daemon from cfg (which must be valid) and connects to every
@@ -123,6 +127,15 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	var kafkaLeaseEl leader.Elector
 	var electionMetrics *leader.Metrics
 	ha := cfg.HA.WithDefaults()
+	var shardMetrics *shard.Metrics
+	shardOf := func(cluster string) shard.Config {
+		if shardMetrics == nil {
+			shardMetrics = shard.NewMetrics(a.Registry)
+		}
+		return shard.Config{Cluster: cluster, ID: ha.ID, Name: ha.Name, Count: ha.Shards, Session: ha.SessionTimeout, Every: cfg.Interval,
+			OnChange: shardMetrics.Watch(cluster, ha.Shards)}
+	}
+	a.sh.id = ha.ID
 	elect := func(cluster string) leader.Config {
 		if electionMetrics == nil {
 			electionMetrics = leader.NewMetrics(a.Registry)
@@ -145,6 +158,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 				return nil, fmt.Errorf("kafka cluster %q: %w", kc.Cluster, err)
 			}
 			a.el.add(leader.NewKafka(opts, elect(kc.Cluster)))
+			if ha.Shards > 1 {
+				a.sh.add(shard.NewKafka(opts, shardOf(kc.Cluster), log.With("component", "ha")), o)
+			}
 			if kafkaLease == nil {
 				// Without NATS, the lease state travels through a
 				// compacted topic of the first Kafka cluster.
@@ -181,6 +197,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		}
 		if cfg.HA.Enabled {
 			a.el.add(leader.NewNATS(js, "", elect(nc.Cluster)))
+			if ha.Shards > 1 {
+				a.sh.add(shard.NewNATS(js, "", shardOf(nc.Cluster), log.With("component", "ha")), o)
+			}
 			if leaseCh == nil || cfg.Quota.NATSKV.Cluster == nc.Cluster {
 				// The lease state travels through the quota KV's
 				// cluster, else the first NATS cluster.
@@ -223,6 +242,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		a.rep.SetEngine(eng)
 		served = a.rep
 	}
+	if len(a.sh.order) > 0 {
+		// A shard's decisions count until its owner's session ran out
+		// and the next owner had a cycle to write its own.
+		a.sh.exchange(shard.NewExchange(shard.ExchangeConfig{Channel: leaseCh, Engine: eng, ID: ha.ID,
+			Expire: 2*ha.SessionTimeout + 2*cfg.Interval, Interval: cfg.Interval, Log: log.With("component", "ha")}))
+	}
 	engine.NewCollector(a.Registry, eng).ProducerGrants = cfg.Metrics.ProducerGrants
 	pols, _ := quota.NewPolicies(cfg.Quota.Policies) // validated with the config
 	a.ttl = enforce.NewRunner(pols, cfg.TTL.Enforce, movers, streams, log.With("component", "ttl"))
@@ -236,8 +261,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 			Rules: rules, Store: a.Store, Metrics: a.Metrics, Logger: log.With("cluster", sc.name), Reports: consumers,
 			OnCycle: func(now time.Time, states []lag.State) {
 				eng.OnCycle(sc.name, now, states)
+				a.sh.offer(sc.name, now)
 				a.History.Record(now, states, eng.ClusterDecisions(sc.name))
-				if a.el.leading(sc.name) { // TTL enforcement writes to the brokers: the leader's
+				// TTL enforcement writes to the brokers: the leader's, or
+				// with shards each shard's owner's (states are its own).
+				if a.el.leading(sc.name) || a.sh.sharded(sc.name) {
 					a.ttl.OnCycle(sc.name, now, states)
 				}
 			}})
@@ -245,6 +273,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	a.Handler = daemon.NewHandler(a.Store, a.Registry)
 	if cfg.HA.Enabled {
 		a.Handler.Election = a.ready
+	}
+	if len(a.sh.order) > 0 {
+		a.Handler.Shards = a.sh.views
 	}
 	qs := quotaserver.New(a.Hub, served, cfg.Quota.Auth, a.Registry,
 		quotaserver.WithLimits(quotaserver.Limits{MaxStreams: cfg.Quota.MaxStreams, MaxLongPolls: cfg.Quota.MaxLongPolls}))
@@ -279,6 +310,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 // follower, the replicated lease state read once.
 func (a *App) ready() (string, bool) {
 	roles, ok := a.el.ready()
+	if shards, synced := a.sh.ready(); shards != "" {
+		roles, ok = roles+"; "+shards, ok && synced
+	}
 	if a.rep != nil && !a.rep.Synced() {
 		return roles + "; lease state not yet synced", false
 	}
@@ -316,6 +350,7 @@ func (a *App) Run(ctx context.Context) error {
 		}
 	})
 	a.el.start(a.log)
+	a.sh.start(ctx)
 	if a.rep != nil {
 		a.rep.Start(ctx)
 	}
@@ -354,8 +389,10 @@ func (a *App) Run(ctx context.Context) error {
 		}
 		ccancel()
 	}
-	// Hand leadership over now rather than after the session timeout.
+	// Hand the shards and leadership over now rather than after the
+	// session timeout.
 	rctx, rcancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+	a.sh.release(rctx)
 	a.el.release(rctx)
 	rcancel()
 	a.Close()

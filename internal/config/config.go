@@ -245,6 +245,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	v.SetDefault("ha.id", "")
 	v.SetDefault("ha.name", "")
 	v.SetDefault("ha.sessionTimeout", "0s")
+	v.SetDefault("ha.shards", 0)
 	// Reachable from the environment too (LAGBRIDGE_HISTORY_RECENT, ...).
 	for _, k := range []string{"history.recent", "history.retention", "history.resolution", "history.events", "history.grantChange"} {
 		v.SetDefault(k, "0")

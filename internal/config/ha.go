@@ -29,7 +29,22 @@ type HA struct {
 	// one interval. Default 10s; from 6s (Kafka brokers refuse shorter
 	// sessions by default) to 5m, and at least three intervals.
 	SessionTimeout time.Duration `mapstructure:"sessionTimeout"`
+	// Shards splits the observation of every watched cluster across the
+	// replicas: its topics (Kafka) or streams (NATS) fall into Shards
+	// shards by a stable hash of their name, all consumer groups of a
+	// topic in its topic's shard; each replica observes and decides for
+	// the shards the cluster assigns it (a consumer group on Kafka, a KV
+	// bucket on NATS), and the decisions travel to every replica, so the
+	// leader still publishes for every topic. A replica that joins or
+	// leaves moves shards within the session timeout. 0 or 1 (default 0):
+	// every replica observes everything. At most MaxHAShards; needs
+	// Enabled. Use more shards than replicas (twice as many, say) so
+	// that they spread evenly. Env LAGBRIDGE_HA_SHARDS.
+	Shards int `mapstructure:"shards"`
 }
+
+// MaxHAShards bounds HA.Shards.
+const MaxHAShards = 1024
 
 // DefaultHASessionTimeout is HA.SessionTimeout's default.
 const DefaultHASessionTimeout = 10 * time.Second
@@ -50,9 +65,15 @@ func (h HA) WithDefaults() HA {
 
 func (h HA) validate(c Config) []error {
 	if !h.Enabled {
+		if h.Shards > 1 {
+			return []error{fmt.Errorf("ha.shards: %d shards need ha.enabled: true (replicas share the shards through their elections' brokers)", h.Shards)}
+		}
 		return nil
 	}
 	var errs []error
+	if h.Shards < 0 || h.Shards > MaxHAShards {
+		errs = append(errs, fmt.Errorf("ha.shards: must be from 0 to %d, got %d", MaxHAShards, h.Shards))
+	}
 	d := h.WithDefaults()
 	if d.SessionTimeout < 6*time.Second || d.SessionTimeout > 5*time.Minute || d.SessionTimeout < 3*c.Interval {
 		errs = append(errs, fmt.Errorf("ha.sessionTimeout: must be from 6s to 5m and at least three intervals (%v), got %v", 3*c.Interval, h.SessionTimeout))

@@ -31,6 +31,10 @@ type Handler struct {
 	// has answered: until then /readyz answers 503 (not yet synced).
 	// Set it before serving; nil: one replica, /readyz says "ready".
 	Election func() (roles string, ok bool)
+	// Shards, when set (ha.shards), says which replica observes which
+	// shard of each cluster; /v1/lag lists it beside this replica's own
+	// targets. Set it before serving; nil: no sharding.
+	Shards func() []ShardView
 	// Now is the clock of /v1/lag's ages: time.Now from NewHandler;
 	// replace it before serving.
 	Now   func() time.Time
@@ -104,7 +108,28 @@ func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 type LagResponse struct {
 	GeneratedAt time.Time     `json:"generatedAt"`
 	Clusters    []ClusterView `json:"clusters"`
-	Targets     []TargetView  `json:"targets"`
+	// Targets are the targets this replica observes: with shards, those
+	// of its own shards only (see Shards for the others' owners).
+	Targets []TargetView `json:"targets"`
+	// Shards, with ha.shards, lists every shard of every cluster and the
+	// replica that observes it: ask that replica's /v1/lag for its
+	// targets.
+	Shards []ShardView `json:"shards,omitempty"`
+}
+
+// ShardView is one shard of a cluster as this replica knows it.
+type ShardView struct {
+	Cluster string `json:"cluster"`
+	Shard   int    `json:"shard"`
+	// Owner is the id of the replica that observes it ("" unknown);
+	// Self is true when that is this replica.
+	Owner string `json:"owner"`
+	Self  bool   `json:"self"`
+	// DecisionsAt is the cycle of the newest decisions written for the
+	// shard and read back from the brokers (zero: none yet), Decisions
+	// their number.
+	DecisionsAt time.Time `json:"decisionsAt,omitzero"`
+	Decisions   int       `json:"decisions"`
 }
 
 // ClusterView is one cluster's observation health.
@@ -240,6 +265,13 @@ func (h *Handler) lag(w http.ResponseWriter, r *http.Request) {
 	resp := LagResponse{GeneratedAt: now, Clusters: []ClusterView{}, Targets: []TargetView{}}
 	for _, c := range h.store.Clusters() {
 		resp.Clusters = append(resp.Clusters, ClusterView{ClusterStatus: c, DurationSeconds: c.Duration.Seconds()})
+	}
+	if h.Shards != nil {
+		for _, v := range h.Shards() {
+			if q.Get("cluster") == "" || q.Get("cluster") == v.Cluster {
+				resp.Shards = append(resp.Shards, v)
+			}
+		}
 	}
 	match := func(key, val string) bool { f := q.Get(key); return f == "" || f == val }
 	for _, s := range h.store.States() {

@@ -111,6 +111,9 @@ type Engine struct {
 
 	// decisions holds the newest decision per target, by cluster.
 	decisions map[string]map[lag.Target]quota.Decision
+	// remote holds, by source, the decisions other replicas made for
+	// the targets they observe (SetRemote).
+	remote map[string][]quota.Decision
 	// topics holds the combined decision per topic.
 	topics map[quota.Topic]quota.Decision
 	// published is the fingerprint and version of each producer's set.
@@ -185,7 +188,7 @@ func New(cfg Config) (*Engine, error) {
 	lease := cfg.Lease.WithDefaults()
 	return &Engine{lifetime: lease.Lifetime, interval: lease.Interval,
 		policies: policies, ctl: ctl, book: book, hub: cfg.Hub, log: cfg.Logger, now: cfg.Now, pubs: cfg.Publishers, declog: cfg.Log,
-		decisions: map[string]map[lag.Target]quota.Decision{}, topics: map[quota.Topic]quota.Decision{},
+		decisions: map[string]map[lag.Target]quota.Decision{}, remote: map[string][]quota.Decision{}, topics: map[quota.Topic]quota.Decision{},
 		published: map[string]published{}, version: cfg.Lease.VersionBase,
 		producers: map[string]*producer{}, maxProducers: cmp.Or(cfg.MaxProducers, DefaultMaxProducers),
 		byName: map[string][]quota.Topic{},
@@ -325,13 +328,38 @@ func (e *Engine) budget(policy string) time.Duration {
 	return 0
 }
 
-// recombine rebuilds the per-topic decisions from every cluster's targets:
-// a producer's quota on a topic is the strictest of its consumer groups.
+// SetRemote replaces the decisions of one source: another replica's
+// decisions for the targets of a shard it observes and this one does not
+// (internal/shard). They take part in the per-topic decisions, and so in
+// the leases, from the next OnCycle on, for every target this engine does
+// not decide itself; they are not stepped, listed by Decisions, nor
+// forgotten when a cycle leaves them out. nil or empty ds removes the
+// source. Safe for concurrent use.
+func (e *Engine) SetRemote(source string, ds []quota.Decision) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(ds) == 0 {
+		delete(e.remote, source)
+		return
+	}
+	e.remote[source] = slices.Clone(ds)
+}
+
+// recombine rebuilds the per-topic decisions from every cluster's targets
+// and the remote ones: a producer's quota on a topic is the strictest of
+// its consumer groups.
 func (e *Engine) recombine() {
 	byTopic := map[quota.Topic][]quota.Decision{}
 	for _, ds := range e.decisions {
 		for t, d := range ds {
 			byTopic[quota.TopicOf(t)] = append(byTopic[quota.TopicOf(t)], d)
+		}
+	}
+	for _, ds := range e.remote {
+		for _, d := range ds {
+			if _, own := e.decisions[d.Target.Cluster][d.Target]; !own {
+				byTopic[quota.TopicOf(d.Target)] = append(byTopic[quota.TopicOf(d.Target)], d)
+			}
 		}
 	}
 	clear(e.topics)

@@ -128,22 +128,57 @@ func (n *NATS) round(ctx context.Context) error {
 	return nil
 }
 
-// Rendezvous returns the owner of each of count shards among members: the
-// member with the highest FNV-1a hash of "<member>/<shard>" (ties to the
-// smaller id; the hash goes through a finalizer, as FNV alone lets the id
-// decide every shard). A member that leaves hands over only its own shards; with
-// no members every owner is "".
+// Rendezvous returns the owner of each of count shards among members,
+// balanced: every member owns count/len(members) shards, rounded up or
+// down. Shard by shard, the owner is the member that ranks first by the
+// hash of "<member>/<shard>" (FNV-1a through a finalizer; ties to the
+// smaller id) among those not yet at their share. Every replica computes
+// the same owners from the same members; a member that joins or leaves
+// moves its share and few others. With no members every owner is "".
 func Rendezvous(members []string, count int) []string {
 	owners := make([]string, count)
-	best := make([]uint64, count)
 	members = slices.Clone(members)
 	slices.Sort(members)
-	for _, m := range slices.Compact(members) {
-		for s := range owners {
+	members = slices.Compact(members)
+	if len(members) == 0 {
+		return owners
+	}
+	// The first count%len(members) members by rank of the shard that
+	// fills them get one shard more: shares are filled in shard order.
+	base, extra := count/len(members), count%len(members)
+	load := make(map[string]int, len(members))
+	type ranked struct {
+		m string
+		h uint64
+	}
+	rank := make([]ranked, len(members))
+	for s := range owners {
+		for i, m := range members {
 			h := fnv.New64a()
 			_, _ = h.Write([]byte(m + "/" + strconv.Itoa(s)))
-			if v := mix(h.Sum64()); owners[s] == "" || v > best[s] {
-				owners[s], best[s] = m, v
+			rank[i] = ranked{m, mix(h.Sum64())}
+		}
+		slices.SortStableFunc(rank, func(a, b ranked) int {
+			switch {
+			case a.h > b.h:
+				return -1
+			case a.h < b.h:
+				return 1
+			}
+			return 0
+		})
+		for _, r := range rank {
+			share := base
+			if extra > 0 {
+				share++
+			}
+			if load[r.m] < share {
+				owners[s] = r.m
+				load[r.m]++
+				if load[r.m] == base+1 {
+					extra--
+				}
+				break
 			}
 		}
 	}

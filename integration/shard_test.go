@@ -1,0 +1,254 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/integration/kafkatest"
+	"github.com/lagbridge/lagbridge/internal/embedded"
+)
+
+// shardSplit reads every running replica's /v1/lag: which replica observes
+// each topic, whether no topic is observed twice, and whether every
+// replica names the same owner of each shard as the others.
+// owners maps "<cluster>/<shard>" to its owner.
+func shardSplit(tb testing.TB, rs []*haReplica) (byTopic, owners map[string]string, ok bool, all string) {
+	tb.Helper()
+	byTopic, owners, ok = map[string]string{}, map[string]string{}, true
+	for _, r := range rs {
+		resp := lagAPI(tb, r.base)
+		var mine []string
+		for _, tg := range resp.Targets {
+			if prev, dup := byTopic[tg.Topic]; dup && prev != r.id {
+				ok = false
+			}
+			byTopic[tg.Topic] = r.id
+			mine = append(mine, tg.Topic)
+		}
+		for _, s := range resp.Shards {
+			k := fmt.Sprintf("%s/%d", s.Cluster, s.Shard)
+			if o, seen := owners[k]; s.Owner == "" || seen && o != s.Owner || s.Self != (s.Owner == r.id) {
+				ok = false
+			}
+			owners[k] = s.Owner
+		}
+		if len(resp.Shards) == 0 {
+			ok = false
+		}
+		slices.Sort(mine)
+		all += fmt.Sprintf("%s observes %v; ", r.id, mine)
+	}
+	return byTopic, owners, ok, all + fmt.Sprintf("owners %v", owners)
+}
+
+// count is the number of entries of m (topics, shards) held by id.
+func count(m map[string]string, id string) int {
+	n := 0
+	for _, o := range m {
+		if o == id {
+			n++
+		}
+	}
+	return n
+}
+
+// TestHAShards runs three lagbridge processes that split the observation
+// of eight topics (streams) into four shards (ha.shards), on the real
+// broker and on the embedded nats-server: every topic is observed by
+// exactly one replica and /v1/lag names every shard's owner alike on every
+// replica. On Kafka each topic's group fell behind (a live member stuck,
+// head a minute old), and a producer reporting to the leader has every
+// topic limited, those of the shards the others observe included (their
+// decisions travel through the lease state). SIGKILL of a replica that
+// observes a shard: its topics are observed by the others within the
+// session timeout plus one interval (measured), and the leader's leases
+// stay limited throughout.
+func TestHAShards(t *testing.T) {
+	if runtime.GOOS != "linux" && runtime.GOOS != "darwin" {
+		t.Skip("signals")
+	}
+	bin := filepath.Join(t.TempDir(), "lagbridge")
+	build := exec.Command("go", "build", "-o", bin, "github.com/lagbridge/lagbridge/cmd/lagbridge")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	// Each world makes eight topics under prefix and returns the
+	// cluster "c" as YAML and whether its groups bind (leases limited).
+	cases := map[string]func(tb testing.TB, prefix string) (cluster string, topics []string, binding bool){
+		"kafka": func(tb testing.TB, prefix string) (string, []string, bool) {
+			addr := kafkatest.Bootstrap(tb)
+			prod := client(tb, addr)
+			old := time.Now().Add(-time.Minute)
+			var topics []string
+			for i := range 8 {
+				topic, group := fmt.Sprintf("%s-t%d", prefix, i), fmt.Sprintf("%s-g%d", prefix, i)
+				topics = append(topics, topic)
+				createTopic(tb, addr, topic, 1, nil)
+				produce(tb, prod, topic, 0, 200, func(int) time.Time { return old })
+				consumeAndCommit(tb, addr, group, topic, 1)
+				member(tb, addr, group, false, kgo.ConsumeTopics(topic)) // live, never commits: the group binds
+			}
+			return fmt.Sprintf("kafka:\n  - cluster: c\n    brokers: [%q]\n    groups: {include: [%q]}\n    topics: {include: [%q]}\n",
+				addr, prefix+"-g.*", prefix+"-t.*"), topics, true
+		},
+		"nats": func(tb testing.TB, prefix string) (string, []string, bool) {
+			s := embedded.NATSTest(tb)
+			nc, err := natsgo.Connect(s.ClientURL())
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(nc.Close)
+			js, _ := jetstream.New(nc)
+			ctx := ctxT(tb, 30*time.Second)
+			var streams []string
+			for i := range 8 {
+				name := fmt.Sprintf("S%d", i)
+				streams = append(streams, name)
+				if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name}}); err != nil {
+					tb.Fatal(err)
+				}
+				if _, err := js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+					tb.Fatal(err)
+				}
+				if _, err := js.Publish(ctx, name, []byte("m")); err != nil {
+					tb.Fatal(err)
+				}
+			}
+			return fmt.Sprintf("nats:\n  - cluster: c\n    urls: [%q]\n    streams: {include: [\"S.*\"]}\n", s.ClientURL()), streams, false
+		},
+	}
+	for name, world := range cases {
+		t.Run(name, func(t *testing.T) {
+			prefix := unique("shard")
+			cluster, topics, binding := world(t, prefix)
+			haShards(t, bin, prefix, cluster, topics, binding)
+		})
+	}
+}
+
+func haShards(t *testing.T, bin, name, cluster string, topics []string, binding bool) {
+	dir := t.TempDir()
+	const session, interval = 6 * time.Second, 250 * time.Millisecond
+	var ps []*haProcess
+	for i := range 3 {
+		id := fmt.Sprintf("p%d", i)
+		port := freePort(t)
+		cfg := filepath.Join(dir, id+".yaml")
+		yaml := fmt.Sprintf(`listen: "127.0.0.1:%d"
+interval: %s
+%squota:
+  policies:
+    - name: p
+      maxAge: 2s
+ha:
+  enabled: true
+  id: %s
+  name: %s
+  sessionTimeout: %s
+  shards: 4
+`, port, interval, cluster, id, name, session)
+		if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "run", "--config", cfg)
+		if os.Getenv("LAGBRIDGE_TEST_LOGS") != "" {
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		p := &haProcess{id: id, base: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd}
+		t.Cleanup(func() {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+		})
+		ps = append(ps, p)
+	}
+	replicas := func(except *haProcess) []*haReplica {
+		var rs []*haReplica
+		for _, p := range ps {
+			if p != except {
+				rs = append(rs, &haReplica{id: p.id, base: p.base, cancel: func() {}})
+			}
+		}
+		return rs
+	}
+	leaderID := waitOneLeader(t, replicas(nil), "c", 60*time.Second)
+	var byTopic map[string]string
+	poll(t, 60*time.Second, func() (bool, string) {
+		var ok bool
+		var all string
+		byTopic, _, ok, all = shardSplit(t, replicas(nil))
+		return ok && len(byTopic) == len(topics), all
+	})
+	var leader *haProcess
+	for _, p := range ps {
+		if p.id == leaderID {
+			leader = p
+		}
+	}
+	// limited: the leader limits every topic (always true where the
+	// groups do not bind).
+	limited := func() (bool, string) {
+		if !binding {
+			return true, ""
+		}
+		set := report(t, leader.base, "checkout", topics...)
+		var open []string
+		for _, l := range set.Leases {
+			if l.Rate == nil {
+				open = append(open, l.Topic)
+			}
+		}
+		return len(set.Leases) == len(topics) && len(open) == 0, fmt.Sprintf("open leases on %v (observed by %v)", open, byTopic)
+	}
+	poll(t, 30*time.Second, limited)
+	t.Logf("split: %v; the leader %s observes %d of %d topics", byTopic, leaderID, count(byTopic, leaderID), len(topics))
+
+	// SIGKILL a replica that observes a topic, other than the leader.
+	var victim *haProcess
+	for _, p := range ps {
+		if p != leader && count(byTopic, p.id) > 0 {
+			victim = p
+		}
+	}
+	if victim == nil {
+		t.Fatalf("the leader observes every topic: %v", byTopic)
+	}
+	moving := count(byTopic, victim.id)
+	killed := time.Now()
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var gaps []string
+	poll(t, session+interval+5*time.Second, func() (bool, string) {
+		if ok, why := limited(); !ok {
+			gaps = append(gaps, why)
+		}
+		now, owners, ok, all := shardSplit(t, replicas(victim))
+		return ok && len(now) == len(topics) && count(owners, victim.id) == 0, all
+	})
+	took := time.Since(killed)
+	t.Logf("SIGKILL of %s: its %d topics are observed by the others after %v (session %v, interval %v)", victim.id, moving, took.Round(time.Millisecond), session, interval)
+	if took > session+interval+time.Second {
+		t.Errorf("the shards moved after %v, want within session %v + interval %v (+1s of polling and scheduling)", took, session, interval)
+	}
+	if len(gaps) > 0 {
+		t.Errorf("the leader's leases opened during the move: %s", strings.Join(gaps, "; "))
+	}
+	if ok, why := limited(); !ok {
+		t.Errorf("after the move: %s", why)
+	}
+}

@@ -1,0 +1,140 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lagbridge/lagbridge/internal/daemon"
+	"github.com/lagbridge/lagbridge/internal/shard"
+)
+
+// sharding is the daemon's shard assignment (ha.shards): one assigner per
+// watched cluster, and the exchange that carries each shard's decisions to
+// the other replicas. The zero value shards nothing.
+type sharding struct {
+	id        string
+	byCluster map[string]shard.Assigner
+	order     []string
+	x         *shard.Exchange
+	stop      context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+// add runs the cluster's observation on the shards a assigns this replica:
+// the observer is narrowed to the names of those shards.
+func (s *sharding) add(a shard.Assigner, o interface{ SetOwns(func(string) bool) }) {
+	if s.byCluster == nil {
+		s.byCluster = map[string]shard.Assigner{}
+	}
+	s.byCluster[a.Cluster()] = a
+	s.order = append(s.order, a.Cluster())
+	o.SetOwns(func(name string) bool {
+		owned, _ := a.Owned(time.Now())
+		return slices.Contains(owned, shard.Of(name, a.Count()))
+	})
+}
+
+// exchange carries the decisions of every cluster's shards through x;
+// call it after every add.
+func (s *sharding) exchange(x *shard.Exchange) {
+	s.x = x
+	for _, c := range s.order {
+		x.Add(s.byCluster[c])
+	}
+}
+
+// sharded reports whether cluster's observation is split across replicas.
+func (s *sharding) sharded(cluster string) bool {
+	_, ok := s.byCluster[cluster]
+	return ok
+}
+
+// start runs the assigners and the exchange until release.
+func (s *sharding) start(ctx context.Context) {
+	if len(s.order) == 0 {
+		return
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	for _, c := range s.order {
+		s.wg.Go(func() { _ = s.byCluster[c].Run(rctx) })
+	}
+	if s.x != nil {
+		s.x.Start(ctx)
+	}
+}
+
+// release hands this replica's shards over (within ctx) and stops the
+// assigners and the exchange. Idempotent; a no-op if they never started.
+func (s *sharding) release(ctx context.Context) {
+	if s.stop == nil {
+		return
+	}
+	for _, c := range s.order {
+		s.byCluster[c].Release(ctx)
+	}
+	s.stop()
+	s.wg.Wait()
+	if s.x != nil {
+		s.x.Close()
+	}
+	s.stop = nil
+}
+
+// offer passes a cluster's cycle to the exchange.
+func (s *sharding) offer(cluster string, now time.Time) {
+	if s.x != nil && s.sharded(cluster) {
+		s.x.Offer(cluster, now)
+	}
+}
+
+// ready says which shards this replica observes ("observes shards 0, 2 of
+// 4 of a") and whether every assignment and the exchange answered.
+func (s *sharding) ready() (string, bool) {
+	now := time.Now()
+	var parts []string
+	ok := true
+	for _, c := range s.order {
+		a := s.byCluster[c]
+		owned, synced := a.Owned(now)
+		switch {
+		case !synced:
+			ok = false
+			parts = append(parts, fmt.Sprintf("shards of %s not yet assigned", c))
+		case len(owned) == 0:
+			parts = append(parts, fmt.Sprintf("observes no shard of %d of %s", a.Count(), c))
+		default:
+			ns := make([]string, len(owned))
+			for i, o := range owned {
+				ns[i] = fmt.Sprint(o)
+			}
+			parts = append(parts, fmt.Sprintf("observes shards %s of %d of %s", strings.Join(ns, ", "), a.Count(), c))
+		}
+	}
+	if s.x != nil && len(s.order) > 0 && !s.x.Synced() {
+		ok = false
+		parts = append(parts, "shard decisions not yet synced")
+	}
+	return strings.Join(parts, "; "), ok
+}
+
+// views lists every shard of every cluster with its owner, for /v1/lag.
+func (s *sharding) views() []daemon.ShardView {
+	var out []daemon.ShardView
+	for _, c := range s.order {
+		for i, owner := range s.byCluster[c].Owners() {
+			v := daemon.ShardView{Cluster: c, Shard: i, Owner: owner, Self: owner == s.id}
+			if s.x != nil {
+				if r, ok := s.x.Remote(c, i); ok {
+					v.DecisionsAt, v.Decisions = r.At, len(r.Decisions)
+				}
+			}
+			out = append(out, v)
+		}
+	}
+	return out
+}

@@ -1,0 +1,68 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// TestRemoteDecisions: a replica that does not observe a topic leases it
+// by the decisions of the replica that does (SetRemote), from its next
+// cycle on; its own decision for a target wins over a remote one; once the
+// source is removed, the topic's producers get the open lease of a topic
+// nobody observes.
+func TestRemoteDecisions(t *testing.T) {
+	p := quota.Policy{Name: "p", MaxAge: 2 * time.Second}
+	c := &clock{now: t0}
+	owner, _ := newEngine(t, c, p)
+	w := &world{tr: lag.NewTracker(nil), c: c, e: owner, produce: 1000, consume: 100}
+	w.cycles(6)
+	cut := owner.Decisions()
+	if len(cut) != 1 || cut[0].IsUnlimited() {
+		t.Fatalf("the owner's decisions %+v, want one cut", cut)
+	}
+	other, hub := newEngine(t, c, p)
+	lease := func() quotaproto.Lease {
+		t.Helper()
+		if _, err := other.Report(quotaproto.Report{Producer: "checkout", Topics: []quotaproto.TopicDemand{{Topic: "orders", Demand: 1000}}}); err != nil {
+			t.Fatal(err)
+		}
+		set, _, _ := hub.Current("checkout")
+		if len(set.Leases) != 1 {
+			t.Fatalf("leases %+v", set.Leases)
+		}
+		return set.Leases[0]
+	}
+	cycle := func(states ...lag.State) {
+		c.now = c.now.Add(time.Second)
+		other.OnCycle("c1", c.now, states)
+	}
+	steps := []struct {
+		name    string
+		do      func()
+		limited bool
+	}{
+		{"nothing known: open", func() { cycle() }, false},
+		{"set, before the next cycle: still open", func() { other.SetRemote("c1/0", cut) }, false},
+		{"after the next cycle: the owner's cut", func() { cycle() }, true},
+		{"an own decision of the same target wins", func() {
+			st := lag.State{Target: target, At: c.now, Status: lag.StatusOK, Live: lag.LiveYes}
+			cycle(st)
+		}, false},
+		{"the own target gone: the remote one again", func() { cycle() }, true},
+		{"source removed: open at the next cycle", func() { other.SetRemote("c1/0", nil); cycle() }, false},
+	}
+	for _, st := range steps {
+		st.do()
+		l := lease()
+		if got := rateOf(l) >= 0; got != st.limited {
+			t.Errorf("%s: lease %+v, limited %v, want %v", st.name, l, got, st.limited)
+		}
+	}
+	if d := other.Decisions(); len(d) != 0 {
+		t.Errorf("remote decisions listed as the engine's own: %+v", d)
+	}
+}

@@ -1,0 +1,311 @@
+package shard
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// Channel is the replicated map the decisions travel through
+// (internal/replica's channel: the lease state's NATS KV bucket or
+// compacted Kafka topic). Safe for concurrent use.
+type Channel interface {
+	Put(ctx context.Context, key string, value []byte) error
+	Watch(ctx context.Context, f func(key string, value []byte), synced func()) error
+}
+
+// Engine is what the exchange needs from the quota engine
+// (*engine.Engine).
+type Engine interface {
+	// ClusterDecisions returns this replica's own decisions of a cluster.
+	ClusterDecisions(cluster string) map[lag.Target]quota.Decision
+	// SetRemote replaces the decisions of a source (nil: removes it).
+	SetRemote(source string, ds []quota.Decision)
+}
+
+// ExchangeConfig builds an Exchange.
+type ExchangeConfig struct {
+	Channel Channel
+	Engine  Engine
+	// ID is this replica's id, written as each record's owner.
+	ID string
+	// Expire is how long another replica's record of a shard counts
+	// without being rewritten: past it (its owner is gone and no new
+	// owner wrote yet) the shard's topics get the open lease of a topic
+	// nobody observes. At least the session timeout plus one interval.
+	Expire time.Duration
+	// Interval is how often a failed watch is retried.
+	Interval time.Duration
+	Log      *slog.Logger
+}
+
+// Exchange carries the decisions of each shard from the replica that
+// observes it to every other one: after each cycle of a cluster (Offer)
+// the replica writes, per shard it owns, the decisions of its targets
+// under the key "d.<cluster>/<shard>"; every replica reads the others'
+// records and gives them to its engine (Engine.SetRemote), for the shards
+// it does not own, while they are fresh. So every replica, the leader
+// included, leases every topic of the cluster. Create it with
+// NewExchange, add the assigners with Add, then Start; Close stops it.
+// Safe for concurrent use.
+type Exchange struct {
+	cfg       ExchangeConfig
+	assigners map[string]Assigner // by cluster; set before Start
+
+	mu      sync.Mutex
+	pending map[string][]byte // key -> encoded record, the newest
+	remote  map[string]Record // key -> the newest record read, this replica's included
+	// owned holds, by cluster, the shards owned at the last Offer.
+	owned  map[string][]int
+	fed    map[string]string // keys given to the engine -> their cluster
+	synced bool
+	kick   chan struct{}
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// Record is one shard's decisions as written by its owner.
+type Record struct {
+	Owner   string `json:"owner"`
+	Cluster string `json:"cluster"`
+	Shard   int    `json:"shard"`
+	Count   int    `json:"count"`
+	// At is the cycle the decisions were made in.
+	At        time.Time        `json:"at"`
+	Decisions []quota.Decision `json:"decisions"`
+}
+
+// NewExchange returns an exchange; it starts nothing.
+func NewExchange(cfg ExchangeConfig) *Exchange {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	return &Exchange{cfg: cfg, assigners: map[string]Assigner{}, pending: map[string][]byte{}, remote: map[string]Record{},
+		fed: map[string]string{}, owned: map[string][]int{}, kick: make(chan struct{}, 1), stop: func() {}}
+}
+
+// Add makes the cluster's shards travel; call it before Start.
+func (x *Exchange) Add(a Assigner) { x.assigners[a.Cluster()] = a }
+
+// recordKey is the channel key of a cluster's shard; it parses as a lease
+// state key of kind "d".
+func recordKey(cluster string, shard int) string {
+	return quotaproto.KVKey("d", cluster+"/"+strconv.Itoa(shard))
+}
+
+// Offer writes, for every shard of cluster this replica owned at the
+// previous Offer and still owns at now, the engine's decisions of the
+// targets in it (in the background), and gives the engine the fresh
+// records of the shards it does not own. A shard gained since the previous
+// Offer is written from the next one on: the cycle that just ended may
+// have started before the shard was this replica's, and an empty record
+// would replace its former owner's decisions. Call it after each of the
+// cluster's cycles, once the engine has the cycle.
+func (x *Exchange) Offer(cluster string, now time.Time) {
+	a, ok := x.assigners[cluster]
+	if !ok {
+		return
+	}
+	owned, _ := a.Owned(now)
+	n := a.Count()
+	x.mu.Lock()
+	before := x.owned[cluster]
+	x.owned[cluster] = owned
+	x.mu.Unlock()
+	byShard := map[int][]quota.Decision{}
+	for _, s := range owned {
+		if slices.Contains(before, s) {
+			byShard[s] = nil // an owned shard without decisions is written too
+		}
+	}
+	for t, d := range x.cfg.Engine.ClusterDecisions(cluster) {
+		s := Of(t.Topic, n)
+		if _, mine := byShard[s]; mine {
+			byShard[s] = append(byShard[s], d)
+		}
+	}
+	x.mu.Lock()
+	for s, ds := range byShard {
+		slices.SortFunc(ds, func(a, b quota.Decision) int { return strings.Compare(a.Target.String(), b.Target.String()) })
+		b, err := encodeRecord(Record{Owner: x.cfg.ID, Cluster: cluster, Shard: s, Count: n, At: now, Decisions: ds})
+		if err != nil {
+			x.cfg.Log.Warn("shard decisions not written", "cluster", cluster, "shard", s, "err", err)
+			continue
+		}
+		x.pending[recordKey(cluster, s)] = b
+	}
+	feed := map[string][]quota.Decision{}
+	for k, r := range x.remote {
+		if r.Cluster != cluster {
+			continue
+		}
+		if r.Count == n && !slices.Contains(owned, r.Shard) && now.Sub(r.At) < x.cfg.Expire {
+			feed[k] = r.Decisions
+			x.fed[k] = cluster
+		} else if _, fed := x.fed[k]; fed {
+			feed[k] = nil
+			delete(x.fed, k)
+		}
+	}
+	for k, c := range x.fed { // a record deleted from the channel
+		if _, ok := x.remote[k]; !ok && c == cluster {
+			feed[k] = nil
+			delete(x.fed, k)
+		}
+	}
+	x.mu.Unlock()
+	for k, ds := range feed {
+		x.cfg.Engine.SetRemote(k, ds)
+	}
+	if len(byShard) > 0 {
+		select {
+		case x.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Remote returns the newest record read of a shard (this replica's own
+// included), and whether there is one.
+func (x *Exchange) Remote(cluster string, shard int) (Record, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r, ok := x.remote[recordKey(cluster, shard)]
+	return r, ok
+}
+
+// Synced reports whether the channel was read once.
+func (x *Exchange) Synced() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.synced
+}
+
+// Start reads the channel and writes the records until Close: two
+// goroutines.
+func (x *Exchange) Start(ctx context.Context) {
+	ctx, x.stop = context.WithCancel(ctx)
+	x.wg.Go(func() {
+		for {
+			err := x.cfg.Channel.Watch(ctx, x.apply, func() {
+				x.mu.Lock()
+				x.synced = true
+				x.mu.Unlock()
+			})
+			if ctx.Err() != nil {
+				return
+			}
+			x.cfg.Log.Warn("reading the shards' decisions", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(x.cfg.Interval):
+			}
+		}
+	})
+	x.wg.Go(func() {
+		failing := false
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-x.kick:
+			}
+			x.mu.Lock()
+			batch := x.pending
+			x.pending = map[string][]byte{}
+			x.mu.Unlock()
+			for _, k := range slices.Sorted(maps.Keys(batch)) {
+				pctx, cancel := context.WithTimeout(ctx, max(x.cfg.Interval, 2*time.Second))
+				err := x.cfg.Channel.Put(pctx, k, batch[k])
+				cancel()
+				switch {
+				case err != nil && ctx.Err() == nil && !failing:
+					x.cfg.Log.Warn("writing a shard's decisions for the other replicas", "key", k, "err", err)
+					failing = true
+				case err == nil && failing:
+					x.cfg.Log.Info("writing the shards' decisions recovered")
+					failing = false
+				}
+			}
+		}
+	})
+}
+
+// Close stops the goroutines and waits for them. Idempotent.
+func (x *Exchange) Close() {
+	x.stop()
+	x.wg.Wait()
+}
+
+// apply is one entry of the channel: records of kind "d" are kept, the
+// newest per key. This replica's own count too: once it lost a shard, its
+// last decisions serve until the next owner writes.
+func (x *Exchange) apply(k string, v []byte) {
+	kind, _, err := quotaproto.ParseKVKey(k)
+	if err != nil || kind != "d" {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if v == nil {
+		delete(x.remote, k)
+		return
+	}
+	r, err := decodeRecord(v)
+	if err != nil || recordKey(r.Cluster, r.Shard) != k {
+		x.cfg.Log.Warn("shard decisions ignored", "key", k, "err", err)
+		return
+	}
+	if cur, ok := x.remote[k]; ok && cur.At.After(r.At) {
+		return // a paused former owner's late write
+	}
+	x.remote[k] = r
+}
+
+// encodeRecord is gzip'd JSON: a shard of thousands of decisions fits a
+// NATS message (1 MiB by default).
+func encodeRecord(r Record) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if err := json.NewEncoder(zw).Encode(r); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// maxRecord bounds a decoded record, against a corrupt or hostile entry.
+const maxRecord = 64 << 20
+
+func decodeRecord(b []byte) (Record, error) {
+	var r Record
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return r, fmt.Errorf("shard record: %w", err)
+	}
+	if err := json.NewDecoder(io.LimitReader(zr, maxRecord)).Decode(&r); err != nil {
+		return r, fmt.Errorf("shard record: %w", err)
+	}
+	return r, nil
+}

@@ -1,0 +1,214 @@
+package shard
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lagbridge/lagbridge/internal/embedded"
+	"github.com/lagbridge/lagbridge/internal/replica"
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// fixed is an assignment the test moves by hand: the moment a shard
+// changes hands, which no broker plays on cue.
+type fixed struct {
+	mu    sync.Mutex
+	owned []int
+}
+
+func (f *fixed) Owned(time.Time) ([]int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.owned), true
+}
+func (f *fixed) set(owned ...int)              { f.mu.Lock(); f.owned = owned; f.mu.Unlock() }
+func (f *fixed) Owners() []string              { return make([]string, 2) }
+func (f *fixed) Run(ctx context.Context) error { <-ctx.Done(); return nil }
+func (f *fixed) Release(context.Context)       {}
+func (f *fixed) Cluster() string               { return "c" }
+func (f *fixed) Count() int                    { return 2 }
+
+// decisions stands for the engine: the decisions it made, and the remote
+// ones it was given.
+type decisions struct {
+	mu     sync.Mutex
+	own    map[lag.Target]quota.Decision
+	remote map[string][]quota.Decision
+}
+
+func (d *decisions) ClusterDecisions(string) map[lag.Target]quota.Decision {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[lag.Target]quota.Decision{}
+	for k, v := range d.own {
+		out[k] = v
+	}
+	return out
+}
+
+func (d *decisions) SetRemote(source string, ds []quota.Decision) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ds == nil {
+		delete(d.remote, source)
+		return
+	}
+	d.remote[source] = ds
+}
+
+// remoteTopics returns the topics of the remote decisions, sorted.
+func (d *decisions) remoteTopics() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for _, ds := range d.remote {
+		for _, x := range ds {
+			out = append(out, x.Target.Topic)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func decided(topic string, rate float64) quota.Decision {
+	return quota.Decision{Target: lag.Target{Kind: lag.KindKafka, Cluster: "c", Topic: topic, Group: "g"}, Policy: "p", Rate: rate}
+}
+
+// TestExchange: two replicas on one NATS KV channel. Each writes the
+// decisions of the shard it owns (from its second cycle with the shard),
+// never those of a shard it does not own, and leases by the other's; a
+// shard that moves is not fed from the channel to its new owner, and its
+// former owner keeps leasing by its own last decisions until they expire.
+func TestExchange(t *testing.T) {
+	s := embedded.NATSTest(t)
+	nc, err := natsgo.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := replica.NewNATS(js, "lagbridge_leases_test")
+	// "orders" is in shard 0 of 2, "bench-001" in shard 1.
+	if Of("orders", 2) != 0 || Of("bench-001", 2) != 1 {
+		t.Fatal("the test's topics are not in the shards it assumes")
+	}
+	type side struct {
+		x   *Exchange
+		a   *fixed
+		eng *decisions
+	}
+	const expire = time.Minute
+	mk := func(id string, owned int, own ...quota.Decision) side {
+		eng := &decisions{own: map[lag.Target]quota.Decision{}, remote: map[string][]quota.Decision{}}
+		for _, d := range own {
+			eng.own[d.Target] = d
+		}
+		a := &fixed{owned: []int{owned}}
+		x := NewExchange(ExchangeConfig{Channel: ch, Engine: eng, ID: id, Expire: expire, Interval: 100 * time.Millisecond})
+		x.Add(a)
+		x.Start(context.Background())
+		t.Cleanup(x.Close)
+		return side{x, a, eng}
+	}
+	// A decides for both topics (say, just before a move), but owns only
+	// shard 0: only "orders" travels.
+	a := mk("a", 0, decided("orders", 10), decided("bench-001", 20))
+	b := mk("b", 1, decided("bench-001", 30))
+	now := time.Now()
+	waitFor := func(what string, f func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !f() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10s", what)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the channel
+		}
+	}
+	for _, sd := range []side{a, b} {
+		sd.x.Offer("c", now)
+		sd.x.mu.Lock()
+		pending := len(sd.x.pending)
+		sd.x.mu.Unlock()
+		if pending != 0 {
+			t.Fatal("a shard is written at the Offer that gained it")
+		}
+	}
+	a.x.Offer("c", now)
+	b.x.Offer("c", now)
+	waitFor("both records read by both", func() bool {
+		_, a0 := b.x.Remote("c", 0)
+		_, b1 := a.x.Remote("c", 1)
+		return a0 && b1
+	})
+	steps := []struct {
+		name         string
+		do           func()
+		aRemote      []string // topics A's engine leases by remote decisions
+		bRemote      []string
+		bShard0Owner string
+	}{
+		{"each leases by the other's shard", func() { a.x.Offer("c", now); b.x.Offer("c", now) }, []string{"bench-001"}, []string{"orders"}, "a"},
+		{"shard 0 moves to B: B no longer takes it from the channel, A keeps its own last", func() {
+			a.a.set()
+			b.a.set(0, 1)
+			a.x.Offer("c", now)
+			b.x.Offer("c", now)
+		}, []string{"bench-001", "orders"}, nil, "a"},
+		{"past the expiry nothing counts", func() {
+			a.x.Offer("c", now.Add(expire))
+			b.x.Offer("c", now.Add(expire))
+		}, nil, nil, "a"},
+	}
+	for _, st := range steps {
+		st.do()
+		if got := a.eng.remoteTopics(); !slices.Equal(got, st.aRemote) {
+			t.Errorf("%s: A leases %v by remote decisions, want %v", st.name, got, st.aRemote)
+		}
+		if got := b.eng.remoteTopics(); !slices.Equal(got, st.bRemote) {
+			t.Errorf("%s: B leases %v by remote decisions, want %v", st.name, got, st.bRemote)
+		}
+	}
+	// B writes shard 0 from its second Offer with it: A's record is
+	// replaced by B's.
+	b.eng.mu.Lock()
+	b.eng.own[decided("orders", 40).Target] = decided("orders", 40)
+	b.eng.mu.Unlock()
+	b.x.Offer("c", now.Add(expire))
+	last := now.Add(expire)
+	waitFor("B's last records", func() bool {
+		r0, ok0 := a.x.Remote("c", 0)
+		r1, ok1 := a.x.Remote("c", 1)
+		return ok0 && r0.Owner == "b" && len(r0.Decisions) == 1 && ok1 && r1.At.Equal(last)
+	})
+	a.x.Offer("c", now.Add(expire))
+	if r, _ := a.x.Remote("c", 0); len(r.Decisions) != 1 || r.Decisions[0].Rate != 40 {
+		t.Errorf("shard 0 as B wrote it: %+v", r)
+	}
+	if got := a.eng.remoteTopics(); !slices.Equal(got, []string{"bench-001", "orders"}) {
+		t.Errorf("A leases %v by remote decisions, want both topics", got)
+	}
+
+	// A corrupt entry is ignored, the last good record stays; a deleted
+	// one is gone.
+	if err := ch.Put(context.Background(), recordKey("c", 0), []byte("not gzip")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Delete(context.Background(), recordKey("c", 1)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the deletion read", func() bool { _, ok := a.x.Remote("c", 1); return !ok })
+	if r, ok := a.x.Remote("c", 0); !ok || r.Owner != "b" {
+		t.Errorf("after a corrupt entry: %+v %v, want B's record", r, ok)
+	}
+}
