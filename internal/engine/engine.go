@@ -328,13 +328,15 @@ func (e *Engine) budget(policy string) time.Duration {
 	return 0
 }
 
-// SetRemote replaces the decisions of one source: another replica's
-// decisions for the targets of a shard it observes and this one does not
-// (internal/shard). They take part in the per-topic decisions, and so in
-// the leases, from the next OnCycle on, for every target this engine does
-// not decide itself; they are not stepped, listed by Decisions, nor
-// forgotten when a cycle leaves them out. nil or empty ds removes the
-// source. Safe for concurrent use.
+// SetRemote replaces the decisions of one source: the decisions another
+// replica made for the targets of a shard (internal/shard). They take part
+// in the per-topic decisions, and so in the leases, from the next OnCycle
+// on, for every target this engine does not decide itself, and for those
+// whose own decision is still quota.RuleRatesUnknown (a shard that moved
+// here: the former owner's decision holds until the rates are known); the
+// newest of several for one target counts. They are not stepped, listed
+// by Decisions, nor forgotten when a cycle leaves them out. nil or empty
+// ds removes the source. Safe for concurrent use.
 func (e *Engine) SetRemote(source string, ds []quota.Decision) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -350,16 +352,31 @@ func (e *Engine) SetRemote(source string, ds []quota.Decision) {
 // its consumer groups.
 func (e *Engine) recombine() {
 	byTopic := map[quota.Topic][]quota.Decision{}
+	var remote map[lag.Target]quota.Decision
+	for _, ds := range e.remote {
+		for _, d := range ds {
+			if remote == nil {
+				remote = map[lag.Target]quota.Decision{}
+			}
+			if r, ok := remote[d.Target]; !ok || d.At.After(r.At) {
+				remote[d.Target] = d
+			}
+		}
+	}
 	for _, ds := range e.decisions {
 		for t, d := range ds {
+			// A target this engine has just begun to decide (its
+			// shard moved here) keeps the former owner's decision
+			// until its own rates are known.
+			if r, ok := remote[t]; ok && d.Rule == quota.RuleRatesUnknown {
+				d = r
+			}
 			byTopic[quota.TopicOf(t)] = append(byTopic[quota.TopicOf(t)], d)
 		}
 	}
-	for _, ds := range e.remote {
-		for _, d := range ds {
-			if _, own := e.decisions[d.Target.Cluster][d.Target]; !own {
-				byTopic[quota.TopicOf(d.Target)] = append(byTopic[quota.TopicOf(d.Target)], d)
-			}
+	for t, d := range remote {
+		if _, own := e.decisions[t.Cluster][t]; !own {
+			byTopic[quota.TopicOf(t)] = append(byTopic[quota.TopicOf(t)], d)
 		}
 	}
 	clear(e.topics)

@@ -11,9 +11,10 @@ import (
 
 // TestRemoteDecisions: a replica that does not observe a topic leases it
 // by the decisions of the replica that does (SetRemote), from its next
-// cycle on; its own decision for a target wins over a remote one; once the
-// source is removed, the topic's producers get the open lease of a topic
-// nobody observes.
+// cycle on; its own decision for a target wins over a remote one once it
+// knows the target's rates (before, the remote one holds: the shard has
+// just moved here); once the source is removed, the topic's producers get
+// the open lease of a topic nobody observes.
 func TestRemoteDecisions(t *testing.T) {
 	p := quota.Policy{Name: "p", MaxAge: 2 * time.Second}
 	c := &clock{now: t0}
@@ -48,9 +49,11 @@ func TestRemoteDecisions(t *testing.T) {
 		{"nothing known: open", func() { cycle() }, false},
 		{"set, before the next cycle: still open", func() { other.SetRemote("c1/0", cut) }, false},
 		{"after the next cycle: the owner's cut", func() { cycle() }, true},
-		{"an own decision of the same target wins", func() {
-			st := lag.State{Target: target, At: c.now, Status: lag.StatusOK, Live: lag.LiveYes}
-			cycle(st)
+		{"an own decision without rates yet holds the remote one", func() {
+			cycle(lag.State{Target: target, At: c.now, Status: lag.StatusOK, Live: lag.LiveYes})
+		}, true},
+		{"an own decision with rates wins", func() {
+			(&world{tr: lag.NewTracker(nil), c: c, e: other, produce: 100, consume: 2000}).cycles(4)
 		}, false},
 		{"the own target gone: the remote one again", func() { cycle() }, true},
 		{"source removed: open at the next cycle", func() { other.SetRemote("c1/0", nil); cycle() }, false},

@@ -113,12 +113,17 @@ func recordKey(cluster string, shard int) string {
 
 // Offer writes, for every shard of cluster this replica owned at the
 // previous Offer and still owns at now, the engine's decisions of the
-// targets in it (in the background), and gives the engine the fresh
-// records of the shards it does not own. A shard gained since the previous
-// Offer is written from the next one on: the cycle that just ended may
-// have started before the shard was this replica's, and an empty record
-// would replace its former owner's decisions. Call it after each of the
-// cluster's cycles, once the engine has the cycle.
+// targets in it (in the background), and gives the engine every fresh
+// record of the cluster: the engine decides by its own decisions where it
+// has them. A shard gained since the previous Offer is written from the
+// next one on: the cycle that just ended may have started before the shard
+// was this replica's, and an empty record would replace its former
+// owner's decisions. Where the engine does not know a target's rates yet
+// (quota.RuleRatesUnknown: it has just begun to observe it), the former
+// owner's decision is written instead while younger than Expire, so that
+// a shard that moves does not open its topics for the cycles its new
+// owner needs to learn the rates. Call it after each of the cluster's
+// cycles, once the engine has the cycle.
 func (x *Exchange) Offer(cluster string, now time.Time) {
 	a, ok := x.assigners[cluster]
 	if !ok {
@@ -144,6 +149,7 @@ func (x *Exchange) Offer(cluster string, now time.Time) {
 	}
 	x.mu.Lock()
 	for s, ds := range byShard {
+		ds = x.holdFormer(recordKey(cluster, s), ds, now)
 		slices.SortFunc(ds, func(a, b quota.Decision) int { return strings.Compare(a.Target.String(), b.Target.String()) })
 		b, err := encodeRecord(Record{Owner: x.cfg.ID, Cluster: cluster, Shard: s, Count: n, At: now, Decisions: ds})
 		if err != nil {
@@ -157,7 +163,7 @@ func (x *Exchange) Offer(cluster string, now time.Time) {
 		if r.Cluster != cluster {
 			continue
 		}
-		if r.Count == n && !slices.Contains(owned, r.Shard) && now.Sub(r.At) < x.cfg.Expire {
+		if r.Count == n && now.Sub(r.At) < x.cfg.Expire {
 			feed[k] = r.Decisions
 			x.fed[k] = cluster
 		} else if _, fed := x.fed[k]; fed {
@@ -181,6 +187,31 @@ func (x *Exchange) Offer(cluster string, now time.Time) {
 		default:
 		}
 	}
+}
+
+// holdFormer replaces, in ds, each decision made without rates by the
+// decision of the same target in the shard's last record, when that one
+// was made with rates less than Expire before now. Called with x.mu held.
+func (x *Exchange) holdFormer(key string, ds []quota.Decision, now time.Time) []quota.Decision {
+	prev, ok := x.remote[key]
+	if !ok {
+		return ds
+	}
+	var former map[lag.Target]quota.Decision
+	for _, d := range prev.Decisions {
+		if d.Rule != quota.RuleRatesUnknown && now.Sub(d.At) < x.cfg.Expire {
+			if former == nil {
+				former = map[lag.Target]quota.Decision{}
+			}
+			former[d.Target] = d
+		}
+	}
+	for i, d := range ds {
+		if f, ok := former[d.Target]; ok && d.Rule == quota.RuleRatesUnknown {
+			ds[i] = f
+		}
+	}
+	return ds
 }
 
 // Remote returns the newest record read of a shard (this replica's own

@@ -77,9 +77,14 @@ func (d *decisions) remoteTopics() []string {
 	return out
 }
 
+// decided is a decision made at t0 with the rates known.
 func decided(topic string, rate float64) quota.Decision {
-	return quota.Decision{Target: lag.Target{Kind: lag.KindKafka, Cluster: "c", Topic: topic, Group: "g"}, Policy: "p", Rate: rate}
+	return quota.Decision{Target: lag.Target{Kind: lag.KindKafka, Cluster: "c", Topic: topic, Group: "g"}, Policy: "p", Rate: rate,
+		At: t0, Rule: quota.RuleSaturated}
 }
+
+// t0 is the time of the first cycle.
+var t0 = time.Now()
 
 // TestExchange: two replicas on one NATS KV channel. Each writes the
 // decisions of the shard it owns (from its second cycle with the shard),
@@ -147,57 +152,74 @@ func TestExchange(t *testing.T) {
 	a.x.Offer("c", now)
 	b.x.Offer("c", now)
 	waitFor("both records read by both", func() bool {
-		_, a0 := b.x.Remote("c", 0)
-		_, b1 := a.x.Remote("c", 1)
-		return a0 && b1
+		for _, x := range []*Exchange{a.x, b.x} {
+			for shard := range 2 {
+				if _, ok := x.Remote("c", shard); !ok {
+					return false
+				}
+			}
+		}
+		return true
 	})
+	// Each engine is given every fresh record, its own too (read back):
+	// it decides by its own decisions where it has them.
 	steps := []struct {
-		name         string
-		do           func()
-		aRemote      []string // topics A's engine leases by remote decisions
-		bRemote      []string
-		bShard0Owner string
+		name   string
+		do     func()
+		remote []string // topics each engine was given remote decisions of
 	}{
-		{"each leases by the other's shard", func() { a.x.Offer("c", now); b.x.Offer("c", now) }, []string{"bench-001"}, []string{"orders"}, "a"},
-		{"shard 0 moves to B: B no longer takes it from the channel, A keeps its own last", func() {
+		{"each has the other's shard and its own", func() { a.x.Offer("c", now); b.x.Offer("c", now) },
+			[]string{"bench-001", "orders"}},
+		{"shard 0 moves to B: both keep A's last record", func() {
 			a.a.set()
 			b.a.set(0, 1)
 			a.x.Offer("c", now)
 			b.x.Offer("c", now)
-		}, []string{"bench-001", "orders"}, nil, "a"},
-		{"past the expiry nothing counts", func() {
-			a.x.Offer("c", now.Add(expire))
-			b.x.Offer("c", now.Add(expire))
-		}, nil, nil, "a"},
+		}, []string{"bench-001", "orders"}},
 	}
 	for _, st := range steps {
 		st.do()
-		if got := a.eng.remoteTopics(); !slices.Equal(got, st.aRemote) {
-			t.Errorf("%s: A leases %v by remote decisions, want %v", st.name, got, st.aRemote)
-		}
-		if got := b.eng.remoteTopics(); !slices.Equal(got, st.bRemote) {
-			t.Errorf("%s: B leases %v by remote decisions, want %v", st.name, got, st.bRemote)
+		for _, sd := range []side{a, b} {
+			if got := sd.eng.remoteTopics(); !slices.Equal(got, st.remote) {
+				t.Errorf("%s: %s was given remote decisions of %v, want %v", st.name, sd.x.cfg.ID, got, st.remote)
+			}
 		}
 	}
-	// B writes shard 0 from its second Offer with it: A's record is
-	// replaced by B's.
+
+	// B's first Offer with shard 0 wrote nothing of it; at its second,
+	// its own decision of "orders" is still without rates: A's decision
+	// is written in its place.
+	b.eng.mu.Lock()
+	b.eng.own[decided("orders", 0).Target] = quota.Decision{Target: decided("orders", 0).Target, Policy: "p", Rate: quota.Unlimited,
+		At: now, Rule: quota.RuleRatesUnknown}
+	b.eng.mu.Unlock()
+	b.x.Offer("c", now)
+	waitFor("B's record of shard 0", func() bool { r, ok := a.x.Remote("c", 0); return ok && r.Owner == "b" })
+	if r, _ := a.x.Remote("c", 0); len(r.Decisions) != 1 || r.Decisions[0].Rate != 10 {
+		t.Errorf("shard 0 as B wrote it while it learns the rates: %+v, want A's decision (10)", r)
+	}
+	// Once B knows the rates, its own decision is written.
 	b.eng.mu.Lock()
 	b.eng.own[decided("orders", 40).Target] = decided("orders", 40)
 	b.eng.mu.Unlock()
-	b.x.Offer("c", now.Add(expire))
+	b.x.Offer("c", now)
+	waitFor("B's own decision of shard 0", func() bool {
+		r, ok := a.x.Remote("c", 0)
+		return ok && len(r.Decisions) == 1 && r.Decisions[0].Rate == 40
+	})
+
+	// Past the expiry, no record counts.
 	last := now.Add(expire)
+	a.x.Offer("c", last)
+	if got := a.eng.remoteTopics(); len(got) != 0 {
+		t.Errorf("past the expiry A was given remote decisions of %v", got)
+	}
+	b.x.Offer("c", last)
 	waitFor("B's last records", func() bool {
 		r0, ok0 := a.x.Remote("c", 0)
 		r1, ok1 := a.x.Remote("c", 1)
-		return ok0 && r0.Owner == "b" && len(r0.Decisions) == 1 && ok1 && r1.At.Equal(last)
+		return ok0 && r0.At.Equal(last) && ok1 && r1.At.Equal(last)
 	})
-	a.x.Offer("c", now.Add(expire))
-	if r, _ := a.x.Remote("c", 0); len(r.Decisions) != 1 || r.Decisions[0].Rate != 40 {
-		t.Errorf("shard 0 as B wrote it: %+v", r)
-	}
-	if got := a.eng.remoteTopics(); !slices.Equal(got, []string{"bench-001", "orders"}) {
-		t.Errorf("A leases %v by remote decisions, want both topics", got)
-	}
 
 	// A corrupt entry is ignored, the last good record stays; a deleted
 	// one is gone.
