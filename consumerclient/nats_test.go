@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lagbridge/lagbridge/brokers/nats"
@@ -38,15 +37,7 @@ func fetchN(tb testing.TB, cons jetstream.Consumer, n int) []jetstream.Msg {
 func newJetStream(tb testing.TB, name, subject, durable string, n int) (*server.Server, jetstream.Consumer) {
 	tb.Helper()
 	s := embedded.NATSTest(tb)
-	nc, err := natsgo.Connect(s.ClientURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	js := embedded.Connect(tb, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}})

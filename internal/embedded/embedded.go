@@ -44,10 +44,16 @@ func NATSTest(tb testing.TB) *server.Server {
 }
 
 // JetStreamTest starts NATS for a test (NATSTest) and returns a JetStream
-// context on a connection to it; both end when the test ends.
+// context on a connection to it (Connect); both end when the test ends.
 func JetStreamTest(tb testing.TB) jetstream.JetStream {
 	tb.Helper()
-	s := NATSTest(tb)
+	return Connect(tb, NATSTest(tb))
+}
+
+// Connect returns a JetStream context on a new connection to s (its Conn
+// method returns the connection), closed when the test ends.
+func Connect(tb testing.TB, s *server.Server) jetstream.JetStream {
+	tb.Helper()
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		tb.Fatal(err)

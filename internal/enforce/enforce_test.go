@@ -299,23 +299,8 @@ func waitMembers(tb testing.TB, cl *kgo.Client, group string, ok func(int) bool)
 
 // --- NATS (embedded nats-server) -------------------------------------------
 
-func startNATS(tb testing.TB) jetstream.JetStream {
-	tb.Helper()
-	s := embedded.NATSTest(tb)
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return js
-}
-
 func TestStreamEnforcer(t *testing.T) {
-	js := startNATS(t)
+	js := embedded.JetStreamTest(t)
 	ctx := ctxT(t)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Description: "keep me"}); err != nil {
 		t.Fatal(err)
@@ -395,7 +380,7 @@ func streamInfo(tb testing.TB, js jetstream.JetStream, name string) *jetstream.S
 // writes (ttl.NATSTTL) is removed by the server itself when it expires,
 // while a message without one stays. Before, the server refuses Nats-TTL.
 func TestPerMessageTTL(t *testing.T) {
-	js := startNATS(t)
+	js := embedded.JetStreamTest(t)
 	ctx := ctxT(t)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t"}}); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -325,22 +324,8 @@ func TestConfigValidate(t *testing.T) {
 
 func startNATS(tb testing.TB) (*nats.Conn, jetstream.JetStream) {
 	tb.Helper()
-	s := embedded.NATSTest(tb)
-	return connect(tb, s)
-}
-
-func connect(tb testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
-	tb.Helper()
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return nc, js
+	js := embedded.JetStreamTest(tb)
+	return js.Conn(), js
 }
 
 func ctxT(tb testing.TB) context.Context {
