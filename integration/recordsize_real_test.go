@@ -92,6 +92,66 @@ func TestRealKafkaRecordSizeMatchesBroker(t *testing.T) {
 	}
 }
 
+// TestRealKafkaRecordSizeFollowsBatching: a request handler's producer
+// sends one record per request until Kafka throttles it, then what it
+// buffered in large batches that compress far better; the bytes per record
+// lagbridge measures follow within a few readings (the older rounds fade),
+// so a byte quota does not let several times the records granted through.
+func TestRealKafkaRecordSizeFollowsBatching(t *testing.T) {
+	addr := kafkatest.Bootstrap(t)
+	topic := unique("recsize-batching")
+	createTopic(t, addr, topic, 1, nil)
+	var hook produceBytes
+	id := unique("legacy")
+	prod := client(t, addr, kgo.DefaultProduceTopic(topic), kgo.WithHooks(&hook), kgo.ClientID(id))
+	adm := kadm.NewClient(client(t, addr))
+	poll(t, 30*time.Second, func() (bool, string) { // the new topic's log appears on the broker
+		n := 0
+		dirs, err := adm.DescribeAllLogDirs(ctxT(t, 10*time.Second), kadm.TopicsSet{topic: {0: {}}})
+		for _, d := range dirs {
+			d.EachPartition(func(kadm.DescribedLogDirPartition) { n++ })
+		}
+		return err == nil && n == 1, fmt.Sprintf("%d of 1 partition in the log dirs (%v)", n, err)
+	})
+	sizes := publish.NewRecordSizes(client(t, addr))
+	measure := func() {
+		t.Helper()
+		if err := sizes.Measure(ctxT(t, 30*time.Second), []string{topic}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send := func(records, perCall int) {
+		t.Helper()
+		for sent := 0; sent < records; sent += perCall {
+			recs := make([]*kgo.Record, perCall)
+			for i := range recs {
+				recs[i] = &kgo.Record{Value: make([]byte, 128)} // compressible, as the bench's are
+			}
+			if err := prod.ProduceSync(ctxT(t, 30*time.Second), recs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	measure()
+	send(480, 1) // unthrottled: one record per request
+	measure()
+	single, _ := sizes.PerRecord(topic)
+	const rounds, records, perCall = 6, 480, 48 // throttled: what was buffered, in one batch
+	var logged int64
+	for range rounds {
+		before := hook.n.Load()
+		send(records, perCall)
+		logged = hook.n.Load() - before
+		measure()
+	}
+	got, _ := sizes.Charged(topic, id)
+	batched := float64(logged) / records // what the broker charged per record in the last round
+	t.Logf("one per request: %.1f B per record in the log; in batches of %d: charged %.1f B per record measured, %.1f by the requests", single, perCall, got, batched)
+	if got < 0.9*batched || got > 1.1*batched {
+		t.Errorf("after %d rounds of batches measured %.1f B per record; the batches' requests cost %.1f (one per request: %.1f in the log)", rounds, got, batched, single)
+	}
+}
+
 // TestRealKafkaClientQuotaClearedOnStop: the daemon sets a client quota
 // for a group that fell behind; a graceful stop removes it from the
 // broker within one observation interval, so no producer stays throttled

@@ -60,10 +60,12 @@ const Fade = 0.5
 
 // SampleEvery is how often, in calls to Measure, RecordSizes reads the
 // newest records of a grown partition of each topic (at most
-// SampleRecords of them) to count the records per batch; a topic without
-// a sample is sampled at the next call that sees it grow.
+// SampleRecords of them) to count the records per batch, the newest
+// sample replacing the one before (batching moves with the producers'
+// state, see Fade); a topic without a sample is sampled at the next call
+// that sees it grow.
 const (
-	SampleEvery   = 30
+	SampleEvery   = 5
 	SampleRecords = 200
 )
 
@@ -162,10 +164,10 @@ func (r *RecordSizes) Measure(ctx context.Context, topics []string) error {
 		if grown >= 0 && (a.sampledBatches == 0 || r.rounds%SampleEvery == 0) {
 			end := now[grown].end
 			recs, batches := r.sample(ctx, topic, grown, max(end-SampleRecords, r.last[topic][grown].end), end)
-			a.sampledRecords += recs
-			a.sampledBatches += batches
-			if a.sampledRecords > MaxRecords {
-				a.sampledRecords, a.sampledBatches = a.sampledRecords/2, a.sampledBatches/2
+			if batches > 0 {
+				// The newest sample replaces the ones before: batching
+				// moves with the producers' state (see Fade).
+				a.sampledRecords, a.sampledBatches = recs, batches
 			}
 		}
 		r.last[topic] = now
