@@ -92,8 +92,9 @@ func count(m map[string]string, id string) int {
 // TestHAShards runs three lagbridge processes that split the observation
 // of eight topics (streams) into four shards (ha.shards), on the real
 // broker and on the embedded nats-server: every topic is observed by
-// exactly one replica and /v1/lag names every shard's owner alike on every
-// replica. On Kafka each topic's group falls behind (it consumes and
+// exactly one replica, /v1/lag names every shard's owner alike on every
+// replica, /readyz says which shards each observes and
+// lagbridge_ha_shards_owned sums to the shards. On Kafka each topic's group falls behind (it consumes and
 // commits 20 records/s of the 100 written, behind a head a minute old), and a producer reporting to the leader has every
 // topic limited, those of the shards the others observe included (their
 // decisions travel through the lease state). SIGKILL of a replica that
@@ -219,10 +220,20 @@ ha:
 		return ok && len(byTopic) == len(topics), all
 	})
 	var leader *haProcess
+	owned := 0.0
 	for _, p := range ps {
 		if p.id == leaderID {
 			leader = p
 		}
+		if code, body := get(t, p.base+"/readyz"); code != 200 || !strings.Contains(body, " of 4 of c") {
+			t.Errorf("%s /readyz: %d %s, want the shards it observes", p.id, code, body)
+		}
+		for _, v := range metricValues(t, p.base, "lagbridge_ha_shards_owned") {
+			owned += v
+		}
+	}
+	if owned != 4 {
+		t.Errorf("lagbridge_ha_shards_owned sums to %v over the replicas, want 4", owned)
 	}
 	// limited: the leader limits every topic (always true where the
 	// groups do not bind).

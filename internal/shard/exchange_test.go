@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/lagbridge/lagbridge/internal/embedded"
 	"github.com/lagbridge/lagbridge/internal/replica"
 	"github.com/lagbridge/lagbridge/lag"
@@ -92,17 +89,7 @@ var t0 = time.Now()
 // shard that moves is not fed from the channel to its new owner, and its
 // former owner keeps leasing by its own last decisions until they expire.
 func TestExchange(t *testing.T) {
-	s := embedded.NATSTest(t)
-	nc, err := natsgo.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := replica.NewNATS(js, "lagbridge_leases_test")
+	ch := replica.NewNATS(embedded.JetStreamTest(t), "lagbridge_leases_test")
 	// "orders" is in shard 0 of 2, "bench-001" in shard 1.
 	if Of("orders", 2) != 0 || Of("bench-001", 2) != 1 {
 		t.Fatal("the test's topics are not in the shards it assumes")

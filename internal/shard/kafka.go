@@ -26,7 +26,6 @@ import (
 // minus a fifth (a replica cut off from the broker stops observing them
 // before another one can start).
 type Kafka struct {
-	cfg   Config
 	opts  []kgo.Opt
 	topic string
 	log   *slog.Logger
@@ -47,22 +46,10 @@ func NewKafka(opts []kgo.Opt, cfg Config, log *slog.Logger) *Kafka {
 	if log == nil {
 		log = slog.Default()
 	}
-	k := &Kafka{cfg: cfg, opts: opts, topic: KafkaTopic(cfg.Name, cfg.Count), log: log, held: map[int32]bool{}}
-	k.notify = cfg.OnChange
+	k := &Kafka{opts: opts, topic: KafkaTopic(cfg.Name, cfg.Count), log: log, held: map[int32]bool{}}
+	k.cfg, k.notify = cfg, cfg.OnChange
 	return k
 }
-
-// Cluster implements Assigner.
-func (k *Kafka) Cluster() string { return k.cfg.Cluster }
-
-// Count implements Assigner.
-func (k *Kafka) Count() int { return k.cfg.Count }
-
-// Owned implements Assigner.
-func (k *Kafka) Owned(now time.Time) ([]int, bool) { return k.get(now) }
-
-// Owners implements Assigner.
-func (k *Kafka) Owners() []string { return k.ownersCopy(k.cfg.Count) }
 
 // Run implements Assigner.
 func (k *Kafka) Run(ctx context.Context) error {

@@ -21,14 +21,13 @@ const DefaultBucket = "lagbridge_shards"
 // NATS assigns shards through a NATS KV bucket whose entries expire after
 // Config.Session: every replica puts the key "<Name>.<Count>.<hex id>"
 // every Config.Every and lists the keys under "<Name>.<Count>."; those are
-// the live replicas, and each shard goes to the one that ranks first for
-// it by rendezvous hashing (FNV-1a of id and shard), so a replica that
-// joins or leaves moves only its share of the shards. A replica that
+// the live replicas, and every replica computes the same owners from them
+// ([Rendezvous]: balanced rendezvous hashing), so a replica that joins or
+// leaves moves its share of the shards and few others. A replica that
 // stops renewing its key drops out of every list when the key expires; it
 // stops observing its own shards a fifth of the session before that, by
 // its clock.
 type NATS struct {
-	cfg    Config
 	js     jetstream.JetStream
 	bucket string
 	log    *slog.Logger
@@ -49,22 +48,10 @@ func NewNATS(js jetstream.JetStream, bucket string, cfg Config, log *slog.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	n := &NATS{cfg: cfg, js: js, bucket: bucket, log: log, prefix: cfg.Name + "." + strconv.Itoa(cfg.Count) + "."}
-	n.notify = cfg.OnChange
+	n := &NATS{js: js, bucket: bucket, log: log, prefix: cfg.Name + "." + strconv.Itoa(cfg.Count) + "."}
+	n.cfg, n.notify = cfg, cfg.OnChange
 	return n
 }
-
-// Cluster implements Assigner.
-func (n *NATS) Cluster() string { return n.cfg.Cluster }
-
-// Count implements Assigner.
-func (n *NATS) Count() int { return n.cfg.Count }
-
-// Owned implements Assigner.
-func (n *NATS) Owned(now time.Time) ([]int, bool) { return n.get(now) }
-
-// Owners implements Assigner.
-func (n *NATS) Owners() []string { return n.ownersCopy(n.cfg.Count) }
 
 // Run implements Assigner; errors reaching NATS are retried every
 // Config.Every while the local view of the shards runs out.

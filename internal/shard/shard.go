@@ -88,8 +88,10 @@ func (c Config) every() time.Duration {
 	return c.Every
 }
 
-// owned is the local view shared by both assigners.
+// owned is the local view shared by both assigners, and their common
+// methods.
 type owned struct {
+	cfg    Config
 	mu     sync.Mutex
 	synced bool
 	shards []int     // sorted
@@ -98,6 +100,18 @@ type owned struct {
 	notify func([]int)
 	last   []int
 }
+
+// Cluster implements Assigner.
+func (o *owned) Cluster() string { return o.cfg.Cluster }
+
+// Count implements Assigner.
+func (o *owned) Count() int { return o.cfg.Count }
+
+// Owned implements Assigner.
+func (o *owned) Owned(now time.Time) ([]int, bool) { return o.get(now) }
+
+// Owners implements Assigner.
+func (o *owned) Owners() []string { return o.ownersCopy(o.cfg.Count) }
 
 func (o *owned) get(now time.Time) ([]int, bool) {
 	o.mu.Lock()

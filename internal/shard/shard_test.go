@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
@@ -198,18 +196,9 @@ func rebalance(t *testing.T, mk func(id string) Assigner, session, every time.Du
 }
 
 func TestNATSRebalance(t *testing.T) {
-	s := embedded.NATSTest(t)
+	js := embedded.JetStreamTest(t)
 	session, every := 1500*time.Millisecond, 100*time.Millisecond
 	rebalance(t, func(id string) Assigner {
-		nc, err := natsgo.Connect(s.ClientURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
 		return NewNATS(js, "", Config{Cluster: "n", ID: id, Name: "test", Count: 8, Session: session, Every: every}, nil)
 	}, session, every)
 }
