@@ -1199,7 +1199,8 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 // growth of its wait over one more interval, until the next decision
 // takes effect; on first sight, lag over its share of the target's
 // consume rate) reaches the budget
-// while the head is past the target wait. The list is returned only while
+// while the head is past the setpoint's share of the budget (s·L; 0.5 s
+// of a 2 s budget, see lateHead). The list is returned only while
 // it holds fewer than AvoidBelow of the partitions (and there are at least
 // two), and some partition not listed was written to since the last
 // observation: "a few lag, most are fine", and the producers write to the
@@ -1212,7 +1213,7 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 // partitioners, by a whole batch) until it was comfortably inside the
 // deadline (no backlog, or its head and wait within the target wait) for
 // avoidCalm observations in a row, and, when the rate its consumer was
-// seen to drain it at is below the share of the produce rate it would get
+// seen to drain it at is below half the share of the produce rate it would get
 // back, for avoidProbe observations (a trial; twice as many after each
 // trial it failed, up to maxProbe).
 //
@@ -1220,6 +1221,12 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading) (late []int32, fewBad bool) {
 	dt, setWait, havePrev := v.dt, v.setWait, tc.has
 	budget := p.Budget().Seconds()
+	// A partition whose oldest message waited less than the setpoint's
+	// share of the budget is not late, whatever its predicted wait says:
+	// a healthy partition read through commits every few hundred
+	// milliseconds shows that much lag, and a rate measured over a span
+	// it was mostly idle in is its producers', not its consumer's.
+	lateHead := c.cfg.Setpoint * budget
 	if tc.parts == nil {
 		tc.parts = make(map[int32]partTrack, len(st.Partitions))
 	}
@@ -1285,13 +1292,13 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 			// made of its lag, drains the whole topic for it.
 			wait = float64(ps.Lag) * float64(len(st.Partitions)) / v.consumed
 		}
-		isLate := ps.Lag > 0 && (head > p.MaxAge.Seconds() || (wait >= budget && head > setWait))
+		isLate := ps.Lag > 0 && (head > p.MaxAge.Seconds() || (wait >= budget && head > lateHead))
 		if pt.late && !isLate {
 			comfortable := ps.Lag <= 0 || (head <= setWait && wait >= 0 && wait <= setWait)
 			if comfortable {
 				next.calm = pt.calm + 1
 			}
-			slow := next.rate > 0 && next.rate < share
+			slow := next.rate > 0 && next.rate < share/2
 			isLate = next.calm < avoidCalm || (slow && next.calm < probe)
 			if !isLate && slow {
 				next.trial = 1 // tried again: watch it

@@ -324,3 +324,35 @@ func TestSimHotPartitionTrialsBackOff(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerHealthyPartitionNotLate: observed every 250 ms, partition
+// 1 was idle for a second (its position moved by 10 over it), then got a
+// run of 40 records of which its consumer committed 10: lag 30, its head
+// 300 ms old. Lag over the rate it moved at reads as a 3 s wait, but that
+// rate is what it was sent, not what its consumer can do, and a head of
+// 300 ms is what a healthy partition read through 250 ms commits shows:
+// it is not late.
+func TestControllerHealthyPartitionNotLate(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	mk := func(at float64, end1, lag1 int64, head1 time.Duration) lag.State {
+		s := st(at, lag1, 50, 160)
+		s.HeadAge, s.HeadAgeKnown = head1, lag1 > 0
+		for i := range 6 {
+			ps := lag.PartitionState{PartitionSample: lag.PartitionSample{Partition: int32(i), End: int64(at * 200)}}
+			if i == 1 {
+				ps.End, ps.Lag, ps.HeadAge = end1, lag1, head1
+			}
+			s.Partitions = append(s.Partitions, ps)
+		}
+		return s
+	}
+	ctl := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+	for i := 1; i <= 4; i++ {
+		at := 0.25 * float64(i)
+		ctl.Step(mk(at, 100, 0, 0), p, leaseT0.Add(time.Duration(at*float64(time.Second))))
+	}
+	d := ctl.Step(mk(1.25, 140, 30, 300*time.Millisecond), p, leaseT0.Add(1250*time.Millisecond))
+	if len(d.AvoidPartitions) != 0 {
+		t.Fatalf("avoid %v (%s), want none", d.AvoidPartitions, d.Reason)
+	}
+}
