@@ -157,7 +157,7 @@ func rateReject(t *topic, v *quotaView, wait int64, cause error) *RejectError {
 	if v.signal == SignalSlowDown && v.retryAfter > after {
 		after = v.retryAfter
 	}
-	return reject(t.name, SignalSlowDown, ErrRateLimited, v.rateReason(), after, cause)
+	return reject(t.name, SignalSlowDown, ErrRateLimited, v.rateWhy, after, cause)
 }
 
 // acquireSlot takes an in-flight slot for m, waiting for one in Block

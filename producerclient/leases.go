@@ -34,8 +34,12 @@ type quotaView struct {
 	expires    time.Time
 	received   time.Time
 	reason     string
+	// rateWhy is rateReason(), built once with the view: a message
+	// refused for want of a token costs no formatting.
+	rateWhy string
 }
 
+// rateReason is the Reason of a rejection for want of a token under v.
 func (v *quotaView) rateReason() string {
 	var b strings.Builder
 	b.WriteString("quota ")
@@ -265,6 +269,7 @@ func (o *leaseOwner) makeSafe(why string) *quotaView {
 		v.rate, v.params = math.Inf(1), unlimitedParams
 		v.reason = why + "; the safe quota is open"
 	}
+	v.rateWhy = v.rateReason()
 	return v
 }
 
@@ -288,6 +293,7 @@ func viewOf(d decodedLease, now time.Time, expiry time.Time) *quotaView {
 		v.avoid = append([]int32(nil), d.AvoidPartitions...)
 		sort.Slice(v.avoid, func(i, j int) bool { return v.avoid[i] < v.avoid[j] })
 	}
+	v.rateWhy = v.rateReason()
 	return v
 }
 
