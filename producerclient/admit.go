@@ -145,8 +145,7 @@ func viewReject(t *topic, v *quotaView) (*RejectError, reason) {
 // inFlightReject is the rejection of a message of t that found
 // MaxInFlight messages outstanding (reason reasonInFlight).
 func inFlightReject(t *topic, cause error) *RejectError {
-	return reject(t.name, SignalSlowDown, ErrInFlightLimit,
-		fmt.Sprintf("%d messages in flight on %s", t.inflight.limit, t.name), 0, cause)
+	return reject(t.name, SignalSlowDown, ErrInFlightLimit, t.fullWhy, 0, cause)
 }
 
 // rateReject is the rejection of a message of t whose token is due in wait

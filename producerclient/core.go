@@ -18,6 +18,7 @@ import (
 type topic struct {
 	// Read-mostly.
 	name     string
+	fullWhy  string     // the Reason of an in-flight rejection, built once
 	throttle *throttler // nil when disabled
 	view     atomic.Pointer[quotaView]
 	changed  atomic.Pointer[chan struct{}] // closed at the next view change
@@ -148,6 +149,7 @@ func (c *core) topic(name string) *topic {
 	t := &topic{name: name}
 	if c.cfg.MaxInFlight > 0 {
 		t.inflight.limit = int64(c.cfg.MaxInFlight)
+		t.fullWhy = fmt.Sprintf("%d messages in flight on %s", t.inflight.limit, name)
 	}
 	if !c.cfg.Throttle.Disabled {
 		t.throttle = &throttler{k: c.cfg.Throttle.K, w: newWindow(int64(c.cfg.Throttle.Window), 24)}
