@@ -19,13 +19,6 @@ const (
 	benchEnd     = 45.0
 )
 
-func benchCapacity(t float64) float64 {
-	if t >= benchDrop && t < benchRestore {
-		return lowCap
-	}
-	return highCap
-}
-
 // autoCommitFigures are one run's figures, as the bench counts them.
 type autoCommitFigures struct {
 	good, dead float64 // messages consumed within the deadline and after it
@@ -54,7 +47,7 @@ func runAutoCommit(tb testing.TB, interval, commit time.Duration, commitAt, offe
 		partitions:   6,
 		learnCadence: true,
 		duration:     time.Duration(benchEnd * float64(time.Second)),
-		capacity:     benchCapacity,
+		capacity:     capacityDropped(benchDrop, benchRestore),
 		policy:       drainPolicy(),
 		producers:    producersOffering(3, offered),
 		seed:         12,

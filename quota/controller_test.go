@@ -814,3 +814,68 @@ func TestControllerZeroRateReleased(t *testing.T) {
 		t.Fatalf("rule %v rate %.0f (%s), want released", d.Rule, d.Rate, d.Reason)
 	}
 }
+
+// TestControllerEstimateMeasuredByCommits: a consumer read between its 5 s
+// commits through lag/'s estimate. The estimate is a model: a reading in
+// which it consumed little does not lower the capacity estimate; a commit
+// that finds the consumer behind measures what it consumed since the
+// previous commit, and that lowers it; a commit that finds it caught up
+// only raises it.
+func TestControllerEstimateMeasuredByCommits(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	// state is the observation at second k of a consumer whose last
+	// commit was at commitAt with its committed offset at committed;
+	// headAtCommit is the age the committed record had then.
+	state := func(k int, lagN int64, consume, produce float64, commitAt float64, committed int64, headAtCommit time.Duration) lag.State {
+		s := st(float64(k), lagN, consume, produce)
+		s.Source, s.CommitInterval = lag.SourceEstimate, 5*time.Second
+		last := leaseT0.Add(time.Duration(commitAt * float64(time.Second)))
+		since := s.At.Sub(last)
+		s.Partitions = []lag.PartitionState{{
+			PartitionSample:  lag.PartitionSample{Partition: 0, Committed: committed, End: committed + lagN, HeadKnown: true},
+			Source:           lag.SourceEstimate,
+			LastCommit:       last,
+			CommittedLag:     lagN,
+			CommittedHeadAge: headAtCommit + since,
+			CommitInterval:   5 * time.Second,
+		}}
+		return s
+	}
+	for _, tc := range []struct {
+		name  string
+		third lag.State // the reading after two that showed 400/s
+		want  float64   // Decision.Capacity after it
+	}{
+		{
+			// The estimate consumed 100/s: no commit since, nothing
+			// measured; the capacity stays 400/s.
+			name:  "estimate only",
+			third: state(3, 900, 100, 500, 0.5, 1000, time.Second),
+			want:  400,
+		},
+		{
+			// A commit at 2.5 s, 500 past the one at 0.5 s (250/s), the
+			// record there 1 s old when committed: behind, measured.
+			name:  "commit behind",
+			third: state(3, 900, 100, 500, 2.5, 1500, time.Second),
+			want:  250,
+		},
+		{
+			// The same commit with its record fresh when committed:
+			// caught up, 250/s is only what it was given.
+			name:  "commit caught up",
+			third: state(3, 900, 100, 500, 2.5, 1500, 0),
+			want:  400,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCtl(t, ControllerConfig{})
+			c.Step(state(1, 400, 400, 800, 0.5, 1000, time.Second), p, leaseT0.Add(time.Second))
+			c.Step(state(2, 600, 400, 600, 0.5, 1000, time.Second), p, leaseT0.Add(2*time.Second))
+			d := c.Step(tc.third, p, tc.third.At)
+			if math.Abs(d.Capacity-tc.want) > 1 {
+				t.Fatalf("capacity %.0f/s, want %.0f/s (rule %s: %s)", d.Capacity, tc.want, d.Rule, d.Reason)
+			}
+		})
+	}
+}

@@ -21,11 +21,17 @@ const (
 	lowCap    = 400.0
 )
 
-func dropCapacity(t float64) float64 {
-	if t >= dropAt && t < recoverAt {
-		return lowCap
+func dropCapacity(t float64) float64 { return capacityDropped(dropAt, recoverAt)(t) }
+
+// capacityDropped is the capacity of a consumer serving highCap msg/s
+// that drops to lowCap from drop to restore (seconds).
+func capacityDropped(drop, restore float64) func(t float64) float64 {
+	return func(t float64) float64 {
+		if t >= drop && t < restore {
+			return lowCap
+		}
+		return highCap
 	}
-	return highCap
 }
 
 type dropFigures struct {
