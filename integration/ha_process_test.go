@@ -2,11 +2,14 @@ package integration
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +23,7 @@ type haProcess struct {
 	id   string
 	base string
 	cmd  *exec.Cmd
+	logs string // the file of its output
 }
 
 func freePort(tb testing.TB) int {
@@ -42,11 +46,7 @@ func TestHAProcesses(t *testing.T) {
 	if runtime.GOOS != "linux" && runtime.GOOS != "darwin" {
 		t.Skip("signals")
 	}
-	bin := filepath.Join(t.TempDir(), "lagbridge")
-	build := exec.Command("go", "build", "-o", bin, "github.com/lagbridge/lagbridge/cmd/lagbridge")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildLagbridge(t)
 	cases := map[string]func(tb testing.TB) string{ // the cluster "c", as YAML
 		"nats": func(tb testing.TB) string {
 			s := embedded.NATSTest(tb)
@@ -61,54 +61,72 @@ func TestHAProcesses(t *testing.T) {
 	}
 }
 
+// buildLagbridge builds the daemon from ./cmd/lagbridge into a temporary
+// directory and returns the binary's path.
+func buildLagbridge(tb testing.TB) string {
+	tb.Helper()
+	bin := filepath.Join(tb.TempDir(), "lagbridge")
+	build := exec.Command("go", "build", "-o", bin, "github.com/lagbridge/lagbridge/cmd/lagbridge")
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startProcess runs bin as replica id with the config yaml (without
+// listen: and ha.id:, which it adds), writing its config in dir; its
+// output goes to dir/<id>.log (and to stderr with LAGBRIDGE_TEST_LOGS).
+// The process is killed (after SIGCONT) when the test ends.
+func startProcess(tb testing.TB, bin, dir, id, yaml string) *haProcess {
+	tb.Helper()
+	port := freePort(tb)
+	cfg := filepath.Join(dir, id+".yaml")
+	yaml = fmt.Sprintf("listen: \"127.0.0.1:%d\"\n%s", port, strings.Replace(yaml, "ha:\n", "ha:\n  id: "+id+"\n", 1))
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	logs, err := os.Create(filepath.Join(dir, id+".log"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { logs.Close() })
+	cmd := exec.Command(bin, "run", "--config", cfg)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if os.Getenv("LAGBRIDGE_TEST_LOGS") != "" {
+		cmd.Stdout, cmd.Stderr = io.MultiWriter(logs, os.Stderr), io.MultiWriter(logs, os.Stderr)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	p := &haProcess{id: id, base: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd, logs: logs.Name()}
+	tb.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	})
+	return p
+}
+
+// asReplicas returns ps, but those in except, as replicas to poll.
+func asReplicas(ps []*haProcess, except ...*haProcess) []*haReplica {
+	var rs []*haReplica
+	for _, p := range ps {
+		if !slices.Contains(except, p) {
+			rs = append(rs, &haReplica{id: p.id, base: p.base, cancel: func() {}})
+		}
+	}
+	return rs
+}
+
 func haProcesses(t *testing.T, bin, cluster string) {
 	dir := t.TempDir()
 	const session, interval = 6 * time.Second, 250 * time.Millisecond
 	name := unique("hap")
 	var ps []*haProcess
 	for i := range 3 {
-		id := fmt.Sprintf("p%d", i)
-		port := freePort(t)
-		cfg := filepath.Join(dir, id+".yaml")
-		yaml := fmt.Sprintf(`listen: "127.0.0.1:%d"
-interval: %s
-%sha:
-  enabled: true
-  id: %s
-  name: %s
-  sessionTimeout: %s
-`, port, interval, cluster, id, name, session)
-		if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "run", "--config", cfg)
-		if os.Getenv("LAGBRIDGE_TEST_LOGS") != "" {
-			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		p := &haProcess{id: id, base: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd}
-		t.Cleanup(func() {
-			_ = p.cmd.Process.Signal(syscall.SIGCONT)
-			_ = p.cmd.Process.Kill()
-			_ = p.cmd.Wait()
-		})
-		ps = append(ps, p)
+		ps = append(ps, startProcess(t, bin, dir, fmt.Sprintf("p%d", i), fmt.Sprintf("interval: %s\n%sha:\n  enabled: true\n  name: %s\n  sessionTimeout: %s\n", interval, cluster, name, session)))
 	}
-	replicas := func(except ...*haProcess) []*haReplica {
-		var rs []*haReplica
-	next:
-		for _, p := range ps {
-			for _, e := range except {
-				if p == e {
-					continue next
-				}
-			}
-			rs = append(rs, &haReplica{id: p.id, base: p.base, cancel: func() {}})
-		}
-		return rs
-	}
+	replicas := func(except ...*haProcess) []*haReplica { return asReplicas(ps, except...) }
 	byID := map[string]*haProcess{}
 	for _, p := range ps {
 		byID[p.id] = p

@@ -217,7 +217,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	a.Hub = quotaserver.NewHub()
 	var hub engine.Hub = a.Hub
 	var served quotaserver.Engine
-	lease := quota.LeaseConfig{Interval: cfg.Interval, Lifetime: cfg.Quota.LeaseLifetime}
+	lease := quota.LeaseConfig{Interval: cfg.Interval, Lifetime: cfg.LeaseLifetime()}
 	if leaseCh != nil {
 		a.rep = replica.New(replica.Config{Channel: leaseCh, Elector: leaseEl, Hub: a.Hub,
 			Lifetime: lease.WithDefaults().Lifetime, Interval: cfg.Interval, Log: log.With("component", "ha")})

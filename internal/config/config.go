@@ -112,7 +112,9 @@ type Quota struct {
 	// Policies say what each target's consumers can bear (quota.Policy).
 	Policies []quota.Policy `mapstructure:"policies"`
 	// LeaseLifetime is how long a producer may keep a lease without
-	// reaching the daemon (fail-static). Default 10 intervals.
+	// reaching the daemon (fail-static). Default 10 intervals; with ha,
+	// twice ha.sessionTimeout plus 4 intervals, and never shorter than the
+	// session plus two intervals (a lease outlives a failover).
 	LeaseLifetime time.Duration `mapstructure:"leaseLifetime"`
 	// MaxProducers bounds the producer ids the daemon keeps leases for
 	// (those that reported within leaseLifetime); a report from a new id

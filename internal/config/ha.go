@@ -84,5 +84,22 @@ func (h HA) validate(c Config) []error {
 	if !kvBucket.MatchString(d.Name) {
 		errs = append(errs, fmt.Errorf("ha.name: %q must be letters, digits, - and _ (a Kafka group and topic, a NATS KV key)", h.Name))
 	}
+	if l := c.Quota.LeaseLifetime; l > 0 && l < d.SessionTimeout+2*c.Interval {
+		errs = append(errs, fmt.Errorf("quota.leaseLifetime: %v is shorter than ha.sessionTimeout plus two intervals (%v): producers would lose their leases (and fall back to the safe quota) during every failover", l, d.SessionTimeout+2*c.Interval))
+	}
 	return errs
+}
+
+// LeaseLifetime is the lease lifetime the daemon runs with:
+// quota.leaseLifetime when set; else, with ha, twice the session timeout
+// plus four intervals (a producer keeps its leases, fail-static, until
+// the next leader's arrive: the session and an interval for the election,
+// up to a third of the lifetime for the replicated copy's age and a third
+// for a producer to give up on a paused replica); else zero
+// (quota.LeaseConfig's default, ten intervals).
+func (c Config) LeaseLifetime() time.Duration {
+	if c.Quota.LeaseLifetime > 0 || !c.HA.Enabled {
+		return c.Quota.LeaseLifetime
+	}
+	return 2*c.HA.WithDefaults().SessionTimeout + 4*c.Interval
 }

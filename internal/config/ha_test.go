@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestHAShards: ha.shards is read from the file and the environment, and
@@ -46,6 +47,45 @@ func TestHAShards(t *testing.T) {
 				if !strings.Contains(err.Error(), e) {
 					t.Errorf("error %q does not say %q", err, e)
 				}
+			}
+		})
+	}
+}
+
+// TestHALeaseLifetime: with replicas, a producer's lease outlives a
+// failover (the session timeout plus an interval and the replication):
+// the default grows with the session, and a lifetime set shorter than the
+// session plus two intervals is refused.
+func TestHALeaseLifetime(t *testing.T) {
+	cases := []struct {
+		name string
+		yaml string
+		want time.Duration // the lifetime the daemon runs with; 0: the engine's default
+		err  string        // a substring of the error, or "" for none
+	}{
+		{"no ha: the engine's default (ten intervals)", "interval: 250ms\n", 0, ""},
+		{"ha: twice the session plus four intervals", "interval: 250ms\nha: {enabled: true, id: a, sessionTimeout: 6s}\n", 13 * time.Second, ""},
+		{"ha, default session", "interval: 1s\nha: {enabled: true, id: a}\n", 24 * time.Second, ""},
+		{"ha, a lifetime set long enough is kept", "interval: 250ms\nha: {enabled: true, id: a, sessionTimeout: 6s}\nquota: {leaseLifetime: 7s}\n", 7 * time.Second, ""},
+		{"ha, a lifetime shorter than a failover", "interval: 250ms\nha: {enabled: true, id: a, sessionTimeout: 6s}\nquota: {leaseLifetime: 5s}\n", 0,
+			"quota.leaseLifetime: 5s is shorter than ha.sessionTimeout plus two intervals (6.5s)"},
+		{"no ha: a short lifetime is fine", "interval: 250ms\nquota: {leaseLifetime: 1s}\n", time.Second, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			base := "listen: 127.0.0.1:9464\nkafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]\n"
+			cfg, err := load(t, "--config", writeFile(t, base+c.yaml))
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("err %v, want one with %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.LeaseLifetime(); got != c.want {
+				t.Errorf("LeaseLifetime() = %v, want %v", got, c.want)
 			}
 		})
 	}

@@ -1,0 +1,688 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/time/rate"
+
+	"github.com/lagbridge/lagbridge/integration/kafkatest"
+	"github.com/lagbridge/lagbridge/internal/embedded"
+	"github.com/lagbridge/lagbridge/internal/publish"
+	"github.com/lagbridge/lagbridge/producerclient"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+	"github.com/lagbridge/lagbridge/ttl"
+)
+
+// The closed-loop overload every run of TestHAFailoverUnderOverload
+// plays, on the clock of the run's start (the bench's scenario, smaller):
+// producers offer overloadOffer msg/s through the SDK; the consumer
+// serves overloadNormal msg/s, then overloadSlow from overloadDrop on.
+// Goodput and dead work are measured over [overloadKill, overloadStop):
+// the SIGKILL and the failover that follows.
+const (
+	overloadOffer    = 300.0
+	overloadNormal   = 400.0
+	overloadSlow     = 100.0
+	overloadDeadline = 2 * time.Second
+	overloadDrop     = 6 * time.Second
+	overloadKill     = 16 * time.Second // SIGKILL of the leader
+	overloadStop     = 36 * time.Second // SIGSTOP of the leader that took over
+	overloadCont     = 46 * time.Second // SIGCONT
+	overloadEnd      = 50 * time.Second
+	haSession        = 6 * time.Second
+	haInterval       = 250 * time.Millisecond
+)
+
+// overloadClass is one producer of the overload.
+type overloadClass struct {
+	id    string
+	crit  ttl.Criticality
+	share float64
+}
+
+// overloadClasses are the producers of one run: a critical one and a
+// sheddable one, named uniquely (their ids are Kafka client-ids with
+// client quotas).
+func overloadClasses() []overloadClass {
+	return []overloadClass{{unique("orders"), ttl.Critical, 0.4}, {unique("analytics"), ttl.Sheddable, 0.6}}
+}
+
+// TestHAFailoverUnderOverload runs, at the same time on one broker (real
+// Kafka, the embedded nats-server), two deployments of three lagbridge
+// processes under the same closed-loop overload: one undisturbed, one
+// whose leader is SIGKILLed, then (20 s later) whose new leader is
+// SIGSTOPped past its session and SIGCONTed. Asserted: a new leader
+// leads, and the producers get its sets, within the session timeout plus
+// one interval; after the SIGCONT the resumed replica writes nothing (its
+// log, and on Kafka the broker's client quotas, polled), the one that
+// took over keeps leading, and no two replicas write client quotas within
+// one interval; a follower serves the leader's sets within one interval
+// plus the replication delay. Measured side by side and logged, not yet
+// asserted (they do not hold yet; README, Replicas and failover): goodput
+// and dead work from the kill to the stop against the undisturbed run,
+// the producers' samples on the safe quota, unlimited or stop, and with a
+// version below one they held.
+func TestHAFailoverUnderOverload(t *testing.T) {
+	if runtime.GOOS != "linux" && runtime.GOOS != "darwin" {
+		t.Skip("signals")
+	}
+	bin := buildLagbridge(t)
+	cases := map[string]func(tb testing.TB) *overloadBroker{
+		"kafka": func(tb testing.TB) *overloadBroker {
+			return &overloadBroker{kafka: kafkatest.Bootstrap(tb)}
+		},
+		"nats": func(tb testing.TB) *overloadBroker {
+			s := embedded.NATSTest(tb)
+			nc, err := natsgo.Connect(s.ClientURL())
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(nc.Close)
+			js, err := jetstream.New(nc)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return &overloadBroker{natsURL: s.ClientURL(), js: js}
+		},
+	}
+	for _, name := range []string{"kafka", "nats"} {
+		t.Run(name, func(t *testing.T) {
+			b := cases[name](t)
+			var calm, disturbed *overloadRun
+			t.Run("runs", func(t *testing.T) {
+				t.Run("undisturbed", func(t *testing.T) {
+					t.Parallel()
+					calm = runOverload(t, bin, b, false)
+				})
+				t.Run("failover", func(t *testing.T) {
+					t.Parallel()
+					disturbed = runOverload(t, bin, b, true)
+				})
+			})
+			if calm == nil || disturbed == nil {
+				t.FailNow()
+			}
+			gc, dc := calm.goodput(), calm.dead()
+			gf, df := disturbed.goodput(), disturbed.dead()
+			t.Logf("%s, side by side over [%v, %v): goodput %.1f%% of capacity undisturbed vs %.1f%% with failover; dead work %.1f%% vs %.1f%% of consumed; refused %d vs %d",
+				name, overloadKill, overloadStop, 100*gc, 100*gf, 100*dc, 100*df, calm.refused.Load(), disturbed.refused.Load())
+			uc, uf := calm.unlimitedOrStop(), disturbed.unlimitedOrStop()
+			t.Logf("%s: unlimited or stop in %.1f%% of the producers' quota samples over [%v, %v) undisturbed, %.1f%% with failover", name, 100*uc, overloadKill, overloadStop, 100*uf)
+			// Measured side by side, not yet asserted: the failover costs
+			// more than 5 points on Kafka (see the README's figures).
+			if math.Abs(gc-gf) > 0.05 || math.Abs(dc-df) > 0.05 {
+				t.Logf("NOT YET: goodput or dead work with failover more than 5 points from the run without")
+			}
+		})
+	}
+}
+
+// overloadBroker is the broker both runs share.
+type overloadBroker struct {
+	kafka   string // bootstrap address, or ""
+	natsURL string
+	js      jetstream.JetStream
+}
+
+// overloadRun is what one run measured.
+type overloadRun struct {
+	start time.Time
+	// ok and late count the messages consumed within the deadline and
+	// past it, in the measured window.
+	ok, late, refused atomic.Int64
+	// samples are the producers' quotas, read every 50 ms.
+	samples []quotaSample
+}
+
+// unlimitedOrStop is the share of quota samples in [overloadKill,
+// overloadStop) that were unlimited or stop.
+func (r *overloadRun) unlimitedOrStop() float64 {
+	n, bad := 0, 0
+	for _, s := range r.samples {
+		if s.at >= overloadKill && s.at < overloadStop {
+			n++
+			if math.IsInf(s.q.Rate, 1) || s.q.Signal == producerclient.SignalStop {
+				bad++
+			}
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(bad) / float64(n)
+}
+
+// goodput is the share of the consumer's capacity spent on messages
+// within their deadline, over the measured window.
+func (r *overloadRun) goodput() float64 {
+	return float64(r.ok.Load()) / (overloadSlow * (overloadStop - overloadKill).Seconds())
+}
+
+// dead is the share of consumed messages that were past their deadline.
+func (r *overloadRun) dead() float64 {
+	n := r.ok.Load() + r.late.Load()
+	if n == 0 {
+		return 0
+	}
+	return float64(r.late.Load()) / float64(n)
+}
+
+// consumed counts a message created at created, consumed now.
+func (r *overloadRun) consumed(created, now time.Time) {
+	if now.Sub(r.start) < overloadKill || now.Sub(r.start) >= overloadStop {
+		return
+	}
+	if now.Sub(created) <= overloadDeadline {
+		r.ok.Add(1)
+	} else {
+		r.late.Add(1)
+	}
+}
+
+// quotaSample is one reading of a producer's quota.
+type quotaSample struct {
+	at       time.Duration // since the run's start
+	producer string
+	q        producerclient.Quota
+}
+
+// runOverload runs one deployment through the scenario; with failover it
+// kills, stops and resumes leaders and checks what the producers and the
+// broker saw.
+func runOverload(t *testing.T, bin string, b *overloadBroker, failover bool) *overloadRun {
+	topic := unique("hao")
+	cluster := "c"
+	var brokerYAML string
+	if b.kafka != "" {
+		createTopic(t, b.kafka, topic, 3, nil)
+		brokerYAML = fmt.Sprintf("kafka:\n  - cluster: c\n    brokers: [%q]\n    groups: {include: [%q]}\n    topics: {include: [%q]}\n", b.kafka, topic, topic)
+	} else {
+		if _, err := b.js.CreateStream(ctxT(t, 10*time.Second), jetstream.StreamConfig{Name: topic, Subjects: []string{topic}}); err != nil {
+			t.Fatal(err)
+		}
+		brokerYAML = fmt.Sprintf("nats:\n  - cluster: c\n    urls: [%q]\n    streams: {include: [%q]}\n    consumers: {include: [%q]}\nquota:\n  natsKV: {cluster: c, bucket: %s}\n", b.natsURL, topic, topic, topic)
+	}
+	classes := overloadClasses()
+	var producers strings.Builder
+	for _, c := range classes {
+		fmt.Fprintf(&producers, "        - {id: %s, criticality: %s}\n", c.id, c.crit)
+	}
+	policy := fmt.Sprintf("    - name: p\n      match: {topic: %s}\n      maxAge: %s\n      kafkaClientQuota: %v\n      producers:\n%s", topic, overloadDeadline, b.kafka != "", producers.String())
+	if strings.Contains(brokerYAML, "quota:\n") {
+		brokerYAML += "  policies:\n" + policy
+	} else {
+		brokerYAML += "quota:\n  policies:\n" + policy
+	}
+	yaml := fmt.Sprintf("interval: %s\nlog: {level: info, format: json}\nrules: {lagAge: %s}\n%sha:\n  enabled: true\n  name: %s\n  sessionTimeout: %s\n",
+		haInterval, overloadDeadline, brokerYAML, unique("hao"), haSession)
+	dir := t.TempDir()
+	var ps []*haProcess
+	var urls []string
+	for i := range 3 {
+		p := startProcess(t, bin, dir, fmt.Sprintf("p%d", i), yaml)
+		ps = append(ps, p)
+		urls = append(urls, p.base)
+	}
+	byID := map[string]*haProcess{}
+	for _, p := range ps {
+		byID[p.id] = p
+	}
+	first := byID[waitOneLeader(t, asReplicas(ps), cluster, 60*time.Second)]
+
+	run := &overloadRun{}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	// The consumer: overloadNormal msg/s, overloadSlow from the drop.
+	limit := rate.NewLimiter(overloadNormal, 1)
+	consume := startOverloadConsumer(t, ctx, &wg, b, topic, limit, run)
+
+	// The producers, each failing over across the three replicas' URLs.
+	type producer struct {
+		id    string
+		share float64
+		send  func(created time.Time)
+		quota func() (producerclient.Quota, bool)
+		stats func() producerclient.Stats
+	}
+	var prods []producer
+	for _, c := range classes {
+		cfg := producerclient.Config{Producer: c.id, Topics: []string{topic}, Mode: producerclient.Drop, Criticality: c.crit,
+			MessageTTL: overloadDeadline, Leases: producerclient.LeaseConfig{URLs: urls, Transport: producerclient.SSE}}
+		refused := func(err error) {
+			if _, ok := errors.AsType[*producerclient.RejectError](err); ok {
+				run.refused.Add(1)
+			}
+		}
+		if b.kafka != "" {
+			cl := client(t, b.kafka, producerclient.KafkaClientOpts(nil)...)
+			p, err := producerclient.NewKafka(cl, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.Close() })
+			prods = append(prods, producer{c.id, c.share, func(created time.Time) {
+				refused(p.ProduceAsync(ctx, &kgo.Record{Topic: topic, Value: stamp(created), Timestamp: created}, func(_ *kgo.Record, err error) { refused(err) }))
+			}, func() (producerclient.Quota, bool) { return p.Quota(topic) }, p.Stats})
+			continue
+		}
+		cfg.NATS.Topic = func(string) string { return topic }
+		p, err := producerclient.NewNATS(b.js, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		prods = append(prods, producer{c.id, c.share, func(created time.Time) {
+			refused(p.PublishAsync(ctx, &natsgo.Msg{Subject: topic, Data: stamp(created), Header: natsgo.Header{}},
+				func(_ *natsgo.Msg, _ *jetstream.PubAck, err error) { refused(err) }))
+		}, func() (producerclient.Quota, bool) { return p.Quota(topic) }, p.Stats})
+	}
+	poll(t, 30*time.Second, func() (bool, string) {
+		for _, p := range prods {
+			if q, ok := p.quota(); !ok || !q.FromLease {
+				return false, fmt.Sprintf("%s has no lease yet", p.id)
+			}
+		}
+		return true, ""
+	})
+
+	run.start = time.Now()
+	since := func() time.Duration { return time.Since(run.start) }
+	for _, p := range prods {
+		wg.Go(func() { // offer this producer's share, open loop, refused messages dropped
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			sent := 0
+			for ctx.Err() == nil && since() < overloadEnd {
+				due := int(since().Seconds() * overloadOffer * p.share)
+				for ; sent < due; sent++ {
+					p.send(time.Now())
+				}
+				select {
+				case <-ctx.Done():
+				case <-tick.C:
+				}
+			}
+		})
+	}
+	var mu sync.Mutex
+	wg.Go(func() { // the producers' quotas, every 50 ms
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for ctx.Err() == nil && since() < overloadEnd {
+			for _, p := range prods {
+				q, _ := p.quota()
+				mu.Lock()
+				run.samples = append(run.samples, quotaSample{since(), p.id, q})
+				mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+		}
+	})
+	var lags []time.Duration
+	if !failover {
+		wg.Go(func() { lags = followerLag(ctx, ps, first, classes[0].id, run.start.Add(overloadEnd)) })
+	}
+	var quotaLog []quotaChange
+	if b.kafka != "" {
+		wg.Go(func() { quotaLog = watchClientQuotas(ctx, b.kafka, classes, run.start.Add(overloadEnd)) })
+	}
+	at := func(d time.Duration) { // waits until d into the run
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(run.start.Add(d))):
+		}
+	}
+	at(overloadDrop)
+	limit.SetLimit(overloadSlow)
+
+	var second, third *haProcess
+	var killed, resumed time.Duration
+	if failover {
+		at(overloadKill)
+		if now := byID[waitOneLeader(t, asReplicas(ps), cluster, time.Second)]; now != first {
+			t.Logf("leadership moved from %s to %s before the kill", first.id, now.id)
+			first = now
+		}
+		killed = since()
+		if err := first.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		second = byID[waitOneLeader(t, asReplicas(ps, first), cluster, overloadStop-overloadKill)]
+		took := since() - killed
+		t.Logf("SIGKILL of leader %s at %v: %s leads after %v (session %v, interval %v)", first.id, killed, second.id, took.Round(time.Millisecond), haSession, haInterval)
+		if took > haSession+haInterval+time.Second {
+			t.Errorf("new leader after %v, want within session %v + interval %v (+1s of polling and scheduling)", took, haSession, haInterval)
+		}
+		at(overloadStop)
+		stopped := since()
+		if err := second.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		third = byID[waitOneLeader(t, asReplicas(ps, first, second), cluster, overloadCont-overloadStop)]
+		t.Logf("SIGSTOP of leader %s at %v: %s leads after %v", second.id, stopped, third.id, (since() - stopped).Round(time.Millisecond))
+		at(overloadCont)
+		resumed = since()
+		if err := second.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		for since() < resumed+8*haInterval {
+			ls, all, _ := roles(t, asReplicas(ps, first), cluster)
+			if len(ls) != 1 || ls[0] != third.id {
+				t.Fatalf("after SIGCONT of %s, leaders %v, want only %s:\n%s", second.id, ls, third.id, all)
+			}
+			time.Sleep(haInterval / 2) // sampling the replicas' roles over time
+		}
+	}
+	at(overloadEnd)
+	cancel()
+	wg.Wait()
+	consume()
+	for _, p := range prods {
+		if s := p.stats(); s.LeaseExpired != 0 {
+			t.Logf("NOT YET: %s: %d leases expired (the safe quota applied)", p.id, s.LeaseExpired)
+		}
+	}
+	checkQuotaSamples(t, run.samples, killed, failover)
+	if !failover {
+		slices.Sort(lags)
+		if len(lags) == 0 {
+			t.Fatal("no set of the leader's was seen on the followers")
+		}
+		t.Logf("a set the leader serves is served by the followers after: median %v, max %v (%d sets; interval %v)",
+			lags[len(lags)/2].Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond), len(lags), haInterval)
+		if worst := lags[len(lags)-1]; worst > 2*haInterval {
+			t.Errorf("a follower served the leader's set %v after the leader, want within one interval (%v) plus the replication delay", worst, haInterval)
+		}
+		return run
+	}
+	checkResumedWroteNothing(t, second, third, run.start.Add(resumed), quotaLog)
+	return run
+}
+
+// checkQuotaSamples logs, from the kill to the stop and from the stop on,
+// the producers' quota samples on the safe quota, unlimited, and below a
+// version held before, and, with a failover, when the first set of the
+// new leader (a version above all before the kill) reached them.
+func checkQuotaSamples(t *testing.T, samples []quotaSample, killed time.Duration, failover bool) {
+	t.Helper()
+	last := map[string]uint64{}
+	var before uint64
+	arrived := time.Duration(-1)
+	type counts struct{ n, safe, rewound, unlimited int }
+	var phase [2]counts // [kill, stop), [stop, end)
+	for _, s := range samples {
+		q := s.q
+		if s.at >= overloadKill {
+			c := &phase[0]
+			if s.at >= overloadStop {
+				c = &phase[1]
+			}
+			c.n++
+			switch {
+			case !q.FromLease:
+				c.safe++
+			case q.Version < last[s.producer]:
+				c.rewound++
+			case math.IsInf(q.Rate, 1):
+				c.unlimited++
+			}
+		}
+		last[s.producer] = max(last[s.producer], q.Version)
+		if failover && s.at < killed {
+			before = max(before, q.Version)
+		}
+		if failover && s.at >= killed && arrived < 0 && q.Version > before {
+			arrived = s.at - killed
+		}
+	}
+	for i, name := range []string{"from the kill to the stop", "from the stop on"} {
+		c := phase[i]
+		t.Logf("quota samples %s: %d; on the safe quota %d, below a version held %d, unlimited %d", name, c.n, c.safe, c.rewound, c.unlimited)
+	}
+	if !failover {
+		return
+	}
+	if arrived < 0 {
+		t.Logf("NOT YET: after the SIGKILL, the producers never got a version above those they held before it")
+		return
+	}
+	t.Logf("SIGKILL of the leader: the producers got the new leader's sets %v later (session %v, interval %v)", arrived.Round(time.Millisecond), haSession, haInterval)
+}
+
+// followerLag polls the three replicas' sets of producer every 20 ms
+// until the deadline and returns, for each new version the leader
+// serves, how much later every follower served it.
+func followerLag(ctx context.Context, ps []*haProcess, lead *haProcess, producer string, until time.Time) []time.Duration {
+	type seen struct {
+		at        time.Time
+		followers map[string]bool
+	}
+	versions := map[uint64]*seen{}
+	var out []time.Duration
+	for ctx.Err() == nil && time.Now().Before(until) {
+		for _, p := range ps {
+			v, ok := servedVersion(p.base, producer)
+			now := time.Now()
+			if !ok {
+				continue
+			}
+			if p == lead {
+				if versions[v] == nil {
+					versions[v] = &seen{at: now, followers: map[string]bool{}}
+				}
+				continue
+			}
+			if s := versions[v]; s != nil && !s.followers[p.id] {
+				s.followers[p.id] = true
+				out = append(out, now.Sub(s.at))
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // sampling the replicas
+	}
+	return out
+}
+
+// servedVersion is the version of the set a replica serves producer now.
+func servedVersion(base, producer string) (uint64, bool) {
+	resp, err := http.Get(base + quotaproto.PathWatch + "?producer=" + producer + "&timeout=0s")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	var set quotaproto.LeaseSet
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&set) != nil {
+		return 0, false
+	}
+	return set.Version, true
+}
+
+// quotaChange is a client quota value the broker showed, first seen at.
+type quotaChange struct {
+	at       time.Time
+	clientID string
+	value    float64
+}
+
+// watchClientQuotas polls the broker's producer_byte_rate client quotas
+// of the overload's producers every 100 ms until the deadline and returns
+// every value it saw change.
+func watchClientQuotas(ctx context.Context, addr string, classes []overloadClass, until time.Time) []quotaChange {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		return nil
+	}
+	defer cl.Close()
+	cq := publish.NewClientQuotas(cl, nil)
+	last := map[string]float64{}
+	var out []quotaChange
+	for ctx.Err() == nil && time.Now().Before(until) {
+		cur, err := cq.Current(ctx)
+		if err == nil {
+			for _, c := range classes {
+				if v, ok := cur[c.id]; ok && v != last[c.id] {
+					last[c.id] = v
+					out = append(out, quotaChange{time.Now(), c.id, v})
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // sampling the broker
+	}
+	return out
+}
+
+// logLine is one JSON line of a daemon's log.
+type logLine struct {
+	Time     time.Time `json:"time"`
+	Msg      string    `json:"msg"`
+	ClientID string    `json:"client_id"`
+	Rate     float64   `json:"producer_byte_rate"`
+}
+
+// quotaWrites returns the client quotas p's log says it set.
+func quotaWrites(tb testing.TB, p *haProcess) []logLine {
+	tb.Helper()
+	f, err := os.Open(p.logs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	var out []logLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var l logLine
+		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "kafka client quota set" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// checkResumedWroteNothing: the replica resumed at resumed logs no client
+// quota write from then on; on Kafka, every client quota the broker
+// showed after it resumed is one the replica leading then wrote, and no
+// two replicas wrote client quotas within one interval of each other.
+func checkResumedWroteNothing(t *testing.T, resumedP, leader *haProcess, resumed time.Time, seen []quotaChange) {
+	t.Helper()
+	mine := quotaWrites(t, resumedP)
+	for _, l := range mine {
+		if !l.Time.Before(resumed) {
+			t.Errorf("%s, resumed at %s, set client quota %s = %v at %s", resumedP.id, resumed.Format(time.StampMilli), l.ClientID, l.Rate, l.Time.Format(time.StampMilli))
+		}
+	}
+	theirs := quotaWrites(t, leader)
+	for _, c := range seen {
+		if c.at.Before(resumed) {
+			continue
+		}
+		if !slices.ContainsFunc(theirs, func(l logLine) bool { return l.ClientID == c.clientID && l.Rate == c.value }) {
+			t.Errorf("the broker showed %s = %v at %s, which leader %s never set", c.clientID, c.value, c.at.Format(time.StampMilli), leader.id)
+		}
+	}
+	type write struct {
+		at time.Time
+		by string
+	}
+	var all []write
+	for _, l := range mine {
+		all = append(all, write{l.Time, resumedP.id})
+	}
+	for _, l := range theirs {
+		all = append(all, write{l.Time, leader.id})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
+	for i := 1; i < len(all); i++ {
+		if all[i].by != all[i-1].by && all[i].at.Sub(all[i-1].at) < haInterval {
+			t.Errorf("%s and %s wrote client quotas %v apart, within one interval", all[i-1].by, all[i].by, all[i].at.Sub(all[i-1].at))
+		}
+	}
+	t.Logf("client quota writes: %s %d (none after resuming), %s %d; the broker showed %d changes", resumedP.id, len(mine), leader.id, len(theirs), len(seen))
+}
+
+// stamp encodes a message's creation time.
+func stamp(t time.Time) []byte { return binary.BigEndian.AppendUint64(nil, uint64(t.UnixNano())) }
+
+// unstamp decodes stamp; false for a value that is not one.
+func unstamp(b []byte) (time.Time, bool) {
+	if len(b) != 8 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(b))), true
+}
+
+// startOverloadConsumer consumes topic (a Kafka group, with the library's
+// default autocommit, or a NATS durable, acking each message) at limit's
+// pace, counting each message in run. The returned func waits for it.
+func startOverloadConsumer(t *testing.T, ctx context.Context, wg *sync.WaitGroup, b *overloadBroker, topic string, limit *rate.Limiter, run *overloadRun) func() {
+	t.Helper()
+	handle := func(data []byte) bool {
+		if limit.Wait(ctx) != nil {
+			return false
+		}
+		if created, ok := unstamp(data); ok && !run.start.IsZero() {
+			run.consumed(created, time.Now())
+		}
+		return true
+	}
+	done := make(chan struct{})
+	if b.kafka != "" {
+		cl := client(t, b.kafka, kgo.ConsumerGroup(topic), kgo.ConsumeTopics(topic))
+		wg.Go(func() {
+			defer close(done)
+			for ctx.Err() == nil {
+				for _, r := range cl.PollRecords(ctx, 10).Records() {
+					if !handle(r.Value) {
+						return
+					}
+				}
+			}
+		})
+		return func() { <-done }
+	}
+	cons, err := b.js.CreateOrUpdateConsumer(ctxT(t, 10*time.Second), topic, jetstream.ConsumerConfig{Durable: topic, AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			batch, err := cons.Fetch(10, jetstream.FetchMaxWait(time.Second))
+			if err != nil {
+				continue
+			}
+			for m := range batch.Messages() {
+				if !handle(m.Data()) {
+					return
+				}
+				_ = m.Ack()
+			}
+		}
+	})
+	return func() { <-done }
+}
+
