@@ -685,4 +685,3 @@ func startOverloadConsumer(t *testing.T, ctx context.Context, wg *sync.WaitGroup
 	})
 	return func() { <-done }
 }
-
