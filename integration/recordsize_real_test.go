@@ -29,6 +29,30 @@ func (p *produceBytes) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, written in
 	}
 }
 
+// sizedTopic creates a topic of partitions partitions named from prefix,
+// waits until the broker lists its logs, and returns it with a producer
+// client-id and a producer whose Produce request bytes hook counts.
+func sizedTopic(tb testing.TB, addr, prefix string, partitions int32) (topic, id string, prod *kgo.Client, hook *produceBytes) {
+	tb.Helper()
+	topic, id, hook = unique(prefix), unique("legacy"), &produceBytes{}
+	createTopic(tb, addr, topic, partitions, nil)
+	prod = client(tb, addr, kgo.DefaultProduceTopic(topic), kgo.WithHooks(hook), kgo.ClientID(id))
+	adm := kadm.NewClient(client(tb, addr))
+	set := kadm.TopicsSet{}
+	for p := range partitions {
+		set.Add(topic, p)
+	}
+	poll(tb, 30*time.Second, func() (bool, string) { // the new topic's logs appear on the broker
+		n := 0
+		dirs, err := adm.DescribeAllLogDirs(ctxT(tb, 10*time.Second), set)
+		for _, d := range dirs {
+			d.EachPartition(func(kadm.DescribedLogDirPartition) { n++ })
+		}
+		return err == nil && n == int(partitions), fmt.Sprintf("%d of %d partitions in the log dirs (%v)", n, partitions, err)
+	})
+	return topic, id, prod, hook
+}
+
 // TestRealKafkaRecordSizeMatchesBroker: the bytes per record lagbridge
 // measures from the brokers (log growth over offset growth) are within
 // 10% of the bytes the broker charges the producer's quota with, for a
@@ -46,20 +70,7 @@ func TestRealKafkaRecordSizeMatchesBroker(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			topic := unique("recsize")
-			createTopic(t, addr, topic, 3, nil)
-			var hook produceBytes
-			id := unique("legacy")
-			prod := client(t, addr, kgo.DefaultProduceTopic(topic), kgo.WithHooks(&hook), kgo.ClientID(id))
-			adm := kadm.NewClient(client(t, addr))
-			poll(t, 30*time.Second, func() (bool, string) { // the new topic's logs appear on the broker
-				n := 0
-				dirs, err := adm.DescribeAllLogDirs(ctxT(t, 10*time.Second), kadm.TopicsSet{topic: {0: {}, 1: {}, 2: {}}})
-				for _, d := range dirs {
-					d.EachPartition(func(kadm.DescribedLogDirPartition) { n++ })
-				}
-				return err == nil && n == 3, fmt.Sprintf("%d of 3 partitions in the log dirs (%v)", n, err)
-			})
+			topic, id, prod, hook := sizedTopic(t, addr, "recsize", 3)
 			sizes := publish.NewRecordSizes(client(t, addr))
 			if err := sizes.Measure(ctxT(t, 30*time.Second), []string{topic}); err != nil {
 				t.Fatal(err)
@@ -99,20 +110,7 @@ func TestRealKafkaRecordSizeMatchesBroker(t *testing.T) {
 // so a byte quota does not let several times the records granted through.
 func TestRealKafkaRecordSizeFollowsBatching(t *testing.T) {
 	addr := kafkatest.Bootstrap(t)
-	topic := unique("recsize-batching")
-	createTopic(t, addr, topic, 1, nil)
-	var hook produceBytes
-	id := unique("legacy")
-	prod := client(t, addr, kgo.DefaultProduceTopic(topic), kgo.WithHooks(&hook), kgo.ClientID(id))
-	adm := kadm.NewClient(client(t, addr))
-	poll(t, 30*time.Second, func() (bool, string) { // the new topic's log appears on the broker
-		n := 0
-		dirs, err := adm.DescribeAllLogDirs(ctxT(t, 10*time.Second), kadm.TopicsSet{topic: {0: {}}})
-		for _, d := range dirs {
-			d.EachPartition(func(kadm.DescribedLogDirPartition) { n++ })
-		}
-		return err == nil && n == 1, fmt.Sprintf("%d of 1 partition in the log dirs (%v)", n, err)
-	})
+	topic, id, prod, hook := sizedTopic(t, addr, "recsize-batching", 1)
 	sizes := publish.NewRecordSizes(client(t, addr))
 	measure := func() {
 		t.Helper()
