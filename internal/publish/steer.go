@@ -72,20 +72,22 @@ func (c *ClientQuotas) Window(ctx context.Context) (Window, error) {
 }
 
 // Steering turns the byte rates the daemon wants for client-ids into the
-// values to store on the broker so that Kafka never holds a producer
-// longer than Hold: a quota that falls steps down (by at most the factor
-// [Floor] allows per call) instead of jumping to what is wanted, and a
-// decision of 0 msg/s lowers the quota gradually rather than setting
-// the 41 B/s minimum at once. Rising quotas are set at once (raising
-// throttles nobody).
+// values to store on the broker so that Kafka holds a producer no longer
+// than Hold (or the hold NextHolding is given for it) at a response: a
+// quota that falls steps down (by at most the factor [Floor] allows per
+// call) instead of jumping to what is wanted, and a decision of 0 msg/s
+// lowers the quota gradually, never below MinShare of the client's old
+// rate, rather than setting the 41 B/s minimum at once. Rising quotas are
+// set at once (raising throttles nobody).
 //
 // Its estimate of the rate the broker observed for a client is the mean,
-// over the window's span, of what the client could send in each interval
-// between calls: the smaller of the value stored before and the rate
-// seen (sent, an upper bound such as its topics' produce rate); a client
-// first seen is taken to have sent at its first rate over the whole span. Not safe
-// for concurrent use; the zero value is ready, with DefaultWindow and no
-// hold (no steering: values are what is wanted).
+// over the window's span, of the rates the client was seen to send
+// between calls (sent, an estimate the caller makes: the broker does not
+// say what each client-id sends, see [Share]), or the larger mean one
+// Hold ahead with the last rate going on; a client first seen is taken to
+// have sent at its first rate over the whole span. Not safe for
+// concurrent use; the zero value is ready, with DefaultWindow and no hold
+// (no steering: values are what is wanted).
 type Steering struct {
 	// Window is the broker's quota window; zero means DefaultWindow.
 	Window Window
@@ -148,11 +150,11 @@ func windowSum(ps []sample, start, end time.Time) float64 {
 // last call (a client absent from sent is taken to have sent all its
 // last value allowed). now must not go backwards.
 //
-// The estimate is what the broker's window will hold one Hold from now
-// if the client keeps sending at its last rate: a client whose rate
-// rises (one just started, or one the steering estimated low) fills the
-// window until Kafka's next response, and a value computed from the
-// window as it is now would hold it longer than Hold then.
+// The estimate counts the broker's window one Hold from now, with the
+// client still at its last rate, when that holds more than the window
+// now: a client whose rate rises (one just started, or one estimated
+// low) fills the window until Kafka's next response, and a value computed
+// from the window as it is now would hold it longer than Hold then.
 func (s *Steering) Next(now time.Time, want, sent map[string]float64) map[string]float64 {
 	return s.NextHolding(now, want, sent, nil)
 }
