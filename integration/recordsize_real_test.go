@@ -112,8 +112,11 @@ func TestRealKafkaRecordSizeFollowsBatching(t *testing.T) {
 	addr := kafkatest.Bootstrap(t)
 	topic, id, prod, hook := sizedTopic(t, addr, "recsize-batching", 1)
 	sizes := publish.NewRecordSizes(client(t, addr))
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	sizes.Now = func() time.Time { return clock }
 	measure := func() {
 		t.Helper()
+		clock = clock.Add(time.Second) // one reading a second
 		if err := sizes.Measure(ctxT(t, 30*time.Second), []string{topic}); err != nil {
 			t.Fatal(err)
 		}
@@ -134,6 +137,9 @@ func TestRealKafkaRecordSizeFollowsBatching(t *testing.T) {
 	send(480, 1) // unthrottled: one record per request
 	measure()
 	single, _ := sizes.PerRecord(topic)
+	if rate, ok := sizes.Rate(topic); !ok || rate != 480 {
+		t.Errorf("rate %v (%v), want the 480 records of the last second", rate, ok)
+	}
 	const rounds, records, perCall = 6, 480, 48 // throttled: what was buffered, in one batch
 	var logged int64
 	for range rounds {

@@ -271,14 +271,15 @@ func (p *ClientQuotaPublisher) Want(s Snapshot) map[string]float64 {
 // that leads the most of its traffic ([PerBroker]).
 //
 // The broker does not say what each client-id sends, only what a topic
-// receives: [Share] splits a topic's produce rate among the client-ids
-// quoted on it, the ones Kafka is not holding first, each at most its
-// stored quota. With the whole topic's rate as each one's, no quota
-// could bind when several client-ids write a topic (a producer sending a
-// third of it is never slowed by 11/12 of all of it); a client-id sending
-// more than its share can be held longer than Interval on its first
-// throttled response, (n x its share x 12/11 - 1) x 11 s with n
-// client-ids and Kafka's default window.
+// receives: the records its end offsets grew by since the last reading
+// ([RecordSizes.Rate], unsmoothed, so that a rise shows at once), or its
+// smoothed produce rate when sizes are not measured. [Share] splits that
+// among the client-ids quoted on it, the ones Kafka is not holding first,
+// each at most its stored quota. With the whole topic's rate as each
+// one's, no quota could bind when several client-ids write a topic (a
+// producer sending a third of it is never slowed by 11/12 of all of it);
+// a client-id sending f times its share can be held up to
+// f x (window + hold) - window on its first throttled response.
 //
 // A client-id granted a finite rate on one topic and an unlimited one on
 // another is held to its finite grants plus UnlimitedHeadroom times the
@@ -304,6 +305,12 @@ func (p *ClientQuotaPublisher) rates(s Snapshot) (want, sent map[string]float64)
 	per := map[string][]TopicRate{}
 	for _, t := range order {
 		d := s.Topics[t]
+		rate := d.ProduceRate
+		if p.Sizes != nil && p.BytesPerMessage <= 0 {
+			if r, ok := p.Sizes.Rate(t.Name); ok {
+				rate = r // unsmoothed: a rise shows at once
+			}
+		}
 		ws := make([]Writer, len(byTopic[t]))
 		for i, w := range byTopic[t] {
 			ws[i].Cap = math.Inf(1)
@@ -311,14 +318,14 @@ func (p *ClientQuotaPublisher) rates(s Snapshot) (want, sent map[string]float64)
 				ws[i] = Writer{Held: held, Cap: stored / w.bytes}
 			}
 		}
-		shares := Share(d.ProduceRate, ws)
+		shares := Share(rate, ws)
 		for i, w := range byTopic[t] {
 			allowed := math.Inf(1)
 			if !w.lease.IsUnlimited() {
 				allowed = w.lease.Rate * w.bytes
 			}
 			per[w.lease.Producer] = append(per[w.lease.Producer], TopicRate{Topic: t.Name, Allowed: allowed,
-				Sent: shares[i] * w.bytes, Whole: d.ProduceRate * w.bytes})
+				Sent: shares[i] * w.bytes, Whole: rate * w.bytes})
 		}
 	}
 	want, sent = map[string]float64{}, map[string]float64{}

@@ -26,10 +26,15 @@ import (
 // calls; past MaxRecords accumulated records, the totals are halved. Not
 // safe for concurrent use.
 type RecordSizes struct {
+	// Now is the clock that dates readings for Rate; NewRecordSizes sets
+	// time.Now.
+	Now    func() time.Time
 	adm    *kadm.Client
 	opts   []kgo.Opt
 	last   map[string]map[int32]logPoint
 	acc    map[string]*sizeAcc
+	rate   map[string]float64 // records per second between the last two readings
+	at     map[string]time.Time
 	rounds int
 }
 
@@ -79,7 +84,17 @@ const RequestFraming = 30
 // NewRecordSizes measures with cl; the tail samples are read by clients
 // built from cl's options (its brokers, TLS and SASL).
 func NewRecordSizes(cl *kgo.Client) *RecordSizes {
-	return &RecordSizes{adm: kadm.NewClient(cl), opts: cl.Opts(), last: map[string]map[int32]logPoint{}, acc: map[string]*sizeAcc{}}
+	return &RecordSizes{Now: time.Now, adm: kadm.NewClient(cl), opts: cl.Opts(), last: map[string]map[int32]logPoint{}, acc: map[string]*sizeAcc{},
+		rate: map[string]float64{}, at: map[string]time.Time{}}
+}
+
+// Rate returns the records per second topic's end offsets grew by between
+// the last two readings that saw it (the rate every producer together
+// sent, unsmoothed: a producer that starts or bursts shows at once), and
+// whether two readings saw it.
+func (r *RecordSizes) Rate(topic string) (float64, bool) {
+	v, ok := r.rate[topic]
+	return v, ok
 }
 
 // Measure takes one reading of topics' log sizes and end offsets and adds
@@ -170,6 +185,11 @@ func (r *RecordSizes) Measure(ctx context.Context, topics []string) error {
 				a.sampledRecords, a.sampledBatches = recs, batches
 			}
 		}
+		t := r.Now()
+		if prev, ok := r.at[topic]; ok && t.After(prev) {
+			r.rate[topic] = records / t.Sub(prev).Seconds()
+		}
+		r.at[topic] = t
 		r.last[topic] = now
 	}
 	r.rounds++
