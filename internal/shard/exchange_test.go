@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -219,5 +220,34 @@ func TestExchange(t *testing.T) {
 	waitFor("the deletion read", func() bool { _, ok := a.x.Remote("c", 1); return !ok })
 	if r, ok := a.x.Remote("c", 0); !ok || r.Owner != "b" {
 		t.Errorf("after a corrupt entry: %+v %v, want B's record", r, ok)
+	}
+}
+
+// TestRecordSize: a shard of 10,000 decided targets (a quarter of a
+// 40,000-group cluster) fits one NATS message (1 MiB by default) once
+// encoded, and decodes to what was written.
+func TestRecordSize(t *testing.T) {
+	r := Record{Owner: "lagbridge-0", Cluster: "main", Shard: 3, Count: 4, At: t0}
+	for i := range 10000 {
+		d := decided(fmt.Sprintf("orders-%05d", i/4), 1234.5+float64(i))
+		d.Target.Group = fmt.Sprintf("billing-%05d", i)
+		d.Capacity, d.CapacityKnown, d.Wait, d.TargetWait, d.HeadAge, d.Lag = 2000, true, 1500*time.Millisecond, time.Second, 3*time.Second, 4500+int64(i)
+		d.Reason = fmt.Sprintf("wait %.1fs >= budget 2s: a new message would be dead on arrival, draining at %.0f msg/s", 1.5+float64(i%7), 2000.0+float64(i%13))
+		r.Decisions = append(r.Decisions, d)
+	}
+	b, err := encodeRecord(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("10,000 decisions: %d bytes encoded (%.0f per decision)", len(b), float64(len(b))/10000)
+	if len(b) > 1<<20 {
+		t.Errorf("%d bytes: over a NATS message", len(b))
+	}
+	got, err := decodeRecord(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Decisions) != 10000 || got.Decisions[9999].Lag != r.Decisions[9999].Lag || got.Decisions[5].Reason != r.Decisions[5].Reason {
+		t.Errorf("decoded %d decisions, last %+v", len(got.Decisions), got.Decisions[len(got.Decisions)-1])
 	}
 }
