@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -50,6 +51,14 @@ type Observer struct {
 	// owns, when set (SetOwns), selects the topics of this replica's
 	// shards; nil: every topic the filter selects.
 	owns atomic.Pointer[func(topic string) bool]
+	// elsewhere holds, under a shard filter, the groups whose topics
+	// were all outside the watched ones when last read: a cycle leaves
+	// them out unless it is a full one (see shardRecheck). watchedSum
+	// sums the hashes of the last cycle's watched topics; sinceFull
+	// counts the cycles since the last full one. Guarded by mu.
+	elsewhere  map[string]bool
+	watchedSum uint64
+	sinceFull  int
 
 	mu    sync.Mutex // serializes Observe; guards everything below
 	cycle uint64
@@ -158,6 +167,13 @@ func New(cfg Config, opts ...kgo.Opt) (*Observer, error) {
 // one does. nil restores every topic Config.Topics selects. owns is called
 // from Observe and must be safe for concurrent use. Safe to call at any
 // time.
+//
+// Under a filter a cycle describes and fetches the committed offsets of
+// only the groups it has not seen yet or last saw on a watched topic; the
+// others (all their topics elsewhere) are read again every 10 cycles, and
+// every group whenever the watched topics change: a group that starts
+// committing on a watched topic, having committed only elsewhere, is
+// observed within 10 cycles.
 func (o *Observer) SetOwns(owns func(topic string) bool) {
 	if owns == nil {
 		o.owns.Store(nil)
@@ -291,9 +307,15 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 	}
 
 	// Phase 3: describe and offsets of the watched groups.
+	full := o.fullPass(topics)
+	elsewhere := make(map[string]bool, len(o.elsewhere))
 	var classic, consumer, all []string
 	for name, g := range listed {
 		if !o.groups.Match(name) {
+			continue
+		}
+		if !full && o.elsewhere[name] {
+			elsewhere[name] = true
 			continue
 		}
 		switch g.typ {
@@ -363,6 +385,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 		names = append(names, gi.topics...)
 		slices.Sort(names)
 		names = slices.Compact(names)
+		elsewhere[name] = !slices.ContainsFunc(names, func(t string) bool { ti := topics[t]; return ti != nil && ti.watched })
 		kg := knownGroup{coordinator: listed[name].coordinator}
 		for _, t := range names {
 			ti := topics[t]
@@ -390,6 +413,11 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 		}
 	}
 	o.known = newKnown
+	if o.owns.Load() != nil {
+		o.elsewhere = elsewhere
+	} else {
+		o.elsewhere = nil
+	}
 
 	// Phase 4: log start and end offsets of the partitions in use.
 	o.listOffsets(ctx, topics)
@@ -445,6 +473,36 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 		return cmp.Or(strings.Compare(a.Target.Group, b.Target.Group), strings.Compare(a.Target.Topic, b.Target.Topic))
 	})
 	return samples, nil
+}
+
+// shardRecheck is how often, in cycles, an observer under a shard filter
+// reads again the groups whose topics were all elsewhere: a group that
+// starts committing on a topic of this replica's shards, having committed
+// only on others before, is seen within as many cycles. A group never seen
+// is read at once, and every group when the watched topics change.
+const shardRecheck = 10
+
+// fullPass reports whether this cycle reads every group, and keeps the
+// count: always without a shard filter; with one, every shardRecheck
+// cycles and whenever the watched topics differ from the last cycle's (a
+// shard gained or lost, a topic created or deleted). Called with o.mu held.
+func (o *Observer) fullPass(topics map[string]*topicInfo) bool {
+	var sum uint64
+	for name, ti := range topics {
+		if ti.watched {
+			h := fnv.New64a()
+			_, _ = h.Write([]byte(name))
+			sum += h.Sum64()
+		}
+	}
+	changed := sum != o.watchedSum
+	o.watchedSum = sum
+	if o.owns.Load() == nil || changed || o.sinceFull+1 >= shardRecheck {
+		o.sinceFull = 0
+		return true
+	}
+	o.sinceFull++
+	return false
 }
 
 func (o *Observer) stopped(ctx context.Context) error {

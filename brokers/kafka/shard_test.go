@@ -51,3 +51,56 @@ func TestSetOwns(t *testing.T) {
 		}
 	}
 }
+
+// TestSetOwnsRecheck: under a filter, a group whose topics are all
+// elsewhere is left out of the cycles (its describe and offsets are not
+// read) until the next full one, every shardRecheck cycles: a group that
+// starts committing on a watched topic is observed within that many
+// cycles, and at once when the watched topics change.
+func TestSetOwnsRecheck(t *testing.T) {
+	c := newCluster(t)
+	adm := kadm.NewClient(newClient(t, c))
+	cl := newClient(t, c)
+	for _, topic := range []string{"mine", "theirs"} {
+		createTopic(t, adm, topic, 1, nil)
+		produceN(t, cl, topic, 0, 3, 0)
+	}
+	commit(t, adm, "moving", "theirs", map[int32]int64{0: 1})
+	o := newObserver(t, c, nil)
+	o.SetOwns(func(topic string) bool { return topic == "mine" })
+	has := func() bool {
+		for _, s := range observe(t, o) {
+			if s.Target.Group == "moving" {
+				return true
+			}
+		}
+		return false
+	}
+	if has() {
+		t.Fatal("a group on another shard's topic observed")
+	}
+	commit(t, adm, "moving", "mine", map[int32]int64{0: 2})
+	cycles := 1
+	for ; !has(); cycles++ {
+		if cycles > shardRecheck {
+			t.Fatalf("the group's commit on a watched topic not observed within %d cycles", shardRecheck)
+		}
+	}
+	if cycles < 2 {
+		t.Errorf("the group was read again at once (cycle %d): it is not left out between full cycles", cycles)
+	}
+	t.Logf("observed after %d cycles (full cycles every %d)", cycles, shardRecheck)
+
+	// A change of the watched topics reads every group at once.
+	commit(t, adm, "other", "theirs", map[int32]int64{0: 1})
+	observe(t, o) // "other" is new: read, and marked elsewhere
+	commit(t, adm, "other", "mine", map[int32]int64{0: 1})
+	o.SetOwns(func(topic string) bool { return true })
+	found := false
+	for _, s := range observe(t, o) {
+		found = found || s.Target.Group == "other" && s.Target.Topic == "mine"
+	}
+	if !found {
+		t.Error("a change of the watched topics did not read every group")
+	}
+}

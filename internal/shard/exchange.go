@@ -71,12 +71,18 @@ type Exchange struct {
 	remote  map[string]Record // key -> the newest record read, this replica's included
 	// owned holds, by cluster, the shards owned at the last Offer.
 	owned  map[string][]int
-	fed    map[string]string // keys given to the engine -> their cluster
+	fed    map[string]fedRecord // keys given to the engine
 	synced bool
 	kick   chan struct{}
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
+}
+
+// fedRecord is the cluster and time of a record given to the engine.
+type fedRecord struct {
+	cluster string
+	at      time.Time
 }
 
 // Record is one shard's decisions as written by its owner.
@@ -99,7 +105,7 @@ func NewExchange(cfg ExchangeConfig) *Exchange {
 		cfg.Interval = time.Second
 	}
 	return &Exchange{cfg: cfg, assigners: map[string]Assigner{}, pending: map[string][]byte{}, remote: map[string]Record{},
-		fed: map[string]string{}, owned: map[string][]int{}, kick: make(chan struct{}, 1), stop: func() {}}
+		fed: map[string]fedRecord{}, owned: map[string][]int{}, kick: make(chan struct{}, 1), stop: func() {}}
 }
 
 // Add makes the cluster's shards travel; call it before Start.
@@ -149,34 +155,44 @@ func (x *Exchange) Offer(cluster string, now time.Time) {
 	}
 	x.mu.Lock()
 	for s, ds := range byShard {
-		ds = x.holdFormer(recordKey(cluster, s), ds, now)
-		slices.SortFunc(ds, func(a, b quota.Decision) int { return strings.Compare(a.Target.String(), b.Target.String()) })
-		b, err := encodeRecord(Record{Owner: x.cfg.ID, Cluster: cluster, Shard: s, Count: n, At: now, Decisions: ds})
-		if err != nil {
-			x.cfg.Log.Warn("shard decisions not written", "cluster", cluster, "shard", s, "err", err)
-			continue
-		}
-		x.pending[recordKey(cluster, s)] = b
+		byShard[s] = x.holdFormer(recordKey(cluster, s), ds, now)
 	}
 	feed := map[string][]quota.Decision{}
 	for k, r := range x.remote {
 		if r.Cluster != cluster {
 			continue
 		}
-		if r.Count == n && now.Sub(r.At) < x.cfg.Expire {
-			feed[k] = r.Decisions
-			x.fed[k] = cluster
-		} else if _, fed := x.fed[k]; fed {
+		f, fed := x.fed[k]
+		switch {
+		case r.Count == n && now.Sub(r.At) < x.cfg.Expire:
+			if !fed || !f.at.Equal(r.At) { // a record is given once
+				feed[k] = r.Decisions
+				x.fed[k] = fedRecord{cluster, r.At}
+			}
+		case fed:
 			feed[k] = nil
 			delete(x.fed, k)
 		}
 	}
-	for k, c := range x.fed { // a record deleted from the channel
-		if _, ok := x.remote[k]; !ok && c == cluster {
+	for k, f := range x.fed { // a record deleted from the channel
+		if _, ok := x.remote[k]; !ok && f.cluster == cluster {
 			feed[k] = nil
 			delete(x.fed, k)
 		}
 	}
+	x.mu.Unlock()
+	encoded := make(map[string][]byte, len(byShard))
+	for s, ds := range byShard {
+		slices.SortFunc(ds, func(a, b quota.Decision) int { return strings.Compare(a.Target.String(), b.Target.String()) })
+		b, err := encodeRecord(Record{Owner: x.cfg.ID, Cluster: cluster, Shard: s, Count: n, At: now, Decisions: ds})
+		if err != nil {
+			x.cfg.Log.Warn("shard decisions not written", "cluster", cluster, "shard", s, "err", err)
+			continue
+		}
+		encoded[recordKey(cluster, s)] = b
+	}
+	x.mu.Lock()
+	maps.Copy(x.pending, encoded)
 	x.mu.Unlock()
 	for k, ds := range feed {
 		x.cfg.Engine.SetRemote(k, ds)
