@@ -421,25 +421,29 @@ type partTrack struct {
 	rate    float64
 	movePos int64
 	moveAt  time.Time
-	// probe is how many calm observations its next trial waits for (0:
-	// avoidProbe); trial counts the observations since it was last
-	// tried again, while that is being watched (0: not watched).
-	probe, trial int
+	// calmFor is how long, seconds, it was calm (as calm counts).
+	// probe is how long, seconds, its next trial waits for (0:
+	// avoidProbe); trial is the time since it was last tried again,
+	// seconds, while that is being watched (0: not watched).
+	calmFor, probe, trial float64
 }
 
 // avoidCalm is how many observations in a row a listed partition must be
 // comfortably inside the deadline (no backlog, or head and wait within
-// the target wait) before it is no longer avoided; avoidProbe is how many
-// it must, when the rate it was seen to consume at is below the share of
-// the produce rate it would get back, before it is tried again (its
-// consumer may have recovered, which nothing shows while it is avoided).
-// A partition late again within probeWatch observations of such a trial
-// failed it: its next trial waits twice as long, up to maxProbe; one that
-// stays fine for probeWatch passed it, and the wait is avoidProbe again.
+// the target wait) before it is no longer avoided; avoidProbe is how long
+// (seconds) it must, when the rate it was seen to consume at is below half
+// the share of the produce rate it would get back, before it is tried
+// again (its consumer may have recovered, which nothing shows while it is
+// avoided). A partition late again within probeWatch seconds of such a
+// trial failed it: its next trial waits twice as long, up to maxProbe;
+// one that stays fine for probeWatch passed it, and the wait is
+// avoidProbe again. The trials are timed in seconds, not observations: a
+// trial costs what the partition gets until it is seen late again, the
+// same at any interval.
 const (
 	avoidCalm  = 3
-	avoidProbe = 30
-	probeWatch = 10
+	avoidProbe = 30.0
+	probeWatch = 10.0
 	maxProbe   = 8 * avoidProbe
 )
 
@@ -1213,8 +1217,8 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 // partitioners, by a whole batch) until it was comfortably inside the
 // deadline (no backlog, or its head and wait within the target wait) for
 // avoidCalm observations in a row, and, when the rate its consumer was
-// seen to drain it at is below half the share of the produce rate it would get
-// back, for avoidProbe observations (a trial; twice as many after each
+// seen to drain it at is below half the share of the produce rate it would
+// get back, for avoidProbe seconds (a trial; twice as long after each
 // trial it failed, up to maxProbe).
 //
 // Head ages are taken at the commit (less v.since), as for the target.
@@ -1296,12 +1300,12 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 		if pt.late && !isLate {
 			comfortable := ps.Lag <= 0 || (head <= setWait && wait >= 0 && wait <= setWait)
 			if comfortable {
-				next.calm = pt.calm + 1
+				next.calm, next.calmFor = pt.calm+1, pt.calmFor+dt
 			}
 			slow := next.rate > 0 && next.rate < share/2
-			isLate = next.calm < avoidCalm || (slow && next.calm < probe)
+			isLate = next.calm < avoidCalm || (slow && next.calmFor < probe)
 			if !isLate && slow {
-				next.trial = 1 // tried again: watch it
+				next.trial = dt // tried again: watch it
 			}
 		}
 		switch {
@@ -1309,13 +1313,13 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 			// Late again soon after a trial: the next one waits longer.
 			next.probe = min(2*probe, maxProbe)
 		case !isLate && pt.trial > 0 && pt.trial < probeWatch:
-			next.trial = pt.trial + 1
+			next.trial = pt.trial + dt
 		case !isLate && pt.trial > 0:
 			next.probe = 0 // it passed
 		}
 		next.late = isLate
 		if !isLate {
-			next.calm = 0
+			next.calm, next.calmFor = 0, 0
 		}
 		tc.parts[ps.Partition] = next
 		if isLate {

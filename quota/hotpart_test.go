@@ -264,20 +264,24 @@ func TestControllerLatePartitionProjected(t *testing.T) {
 }
 
 // TestSimHotPartitionTrialsBackOff: a partition whose consumer is too slow
-// for its share is tried again after avoidProbe calm observations, and
-// each trial it fails (late again within probeWatch) doubles the wait for
-// the next: over 300 s partition 0 (20 msg/s) is tried 3 times, not about
-// 9, each trial's backlog being work past the deadline. Once its consumer
+// for its share is tried again after avoidProbe calm seconds, and each
+// trial it fails (late again within probeWatch) doubles the wait for the
+// next: over 400 s partition 0 (20 msg/s) is tried 3 times, not 12, each
+// trial's backlog being work past the deadline. Once its consumer
 // recovers (2,000 msg/s from 150 s on), the next trial passes and it stays
 // in use.
 func TestSimHotPartitionTrialsBackOff(t *testing.T) {
 	cases := []struct {
 		name      string
+		interval  time.Duration
 		recoverAt float64 // 0: never
 		maxTrials int
 	}{
-		{"always slow", 0, 3},
-		{"recovers at 150 s", 150, 3},
+		{"always slow", time.Second, 0, 3},
+		{"recovers at 150 s", time.Second, 150, 3},
+		// The trials are timed, not counted in observations: at 250 ms
+		// they come as seldom.
+		{"always slow, observed every 250 ms", 250 * time.Millisecond, 0, 3},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -286,6 +290,7 @@ func TestSimHotPartitionTrialsBackOff(t *testing.T) {
 				p.honorAvoid = true
 			}
 			res := runSim(t, simConfig{
+				interval:    c.interval,
 				duration:    400 * time.Second,
 				partitions:  6,
 				capacity:    constant(2000 + 5*2000),
