@@ -31,6 +31,11 @@
 // CSV per run, all written to Options.OutDir. [Analyze], [Markdown],
 // [Chart] and [CSV] are pure functions of the recorded series.
 //
+// [RunHot] (`lagbridge bench --hot-partition`) is issue 17's other
+// scenario: six partitions, one consumed 100x slower than the others,
+// keyless and keyed producers, naive and lagbridge side by side, with the
+// refusals per partition and partition 0's head age and dead work.
+//
 // Everything listens on 127.0.0.1 (kfake and an embedded nats-server, fresh
 // for every run) unless Options.KafkaBrokers or Options.NATSURL name a real
 // cluster, where each run uses its own topic (stream) and consumer groups,
