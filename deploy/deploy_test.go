@@ -270,6 +270,7 @@ func TestHelm(t *testing.T) {
 				{"anti-affinity topology", get(pod, "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution", 0, "podAffinityTerm", "topologyKey"), "kubernetes.io/hostname"},
 				{"LAGBRIDGE_HA_ENABLED", get(pod, "containers", 0, "env", 0, "value"), "true"},
 				{"LAGBRIDGE_HA_ID from", get(pod, "containers", 0, "env", 1, "valueFrom", "fieldRef", "fieldPath"), "metadata.name"},
+				{"LAGBRIDGE_HA_SHARDS", fmt.Sprint(get(pod, "containers", 0, "env", 3, "name"), "=", get(pod, "containers", 0, "env", 3, "value")), "LAGBRIDGE_HA_SHARDS=4"},
 			}
 			for _, c := range checks {
 				if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
