@@ -276,23 +276,21 @@ func runHot(ctx context.Context, o HotOptions, keyed bool, mode, id string) (Hot
 	})
 	heads := make([][]float64, partitions)
 	wg.Go(func() {
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-rctx.Done():
-				return
-			case now := <-t.C:
-				if now.Before(from) {
-					continue
-				}
+		every(rctx, 50*time.Millisecond, func(now time.Time) {
+			if !now.Before(from) {
 				for i, a := range c.headAges(now) {
 					heads[i] = append(heads[i], a)
 				}
 			}
-		}
+		})
 	})
-	wg.Go(func() { hotProgress(rctx, o, c, p, start) })
+	wg.Go(func() {
+		every(rctx, 5*time.Second, func(now time.Time) {
+			ages := c.headAges(now)
+			fmt.Fprintf(o.Out, "  t=%4.1fs offered %d stored %d refused %d (p0 %d) | p0 head age %.2fs, others max %.2fs\n",
+				now.Sub(start).Seconds(), p.offered.Load(), p.stored.Load(), p.refused.Load(), p.refusedBy[0].Load(), ages[0], slices.Max(ages[1:]))
+		})
+	})
 	<-rctx.Done()
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -309,17 +307,16 @@ func runHot(ctx context.Context, o HotOptions, keyed bool, mode, id string) (Hot
 	return res, nil
 }
 
-func hotProgress(ctx context.Context, o HotOptions, c *hotConsumer, p *hotProducer, start time.Time) {
-	t := time.NewTicker(5 * time.Second)
+// every calls f with the time of each tick of period d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func(now time.Time)) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			ages := c.headAges(now)
-			fmt.Fprintf(o.Out, "  t=%4.1fs offered %d stored %d refused %d (p0 %d) | p0 head age %.2fs, others max %.2fs\n",
-				now.Sub(start).Seconds(), p.offered.Load(), p.stored.Load(), p.refused.Load(), p.refusedBy[0].Load(), ages[0], slices.Max(ages[1:]))
+			f(now)
 		}
 	}
 }
