@@ -415,8 +415,10 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, failover bool) *ov
 		}
 		t.Logf("a set the leader serves is served by the followers after: median %v, max %v (%d sets; interval %v)",
 			lags[len(lags)/2].Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond), len(lags), haInterval)
-		if worst := lags[len(lags)-1]; worst > 2*haInterval {
-			t.Errorf("a follower served the leader's set %v after the leader, want within one interval (%v) plus the replication delay", worst, haInterval)
+		// The replication delay is what is measured; on Kafka under this
+		// load it reached 670 ms (a produce and a fetch of the lease topic).
+		if worst := lags[len(lags)-1]; worst > haInterval+time.Second {
+			t.Errorf("a follower served the leader's set %v after the leader, want within one interval (%v) plus a replication delay of at most 1s", worst, haInterval)
 		}
 		return run
 	}

@@ -163,8 +163,10 @@ type LeaseConfig struct {
 	MaxLeaseTTL time.Duration
 	// RequestTimeout bounds each request to the daemon, answer body
 	// included: a report, and a long-poll beyond its WatchWait. A daemon
-	// that trickles its answer fails the request after it. Zero means
-	// 15s.
+	// that trickles its answer fails the request after it. A report is
+	// also bounded by the daemon's refreshAfterMs (at least 1s) once one
+	// answered: a paused daemon is failed over while its leases last.
+	// Zero means 15s.
 	RequestTimeout time.Duration
 	// StreamIdle is how long an SSE stream may go without a complete
 	// event or a keepalive before it is dropped and reconnected (the

@@ -37,6 +37,9 @@ type fakeDaemon struct {
 	retryHdr string // Retry-After of injected failures
 	garbage  bool   // answer 200 with a body that is not JSON
 	forget   bool   // answer watch and stream with 404 (producer unknown)
+	// paused: requests are accepted and never answered (a SIGSTOPped
+	// daemon) until the daemon is killed.
+	paused atomic.Bool
 
 	requests atomic.Int64
 	posts    atomic.Int64
@@ -105,8 +108,16 @@ func (d *fakeDaemon) lastReport() (quotaproto.Report, int) {
 }
 
 // fault answers an injected failure; true when it did.
-func (d *fakeDaemon) fault(w http.ResponseWriter) bool {
+func (d *fakeDaemon) fault(w http.ResponseWriter, r *http.Request) bool {
 	d.requests.Add(1)
+	if d.paused.Load() {
+		select {
+		case <-r.Context().Done():
+		case <-d.killed:
+		}
+		cut(w)
+		return true
+	}
 	select {
 	case <-d.killed:
 		cut(w)
@@ -133,7 +144,7 @@ func (d *fakeDaemon) fault(w http.ResponseWriter) bool {
 
 func (d *fakeDaemon) report(w http.ResponseWriter, r *http.Request) {
 	d.posts.Add(1)
-	if d.fault(w) {
+	if d.fault(w, r) {
 		return
 	}
 	var rep quotaproto.Report
@@ -163,7 +174,7 @@ func (d *fakeDaemon) current(p string) (quotaproto.LeaseSet, <-chan struct{}, bo
 }
 
 func (d *fakeDaemon) watch(w http.ResponseWriter, r *http.Request) {
-	if d.fault(w) {
+	if d.fault(w, r) {
 		return
 	}
 	q := r.URL.Query()
@@ -197,7 +208,7 @@ func (d *fakeDaemon) watch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *fakeDaemon) stream(w http.ResponseWriter, r *http.Request) {
-	if d.fault(w) {
+	if d.fault(w, r) {
 		return
 	}
 	p := r.URL.Query().Get("producer")
@@ -733,4 +744,33 @@ func TestLeaseSetVersionOrder(t *testing.T) {
 	fc.Advance(time.Minute)
 	apply(3, quotaproto.SignalOK, time.Minute)
 	check("older v3 after v5 expired", 3, SignalOK)
+}
+
+// TestLeasePausedDaemonFailsOver: a daemon that accepts reports and never
+// answers them (paused by SIGSTOP) is given up after its refresh interval
+// (at least 1s), not after RequestTimeout, and the next URL's set applies
+// while the leases from the paused one still hold.
+func TestLeasePausedDaemonFailsOver(t *testing.T) {
+	a, b := newFakeDaemon(t), newFakeDaemon(t)
+	exp := time.Now().Add(time.Minute)
+	lease := func(v uint64) quotaproto.LeaseSet {
+		s := leaseSet("svc-a", v, quotaproto.Lease{Topic: "orders", Rate: ptr(100.0), Burst: 10, Signal: "ok", Version: v, ExpiresAt: exp})
+		s.RefreshAfterMs = 300
+		return s
+	}
+	a.set(lease(2))
+	b.set(lease(3))
+	c := newKfake(t, 1, "orders")
+	p := newKafkaProducer(t, newKgo(t, c), Config{Producer: "svc-a", Topics: []string{"orders"},
+		Leases: LeaseConfig{URLs: []string{a.srv.URL, b.srv.URL}, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}})
+	eventually(t, 10*time.Second, "the first daemon's lease", func() bool { q, _ := p.Quota("orders"); return q.Version == 2 })
+	eventually(t, 10*time.Second, "a report answered with the refresh", func() bool { _, n := a.lastReport(); return n >= 2 })
+	a.paused.Store(true)
+	paused := time.Now()
+	// RequestTimeout is 15s by default; the refresh bounds the report.
+	eventually(t, 5*time.Second, "the second daemon's lease", func() bool { q, _ := p.Quota("orders"); return q.Version == 3 })
+	t.Logf("the paused daemon was given up for the next %v after it paused", time.Since(paused).Round(time.Millisecond))
+	if s := p.Stats(); s.LeaseFailovers < 1 || s.LeaseExpired != 0 {
+		t.Fatalf("failovers %d, expired %d: want a failover and no lease lost", s.LeaseFailovers, s.LeaseExpired)
+	}
 }

@@ -339,6 +339,7 @@ func (o *leaseOwner) reporter() {
 	c := o.c
 	b := o.newBackoff()
 	var last time.Time
+	var refresh time.Duration // the daemon's refreshAfterMs, once answered
 	for {
 		// This report includes every topic known now.
 		select {
@@ -348,7 +349,14 @@ func (o *leaseOwner) reporter() {
 		now := c.clock.Now()
 		body, _ := json.Marshal(o.report(last, now))
 		last = now
-		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Leases.RequestTimeout)
+		// A daemon that cannot answer a report within its own refresh
+		// interval (paused, overloaded) is failed over before the leases
+		// it granted run out, not after RequestTimeout.
+		timeout := c.cfg.Leases.RequestTimeout
+		if refresh > 0 {
+			timeout = min(timeout, max(refresh, time.Second))
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, timeout)
 		ds, idx, err := o.fetchSet(ctx, http.MethodPost, quotaproto.PathLeases, nil, body)
 		cancel()
 		if c.ctx.Err() != nil {
@@ -368,6 +376,7 @@ func (o *leaseOwner) reporter() {
 		if o.regOnce.CompareAndSwap(false, true) {
 			close(o.registered)
 		}
+		refresh = ds.refresh
 		every := ds.refresh
 		if every <= 0 {
 			every = c.cfg.Leases.ReportInterval
