@@ -8,14 +8,17 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -135,6 +138,9 @@ func Status(ctx context.Context, c *Client, w io.Writer) error {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+	if len(lagResp.Shards) > 0 {
+		shards(w, lagResp.Shards)
+	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TARGET\tSTATUS\tLAG\tHEAD AGE\tPRODUCE\tCONSUME\tALLOWED\tSIGNAL\tRULE")
 	for _, t := range lagResp.Targets {
@@ -193,6 +199,44 @@ func Status(ctx context.Context, c *Client, w io.Writer) error {
 		fmt.Fprintln(tw, "(no producer has reported)")
 	}
 	return tw.Flush()
+}
+
+// shards writes which replica observes which shards of each cluster, one
+// line per cluster ("shards of c: r0 (this replica) 0, 2; r1 1, 3"): the
+// targets below are this replica's shards' only.
+func shards(w io.Writer, views []daemon.ShardView) {
+	type owned struct {
+		self   bool
+		shards []string
+	}
+	byCluster := map[string]map[string]*owned{}
+	var clusters []string
+	for _, v := range views {
+		if byCluster[v.Cluster] == nil {
+			byCluster[v.Cluster] = map[string]*owned{}
+			clusters = append(clusters, v.Cluster)
+		}
+		owner := cmp.Or(v.Owner, "(unassigned)")
+		o := byCluster[v.Cluster][owner]
+		if o == nil {
+			o = &owned{self: v.Self}
+			byCluster[v.Cluster][owner] = o
+		}
+		o.shards = append(o.shards, fmt.Sprint(v.Shard))
+	}
+	for _, c := range clusters {
+		var parts []string
+		for _, owner := range slices.Sorted(maps.Keys(byCluster[c])) {
+			o := byCluster[c][owner]
+			if o.self {
+				owner += " (this replica)"
+			}
+			parts = append(parts, owner+" "+strings.Join(o.shards, ", "))
+		}
+		fmt.Fprintf(w, "shards of %s: %s\n", c, strings.Join(parts, "; "))
+	}
+	fmt.Fprintln(w, "(targets: this replica's shards only; ask the others for theirs)")
+	fmt.Fprintln(w)
 }
 
 // Why writes the decisions that affected producer in the last since

@@ -21,7 +21,7 @@ import (
 )
 
 // server is a daemon's API (the real handlers) with one target, one cut
-// of producer p, and every path behind a bearer token.
+// of producer p, four shards, and every path behind a bearer token.
 func server(tb testing.TB, token string) string {
 	tb.Helper()
 	now := time.Now()
@@ -30,6 +30,10 @@ func server(tb testing.TB, token string) string {
 	store.Update(daemon.ClusterStatus{Name: "c", Kind: lag.KindKafka, Observed: true, LastSuccess: now},
 		[]lag.State{{Target: tg, Status: lag.StatusLagging, Lag: 3400, HeadAge: 3400 * time.Millisecond, HeadAgeKnown: true, At: now, Uncommitted: 2}})
 	h := daemon.NewHandler(store, prometheus.NewRegistry())
+	h.Shards = func() []daemon.ShardView {
+		return []daemon.ShardView{{Cluster: "c", Shard: 0, Owner: "r1"}, {Cluster: "c", Shard: 1, Owner: "r0", Self: true},
+			{Cluster: "c", Shard: 2, Owner: "r1"}, {Cluster: "c", Shard: 3}}
+	}
 	log := history.NewLog(history.Config{}, slog.New(slog.DiscardHandler), nil)
 	topic := quota.TopicOf(tg)
 	d := quota.Decision{Target: tg, Policy: "orders", Rule: quota.RuleDrain, Signal: quota.SignalSlowDown, Rate: 0, Lag: 3400,
@@ -73,7 +77,8 @@ func TestWhyAndStatus(t *testing.T) {
 		// status: the target with its status, lag and head age; no
 		// quota engine on this API.
 		{"status", "s3cret", func(c *Client, w *bytes.Buffer) error { return Status(ctx, c, w) },
-			[]string{"c/orders/billing", "lagging (2 without commit)", "3400", "3.40s", "quotas: this daemon has no quota engine"}, nil},
+			[]string{"c/orders/billing", "lagging (2 without commit)", "3400", "3.40s", "quotas: this daemon has no quota engine",
+				"shards of c: (unassigned) 3; r0 (this replica) 1; r1 0, 2"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
