@@ -202,21 +202,21 @@ ha:
 		})
 		ps = append(ps, p)
 	}
-	replicas := func(except *haProcess) []*haReplica {
+	replicas := func(except ...*haProcess) []*haReplica {
 		var rs []*haReplica
 		for _, p := range ps {
-			if p != except {
+			if !slices.Contains(except, p) {
 				rs = append(rs, &haReplica{id: p.id, base: p.base, cancel: func() {}})
 			}
 		}
 		return rs
 	}
-	leaderID := waitOneLeader(t, replicas(nil), "c", 60*time.Second)
+	leaderID := waitOneLeader(t, replicas(), "c", 60*time.Second)
 	var byTopic map[string]string
 	poll(t, 60*time.Second, func() (bool, string) {
 		var ok bool
 		var all string
-		byTopic, _, ok, all = shardSplit(t, replicas(nil))
+		byTopic, _, ok, all = shardSplit(t, replicas())
 		return ok && len(byTopic) == len(topics), all
 	})
 	var leader *haProcess
@@ -295,5 +295,30 @@ ha:
 			t.Errorf("after the move: %s", why)
 			break
 		}
+	}
+
+	// SIGTERM the other follower: it leaves the assignment on its way
+	// out, and the leader observes every topic well before a session.
+	var last *haProcess
+	for _, p := range ps {
+		if p != leader && p != victim {
+			last = p
+		}
+	}
+	stopped := time.Now()
+	if err := last.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	gaps = nil
+	poll(t, session, func() (bool, string) {
+		if ok, why := limited(); !ok {
+			gaps = append(gaps, why)
+		}
+		now, owners, ok, all := shardSplit(t, replicas(victim, last))
+		return ok && len(now) == len(topics) && count(owners, leader.id) == len(owners), all
+	})
+	t.Logf("SIGTERM of %s: the leader observes all %d topics after %v", last.id, len(topics), time.Since(stopped).Round(time.Millisecond))
+	if len(gaps) > 0 {
+		t.Errorf("the leader's leases opened during the graceful move: %s", strings.Join(gaps, "; "))
 	}
 }
