@@ -5,21 +5,31 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 )
+
+// mineAndTheirs is a cluster with the topics "mine" and "theirs" of
+// partitions partitions, three records in each partition.
+func mineAndTheirs(tb testing.TB, partitions int32) (*kfake.Cluster, *kadm.Client) {
+	tb.Helper()
+	c := newCluster(tb)
+	adm := kadm.NewClient(newClient(tb, c))
+	cl := newClient(tb, c)
+	for _, topic := range []string{"mine", "theirs"} {
+		createTopic(tb, adm, topic, partitions, nil)
+		for p := range partitions {
+			produceN(tb, cl, topic, p, 3, 0)
+		}
+	}
+	return c, adm
+}
 
 // TestSetOwns: an observer narrowed to some topics reports every group of
 // those topics and no other topic, a group committing on topics of both
 // sides included; nil restores every topic; the change takes effect at the
 // next cycle.
 func TestSetOwns(t *testing.T) {
-	c := newCluster(t)
-	adm := kadm.NewClient(newClient(t, c))
-	cl := newClient(t, c)
-	for _, topic := range []string{"mine", "theirs"} {
-		createTopic(t, adm, topic, 2, nil)
-		produceN(t, cl, topic, 0, 3, 0)
-		produceN(t, cl, topic, 1, 3, 0)
-	}
+	c, adm := mineAndTheirs(t, 2)
 	commit(t, adm, "both", "mine", map[int32]int64{0: 1, 1: 1})
 	commit(t, adm, "both", "theirs", map[int32]int64{0: 1, 1: 1})
 	commit(t, adm, "only-theirs", "theirs", map[int32]int64{0: 2, 1: 2})
@@ -58,13 +68,7 @@ func TestSetOwns(t *testing.T) {
 // starts committing on a watched topic is observed within that many
 // cycles, and at once when the watched topics change.
 func TestSetOwnsRecheck(t *testing.T) {
-	c := newCluster(t)
-	adm := kadm.NewClient(newClient(t, c))
-	cl := newClient(t, c)
-	for _, topic := range []string{"mine", "theirs"} {
-		createTopic(t, adm, topic, 1, nil)
-		produceN(t, cl, topic, 0, 3, 0)
-	}
+	c, adm := mineAndTheirs(t, 1)
 	commit(t, adm, "moving", "theirs", map[int32]int64{0: 1})
 	o := newObserver(t, c, nil)
 	o.SetOwns(func(topic string) bool { return topic == "mine" })
