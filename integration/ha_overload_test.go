@@ -93,16 +93,7 @@ func TestHAFailoverUnderOverload(t *testing.T) {
 		},
 		"nats": func(tb testing.TB) *overloadBroker {
 			s := embedded.NATSTest(tb)
-			nc, err := natsgo.Connect(s.ClientURL())
-			if err != nil {
-				tb.Fatal(err)
-			}
-			tb.Cleanup(nc.Close)
-			js, err := jetstream.New(nc)
-			if err != nil {
-				tb.Fatal(err)
-			}
-			return &overloadBroker{natsURL: s.ClientURL(), js: js}
+			return &overloadBroker{natsURL: s.ClientURL(), js: embedded.Connect(tb, s)}
 		},
 	}
 	for _, name := range []string{"kafka", "nats"} {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lagbridge/lagbridge/internal/embedded"
@@ -73,16 +72,7 @@ func TestFence(t *testing.T) {
 // leader resumed from SIGSTOP), and a lower epoch cannot take the bucket
 // back.
 func TestKVFence(t *testing.T) {
-	s := embedded.NATSTest(t)
-	nc, err := natsgo.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := embedded.JetStreamTest(t)
 	ctx := context.Background()
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "fenced"})
 	if err != nil {

@@ -303,16 +303,7 @@ func TestRunEndsOnRelease(t *testing.T) {
 			s := embedded.NATSTest(tb)
 			var es []Elector
 			for i := range n {
-				nc, err := natsgo.Connect(s.ClientURL())
-				if err != nil {
-					tb.Fatal(err)
-				}
-				tb.Cleanup(nc.Close)
-				js, err := jetstream.New(nc)
-				if err != nil {
-					tb.Fatal(err)
-				}
-				es = append(es, NewNATS(js, "", Config{Cluster: "n", ID: fmt.Sprintf("r%d", i), Name: "release", Session: session, Every: every}))
+				es = append(es, NewNATS(embedded.Connect(tb, s), "", Config{Cluster: "n", ID: fmt.Sprintf("r%d", i), Name: "release", Session: session, Every: every}))
 			}
 			return es
 		}},
