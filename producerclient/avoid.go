@@ -17,7 +17,11 @@ import (
 // avoid-partitions): a few lagging partitions get no new keyless work
 // while the others take it. Records with a key, and records the base
 // partitioner must place consistently, keep their partition: moving them
-// would break per-key ordering.
+// would break per-key ordering (the producer refuses a keyed record bound
+// for an avoided partition instead, see PartitionBusyError). A run of
+// keyless records on one partition lasts at most 100ms of their
+// timestamps (franz-go's default partitioner stays until 64 KiB went to
+// the partition; see bounded).
 //
 // Build the client with KafkaClientOpts (which installs one) and hand it
 // to NewKafka, which connects the partitioner to the producer's leases.
