@@ -189,20 +189,23 @@ func (r *Replicator) Close() {
 }
 
 // checkRole moves the served hub between the leader's replicated sets and
-// this replica's own. A replica that starts leading renumbers its sets
-// above every version it read, then serves them.
+// this replica's own. A replica that starts leading serves its sets and
+// renumbers them above every version it read. The hub leads first: the
+// publishing goroutine that Renumber wakes writes only while it does
+// (Publish), so the renumbered sets reach the channel at once, not at the
+// engine's next change.
 func (r *Replicator) checkRole() {
 	_, lead := r.cfg.Elector.Leading(time.Now())
 	if lead == r.sink.isLeading() {
 		return
 	}
+	r.sink.lead(lead)
 	if lead {
 		r.mu.Lock()
 		floor := r.maxVersion
 		r.mu.Unlock()
 		r.eng.Renumber(floor)
 	}
-	r.sink.lead(lead)
 }
 
 // apply is one entry of the channel.

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"sync/atomic"
@@ -157,3 +158,76 @@ func waitFor(tb testing.TB, what string, cond func() bool) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// publishOnRenumber is an engine whose publishing goroutine runs the
+// instant Renumber wakes it, before Renumber's caller goes on: the
+// scheduling under which a take-over's sets once reached the channel only
+// at the engine's next change.
+type publishOnRenumber struct {
+	*engine.Engine
+	tb  testing.TB
+	rep *Replicator
+}
+
+func (e publishOnRenumber) Renumber(floor uint64) {
+	e.Engine.Renumber(floor)
+	e.rep.sink.mu.Lock()
+	snap := publish.Snapshot{}
+	for _, set := range e.rep.sink.own {
+		snap.Sets = append(snap.Sets, set)
+	}
+	e.rep.sink.mu.Unlock()
+	if err := e.rep.Publish(context.Background(), snap); err != nil {
+		e.tb.Error(err)
+	}
+}
+
+// TestTakeoverWritesRenumbered: a replica that starts leading writes its
+// renumbered sets at once, whenever its publishing goroutine runs: the
+// followers serve them without waiting for the engine's next change.
+func TestTakeoverWritesRenumbered(t *testing.T) {
+	s := embedded.NATSTest(t)
+	nc, err := natsgo.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub, el := quotaserver.NewHub(), &role{}
+	t.Cleanup(hub.Close)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rep := New(Config{Channel: NewNATS(js, NATSBucket("takeover")), Elector: el, Hub: hub, Lifetime: time.Minute, Log: log})
+	eng, err := engine.New(engine.Config{Hub: rep.Sink(), Logger: log, Lease: quota.LeaseConfig{Interval: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.SetEngine(publishOnRenumber{Engine: eng, tb: t, rep: rep})
+	if _, err := eng.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+		t.Fatal(err)
+	}
+	el.lead.Store(true)
+	rep.checkRole()
+
+	served, _, ok := hub.Current("p")
+	if !ok {
+		t.Fatal("the new leader serves no set")
+	}
+	kv, err := js.KeyValue(context.Background(), NATSBucket("takeover"))
+	if err != nil {
+		t.Fatalf("the new leader wrote nothing: %v", err)
+	}
+	e, err := kv.Get(context.Background(), key(kindSet, "p"))
+	if err != nil {
+		t.Fatalf("the new leader's set is not in the channel: %v", err)
+	}
+	var rec setRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Set.Version != served.Version {
+		t.Errorf("the channel holds version %d, the new leader serves %d", rec.Set.Version, served.Version)
+	}
+}
