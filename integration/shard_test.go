@@ -78,6 +78,39 @@ func slowConsumer(tb testing.TB, addr, group, topic string) {
 	tb.Cleanup(func() { cancel(); wg.Wait() })
 }
 
+// streamLoad publishes to stream 100 messages/s and has a bound push
+// consumer "w" (live on every reading) ack 20 of them per second, until
+// the test ends.
+func streamLoad(tb testing.TB, nc *natsgo.Conn, js jetstream.JetStream, stream string) {
+	tb.Helper()
+	legacy, err := nc.JetStream()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sub, err := legacy.Subscribe(stream, func(m *natsgo.Msg) {
+		time.Sleep(50 * time.Millisecond) // the consumer's pace: 20 messages/s
+		_ = m.Ack()
+	}, natsgo.Durable("w"), natsgo.ManualAck(), natsgo.AckExplicit(), natsgo.MaxAckPending(2), natsgo.DeliverAll())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_, _ = js.Publish(ctx, stream, []byte("m"))
+			}
+		}
+	})
+	tb.Cleanup(func() { cancel(); wg.Wait(); _ = sub.Unsubscribe() })
+}
+
 // count is the number of entries of m (topics, shards) held by id.
 func count(m map[string]string, id string) int {
 	n := 0
@@ -110,10 +143,10 @@ func TestHAShards(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	// Each world makes eight topics under prefix and returns the
-	// cluster "c" as YAML and whether its groups bind (leases limited).
-	cases := map[string]func(tb testing.TB, prefix string) (cluster string, topics []string, binding bool){
-		"kafka": func(tb testing.TB, prefix string) (string, []string, bool) {
+	// Each world makes eight topics under prefix, each read by a slow
+	// group, and returns the cluster "c" as YAML.
+	cases := map[string]func(tb testing.TB, prefix string) (cluster string, topics []string){
+		"kafka": func(tb testing.TB, prefix string) (string, []string) {
 			addr := kafkatest.Bootstrap(tb)
 			prod := client(tb, addr)
 			old := time.Now().Add(-time.Minute)
@@ -127,9 +160,9 @@ func TestHAShards(t *testing.T) {
 				slowConsumer(tb, addr, group, topic) // 20 records/s, committed
 			}
 			return fmt.Sprintf("kafka:\n  - cluster: c\n    brokers: [%q]\n    groups: {include: [%q]}\n    topics: {include: [%q]}\n",
-				addr, prefix+"-g.*", prefix+"-t.*"), topics, true
+				addr, prefix+"-g.*", prefix+"-t.*"), topics
 		},
-		"nats": func(tb testing.TB, prefix string) (string, []string, bool) {
+		"nats": func(tb testing.TB, prefix string) (string, []string) {
 			s := embedded.NATSTest(tb)
 			nc, err := natsgo.Connect(s.ClientURL())
 			if err != nil {
@@ -145,26 +178,21 @@ func TestHAShards(t *testing.T) {
 				if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name}}); err != nil {
 					tb.Fatal(err)
 				}
-				if _, err := js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
-					tb.Fatal(err)
-				}
-				if _, err := js.Publish(ctx, name, []byte("m")); err != nil {
-					tb.Fatal(err)
-				}
+				streamLoad(tb, nc, js, name)
 			}
-			return fmt.Sprintf("nats:\n  - cluster: c\n    urls: [%q]\n    streams: {include: [\"S.*\"]}\n", s.ClientURL()), streams, false
+			return fmt.Sprintf("nats:\n  - cluster: c\n    urls: [%q]\n    streams: {include: [\"S.*\"]}\n", s.ClientURL()), streams
 		},
 	}
 	for name, world := range cases {
 		t.Run(name, func(t *testing.T) {
 			prefix := unique("shard")
-			cluster, topics, binding := world(t, prefix)
-			haShards(t, bin, prefix, cluster, topics, binding)
+			cluster, topics := world(t, prefix)
+			haShards(t, bin, prefix, cluster, topics)
 		})
 	}
 }
 
-func haShards(t *testing.T, bin, name, cluster string, topics []string, binding bool) {
+func haShards(t *testing.T, bin, name, cluster string, topics []string) {
 	dir := t.TempDir()
 	const session, interval = 6 * time.Second, 250 * time.Millisecond
 	var ps []*haProcess
@@ -235,12 +263,8 @@ ha:
 	if owned != 4 {
 		t.Errorf("lagbridge_ha_shards_owned sums to %v over the replicas, want 4", owned)
 	}
-	// limited: the leader limits every topic (always true where the
-	// groups do not bind).
+	// limited: the leader limits every topic.
 	limited := func() (bool, string) {
-		if !binding {
-			return true, ""
-		}
 		set := report(t, leader.base, "checkout", topics...)
 		var open []string
 		for _, l := range set.Leases {
