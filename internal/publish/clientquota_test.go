@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
@@ -101,16 +100,7 @@ func TestClientQuotaRates(t *testing.T) {
 // other leader let send 100 times more is not held for minutes by a cut
 // computed from the old value.
 func TestClientQuotaResetOnLeadingAgain(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
+	_, cl := kfakeClient(t, kfake.NumBrokers(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	pols, topic := legacyPolicy(t)
@@ -224,21 +214,7 @@ func TestClientQuotaShares(t *testing.T) {
 // quarter by each of two others is stored half its grant: what the
 // busiest broker must let through. On kfake with three brokers.
 func TestClientQuotaPerBroker(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(4, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	for p, node := range []int32{0, 0, 1, 2} {
-		if err := c.MoveTopicPartition("orders", int32(p), node); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
+	cl := ledUnevenly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	pols, topic := legacyPolicy(t)

@@ -42,24 +42,40 @@ func TestPerBroker(t *testing.T) {
 	}
 }
 
-// TestLeaders: on a kfake cluster of three brokers, the share of a topic's
-// partitions each broker leads, as the partitions are moved.
-func TestLeaders(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(4, "orders"))
+// kfakeClient starts a kfake cluster with opts and returns it with a
+// client of it; both close when the test ends.
+func kfakeClient(tb testing.TB, opts ...kfake.Opt) (*kfake.Cluster, *kgo.Client) {
+	tb.Helper()
+	c, err := kfake.NewCluster(opts...)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer c.Close()
+	tb.Cleanup(c.Close)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer cl.Close()
+	tb.Cleanup(cl.Close)
+	return c, cl
+}
+
+// ledUnevenly is a kfake cluster of three brokers whose topic orders has
+// four partitions, led by brokers 0, 0, 1 and 2; it returns a client.
+func ledUnevenly(tb testing.TB) *kgo.Client {
+	tb.Helper()
+	c, cl := kfakeClient(tb, kfake.NumBrokers(3), kfake.SeedTopics(4, "orders"))
 	for p, node := range []int32{0, 0, 1, 2} {
 		if err := c.MoveTopicPartition("orders", int32(p), node); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
+	return cl
+}
+
+// TestLeaders: on a kfake cluster of three brokers, the share of a topic's
+// partitions each broker leads.
+func TestLeaders(t *testing.T) {
+	cl := ledUnevenly(t)
 	q := NewClientQuotas(cl, discard)
 	ls, err := q.Leaders(ctx(t), []string{"orders", "missing"})
 	if err != nil {
