@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/lagbridge/lagbridge/lag"
@@ -208,8 +207,9 @@ func (c ControllerConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Decision is the controller's verdict on one target (or, from
-// [CombineTopic], on one topic) at one instant.
+// Decision is the controller's verdict on one target at one instant. The
+// verdict on a topic, its groups' decisions combined, is a [TopicDecision]
+// (the same fields; the notes "from CombineTopic" below are about it).
 type Decision struct {
 	// Target is the target decided on; from CombineTopic, its Group is
 	// empty.
@@ -1373,120 +1373,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// Topic names what producers write to: a Kafka topic or a NATS stream on
-// one cluster. It is comparable and used as a map key.
-type Topic struct {
-	Kind    lag.Kind `json:"kind"`
-	Cluster string   `json:"cluster"`
-	// Name is the Kafka topic or the NATS stream.
-	Name string `json:"name"`
-}
-
-// TopicOf returns the topic a target reads.
-func TopicOf(t lag.Target) Topic { return Topic{Kind: t.Kind, Cluster: t.Cluster, Name: t.Topic} }
-
-// String returns kind/cluster/name.
-func (t Topic) String() string { return string(t.Kind) + "/" + t.Cluster + "/" + t.Name }
-
-// CombineTopic combines the decisions of the consumer groups that read one
-// topic into the topic's decision: a producer may write no faster than the
-// slowest reader can bear. ds must all be of one topic (the first one's is
-// used). The result:
-//
-//   - ignores abandoned targets' decisions (Rule [RuleAbandoned]: a consumer
-//     nobody runs binds nothing); when all are abandoned it is unlimited,
-//     signal ok, with RuleAbandoned;
-//   - considers the enforced decisions only, when there is any (advisory
-//     ones must not bind an enforced topic); otherwise all, and is then
-//     advisory;
-//   - has the minimum Rate, and the Policy, MinRate, Capacity, Wait,
-//     TargetWait and Lag of the decision with that minimum (the binding
-//     one; among equal rates, the one with the worst signal);
-//   - has the worst signal (stop > slow-down > avoid-partitions > ok), the
-//     longest retry-after, the union of the partitions to avoid, the
-//     oldest head age, the latest At, and Held if any was held;
-//   - has the Rule of the binding decision, and a Reason naming the
-//     binding group.
-//
-// With no decisions it returns an unlimited decision with signal ok and
-// RuleNone.
-func CombineTopic(ds []Decision) Decision {
-	if len(ds) == 0 {
-		return Decision{Rate: Unlimited, Reason: "no consumer groups"}
-	}
-	var live, enforced int
-	for _, d := range ds {
-		if d.Rule != RuleAbandoned {
-			live++
-			if !d.Advisory {
-				enforced++
-			}
-		}
-	}
-	if live == 0 {
-		out := Decision{Target: ds[0].Target, Policy: ds[0].Policy, At: ds[0].At, Rate: Unlimited, Rule: RuleAbandoned}
-		out.Target.Group = ""
-		out.Reason = fmt.Sprintf("all %d groups abandoned: unlimited", len(ds))
-		return out
-	}
-	// counts: the decisions that may bind.
-	counts := func(d Decision) bool { return d.Rule != RuleAbandoned && (enforced == 0 || !d.Advisory) }
-	var bind Decision
-	found := false
-	for _, d := range ds {
-		if counts(d) && (!found || d.Rate < bind.Rate || (d.Rate == bind.Rate && severity(d.Signal) > severity(bind.Signal))) {
-			bind, found = d, true
-		}
-	}
-	out := bind
-	out.Target.Group = ""
-	out.Target.Kind, out.Target.Cluster, out.Target.Topic = ds[0].Target.Kind, ds[0].Target.Cluster, ds[0].Target.Topic
-	out.Advisory = enforced == 0
-	out.AvoidPartitions = nil
-	var avoid []int32
-	for _, d := range ds {
-		if !counts(d) {
-			continue
-		}
-		if severity(d.Signal) > severity(out.Signal) {
-			out.Signal = d.Signal
-		}
-		out.RetryAfter = max(out.RetryAfter, d.RetryAfter)
-		out.HeadAge = max(out.HeadAge, d.HeadAge)
-		out.ProduceRate = max(out.ProduceRate, d.ProduceRate)
-		if d.At.After(out.At) {
-			out.At = d.At
-		}
-		out.Held = out.Held || d.Held
-		avoid = append(avoid, d.AvoidPartitions...)
-	}
-	if len(avoid) > 0 {
-		slices.Sort(avoid)
-		out.AvoidPartitions = slices.Compact(avoid)
-	}
-	if out.Signal != SignalSlowDown {
-		out.RetryAfter = 0
-	}
-	out.Reason = fmt.Sprintf("group %s binds (%d groups): %s", bind.Target.Group, len(ds), bind.Reason)
-	return out
-}
-
-// CombineTopics groups ds by topic ([TopicOf] their targets) and combines
-// each group with [CombineTopic]. The result is sorted by topic.
-func CombineTopics(ds []Decision) []Decision {
-	by := make(map[Topic][]Decision)
-	for _, d := range ds {
-		t := TopicOf(d.Target)
-		by[t] = append(by[t], d)
-	}
-	out := make([]Decision, 0, len(by))
-	for _, g := range by {
-		out = append(out, CombineTopic(g))
-	}
-	slices.SortFunc(out, func(a, b Decision) int {
-		return strings.Compare(TopicOf(a.Target).String(), TopicOf(b.Target).String())
-	})
-	return out
 }

@@ -14,7 +14,8 @@
 //     second, +Inf when unlimited) and a [Signal] with a retry-after hint.
 //     The control law and why it is stable are in docs/quota-control.md.
 //   - [CombineTopic] takes the minimum over the consumer groups that read one
-//     topic: a producer's quota for a topic is the tightest of its readers'.
+//     topic into a [TopicDecision]: a producer's quota for a topic is the
+//     tightest of its readers'.
 //   - [Allocator] (default [PriorityFair]) splits a topic's rate across its
 //     producers: strict priority across criticalities, weighted max-min fair
 //     within one, floors honoured, unused share redistributed.

@@ -382,7 +382,7 @@ func (b *LeaseBook) report(r Report, now time.Time) (*member, error) {
 }
 
 // Join records r like [LeaseBook.Report] and returns the producer's lease
-// on r.Topic under the topic's decision d (normally from [CombineTopic])
+// on r.Topic under the topic's decision d (from [CombineTopic])
 // and its policy p, plus the leases of the topic's other producers that
 // changed materially because of it (new versions, for the caller to push).
 //
@@ -397,7 +397,7 @@ func (b *LeaseBook) report(r Report, now time.Time) (*member, error) {
 // interval, until Apply gives it its share.
 //
 // Errors are those of Report.
-func (b *LeaseBook) Join(r Report, d Decision, p Policy, now time.Time) (Lease, []Lease, error) {
+func (b *LeaseBook) Join(r Report, d TopicDecision, p Policy, now time.Time) (Lease, []Lease, error) {
 	m, err := b.report(r, now)
 	if err != nil {
 		return Lease{}, nil, err
@@ -474,7 +474,7 @@ func (b *LeaseBook) Join(r Report, d Decision, p Policy, now time.Time) (Lease, 
 
 // share is the lease of a producer taking part in the allocation of topic
 // with grant rate, before versioning.
-func (b *LeaseBook) share(id string, topic Topic, d Decision, unlisted bool, crit Criticality, p Policy, rate float64) Lease {
+func (b *LeaseBook) share(id string, topic Topic, d TopicDecision, unlisted bool, crit Criticality, p Policy, rate float64) Lease {
 	l := Lease{
 		Producer:    id,
 		Topic:       topic,
@@ -496,7 +496,7 @@ func (b *LeaseBook) share(id string, topic Topic, d Decision, unlisted bool, cri
 }
 
 // refusedLease is the lease of an unlisted producer refused a share.
-func (b *LeaseBook) refusedLease(id string, topic Topic, d Decision, p Policy) Lease {
+func (b *LeaseBook) refusedLease(id string, topic Topic, d TopicDecision, p Policy) Lease {
 	l := Lease{Producer: id, Topic: topic, Signal: SignalStop, Advisory: d.Advisory, Criticality: Sheddable, Unlisted: true, Refused: true}
 	if p.Unlisted.Refuses() {
 		l.Reason = fmt.Sprintf("producer %q is not listed in policy %q, which refuses unlisted producers", id, p.Name)
@@ -535,7 +535,7 @@ func copyLease(l *Lease) Lease {
 
 // allocate splits d.Rate across ms (sorted by producer) and the silent ids
 // (sorted), and stores their leases.
-func (b *LeaseBook) allocate(topic Topic, d Decision, p Policy, ms []*member, silent []ProducerSpec, now time.Time) {
+func (b *LeaseBook) allocate(topic Topic, d TopicDecision, p Policy, ms []*member, silent []ProducerSpec, now time.Time) {
 	n := len(ms) + len(silent)
 	demands := make([]Demand, 0, n)
 	for _, m := range ms {
@@ -604,7 +604,7 @@ func (b *LeaseBook) Expire(now time.Time) []Lease {
 	return gone
 }
 
-// Apply allocates the topic decision d (normally from [CombineTopic]) under
+// Apply allocates the topic decision d (from [CombineTopic]) under
 // policy p (the one named by d.Policy: its producers, weights, floor and
 // [Unlisted] rule) across the producers of the topic as of now, and returns
 // their leases sorted by producer. The producers are those with a report
@@ -621,7 +621,7 @@ func (b *LeaseBook) Expire(now time.Time) []Lease {
 // A lease keeps its version and content when the new content differs by no
 // more than MaterialChange in rate and not at all otherwise; only its
 // Expires and RefreshAfter (and Reason) move.
-func (b *LeaseBook) Apply(d Decision, p Policy, now time.Time) []Lease {
+func (b *LeaseBook) Apply(d TopicDecision, p Policy, now time.Time) []Lease {
 	topic := TopicOf(d.Target)
 	tb := b.topics[topic]
 	if tb == nil {

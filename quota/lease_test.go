@@ -46,8 +46,8 @@ func report(tb testing.TB, b *LeaseBook, id string, c Criticality, demand float6
 	}
 }
 
-func decision(rate float64, sig Signal) Decision {
-	return Decision{Target: ordersK, Policy: "p", Rate: rate, Signal: sig}
+func decision(rate float64, sig Signal) TopicDecision {
+	return TopicDecision{Target: ordersK, Policy: "p", Rate: rate, Signal: sig}
 }
 
 // TestLeaseVersions: the version moves on a material change only: a rate
@@ -58,7 +58,7 @@ func TestLeaseVersions(t *testing.T) {
 	b := newBook(t, LeaseConfig{})
 	report(t, b, "a", Critical, 1000, leaseT0)
 	steps := []struct {
-		d    Decision
+		d    TopicDecision
 		bump bool
 		rate float64 // published rate
 	}{
@@ -69,14 +69,14 @@ func TestLeaseVersions(t *testing.T) {
 		{decision(101.5, SignalOK), true, 101.5},       // signal change
 		{decision(inf, SignalOK), true, inf},           // unlimited
 		{decision(inf, SignalOK), false, inf},          // same
-		{func() Decision { d := decision(inf, SignalOK); d.Advisory = true; return d }(), true, inf},
-		{func() Decision {
+		{func() TopicDecision { d := decision(inf, SignalOK); d.Advisory = true; return d }(), true, inf},
+		{func() TopicDecision {
 			d := decision(inf, SignalAvoidPartitions)
 			d.Advisory = true
 			d.AvoidPartitions = []int32{2}
 			return d
 		}(), true, inf},
-		{func() Decision {
+		{func() TopicDecision {
 			d := decision(inf, SignalAvoidPartitions)
 			d.Advisory = true
 			d.AvoidPartitions = []int32{2, 3}

@@ -431,7 +431,7 @@ func (s *sim) observe(t, dt float64) {
 		}
 	}
 	s.book.Expire(now)
-	leases := s.book.Apply(dec, cfg.policy, now)
+	leases := s.book.Apply(TopicDecision(dec), cfg.policy, now) // one group: its decision is its topic's
 	for _, l := range leases {
 		for _, p := range cfg.producers {
 			if p.id == l.Producer {

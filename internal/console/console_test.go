@@ -36,9 +36,9 @@ func server(tb testing.TB, token string) string {
 	}
 	log := history.NewLog(history.Config{}, slog.New(slog.DiscardHandler), nil)
 	topic := quota.TopicOf(tg)
-	d := quota.Decision{Target: tg, Policy: "orders", Rule: quota.RuleDrain, Signal: quota.SignalSlowDown, Rate: 0, Lag: 3400,
+	d := quota.TopicDecision{Target: tg, Policy: "orders", Rule: quota.RuleDrain, Signal: quota.SignalSlowDown, Rate: 0, Lag: 3400,
 		HeadAge: 3400 * time.Millisecond, Capacity: 400, CapacityKnown: true, Wait: 8500 * time.Millisecond}
-	log.Observe(now.Add(-time.Minute), map[quota.Topic]quota.Decision{topic: d},
+	log.Observe(now.Add(-time.Minute), map[quota.Topic]quota.TopicDecision{topic: d},
 		[]quota.Lease{{Producer: "p", Topic: topic, Rate: 0, Signal: quota.SignalSlowDown}},
 		func(string) time.Duration { return 2 * time.Second })
 	(&history.API{Store: history.NewStore(history.Config{}, time.Second, now.Add(-time.Hour)), Log: log}).Register(h.Mux, nil, nil)

@@ -64,7 +64,7 @@ type Hub interface {
 
 // DecisionLog records decisions after each cycle (internal/history.Log).
 type DecisionLog interface {
-	Observe(now time.Time, topics map[quota.Topic]quota.Decision, leases []quota.Lease, budget func(policy string) time.Duration)
+	Observe(now time.Time, topics map[quota.Topic]quota.TopicDecision, leases []quota.Lease, budget func(policy string) time.Duration)
 }
 
 // DefaultMaxProducers is Config.MaxProducers's default. Each producer costs
@@ -115,7 +115,7 @@ type Engine struct {
 	// the targets they observe (SetRemote).
 	remote map[string][]quota.Decision
 	// topics holds the combined decision per topic.
-	topics map[quota.Topic]quota.Decision
+	topics map[quota.Topic]quota.TopicDecision
 	// published is the fingerprint and version of each producer's set.
 	published map[string]published
 	version   uint64
@@ -188,7 +188,7 @@ func New(cfg Config) (*Engine, error) {
 	lease := cfg.Lease.WithDefaults()
 	return &Engine{lifetime: lease.Lifetime, interval: lease.Interval,
 		policies: policies, ctl: ctl, book: book, hub: cfg.Hub, log: cfg.Logger, now: cfg.Now, pubs: cfg.Publishers, declog: cfg.Log,
-		decisions: map[string]map[lag.Target]quota.Decision{}, remote: map[string][]quota.Decision{}, topics: map[quota.Topic]quota.Decision{},
+		decisions: map[string]map[lag.Target]quota.Decision{}, remote: map[string][]quota.Decision{}, topics: map[quota.Topic]quota.TopicDecision{},
 		published: map[string]published{}, version: cfg.Lease.VersionBase,
 		producers: map[string]*producer{}, maxProducers: cmp.Or(cfg.MaxProducers, DefaultMaxProducers),
 		byName: map[string][]quota.Topic{},

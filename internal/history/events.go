@@ -190,14 +190,14 @@ func NewLog(cfg Config, logger *slog.Logger, reg prometheus.Registerer) *Log {
 // and every grant cut or released beyond the threshold. budget returns a
 // policy's budget (maxAge - processingTime). It is called with the quota
 // engine's state as of now; topics and leases are only read.
-func (l *Log) Observe(now time.Time, topics map[quota.Topic]quota.Decision, leases []quota.Lease, budget func(policy string) time.Duration) {
+func (l *Log) Observe(now time.Time, topics map[quota.Topic]quota.TopicDecision, leases []quota.Lease, budget func(policy string) time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	holders := map[quota.Topic][]string{}
 	for _, ls := range leases {
 		holders[ls.Topic] = append(holders[ls.Topic], ls.Producer)
 	}
-	inputs := func(d quota.Decision) Inputs {
+	inputs := func(d quota.TopicDecision) Inputs {
 		in := Inputs{Lag: d.Lag, HeadAgeSeconds: d.HeadAge.Seconds(), Capacity: round3(d.Capacity), CapacityKnown: d.CapacityKnown,
 			WaitSeconds: d.Wait.Seconds(), TargetWaitSeconds: d.TargetWait.Seconds()}
 		if d.Wait < 0 {

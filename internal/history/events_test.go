@@ -20,8 +20,8 @@ import (
 
 var orders = quota.Topic{Kind: lag.KindKafka, Cluster: "c", Name: "orders"}
 
-func decision(sig quota.Signal, rate float64, rule quota.Rule) quota.Decision {
-	return quota.Decision{Policy: "p", Signal: sig, Rate: rate, Rule: rule, Lag: 5000, HeadAge: 3 * time.Second,
+func decision(sig quota.Signal, rate float64, rule quota.Rule) quota.TopicDecision {
+	return quota.TopicDecision{Policy: "p", Signal: sig, Rate: rate, Rule: rule, Lag: 5000, HeadAge: 3 * time.Second,
 		Capacity: 400, CapacityKnown: true, Wait: 12500 * time.Millisecond, TargetWait: time.Second, Reason: "words"}
 }
 
@@ -34,7 +34,7 @@ func lease(producer string, rate float64, sig quota.Signal) quota.Lease {
 func TestLogObserve(t *testing.T) {
 	inf := math.Inf(1)
 	type step struct {
-		d      quota.Decision
+		d      quota.TopicDecision
 		leases []quota.Lease
 		want   []string // kind producer prev->rate, in order
 	}
@@ -82,7 +82,7 @@ func TestLogObserve(t *testing.T) {
 			total := 0
 			for i, s := range c.steps {
 				at := t0.Add(time.Duration(i) * time.Second)
-				l.Observe(at, map[quota.Topic]quota.Decision{orders: s.d}, s.leases, budget)
+				l.Observe(at, map[quota.Topic]quota.TopicDecision{orders: s.d}, s.leases, budget)
 				evs, _ := l.Events(EventQuery{Since: at})
 				var got []string
 				for _, e := range evs {
@@ -121,7 +121,7 @@ func TestLogRing(t *testing.T) {
 		if i%2 == 1 {
 			r = 100
 		}
-		l.Observe(t0.Add(time.Duration(i)*time.Second), map[quota.Topic]quota.Decision{orders: decision(quota.SignalSlowDown, r, quota.RuleFollow)},
+		l.Observe(t0.Add(time.Duration(i)*time.Second), map[quota.Topic]quota.TopicDecision{orders: decision(quota.SignalSlowDown, r, quota.RuleFollow)},
 			[]quota.Lease{lease("a", r, quota.SignalSlowDown)}, nil)
 	}
 	all, dropped := l.Events(EventQuery{})
@@ -171,8 +171,8 @@ func TestAPI(t *testing.T) {
 		s.Record(t0.Add(time.Duration(i+1)*time.Second), []lag.State{state(tg, int64(i), time.Second, lag.StatusOK)},
 			map[lag.Target]quota.Decision{tg: {Rate: math.Inf(1)}})
 	}
-	l.Observe(now, map[quota.Topic]quota.Decision{orders: decision(quota.SignalStop, 0, quota.RuleHardAge)}, []quota.Lease{lease("a", 0, quota.SignalStop)}, nil)
-	l.Observe(now, map[quota.Topic]quota.Decision{orders: decision(quota.SignalOK, math.Inf(1), quota.RuleRelease)}, []quota.Lease{lease("a", math.Inf(1), quota.SignalOK)}, nil)
+	l.Observe(now, map[quota.Topic]quota.TopicDecision{orders: decision(quota.SignalStop, 0, quota.RuleHardAge)}, []quota.Lease{lease("a", 0, quota.SignalStop)}, nil)
+	l.Observe(now, map[quota.Topic]quota.TopicDecision{orders: decision(quota.SignalOK, math.Inf(1), quota.RuleRelease)}, []quota.Lease{lease("a", math.Inf(1), quota.SignalOK)}, nil)
 	mux := http.NewServeMux()
 	guarded := 0
 	count := func(h http.Handler) http.Handler {

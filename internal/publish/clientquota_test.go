@@ -39,7 +39,7 @@ func TestClientQuotaUnheeded(t *testing.T) {
 	pols, topic := legacyPolicy(t)
 	snap := func(produce float64) Snapshot {
 		return Snapshot{Policies: pols,
-			Topics: map[quota.Topic]quota.Decision{topic: {Policy: "in", Rate: 100, ProduceRate: produce}},
+			Topics: map[quota.Topic]quota.TopicDecision{topic: {Policy: "in", Rate: 100, ProduceRate: produce}},
 			Leases: []quota.Lease{{Producer: "legacy", Topic: topic, Rate: 100}}}
 	}
 	steps := []struct {
@@ -76,7 +76,7 @@ func TestClientQuotaUnheeded(t *testing.T) {
 func TestClientQuotaRates(t *testing.T) {
 	pols, topic := legacyPolicy(t)
 	s := Snapshot{Policies: pols,
-		Topics: map[quota.Topic]quota.Decision{topic: {Policy: "in", Rate: 0, ProduceRate: 40}},
+		Topics: map[quota.Topic]quota.TopicDecision{topic: {Policy: "in", Rate: 0, ProduceRate: 40}},
 		Leases: []quota.Lease{{Producer: "legacy", Topic: topic, Rate: 0}}}
 	cases := []struct {
 		name       string
@@ -106,7 +106,7 @@ func TestClientQuotaResetOnLeadingAgain(t *testing.T) {
 	pols, topic := legacyPolicy(t)
 	snap := func(rate, produce float64) Snapshot {
 		return Snapshot{Policies: pols,
-			Topics: map[quota.Topic]quota.Decision{topic: {Policy: "in", Rate: rate, ProduceRate: produce}},
+			Topics: map[quota.Topic]quota.TopicDecision{topic: {Policy: "in", Rate: rate, ProduceRate: produce}},
 			Leases: []quota.Lease{{Producer: "legacy", Topic: topic, Rate: rate}}}
 	}
 	q := NewClientQuotas(cl, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -151,7 +151,7 @@ func TestClientQuotaWant(t *testing.T) {
 	topic := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "orders"}
 	other := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "events"}
 	s := Snapshot{Policies: pols,
-		Topics: map[quota.Topic]quota.Decision{topic: {Policy: "in"}, other: {Policy: "out"}},
+		Topics: map[quota.Topic]quota.TopicDecision{topic: {Policy: "in"}, other: {Policy: "out"}},
 		Leases: []quota.Lease{
 			{Producer: "legacy", Topic: topic, Rate: 100},
 			{Producer: "sdk-user", Topic: topic, Rate: 50},                                                        // not listed
@@ -180,7 +180,7 @@ func TestClientQuotaShares(t *testing.T) {
 	}
 	orders := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "orders"}
 	events := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "events"}
-	topics := map[quota.Topic]quota.Decision{orders: {Policy: "in", ProduceRate: 100}, events: {Policy: "in", ProduceRate: 30}}
+	topics := map[quota.Topic]quota.TopicDecision{orders: {Policy: "in", ProduceRate: 100}, events: {Policy: "in", ProduceRate: 30}}
 	cases := []struct {
 		name       string
 		leases     []quota.Lease
@@ -221,7 +221,7 @@ func TestClientQuotaPerBroker(t *testing.T) {
 	q := NewClientQuotas(cl, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	p := &ClientQuotaPublisher{Cluster: "c1", Quotas: q, BytesPerMessage: 1000}
 	s := Snapshot{Policies: pols,
-		Topics: map[quota.Topic]quota.Decision{topic: {Policy: "in", Rate: 100, ProduceRate: 100}},
+		Topics: map[quota.Topic]quota.TopicDecision{topic: {Policy: "in", Rate: 100, ProduceRate: 100}},
 		Leases: []quota.Lease{{Producer: "legacy", Topic: topic, Rate: 100}}}
 	if err := p.Publish(ctx, s); err != nil {
 		t.Fatal(err)
@@ -264,9 +264,9 @@ func TestClientQuotaHolds(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := Snapshot{Policies: pols, Topics: map[quota.Topic]quota.Decision{}}
+			s := Snapshot{Policies: pols, Topics: map[quota.Topic]quota.TopicDecision{}}
 			for topic, w := range c.waits {
-				s.Topics[topic] = quota.Decision{Policy: "in", Wait: w}
+				s.Topics[topic] = quota.TopicDecision{Policy: "in", Wait: w}
 				rate := 10.0
 				if topic == events && c.unlim {
 					rate = quota.Unlimited

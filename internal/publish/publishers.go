@@ -28,7 +28,7 @@ type Publisher interface {
 type Snapshot struct {
 	Sets     []quotaproto.LeaseSet
 	Leases   []quota.Lease
-	Topics   map[quota.Topic]quota.Decision
+	Topics   map[quota.Topic]quota.TopicDecision
 	Policies *quota.Policies
 }
 
@@ -235,9 +235,9 @@ func (p *ClientQuotaPublisher) bytesPer(topic, clientID string) float64 {
 
 // quoted reports whether the lease's producer gets a client quota from
 // this publisher, and the topic's decision.
-func (p *ClientQuotaPublisher) quoted(s Snapshot, l quota.Lease) (quota.Decision, bool) {
+func (p *ClientQuotaPublisher) quoted(s Snapshot, l quota.Lease) (quota.TopicDecision, bool) {
 	if l.Topic.Kind != lag.KindKafka || l.Topic.Cluster != p.Cluster || l.Advisory {
-		return quota.Decision{}, false
+		return quota.TopicDecision{}, false
 	}
 	d, ok := s.Topics[l.Topic]
 	if !ok {
