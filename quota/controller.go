@@ -1245,82 +1245,13 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 	tc.gen++
 	others := false // a partition not late was written to
 	for _, ps := range st.Partitions {
-		pos := ps.End - ps.Lag
 		pt, had := tc.parts[ps.Partition]
 		head := max(ps.HeadAge.Seconds()-v.since, 0)
-		next := partTrack{pos: pos, lag: ps.Lag, gen: tc.gen, rate: pt.rate, movePos: pt.movePos, moveAt: pt.moveAt, probe: pt.probe}
-		probe := cmp.Or(pt.probe, avoidProbe)
-		switch {
-		case !had || ps.Stale:
-			next.movePos, next.moveAt = pos, st.At
-		case pos != pt.movePos:
-			// Moved: if it had a backlog all along, it drained at its
-			// capacity since the last move.
-			if pt.lag > 0 && ps.Lag > 0 && st.At.After(pt.moveAt) && !pt.moveAt.IsZero() {
-				next.rate = float64(pos-pt.movePos) / st.At.Sub(pt.moveAt).Seconds()
-			}
-			next.movePos, next.moveAt = pos, st.At
-		}
-		if had && !ps.Stale && dt > 0 {
-			next.in = float64(max(ps.End-(pt.pos+pt.lag), 0)) / dt
-			next.out = float64(max(pos-pt.pos, 0)) / dt
-			if ps.Lag > 0 && next.rate > 0 {
-				next.out = next.rate
-			}
-		}
-		wait := -1.0 // unknown
-		if ps.Lag > 0 && had && havePrev && dt > 0 && !ps.Stale && !pt.moveAt.IsZero() {
-			// Its consume rate over the span since its previous move: a
-			// position read from commits moves only when the consumer
-			// commits, so an interval without a move measures nothing
-			// until its commit is overdue (as for the target, see
-			// consumption).
-			span, cad := st.At.Sub(pt.moveAt).Seconds(), partCadence(&ps, v)
-			switch {
-			case pos != pt.movePos && span > 0:
-				drain := float64(pos-pt.movePos) / span
-				wait = float64(ps.Lag) / drain
-				if next.in > drain {
-					// What is written to it beyond what it drains until
-					// the next decision takes effect (one interval) waits
-					// longer still.
-					wait += (next.in/drain - 1) * dt
-				}
-			case cad <= 0 || span > 1.5*cad+dt:
-				wait = math.Inf(1)
-			}
-		} else if ps.Lag > 0 && !had && !ps.Stale && v.measured && v.consumed > 0 {
-			// First sight: its own rate is not known yet; take its share
-			// of the target's. A partition that holds the target's
-			// backlog alone is late at once, before the target's wait,
-			// made of its lag, drains the whole topic for it.
-			wait = float64(ps.Lag) * float64(len(st.Partitions)) / v.consumed
-		}
+		next := trackPart(pt, had, &ps, st, dt)
+		next.gen = tc.gen
+		wait := partWait(pt, next, had, havePrev, &ps, st, v)
 		isLate := ps.Lag > 0 && (head > p.MaxAge.Seconds() || (wait >= budget && head > lateHead))
-		if pt.late && !isLate {
-			comfortable := ps.Lag <= 0 || (head <= setWait && wait >= 0 && wait <= setWait)
-			if comfortable {
-				next.calm, next.calmFor = pt.calm+1, pt.calmFor+dt
-			}
-			slow := next.rate > 0 && next.rate < share/2
-			isLate = next.calm < avoidCalm || (slow && next.calmFor < probe)
-			if !isLate && slow {
-				next.trial = dt // tried again: watch it
-			}
-		}
-		switch {
-		case isLate && !pt.late && pt.trial > 0:
-			// Late again soon after a trial: the next one waits longer.
-			next.probe = min(2*probe, maxProbe)
-		case !isLate && pt.trial > 0 && pt.trial < probeWatch:
-			next.trial = pt.trial + dt
-		case !isLate && pt.trial > 0:
-			next.probe = 0 // it passed
-		}
-		next.late = isLate
-		if !isLate {
-			next.calm, next.calmFor = 0, 0
-		}
+		isLate = holdLate(pt, &next, isLate, ps.Lag, head, wait, setWait, share, dt)
 		tc.parts[ps.Partition] = next
 		if isLate {
 			late = append(late, ps.Partition)
@@ -1344,6 +1275,102 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 	}
 	slices.Sort(late)
 	return late, true
+}
+
+// trackPart is a partition's record after this observation: its position
+// and lag, the rate its consumer drained it at between its last two moves
+// while it had a backlog, and what was written to it (in) and drained
+// (out) over the last interval.
+func trackPart(pt partTrack, had bool, ps *lag.PartitionState, st *lag.State, dt float64) partTrack {
+	pos := ps.End - ps.Lag
+	next := partTrack{pos: pos, lag: ps.Lag, rate: pt.rate, movePos: pt.movePos, moveAt: pt.moveAt, probe: pt.probe}
+	switch {
+	case !had || ps.Stale:
+		next.movePos, next.moveAt = pos, st.At
+	case pos != pt.movePos:
+		// Moved: if it had a backlog all along, it drained at its
+		// capacity since the last move.
+		if pt.lag > 0 && ps.Lag > 0 && st.At.After(pt.moveAt) && !pt.moveAt.IsZero() {
+			next.rate = float64(pos-pt.movePos) / st.At.Sub(pt.moveAt).Seconds()
+		}
+		next.movePos, next.moveAt = pos, st.At
+	}
+	if had && !ps.Stale && dt > 0 {
+		next.in = float64(max(ps.End-(pt.pos+pt.lag), 0)) / dt
+		next.out = float64(max(pos-pt.pos, 0)) / dt
+		if ps.Lag > 0 && next.rate > 0 {
+			next.out = next.rate
+		}
+	}
+	return next
+}
+
+// partWait is the predicted wait of a message written to the partition
+// now, seconds (see lateParts); -1 when unknown, +Inf when its consumer
+// is overdue.
+func partWait(pt, next partTrack, had, havePrev bool, ps *lag.PartitionState, st *lag.State, v *reading) float64 {
+	dt, pos := v.dt, ps.End-ps.Lag
+	wait := -1.0 // unknown
+	if ps.Lag > 0 && had && havePrev && dt > 0 && !ps.Stale && !pt.moveAt.IsZero() {
+		// Its consume rate over the span since its previous move: a
+		// position read from commits moves only when the consumer
+		// commits, so an interval without a move measures nothing
+		// until its commit is overdue (as for the target, see
+		// consumption).
+		span, cad := st.At.Sub(pt.moveAt).Seconds(), partCadence(ps, v)
+		switch {
+		case pos != pt.movePos && span > 0:
+			drain := float64(pos-pt.movePos) / span
+			wait = float64(ps.Lag) / drain
+			if next.in > drain {
+				// What is written to it beyond what it drains until
+				// the next decision takes effect (one interval) waits
+				// longer still.
+				wait += (next.in/drain - 1) * dt
+			}
+		case cad <= 0 || span > 1.5*cad+dt:
+			wait = math.Inf(1)
+		}
+	} else if ps.Lag > 0 && !had && !ps.Stale && v.measured && v.consumed > 0 {
+		// First sight: its own rate is not known yet; take its share
+		// of the target's. A partition that holds the target's
+		// backlog alone is late at once, before the target's wait,
+		// made of its lag, drains the whole topic for it.
+		wait = float64(ps.Lag) * float64(len(st.Partitions)) / v.consumed
+	}
+	return wait
+}
+
+// holdLate applies the hysteresis and the trials of lateParts to a
+// partition judged isLate (or not) now, recording them in next, and
+// returns whether it stays listed.
+func holdLate(pt partTrack, next *partTrack, isLate bool, lagMsgs int64, head, wait, setWait, share, dt float64) bool {
+	probe := cmp.Or(pt.probe, avoidProbe)
+	if pt.late && !isLate {
+		comfortable := lagMsgs <= 0 || (head <= setWait && wait >= 0 && wait <= setWait)
+		if comfortable {
+			next.calm, next.calmFor = pt.calm+1, pt.calmFor+dt
+		}
+		slow := next.rate > 0 && next.rate < share/2
+		isLate = next.calm < avoidCalm || (slow && next.calmFor < probe)
+		if !isLate && slow {
+			next.trial = dt // tried again: watch it
+		}
+	}
+	switch {
+	case isLate && !pt.late && pt.trial > 0:
+		// Late again soon after a trial: the next one waits longer.
+		next.probe = min(2*probe, maxProbe)
+	case !isLate && pt.trial > 0 && pt.trial < probeWatch:
+		next.trial = pt.trial + dt
+	case !isLate && pt.trial > 0:
+		next.probe = 0 // it passed
+	}
+	next.late = isLate
+	if !isLate {
+		next.calm, next.calmFor = 0, 0
+	}
+	return isLate
 }
 
 // partCadence is the commit cadence a partition's position is read with,
