@@ -217,7 +217,10 @@ func (s *Steering) NextHolding(now time.Time, want, sent map[string]float64, hol
 		pk.rate *= math.Exp2(-now.Sub(pk.at).Seconds() / span.Seconds())
 		pk = sample{now, max(pk.rate, est)}
 		s.peak[id] = pk
-		v := max(w, Floor(est, s.Window, h), MinShare*pk.rate, 0)
+		v := max(w, Floor(est, s.Window, h), 0)
+		if h > 0 { // steering: never near nothing either
+			v = max(v, MinShare*pk.rate)
+		}
 		out[id], s.last[id], s.est[id] = v, v, est
 	}
 	return out

@@ -170,4 +170,10 @@ func TestSteeringMinShare(t *testing.T) {
 	if want := MinShare * 100_000 / 8; math.Abs(v-want) > 1 {
 		t.Errorf("stored %v after 33 s of nothing sent, want %v", v, want)
 	}
+	// Without a hold there is no steering: the value is what is wanted.
+	var free Steering
+	free.Next(t0, map[string]float64{"a": 0}, map[string]float64{"a": 100_000})
+	if v := free.Next(t0.Add(time.Second), map[string]float64{"a": 0}, nil)["a"]; v != 0 {
+		t.Errorf("without a hold stored %v, want 0", v)
+	}
 }
