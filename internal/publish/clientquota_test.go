@@ -261,6 +261,8 @@ func TestClientQuotaHolds(t *testing.T) {
 		{"an unlimited topic does not count", time.Second, map[quota.Topic]time.Duration{orders: time.Minute, events: 0}, true,
 			map[string]time.Duration{"legacy": MaxHold}},
 		{"no steering", 0, map[quota.Topic]time.Duration{orders: time.Minute}, false, nil},
+		{"an interval longer than MaxHold: the interval", 5 * time.Second, map[quota.Topic]time.Duration{orders: time.Minute}, false,
+			map[string]time.Duration{"legacy": 5 * time.Second}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -48,8 +48,9 @@ type Writer struct {
 // really sends, so that it bursts again as soon as Kafka's window
 // forgets its past (what the bench's legacy rows did). A held producer
 // that keeps sending at its quota (one that buffers, sending
-// asynchronously) is then underestimated: Kafka holds it longer than the
-// steering's hold at a response, at most about its quota window.
+// asynchronously) is then underestimated, and so is one sending more
+// than an equal part: Kafka holds it longer than the steering's hold at
+// a response (the bench's legacy rows recorded 10 to 45 s).
 //
 // With no one held, n writers of a topic receiving R each get R/n (or
 // their Cap). Rate left over once every one reached its Cap (an

@@ -350,7 +350,8 @@ const MaxHold = 3 * time.Second
 // holds returns, per client-id with a finite grant, the longest Kafka may
 // hold it at a response: the time its consumers need to work off what is
 // queued for them (the decision's predicted wait; the shortest over the
-// client-id's limited topics), at least Interval and at most MaxHold. A
+// client-id's limited topics), at least Interval and at most MaxHold (or
+// Interval when that is longer). A
 // producer held while its consumer has queued work costs no goodput: the
 // consumer stays busy, and a request handler's producer is stopped only
 // by a throttle of a second or more (under shorter ones franz-go sends
@@ -367,7 +368,7 @@ func (p *ClientQuotaPublisher) holds(s Snapshot) map[string]time.Duration {
 		if !ok || l.IsUnlimited() {
 			continue
 		}
-		h := min(max(d.Wait, p.Interval), MaxHold)
+		h := min(max(d.Wait, p.Interval), max(MaxHold, p.Interval))
 		if cur, seen := out[l.Producer]; !seen || h < cur {
 			out[l.Producer] = h
 		}
