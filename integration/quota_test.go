@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,8 +22,10 @@ type received struct {
 	at  time.Time
 }
 
-// watchStream reports for producer and follows its SSE stream until the test
-// ends.
+// watchStream reports for producer, follows its SSE stream and reports
+// again at each set's RefreshAfterMs, as a producer does, until the test
+// ends: the lease never expires however long the machine takes to cut it.
+// The channel is closed when the stream ends.
 func watchStream(tb testing.TB, base, producer string, topics ...string) <-chan received {
 	tb.Helper()
 	rep := quotaproto.Report{Producer: producer}
@@ -30,19 +33,31 @@ func watchStream(tb testing.TB, base, producer string, topics ...string) <-chan 
 		rep.Topics = append(rep.Topics, quotaproto.TopicDemand{Topic: t, Demand: 1000})
 	}
 	body, _ := json.Marshal(rep)
-	resp, err := http.Post(base+quotaproto.PathLeases, "application/json", bytes.NewReader(body))
-	if err != nil || resp.StatusCode != 200 {
-		tb.Fatalf("report: %v %v", err, resp)
+	report := func() (quotaproto.LeaseSet, error) {
+		var set quotaproto.LeaseSet
+		resp, err := http.Post(base+quotaproto.PathLeases, "application/json", bytes.NewReader(body))
+		if err != nil {
+			return set, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return set, fmt.Errorf("report: %s", resp.Status)
+		}
+		return set, json.NewDecoder(resp.Body).Decode(&set)
 	}
-	resp.Body.Close()
-	resp, err = http.Get(base + quotaproto.PathStream + "?producer=" + producer)
+	set, err := report()
+	if err != nil {
+		tb.Fatalf("report: %v", err)
+	}
+	resp, err := http.Get(base + quotaproto.PathStream + "?producer=" + producer)
 	if err != nil || resp.StatusCode != 200 {
 		tb.Fatalf("stream: %v %v", err, resp)
 	}
 	ch := make(chan received, 256)
-	done := make(chan struct{})
+	done, stop, reported := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
+		defer close(ch)
 		sc := bufio.NewScanner(resp.Body)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
@@ -57,7 +72,28 @@ func watchStream(tb testing.TB, base, producer string, topics ...string) <-chan 
 			}
 		}
 	}()
-	tb.Cleanup(func() { resp.Body.Close(); <-done })
+	go func() {
+		defer close(reported)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(max(time.Duration(set.RefreshAfterMs)*time.Millisecond, 100*time.Millisecond)):
+			}
+			next, err := report()
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err != nil {
+				tb.Errorf("report again: %v", err)
+				return
+			}
+			set = next
+		}
+	}()
+	tb.Cleanup(func() { close(stop); <-reported; resp.Body.Close(); <-done })
 	return ch
 }
 
@@ -95,7 +131,10 @@ func TestQuotaPushedOnBothBrokers(t *testing.T) {
 	deadline := time.After(40 * time.Second)
 	for len(cut) < 2 {
 		select {
-		case ev := <-events:
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatalf("the stream ended before the quota cut both topics: %v", cut)
+			}
 			for _, l := range ev.set.Leases {
 				if _, seen := cut[l.Topic]; seen || l.Rate == nil || *l.Rate >= 1000 {
 					continue
