@@ -955,13 +955,13 @@ func backlog(tc *control, v *reading, at time.Time) {
 // is under way: react now, not one time constant later).
 //
 // A reading lowers the estimate only when it measures the capacity: one
-// with work queued (a lag of at least the engage wait at the estimate; with
-// less, the consumer consumed what it was given, a lower bound), and, for
-// a position estimated between commits (a model of the consumer, not a
-// measure of it), only a commit that found the consumer behind (see
-// commitSpan). Without these, the estimate followed the rate admitted
-// while a backlog drained and the quota followed the estimate: down to a
-// few messages a second for a consumer of 2,000.
+// with work queued (a lag of at least the engage wait at the rate it
+// consumed; with less, the consumer consumed what it was given, a lower
+// bound), and, for a position estimated between commits (a model of the
+// consumer, not a measure of it), only a commit that found the consumer
+// behind (see commitSpan). Without these, the estimate followed the rate
+// admitted while a backlog drained and the quota followed the estimate:
+// down to a few messages a second for a consumer of 2,000.
 func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *reading) {
 	cInst := v.consumed
 	switch {
@@ -971,7 +971,7 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 			span = max(cInst, span)
 		}
 		cInst = span
-	case cInst < tc.capacity && v.lag < v.engageWait*tc.capacity:
+	case cInst < tc.capacity && v.lag < v.engageWait*cInst:
 		cInst = tc.capacity
 	}
 	if tc.has && (tc.headLate || v.headAge > p.MaxAge.Seconds()) && tc.capacity > 0 && cInst > tc.capacity {
