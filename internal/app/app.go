@@ -143,6 +143,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		return leader.Config{Cluster: cluster, ID: ha.ID, Name: ha.Name, Session: ha.SessionTimeout, Every: cfg.Interval,
 			OnRole: electionMetrics.Watch(cluster), Log: log.With("component", "ha")}
 	}
+	listed := listedProducers(cfg.Quota.Policies)
 	for _, kc := range cfg.Kafka {
 		o, err := kafka.New(kc)
 		if err != nil {
@@ -171,6 +172,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		}
 		movers[kc.Cluster] = enforce.NewKafkaMover(o.Client(), enforce.KafkaMoverConfig{Cluster: kc.Cluster, Logger: log, Metrics: em})
 		cq := publish.NewClientQuotas(o.Client(), log.With("cluster", kc.Cluster))
+		// Only the client-ids this daemon's policies list are its own:
+		// another deployment's quotas on the cluster are left alone.
+		cq.Owns = listed
 		if clientQuotas {
 			p := &publish.ClientQuotaPublisher{Cluster: kc.Cluster, BytesPerMessage: cfg.Quota.KafkaClientQuotas.BytesPerMessage, Quotas: cq,
 				Sizes: publish.NewRecordSizes(o.Client()), Interval: cfg.Interval, Log: log, Unheeded: unheeded}
@@ -414,4 +418,16 @@ func (a *App) Close() {
 	if a.ln != nil {
 		_ = a.ln.Close()
 	}
+}
+
+// listedProducers reports whether a producer id is listed by one of
+// policies: the Kafka client-ids whose client quotas this daemon owns.
+func listedProducers(policies []quota.Policy) func(string) bool {
+	ids := map[string]bool{}
+	for _, p := range policies {
+		for _, s := range p.Producers {
+			ids[s.ID] = true
+		}
+	}
+	return func(id string) bool { return ids[id] }
 }

@@ -57,6 +57,14 @@ type ClientQuotas struct {
 	// Tolerance is the relative change below which a set quota is left
 	// as is (no churn on the broker for noise). Default 0.02.
 	Tolerance float64
+	// Owns, when set, names the client-ids this daemon governs (the
+	// producers its policies list). A marked quota of any other client-id
+	// belongs to another lagbridge deployment on the same cluster (or to
+	// a producer no policy lists any more): Apply never clears it, and
+	// names it once in the log. nil: every marked quota is this daemon's.
+	Owns func(clientID string) bool
+
+	foreign map[string]bool // marked quotas of others, already logged
 }
 
 // NewClientQuotas uses cl (the observer's admin client).
@@ -71,6 +79,9 @@ type Result struct {
 	// Conflicts names client-ids that have a producer_byte_rate lagbridge
 	// did not set: they were left alone.
 	Conflicts []string
+	// Foreign names client-ids with a marked quota this daemon does not
+	// own (ClientQuotas.Owns): left alone.
+	Foreign []string
 }
 
 // Current returns every client-id's producer_byte_rate on the cluster.
@@ -125,12 +136,19 @@ func (c *ClientQuotas) Apply(ctx context.Context, want map[string]float64) (Resu
 		}
 	}
 	for id, v := range cur {
-		if _, wanted := want[id]; !wanted && IsOurs(v) {
-			entries = append(entries, kadm.AlterClientQuotaEntry{Entity: entity(id), Ops: []kadm.AlterClientQuotaOp{{Key: QuotaKey, Remove: true}}})
-			res.Removed = append(res.Removed, id)
+		if _, wanted := want[id]; wanted || !IsOurs(v) {
+			continue
 		}
+		if c.Owns != nil && !c.Owns(id) {
+			res.Foreign = append(res.Foreign, id)
+			continue
+		}
+		entries = append(entries, kadm.AlterClientQuotaEntry{Entity: entity(id), Ops: []kadm.AlterClientQuotaOp{{Key: QuotaKey, Remove: true}}})
+		res.Removed = append(res.Removed, id)
 	}
 	sort.Strings(res.Removed)
+	sort.Strings(res.Foreign)
+	c.logForeign(res.Foreign)
 	if len(entries) == 0 {
 		return res, nil
 	}
@@ -151,4 +169,19 @@ func (c *ClientQuotas) Apply(ctx context.Context, want map[string]float64) (Resu
 		c.log.Info("kafka client quota cleared", "client_id", id)
 	}
 	return res, errors.Join(errs...)
+}
+
+// logForeign names, once each, the client-ids with a marked quota another
+// deployment (or a removed policy) left.
+func (c *ClientQuotas) logForeign(ids []string) {
+	for _, id := range ids {
+		if c.foreign[id] {
+			continue
+		}
+		if c.foreign == nil {
+			c.foreign = map[string]bool{}
+		}
+		c.foreign[id] = true
+		c.log.Info("kafka client quota left alone: set by lagbridge for a client-id no policy of this daemon lists (another deployment's, or a removed producer's: clear it with kafka-configs.sh --alter --entity-type clients --entity-name ID --delete-config producer_byte_rate)", "client_id", id)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -105,6 +106,57 @@ func TestClientQuotas(t *testing.T) {
 				t.Fatalf("%s: %s = %v, want %v", s.name, id, cur[id], v)
 			}
 		}
+	}
+}
+
+// TestClientQuotasOwned: two deployments on one cluster, each owning the
+// client-ids its policies list, never clear each other's quotas, neither
+// while deciding nor when they stop (Apply(nil)); a daemon without Owns
+// clears every marked quota, as before.
+func TestClientQuotasOwned(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	owns := func(ids ...string) func(string) bool {
+		return func(id string) bool { return slices.Contains(ids, id) }
+	}
+	a, b := NewClientQuotas(cl, discard), NewClientQuotas(cl, discard)
+	a.Owns, b.Owns = owns("a1", "a2"), owns("b1")
+	apply := func(q *ClientQuotas, want map[string]float64) Result {
+		t.Helper()
+		res, err := q.Apply(ctx(t), want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	current := func() map[string]float64 {
+		t.Helper()
+		cur, err := a.Current(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cur
+	}
+	apply(a, map[string]float64{"a1": 1000, "a2": 2000})
+	if res := apply(b, map[string]float64{"b1": 3000}); len(res.Removed) != 0 || !slices.Equal(res.Foreign, []string{"a1", "a2"}) {
+		t.Fatalf("b deciding: %+v; want nothing removed, a1 and a2 foreign", res)
+	}
+	if res := apply(a, nil); !slices.Equal(res.Removed, []string{"a1", "a2"}) || !slices.Equal(res.Foreign, []string{"b1"}) {
+		t.Fatalf("a stopping: %+v; want a1 and a2 removed, b1 foreign", res)
+	}
+	if cur := current(); len(cur) != 1 || cur["b1"] != Marked(3000) {
+		t.Fatalf("after a stopped: %v, want b1's quota only", cur)
+	}
+	if res := apply(NewClientQuotas(cl, discard), nil); !slices.Equal(res.Removed, []string{"b1"}) {
+		t.Fatalf("without Owns: %+v, want every marked quota removed", res)
 	}
 }
 
