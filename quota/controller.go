@@ -1401,3 +1401,26 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// Adopt makes another replica's decision d the rate in force of its
+// target, for a controller that steps the same target without its
+// decisions being obeyed (a follower: producers obey the leader's leases).
+// A limited d (a finite Rate) leaves the target limited at d.Rate, with no
+// observation towards a release yet; an unlimited one leaves it not
+// limited. The next Step goes on from there with this controller's own
+// measurements, so that a follower that takes over continues the leader's
+// regime (probing from its rate, following, releasing) instead of its own,
+// which had diverged. Nothing is done for a target without a record (one
+// this controller never stepped, or forgot). Not safe for concurrent use,
+// like Step.
+func (c *Controller) Adopt(d Decision) {
+	tc := c.targets[d.Target]
+	if tc == nil {
+		return
+	}
+	tc.release = 0
+	tc.limited = !d.IsUnlimited() && !math.IsNaN(d.Rate) && d.Rate >= 0
+	if tc.limited {
+		tc.rate = d.Rate
+	}
+}

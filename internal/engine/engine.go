@@ -347,6 +347,25 @@ func (e *Engine) SetRemote(source string, ds []quota.Decision) {
 	e.remote[source] = slices.Clone(ds)
 }
 
+// Follow makes the leader's decisions ds the rates in force of this
+// engine's controller (quota.Controller.Adopt), for the targets this
+// engine decides itself: a follower steps every target it observes, but
+// producers obey the leader's leases, so its own regime would diverge
+// (released while the leader still probes a limited rate, say), and on
+// taking over it would serve that. Fed the leader's newest decisions each
+// time they arrive, it continues from the leader's state instead. Targets
+// this engine does not decide are ignored; the leases change only at the
+// next OnCycle. Safe for concurrent use.
+func (e *Engine) Follow(ds []quota.Decision) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, d := range ds {
+		if _, own := e.decisions[d.Target.Cluster][d.Target]; own {
+			e.ctl.Adopt(d)
+		}
+	}
+}
+
 // recombine rebuilds the per-topic decisions from every cluster's targets
 // and the remote ones: a producer's quota on a topic is the strictest of
 // its consumer groups.

@@ -25,6 +25,8 @@ type Engine interface {
 	quotaserver.Engine
 	// Renumber republishes every set above floor.
 	Renumber(floor uint64)
+	// Follow adopts the leader's decisions while following.
+	Follow(ds []quota.Decision)
 }
 
 // Config builds a Replicator.
@@ -69,6 +71,10 @@ type Replicator struct {
 	// The publishing goroutine's own state.
 	led     bool
 	written map[string]writtenSet
+	// decided is the last decisions written (their rates, JSON), and
+	// decidedAt when.
+	decided   []byte
+	decidedAt time.Time
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -240,6 +246,8 @@ func (r *Replicator) apply(k string, v []byte) {
 		}
 		r.mu.Unlock()
 		r.sink.follow(rec.Set)
+	case kindDecisions:
+		r.followDecisions(v)
 	case kindReport:
 		if v == nil {
 			return
@@ -308,7 +316,7 @@ func (r *Replicator) Publish(ctx context.Context, s publish.Snapshot) error {
 		return nil
 	}
 	if !r.led {
-		r.led, r.written = true, map[string]writtenSet{}
+		r.led, r.written, r.decided = true, map[string]writtenSet{}, nil
 		r.mu.Lock()
 		for p := range r.setKeys {
 			r.written[p] = writtenSet{}
@@ -333,6 +341,12 @@ func (r *Replicator) Publish(ctx context.Context, s publish.Snapshot) error {
 			continue
 		}
 		r.written[set.Producer] = writtenSet{version: set.Version, at: now}
+	}
+	if err := r.writeDecisions(ctx, now); err != nil {
+		if errors.Is(err, leader.ErrFenced) {
+			return err
+		}
+		errs = append(errs, err)
 	}
 	for p := range r.written {
 		if seen[p] {

@@ -88,13 +88,13 @@ type node struct {
 	el  *role
 }
 
-func newNode(tb testing.TB, ch Channel, lead bool) *node {
+func newNode(tb testing.TB, ch Channel, lead bool, policies ...quota.Policy) *node {
 	tb.Helper()
 	n := &node{hub: quotaserver.NewHub(), el: &role{}}
 	n.el.lead.Store(lead)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	n.rep = New(Config{Channel: ch, Elector: n.el, Hub: n.hub, Lifetime: time.Minute, Interval: 20 * time.Millisecond, Log: log})
-	eng, err := engine.New(engine.Config{Hub: n.rep.Sink(), Publishers: []publish.Publisher{n.rep}, Logger: log,
+	eng, err := engine.New(engine.Config{Policies: policies, Hub: n.rep.Sink(), Publishers: []publish.Publisher{n.rep}, Logger: log,
 		Lease: quota.LeaseConfig{Interval: time.Second}})
 	if err != nil {
 		tb.Fatal(err)

@@ -1,0 +1,96 @@
+package replica
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"io"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// The leader's decisions travel under the key "c.leader": every follower's
+// controller adopts them (engine.Engine.Follow), so that one taking over
+// continues the leader's regime rather than its own, diverged one.
+const kindDecisions = "c"
+
+var decisionsKey = key(kindDecisions, "leader")
+
+// decisionsRecord is the rate in force of each target the leader decides,
+// and when it wrote them.
+type decisionsRecord struct {
+	At    time.Time    `json:"at"`
+	Rates []targetRate `json:"rates"`
+}
+
+// targetRate is a target's allowed rate, msg/s; nil is unlimited.
+type targetRate struct {
+	Target lag.Target `json:"t"`
+	Rate   *float64   `json:"r,omitempty"`
+}
+
+// writeDecisions writes the leader's decisions when they changed or the
+// last write is an interval old (a steady leader's record stays fresh).
+// Called by Publish, on the engine's publishing goroutine, while leading.
+func (r *Replicator) writeDecisions(ctx context.Context, now time.Time) error {
+	ds, _ := r.eng.Quotas()
+	rates := make([]targetRate, len(ds))
+	for i, d := range ds {
+		rates[i].Target = d.Target
+		if !d.IsUnlimited() {
+			rates[i].Rate = &d.Rate
+		}
+	}
+	sum, err := json.Marshal(rates)
+	if err != nil {
+		return err
+	}
+	if bytes.Equal(sum, r.decided) && now.Sub(r.decidedAt) < r.cfg.Interval {
+		return nil
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if err := json.NewEncoder(zw).Encode(decisionsRecord{At: now, Rates: rates}); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	if err := r.cfg.Channel.Put(ctx, decisionsKey, buf.Bytes()); err != nil {
+		return err
+	}
+	r.decided, r.decidedAt = sum, now
+	return nil
+}
+
+// followDecisions gives a leader's decisions record to the engine while
+// following; one older than the lease lifetime is ignored (its leader is
+// gone: its figures are too old to continue from).
+func (r *Replicator) followDecisions(v []byte) {
+	if v == nil || r.sink.isLeading() {
+		return
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(v))
+	var rec decisionsRecord
+	if err == nil {
+		err = json.NewDecoder(io.LimitReader(zr, 64<<20)).Decode(&rec)
+	}
+	if err != nil {
+		r.cfg.Log.Warn("replicated lease state: the leader's decisions ignored", "err", err)
+		return
+	}
+	if time.Since(rec.At) > r.cfg.Lifetime {
+		return
+	}
+	ds := make([]quota.Decision, len(rec.Rates))
+	for i, tr := range rec.Rates {
+		ds[i] = quota.Decision{Target: tr.Target, Rate: quota.Unlimited}
+		if tr.Rate != nil {
+			ds[i].Rate = *tr.Rate
+		}
+	}
+	r.eng.Follow(ds)
+}

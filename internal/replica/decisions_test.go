@@ -1,0 +1,77 @@
+package replica
+
+import (
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lagbridge/lagbridge/internal/embedded"
+	"github.com/lagbridge/lagbridge/internal/engine"
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// consumer plays one consumer group of "orders" taking consume msg/s of
+// produce msg/s, observed once per (fake) second.
+type consumer struct {
+	tr               *lag.Tracker
+	at               time.Time
+	end, done        int64
+	produce, consume int64
+}
+
+var ordersTarget = lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "orders", Group: "g"}
+
+// cycle observes one more second and steps e with it; it returns e's
+// decision.
+func (c *consumer) cycle(e *engine.Engine) quota.Decision {
+	c.at = c.at.Add(time.Second)
+	c.end += c.produce
+	c.done = min(c.done+c.consume, c.end)
+	backlog := c.end - c.done
+	head := c.at.Add(-time.Duration(float64(backlog) / float64(max(c.produce, 1)) * float64(time.Second)))
+	st := c.tr.Observe(lag.Sample{Target: ordersTarget, At: c.at, Members: 1, Partitions: []lag.PartitionSample{{
+		End: c.end, Lag: backlog, Committed: c.done, HeadTime: head, HeadKnown: true}}}, c.at)
+	e.OnCycle("c1", c.at, []lag.State{st})
+	return e.Decisions()[0]
+}
+
+// TestFollowerAdoptsLeaderDecisions: on the embedded nats-server, a
+// follower whose own observations are healthy, beside a leader that cut
+// the rate, adopts the leader's decision through the bucket: its next
+// decisions are limited, so that on taking over it continues the cut.
+func TestFollowerAdoptsLeaderDecisions(t *testing.T) {
+	s := embedded.NATSTest(t)
+	nc, err := natsgo.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := quota.Policy{Name: "p", MaxAge: 2 * time.Second}
+	start := time.Unix(1_700_000_000, 0)
+	follow := newNode(t, NewNATS(js, NATSBucket("d")), false, p)
+	fc := &consumer{tr: lag.NewTracker(nil), at: start, produce: 100, consume: 2000}
+	for range 6 {
+		if d := fc.cycle(follow.eng); !d.IsUnlimited() {
+			t.Fatalf("the follower's own decision %+v, want unlimited", d)
+		}
+	}
+	lead := newNode(t, NewNATS(js, NATSBucket("d")), true, p)
+	lc := &consumer{tr: lag.NewTracker(nil), at: start, produce: 1000, consume: 100}
+	var cut quota.Decision
+	for range 6 {
+		cut = lc.cycle(lead.eng)
+	}
+	if cut.IsUnlimited() {
+		t.Fatalf("the leader's decision %+v, want a cut", cut)
+	}
+	waitFor(t, "the follower's decision is limited", func() bool {
+		return !fc.cycle(follow.eng).IsUnlimited()
+	})
+}
