@@ -92,5 +92,23 @@ func (r *Replicator) followDecisions(v []byte) {
 			ds[i].Rate = *tr.Rate
 		}
 	}
+	r.mu.Lock()
+	r.leaderDs, r.leaderAt = ds, rec.At
+	r.mu.Unlock()
 	r.eng.Follow(ds)
+}
+
+// followLast gives the engine the last leader's decisions read once more,
+// when this replica starts leading: since the leader was lost (a session
+// timeout ago, if it died) its controller stepped on its own, probing
+// rates no producer was given, and may have released them; it continues
+// from the last leader's decisions instead. Not when they are older than
+// the lease lifetime.
+func (r *Replicator) followLast() {
+	r.mu.Lock()
+	ds, at := r.leaderDs, r.leaderAt
+	r.mu.Unlock()
+	if len(ds) > 0 && time.Since(at) <= r.cfg.Lifetime {
+		r.eng.Follow(ds)
+	}
 }

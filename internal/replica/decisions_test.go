@@ -41,7 +41,9 @@ func (c *consumer) cycle(e *engine.Engine) quota.Decision {
 // TestFollowerAdoptsLeaderDecisions: on the embedded nats-server, a
 // follower whose own observations are healthy, beside a leader that cut
 // the rate, adopts the leader's decision through the bucket: its next
-// decisions are limited, so that on taking over it continues the cut.
+// decisions are limited; and when it takes over once the leader is lost,
+// after its own controller released meanwhile, it continues from the
+// leader's last decision, not from its own.
 func TestFollowerAdoptsLeaderDecisions(t *testing.T) {
 	s := embedded.NATSTest(t)
 	nc, err := natsgo.Connect(s.ClientURL())
@@ -74,4 +76,16 @@ func TestFollowerAdoptsLeaderDecisions(t *testing.T) {
 	waitFor(t, "the follower's decision is limited", func() bool {
 		return !fc.cycle(follow.eng).IsUnlimited()
 	})
+	// The leader is lost: no more records. On its own, the follower's
+	// controller probes up rates nobody is given and releases them.
+	lead.el.lead.Store(false)
+	waitFor(t, "the leader deposed", func() bool { return !lead.rep.sink.isLeading() })
+	waitFor(t, "the follower released on its own", func() bool {
+		return fc.cycle(follow.eng).IsUnlimited()
+	})
+	follow.el.lead.Store(true)
+	waitFor(t, "the follower leads", follow.rep.sink.isLeading)
+	if d := fc.cycle(follow.eng); d.IsUnlimited() {
+		t.Errorf("the new leader's first decision %v (%s), want the lost leader's cut continued", d.Rate, d.Reason)
+	}
 }

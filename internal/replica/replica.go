@@ -71,6 +71,10 @@ type Replicator struct {
 	// The publishing goroutine's own state.
 	led     bool
 	written map[string]writtenSet
+	// leaderDs are the last leader decisions read (followDecisions),
+	// written at leaderAt; under mu.
+	leaderDs []quota.Decision
+	leaderAt time.Time
 	// decided is the last decisions written (their rates, JSON), and
 	// decidedAt when.
 	decided   []byte
@@ -204,6 +208,9 @@ func (r *Replicator) checkRole() {
 	_, lead := r.cfg.Elector.Leading(time.Now())
 	if lead == r.sink.isLeading() {
 		return
+	}
+	if lead {
+		r.followLast()
 	}
 	r.sink.lead(lead)
 	if lead {
