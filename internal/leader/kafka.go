@@ -2,7 +2,6 @@ package leader
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -11,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/lagbridge/lagbridge/internal/groupmember"
 )
 
 // Kafka elects a leader through Kafka's group protocol: every replica
@@ -22,7 +23,6 @@ import (
 // fenced by the broker and, before it hears so, by its local lease.
 type Kafka struct {
 	cfg   Config
-	opts  []kgo.Opt
 	topic string
 
 	mu   sync.Mutex
@@ -33,17 +33,18 @@ type Kafka struct {
 	// released: Release was called; the replica no longer runs for leader.
 	released bool
 	gen      int32
-	cl       *kgo.Client
-	// stopped is closed by Release: Run returns.
-	stopped chan struct{}
-	lease   // confirmed by commits
+	m        *groupmember.Member
+	lease    // confirmed by commits
 }
 
 // NewKafka returns the elector; opts connect to the cluster (seeds, TLS,
 // SASL), the group options are added by Run.
 func NewKafka(opts []kgo.Opt, cfg Config) *Kafka {
-	k := &Kafka{cfg: cfg, opts: opts, topic: cfg.Name + ".leader", stopped: make(chan struct{})}
+	k := &Kafka{cfg: cfg, topic: cfg.Name + ".leader"}
 	k.onRole = logRole(cfg)
+	k.m = groupmember.New(groupmember.Config{Opts: opts, What: "leader election", Cluster: cfg.Cluster, Log: cfg.log(),
+		Group: cfg.Name, Topic: k.topic, Partitions: 1, TopicConfigs: map[string]*string{"cleanup.policy": kadm.StringPtr("compact")},
+		ID: cfg.ID, Session: cfg.Session, Every: cfg.every(), Assigned: k.assigned, Revoked: k.revoked})
 	return k
 }
 
@@ -60,93 +61,12 @@ func (k *Kafka) Role(now time.Time) Role { return k.role(now) }
 // called; it starts one goroutine (the group's poll loop), which ends
 // before it returns.
 func (k *Kafka) Run(ctx context.Context) error {
-	opts := append(append([]kgo.Opt{}, k.opts...),
-		kgo.ConsumerGroup(k.cfg.Name), kgo.ConsumeTopics(k.topic), kgo.DisableAutoCommit(),
-		kgo.SessionTimeout(k.cfg.Session), kgo.HeartbeatInterval(k.cfg.every()),
-		kgo.ClientID("lagbridge-"+k.cfg.ID), kgo.InstanceID(k.cfg.ID),
-		kgo.OnPartitionsAssigned(k.assigned), kgo.OnPartitionsRevoked(k.revoked), kgo.OnPartitionsLost(k.revoked))
-	// Create the topic first, with a plain client: the group joins
-	// only topics that exist.
-	for {
-		err := k.createTopic(ctx)
-		if err == nil {
-			break
-		}
-		k.cfg.log().Warn("leader election: creating the election topic", "cluster", k.cfg.Cluster, "topic", k.topic, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-k.stopped:
-			return nil
-		case <-time.After(k.cfg.every()):
-		}
-	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return fmt.Errorf("leader election on %s: %w", k.cfg.Cluster, err)
-	}
-	k.mu.Lock()
-	if k.released { // released while the topic was created
-		k.mu.Unlock()
-		cl.Close()
-		return nil
-	}
-	k.cl = cl
-	k.mu.Unlock()
-	// A static member (InstanceID) does not leave the group when closed:
-	// without a graceful Release the others take over after the session
-	// timeout, and a replica restarting within it gets its place back
-	// without a rebalance.
-	defer func() {
-		k.mu.Lock()
-		cl := k.cl
-		k.cl = nil
-		k.mu.Unlock()
-		if cl != nil {
-			cl.Close()
-		}
-	}()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	wg.Go(func() { // drain the (empty) topic so the group stays served
-		// Until Run returns or Release closes the client: a closed
-		// client's poll returns at once, and looping on it would spin.
-		for !cl.PollFetches(pctx).IsClientClosed() && pctx.Err() == nil {
-		}
-	})
-	t := time.NewTicker(k.cfg.every())
-	defer t.Stop()
-	for {
+	return k.m.Run(ctx, func(ctx context.Context, cl *kgo.Client) {
 		if err := k.round(ctx, cl); err != nil && ctx.Err() == nil {
 			k.cfg.log().Warn("leader election", "cluster", k.cfg.Cluster, "err", err)
 		}
 		k.notify(time.Now())
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-k.stopped:
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-func (k *Kafka) createTopic(ctx context.Context) error {
-	cl, err := kgo.NewClient(k.opts...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	r, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, k.topic)
-	if err == nil {
-		err = r.Err
-	}
-	if errors.Is(err, kerr.TopicAlreadyExists) {
-		return nil
-	}
-	return err
+	})
 }
 
 // round confirms leadership by committing offset 0 of partition 0 in the
@@ -236,27 +156,14 @@ func (k *Kafka) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32) 
 // and Run returns.
 func (k *Kafka) Release(ctx context.Context) {
 	k.mu.Lock()
-	cl := k.cl
-	if !k.released {
-		close(k.stopped)
-	}
-	k.cl, k.released = nil, true
+	k.released = true
 	k.revokes++
 	k.lease.mu.Lock()
 	k.held = false
 	k.lease.mu.Unlock()
 	k.mu.Unlock()
 	k.notify(time.Now())
-	if cl == nil {
-		return
-	}
-	cl.Close()
-	admin, err := kgo.NewClient(k.opts...)
-	if err != nil {
-		return
-	}
-	defer admin.Close()
-	if _, err := kadm.NewClient(admin).LeaveGroup(ctx, kadm.LeaveGroup(k.cfg.Name).InstanceIDs(k.cfg.ID).Reason("lagbridge stops")); err != nil {
+	if err := k.m.Release(ctx); err != nil {
 		k.cfg.log().Warn("leaving the election group; another replica takes over after the session timeout", "cluster", k.cfg.Cluster, "err", err)
 	}
 }

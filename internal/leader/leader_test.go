@@ -232,7 +232,7 @@ func TestKafkaRevokedDuringConfirmation(t *testing.T) {
 			seeds := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
 			k := NewKafka(seeds, Config{Cluster: "k", ID: "r0", Name: "revoke", Session: 6 * time.Second, Every: time.Second})
 			ctx := context.Background()
-			if err := k.createTopic(ctx); err != nil {
+			if err := k.m.CreateTopic(ctx); err != nil {
 				t.Fatal(err)
 			}
 			cl, err := kgo.NewClient(append(seeds, kgo.ConsumerGroup(k.cfg.Name), kgo.ConsumeTopics(k.topic), kgo.DisableAutoCommit(),

@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -11,8 +10,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/internal/groupmember"
 )
 
 // Kafka assigns shards through Kafka's group protocol: every replica joins
@@ -26,13 +26,12 @@ import (
 // minus a fifth (a replica cut off from the broker stops observing them
 // before another one can start).
 type Kafka struct {
-	opts  []kgo.Opt
 	topic string
 	log   *slog.Logger
+	m     *groupmember.Member
 
 	mu       sync.Mutex
 	held     map[int32]bool // assigned by the group callbacks
-	cl       *kgo.Client
 	released bool
 	owned
 }
@@ -46,89 +45,24 @@ func NewKafka(opts []kgo.Opt, cfg Config, log *slog.Logger) *Kafka {
 	if log == nil {
 		log = slog.Default()
 	}
-	k := &Kafka{opts: opts, topic: KafkaTopic(cfg.Name, cfg.Count), log: log, held: map[int32]bool{}}
+	k := &Kafka{topic: KafkaTopic(cfg.Name, cfg.Count), log: log, held: map[int32]bool{}}
 	k.cfg, k.notify = cfg, cfg.OnChange
+	k.m = groupmember.New(groupmember.Config{Opts: opts, What: "shard assignment", Cluster: cfg.Cluster, Log: log,
+		Group: k.topic, Topic: k.topic, Partitions: int32(cfg.Count),
+		ID: cfg.ID, Session: cfg.Session, Every: cfg.every(), Assigned: k.assigned, Revoked: k.revoked})
 	return k
 }
 
-// Run implements Assigner.
+// Run implements Assigner. It returns when ctx is done or Release was
+// called; it starts one goroutine (the group's poll loop), which ends
+// before it returns.
 func (k *Kafka) Run(ctx context.Context) error {
-	for {
-		err := k.createTopic(ctx)
-		if err == nil {
-			break
-		}
-		k.log.Warn("shard assignment: creating the shard topic", "cluster", k.cfg.Cluster, "topic", k.topic, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(k.cfg.every()):
-		}
-	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, k.opts...),
-		kgo.ConsumerGroup(k.topic), kgo.ConsumeTopics(k.topic), kgo.DisableAutoCommit(),
-		kgo.SessionTimeout(k.cfg.Session), kgo.HeartbeatInterval(k.cfg.every()),
-		kgo.ClientID("lagbridge-"+k.cfg.ID), kgo.InstanceID(k.cfg.ID),
-		kgo.OnPartitionsAssigned(k.assigned), kgo.OnPartitionsRevoked(k.revoked), kgo.OnPartitionsLost(k.revoked))...)
-	if err != nil {
-		return fmt.Errorf("shard assignment on %s: %w", k.cfg.Cluster, err)
-	}
-	k.mu.Lock()
-	if k.released {
-		k.mu.Unlock()
-		cl.Close()
-		return nil
-	}
-	k.cl = cl
-	k.mu.Unlock()
-	defer func() {
-		k.mu.Lock()
-		cl := k.cl
-		k.cl = nil
-		k.mu.Unlock()
-		if cl != nil {
-			cl.Close()
-		}
-	}()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	wg.Go(func() { // drain the (empty) topic so the group stays served
-		for pctx.Err() == nil {
-			cl.PollFetches(pctx)
-		}
-	})
-	adm := kadm.NewClient(cl)
-	t := time.NewTicker(k.cfg.every())
-	defer t.Stop()
-	for {
-		if err := k.round(ctx, adm); err != nil && ctx.Err() == nil && !k.isReleased() {
+	return k.m.Run(ctx, func(ctx context.Context, cl *kgo.Client) {
+		if err := k.round(ctx, kadm.NewClient(cl)); err != nil && ctx.Err() == nil && !k.isReleased() {
 			k.log.Warn("shard assignment", "cluster", k.cfg.Cluster, "err", err)
 		}
 		k.changed(time.Now())
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-func (k *Kafka) createTopic(ctx context.Context) error {
-	cl, err := kgo.NewClient(k.opts...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	r, err := kadm.NewClient(cl).CreateTopic(ctx, int32(k.cfg.Count), -1, nil, k.topic)
-	if err == nil {
-		err = r.Err
-	}
-	if errors.Is(err, kerr.TopicAlreadyExists) {
-		return nil
-	}
-	return err
+	})
 }
 
 // round describes the group: every shard's owner, and this replica's own
@@ -223,24 +157,14 @@ func (k *Kafka) revoked(_ context.Context, _ *kgo.Client, m map[string][]int32) 
 // at once.
 func (k *Kafka) Release(ctx context.Context) {
 	k.mu.Lock()
-	cl := k.cl
-	k.cl, k.released = nil, true
+	k.released = true
 	clear(k.held)
 	k.owned.mu.Lock()
 	k.shards = nil
 	k.owned.mu.Unlock()
 	k.mu.Unlock()
 	k.changed(time.Now())
-	if cl == nil {
-		return
-	}
-	cl.Close()
-	admin, err := kgo.NewClient(k.opts...)
-	if err != nil {
-		return
-	}
-	defer admin.Close()
-	if _, err := kadm.NewClient(admin).LeaveGroup(ctx, kadm.LeaveGroup(k.topic).InstanceIDs(k.cfg.ID).Reason("lagbridge stops")); err != nil {
+	if err := k.m.Release(ctx); err != nil {
 		k.log.Warn("leaving the shard group; the others take its shards after the session timeout", "cluster", k.cfg.Cluster, "err", err)
 	}
 }

@@ -36,6 +36,7 @@ type NATS struct {
 	op       sync.Mutex // one round or Release at a time
 	kv       jetstream.KeyValue
 	released bool
+	stopped  chan struct{} // closed by Release: Run returns
 	owned
 }
 
@@ -48,13 +49,14 @@ func NewNATS(js jetstream.JetStream, bucket string, cfg Config, log *slog.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	n := &NATS{js: js, bucket: bucket, log: log, prefix: cfg.Name + "." + strconv.Itoa(cfg.Count) + "."}
+	n := &NATS{js: js, bucket: bucket, log: log, prefix: cfg.Name + "." + strconv.Itoa(cfg.Count) + ".", stopped: make(chan struct{})}
 	n.cfg, n.notify = cfg, cfg.OnChange
 	return n
 }
 
-// Run implements Assigner; errors reaching NATS are retried every
-// Config.Every while the local view of the shards runs out.
+// Run implements Assigner, until ctx is done or Release was called;
+// errors reaching NATS are retried every Config.Every while the local
+// view of the shards runs out.
 func (n *NATS) Run(ctx context.Context) error {
 	t := time.NewTicker(n.cfg.every())
 	defer t.Stop()
@@ -65,6 +67,8 @@ func (n *NATS) Run(ctx context.Context) error {
 		n.changed(time.Now())
 		select {
 		case <-ctx.Done():
+			return nil
+		case <-n.stopped:
 			return nil
 		case <-t.C:
 		}
@@ -173,9 +177,12 @@ func Rendezvous(members []string, count int) []string {
 }
 
 // Release implements Assigner: it deletes this replica's key, so the
-// others take its shards over at their next round.
+// others take its shards over at their next round; Run returns.
 func (n *NATS) Release(ctx context.Context) {
 	n.op.Lock()
+	if !n.released {
+		close(n.stopped)
+	}
 	n.released = true
 	kv := n.kv
 	n.store(nil, n.Owners(), time.Time{})

@@ -47,11 +47,12 @@ type Assigner interface {
 	// Owners returns, per shard, the replica id that observes it as far
 	// as this replica knows ("" unknown).
 	Owners() []string
-	// Run takes part in the assignment until ctx is done.
+	// Run takes part in the assignment until ctx is done or Release was
+	// called.
 	Run(ctx context.Context) error
 	// Release leaves the assignment at once so the others take this
 	// replica's shards over without waiting for the session timeout; call
-	// it while Run runs, on a graceful stop. Idempotent.
+	// it while Run runs, on a graceful stop: Run returns. Idempotent.
 	Release(ctx context.Context)
 	// Cluster names the watched cluster; Count is the number of shards.
 	Cluster() string

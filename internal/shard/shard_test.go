@@ -236,3 +236,39 @@ func TestKafkaRebalance(t *testing.T) {
 		})
 	}
 }
+
+// TestRunEndsOnRelease: after Release, Run returns while its context is
+// still live (with it the group's poll loop, which on a closed client
+// would spin), whether the member joined yet or not.
+func TestRunEndsOnRelease(t *testing.T) {
+	session, every := 6*time.Second, 100*time.Millisecond
+	cases := []struct {
+		name string
+		mk   func(tb testing.TB, id string) Assigner
+	}{
+		{"kafka (kfake)", func(tb testing.TB, id string) Assigner {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(c.Close)
+			return NewKafka([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, Config{Cluster: "k", ID: id, Name: "release", Count: 2, Session: session, Every: every}, nil)
+		}},
+		{"nats", func(tb testing.TB, id string) Assigner {
+			return NewNATS(embedded.JetStreamTest(tb), "", Config{Cluster: "n", ID: id, Name: "release", Count: 2, Session: session, Every: every}, nil)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := run(t, tc.mk(t, "r0"))
+			split(t, []*member{m}, []string{"r0"}, 2, 4*session)
+			m.a.Release(context.Background())
+			m.a.Release(context.Background()) // idempotent
+			select {
+			case <-m.done:
+			case <-time.After(10 * every):
+				t.Fatalf("Run still runs %v after Release", 10*every)
+			}
+		})
+	}
+}
