@@ -1405,9 +1405,14 @@ func orDash(s string) string {
 // Adopt makes another replica's decision d the rate in force of its
 // target, for a controller that steps the same target without its
 // decisions being obeyed (a follower: producers obey the leader's leases).
-// A limited d (a finite Rate) leaves the target limited at d.Rate, with no
-// observation towards a release yet; an unlimited one leaves it not
-// limited. The next Step goes on from there with this controller's own
+// A limited d (a finite Rate) leaves the target limited at d.Rate; an
+// unlimited one leaves it not limited. A release then takes ReleaseAfter
+// more observations of the rate unused than usual: the producers were
+// given the other replica's leases, not this controller's rate, and take
+// some observations to use a rate they are given on a takeover. A d admitting nothing (Rate 0: a pause on a step down, a stop)
+// is what the leader holds for an observation, not a rate to go on from:
+// the rate in force becomes d.Capacity, the consume rate it worked with
+// (a caught-up target limited at 0 would be released at once). The next Step goes on from there with this controller's own
 // measurements, so that a follower that takes over continues the leader's
 // regime (probing from its rate, following, releasing) instead of its own,
 // which had diverged. Nothing is done for a target without a record (one
@@ -1418,9 +1423,12 @@ func (c *Controller) Adopt(d Decision) {
 	if tc == nil {
 		return
 	}
-	tc.release = 0
+	tc.release = -c.cfg.ReleaseAfter
 	tc.limited = !d.IsUnlimited() && !math.IsNaN(d.Rate) && d.Rate >= 0
 	if tc.limited {
 		tc.rate = d.Rate
+		if tc.rate <= 0 && d.Capacity > 0 && !math.IsInf(d.Capacity, 1) {
+			tc.rate = d.Capacity
+		}
 	}
 }

@@ -26,11 +26,14 @@ func TestFollowerTakesOverLimited(t *testing.T) {
 		name    string
 		follow  []quota.Decision
 		limited bool
+		// floor is the least rate while caught up, msg/s.
+		floor float64
 	}{
-		{"not following: its own, unlimited", nil, false},
-		{"following the leader's cut: limited", cut, true},
-		{"following an unlimited leader: unlimited", []quota.Decision{{Target: target, Rate: quota.Unlimited}}, false},
-		{"a target it does not decide: ignored", []quota.Decision{{Target: lag.Target{Cluster: "c1", Topic: "other", Group: "g"}, Rate: 5}}, false},
+		{"not following: its own, unlimited", nil, false, 0},
+		{"following the leader's cut: limited", cut, true, cut[0].Rate},
+		{"following a pause, the producers paused: limited at the leader's capacity", []quota.Decision{{Target: target, Rate: 0, Capacity: 100}}, true, 100},
+		{"following an unlimited leader: unlimited", []quota.Decision{{Target: target, Rate: quota.Unlimited}}, false, 0},
+		{"a target it does not decide: ignored", []quota.Decision{{Target: lag.Target{Cluster: "c1", Topic: "other", Group: "g"}, Rate: 5}}, false, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,6 +45,9 @@ func TestFollowerTakesOverLimited(t *testing.T) {
 				t.Fatalf("the follower's own decisions %+v, want unlimited", d)
 			}
 			follower.Follow(tc.follow)
+			if tc.follow != nil && tc.follow[0].Rate == 0 {
+				w.produce = 0 // the producers obey the leader's pause until they get the new leader's leases
+			}
 			// Taken over: its next decisions are what producers get.
 			for i := range 3 {
 				w.cycles(1)
@@ -49,8 +55,8 @@ func TestFollowerTakesOverLimited(t *testing.T) {
 				if got := !d.IsUnlimited(); got != tc.limited {
 					t.Errorf("cycle %d after: decision %v (%s), limited %v, want %v", i, d.Rate, d.Reason, got, tc.limited)
 				}
-				if tc.limited && d.Rate < cut[0].Rate {
-					t.Errorf("cycle %d after: rate %v below the leader's %v while caught up", i, d.Rate, cut[0].Rate)
+				if tc.limited && d.Rate < tc.floor {
+					t.Errorf("cycle %d after: rate %v below %v while caught up", i, d.Rate, tc.floor)
 				}
 			}
 		})

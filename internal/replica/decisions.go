@@ -26,10 +26,12 @@ type decisionsRecord struct {
 	Rates []targetRate `json:"rates"`
 }
 
-// targetRate is a target's allowed rate, msg/s; nil is unlimited.
+// targetRate is a target's allowed rate, msg/s (nil: unlimited), and
+// the capacity the decision worked with, msg/s.
 type targetRate struct {
-	Target lag.Target `json:"t"`
-	Rate   *float64   `json:"r,omitempty"`
+	Target   lag.Target `json:"t"`
+	Rate     *float64   `json:"r,omitempty"`
+	Capacity float64    `json:"c,omitempty"`
 }
 
 // writeDecisions writes the leader's decisions when they changed or the
@@ -39,7 +41,7 @@ func (r *Replicator) writeDecisions(ctx context.Context, now time.Time) error {
 	ds, _ := r.eng.Quotas()
 	rates := make([]targetRate, len(ds))
 	for i, d := range ds {
-		rates[i].Target = d.Target
+		rates[i].Target, rates[i].Capacity = d.Target, d.Capacity
 		if !d.IsUnlimited() {
 			rates[i].Rate = &d.Rate
 		}
@@ -87,7 +89,7 @@ func (r *Replicator) followDecisions(v []byte) {
 	}
 	ds := make([]quota.Decision, len(rec.Rates))
 	for i, tr := range rec.Rates {
-		ds[i] = quota.Decision{Target: tr.Target, Rate: quota.Unlimited}
+		ds[i] = quota.Decision{Target: tr.Target, Rate: quota.Unlimited, Capacity: tr.Capacity}
 		if tr.Rate != nil {
 			ds[i].Rate = *tr.Rate
 		}
