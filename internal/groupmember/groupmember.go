@@ -5,9 +5,10 @@
 // (empty) topic, calls the caller's round every interval, and on Release
 // closes the client and has the broker remove the member at once.
 //
-// It imports the Kafka client only; the group's meaning (who leads, who
-// owns which shard) stays with the caller, through the partition callbacks
-// and the round.
+// [Rounds], its loop, serves the members that keep their place in a NATS
+// KV bucket too. It imports the Kafka client only; the group's meaning
+// (who leads, who owns which shard) stays with the caller, through the
+// partition callbacks and the round.
 package groupmember
 
 import (
@@ -132,17 +133,40 @@ func (m *Member) Run(ctx context.Context, round func(context.Context, *kgo.Clien
 		for !cl.PollFetches(pctx).IsClientClosed() && pctx.Err() == nil {
 		}
 	})
-	t := time.NewTicker(m.cfg.Every)
+	Rounds(ctx, m.stopped, m.cfg.Every, func() { round(ctx, cl) })
+	return nil
+}
+
+// Rounds calls round at once and then every interval (which must be
+// positive), on the calling goroutine, until ctx is done or stopped is
+// closed; a round under way is not interrupted, and none starts after.
+// It is the loop of every member: Run's, and that of the members who keep
+// their place in a NATS KV bucket instead of a Kafka group.
+func Rounds(ctx context.Context, stopped <-chan struct{}, every time.Duration, round func()) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		round(ctx, cl)
+		round()
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-m.stopped:
-			return nil
+			return
+		case <-stopped:
+			return
 		case <-t.C:
+			// Both ready: select picks at random; no round after the end.
+			if ctx.Err() != nil || isClosed(stopped) {
+				return
+			}
 		}
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -150,3 +150,39 @@ func TestRelease(t *testing.T) {
 		t.Logf("the other member took over %v after the Release", time.Since(left).Round(time.Millisecond))
 	})
 }
+
+// TestRounds: the loop ends when ctx is done or stopped is closed, not
+// before, and no round starts after, even with a tick pending.
+func TestRounds(t *testing.T) {
+	cases := []struct {
+		name string
+		// end ends the loop from within its third round.
+		end func(cancel context.CancelFunc, stopped chan struct{})
+	}{
+		{"context done", func(cancel context.CancelFunc, _ chan struct{}) { cancel() }},
+		{"stopped", func(_ context.CancelFunc, stopped chan struct{}) { close(stopped) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			stopped := make(chan struct{})
+			n := 0
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				Rounds(ctx, stopped, time.Millisecond, func() {
+					if n++; n == 3 {
+						tc.end(cancel, stopped)
+						// Outlast an interval: a tick is pending with the end.
+						time.Sleep(5 * time.Millisecond)
+					}
+				})
+			}()
+			returns(t, done, 5*time.Second, "the end of the third round")
+			if n != 3 {
+				t.Errorf("%d rounds, want 3", n)
+			}
+		})
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lagbridge/lagbridge/internal/groupmember"
 )
 
 // DefaultBucket is the NATS KV bucket of elections.
@@ -56,21 +58,13 @@ func (n *NATS) Role(now time.Time) Role { return n.role(now) }
 // reaching NATS are retried every Config.Every; the local lease runs out
 // meanwhile.
 func (n *NATS) Run(ctx context.Context) error {
-	t := time.NewTicker(n.cfg.every())
-	defer t.Stop()
-	for {
+	groupmember.Rounds(ctx, n.stopped, n.cfg.every(), func() {
 		if err := n.round(ctx); err != nil && ctx.Err() == nil {
 			n.cfg.log().Warn("leader election", "cluster", n.cfg.Cluster, "err", err)
 		}
 		n.notify(time.Now()) // a lease that ran out turns into following
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-n.stopped:
-			return nil
-		case <-t.C:
-		}
-	}
+	})
+	return nil
 }
 
 func (n *NATS) round(ctx context.Context) error {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lagbridge/lagbridge/internal/groupmember"
 )
 
 // DefaultBucket is the NATS KV bucket of the shard members.
@@ -58,21 +60,13 @@ func NewNATS(js jetstream.JetStream, bucket string, cfg Config, log *slog.Logger
 // errors reaching NATS are retried every Config.Every while the local
 // view of the shards runs out.
 func (n *NATS) Run(ctx context.Context) error {
-	t := time.NewTicker(n.cfg.every())
-	defer t.Stop()
-	for {
+	groupmember.Rounds(ctx, n.stopped, n.cfg.every(), func() {
 		if err := n.round(ctx); err != nil && ctx.Err() == nil {
 			n.log.Warn("shard assignment", "cluster", n.cfg.Cluster, "err", err)
 		}
 		n.changed(time.Now())
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-n.stopped:
-			return nil
-		case <-t.C:
-		}
-	}
+	})
+	return nil
 }
 
 func (n *NATS) round(ctx context.Context) error {
