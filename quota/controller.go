@@ -1406,18 +1406,19 @@ func orDash(s string) string {
 // target, for a controller that steps the same target without its
 // decisions being obeyed (a follower: producers obey the leader's leases).
 // A limited d (a finite Rate) leaves the target limited at d.Rate; an
-// unlimited one leaves it not limited. A release then takes ReleaseAfter
-// more observations of the rate unused than usual: the producers were
-// given the other replica's leases, not this controller's rate, and take
-// some observations to use a rate they are given on a takeover. A d admitting nothing (Rate 0: a pause on a step down, a stop)
-// is what the leader holds for an observation, not a rate to go on from:
-// the rate in force becomes d.Capacity, the consume rate it worked with
-// (a caught-up target limited at 0 would be released at once). The next Step goes on from there with this controller's own
-// measurements, so that a follower that takes over continues the leader's
-// regime (probing from its rate, following, releasing) instead of its own,
-// which had diverged. Nothing is done for a target without a record (one
-// this controller never stepped, or forgot). Not safe for concurrent use,
-// like Step.
+// unlimited one leaves it not limited. A d admitting nothing (Rate 0: a
+// pause on a step down, a stop) is what the leader holds for an
+// observation, not a rate to go on from: the rate in force becomes
+// d.Capacity, the consume rate it worked with (a caught-up target limited
+// at 0 is released). A release then takes ReleaseAfter more observations
+// of the rate unused than usual: the producers were given the other
+// replica's leases, not this controller's rate, and take some
+// observations to use a rate they are given on a takeover. The next Step
+// goes on from there with this controller's own measurements, so that a
+// follower that takes over continues the leader's regime (probing from its
+// rate, following, releasing) instead of its own, which had diverged.
+// Nothing is done for a target without a record (one this controller
+// never stepped, or forgot). Not safe for concurrent use, like Step.
 func (c *Controller) Adopt(d Decision) {
 	tc := c.targets[d.Target]
 	if tc == nil {
