@@ -31,6 +31,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // Environment variables read by this package.
@@ -93,6 +95,24 @@ func Bootstrap(tb testing.TB) string {
 	}
 	tb.Skip(msg)
 	return ""
+}
+
+// Clusters returns the Kafka clusters a test runs against by name: "kfake"
+// (an in-process kfake cluster, closed when tb ends) and "real" (the real
+// broker, as [Bootstrap] finds it: skipped or failed as it says). Each
+// returns the seed brokers.
+func Clusters() map[string]func(tb testing.TB) []string {
+	return map[string]func(tb testing.TB) []string{
+		"kfake": func(tb testing.TB) []string {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(c.Close)
+			return c.ListenAddrs()
+		},
+		"real": func(tb testing.TB) []string { return []string{Bootstrap(tb)} },
+	}
 }
 
 // required reports whether a missing broker must fail rather than skip.

@@ -3,7 +3,6 @@ package leader
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/lagbridge/lagbridge/integration/kafkatest"
 	"github.com/lagbridge/lagbridge/internal/embedded"
 )
 
@@ -139,24 +139,7 @@ func TestNATSFailover(t *testing.T) {
 }
 
 func TestKafkaFailover(t *testing.T) {
-	cases := map[string]func(tb testing.TB) []string{
-		"kfake": func(tb testing.TB) []string {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1))
-			if err != nil {
-				tb.Fatal(err)
-			}
-			tb.Cleanup(c.Close)
-			return c.ListenAddrs()
-		},
-		"real": func(tb testing.TB) []string {
-			b := os.Getenv("LAGBRIDGE_KAFKA_BOOTSTRAP")
-			if b == "" {
-				tb.Skip("LAGBRIDGE_KAFKA_BOOTSTRAP not set")
-			}
-			return []string{b}
-		},
-	}
-	for name, seeds := range cases {
+	for name, seeds := range kafkatest.Clusters() {
 		t.Run(name, func(t *testing.T) {
 			addrs := seeds(t)
 			election := fmt.Sprintf("lagbridge-test-%d", time.Now().UnixNano())

@@ -3,7 +3,6 @@ package shard
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
+	"github.com/lagbridge/lagbridge/integration/kafkatest"
 	"github.com/lagbridge/lagbridge/internal/embedded"
 )
 
@@ -204,27 +204,7 @@ func TestNATSRebalance(t *testing.T) {
 }
 
 func TestKafkaRebalance(t *testing.T) {
-	cases := map[string]func(tb testing.TB) []string{
-		"kfake": func(tb testing.TB) []string {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1))
-			if err != nil {
-				tb.Fatal(err)
-			}
-			tb.Cleanup(c.Close)
-			return c.ListenAddrs()
-		},
-		"real": func(tb testing.TB) []string {
-			b := os.Getenv("LAGBRIDGE_KAFKA_BOOTSTRAP")
-			if b == "" {
-				if os.Getenv("LAGBRIDGE_REQUIRE_KAFKA") != "" {
-					tb.Fatal("LAGBRIDGE_REQUIRE_KAFKA set without LAGBRIDGE_KAFKA_BOOTSTRAP")
-				}
-				tb.Skip("LAGBRIDGE_KAFKA_BOOTSTRAP not set")
-			}
-			return []string{b}
-		},
-	}
-	for name, seeds := range cases {
+	for name, seeds := range kafkatest.Clusters() {
 		t.Run(name, func(t *testing.T) {
 			addrs := seeds(t)
 			name := fmt.Sprintf("lagbridge-shard-test-%d", time.Now().UnixNano())
