@@ -282,3 +282,26 @@ func TestClientQuotaHolds(t *testing.T) {
 		})
 	}
 }
+
+// TestClientQuotaSentSpreadOverBrokers: a client-id whose topic is led by
+// two brokers sends up to twice its stored (per-broker) quota to the
+// topic, so its stored quota caps its share of the topic at twice the
+// value over the bytes per record, not once: a sole writer sending all of
+// its grant is taken to send all of it, half on each broker.
+func TestClientQuotaSentSpreadOverBrokers(t *testing.T) {
+	pols, topic := legacyPolicy(t)
+	s := Snapshot{Policies: pols,
+		Topics: map[quota.Topic]quota.TopicDecision{topic: {Policy: "in", Rate: 100, ProduceRate: 100}},
+		Leases: []quota.Lease{{Producer: "legacy", Topic: topic, Rate: 100}}}
+	p := &ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 10}
+	p.leaders = Leaders{topic.Name: {1: 0.5, 2: 0.5}}
+	now := time.Unix(1000, 0)
+	for i := range 3 {
+		want, sent := p.rates(s)
+		// 100 msg/s of 10 B, half on each broker.
+		if want["legacy"] != 500 || sent["legacy"] != 500 {
+			t.Fatalf("call %d: want %v sent %v, want 500 B/s each on the busiest broker", i, want, sent)
+		}
+		p.steer.Next(now.Add(time.Duration(i)*time.Second), want, sent)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -275,8 +276,10 @@ func (p *ClientQuotaPublisher) Want(s Snapshot) map[string]float64 {
 // ([RecordSizes.Rate], unsmoothed, so that a rise shows at once), or its
 // smoothed produce rate when sizes are not measured. [Share] splits that
 // among the client-ids quoted on it, the ones Kafka is not holding first,
-// each at most its stored quota. With the whole topic's rate as each
-// one's, no quota could bind when several client-ids write a topic (a
+// each at most what its stored quota lets through (the quota binds on
+// each broker: the quota over its bytes per record and over the share
+// of the topic the busiest broker leads). With the whole topic's rate
+// as each one's, no quota could bind when several client-ids write a topic (a
 // producer sending a third of it is never slowed by 11/12 of all of it);
 // a client-id sending f times its share can be held up to
 // f x (window + hold) - window on its first throttled response.
@@ -311,11 +314,18 @@ func (p *ClientQuotaPublisher) rates(s Snapshot) (want, sent map[string]float64)
 				rate = r // unsmoothed: a rise shows at once
 			}
 		}
+		// A stored quota binds on each broker: a client-id whose topic's
+		// busiest broker leads a share f of it sends the topic up to 1/f
+		// times its quota.
+		busiest := 1.0
+		if ls, ok := p.leaders[t.Name]; ok && len(ls) > 0 {
+			busiest = slices.Max(slices.Collect(maps.Values(ls)))
+		}
 		ws := make([]Writer, len(byTopic[t]))
 		for i, w := range byTopic[t] {
 			ws[i].Cap = math.Inf(1)
 			if stored, held, ok := p.steer.Last(w.lease.Producer); ok {
-				ws[i] = Writer{Held: held, Cap: stored / w.bytes}
+				ws[i] = Writer{Held: held, Cap: stored / (w.bytes * busiest)}
 			}
 		}
 		shares := Share(rate, ws)
