@@ -44,6 +44,8 @@ type sizeAcc struct {
 	bytes, records float64
 	// sampled records and batches read from partition tails
 	sampledRecords, sampledBatches float64
+	// sampleFailed: the last sample read nothing (see SampleEvery)
+	sampleFailed bool
 }
 
 // Thresholds of RecordSizes: a topic's size is known once MinRecords new
@@ -68,7 +70,9 @@ const Fade = 0.5
 // SampleRecords of them) to count the records per batch, the newest
 // sample replacing the one before (batching moves with the producers'
 // state, see Fade); a topic without a sample is sampled at the next call
-// that sees it grow.
+// that sees it grow, unless its last sample read nothing (a tail the
+// client may not read, or out of reach within the sample's 5 s): that
+// one waits for the next SampleEvery-th call.
 const (
 	SampleEvery   = 5
 	SampleRecords = 200
@@ -176,9 +180,12 @@ func (r *RecordSizes) Measure(ctx context.Context, topics []string) error {
 		if a.records > MaxRecords {
 			a.bytes, a.records = a.bytes/2, a.records/2
 		}
-		if grown >= 0 && (a.sampledBatches == 0 || r.rounds%SampleEvery == 0) {
+		// A failed sample is not retried before the next SampleEvery-th
+		// call: each attempt can take its 5 s of the publish.
+		if grown >= 0 && ((a.sampledBatches == 0 && !a.sampleFailed) || r.rounds%SampleEvery == 0) {
 			end := now[grown].end
 			recs, batches := r.sample(ctx, topic, grown, max(end-SampleRecords, r.last[topic][grown].end), end)
+			a.sampleFailed = batches == 0
 			if batches > 0 {
 				// The newest sample replaces the ones before: batching
 				// moves with the producers' state (see Fade).

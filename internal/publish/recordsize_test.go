@@ -1,8 +1,12 @@
 package publish
 
 import (
+	"context"
 	"fmt"
+	"net"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -83,4 +87,74 @@ func endOffset(tb testing.TB, seeds []kgo.Opt) (int64, error) {
 	}
 	o, _ := ends.Lookup("t", 0)
 	return o.Offset, o.Err
+}
+
+// newClients counts the clients built with the options it is hooked into.
+type newClients struct{ n atomic.Int32 }
+
+func (h *newClients) OnNewClient(*kgo.Client) { h.n.Add(1) }
+
+// TestMeasureUnreadableTailNotRetriedEachRound: a topic whose tail cannot
+// be read (here: the sample's client reaches no broker; in production, a
+// daemon without Read on the topic) is not sampled again at every call,
+// each attempt costing up to 5 s of the publish: once it failed, it is
+// sampled again only every SampleEvery calls.
+func TestMeasureUnreadableTailNotRetriedEachRound(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	r := NewRecordSizes(cl)
+	var made newClients
+	// Samples dial a port nothing listens on.
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := dead.Addr().String()
+	dead.Close()
+	r.opts = []kgo.Opt{kgo.SeedBrokers(addr), kgo.WithHooks(&made)}
+	produce := func() {
+		t.Helper()
+		recs := make([]*kgo.Record, MinRecords)
+		for i := range recs {
+			recs[i] = &kgo.Record{Value: []byte("v")}
+		}
+		if err := cl.ProduceSync(ctx(t), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	measure := func() {
+		t.Helper()
+		mctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		if err := r.Measure(mctx, []string{"t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce()
+	measure() // the first reading: nothing grew yet
+	produce()
+	measure() // grown, no sample yet: one attempt, which fails
+	if got := made.n.Load(); got != 1 {
+		t.Fatalf("%d sample attempts after the first growth, want 1", got)
+	}
+	for range SampleEvery - 2 {
+		produce()
+		measure()
+	}
+	if got := made.n.Load(); got != 1 {
+		t.Fatalf("%d sample attempts in the %d calls after a failed one, want it not retried before a SampleEvery-th call", got, SampleEvery-2)
+	}
+	produce()
+	measure() // a SampleEvery-th call
+	if got := made.n.Load(); got != 2 {
+		t.Fatalf("%d sample attempts after a SampleEvery-th call, want one retry then", got)
+	}
 }
