@@ -71,12 +71,16 @@ const Fade = 0.5
 // sample replacing the one before (batching moves with the producers'
 // state, see Fade); a topic without a sample is sampled at the next call
 // that sees it grow, unless its last sample read nothing (a tail the
-// client may not read, or out of reach within the sample's 5 s): that
-// one waits for the next SampleEvery-th call.
+// client may not read, or out of reach within SampleTimeout): that one
+// waits for the next SampleEvery-th call.
 const (
 	SampleEvery   = 5
 	SampleRecords = 200
 )
+
+// SampleTimeout bounds the samples of one call to Measure, all topics'
+// together.
+const SampleTimeout = 5 * time.Second
 
 // RequestFraming is the bytes a Produce request carries besides its record
 // batch and the names of its client-id and topic (size, header, acks,
@@ -140,6 +144,10 @@ func (r *RecordSizes) Measure(ctx context.Context, topics []string) error {
 			sizes[p.Topic][p.Partition] = max(sizes[p.Topic][p.Partition], p.Size)
 		})
 	}
+	// The samples of one call share SampleTimeout: a publish is not held
+	// for it once per topic whose tail cannot be read.
+	sctx, cancel := context.WithTimeout(ctx, SampleTimeout)
+	defer cancel()
 	for _, topic := range topics {
 		now := map[int32]logPoint{}
 		ends.Each(func(o kadm.ListedOffset) {
@@ -181,10 +189,11 @@ func (r *RecordSizes) Measure(ctx context.Context, topics []string) error {
 			a.bytes, a.records = a.bytes/2, a.records/2
 		}
 		// A failed sample is not retried before the next SampleEvery-th
-		// call: each attempt can take its 5 s of the publish.
-		if grown >= 0 && ((a.sampledBatches == 0 && !a.sampleFailed) || r.rounds%SampleEvery == 0) {
+		// call: each attempt can take SampleTimeout of the publish (and
+		// none is made once the earlier ones took it).
+		if grown >= 0 && sctx.Err() == nil && ((a.sampledBatches == 0 && !a.sampleFailed) || r.rounds%SampleEvery == 0) {
 			end := now[grown].end
-			recs, batches := r.sample(ctx, topic, grown, max(end-SampleRecords, r.last[topic][grown].end), end)
+			recs, batches := r.sample(sctx, topic, grown, max(end-SampleRecords, r.last[topic][grown].end), end)
 			a.sampleFailed = batches == 0
 			if batches > 0 {
 				// The newest sample replaces the ones before: batching
@@ -211,8 +220,8 @@ func (b *batchCounter) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32,
 	b.batches.Add(1)
 }
 
-// sample reads partition p of topic from offset from up to end (at most
-// 5 s) and returns the records and batches read. A failed read counts
+// sample reads partition p of topic from offset from up to end (until ctx
+// is done) and returns the records and batches read. A failed read counts
 // nothing. Transaction markers (control batches of one control record
 // each, written by the broker, charged to no producer) are read, so that
 // a transactional topic's tail, which ends with one, is read to its end,
@@ -228,8 +237,6 @@ func (r *RecordSizes) sample(ctx context.Context, topic string, p int32, from, e
 		return 0, 0
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
 	last, control := int64(-1), int64(0)
 	for last < end-1 && ctx.Err() == nil {
 		fs := cl.PollFetches(ctx)

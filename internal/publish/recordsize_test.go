@@ -97,39 +97,10 @@ func (h *newClients) OnNewClient(*kgo.Client) { h.n.Add(1) }
 // TestMeasureUnreadableTailNotRetriedEachRound: a topic whose tail cannot
 // be read (here: the sample's client reaches no broker; in production, a
 // daemon without Read on the topic) is not sampled again at every call,
-// each attempt costing up to 5 s of the publish: once it failed, it is
+// each attempt costing up to SampleTimeout of the publish: once it failed, it is
 // sampled again only every SampleEvery calls.
 func TestMeasureUnreadableTailNotRetriedEachRound(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	r := NewRecordSizes(cl)
-	var made newClients
-	// Samples dial a port nothing listens on.
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := dead.Addr().String()
-	dead.Close()
-	r.opts = []kgo.Opt{kgo.SeedBrokers(addr), kgo.WithHooks(&made)}
-	produce := func() {
-		t.Helper()
-		recs := make([]*kgo.Record, MinRecords)
-		for i := range recs {
-			recs[i] = &kgo.Record{Value: []byte("v")}
-		}
-		if err := cl.ProduceSync(ctx(t), recs...).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r, made, produce := unreadableTails(t, "t")
 	measure := func() {
 		t.Helper()
 		mctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -138,23 +109,89 @@ func TestMeasureUnreadableTailNotRetriedEachRound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	produce()
+	produce("t")
 	measure() // the first reading: nothing grew yet
-	produce()
+	produce("t")
 	measure() // grown, no sample yet: one attempt, which fails
 	if got := made.n.Load(); got != 1 {
 		t.Fatalf("%d sample attempts after the first growth, want 1", got)
 	}
 	for range SampleEvery - 2 {
-		produce()
+		produce("t")
 		measure()
 	}
 	if got := made.n.Load(); got != 1 {
 		t.Fatalf("%d sample attempts in the %d calls after a failed one, want it not retried before a SampleEvery-th call", got, SampleEvery-2)
 	}
-	produce()
+	produce("t")
 	measure() // a SampleEvery-th call
 	if got := made.n.Load(); got != 2 {
 		t.Fatalf("%d sample attempts after a SampleEvery-th call, want one retry then", got)
+	}
+}
+
+// unreadableTails is a RecordSizes on a kfake cluster holding topics,
+// whose tail samples dial a port nothing listens on (as a daemon without
+// Read on the topics fails them), the count of sample clients built, and
+// a func that writes MinRecords records to a topic.
+func unreadableTails(tb testing.TB, topics ...string) (*RecordSizes, *newClients, func(topic string)) {
+	tb.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(cl.Close)
+	r := NewRecordSizes(cl)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := dead.Addr().String()
+	dead.Close()
+	made := new(newClients)
+	r.opts = []kgo.Opt{kgo.SeedBrokers(addr), kgo.WithHooks(made)}
+	produce := func(topic string) {
+		tb.Helper()
+		recs := make([]*kgo.Record, MinRecords)
+		for i := range recs {
+			recs[i] = &kgo.Record{Topic: topic, Value: []byte("v")}
+		}
+		if err := cl.ProduceSync(ctx(tb), recs...).FirstErr(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return r, made, produce
+}
+
+// TestMeasureSamplesShareTimeout: the tail samples of one call to Measure
+// share SampleTimeout, so that two topics whose tails cannot be read hold
+// the publish SampleTimeout, not twice that (out of the publisher's
+// 10 s, nothing would be left to apply the quotas).
+func TestMeasureSamplesShareTimeout(t *testing.T) {
+	r, made, produce := unreadableTails(t, "a", "b")
+	topics := []string{"a", "b"}
+	for _, tp := range topics {
+		produce(tp)
+	}
+	if err := r.Measure(ctx(t), topics); err != nil {
+		t.Fatal(err)
+	}
+	for _, tp := range topics {
+		produce(tp)
+	}
+	start := time.Now()
+	if err := r.Measure(ctx(t), topics); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took >= 2*SampleTimeout-time.Second {
+		t.Errorf("Measure took %v sampling two unreadable tails, want about SampleTimeout (%v) for both", took, SampleTimeout)
+	}
+	if got := made.n.Load(); got != 1 {
+		t.Errorf("%d sample attempts, want 1: none once the first took SampleTimeout", got)
 	}
 }
