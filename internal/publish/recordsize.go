@@ -119,6 +119,9 @@ func (r *RecordSizes) Measure(ctx context.Context, topics []string) error {
 	if err != nil {
 		return fmt.Errorf("list end offsets: %w", err)
 	}
+	// The end offsets' time, for Rate: not the time after the tail
+	// samples below, which would count their time as the topics'.
+	at := r.Now()
 	set := kadm.TopicsSet{}
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Err == nil {
@@ -201,11 +204,10 @@ func (r *RecordSizes) Measure(ctx context.Context, topics []string) error {
 				a.sampledRecords, a.sampledBatches = recs, batches
 			}
 		}
-		t := r.Now()
-		if prev, ok := r.at[topic]; ok && t.After(prev) {
-			r.rate[topic] = records / t.Sub(prev).Seconds()
+		if prev, ok := r.at[topic]; ok && at.After(prev) {
+			r.rate[topic] = records / at.Sub(prev).Seconds()
 		}
-		r.at[topic] = t
+		r.at[topic] = at
 		r.last[topic] = now
 	}
 	r.rounds++

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -193,5 +195,76 @@ func TestMeasureSamplesShareTimeout(t *testing.T) {
 	}
 	if got := made.n.Load(); got != 1 {
 		t.Errorf("%d sample attempts, want 1: none once the first took SampleTimeout", got)
+	}
+}
+
+// advancing is a clock that a hook moves on: every client built with it
+// (a tail sample's) takes Step of its time.
+type advancing struct {
+	mu   sync.Mutex
+	now  time.Time
+	Step time.Duration
+}
+
+func (c *advancing) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *advancing) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func (c *advancing) OnNewClient(*kgo.Client) { c.Add(c.Step) }
+
+// TestRecordSizesRateIgnoresSampleTime: Rate is the records a topic's end
+// offsets grew by over the time between the readings of those offsets,
+// not over a span that also counts the tail samples taken meanwhile (a
+// sample of 10 s here; tens to hundreds of milliseconds against a real
+// cluster, each SampleEvery calls, out of a 1 s interval).
+func TestRecordSizesRateIgnoresSampleTime(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "a", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	clock := &advancing{now: time.Unix(1000, 0), Step: 10 * time.Second}
+	r := NewRecordSizes(cl)
+	r.Now = clock.Now
+	r.opts = append(slices.Clip(r.opts), kgo.WithHooks(clock))
+	topics := []string{"a", "b"}
+	produce := func() {
+		t.Helper()
+		var recs []*kgo.Record
+		for _, tp := range topics {
+			for range 100 {
+				recs = append(recs, &kgo.Record{Topic: tp, Value: []byte("v")})
+			}
+		}
+		if err := cl.ProduceSync(ctx(t), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce()
+	if err := r.Measure(ctx(t), topics); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(10 * time.Second)
+	produce() // 100 records to each topic in the 10 s between readings
+	if err := r.Measure(ctx(t), topics); err != nil {
+		t.Fatal(err)
+	}
+	for _, tp := range topics {
+		if got, ok := r.Rate(tp); !ok || got != 10 {
+			t.Errorf("Rate(%s) = %v, %v; want 10 records/s, true", tp, got, ok)
+		}
 	}
 }
