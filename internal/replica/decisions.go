@@ -105,10 +105,13 @@ func (r *Replicator) followDecisions(v []byte) {
 // timeout ago, if it died) its controller stepped on its own, probing
 // rates no producer was given, and may have released them; it continues
 // from the last leader's decisions instead. Not when they are older than
-// the lease lifetime.
+// the lease lifetime, and once only: a replica leading again after a
+// lapse of its own lease, no other leader having written meanwhile, goes
+// on from its own regime, not back to the leader's before it.
 func (r *Replicator) followLast() {
 	r.mu.Lock()
 	ds, at := r.leaderDs, r.leaderAt
+	r.leaderDs = nil
 	r.mu.Unlock()
 	if len(ds) > 0 && time.Since(at) <= r.cfg.Lifetime {
 		r.eng.Follow(ds)

@@ -89,3 +89,42 @@ func TestFollowerAdoptsLeaderDecisions(t *testing.T) {
 		t.Errorf("the new leader's first decision %v (%s), want the lost leader's cut continued", d.Rate, d.Reason)
 	}
 }
+
+// TestLeaderRegainsItsOwnRegime: a replica that took over (continuing
+// from the lost leader's last decision) and then went on on its own
+// (released), whose lease lapses and comes back with no other leader
+// writing meanwhile, keeps its own regime: it does not adopt once more
+// the decisions of the leader before it.
+func TestLeaderRegainsItsOwnRegime(t *testing.T) {
+	js := embedded.JetStreamTest(t)
+	p := quota.Policy{Name: "p", MaxAge: 2 * time.Second}
+	start := time.Unix(1_700_000_000, 0)
+	follow := newNode(t, NewNATS(js, NATSBucket("regain")), false, p)
+	fc := &consumer{tr: lag.NewTracker(nil), at: start, produce: 100, consume: 2000}
+	for range 6 {
+		fc.cycle(follow.eng)
+	}
+	lead := newNode(t, NewNATS(js, NATSBucket("regain")), true, p)
+	lc := &consumer{tr: lag.NewTracker(nil), at: start, produce: 1000, consume: 100}
+	for range 6 {
+		lc.cycle(lead.eng)
+	}
+	waitFor(t, "the follower's decision is limited", func() bool {
+		return !fc.cycle(follow.eng).IsUnlimited()
+	})
+	lead.el.lead.Store(false)
+	waitFor(t, "the leader deposed", func() bool { return !lead.rep.sink.isLeading() })
+	follow.el.lead.Store(true)
+	waitFor(t, "the follower leads", follow.rep.sink.isLeading)
+	waitFor(t, "the new leader released on its own", func() bool {
+		return fc.cycle(follow.eng).IsUnlimited()
+	})
+	// Its lease lapses and comes back: nobody else led.
+	follow.el.lead.Store(false)
+	waitFor(t, "the lease lapsed", func() bool { return !follow.rep.sink.isLeading() })
+	follow.el.lead.Store(true)
+	waitFor(t, "it leads again", follow.rep.sink.isLeading)
+	if d := fc.cycle(follow.eng); !d.IsUnlimited() {
+		t.Errorf("the decision after the lapse %v (%s), want its own, unlimited, not the leader's before it", d.Rate, d.Reason)
+	}
+}

@@ -72,7 +72,8 @@ type Replicator struct {
 	led     bool
 	written map[string]writtenSet
 	// leaderDs are the last leader decisions read (followDecisions),
-	// written at leaderAt; under mu.
+	// written at leaderAt, until a takeover used them (followLast);
+	// under mu.
 	leaderDs []quota.Decision
 	leaderAt time.Time
 	// decided is the last decisions written (their rates, JSON), and
