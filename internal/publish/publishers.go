@@ -181,7 +181,9 @@ func (p *ClientQuotaPublisher) Clear(ctx context.Context) error {
 // ClientQuotaSweeper clears, once, the client quotas an earlier run of
 // lagbridge left on a Kafka cluster where no policy opts in to
 // kafkaClientQuota any more (the marker tells them apart from an
-// operator's, which it never touches). Without it, turning the option off
+// operator's, which it never touches), for the client-ids the policies
+// still list when its ClientQuotas has Owns set: the quota of a producer
+// no policy lists any more is left on the broker and named in the log. Without it, turning the option off
 // and restarting would leave those producers throttled by the broker for
 // good. A failed attempt is retried with a doubling wait, from one
 // publish to 64, until one succeeds: a cluster that refuses to describe
