@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -207,5 +208,26 @@ func TestKafkaKeylessRunsBounded(t *testing.T) {
 				t.Errorf("a plain client made %d runs: the default partitioner no longer sticks, the case tests nothing", runs)
 			}
 		})
+	}
+}
+
+// TestQuotaAvoidPartitionsIsACopy: the list Quota returns is the
+// caller's: changing it does not change which partitions the producer
+// avoids (it is read concurrently by every record's placement).
+func TestQuotaAvoidPartitionsIsACopy(t *testing.T) {
+	c := newKfake(t, 4, "orders")
+	ctx := ctxFor(t, 20*time.Second)
+	p := newKafkaProducer(t, newKgo(t, c), Config{})
+	if err := p.Produce(ctx, &kgo.Record{Topic: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	setLease(t, p.c, quotaproto.Lease{Topic: "orders", Signal: quotaproto.SignalAvoidPartitions, AvoidPartitions: []int32{1}, Version: 1})
+	q, ok := p.Quota("orders")
+	if !ok || !slices.Equal(q.AvoidPartitions, []int32{1}) {
+		t.Fatalf("quota %+v, %v: want partition 1 avoided", q, ok)
+	}
+	q.AvoidPartitions[0] = 3
+	if q, _ := p.Quota("orders"); !slices.Equal(q.AvoidPartitions, []int32{1}) {
+		t.Errorf("after the caller changed its copy, the producer avoids %v, want [1]", q.AvoidPartitions)
 	}
 }

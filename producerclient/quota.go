@@ -2,6 +2,7 @@ package producerclient
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -17,7 +18,8 @@ type Quota struct {
 	// RetryAfter is the slow-down hint; 0 for none (also when the lease's
 	// hint was garbled).
 	RetryAfter time.Duration
-	// AvoidPartitions lists partitions keyless Kafka records avoid.
+	// AvoidPartitions lists partitions keyless Kafka records avoid (and
+	// keyed ones bound for them are refused), sorted; the caller's copy.
 	AvoidPartitions []int32
 	// Advisory leases are reported, not enforced.
 	Advisory bool
@@ -42,7 +44,7 @@ func (c *core) quota(name string) (Quota, bool) {
 	}
 	v := t.view.Load()
 	q := Quota{Topic: name, Rate: v.rate, Burst: v.burst, Signal: v.signal, RetryAfter: v.retryAfter,
-		AvoidPartitions: v.avoid, Advisory: v.advisory, FromLease: v.fromLease, Closed: v.closed,
+		AvoidPartitions: slices.Clone(v.avoid), Advisory: v.advisory, FromLease: v.fromLease, Closed: v.closed,
 		Version: v.version, ExpiresAt: v.expires, Received: v.received, Reason: v.reason}
 	if math.IsInf(q.Rate, 1) {
 		q.Burst = 0
