@@ -138,16 +138,7 @@ func TestMeasureUnreadableTailNotRetriedEachRound(t *testing.T) {
 // a func that writes MinRecords records to a topic.
 func unreadableTails(tb testing.TB, topics ...string) (*RecordSizes, *newClients, func(topic string)) {
 	tb.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics...))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(c.Close)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(cl.Close)
+	_, cl := kfakeClient(tb, kfake.NumBrokers(1), kfake.SeedTopics(1, topics...))
 	r := NewRecordSizes(cl)
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -226,16 +217,7 @@ func (c *advancing) OnNewClient(*kgo.Client) { c.Add(c.Step) }
 // sample of 10 s here; tens to hundreds of milliseconds against a real
 // cluster, each SampleEvery calls, out of a 1 s interval).
 func TestRecordSizesRateIgnoresSampleTime(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "a", "b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
+	_, cl := kfakeClient(t, kfake.NumBrokers(1), kfake.SeedTopics(1, "a", "b"))
 	clock := &advancing{now: time.Unix(1000, 0), Step: 10 * time.Second}
 	r := NewRecordSizes(cl)
 	r.Now = clock.Now
