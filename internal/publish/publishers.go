@@ -183,9 +183,9 @@ func (p *ClientQuotaPublisher) Clear(ctx context.Context) error {
 // kafkaClientQuota any more (the marker tells them apart from an
 // operator's, which it never touches), for the client-ids the policies
 // still list when its ClientQuotas has Owns set: the quota of a producer
-// no policy lists any more is left on the broker and named in the log. Without it, turning the option off
-// and restarting would leave those producers throttled by the broker for
-// good. A failed attempt is retried with a doubling wait, from one
+// no policy lists any more is left on the broker and named in the log.
+// Without it, turning the option off and restarting would leave those
+// producers throttled by the broker for good. A failed attempt is retried with a doubling wait, from one
 // publish to 64, until one succeeds: a cluster that refuses to describe
 // client quotas costs one request a minute, not one a cycle.
 type ClientQuotaSweeper struct {
@@ -281,8 +281,9 @@ func (p *ClientQuotaPublisher) Want(s Snapshot) map[string]float64 {
 // each at most what its stored quota lets through (the quota binds on
 // each broker: the quota over its bytes per record and over the share
 // of the topic the busiest broker leads). With the whole topic's rate
-// as each one's, no quota could bind when several client-ids write a topic (a
-// producer sending a third of it is never slowed by 11/12 of all of it);
+// as each one's, no quota could bind when several client-ids write a
+// topic (a producer sending a third of it is never slowed by 11/12 of
+// all of it);
 // a client-id sending f times its share can be held up to
 // f x (window + hold) - window on its first throttled response.
 //
