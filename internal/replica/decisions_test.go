@@ -4,9 +4,6 @@ import (
 	"testing"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/lagbridge/lagbridge/internal/embedded"
 	"github.com/lagbridge/lagbridge/internal/engine"
 	"github.com/lagbridge/lagbridge/lag"
@@ -46,15 +43,7 @@ func (c *consumer) cycle(e *engine.Engine) quota.Decision {
 // leader's last decision, not from its own.
 func TestFollowerAdoptsLeaderDecisions(t *testing.T) {
 	s := embedded.NATSTest(t)
-	nc, err := natsgo.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := embedded.Connect(t, s)
 	p := quota.Policy{Name: "p", MaxAge: 2 * time.Second}
 	start := time.Unix(1_700_000_000, 0)
 	follow := newNode(t, NewNATS(js, NATSBucket("d")), false, p)

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/lagbridge/lagbridge/internal/embedded"
@@ -115,15 +113,7 @@ func newNode(tb testing.TB, ch Channel, lead bool, policies ...quota.Policy) *no
 // read.
 func TestReplicasOnNATS(t *testing.T) {
 	s := embedded.NATSTest(t)
-	nc, err := natsgo.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := embedded.Connect(t, s)
 	lead, follow := newNode(t, NewNATS(js, NATSBucket("t")), true), newNode(t, NewNATS(js, NATSBucket("t")), false)
 	if _, err := follow.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
 		t.Fatal(err)
@@ -187,15 +177,7 @@ func (e publishOnRenumber) Renumber(floor uint64) {
 // followers serve them without waiting for the engine's next change.
 func TestTakeoverWritesRenumbered(t *testing.T) {
 	s := embedded.NATSTest(t)
-	nc, err := natsgo.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := embedded.Connect(t, s)
 	hub, el := quotaserver.NewHub(), &role{}
 	t.Cleanup(hub.Close)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
