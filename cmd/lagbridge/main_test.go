@@ -65,7 +65,8 @@ func TestDemoSmoke(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"demo-kafka/orders", "demo-nats/EVENTS", "dashboard: http://127.0.0.1:", "lagbridge demo report", "checkout", "batch-export"} {
+	for _, want := range []string{"demo-kafka/orders", "demo-nats/EVENTS", "dashboard: http://127.0.0.1:", "lagbridge demo report", "checkout", "batch-export",
+		"one synchronous produce each", "franz-go's default 5 s auto-commit with the consumer hook"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}

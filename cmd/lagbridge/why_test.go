@@ -92,6 +92,38 @@ func TestWhyDuringDemo(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond) // polling the daemon's log
 	}
+	// The demo's Kafka consumer commits on franz-go's 5 s default: the
+	// daemon knows where it is from the consumer hook's reports.
+	resp, err := http.Get(base + "/v1/lag?partitions=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l struct {
+		Targets []struct {
+			Cluster, Topic, Group string
+			Source                string
+			CommitIntervalSeconds float64
+		} `json:"targets"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&l)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kafkaSeen bool
+	for _, tg := range l.Targets {
+		if tg.Cluster != "demo-kafka" {
+			continue
+		}
+		kafkaSeen = true
+		t.Logf("%s/%s/%s: source %q, commit interval %.1fs", tg.Cluster, tg.Topic, tg.Group, tg.Source, tg.CommitIntervalSeconds)
+		if tg.Source != "consumer" {
+			t.Errorf("%s/%s/%s: source %q, want \"consumer\": the demo's Kafka consumer reports through the consumer hook", tg.Cluster, tg.Topic, tg.Group, tg.Source)
+		}
+	}
+	if !kafkaSeen {
+		t.Errorf("/v1/lag has no demo-kafka target: %+v", l.Targets)
+	}
 	code, out, stderr := runCLI("why", "--producer", "batch-export", "--since", "2m", "--url", base)
 	if code != 0 {
 		t.Fatalf("why: exit %d: %s", code, stderr)

@@ -75,8 +75,8 @@ func Config(b *Brokers, listen string, interval time.Duration) config.Config {
 		Listen: listen, Interval: interval, ShutdownTimeout: 5 * time.Second,
 		Log:   config.Log{Level: "info", Format: "text"},
 		Rules: config.Rules{LagAge: 2 * time.Second},
-		Kafka: []kafka.Config{{Cluster: "demo-kafka", Brokers: b.KafkaAddrs()}},
-		NATS:  []nats.Config{{Cluster: "demo-nats", URLs: []string{b.NATSURL()}}},
+		Kafka: []kafka.Config{{Cluster: KafkaCluster, Brokers: b.KafkaAddrs()}},
+		NATS:  []nats.Config{{Cluster: NATSCluster, URLs: []string{b.NATSURL()}}},
 	}
 }
 
@@ -131,15 +131,9 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 
-	var offered float64
-	for _, p := range StoryProducers {
-		offered += p.Rate
-	}
 	fmt.Fprintf(o.Out, "lagbridge demo: embedded Kafka %s, NATS %s\n", strings.Join(b.KafkaAddrs(), ","), b.NATSURL())
 	fmt.Fprintf(o.Out, "dashboard: %s/   API: %s/v1/lag  %s/v1/quotas  %s/metrics\n", base, base, base, base)
-	fmt.Fprintf(o.Out, "producers offer %.0f msg/s per broker (checkout CRITICAL_PLUS 300, orders-api CRITICAL 500, batch-export SHEDDABLE 1000),\n", offered)
-	fmt.Fprintf(o.Out, "consumers serve %.0f msg/s, slowed to %.0f msg/s from %s to %s; messages are dead after %s\n\n",
-		o.Normal, o.Slow, (story / 4).Round(time.Second), (story * 3 / 5).Round(time.Second), MessageDeadline)
+	printCast(o.Out, o, story)
 
 	start := time.Now()
 	t := time.NewTicker(o.Interval)
@@ -162,6 +156,28 @@ func Run(ctx context.Context, o Options) error {
 			prev = cur
 		}
 	}
+}
+
+// printCast says who produces and consumes what, and how: the settings
+// the demo's clients run with.
+func printCast(out io.Writer, o Options, story time.Duration) {
+	var offered float64
+	var requests, jobs []string
+	for _, p := range StoryProducers {
+		offered += p.Rate
+		who := fmt.Sprintf("%s (%s, %.0f/s)", p.ID, p.Criticality, p.Rate)
+		if p.Requests {
+			requests = append(requests, who)
+		} else {
+			jobs = append(jobs, who)
+		}
+	}
+	fmt.Fprintf(out, "producers offer %.0f msg/s per broker through the SDK: %s answer requests, one synchronous produce each;\n", offered, strings.Join(requests, " and "))
+	fmt.Fprintf(out, "  %s produces asynchronously; franz-go's and nats.go's defaults otherwise\n", strings.Join(jobs, " and "))
+	fmt.Fprintf(out, "consumers serve %.0f msg/s, slowed to %.0f msg/s from %s to %s; messages are dead after %s\n",
+		o.Normal, o.Slow, (story / 4).Round(time.Second), (story * 3 / 5).Round(time.Second), MessageDeadline)
+	fmt.Fprintf(out, "  kafka: franz-go's default 5 s auto-commit with the consumer hook reporting to the daemon; nats: acks each message;\n")
+	fmt.Fprintf(out, "  both behind the ttl guard, which skips expired messages\n\n")
 }
 
 type tallies map[string][4]int64 // offered, acked, shed, failed
@@ -231,7 +247,7 @@ func Report(out io.Writer, elapsed time.Duration, st *Story, maxHead map[string]
 	for _, c := range []struct {
 		name, cluster string
 		t             *ConsumerTally
-	}{{"kafka", "demo-kafka", &st.Kafka}, {"nats", "demo-nats", &st.NATS}} {
+	}{{"kafka", KafkaCluster, &st.Kafka}, {"nats", NATSCluster, &st.NATS}} {
 		good, dead, skipped := c.t.Good.Load(), c.t.Dead.Load(), c.t.Skipped.Load()
 		consumed := good + dead
 		deadPct := 0.0

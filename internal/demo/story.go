@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,26 +15,42 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/time/rate"
 
+	"github.com/lagbridge/lagbridge/consumerclient"
 	"github.com/lagbridge/lagbridge/producerclient"
 	"github.com/lagbridge/lagbridge/quota"
-	"github.com/lagbridge/lagbridge/ttl"
+	"github.com/lagbridge/lagbridge/ttl/kafkaguard"
+	"github.com/lagbridge/lagbridge/ttl/natsguard"
 )
 
 // StoryProducer is one synthetic service producing at a fixed offered rate
-// (open loop: like a service answering requests) through the SDK.
+// (open loop: its requests or jobs arrive whether or not the broker keeps
+// up) through the SDK.
 type StoryProducer struct {
 	ID          string
 	Criticality producerclient.Criticality
 	Rate        float64 // offered messages per second, per broker
+	// Requests: a service answering requests, each with one message that
+	// a request handler sends and waits for (Produce, Publish), its caller
+	// giving up after MessageDeadline. Otherwise a batch job that hands
+	// its messages over without waiting (ProduceAsync, PublishAsync).
+	Requests bool
 }
 
 // StoryProducers are the demo's services: checkout must not be shed, the
 // order API is important, the batch export can wait.
 var StoryProducers = []StoryProducer{
-	{ID: "checkout", Criticality: producerclient.CriticalPlus, Rate: 300},
-	{ID: "orders-api", Criticality: producerclient.Critical, Rate: 500},
+	{ID: "checkout", Criticality: producerclient.CriticalPlus, Rate: 300, Requests: true},
+	{ID: "orders-api", Criticality: producerclient.Critical, Rate: 500, Requests: true},
 	{ID: "batch-export", Criticality: producerclient.Sheddable, Rate: 1000},
 }
+
+// requestHandlers is how many request handlers each request-answering
+// service runs per broker; requestBacklog is how many requests wait for
+// one (a server's accept backlog) before the next is turned away.
+const (
+	requestHandlers = 16
+	requestBacklog  = 4096
+)
 
 // MessageDeadline is the deadline the demo's consumers really use.
 const MessageDeadline = 2 * time.Second
@@ -52,6 +70,8 @@ func StoryPolicy() quota.Policy {
 const natsSuffix = ".nats"
 
 // Tally counts what happened to one producer's messages on one broker.
+// Failed counts errors other than the quota's refusals, and requests that
+// found every handler busy and the backlog full.
 type Tally struct {
 	Offered, Acked, Shed, Failed atomic.Int64
 }
@@ -72,6 +92,7 @@ type Story struct {
 	wg     sync.WaitGroup
 	kcl    []*kgo.Client
 	nc     *nats.Conn
+	rep    *consumerclient.KafkaReporter
 	kp     []*producerclient.KafkaProducer
 	np     []*producerclient.NATSProducer
 	// Producers, keyed "<id>" (Kafka) and "<id>.nats" (NATS).
@@ -82,7 +103,11 @@ type Story struct {
 }
 
 // StartStory starts producers that take their quotas from the daemon at
-// daemonURL, and consumers whose speed follows profile.
+// daemonURL, and consumers whose speed follows profile. The Kafka consumer
+// is a franz-go poll loop on the library's defaults (auto-commit every
+// 5 s) with the consumer hook reporting its position to the daemon, behind
+// the ttl guard; the NATS consumer acknowledges each message, behind the
+// ttl guard.
 func StartStory(b *Brokers, daemonURL string, profile Profile) (*Story, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Story{cancel: cancel, Producers: map[string]*Tally{}}
@@ -106,55 +131,126 @@ func StartStory(b *Brokers, daemonURL string, profile Profile) (*Story, error) {
 	if err != nil {
 		return fail(fmt.Errorf("create consumer: %w", err))
 	}
+	// The consumer hook, as the README shows it: auto-commit stays at
+	// franz-go's 5 s default, the hook tells the daemon where the poll
+	// loop really is.
+	s.rep, err = consumerclient.NewKafkaReporter(consumerclient.Config{URL: daemonURL, Cluster: KafkaCluster,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return fail(fmt.Errorf("consumer reporter: %w", err))
+	}
 	cons, err := kgo.NewClient(kgo.SeedBrokers(b.KafkaAddrs()...), kgo.ConsumerGroup(KafkaGroup), kgo.ConsumeTopics(KafkaTopic),
-		kgo.AutoCommitInterval(200*time.Millisecond), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		kgo.WithHooks(s.rep.Hook()))
 	if err != nil {
 		return fail(err)
 	}
 	s.kcl = append(s.kcl, cons)
-
+	kg, err := kafkaguard.New(kafkaguard.Config{MaxAge: MessageDeadline, Progress: s.rep})
+	if err != nil {
+		return fail(err)
+	}
+	ng, err := natsguard.New(natsguard.Config{MaxAge: MessageDeadline})
+	if err != nil {
+		return fail(err)
+	}
 	for _, sp := range StoryProducers {
-		cfg := producerclient.Config{
-			Producer: sp.ID, Topics: []string{KafkaTopic}, Mode: producerclient.Drop, Criticality: sp.Criticality,
-			MessageTTL: MessageDeadline,
-			Leases:     producerclient.LeaseConfig{URL: daemonURL, Transport: producerclient.SSE},
-		}
-		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.KafkaAddrs()...), kgo.DefaultProduceTopic(KafkaTopic),
-			kgo.ProducerLinger(5 * time.Millisecond)}, producerclient.KafkaClientOpts(nil)...)...)
-		if err != nil {
+		if err := s.startProducers(ctx, b, js, daemonURL, sp); err != nil {
 			return fail(err)
 		}
-		s.kcl = append(s.kcl, cl)
-		kp, err := producerclient.NewKafka(cl, cfg)
-		if err != nil {
-			return fail(fmt.Errorf("sdk producer %s: %w", sp.ID, err))
-		}
-		s.kp = append(s.kp, kp)
-		cfg.Producer, cfg.Topics = sp.ID+natsSuffix, []string{NATSStream}
-		np, err := producerclient.NewNATS(js, cfg)
-		if err != nil {
-			return fail(fmt.Errorf("sdk producer %s: %w", cfg.Producer, err))
-		}
-		s.np = append(s.np, np)
-		kt, nt := &Tally{}, &Tally{}
-		s.Producers[sp.ID], s.Producers[sp.ID+natsSuffix] = kt, nt
-		s.wg.Go(func() { s.produceKafka(ctx, kp, sp.Rate, kt) })
-		s.wg.Go(func() { s.produceNATS(ctx, np, sp.Rate, nt) })
 	}
 
 	klim := rate.NewLimiter(rate.Limit(profile(0)), 20)
 	nlim := rate.NewLimiter(rate.Limit(profile(0)), 20)
 	s.speed.Store(int64(profile(0)))
 	s.wg.Go(func() { govern(ctx, profile, func(r float64) { s.speed.Store(int64(r)) }, klim, nlim) })
-	s.wg.Go(func() { s.consumeKafka(ctx, cons, klim) })
-	s.wg.Go(func() { s.consumeNATS(ctx, jc, nlim) })
+	s.wg.Go(func() { s.consumeKafka(ctx, cons, kg, klim) })
+	s.wg.Go(func() { s.consumeNATS(ctx, jc, ng, nlim) })
 	return s, nil
+}
+
+// startProducers starts sp's SDK producers, on Kafka (a franz-go client
+// with the library's defaults and the options the SDK requires) and on
+// NATS, and the goroutines that offer them sp's traffic.
+func (s *Story) startProducers(ctx context.Context, b *Brokers, js jetstream.JetStream, daemonURL string, sp StoryProducer) error {
+	cfg := producerclient.Config{
+		Producer: sp.ID, Topics: []string{KafkaTopic}, Mode: producerclient.Drop, Criticality: sp.Criticality,
+		MessageTTL: MessageDeadline,
+		Leases:     producerclient.LeaseConfig{URL: daemonURL, Transport: producerclient.SSE},
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.KafkaAddrs()...), kgo.DefaultProduceTopic(KafkaTopic)},
+		producerclient.KafkaClientOpts(nil)...)...)
+	if err != nil {
+		return err
+	}
+	s.kcl = append(s.kcl, cl)
+	kp, err := producerclient.NewKafka(cl, cfg)
+	if err != nil {
+		return fmt.Errorf("sdk producer %s: %w", sp.ID, err)
+	}
+	s.kp = append(s.kp, kp)
+	cfg.Producer, cfg.Topics = sp.ID+natsSuffix, []string{NATSStream}
+	np, err := producerclient.NewNATS(js, cfg)
+	if err != nil {
+		return fmt.Errorf("sdk producer %s: %w", cfg.Producer, err)
+	}
+	s.np = append(s.np, np)
+	kt, nt := &Tally{}, &Tally{}
+	s.Producers[sp.ID], s.Producers[sp.ID+natsSuffix] = kt, nt
+	if !sp.Requests {
+		s.wg.Go(func() { produceAsync(ctx, kp, sp.Rate, kt) })
+		s.wg.Go(func() { publishAsync(ctx, np, sp.Rate, nt) })
+		return nil
+	}
+	s.serve(ctx, sp.Rate, kt, func(rctx context.Context) error {
+		return kp.Produce(rctx, &kgo.Record{Value: []byte("order")})
+	})
+	s.serve(ctx, sp.Rate, nt, func(rctx context.Context) error {
+		_, err := np.Publish(rctx, nats.NewMsg(NATSSubject))
+		return err
+	})
+	return nil
 }
 
 // Speed is the consumers' current speed in messages per second.
 func (s *Story) Speed() int64 { return s.speed.Load() }
 
-func (s *Story) produceKafka(ctx context.Context, p *producerclient.KafkaProducer, r float64, t *Tally) {
+// serve runs a service answering requests at rate r: requestHandlers
+// handlers each take the next request, send its one message with send and
+// wait, under a context that ends when the request's caller gives up
+// (MessageDeadline after it arrived). A request that finds the backlog
+// full is turned away and counted as failed.
+func (s *Story) serve(ctx context.Context, r float64, t *Tally, send func(context.Context) error) {
+	reqs := make(chan time.Time, requestBacklog)
+	for range requestHandlers {
+		s.wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case arrived := <-reqs:
+					rctx, cancel := context.WithDeadline(ctx, arrived.Add(MessageDeadline))
+					t.count(send(rctx))
+					cancel()
+				}
+			}
+		})
+	}
+	s.wg.Go(func() {
+		pace(ctx, r, func(n int) {
+			now := time.Now()
+			for range n {
+				t.Offered.Add(1)
+				select {
+				case reqs <- now:
+				default:
+					t.Failed.Add(1)
+				}
+			}
+		})
+	})
+}
+
+func produceAsync(ctx context.Context, p *producerclient.KafkaProducer, r float64, t *Tally) {
 	pace(ctx, r, func(n int) {
 		for range n {
 			t.Offered.Add(1)
@@ -163,7 +259,7 @@ func (s *Story) produceKafka(ctx context.Context, p *producerclient.KafkaProduce
 	})
 }
 
-func (s *Story) produceNATS(ctx context.Context, p *producerclient.NATSProducer, r float64, t *Tally) {
+func publishAsync(ctx context.Context, p *producerclient.NATSProducer, r float64, t *Tally) {
 	pace(ctx, r, func(n int) {
 		for range n {
 			t.Offered.Add(1)
@@ -186,58 +282,71 @@ func (t *Tally) count(err error) {
 	}
 }
 
-// process applies the consumer's deadline: an expired message is skipped
-// at no cost; a live one takes capacity and counts as good, or as dead work
-// if it was late by the time it was done.
-func process(ctx context.Context, lim *rate.Limiter, c *ConsumerTally, deadlineHeader string, produced time.Time) bool {
-	deadline, err := ttl.ParseDeadline(deadlineHeader)
-	if err == nil && time.Now().After(deadline) {
-		c.Skipped.Add(1)
-		return true
-	}
-	if lim.Wait(ctx) != nil {
-		return false
+// work is the consumers' handler of a live message, which the ttl guard
+// gives it under hctx, a context that ends at the message's deadline: it
+// takes capacity (waiting on lim under ctx, the consumer's own context)
+// and counts the message as good, or as dead work if its deadline passed
+// by the time it was done.
+func work(ctx, hctx context.Context, lim *rate.Limiter, c *ConsumerTally, produced time.Time) error {
+	if err := lim.Wait(ctx); err != nil {
+		return err
 	}
 	now := time.Now()
 	if age := now.Sub(produced); age > time.Duration(c.MaxAge.Load()) {
 		c.MaxAge.Store(int64(age))
 	}
-	if err == nil && now.After(deadline) {
+	if deadline, ok := hctx.Deadline(); ok && now.After(deadline) {
 		c.Dead.Add(1)
 	} else {
 		c.Good.Add(1)
 	}
-	return true
+	return nil
 }
 
-func (s *Story) consumeKafka(ctx context.Context, cl *kgo.Client, lim *rate.Limiter) {
+// consumeKafka is the poll loop: the guard skips expired records at no
+// cost and hands the live ones to work, telling the reporter of each
+// record it finishes; franz-go commits what the previous poll returned
+// every 5 s.
+func (s *Story) consumeKafka(ctx context.Context, cl *kgo.Client, g *kafkaguard.Guard, lim *rate.Limiter) {
 	for ctx.Err() == nil {
-		for _, r := range cl.PollRecords(ctx, 50).Records() {
-			var dl string
-			for _, h := range r.Headers {
-				if h.Key == ttl.HeaderDeadline {
-					dl = string(h.Value)
-				}
-			}
-			if !process(ctx, lim, &s.Kafka, dl, r.Timestamp) {
-				return
-			}
+		recs := cl.PollFetches(ctx).Records()
+		handled := 0
+		done, err := g.Process(ctx, recs, func(hctx context.Context, r *kgo.Record) error {
+			handled++
+			return work(ctx, hctx, lim, &s.Kafka, r.Timestamp)
+		})
+		s.Kafka.Skipped.Add(int64(len(done) - handled))
+		if err != nil {
+			return // work fails only when ctx is done
 		}
 	}
 }
 
-func (s *Story) consumeNATS(ctx context.Context, c jetstream.Consumer, lim *rate.Limiter) {
+// consumeNATS pulls messages one at a time through the guard, which
+// terminates the expired ones unprocessed; the handler acknowledges each
+// live message once it is done.
+func (s *Story) consumeNATS(ctx context.Context, c jetstream.Consumer, g *natsguard.Guard, lim *rate.Limiter) {
 	_ = pullEach(ctx, c, func(m jetstream.Msg) bool {
-		md, _ := m.Metadata()
 		var produced time.Time
-		if md != nil {
+		if md, _ := m.Metadata(); md != nil {
 			produced = md.Timestamp
 		}
-		if !process(ctx, lim, &s.NATS, m.Headers().Get(ttl.HeaderDeadline), produced) {
-			return false
+		handled := false
+		// The error is ctx's (work stops with it) or a failed
+		// settlement, which the server answers by delivering the
+		// message again.
+		_ = g.Handle(ctx, m, func(hctx context.Context, m jetstream.Msg) error {
+			handled = true
+			if err := work(ctx, hctx, lim, &s.NATS, produced); err != nil {
+				return err
+			}
+			_ = m.Ack()
+			return nil
+		})
+		if !handled {
+			s.NATS.Skipped.Add(1)
 		}
-		_ = m.Ack()
-		return true
+		return ctx.Err() == nil
 	})
 }
 
@@ -256,6 +365,10 @@ func (s *Story) Close() {
 		c.Close()
 	}
 	s.kcl = nil
+	if s.rep != nil {
+		s.rep.Close()
+		s.rep = nil
+	}
 	if s.nc != nil {
 		s.nc.Close()
 		s.nc = nil

@@ -10,6 +10,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -18,13 +20,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/lagbridge/lagbridge/internal/embedded"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/time/rate"
+
+	"github.com/lagbridge/lagbridge/consumerclient"
+	"github.com/lagbridge/lagbridge/internal/embedded"
 )
 
-// Names of the demo's topics, groups, streams and consumers.
+// Names of the demo's clusters, topics, groups, streams and consumers.
 const (
+	KafkaCluster = "demo-kafka"
+	NATSCluster  = "demo-nats"
 	KafkaTopic   = "orders"
 	KafkaGroup   = "billing"
 	NATSStream   = "EVENTS"
@@ -92,6 +98,7 @@ type Workload struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	kcl    []*kgo.Client
+	rep    *consumerclient.KafkaReporter // nil without a daemon to report to
 	nc     *nats.Conn
 	mu     sync.Mutex
 	err    error
@@ -105,26 +112,48 @@ type Stats struct {
 }
 
 // StartWorkload produces at produceRate msg/s to both brokers and consumes
-// at the profile's speed until Close. It starts five goroutines (two
-// producers, two consumers, one speed governor); Close stops them.
+// at the profile's speed until Close. Its clients run on their libraries'
+// defaults: the Kafka consumer is a franz-go poll loop that auto-commits
+// every 5 s, the NATS consumer acknowledges each message. It starts five
+// goroutines (two producers, two consumers, one speed governor); Close
+// stops them.
 func StartWorkload(b *Brokers, produceRate float64, profile Profile) (*Workload, error) {
+	return startWorkload(b, produceRate, profile, "")
+}
+
+// StartReportingWorkload is StartWorkload with the consumer hook of
+// consumerclient on the Kafka consumer, reporting its position to the
+// daemon at daemonURL (auto-commit stays at 5 s), as the README tells
+// users to run a consumer whose deadline is seconds.
+func StartReportingWorkload(b *Brokers, produceRate float64, profile Profile, daemonURL string) (*Workload, error) {
+	return startWorkload(b, produceRate, profile, daemonURL)
+}
+
+func startWorkload(b *Brokers, produceRate float64, profile Profile, daemonURL string) (*Workload, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &Workload{cancel: cancel}
-	prod, err := kgo.NewClient(kgo.SeedBrokers(b.KafkaAddrs()...), kgo.DefaultProduceTopic(KafkaTopic),
-		kgo.ProducerLinger(5*time.Millisecond))
+	prod, err := kgo.NewClient(kgo.SeedBrokers(b.KafkaAddrs()...), kgo.DefaultProduceTopic(KafkaTopic))
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	cons, err := kgo.NewClient(kgo.SeedBrokers(b.KafkaAddrs()...), kgo.ConsumerGroup(KafkaGroup),
-		kgo.ConsumeTopics(KafkaTopic), kgo.AutoCommitInterval(200*time.Millisecond),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	w.kcl = []*kgo.Client{prod}
+	opts := []kgo.Opt{kgo.SeedBrokers(b.KafkaAddrs()...), kgo.ConsumerGroup(KafkaGroup), kgo.ConsumeTopics(KafkaTopic)}
+	if daemonURL != "" {
+		w.rep, err = consumerclient.NewKafkaReporter(consumerclient.Config{URL: daemonURL, Cluster: KafkaCluster,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			w.Close()
+			return nil, fmt.Errorf("consumer reporter: %w", err)
+		}
+		opts = append(opts, kgo.WithHooks(w.rep.Hook()))
+	}
+	cons, err := kgo.NewClient(opts...)
 	if err != nil {
-		prod.Close()
-		cancel()
+		w.Close()
 		return nil, err
 	}
-	w.kcl = []*kgo.Client{prod, cons}
+	w.kcl = append(w.kcl, cons)
 	nc, err := nats.Connect(b.NATSURL())
 	if err != nil {
 		w.Close()
@@ -230,12 +259,10 @@ func (w *Workload) produceNATS(ctx context.Context, js jetstream.JetStream, r fl
 
 func (w *Workload) consumeKafka(ctx context.Context, cl *kgo.Client, lim *rate.Limiter) {
 	for ctx.Err() == nil {
-		fs := cl.PollRecords(ctx, 50)
-		for _, r := range fs.Records() {
+		for range cl.PollFetches(ctx).Records() {
 			if lim.Wait(ctx) != nil {
 				return
 			}
-			_ = r
 			w.add(&w.stats.KafkaConsumed)
 		}
 	}
@@ -314,6 +341,10 @@ func (w *Workload) Close() {
 		c.Close()
 	}
 	w.kcl = nil
+	if w.rep != nil {
+		w.rep.Close()
+		w.rep = nil
+	}
 	if w.nc != nil {
 		w.nc.Close()
 		w.nc = nil
