@@ -81,6 +81,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// shortens the phases and the loads.
 		selected, _ = SelectRows(FullMatrix(), *rows)
 	}
+	selected = append(selected, namedRows(LegacyRows(), *rows)...)
 	if len(*add) > 0 && len(*rows) == 0 {
 		selected = nil
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +25,26 @@ func LegacyRows() []Row {
 		{Broker: BrokerKafka, Consumer: CommitPerPoll, Producer: Legacy, Interval: time.Second},
 		{Broker: BrokerKafka, Consumer: AutoCommit5s, Producer: Legacy, Interval: time.Second},
 	}
+}
+
+// namedRows returns the rows of extra (rows in no matrix) that a --rows
+// pattern naming their producer kind selects: `--rows legacy` runs the
+// legacy rows, and a pattern that does not say "legacy" (say
+// 'kafka/commit-per-poll/*') leaves them out as before.
+func namedRows(extra []Row, patterns []string) []Row {
+	var out []Row
+	for _, r := range extra {
+		for _, p := range patterns {
+			if !strings.Contains(p, string(r.Producer)) {
+				continue
+			}
+			if sel, _ := SelectRows([]Row{r}, []string{p}); len(sel) > 0 {
+				out = append(out, r)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // throttles is a franz-go hook that keeps the longest throttle a broker

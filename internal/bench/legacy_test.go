@@ -1,7 +1,10 @@
 package bench
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +30,36 @@ func TestLegacyRows(t *testing.T) {
 	for _, r := range LegacyRows() {
 		if errs := r.validate(); len(errs) > 0 {
 			t.Errorf("%s: %v", r.Name(), errs)
+		}
+	}
+}
+
+// TestLegacyRowsSelected: the legacy rows are in no matrix; a --rows
+// pattern that names them picks them, and no other pattern does.
+func TestLegacyRowsSelected(t *testing.T) {
+	cases := []struct {
+		patterns []string
+		want     int
+	}{
+		{[]string{"legacy"}, 2},
+		{[]string{"kafka/*/legacy/1s"}, 2},
+		{[]string{"commit-per-poll/legacy"}, 1},
+		{[]string{"kafka/commit-per-poll/*"}, 0},
+		{[]string{"1s"}, 0},
+		{nil, 0},
+	}
+	for _, c := range cases {
+		if got := namedRows(LegacyRows(), c.patterns); len(got) != c.want {
+			t.Errorf("%q: %d rows, want %d", c.patterns, len(got), c.want)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Command(context.Background(), []string{"--rows", "legacy", "--list"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	for _, r := range LegacyRows() {
+		if !strings.Contains(stdout.String(), r.Name()) {
+			t.Errorf("--rows legacy --list does not list %s:\n%s", r.Name(), stdout.String())
 		}
 	}
 }
