@@ -200,6 +200,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 			return nil, fmt.Errorf("nats cluster %q: jetstream: %w", nc.Cluster, err)
 		}
 		if cfg.HA.Enabled {
+			// Fencing and the per-key expiry of the elections need
+			// nats-server 2.11: refuse an older one now (one reached
+			// later is refused by every election round instead).
+			if err := leader.CheckServer(o.Conn()); err != nil {
+				a.Close()
+				return nil, fmt.Errorf("nats cluster %q: %w", nc.Cluster, err)
+			}
 			a.el.add(leader.NewNATS(js, "", elect(nc.Cluster)))
 			if ha.Shards > 1 {
 				a.sh.add(shard.NewNATS(js, "", shardOf(nc.Cluster), log.With("component", "ha")), o)

@@ -16,7 +16,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/lagbridge/lagbridge/brokers/kafka"
+	"github.com/lagbridge/lagbridge/brokers/nats"
 	"github.com/lagbridge/lagbridge/internal/config"
+	"github.com/lagbridge/lagbridge/internal/embedded"
+	"github.com/lagbridge/lagbridge/internal/leader"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/internal/servertls"
 	"github.com/lagbridge/lagbridge/internal/testpki"
@@ -132,4 +135,24 @@ func TestServesTLS(t *testing.T) {
 	if out, err := exec.Command(curl, "-sS", "--max-time", "5", "--cacert", caFile, url).CombinedOutput(); err == nil {
 		t.Fatalf("curl without a client certificate was served: %s", out)
 	}
+}
+
+// TestRefusesOldNATSForHA: with ha on a NATS older than 2.11 the daemon
+// does not start, and says which version it needs and found; without ha
+// the same server is fine.
+func TestRefusesOldNATSForHA(t *testing.T) {
+	cfg := config.Config{Listen: "127.0.0.1:0", Interval: 250 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+		Log: config.Log{Level: "info", Format: "text"}, NATS: []nats.Config{{Cluster: "n", URLs: []string{embedded.NATSAnnouncing(t, "2.10.29")}}},
+		HA: config.HA{Enabled: true, ID: "r0", SessionTimeout: 6 * time.Second}}
+	_, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if !errors.Is(err, leader.ErrServerTooOld) || !strings.Contains(err.Error(), "2.10.29") || !strings.Contains(err.Error(), "2.11.0 or later") {
+		t.Fatalf("New with ha on nats-server 2.10.29: %v, want a refusal naming both versions", err)
+	}
+	t.Log(err)
+	cfg.HA = config.HA{}
+	a, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("New without ha: %v", err)
+	}
+	a.Close()
 }

@@ -20,14 +20,18 @@ type HA struct {
 	// host name. Env LAGBRIDGE_HA_ID.
 	ID string `mapstructure:"id"`
 	// Name is the election's name: the Kafka consumer group and, with
-	// ".leader", its one-partition topic; the key in the NATS KV bucket
-	// lagbridge_leader. Replicas sharing a Name elect one leader per
-	// cluster. Default "lagbridge".
+	// ".leader", its one-partition topic; on NATS the KV buckets
+	// lagbridge_leader_<Name> and lagbridge_shards_<Name>. Replicas
+	// sharing a Name elect one leader per cluster; deployments with
+	// different Names on one broker are independent, and may use
+	// different sessions. Default "lagbridge".
 	Name string `mapstructure:"name"`
 	// SessionTimeout is how long a silent leader keeps its place before
 	// another replica takes over: a new leader publishes within it plus
 	// one interval. Default 10s; from 6s (Kafka brokers refuse shorter
-	// sessions by default) to 5m, and at least three intervals.
+	// sessions by default) to 5m, and at least three intervals. On NATS
+	// each replica's keys expire after its own session, rounded up to
+	// whole seconds.
 	SessionTimeout time.Duration `mapstructure:"sessionTimeout"`
 	// Shards splits the observation of every watched cluster across the
 	// replicas: its topics (Kafka) or streams (NATS) fall into Shards

@@ -12,22 +12,54 @@ import (
 	"github.com/lagbridge/lagbridge/internal/groupmember"
 )
 
-// DefaultBucket is the NATS KV bucket of elections.
-const DefaultBucket = "lagbridge_leader"
+// LegacyBucket is the election bucket that every deployment on a NATS
+// account shared before each had its own (Bucket): its entries expired
+// after the bucket's age limit, which the last replica to start set to its
+// own session, so a deployment with a longer session lost its key between
+// renewals and two of its replicas led. While it exists, a leader also
+// holds its key there (see NATS), so that replicas of an earlier version
+// follow it during a rolling upgrade.
+const LegacyBucket = "lagbridge_leader"
+
+// Bucket is the KV bucket of the election named name:
+// "lagbridge_leader_<name>", one per deployment.
+func Bucket(name string) string { return "lagbridge_leader_" + name }
+
+// epochBase is added to the revisions of Bucket to make epochs: the
+// epochs of the leaders of LegacyBucket were its revisions, far below
+// 2^40 (a million writes a second for twelve days), so a leader elected
+// in Bucket is above every one of them and takes the KV fences
+// (KVFence) they held.
+const epochBase = 1 << 40
 
 // NATS elects a leader through a NATS KV key: whoever creates the key
-// leads, renewing it by revision compare-and-set every Config.Every; the
-// bucket's entries expire after Config.Session, so a leader that stops
-// renewing loses the key and the first follower to create it again leads.
-// The epoch is the revision of that creation (the bucket's stream
+// Config.Name in the bucket leads, renewing it by revision compare-and-set
+// every Config.Every. The key expires after its writer's session
+// (KeyTTL(Config.Session), a per-key time to live, so replicas with
+// different sessions, of one deployment or of several, never shorten
+// each other's), and the first follower to create it again leads. The
+// epoch is 2^40 plus the revision of that creation (the bucket's stream
 // sequence: it only grows).
+//
+// Upgrade from the shared LegacyBucket: while that bucket exists, the
+// replica holding the key in its own bucket leads only once it also holds
+// the key Config.Name there (created, renewed and released as an earlier
+// version did), and for no longer than that bucket's age limit allows, so
+// an earlier version's replica that leads there keeps the new ones
+// following until it stops or loses its key, and follows them after.
+// Each round also checks the server's version (CheckServer): a replica
+// connected to a server older than MinNATSServer never leads.
 type NATS struct {
 	cfg    Config
 	js     jetstream.JetStream
 	bucket string
+	legacy string // LegacyBucket; "" in tests that need none
 	kv     jetstream.KeyValue
-	op     sync.Mutex // one round or Release at a time
-	rev    uint64     // the revision this replica last wrote; 0: not leading
+	lkv    jetstream.KeyValue // the legacy bucket once found; nil: not (yet) found
+	op     sync.Mutex         // one round or Release at a time
+	rev    uint64             // the revision this replica last wrote; 0: not holding the key
+	made   uint64             // the revision that created the key this replica holds
+	lrev   uint64             // the same in the legacy bucket
 	// released: Release was called; the replica no longer runs for leader.
 	released bool
 	// stopped is closed by Release: Run returns.
@@ -35,12 +67,12 @@ type NATS struct {
 	lease
 }
 
-// NewNATS returns the elector; bucket "" means DefaultBucket.
+// NewNATS returns the elector; bucket "" means Bucket(cfg.Name).
 func NewNATS(js jetstream.JetStream, bucket string, cfg Config) *NATS {
 	if bucket == "" {
-		bucket = DefaultBucket
+		bucket = Bucket(cfg.Name)
 	}
-	n := &NATS{cfg: cfg, js: js, bucket: bucket, stopped: make(chan struct{})}
+	n := &NATS{cfg: cfg, js: js, bucket: bucket, legacy: LegacyBucket, stopped: make(chan struct{})}
 	n.onRole = logRole(cfg)
 	return n
 }
@@ -73,47 +105,128 @@ func (n *NATS) round(ctx context.Context) error {
 	if n.released {
 		return nil
 	}
-	if n.kv == nil {
-		kv, err := n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: n.bucket, History: 1, TTL: n.cfg.Session,
-			Description: "lagbridge leader elections: <name> -> replica id, expires after the session timeout"})
-		if err != nil {
-			return fmt.Errorf("bucket %q: %w", n.bucket, err)
-		}
-		n.kv = kv
+	if err := CheckServer(n.js.Conn()); err != nil {
+		n.follow(time.Now())
+		return err
 	}
 	rctx, cancel := context.WithTimeout(ctx, n.cfg.every())
 	defer cancel()
-	sent := time.Now()
-	if n.rev != 0 {
-		rev, err := n.kv.Update(rctx, n.cfg.Name, []byte(n.cfg.ID), n.rev)
-		switch {
-		case err == nil:
-			n.rev = rev
-			n.confirm(sent, n.epoch, n.cfg.ttl())
-			return nil
-		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyNotFound):
-			n.rev = 0 // someone else took the key: lost
-			n.follow(time.Now())
-			return nil
+	if n.kv == nil {
+		kv, err := OpenTTLBucket(rctx, n.js, n.bucket, "lagbridge leader election: <name> -> replica id, each key expiring after its writer's session")
+		if err != nil {
+			return err
 		}
+		n.kv = kv
+	}
+	sent := time.Now()
+	held, err := n.take(rctx)
+	if err != nil {
 		return err
 	}
-	rev, err := n.kv.Create(rctx, n.cfg.Name, []byte(n.cfg.ID))
-	switch {
-	case err == nil:
-		n.rev = rev
-		n.confirm(sent, int64(rev), n.cfg.ttl())
-		return nil
-	case errors.Is(err, jetstream.ErrKeyExists):
+	if !held {
+		n.dropLegacy(rctx)
 		n.follow(time.Now())
 		return nil
 	}
-	return err
+	ttl, ok, err := n.holdLegacy(rctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		n.follow(time.Now()) // an earlier version's replica leads
+		return nil
+	}
+	n.confirm(sent, epochBase+int64(n.made), ttl)
+	return nil
 }
 
-// Release implements Elector: it deletes the key if this replica still
-// holds it, so a follower takes over at its next try; this replica no
-// longer runs for leader, and Run returns.
+// take creates the key, or renews it when this replica holds it, and
+// reports whether it does.
+func (n *NATS) take(ctx context.Context) (bool, error) {
+	ttl := KeyTTL(n.cfg.Session)
+	if n.rev != 0 {
+		rev, err := PutTTL(ctx, n.js, n.kv, n.cfg.Name, []byte(n.cfg.ID), ttl, n.rev)
+		switch {
+		case err == nil:
+			n.rev = rev
+			return true, nil
+		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyNotFound):
+			n.rev, n.made = 0, 0 // the key expired or another replica took it: lost
+			return false, nil
+		}
+		return false, err
+	}
+	rev, err := n.kv.Create(ctx, n.cfg.Name, []byte(n.cfg.ID), jetstream.KeyTTL(ttl))
+	switch {
+	case err == nil:
+		n.rev, n.made = rev, rev
+		return true, nil
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return false, nil
+	}
+	return false, err
+}
+
+// holdLegacy holds the key in the legacy bucket when that bucket exists,
+// and returns the local lease the leader may take: Config.ttl, or less
+// when the legacy bucket's entries expire sooner. ok is false when
+// another replica holds that key.
+func (n *NATS) holdLegacy(ctx context.Context) (ttl time.Duration, ok bool, err error) {
+	ttl = n.cfg.ttl()
+	if n.legacy == "" {
+		return ttl, true, nil
+	}
+	if n.lkv == nil {
+		kv, err := n.js.KeyValue(ctx, n.legacy)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return ttl, true, nil // no earlier version on this account (now)
+		}
+		if err != nil {
+			return 0, false, fmt.Errorf("earlier versions' bucket %q: %w", n.legacy, err)
+		}
+		n.lkv = kv
+	}
+	st, err := n.lkv.Status(ctx)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		n.lkv, n.lrev = nil, 0 // deleted once every deployment was upgraded
+		return ttl, true, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("earlier versions' bucket %q: %w", n.legacy, err)
+	}
+	var rev uint64
+	if n.lrev != 0 {
+		rev, err = n.lkv.Update(ctx, n.cfg.Name, []byte(n.cfg.ID), n.lrev)
+	} else {
+		rev, err = n.lkv.Create(ctx, n.cfg.Name, []byte(n.cfg.ID))
+	}
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyNotFound):
+		n.lrev = 0
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("earlier versions' bucket %q: %w", n.legacy, err)
+	}
+	n.lrev = rev
+	if age := st.TTL(); age > 0 {
+		ttl = min(ttl, age-age/5)
+	}
+	return ttl, true, nil
+}
+
+// dropLegacy deletes this replica's key in the legacy bucket, if it holds
+// one, so an earlier version's replica or the new leader takes it at once.
+func (n *NATS) dropLegacy(ctx context.Context) {
+	if n.lrev == 0 || n.lkv == nil {
+		return
+	}
+	_ = n.lkv.Delete(ctx, n.cfg.Name, jetstream.LastRevision(n.lrev))
+	n.lrev = 0
+}
+
+// Release implements Elector: it deletes the key (and the legacy one) if
+// this replica still holds it, so a follower takes over at its next try;
+// this replica no longer runs for leader, and Run returns.
 func (n *NATS) Release(ctx context.Context) {
 	n.op.Lock()
 	defer n.op.Unlock()
@@ -121,10 +234,11 @@ func (n *NATS) Release(ctx context.Context) {
 		close(n.stopped)
 	}
 	n.released = true
+	n.dropLegacy(ctx)
 	if n.rev == 0 || n.kv == nil {
 		return
 	}
 	_ = n.kv.Delete(ctx, n.cfg.Name, jetstream.LastRevision(n.rev))
-	n.rev = 0
+	n.rev, n.made = 0, 0
 	n.follow(time.Now())
 }

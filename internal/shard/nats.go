@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -15,43 +16,58 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lagbridge/lagbridge/internal/groupmember"
+	"github.com/lagbridge/lagbridge/internal/leader"
 )
 
-// DefaultBucket is the NATS KV bucket of the shard members.
-const DefaultBucket = "lagbridge_shards"
+// LegacyBucket is the bucket of shard members that every deployment on a
+// NATS account shared before each had its own (Bucket), whose entries
+// expired after the last starter's session. While it exists, a replica
+// also keeps its key there and counts the members listed there (see
+// NATS), so that replicas of an earlier version and this one compute the
+// same owners during a rolling upgrade.
+const LegacyBucket = "lagbridge_shards"
 
-// NATS assigns shards through a NATS KV bucket whose entries expire after
-// Config.Session: every replica puts the key "<Name>.<Count>.<hex id>"
-// every Config.Every and lists the keys under "<Name>.<Count>."; those are
-// the live replicas, and every replica computes the same owners from them
-// ([Rendezvous]: balanced rendezvous hashing), so a replica that joins or
-// leaves moves its share of the shards and few others. A replica that
-// stops renewing its key drops out of every list when the key expires; it
-// stops observing its own shards a fifth of the session before that, by
-// its clock.
+// Bucket is the KV bucket of the shard members of the deployment whose
+// ha.name is name: "lagbridge_shards_<name>".
+func Bucket(name string) string { return "lagbridge_shards_" + name }
+
+// NATS assigns shards through a NATS KV bucket: every replica puts the key
+// "<Name>.<Count>.<hex id>" every Config.Every, expiring after its own
+// session (leader.KeyTTL, a per-key time to live: replicas with different
+// sessions never shorten each other's), and lists the keys under
+// "<Name>.<Count>."; those are the live replicas, and every replica
+// computes the same owners from them ([Rendezvous]: balanced rendezvous
+// hashing), so a replica that joins or leaves moves its share of the
+// shards and few others. A replica that stops renewing its key drops out
+// of every list when the key expires; it stops observing its own shards a
+// fifth of the session before that, by its clock. While LegacyBucket
+// exists, a replica also puts its key there (with that bucket's expiry)
+// and adds the members listed there to its own bucket's.
 type NATS struct {
 	js     jetstream.JetStream
 	bucket string
+	legacy string // LegacyBucket; "" in tests that need none
 	log    *slog.Logger
 	prefix string
 
 	op       sync.Mutex // one round or Release at a time
 	kv       jetstream.KeyValue
+	lkv      jetstream.KeyValue // the legacy bucket once found
 	released bool
 	stopped  chan struct{} // closed by Release: Run returns
 	owned
 }
 
-// NewNATS returns the assigner; bucket "" means DefaultBucket, log nil
+// NewNATS returns the assigner; bucket "" means Bucket(cfg.Name), log nil
 // slog.Default().
 func NewNATS(js jetstream.JetStream, bucket string, cfg Config, log *slog.Logger) *NATS {
 	if bucket == "" {
-		bucket = DefaultBucket
+		bucket = Bucket(cfg.Name)
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	n := &NATS{js: js, bucket: bucket, log: log, prefix: cfg.Name + "." + strconv.Itoa(cfg.Count) + ".", stopped: make(chan struct{})}
+	n := &NATS{js: js, bucket: bucket, legacy: LegacyBucket, log: log, prefix: cfg.Name + "." + strconv.Itoa(cfg.Count) + ".", stopped: make(chan struct{})}
 	n.cfg, n.notify = cfg, cfg.OnChange
 	return n
 }
@@ -75,23 +91,47 @@ func (n *NATS) round(ctx context.Context) error {
 	if n.released {
 		return nil
 	}
+	if err := leader.CheckServer(n.js.Conn()); err != nil {
+		return err
+	}
 	rctx, cancel := context.WithTimeout(ctx, n.cfg.every())
 	defer cancel()
 	if n.kv == nil {
-		kv, err := n.js.CreateOrUpdateKeyValue(rctx, jetstream.KeyValueConfig{Bucket: n.bucket, History: 1, TTL: n.cfg.Session,
-			Description: "lagbridge shard members: <name>.<shards>.<hex replica id>, expires after the session timeout"})
+		kv, err := leader.OpenTTLBucket(rctx, n.js, n.bucket, "lagbridge shard members: <name>.<shards>.<hex replica id>, each key expiring after its writer's session")
 		if err != nil {
-			return fmt.Errorf("bucket %q: %w", n.bucket, err)
+			return err
 		}
 		n.kv = kv
 	}
 	sent := time.Now()
-	if _, err := n.kv.Put(rctx, n.prefix+hex.EncodeToString([]byte(n.cfg.ID)), []byte(n.cfg.ID)); err != nil {
+	key := n.prefix + hex.EncodeToString([]byte(n.cfg.ID))
+	if _, err := leader.PutTTL(rctx, n.js, n.kv, key, []byte(n.cfg.ID), leader.KeyTTL(n.cfg.Session), 0); err != nil {
 		return err
 	}
-	lister, err := n.kv.ListKeysFiltered(rctx, n.prefix+"*")
+	members, err := n.members(rctx, n.kv)
 	if err != nil {
 		return err
+	}
+	more, err := n.legacyMembers(rctx, key)
+	if err != nil {
+		return err
+	}
+	owners := Rendezvous(append(members, more...), n.cfg.Count)
+	var mine []int
+	for s, id := range owners {
+		if id == n.cfg.ID {
+			mine = append(mine, s)
+		}
+	}
+	n.store(mine, owners, sent.Add(n.cfg.Session-n.cfg.Session/5))
+	return nil
+}
+
+// members lists the replica ids whose keys kv holds under the prefix.
+func (n *NATS) members(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
+	lister, err := kv.ListKeysFiltered(ctx, n.prefix+"*")
+	if err != nil {
+		return nil, err
 	}
 	var members []string
 	for k := range lister.Keys() {
@@ -102,15 +142,34 @@ func (n *NATS) round(ctx context.Context) error {
 		members = append(members, string(id))
 	}
 	// The lister stops by itself once every key is read.
-	owners := Rendezvous(members, n.cfg.Count)
-	var mine []int
-	for s, id := range owners {
-		if id == n.cfg.ID {
-			mine = append(mine, s)
-		}
+	return members, nil
+}
+
+// legacyMembers puts key in the legacy bucket, when it exists, and lists
+// the members there: an earlier version's replicas, and this version's.
+func (n *NATS) legacyMembers(ctx context.Context, key string) ([]string, error) {
+	if n.legacy == "" {
+		return nil, nil
 	}
-	n.store(mine, owners, sent.Add(n.cfg.Session-n.cfg.Session/5))
-	return nil
+	if n.lkv == nil {
+		kv, err := n.js.KeyValue(ctx, n.legacy)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, nil // no earlier version on this account (now)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("earlier versions' bucket %q: %w", n.legacy, err)
+		}
+		n.lkv = kv
+	}
+	_, err := n.lkv.Put(ctx, key, []byte(n.cfg.ID))
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) {
+		n.lkv = nil // deleted once every deployment was upgraded
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("earlier versions' bucket %q: %w", n.legacy, err)
+	}
+	return n.members(ctx, n.lkv)
 }
 
 // Rendezvous returns the owner of each of count shards among members,
@@ -170,20 +229,23 @@ func Rendezvous(members []string, count int) []string {
 	return owners
 }
 
-// Release implements Assigner: it deletes this replica's key, so the
-// others take its shards over at their next round; Run returns.
+// Release implements Assigner: it deletes this replica's key (and the
+// legacy one), so the others take its shards over at their next round;
+// Run returns.
 func (n *NATS) Release(ctx context.Context) {
 	n.op.Lock()
 	if !n.released {
 		close(n.stopped)
 	}
 	n.released = true
-	kv := n.kv
+	kvs := []jetstream.KeyValue{n.kv, n.lkv}
 	n.store(nil, n.Owners(), time.Time{})
 	n.op.Unlock()
 	n.changed(time.Now())
-	if kv != nil {
-		_ = kv.Delete(ctx, n.prefix+hex.EncodeToString([]byte(n.cfg.ID)))
+	for _, kv := range kvs {
+		if kv != nil {
+			_ = kv.Delete(ctx, n.prefix+hex.EncodeToString([]byte(n.cfg.ID)))
+		}
 	}
 }
 

@@ -1,0 +1,206 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lagbridge/lagbridge/internal/embedded"
+	"github.com/lagbridge/lagbridge/internal/groupmember"
+)
+
+// watchOne polls the replicas of every deployment for d and fails as soon
+// as two replicas of one deployment lead at once; at the end every
+// deployment must have a leader.
+func watchOne(t *testing.T, deployments map[string][]*replica, d time.Duration) {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < d {
+		now := time.Now()
+		for name, rs := range deployments {
+			if l := leaders(rs, now); len(l) > 1 {
+				var epochs []int64
+				for _, i := range l {
+					e, _ := rs[i].e.Leading(now)
+					epochs = append(epochs, e)
+				}
+				t.Fatalf("deployment %s: replicas %v lead at once (epochs %v) after %v", name, l, epochs, now.Sub(start).Round(time.Millisecond))
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // polling the electors
+	}
+	for name, rs := range deployments {
+		if len(leaders(rs, time.Now())) != 1 {
+			t.Errorf("deployment %s: no leader after %v", name, d)
+		}
+	}
+}
+
+// TestNATSSessionsApart: deployments whose ha.sessionTimeout differ share a
+// NATS account, and replicas of one deployment differ too (a rolling
+// change of the setting). A key must live for its own writer's session,
+// whoever started last: never two leaders of one deployment. (Before the
+// keys carried their own time to live, the bucket's was the last
+// starter's, and the 3 s leader's key expired between its renewals.)
+func TestNATSSessionsApart(t *testing.T) {
+	s := embedded.NATSTest(t)
+	mk := func(name, id string, session, every time.Duration) *replica {
+		return start(t, NewNATS(embedded.Connect(t, s), "", Config{Cluster: "n", ID: id, Name: name, Session: session, Every: every}))
+	}
+	deployments := map[string][]*replica{}
+	// Two replicas at 3 s, then one at 600 ms in the same deployment.
+	deployments["mixed"] = []*replica{mk("mixed", "m0", 3*time.Second, time.Second), mk("mixed", "m1", 3*time.Second, time.Second)}
+	waitLeader(t, deployments["mixed"], 12*time.Second)
+	deployments["mixed"] = append(deployments["mixed"], mk("mixed", "m2", 600*time.Millisecond, 200*time.Millisecond))
+	// A deployment at 3 s, started before one at 600 ms.
+	deployments["long"] = []*replica{mk("long", "l0", 3*time.Second, time.Second), mk("long", "l1", 3*time.Second, time.Second)}
+	waitLeader(t, deployments["long"], 12*time.Second)
+	deployments["short"] = []*replica{mk("short", "s0", 600*time.Millisecond, 200*time.Millisecond), mk("short", "s1", 600*time.Millisecond, 200*time.Millisecond)}
+	watchOne(t, deployments, 7*time.Second)
+	for name, rs := range deployments {
+		for i, r := range rs {
+			t.Logf("%s/%d: %v", name, i, r.e.Role(time.Now()))
+		}
+	}
+
+}
+
+// v0 is a replica of the versions before one bucket per deployment,
+// electing in LegacyBucket as they did (NATS.round of then: the bucket's
+// age limit set to its own session by every starter, the epoch the
+// creation's revision): what a rolling upgrade runs beside the new ones.
+type v0 struct {
+	js      jetstream.JetStream
+	cfg     Config
+	kv      jetstream.KeyValue
+	rev     uint64
+	stopped chan struct{}
+	lease
+}
+
+func newV0(js jetstream.JetStream, cfg Config) *v0 {
+	return &v0{js: js, cfg: cfg, stopped: make(chan struct{})}
+}
+
+func (o *v0) Cluster() string                     { return o.cfg.Cluster }
+func (o *v0) Leading(now time.Time) (int64, bool) { return o.leading(now) }
+func (o *v0) Role(now time.Time) Role             { return o.role(now) }
+
+func (o *v0) Run(ctx context.Context) error {
+	groupmember.Rounds(ctx, o.stopped, o.cfg.every(), func() {
+		o.round(ctx)
+		o.notify(time.Now())
+	})
+	return nil
+}
+
+func (o *v0) round(ctx context.Context) {
+	if o.kv == nil {
+		kv, err := o.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: LegacyBucket, History: 1, TTL: o.cfg.Session})
+		if err != nil {
+			return
+		}
+		o.kv = kv
+	}
+	sent := time.Now()
+	if o.rev != 0 {
+		rev, err := o.kv.Update(ctx, o.cfg.Name, []byte(o.cfg.ID), o.rev)
+		switch {
+		case err == nil:
+			o.rev = rev
+			o.confirm(sent, o.epoch, o.cfg.ttl())
+		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyNotFound):
+			o.rev = 0
+			o.follow(time.Now())
+		}
+		return
+	}
+	rev, err := o.kv.Create(ctx, o.cfg.Name, []byte(o.cfg.ID))
+	switch {
+	case err == nil:
+		o.rev = rev
+		o.confirm(sent, int64(rev), o.cfg.ttl())
+	case errors.Is(err, jetstream.ErrKeyExists):
+		o.follow(time.Now())
+	}
+}
+
+// Release stops the rounds first, then deletes the key: Run must not
+// race it (v0 has no lock of its own).
+func (o *v0) Release(ctx context.Context) {
+	select {
+	case <-o.stopped:
+		return
+	default:
+	}
+	close(o.stopped)
+	time.Sleep(50 * time.Millisecond) // a round in flight ends within its request
+	if o.rev != 0 {
+		_ = o.kv.Delete(ctx, o.cfg.Name, jetstream.LastRevision(o.rev))
+		o.rev = 0
+		o.follow(time.Now())
+	}
+}
+
+// atMostOne polls rs for d and fails as soon as two lead at once.
+func atMostOne(t *testing.T, rs []*replica, d time.Duration) {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < d {
+		if l := leaders(rs, time.Now()); len(l) > 1 {
+			t.Fatalf("replicas %v lead at once, %v into the step", l, time.Since(start).Round(time.Millisecond))
+		}
+		time.Sleep(10 * time.Millisecond) // polling the electors
+	}
+}
+
+// TestNATSRollingUpgrade: three replicas of the version that elected in
+// the shared LegacyBucket are replaced one by one with this version's,
+// which elect in their own bucket (two stopped gracefully, the last
+// killed). At no time do two replicas lead, old or new; a new one leads at
+// the end, in an epoch above the old leader's, and takes over the KV
+// fence the old leader held.
+func TestNATSRollingUpgrade(t *testing.T) {
+	s := embedded.NATSTest(t)
+	session, every := 2*time.Second, 200*time.Millisecond
+	cfg := func(id string) Config {
+		return Config{Cluster: "n", ID: id, Name: "up", Session: session, Every: every}
+	}
+	var all []*replica
+	for i := range 3 {
+		all = append(all, start(t, newV0(embedded.Connect(t, s), cfg(fmt.Sprintf("old%d", i)))))
+	}
+	_, oldEpoch := waitLeader(t, all, 4*session)
+	js := embedded.Connect(t, s)
+	ctx := context.Background()
+	qkv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "up_quotas", History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewKVFence(js, qkv).Put(ctx, oldEpoch, "p.t", []byte("old")); err != nil {
+		t.Fatalf("the old leader's fenced write: %v", err)
+	}
+	for i := range 3 {
+		if i < 2 {
+			all[i].e.Release(ctx) // a rolling upgrade stops a pod gracefully
+		}
+		all[i].kill()
+		all = append(all, start(t, NewNATS(embedded.Connect(t, s), "", cfg(fmt.Sprintf("new%d", i)))))
+		atMostOne(t, all, session+4*every)
+	}
+	_, newEpoch := waitLeader(t, all[3:], 2*session)
+	atMostOne(t, all, session)
+	if newEpoch <= oldEpoch {
+		t.Errorf("epoch went from %d to %d, want higher", oldEpoch, newEpoch)
+	}
+	if _, err := NewKVFence(js, qkv).Put(ctx, newEpoch, "p.t", []byte("new")); err != nil {
+		t.Errorf("the new leader's fenced write: %v", err)
+	}
+	if _, err := NewKVFence(js, qkv).Put(ctx, oldEpoch, "p.t", []byte("old again")); !errors.Is(err, ErrFenced) {
+		t.Errorf("the old leader's write after the new one's: %v, want ErrFenced", err)
+	}
+}
