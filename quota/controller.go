@@ -233,6 +233,12 @@ type Decision struct {
 	// signal; the signal is SignalAvoidPartitions only when nothing worse
 	// applies.
 	AvoidPartitions []int32 `json:"avoidPartitions,omitempty"`
+	// PartitionShares gives some of the partitions in AvoidPartitions a
+	// share of keyless records instead of none: what their consumer
+	// drains, over the target's produce rate (see [PartitionShare]).
+	// Sorted by partition; from CombineTopic, the smallest of the groups
+	// that list the partition, and none when one lists it without.
+	PartitionShares []PartitionShare `json:"partitionShares,omitempty"`
 	// Advisory is true when the policy's mode is advise.
 	Advisory bool `json:"advisory,omitempty"`
 	// MinRate is the policy's floor, msg/s.
@@ -426,6 +432,9 @@ type partTrack struct {
 	// avoidProbe); trial is the time since it was last tried again,
 	// seconds, while that is being watched (0: not watched).
 	calmFor, probe, trial float64
+	// limit is the keyless rate, msg/s, a listed partition is fed (see
+	// partLimit); 0: none, avoided outright.
+	limit float64
 }
 
 // avoidCalm is how many observations in a row a listed partition must be
@@ -601,6 +610,9 @@ type reading struct {
 	avoid   []int32
 	fewBad  bool
 	lateLag float64
+	// shares: the keyless shares of the avoided partitions that have a
+	// rate (see keylessShares).
+	shares []PartitionShare
 	// spanProduced: messages produced over the span the consumption was
 	// measured over (see consumption).
 	spanProduced float64
@@ -647,6 +659,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	}
 	v.headAge, v.headKnown = max(st.HeadAge.Seconds()-v.since, 0), st.HeadAgeKnown
 	v.avoid, v.fewBad = c.lateParts(tc, st, p, v)
+	v.shares = keylessShares(tc, v.avoid, v.produced, len(st.Partitions))
 	leaveOutLate(tc, v)
 	v.capacity = tc.capacity
 	if v.measured {
@@ -1155,7 +1168,7 @@ func (c *Controller) signal(tc *control, d *Decision, st *lag.State, p *Policy, 
 	if !math.IsInf(v.wait, 1) {
 		d.Wait = time.Duration(v.wait * float64(time.Second))
 	}
-	d.AvoidPartitions = avoid
+	d.AvoidPartitions, d.PartitionShares = avoid, v.shares
 	if tc.limited {
 		d.Rate = max(tc.rate, p.MinRate)
 	}
@@ -1251,7 +1264,11 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 		next.gen = tc.gen
 		wait := partWait(pt, next, had, havePrev, &ps, st, v)
 		isLate := ps.Lag > 0 && (head > p.MaxAge.Seconds() || (wait >= budget && head > lateHead))
+		next.limit = partLimit(pt, next, ps.Lag, head, setWait, dt)
 		isLate = holdLate(pt, &next, isLate, ps.Lag, head, wait, setWait, share, dt)
+		if !isLate {
+			next.limit = 0
+		}
 		tc.parts[ps.Partition] = next
 		if isLate {
 			late = append(late, ps.Partition)
@@ -1353,6 +1370,12 @@ func holdLate(pt partTrack, next *partTrack, isLate bool, lagMsgs int64, head, w
 		}
 		slow := next.rate > 0 && next.rate < share/2
 		isLate = next.calm < avoidCalm || (slow && next.calmFor < probe)
+		if fedLimited(pt, *next) {
+			// Fed at its rate, it shows a recovered consumer by itself:
+			// listed until that rate reaches what it would get back.
+			slow = false
+			isLate = next.calm < avoidCalm || next.limit < share
+		}
 		if !isLate && slow {
 			next.trial = dt // tried again: watch it
 		}

@@ -31,11 +31,14 @@ type Lease struct {
 	// LeaseConfig.BurstWindow, at least 1 for a positive finite rate; 0
 	// for a zero rate and for an unlimited one (no bucket).
 	Burst int `json:"burst"`
-	// Signal, RetryAfter and AvoidPartitions come from the topic's
+	// Signal, RetryAfter, AvoidPartitions and PartitionShares come from the topic's
 	// decision (see [Decision]).
 	Signal          Signal        `json:"signal"`
 	RetryAfter      time.Duration `json:"retryAfter,omitempty"`
 	AvoidPartitions []int32       `json:"avoidPartitions,omitempty"`
+	// PartitionShares: the keyless share some avoided partitions still
+	// get (see [PartitionShare]), from the topic's decision.
+	PartitionShares []PartitionShare `json:"partitionShares,omitempty"`
 	// Advisory is true when the policy only advises: the SDK reports
 	// what it would have done and does not throttle.
 	Advisory bool `json:"advisory,omitempty"`
@@ -101,7 +104,8 @@ func (l *Lease) UnmarshalJSON(b []byte) error {
 // relative rate change of at most tol.
 func (l *Lease) sameContent(o *Lease, tol float64) bool {
 	if l.Signal != o.Signal || l.Advisory != o.Advisory || l.Criticality != o.Criticality ||
-		l.Unlisted != o.Unlisted || l.Refused != o.Refused || !slices.Equal(l.AvoidPartitions, o.AvoidPartitions) {
+		l.Unlisted != o.Unlisted || l.Refused != o.Refused || !slices.Equal(l.AvoidPartitions, o.AvoidPartitions) ||
+		!sameShares(l.PartitionShares, o.PartitionShares, tol) {
 		return false
 	}
 	a, b := l.Rate, o.Rate
@@ -491,6 +495,7 @@ func (b *LeaseBook) share(id string, topic Topic, d TopicDecision, unlisted bool
 	}
 	if len(d.AvoidPartitions) > 0 {
 		l.AvoidPartitions = slices.Clone(d.AvoidPartitions)
+		l.PartitionShares = slices.Clone(d.PartitionShares)
 	}
 	return l
 }
@@ -530,6 +535,7 @@ func (b *LeaseBook) store(cur **Lease, next Lease, now time.Time) {
 func copyLease(l *Lease) Lease {
 	c := *l
 	c.AvoidPartitions = slices.Clone(l.AvoidPartitions)
+	c.PartitionShares = slices.Clone(l.PartitionShares)
 	return c
 }
 

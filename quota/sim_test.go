@@ -32,7 +32,8 @@ type simProducer struct {
 	from, to float64
 	// unknown: the producer reports no demand (UnknownDemand).
 	unknown bool
-	// honorAvoid: unkeyed traffic, so it writes around avoided partitions.
+	// honorAvoid: unkeyed traffic, so it writes around avoided partitions
+	// (giving those with a share in the lease their share).
 	honorAvoid bool
 	// keyed: keyed traffic through the SDK, keys spread over all
 	// partitions: the share bound for avoided partitions is refused (the
@@ -312,11 +313,22 @@ func (s *sim) produce(t float64) (offered, admitted float64) {
 			avoid = p.lease.AvoidPartitions
 		}
 		n := cfg.partitions - len(avoid)
+		rest := adm
+		if p.honorAvoid && p.hasLease && n < cfg.partitions {
+			// Keyless: an avoided partition with a share gets it.
+			for _, ps := range p.lease.PartitionShares {
+				got := adm * ps.Share
+				part := s.parts[ps.Partition]
+				part.end += got
+				part.q = appendChunk(part.q, got, s.now)
+				rest -= got
+			}
+		}
 		for i, part := range s.parts {
 			if n < cfg.partitions && slices.Contains(avoid, int32(i)) {
 				continue
 			}
-			share := adm / float64(n)
+			share := rest / float64(n)
 			part.end += share
 			part.q = appendChunk(part.q, share, s.now)
 		}

@@ -60,6 +60,9 @@ func (d *TopicDecision) UnmarshalJSON(b []byte) error { return (*Decision)(d).Un
 //   - has the worst signal (stop > slow-down > avoid-partitions > ok), the
 //     longest retry-after, the union of the partitions to avoid, the
 //     oldest head age, the latest At, and Held if any was held;
+//   - gives an avoided partition the smallest of the keyless shares
+//     (PartitionShares) of the groups that list it, and none when one of
+//     them lists it without a share;
 //   - has the Rule of the binding decision, and a Reason naming the
 //     binding group.
 //
@@ -115,9 +118,11 @@ func CombineTopic(ds []Decision) TopicDecision {
 		out.Held = out.Held || d.Held
 		avoid = append(avoid, d.AvoidPartitions...)
 	}
+	out.PartitionShares = nil
 	if len(avoid) > 0 {
 		slices.Sort(avoid)
 		out.AvoidPartitions = slices.Compact(avoid)
+		out.PartitionShares = combineShares(ds, counts, out.AvoidPartitions)
 	}
 	if out.Signal != SignalSlowDown {
 		out.RetryAfter = 0

@@ -42,3 +42,45 @@ func TestTopicDecisionJSON(t *testing.T) {
 		})
 	}
 }
+
+// TestCombineTopicShares: an avoided partition keeps a keyless share only
+// when every group that lists it gives it one (the smallest); a group
+// that does not list it does not constrain it, and an abandoned group's
+// list counts for nothing.
+func TestCombineTopicShares(t *testing.T) {
+	g := func(name string, avoid []int32, shares ...PartitionShare) Decision {
+		return Decision{
+			Target: lag.Target{Kind: lag.KindKafka, Cluster: "c", Topic: "orders", Group: name}, Rate: Unlimited,
+			Signal: SignalAvoidPartitions, AvoidPartitions: avoid, PartitionShares: shares,
+		}
+	}
+	abandoned := g("gone", []int32{0, 1})
+	abandoned.Rule = RuleAbandoned
+	for _, tc := range []struct {
+		name string
+		ds   []Decision
+		want []PartitionShare
+	}{
+		// One group: its shares.
+		{"one", []Decision{g("a", []int32{0, 2}, PartitionShare{0, 0.1})}, []PartitionShare{{0, 0.1}}},
+		// Both list 0 with a share: the smaller; 2 is listed by b alone.
+		{"smallest", []Decision{
+			g("a", []int32{0}, PartitionShare{0, 0.1}),
+			g("b", []int32{0, 2}, PartitionShare{0, 0.05}, PartitionShare{2, 0.12}),
+		}, []PartitionShare{{0, 0.05}, {2, 0.12}}},
+		// b lists 0 without a share: avoided outright.
+		{"one without", []Decision{
+			g("a", []int32{0}, PartitionShare{0, 0.1}),
+			g("b", []int32{0}),
+		}, nil},
+		// The abandoned group's list binds nothing.
+		{"abandoned", []Decision{g("a", []int32{0}, PartitionShare{0, 0.1}), abandoned}, []PartitionShare{{0, 0.1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := CombineTopic(tc.ds)
+			if !sameShares(d.PartitionShares, tc.want, 0) {
+				t.Fatalf("shares %v (avoid %v), want %v", d.PartitionShares, d.AvoidPartitions, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,134 @@
+package quota
+
+import (
+	"math"
+	"slices"
+)
+
+// PartitionShare is the fraction of a producer's keyless records a late
+// partition still gets: what its consumer drains, over the topic's
+// produce rate. A partition listed in AvoidPartitions with a share is fed
+// that fraction of keyless records instead of none; keyed records bound
+// for it are still refused (see [Decision].AvoidPartitions).
+type PartitionShare struct {
+	Partition int32 `json:"partition"`
+	// Share is in (0, 1/n] for a topic of n partitions: never more than
+	// the even share the partition would get unlisted.
+	Share float64 `json:"share"`
+}
+
+// limitGrowth is how fast (per second) a late partition's keyless rate
+// grows while its consumer drains all it is fed and stays inside the
+// target wait: the probe that finds a recovered consumer without handing
+// it its whole share at once. feedRatio is the part of its rate a
+// partition must have been written (in the last interval) for that
+// interval to count as evidence of what its consumer drains: keyed
+// traffic, refused for it, writes nothing, and proves nothing.
+const (
+	limitGrowth = 1.25
+	feedRatio   = 0.5
+)
+
+// partLimit is the keyless rate, msg/s over the whole topic, a listed
+// partition gets after this observation: the rate its consumer was seen to
+// drain it at (next.rate, measured while it had a backlog), less what
+// brings its backlog back to setWait of that rate within one second
+// (never below 0: a backlog past that is drained first); and, while the
+// consumer drained everything it was fed (no lag beyond setWait of work,
+// or a head inside setWait) and it was fed at least feedRatio of its
+// rate, the previous rate grown by limitGrowth per second. 0 (avoid it
+// outright) while its drain rate is unknown.
+//
+// Example: drained at 20 msg/s, setWait 0.5 s: 30 messages of lag give
+// 20 + (10 - 30) = 0 msg/s until it is down to its setpoint; 5 of lag,
+// fed 18 msg/s over the last second at a rate of 18, give max(25, 22.5)
+// = 25 msg/s.
+func partLimit(pt, next partTrack, lagMsgs int64, head, setWait, dt float64) float64 {
+	c := next.rate
+	if c <= 0 {
+		return 0
+	}
+	lagf := float64(lagMsgs)
+	lim := max(c+(c*setWait-lagf), 0)
+	calm := lagf <= c*setWait || head <= setWait
+	fed := pt.limit > 0 && next.in >= feedRatio*pt.limit
+	if calm && fed {
+		lim = max(lim, pt.limit*math.Pow(limitGrowth, min(dt, 2)))
+	}
+	return lim
+}
+
+// fedLimited reports whether a listed partition with a keyless rate was
+// written to at least feedRatio of it in the last interval: keyless
+// producers feed it what its consumer drains, so it needs no timed trial
+// to show a recovered consumer (its rate grows while it keeps up).
+func fedLimited(pt, next partTrack) bool {
+	return pt.limit > 0 && next.in >= feedRatio*pt.limit
+}
+
+// keylessShares is the share of keyless records each avoided partition
+// with a rate gets: its rate over produced (the topic's produce rate,
+// msg/s, the avoided partitions included), at most 1/n. None when nothing
+// is produced.
+func keylessShares(tc *control, avoid []int32, produced float64, n int) []PartitionShare {
+	if produced <= 0 || n <= 0 {
+		return nil
+	}
+	var out []PartitionShare
+	for _, id := range avoid {
+		if lim := tc.parts[id].limit; lim > 0 {
+			out = append(out, PartitionShare{Partition: id, Share: min(lim/produced, 1/float64(n))})
+		}
+	}
+	return out
+}
+
+// combineShares is the keyless share of each partition in avoid (the
+// topic's union of the groups' lists) when every counting group that lists
+// it gives it one: the smallest. A group that lists a partition with no
+// share avoids it outright.
+func combineShares(ds []Decision, counts func(Decision) bool, avoid []int32) []PartitionShare {
+	var out []PartitionShare
+	for _, id := range avoid {
+		share, ok := math.Inf(1), true
+		for _, d := range ds {
+			if !counts(d) || !slices.Contains(d.AvoidPartitions, id) {
+				continue
+			}
+			s := shareOf(d.PartitionShares, id)
+			if s <= 0 {
+				ok = false
+				break
+			}
+			share = min(share, s)
+		}
+		if ok && !math.IsInf(share, 1) {
+			out = append(out, PartitionShare{Partition: id, Share: share})
+		}
+	}
+	return out
+}
+
+// shareOf is partition id's share in ss, 0 when it has none.
+func shareOf(ss []PartitionShare, id int32) float64 {
+	for _, s := range ss {
+		if s.Partition == id {
+			return s.Share
+		}
+	}
+	return 0
+}
+
+// sameShares reports whether a and b list the same partitions with shares
+// within a relative tol of each other.
+func sameShares(a, b []PartitionShare, tol float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Partition != b[i].Partition || math.Abs(a[i].Share-b[i].Share) > tol*max(a[i].Share, b[i].Share) {
+			return false
+		}
+	}
+	return true
+}
