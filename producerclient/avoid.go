@@ -4,18 +4,25 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
 
 // AvoidPartitioner wraps a franz-go partitioner so that records without a
 // key skip the partitions their topic's lease says to avoid (signal
 // avoid-partitions): a few lagging partitions get no new keyless work
-// while the others take it. Records with a key, and records the base
+// while the others take it. An avoided partition the lease gives a share
+// (Quota.PartitionShares, protocol 1.1: what its consumer drains, over the
+// topic's produce rate) gets that share of the keyless records instead of
+// none, drawn record by record (not in runs), so a slow partition is fed
+// about what its consumer drains. Records with a key, and records the base
 // partitioner must place consistently, keep their partition: moving them
 // would break per-key ordering (the producer refuses a keyed record bound
 // for an avoided partition instead, see PartitionBusyError). A run of
@@ -259,7 +266,7 @@ func (t *avoidTopic) redirect(r *kgo.Record, i, n int) int {
 		return i
 	}
 	i = t.bounded(r, i, n)
-	avoid := t.avoided()
+	avoid, shares := t.avoided()
 	if len(avoid) == 0 {
 		return i
 	}
@@ -272,6 +279,9 @@ func (t *avoidTopic) redirect(r *kgo.Record, i, n int) int {
 			return k
 		}
 		return int(parts[k])
+	}
+	if j, ok := shared(shares, parts, n); ok {
+		return j
 	}
 	if !contains(avoid, part(i)) {
 		return i
@@ -371,23 +381,49 @@ func (t *avoidTopic) mapping(n int) ([]int32, bool) {
 	return t.writable, true
 }
 
-// avoided returns the partitions to avoid now, caching the topic state.
-func (t *avoidTopic) avoided() []int32 {
+// avoided returns the partitions to avoid now and the keyless shares of
+// some of them, caching the topic state.
+func (t *avoidTopic) avoided() ([]int32, []quotaproto.PartitionShare) {
 	b := t.a.b.Load()
 	if b == nil {
-		return nil
+		return nil, nil
 	}
 	if t.b != b || t.t == nil {
 		t.b, t.t = b, (*b.c.topics.Load())[t.topic]
 		if t.t == nil {
-			return nil
+			return nil, nil
 		}
 	}
 	v := t.t.view.Load()
 	if v.advisory {
-		return nil
+		return nil, nil
 	}
-	return v.avoid
+	return v.avoid, v.shares
+}
+
+// shared draws whether a keyless record goes to one of the avoided
+// partitions that keep a share (shares, see validShares): partition p with
+// probability its share, one record at a time, so that a slow partition
+// is fed about what its consumer drains, spread out rather than in runs.
+// It returns p's index among the n franz-go offers (parts: their
+// partitions, nil when index k is partition k); ok is false when the draw
+// picks none, or a partition not offered now.
+func shared(shares []quotaproto.PartitionShare, parts []int32, n int) (int, bool) {
+	if len(shares) == 0 {
+		return 0, false
+	}
+	u, sum := rand.Float64(), 0.0
+	for _, s := range shares {
+		if sum += s.Share; u >= sum {
+			continue
+		}
+		if parts == nil {
+			return int(s.Partition), int(s.Partition) < n
+		}
+		k := slices.Index(parts, s.Partition)
+		return k, k >= 0
+	}
+	return 0, false
 }
 
 func contains(sorted []int32, i int) bool {

@@ -231,3 +231,38 @@ func TestQuotaAvoidPartitionsIsACopy(t *testing.T) {
 		t.Errorf("after the caller changed its copy, the producer avoids %v, want [1]", q.AvoidPartitions)
 	}
 }
+
+// TestKafkaAvoidPartitionsShare: an avoided partition with a share in the
+// lease (protocol 1.1) gets that share of the keyless records, one record
+// at a time, instead of none; an avoided partition without one gets
+// none, and shares that do not apply (a partition not avoided, a share
+// out of (0, 1]) are dropped. Keyed records bound for the shared
+// partition are still refused (TestKafkaKeyedAvoidedPartition).
+func TestKafkaAvoidPartitionsShare(t *testing.T) {
+	c := newKfake(t, 4, "orders")
+	ctx := ctxFor(t, 60*time.Second)
+	p := newKafkaProducer(t, newKgo(t, c), Config{})
+	setLease(t, p.c, quotaproto.Lease{
+		Topic: "orders", Signal: quotaproto.SignalAvoidPartitions, AvoidPartitions: []int32{0, 2}, Version: 1,
+		PartitionShares: []quotaproto.PartitionShare{{Partition: 0, Share: 0.1}, {Partition: 1, Share: 0.2}, {Partition: 2, Share: 1.5}},
+	})
+	q, _ := p.Quota("orders")
+	if want := []quotaproto.PartitionShare{{Partition: 0, Share: 0.1}}; !slices.Equal(q.PartitionShares, want) {
+		t.Fatalf("quota's shares %v, want %v", q.PartitionShares, want)
+	}
+	const n = 1000
+	t0 := time.Now()
+	counts := map[int32]int{}
+	for i := range n {
+		r := &kgo.Record{Topic: "orders", Value: []byte("x"), Timestamp: t0.Add(time.Duration(i) * 5 * time.Millisecond)}
+		if err := p.Produce(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		counts[r.Partition]++
+	}
+	t.Logf("keyless records by partition: %v", counts)
+	// Binomial(1000, 0.1): 100 expected, a standard deviation of 9.5.
+	if counts[0] < 60 || counts[0] > 140 || counts[2] != 0 {
+		t.Fatalf("keyless records by partition: %v, want about %d on 0 and none on 2", counts, n/10)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,13 +28,16 @@ type quotaView struct {
 	signal     Signal
 	retryAfter time.Duration
 	avoid      []int32 // sorted
-	advisory   bool
-	fromLease  bool
-	closed     bool // safe quota closed: ErrQuotaUnavailable
-	version    uint64
-	expires    time.Time
-	received   time.Time
-	reason     string
+	// shares: the keyless shares of partitions in avoid (see
+	// AvoidPartitioner), sorted by partition.
+	shares    []quotaproto.PartitionShare
+	advisory  bool
+	fromLease bool
+	closed    bool // safe quota closed: ErrQuotaUnavailable
+	version   uint64
+	expires   time.Time
+	received  time.Time
+	reason    string
 	// rateWhy is rateReason(), built once with the view: a message
 	// refused for want of a token costs no formatting.
 	rateWhy string
@@ -292,9 +296,29 @@ func viewOf(d decodedLease, now time.Time, expiry time.Time) *quotaView {
 	if len(d.AvoidPartitions) > 0 {
 		v.avoid = append([]int32(nil), d.AvoidPartitions...)
 		sort.Slice(v.avoid, func(i, j int) bool { return v.avoid[i] < v.avoid[j] })
+		v.shares = validShares(d.PartitionShares, v.avoid)
 	}
 	v.rateWhy = v.rateReason()
 	return v
+}
+
+// validShares keeps the shares of ss that apply: of a partition in avoid
+// (sorted), in (0, 1], the first of each partition, while their sum stays
+// at most 1. A share that breaks these is dropped: its partition is then
+// avoided outright, as by an SDK that does not know shares.
+func validShares(ss []quotaproto.PartitionShare, avoid []int32) []quotaproto.PartitionShare {
+	var out []quotaproto.PartitionShare
+	sum := 0.0
+	for _, s := range ss {
+		if !(s.Share > 0 && s.Share <= 1) || !contains(avoid, int(s.Partition)) || sum+s.Share > 1 ||
+			slices.ContainsFunc(out, func(o quotaproto.PartitionShare) bool { return o.Partition == s.Partition }) {
+			continue
+		}
+		sum += s.Share
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b quotaproto.PartitionShare) int { return int(a.Partition) - int(b.Partition) })
+	return out
 }
 
 // deliver hands an update to the owner; false when the producer closed.

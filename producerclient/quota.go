@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
 
 // Quota is a topic's current quota as the producer enforces it.
@@ -21,6 +23,10 @@ type Quota struct {
 	// AvoidPartitions lists partitions keyless Kafka records avoid (and
 	// keyed ones bound for them are refused), sorted; the caller's copy.
 	AvoidPartitions []int32
+	// PartitionShares: of the partitions in AvoidPartitions, those that
+	// still get a share of keyless Kafka records, and that share (see
+	// AvoidPartitioner); sorted by partition, the caller's copy.
+	PartitionShares []quotaproto.PartitionShare
 	// Advisory leases are reported, not enforced.
 	Advisory bool
 	// FromLease is false when the safe quota applies (no lease yet, or the
@@ -44,7 +50,7 @@ func (c *core) quota(name string) (Quota, bool) {
 	}
 	v := t.view.Load()
 	q := Quota{Topic: name, Rate: v.rate, Burst: v.burst, Signal: v.signal, RetryAfter: v.retryAfter,
-		AvoidPartitions: slices.Clone(v.avoid), Advisory: v.advisory, FromLease: v.fromLease, Closed: v.closed,
+		AvoidPartitions: slices.Clone(v.avoid), PartitionShares: slices.Clone(v.shares), Advisory: v.advisory, FromLease: v.fromLease, Closed: v.closed,
 		Version: v.version, ExpiresAt: v.expires, Received: v.received, Reason: v.reason}
 	if math.IsInf(q.Rate, 1) {
 		q.Burst = 0

@@ -78,6 +78,9 @@ func Wire(l quota.Lease) quotaproto.Lease {
 		Topic: l.Topic.Name, Burst: l.Burst, Signal: l.Signal.String(), RetryAfterMs: l.RetryAfter.Milliseconds(),
 		AvoidPartitions: slices.Clone(l.AvoidPartitions), Advisory: l.Advisory, Version: l.Version, ExpiresAt: l.Expires, Reason: l.Reason,
 	}
+	for _, ps := range l.PartitionShares {
+		w.PartitionShares = append(w.PartitionShares, quotaproto.PartitionShare{Partition: ps.Partition, Share: ps.Share})
+	}
 	if !l.IsUnlimited() {
 		r := l.Rate
 		w.Rate = &r

@@ -127,6 +127,10 @@ type Lease struct {
 	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
 	// AvoidPartitions lists the partitions keyless records should avoid.
 	AvoidPartitions []int32 `json:"avoidPartitions,omitempty"`
+	// PartitionShares (protocol 1.1) gives some partitions of
+	// AvoidPartitions the share of keyless records they still get
+	// instead of none; sorted by partition.
+	PartitionShares []PartitionShare `json:"partitionShares,omitempty"`
 	// Advisory is true when the matching policy is in advise mode: the
 	// SDK reports but does not enforce.
 	Advisory bool `json:"advisory,omitempty"`
@@ -136,6 +140,14 @@ type Lease struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 	// Reason explains the lease in words, for logs and errors.
 	Reason string `json:"reason,omitempty"`
+}
+
+// PartitionShare is the fraction, in (0, 1], of a producer's keyless
+// records an avoided partition still gets: what its consumer drains, over
+// the topic's produce rate.
+type PartitionShare struct {
+	Partition int32   `json:"partition"`
+	Share     float64 `json:"share"`
 }
 
 // ErrorBody is the body of every 4xx and 5xx answer.
