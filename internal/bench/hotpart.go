@@ -50,8 +50,9 @@ type HotOptions struct {
 	// Interval is the daemon's observation interval; zero means the
 	// daemon's default (1s).
 	Interval time.Duration
-	// CommitEvery is how often the consumer commits what it processed;
-	// zero means 250ms.
+	// CommitEvery is how often the consumer commits what it processed
+	// (franz-go's autocommit of marked records, kgo.AutoCommitInterval);
+	// zero means 250ms. 5s is franz-go's (and Java's) default interval.
 	CommitEvery time.Duration
 	// KafkaBrokers, when set, runs on this real cluster (seed addresses)
 	// instead of an embedded kfake, with a topic and group of its own per
