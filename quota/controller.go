@@ -1264,7 +1264,12 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 		next.gen = tc.gen
 		wait := partWait(pt, next, had, havePrev, &ps, st, v)
 		isLate := ps.Lag > 0 && (head > p.MaxAge.Seconds() || (wait >= budget && head > lateHead))
-		next.limit = partLimit(pt, next, ps.Lag, head, setWait, dt)
+		if (isLate || pt.late) && next.rate <= 0 && ps.Lag > 0 && ps.CommitRate > 0 && !math.IsInf(ps.CommitRate, 0) {
+			// Not measured here yet: what the tracker measured from its
+			// commits while it had a backlog.
+			next.rate = ps.CommitRate
+		}
+		next.limit = partLimit(pt, next, partBacklog(&ps, next.rate, st.At, v), setWait, dt)
 		isLate = holdLate(pt, &next, isLate, ps.Lag, head, wait, setWait, share, dt)
 		if !isLate {
 			next.limit = 0
@@ -1348,12 +1353,18 @@ func partWait(pt, next partTrack, had, havePrev bool, ps *lag.PartitionState, st
 		case cad <= 0 || span > 1.5*cad+dt:
 			wait = math.Inf(1)
 		}
-	} else if ps.Lag > 0 && !had && !ps.Stale && v.measured && v.consumed > 0 {
-		// First sight: its own rate is not known yet; take its share
-		// of the target's. A partition that holds the target's
-		// backlog alone is late at once, before the target's wait,
-		// made of its lag, drains the whole topic for it.
-		wait = float64(ps.Lag) * float64(len(st.Partitions)) / v.consumed
+	} else if ps.Lag > 0 && !had && !ps.Stale {
+		// First sight: its own rate is not known yet; take the rate
+		// the tracker measured from its commits, else its share of the
+		// target's. A partition that holds the target's backlog alone
+		// is late at once, before the target's wait, made of its lag,
+		// drains the whole topic for it.
+		switch {
+		case ps.CommitRate > 0 && !math.IsInf(ps.CommitRate, 0):
+			wait = float64(ps.Lag) / ps.CommitRate
+		case v.measured && v.consumed > 0:
+			wait = float64(ps.Lag) * float64(len(st.Partitions)) / v.consumed
+		}
 	}
 	return wait
 }

@@ -236,6 +236,30 @@ func TestControllerHotPartitionFirstSight(t *testing.T) {
 	}
 }
 
+// TestControllerHotPartitionFirstSightCommitRate: the daemon's first
+// fresh observation of a new group (observed every second, commits every
+// 250 ms): partition 0 holds 60 messages, its head 1.5 s old, and the
+// tracker measured it committing 20 msg/s; the target consumed 250 msg/s.
+// At its share of the target's rate (250/6) the 60 would take 1.4 s, under
+// the budget, and partition 0 would get its share for one more interval;
+// at the rate its commits show they take 3 s: late at once.
+func TestControllerHotPartitionFirstSightCommitRate(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	s := st(1, 60, 250, 300)
+	s.HeadAge, s.HeadAgeKnown = 1500*time.Millisecond, true
+	for i := range 6 {
+		ps := lag.PartitionState{PartitionSample: lag.PartitionSample{Partition: int32(i), End: 500}, CommitRate: 50}
+		if i == 0 {
+			ps.Lag, ps.HeadAge, ps.CommitRate = 60, 1500*time.Millisecond, 20
+		}
+		s.Partitions = append(s.Partitions, ps)
+	}
+	d := newCtl(t, ControllerConfig{}).Step(s, p, leaseT0.Add(time.Second))
+	if !slices.Equal(d.AvoidPartitions, []int32{0}) {
+		t.Fatalf("avoid %v signal %v (%s), want [0]", d.AvoidPartitions, d.Signal, d.Reason)
+	}
+}
+
 // TestControllerLatePartitionProjected: partition 0 drains 20 msg/s and
 // gets 50; its lag of 30 is a 1.5 s wait now, under the 2 s budget, but
 // by the time the next decision takes effect (one interval) another 30

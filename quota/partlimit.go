@@ -3,6 +3,9 @@ package quota
 import (
 	"math"
 	"slices"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
 )
 
 // PartitionShare is the fraction of a producer's keyless records a late
@@ -32,30 +35,44 @@ const (
 // partLimit is the keyless rate, msg/s over the whole topic, a listed
 // partition gets after this observation: the rate its consumer was seen to
 // drain it at (next.rate, measured while it had a backlog), less what
-// brings its backlog back to setWait of that rate within one second
-// (never below 0: a backlog past that is drained first); and, while the
-// consumer drained everything it was fed (no lag beyond setWait of work,
-// or a head inside setWait) and it was fed at least feedRatio of its
-// rate, the previous rate grown by limitGrowth per second. 0 (avoid it
-// outright) while its drain rate is unknown.
+// brings its backlog (lagMsgs, see partBacklog) back to setWait of that
+// rate within one second (never below 0: a backlog past that is drained
+// first); and, while the consumer drained everything it was fed (a
+// backlog of at most setWait of work) and it was fed at least feedRatio
+// of its rate, the previous rate grown by limitGrowth per second. 0
+// (avoid it outright) while its drain rate is unknown.
 //
 // Example: drained at 20 msg/s, setWait 0.5 s: 30 messages of lag give
 // 20 + (10 - 30) = 0 msg/s until it is down to its setpoint; 5 of lag,
 // fed 18 msg/s over the last second at a rate of 18, give max(25, 22.5)
 // = 25 msg/s.
-func partLimit(pt, next partTrack, lagMsgs int64, head, setWait, dt float64) float64 {
+func partLimit(pt, next partTrack, lagMsgs float64, setWait, dt float64) float64 {
 	c := next.rate
 	if c <= 0 {
 		return 0
 	}
-	lagf := float64(lagMsgs)
-	lim := max(c+(c*setWait-lagf), 0)
-	calm := lagf <= c*setWait || head <= setWait
+	lim := max(c+(c*setWait-lagMsgs), 0)
+	calm := lagMsgs <= c*setWait
 	fed := pt.limit > 0 && next.in >= feedRatio*pt.limit
 	if calm && fed {
 		lim = max(lim, pt.limit*math.Pow(limitGrowth, min(dt, 2)))
 	}
 	return lim
+}
+
+// partBacklog is a partition's lag less what its consumer, read through
+// its commits, drained since its last commit (at its drain rate, over at
+// most one commit cadence: a consumer overdue is not assumed to drain):
+// the work really waiting. A position that is not a commit is taken as
+// it is.
+func partBacklog(ps *lag.PartitionState, rate float64, at time.Time, v *reading) float64 {
+	l := float64(ps.Lag)
+	cad := partCadence(ps, v)
+	if cad <= 0 || rate <= 0 || ps.LastCommit.IsZero() {
+		return l
+	}
+	age := min(max(at.Sub(ps.LastCommit).Seconds(), 0), cad)
+	return max(l-rate*age, 0)
 }
 
 // fedLimited reports whether a listed partition with a keyless rate was
