@@ -288,8 +288,8 @@ func runHot(ctx context.Context, o HotOptions, keyed bool, mode, id string) (Hot
 	wg.Go(func() {
 		every(rctx, 5*time.Second, func(now time.Time) {
 			ages := c.headAges(now)
-			fmt.Fprintf(o.Out, "  t=%4.1fs offered %d stored %d refused %d (p0 %d) | p0 head age %.2fs, others max %.2fs\n",
-				now.Sub(start).Seconds(), p.offered.Load(), p.stored.Load(), p.refused.Load(), p.refusedBy[0].Load(), ages[0], slices.Max(ages[1:]))
+			fmt.Fprintf(o.Out, "  t=%4.1fs offered %d stored %d refused %d (p0 %d) | p0 head age %.2fs, others max %.2fs%s\n",
+				now.Sub(start).Seconds(), p.offered.Load(), p.stored.Load(), p.refused.Load(), p.refusedBy[0].Load(), ages[0], slices.Max(ages[1:]), p.leaseLine())
 		})
 	})
 	<-rctx.Done()
@@ -412,6 +412,30 @@ func newHotProducer(o HotOptions, w *world, base, mode string, keyed bool) (*hot
 		})
 	}
 	return p, nil
+}
+
+// leaseLine is the SDK's lease of the topic as the progress lines show
+// it: its signal, the partitions it avoids and partition 0's keyless
+// share; empty for the naive producer.
+func (p *hotProducer) leaseLine() string {
+	if p.sdk == nil {
+		return ""
+	}
+	q, ok := p.sdk.Quota(p.w.topic)
+	if !ok {
+		return ""
+	}
+	line := fmt.Sprintf(" | lease %s", q.Signal)
+	if !math.IsInf(q.Rate, 1) {
+		line += fmt.Sprintf(" %.0f/s", q.Rate)
+	}
+	if len(q.AvoidPartitions) > 0 {
+		line += fmt.Sprintf(" avoid %v", q.AvoidPartitions)
+	}
+	for _, s := range q.PartitionShares {
+		line += fmt.Sprintf(" p%d share %.1f%%", s.Partition, 100*s.Share)
+	}
+	return line
 }
 
 // send sends one record created at created and counts its outcome.
