@@ -275,6 +275,62 @@ func TestAbandoned(t *testing.T) {
 	}
 }
 
+// TestLastActive: a reading that sees no consumer attached (LiveNo) but
+// says when the broker last saw one take work (Sample.LastActive, NATS's
+// last delivery or acknowledgement) counts the target as seen live then:
+// the first reading after a daemon restart binds a consumer that fetched a
+// moment ago, and only one whose last activity is past the grace is
+// abandoned. LastActive never moves LastLive back, nor past the reading.
+func TestLastActive(t *testing.T) {
+	rules := Rules{AbandonAfter: time.Minute, StallAfter: 30 * time.Second}
+	cases := []struct {
+		name     string
+		first    Liveness      // the first reading's Live, at t0
+		active   time.Duration // the second reading's LastActive from t0; 0: none
+		want     Status
+		rule     string
+		lastLive time.Duration // State.LastLive from t0; -1: zero
+	}{
+		// The daemon's first reading is the second here: Live no.
+		{"no activity known", LiveNo, 0, StatusAbandoned, "never-live", -1},
+		// Delivered 5 s before the reading (at +10 s): live then, binds.
+		{"active a moment ago", LiveNo, 5 * time.Second, StatusLagging, "over-age", 5 * time.Second},
+		// Last delivered two minutes before the first reading: past the grace.
+		{"active long ago", LiveNo, -2 * time.Minute, StatusAbandoned, "abandoned", -2 * time.Minute},
+		// The broker's clock ahead of the daemon's: counted at the reading.
+		{"active after the reading", LiveNo, time.Minute, StatusLagging, "over-age", 10 * time.Second},
+		// Seen live at t0; an older activity does not move LastLive back.
+		{"older than seen live", LiveYes, -time.Hour, StatusLagging, "over-age", 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr := NewTracker(func(Target) Rules { return rules })
+			s := sample(t0, 0, part(0, 1000, 500, t0.Add(-time.Hour)))
+			s.Live = c.first
+			if c.first == LiveYes {
+				tr.Observe(s, t0)
+			}
+			at := t0.Add(10 * time.Second)
+			s = sample(at, 0, part(0, 1000, 500, t0.Add(-time.Hour)))
+			s.Live = LiveNo
+			if c.active != 0 {
+				s.LastActive = t0.Add(c.active)
+			}
+			st := tr.Observe(s, at)
+			if st.Status != c.want || st.Rule != c.rule {
+				t.Fatalf("status %s (%s: %s), want %s (%s)", st.Status, st.Rule, st.Reason, c.want, c.rule)
+			}
+			want := time.Time{}
+			if c.lastLive != -1 {
+				want = t0.Add(c.lastLive)
+			}
+			if !st.LastLive.Equal(want) {
+				t.Errorf("LastLive %v, want %v", st.LastLive, want)
+			}
+		})
+	}
+}
+
 // TestConsumingWithoutMembersIsNotAbandoned: a Kafka consumer that assigns
 // its partitions itself and commits to the group (Flink's checkpoints, any
 // assign-and-commit consumer) is never a member of the group, so every

@@ -60,6 +60,16 @@ type Sample struct {
 	// or delivered since the last reading. The zero value, LiveUnknown,
 	// means the adapter cannot tell (and is treated as live).
 	Live Liveness
+	// LastActive, when not zero, is when the broker last saw a consumer
+	// take work from this target, by the broker's clock (NATS: the
+	// consumer's last delivery or acknowledgement; Kafka: zero). A
+	// reading counts the target as seen live then (State.LastLive, when
+	// later than what was seen, and never after At), whatever Live says:
+	// the first reading of a NATS pull consumer between two fetches
+	// (Live LiveNo) that delivered a moment ago is not never-live, so
+	// after a daemon restart or a shard move its topic binds from that
+	// first reading on.
+	LastActive time.Time
 	// Partitions holds one entry per partition (Kafka) or a single entry
 	// with Partition 0 (NATS). Partitions that could not be observed carry
 	// Err and Stale; they keep their previous values in the State.

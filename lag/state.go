@@ -81,7 +81,9 @@ type Rules struct {
 	// rolling restart, a rebalance); a target with no live consumer from
 	// its first reading on (a decommissioned group whose offsets Kafka
 	// keeps for 7 days, a NATS durable that never fetches, also right
-	// after a daemon restart) is abandoned at once, whatever AbandonAfter,
+	// after a daemon restart; a NATS consumer counts as seen live at its
+	// last delivery or acknowledgement, Sample.LastActive) is abandoned
+	// at once, whatever AbandonAfter,
 	// and binds again from the first reading that sees it live. Default
 	// 2m: longer than a rolling restart or a rebalance, short enough that
 	// a group that left stops throttling its topic's producers within
@@ -407,6 +409,14 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 	if fresh > 0 {
 		if s.Live != LiveNo {
 			tr.lastLive = s.At
+		}
+		if a := s.LastActive; !a.IsZero() {
+			if a.After(s.At) {
+				a = s.At // the broker's clock ahead of ours
+			}
+			if a.After(tr.lastLive) {
+				tr.lastLive = a
+			}
 		}
 		st.Live = s.Live
 		if tr.haveSample {

@@ -57,7 +57,10 @@ type reading struct {
 	// LiveYes when the consumer delivered since the previous reading.
 	live      lag.Liveness
 	delivered uint64 // Delivered.Consumer
-	problems  []string
+	// active is the later of the last delivery and the last
+	// acknowledgement (Sample.LastActive); zero when neither happened.
+	active   time.Time
+	problems []string
 }
 
 // ackCounters are the counters of one consumer reading that tell
@@ -242,6 +245,11 @@ func read(ci *jetstream.ConsumerInfo, sv streamView) reading {
 
 	push := ci.Config.DeliverSubject != ""
 	r.delivered = ci.Delivered.Consumer
+	for _, t := range []*time.Time{ci.Delivered.Last, ci.AckFloor.Last} {
+		if t != nil && t.After(r.active) {
+			r.active = *t
+		}
+	}
 	r.live = lag.LiveNo
 	if (push && ci.PushBound) || (!push && ci.NumWaiting > 0) {
 		r.live = lag.LiveYes

@@ -572,6 +572,7 @@ func (o *Observer) refresh(ctx context.Context, j refreshJob, cs *cycleCounters)
 			GroupState: r.state,
 			Members:    r.members,
 			Live:       live,
+			LastActive: r.active,
 			Partitions: []lag.PartitionSample{r.part},
 		})
 	}

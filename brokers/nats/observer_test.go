@@ -191,6 +191,53 @@ func TestLiveBetweenFetches(t *testing.T) {
 	})
 }
 
+// TestFirstReadingOfABusyPuller: a pull consumer working through a
+// backlog completes its fetches at once, so a reading rarely finds a pull
+// request waiting. The first reading of a daemon that just started (or of
+// a replica that just took the stream's shard over) sees it idle, yet the
+// consumer delivered and acked a moment ago: it is live (binds its
+// producers) from that reading, not never-live until the next one. A
+// durable that never fetched is never-live; one whose last delivery is
+// older than the grace is abandoned.
+func TestFirstReadingOfABusyPuller(t *testing.T) {
+	s := startServer(t, nil)
+	c := newClient(t, s)
+	c.stream(t, jetstream.StreamConfig{Name: "B", Subjects: []string{"b.>"}})
+	busy := c.consumer(t, "B", jetstream.ConsumerConfig{Durable: "busy", AckPolicy: jetstream.AckExplicitPolicy})
+	c.consumer(t, "B", jetstream.ConsumerConfig{Durable: "never", AckPolicy: jetstream.AckExplicitPolicy})
+	subjects := make([]string, 50)
+	for i := range subjects {
+		subjects[i] = fmt.Sprintf("b.%d", i)
+	}
+	c.publish(t, subjects...)
+	fetch(t, busy, 10, 10) // the backlog's first batch, acked; 40 to go
+	cases := []struct {
+		name     string
+		consumer string
+		abandon  time.Duration // Rules.AbandonAfter
+		want     lag.Status
+		rule     string
+	}{
+		{"busy puller, first reading", "busy", 2 * time.Minute, lag.StatusLagging, "over-age"},
+		{"a durable that never fetched", "never", 2 * time.Minute, lag.StatusAbandoned, "never-live"},
+		{"busy puller, its last delivery older than the grace", "busy", time.Nanosecond, lag.StatusAbandoned, "abandoned"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newObserver(t, s, nil) // a daemon that just started
+			sm := find(t, observe(t, o), "B", tc.consumer)
+			if sm.Live != lag.LiveNo {
+				t.Fatalf("live %s, want idle (no pull request waiting)", sm.Live)
+			}
+			tr := lag.NewTracker(func(lag.Target) lag.Rules { return lag.Rules{AbandonAfter: tc.abandon, LagAge: time.Nanosecond} })
+			st := tr.Observe(sm, sm.At)
+			if st.Status != tc.want || st.Rule != tc.rule {
+				t.Fatalf("status %s (%s: %s), want %s (%s); last active %v", st.Status, st.Rule, st.Reason, tc.want, tc.rule, sm.LastActive)
+			}
+		})
+	}
+}
+
 // TestEphemeralConsumer: an ephemeral consumer is observed under its
 // server-generated name.
 func TestEphemeralConsumer(t *testing.T) {
