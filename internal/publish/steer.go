@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -184,6 +185,16 @@ func (s *Steering) NextHolding(now time.Time, want, sent map[string]float64, hol
 			r = prev
 		}
 		ps := append(s.past[id], sample{now, max(r, 0)})
+		if r > 0 && !slices.ContainsFunc(s.past[id], func(p sample) bool { return p.rate > 0 }) {
+			// Seen idle until now: the broker's window may still hold
+			// what it sent before the daemon's first reading (or a
+			// few seconds ago under the same client.id), so it is taken
+			// to have sent so over the whole span, like a client first
+			// seen. Taking the idle readings as the broker's made a
+			// client that had sent for seconds look like one that just
+			// started: on Kafka 4.3.1 its first cut held it 16 to 87 s.
+			ps = []sample{{now, r}}
+		}
 		for len(ps) > 0 && now.Sub(ps[0].at) >= span {
 			ps = ps[1:]
 		}

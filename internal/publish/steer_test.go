@@ -139,18 +139,27 @@ func TestSteeringLast(t *testing.T) {
 	}
 }
 
-// TestSteeringRisingRate: a client that just started sending (the daemon
-// saw it idle a second ago) keeps filling the broker's window until
-// Kafka's next response, so the value counts the window one hold ahead:
-// 110 kB/s for one second seen and one more to come, over 11 s, not the
-// one second seen alone (which would hold it twice as long).
+// TestSteeringRisingRate: a client whose rate rises keeps filling the
+// broker's window until Kafka's next response, so the value counts the
+// window one hold ahead: 10 kB/s for ten seconds, then 110 kB/s for one
+// seen and one more to come, not the one second seen alone (which would
+// hold it longer than the hold). A client seen idle until it sends is
+// taken to have sent so over the whole span: the broker's window may hold
+// what it sent before the daemon saw it.
 func TestSteeringRisingRate(t *testing.T) {
 	s := Steering{Hold: time.Second}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	s.Next(t0, map[string]float64{"a": 0}, map[string]float64{"a": 0})
+	s.Next(t0, map[string]float64{"a": 0}, map[string]float64{"a": 10_000})
 	got := s.Next(t0.Add(time.Second), map[string]float64{"a": 0}, map[string]float64{"a": 110_000})["a"]
-	if want := Floor(2*110_000/11., DefaultWindow, time.Second); math.Abs(got-want) > 1e-6 {
+	if want := Floor((9*10_000+2*110_000)/11., DefaultWindow, time.Second); math.Abs(got-want) > 1e-6 {
 		t.Errorf("stored %v, want %v (the window one second ahead)", got, want)
+	}
+	var idle Steering
+	idle.Hold = time.Second
+	idle.Next(t0, map[string]float64{"a": 0}, map[string]float64{"a": 0})
+	got = idle.Next(t0.Add(time.Second), map[string]float64{"a": 0}, map[string]float64{"a": 110_000})["a"]
+	if want := Floor(110_000, DefaultWindow, time.Second); math.Abs(got-want) > 1e-6 {
+		t.Errorf("seen idle, then at 110 kB/s: stored %v, want %v (as if first seen)", got, want)
 	}
 }
 
