@@ -123,7 +123,9 @@ func failover(t *testing.T, mk func(id string) Elector, session, every time.Dura
 
 func TestNATSFailover(t *testing.T) {
 	s := embedded.NATSTest(t)
-	session, every := 1500*time.Millisecond, 100*time.Millisecond
+	// Whole seconds: on NATS a key lives for its session rounded up
+	// (leader.KeyTTL).
+	session, every := 2*time.Second, 100*time.Millisecond
 	failover(t, func(id string) Elector {
 		nc, err := natsgo.Connect(s.ClientURL())
 		if err != nil {

@@ -238,7 +238,8 @@ func (n *NATS) Release(ctx context.Context) {
 	if n.rev == 0 || n.kv == nil {
 		return
 	}
-	_ = n.kv.Delete(ctx, n.cfg.Name, jetstream.LastRevision(n.rev))
+	// A purge marker that expires: nothing is left of a released key.
+	_ = n.kv.Purge(ctx, n.cfg.Name, jetstream.LastRevision(n.rev), jetstream.PurgeTTL(time.Second))
 	n.rev, n.made = 0, 0
 	n.follow(time.Now())
 }

@@ -204,3 +204,31 @@ func TestNATSRollingUpgrade(t *testing.T) {
 		t.Errorf("the old leader's write after the new one's: %v, want ErrFenced", err)
 	}
 }
+
+// TestNATSReleaseLeavesNothing: a released key leaves no marker behind
+// for good (the bucket has no age limit): the bucket's stream empties.
+func TestNATSReleaseLeavesNothing(t *testing.T) {
+	js := embedded.JetStreamTest(t)
+	r := start(t, NewNATS(js, "", Config{Cluster: "n", ID: "r0", Name: "gone", Session: 2 * time.Second, Every: 100 * time.Millisecond}))
+	waitLeader(t, []*replica{r}, 5*time.Second)
+	r.e.Release(context.Background())
+	ctx := context.Background()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := js.Stream(ctx, "KV_"+Bucket("gone"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d messages left in the bucket 5s after the release", info.State.Msgs)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the stream
+	}
+}

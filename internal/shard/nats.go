@@ -238,14 +238,18 @@ func (n *NATS) Release(ctx context.Context) {
 		close(n.stopped)
 	}
 	n.released = true
-	kvs := []jetstream.KeyValue{n.kv, n.lkv}
+	kv, lkv := n.kv, n.lkv
 	n.store(nil, n.Owners(), time.Time{})
 	n.op.Unlock()
 	n.changed(time.Now())
-	for _, kv := range kvs {
-		if kv != nil {
-			_ = kv.Delete(ctx, n.prefix+hex.EncodeToString([]byte(n.cfg.ID)))
-		}
+	key := n.prefix + hex.EncodeToString([]byte(n.cfg.ID))
+	if kv != nil {
+		// A purge marker that expires: a replica id used once (a
+		// Deployment's pod name) leaves nothing behind.
+		_ = kv.Purge(ctx, key, jetstream.PurgeTTL(time.Second))
+	}
+	if lkv != nil {
+		_ = lkv.Delete(ctx, key)
 	}
 }
 

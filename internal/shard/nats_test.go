@@ -87,4 +87,24 @@ func TestNATSLegacyMembers(t *testing.T) {
 	if _, err := old.Get(ctx, prefix+hex.EncodeToString([]byte("new0"))); err == nil {
 		t.Errorf("new0's legacy key is still there after its release")
 	}
+	// Nothing is left of new0 in its own bucket (no age limit there):
+	// only new1's key.
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		st, err := js.Stream(ctx, "KV_"+Bucket("up"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d messages in the bucket 5s after new0's release, want new1's only", info.State.Msgs)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the stream
+	}
 }

@@ -197,7 +197,9 @@ func rebalance(t *testing.T, mk func(id string) Assigner, session, every time.Du
 
 func TestNATSRebalance(t *testing.T) {
 	js := embedded.JetStreamTest(t)
-	session, every := 1500*time.Millisecond, 100*time.Millisecond
+	// Whole seconds: on NATS a key lives for its session rounded up
+	// (leader.KeyTTL).
+	session, every := 2*time.Second, 100*time.Millisecond
 	rebalance(t, func(id string) Assigner {
 		return NewNATS(js, "", Config{Cluster: "n", ID: id, Name: "test", Count: 8, Session: session, Every: every}, nil)
 	}, session, every)
