@@ -114,6 +114,16 @@ func (a *AvoidPartitioner) keyedPartition(topic string, r *kgo.Record) (int32, b
 	return int32(i), true
 }
 
+// partitionCount is how many partitions of topic keyed records are placed
+// over: the count franz-go last used for one, else the client's cached
+// metadata's; 0 when neither is known.
+func (a *AvoidPartitioner) partitionCount(topic string) int {
+	if n := int(a.keyedOf(topic).n.Load()); n > 0 {
+		return n
+	}
+	return a.cachedCount(topic)
+}
+
 // maxCachedCount bounds cachedCount's walk.
 const maxCachedCount = 1 << 16
 

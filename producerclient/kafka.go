@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"time"
 
@@ -126,7 +127,10 @@ func (kp *kpending) Value(key any) any           { return kp.rc().Value(key) }
 // A record with a key that sends it to a partition the lease says to
 // avoid is refused at once, unsent and without taking a token:
 // SignalAvoidPartitions with a *PartitionBusyError naming the partition
-// (the topic's other partitions are not slowed down). Keyless records are
+// (the topic's other partitions are not slowed down). When the lease
+// gives that partition a share (Quota.PartitionShares), a record bound
+// for it goes anyway with probability share x partitions, so that it
+// gets about what its consumer drains. Keyless records are
 // placed on another partition instead (see AvoidPartitioner). The same
 // holds for ProduceAsync and the batch calls.
 //
@@ -275,7 +279,7 @@ func (p *KafkaProducer) ProduceAsync(ctx context.Context, r *kgo.Record, done fu
 // for a record without a key or a topic without an avoid list.
 func (p *KafkaProducer) busyPartition(t *topic, r *kgo.Record) *RejectError {
 	part, v, ok := p.avoidedBy(t, r)
-	if !ok {
+	if !ok || p.letThrough(t, v, part) {
 		return nil
 	}
 	rej := reject(t.name, SignalAvoidPartitions, nil, fmt.Sprintf("the record's key sends it to partition %d, which the lease says to avoid (%s)", part, v.reason),
@@ -283,6 +287,25 @@ func (p *KafkaProducer) busyPartition(t *topic, r *kgo.Record) *RejectError {
 	rej.Record = r
 	t.refused.Add(1)
 	return p.c.rejectCount(t, reasonPartition, rej)
+}
+
+// letThrough draws whether a keyed record bound for part, a partition v
+// says to avoid, goes anyway: with probability share·n when v gives part a
+// keyless share (see AvoidPartitioner) over a topic of n partitions, so
+// that of records spread by their keys the partition gets about what its
+// keyless share would send it, what its consumer drains.
+func (p *KafkaProducer) letThrough(t *topic, v *quotaView, part int32) bool {
+	share := 0.0
+	for _, s := range v.shares {
+		if s.Partition == part {
+			share = s.Share
+		}
+	}
+	if share <= 0 {
+		return false
+	}
+	n := p.part.partitionCount(t.name)
+	return n > 0 && rand.Float64() < share*float64(n)
 }
 
 // avoidedBy returns the partition r's key sends it to and the lease of t
@@ -600,8 +623,9 @@ func stampKafka(r *kgo.Record, deadline time.Time, crit ttl.Criticality) {
 	}
 }
 
-// isAvoided reports whether busyPartition would refuse r (without
-// counting it).
+// isAvoided reports whether busyPartition might refuse r (without
+// counting it, and without its draw for a partition with a share: such a
+// record starts a run of its own, and busyPartition draws once for it).
 func (p *KafkaProducer) isAvoided(t *topic, r *kgo.Record) bool {
 	_, _, ok := p.avoidedBy(t, r)
 	return ok

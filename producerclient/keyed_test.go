@@ -266,3 +266,55 @@ func TestKafkaAvoidPartitionsShare(t *testing.T) {
 		t.Fatalf("keyless records by partition: %v, want about %d on 0 and none on 2", counts, n/10)
 	}
 }
+
+// TestKafkaKeyedShare: a keyed record bound for an avoided partition that
+// the lease gives a share goes anyway with probability share x partitions
+// (0.1 x 4 here), alone or in a batch; the rest are refused for that
+// partition alone. Without the share every one is refused
+// (TestKafkaKeyedAvoidedPartition).
+func TestKafkaKeyedShare(t *testing.T) {
+	c := newKfake(t, 4, "orders")
+	ctx := ctxFor(t, 60*time.Second)
+	p := newKafkaProducer(t, newKgo(t, c), Config{})
+	setLease(t, p.c, quotaproto.Lease{
+		Topic: "orders", Signal: quotaproto.SignalAvoidPartitions, AvoidPartitions: []int32{0}, Version: 1,
+		PartitionShares: []quotaproto.PartitionShare{{Partition: 0, Share: 0.1}},
+	})
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch %v", batch), func(t *testing.T) {
+			var rs []*kgo.Record
+			for i := range 1200 {
+				rs = append(rs, &kgo.Record{Topic: "orders", Key: fmt.Appendf(nil, "k-%v-%d", batch, i), Value: []byte("x")})
+			}
+			errs := make([]error, len(rs))
+			if batch {
+				res := p.ProduceBatch(ctx, rs)
+				for i := range res {
+					errs[i] = res[i].Err
+				}
+			} else {
+				for i, r := range rs {
+					errs[i] = p.Produce(ctx, r)
+				}
+			}
+			sent, refused := 0, 0
+			for i, err := range errs {
+				var busy *PartitionBusyError
+				switch {
+				case errors.As(err, &busy) && busy.Partition == 0:
+					refused++
+				case err != nil:
+					t.Fatalf("record %d: %v", i, err)
+				case rs[i].Partition == 0:
+					sent++
+				}
+			}
+			frac := float64(sent) / float64(sent+refused)
+			t.Logf("bound for partition 0: %d sent, %d refused (%.2f)", sent, refused, frac)
+			// About 300 bound for it, 40% let through: 0.4 +- 0.03.
+			if sent+refused < 200 || frac < 0.25 || frac > 0.55 {
+				t.Fatalf("bound for partition 0: %d sent, %d refused, want about 40%% sent", sent, refused)
+			}
+		})
+	}
+}

@@ -288,8 +288,9 @@ func TestControllerLatePartitionProjected(t *testing.T) {
 }
 
 // TestSimHotPartitionTrialsBackOff: a partition whose consumer is too slow
-// for its share, written to by keyed producers only (refused for it while
-// it is listed), is tried again after avoidProbe calm seconds, and each
+// for its share, written to by keyed producers only through SDKs that do
+// not read the lease's shares (refused for it while it is listed), is
+// tried again after avoidProbe calm seconds, and each
 // trial it fails (late again within probeWatch) doubles the wait for the
 // next: over 400 s partition 0 (20 msg/s) is tried 3 or 4 times, not 12, each
 // trial's backlog being work past the deadline. Once its consumer
@@ -312,13 +313,14 @@ func TestSimHotPartitionTrialsBackOff(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			// Keyed: records bound for partition 0 are refused while it
-			// is listed, so nothing shows its consumer's recovery but a
-			// trial. (Keyless producers feed it its share instead, see
+			// Keyed, through an SDK before protocol 1.1: records bound
+			// for partition 0 are refused while it is listed, so nothing
+			// shows its consumer's recovery but a trial. (SDKs that read
+			// the shares feed it instead, see
 			// TestSimHotPartitionFedShare.)
 			ps := producersOffering(3, 300)
 			for _, p := range ps {
-				p.keyed = true
+				p.keyed, p.oldSDK = true, true
 			}
 			res := runSim(t, simConfig{
 				interval:    c.interval,
@@ -395,7 +397,8 @@ func TestControllerHealthyPartitionNotLate(t *testing.T) {
 
 // TestSimHotPartitionFedShare: keyless producers feed partition 0 the
 // share of their records the lease gives it (what its consumer drains,
-// 20 msg/s of 300) instead of none, so it needs no trials: it stays
+// 20 msg/s of 300) instead of none, and keyed ones let that much of the
+// records their keys send it through, so it needs no trials: it stays
 // listed with a share while its consumer is slow, its head inside the 2 s
 // deadline and almost nothing dead; once its consumer recovers (2,000
 // msg/s from 150 s on) its share grows while it keeps up and it leaves
@@ -405,16 +408,21 @@ func TestSimHotPartitionFedShare(t *testing.T) {
 		name      string
 		interval  time.Duration
 		recoverAt float64 // 0: never
+		keyed     bool
 	}{
-		{"always slow", time.Second, 0},
-		{"always slow, observed every 250 ms", 250 * time.Millisecond, 0},
-		{"recovers at 150 s", time.Second, 150},
+		{"always slow", time.Second, 0, false},
+		{"always slow, observed every 250 ms", 250 * time.Millisecond, 0, false},
+		{"recovers at 150 s", time.Second, 150, false},
+		// Keyed records bound for partition 0 let through at
+		// share·partitions, the rest refused for it alone.
+		{"keyed, always slow", time.Second, 0, true},
+		{"keyed, recovers at 150 s", time.Second, 150, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ps := producersOffering(3, 300)
 			for _, p := range ps {
-				p.honorAvoid = true
+				p.honorAvoid, p.keyed = !c.keyed, c.keyed
 			}
 			res := runSim(t, simConfig{
 				interval:    c.interval,

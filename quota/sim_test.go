@@ -39,6 +39,9 @@ type simProducer struct {
 	// partitions: the share bound for avoided partitions is refused (the
 	// SDK's per-partition refusal), the rest lands where its keys send it.
 	keyed bool
+	// oldSDK: an SDK before protocol 1.1, which ignores the lease's
+	// PartitionShares (an avoided partition gets nothing).
+	oldSDK bool
 
 	lease    Lease
 	hasLease bool
@@ -53,6 +56,14 @@ type simProducer struct {
 type pendingLease struct {
 	at time.Time
 	l  Lease
+}
+
+// shares is the lease's PartitionShares as p's SDK reads them.
+func (p *simProducer) shares() []PartitionShare {
+	if p.oldSDK {
+		return nil
+	}
+	return p.lease.PartitionShares
 }
 
 func (p *simProducer) active(t float64) bool { return t >= p.from && (p.to == 0 || t < p.to) }
@@ -286,8 +297,12 @@ func (s *sim) produce(t float64) (offered, admitted float64) {
 		offer := want
 		if p.keyed && p.hasLease && !p.lease.Advisory && len(p.lease.AvoidPartitions) < cfg.partitions {
 			// Refused before it takes a token: bound for an avoided
-			// partition.
-			want *= 1 - float64(len(p.lease.AvoidPartitions))/float64(cfg.partitions)
+			// partition, but for the part its share lets through.
+			let := 0.0
+			for _, ps := range p.shares() {
+				let += min(ps.Share*float64(cfg.partitions), 1)
+			}
+			want *= 1 - (float64(len(p.lease.AvoidPartitions))-let)/float64(cfg.partitions)
 		}
 		adm := want
 		if !cfg.open && p.hasLease && !p.lease.Advisory && !p.lease.IsUnlimited() {
@@ -314,10 +329,19 @@ func (s *sim) produce(t float64) (offered, admitted float64) {
 		}
 		n := cfg.partitions - len(avoid)
 		rest := adm
-		if p.honorAvoid && p.hasLease && n < cfg.partitions {
-			// Keyless: an avoided partition with a share gets it.
-			for _, ps := range p.lease.PartitionShares {
+		if (p.honorAvoid || p.keyed) && p.hasLease && n < cfg.partitions {
+			// An avoided partition with a share gets it: keyless, that
+			// share of the records; keyed, share·partitions of those
+			// its keys send it (the rest were refused above).
+			let := 0.0
+			for _, ps := range p.shares() {
+				let += min(ps.Share*float64(cfg.partitions), 1)
+			}
+			for _, ps := range p.shares() {
 				got := adm * ps.Share
+				if p.keyed {
+					got = adm * min(ps.Share*float64(cfg.partitions), 1) / (float64(n) + let)
+				}
 				part := s.parts[ps.Partition]
 				part.end += got
 				part.q = appendChunk(part.q, got, s.now)
