@@ -207,9 +207,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 				a.Close()
 				return nil, fmt.Errorf("nats cluster %q: %w", nc.Cluster, err)
 			}
-			a.el.add(leader.NewNATS(js, "", elect(nc.Cluster)))
+			ecfg, scfg := elect(nc.Cluster), shardOf(nc.Cluster)
+			if !ha.IgnoreLegacyBuckets {
+				ecfg.LegacyBucket, scfg.LegacyBucket = leader.LegacyBucket, shard.LegacyBucket
+			}
+			a.el.add(leader.NewNATS(js, "", ecfg))
 			if ha.Shards > 1 {
-				a.sh.add(shard.NewNATS(js, "", shardOf(nc.Cluster), log.With("component", "ha")), o)
+				a.sh.add(shard.NewNATS(js, "", scfg, log.With("component", "ha")), o)
 			}
 			if leaseCh == nil || cfg.Quota.NATSKV.Cluster == nc.Cluster {
 				// The lease state travels through the quota KV's

@@ -248,6 +248,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	v.SetDefault("ha.name", "")
 	v.SetDefault("ha.sessionTimeout", "0s")
 	v.SetDefault("ha.shards", 0)
+	v.SetDefault("ha.ignoreLegacyBuckets", false)
 	// Reachable from the environment too (LAGBRIDGE_HISTORY_RECENT, ...).
 	for _, k := range []string{"history.recent", "history.retention", "history.resolution", "history.events", "history.grantChange"} {
 		v.SetDefault(k, "0")

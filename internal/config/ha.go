@@ -45,6 +45,16 @@ type HA struct {
 	// Enabled. Use more shards than replicas (twice as many, say) so
 	// that they spread evenly. Env LAGBRIDGE_HA_SHARDS.
 	Shards int `mapstructure:"shards"`
+	// IgnoreLegacyBuckets, on NATS, skips the buckets that earlier
+	// versions shared per account (lagbridge_leader, lagbridge_shards):
+	// by default, while they exist, a leader also holds its key in
+	// lagbridge_leader and shard members register in lagbridge_shards too,
+	// so that a rolling upgrade from such a version never has two leaders
+	// (README, "Upgrading"). Set it where no earlier version runs on the
+	// account and NATS permissions do not reach those buckets (every
+	// election round looks them up, and a refused lookup keeps the replica
+	// from leading). Default false. Env LAGBRIDGE_HA_IGNORELEGACYBUCKETS.
+	IgnoreLegacyBuckets bool `mapstructure:"ignoreLegacyBuckets"`
 }
 
 // MaxHAShards bounds HA.Shards.

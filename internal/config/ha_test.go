@@ -90,3 +90,33 @@ func TestHALeaseLifetime(t *testing.T) {
 		})
 	}
 }
+
+// TestHAIgnoreLegacyBuckets: ha.ignoreLegacyBuckets is read from the file
+// and the environment; off by default (a rolling upgrade is safe unless
+// the operator says no earlier version runs).
+func TestHAIgnoreLegacyBuckets(t *testing.T) {
+	cases := []struct {
+		name string
+		ha   string
+		env  string
+		want bool
+	}{
+		{"default: held", "ha: {enabled: true, id: r0}", "", false},
+		{"from the file", "ha: {enabled: true, id: r0, ignoreLegacyBuckets: true}", "", true},
+		{"from the environment", "ha: {enabled: true, id: r0}", "true", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.env != "" {
+				t.Setenv("LAGBRIDGE_HA_IGNORELEGACYBUCKETS", c.env)
+			}
+			cfg, err := load(t, "--config", writeFile(t, good+c.ha+"\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.HA.IgnoreLegacyBuckets != c.want {
+				t.Errorf("ha.ignoreLegacyBuckets = %v, want %v", cfg.HA.IgnoreLegacyBuckets, c.want)
+			}
+		})
+	}
+}

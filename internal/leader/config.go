@@ -25,6 +25,10 @@ type Config struct {
 	// Every is how often the leader confirms and a follower tries to take
 	// over; at most Session/3 (and that when zero).
 	Every time.Duration
+	// LegacyBucket, on NATS, is the bucket that earlier versions shared
+	// (LegacyBucket): while it exists a leader also holds its key there.
+	// "" skips it. Ignored on Kafka.
+	LegacyBucket string
 	// OnRole, when set, is called on every change of role (from the
 	// elector's goroutine) with the epoch.
 	OnRole func(Role, int64)

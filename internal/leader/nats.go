@@ -41,7 +41,7 @@ const epochBase = 1 << 40
 // epoch is 2^40 plus the revision of that creation (the bucket's stream
 // sequence: it only grows).
 //
-// Upgrade from the shared LegacyBucket: while that bucket exists, the
+// Upgrade from the shared LegacyBucket (Config.LegacyBucket): while that bucket exists, the
 // replica holding the key in its own bucket leads only once it also holds
 // the key Config.Name there (created, renewed and released as an earlier
 // version did), and for no longer than that bucket's age limit allows, so
@@ -53,7 +53,7 @@ type NATS struct {
 	cfg    Config
 	js     jetstream.JetStream
 	bucket string
-	legacy string // LegacyBucket; "" in tests that need none
+	legacy string // Config.LegacyBucket
 	kv     jetstream.KeyValue
 	lkv    jetstream.KeyValue // the legacy bucket once found; nil: not (yet) found
 	op     sync.Mutex         // one round or Release at a time
@@ -72,7 +72,7 @@ func NewNATS(js jetstream.JetStream, bucket string, cfg Config) *NATS {
 	if bucket == "" {
 		bucket = Bucket(cfg.Name)
 	}
-	n := &NATS{cfg: cfg, js: js, bucket: bucket, legacy: LegacyBucket, stopped: make(chan struct{})}
+	n := &NATS{cfg: cfg, js: js, bucket: bucket, legacy: cfg.LegacyBucket, stopped: make(chan struct{})}
 	n.onRole = logRole(cfg)
 	return n
 }
@@ -182,7 +182,7 @@ func (n *NATS) holdLegacy(ctx context.Context) (ttl time.Duration, ok bool, err 
 			return ttl, true, nil // no earlier version on this account (now)
 		}
 		if err != nil {
-			return 0, false, fmt.Errorf("earlier versions' bucket %q: %w", n.legacy, err)
+			return 0, false, legacyErr(n.legacy, err)
 		}
 		n.lkv = kv
 	}
@@ -192,7 +192,7 @@ func (n *NATS) holdLegacy(ctx context.Context) (ttl time.Duration, ok bool, err 
 		return ttl, true, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("earlier versions' bucket %q: %w", n.legacy, err)
+		return 0, false, legacyErr(n.legacy, err)
 	}
 	var rev uint64
 	if n.lrev != 0 {
@@ -205,13 +205,18 @@ func (n *NATS) holdLegacy(ctx context.Context) (ttl time.Duration, ok bool, err 
 		n.lrev = 0
 		return 0, false, nil
 	case err != nil:
-		return 0, false, fmt.Errorf("earlier versions' bucket %q: %w", n.legacy, err)
+		return 0, false, legacyErr(n.legacy, err)
 	}
 	n.lrev = rev
 	if age := st.TTL(); age > 0 {
 		ttl = min(ttl, age-age/5)
 	}
 	return ttl, true, nil
+}
+
+// legacyErr says what to do when the legacy bucket cannot be reached.
+func legacyErr(bucket string, err error) error {
+	return fmt.Errorf("the bucket of earlier versions %q (held during a rolling upgrade; with no earlier version on this account, ha.ignoreLegacyBuckets: true skips it): %w", bucket, err)
 }
 
 // dropLegacy deletes this replica's key in the legacy bucket, if it holds

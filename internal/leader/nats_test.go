@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lagbridge/lagbridge/internal/embedded"
@@ -168,7 +171,7 @@ func TestNATSRollingUpgrade(t *testing.T) {
 	s := embedded.NATSTest(t)
 	session, every := 2*time.Second, 200*time.Millisecond
 	cfg := func(id string) Config {
-		return Config{Cluster: "n", ID: id, Name: "up", Session: session, Every: every}
+		return Config{Cluster: "n", ID: id, Name: "up", Session: session, Every: every, LegacyBucket: LegacyBucket}
 	}
 	var all []*replica
 	for i := range 3 {
@@ -231,4 +234,49 @@ func TestNATSReleaseLeavesNothing(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // polling the stream
 	}
+}
+
+// TestNATSLegacyBucketOutOfReach: on an account whose permissions do not
+// reach the bucket of earlier versions, a replica that looks it up never
+// leads and says how to skip it (ha.ignoreLegacyBuckets); one that skips
+// it leads.
+func TestNATSLegacyBucketOutOfReach(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
+		Users: []*server.User{{Username: "lb", Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.INFO.KV_" + LegacyBucket, "$KV." + LegacyBucket + ".>"}},
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	connect := func() jetstream.JetStream {
+		nc, err := natsgo.Connect(s.ClientURL(), natsgo.UserInfo("lb", "pw"), natsgo.ErrorHandler(func(*natsgo.Conn, *natsgo.Subscription, error) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	cfg := Config{Cluster: "n", ID: "r0", Name: "acl", Session: 2 * time.Second, Every: 200 * time.Millisecond, LegacyBucket: LegacyBucket}
+	looks := NewNATS(connect(), "", cfg)
+	err = looks.round(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "ha.ignoreLegacyBuckets: true") {
+		t.Fatalf("round: %v, want an error naming ha.ignoreLegacyBuckets", err)
+	}
+	if _, ok := looks.Leading(time.Now()); ok {
+		t.Fatalf("a replica that could not look the legacy bucket up leads")
+	}
+	t.Log(err)
+	looks.Release(context.Background())
+	cfg.LegacyBucket = ""
+	skips := start(t, NewNATS(connect(), "", cfg))
+	waitLeader(t, []*replica{skips}, 4*time.Second)
 }

@@ -40,13 +40,13 @@ func Bucket(name string) string { return "lagbridge_shards_" + name }
 // hashing), so a replica that joins or leaves moves its share of the
 // shards and few others. A replica that stops renewing its key drops out
 // of every list when the key expires; it stops observing its own shards a
-// fifth of the session before that, by its clock. While LegacyBucket
-// exists, a replica also puts its key there (with that bucket's expiry)
+// fifth of the session before that, by its clock. While
+// Config.LegacyBucket exists, a replica also puts its key there (with that bucket's expiry)
 // and adds the members listed there to its own bucket's.
 type NATS struct {
 	js     jetstream.JetStream
 	bucket string
-	legacy string // LegacyBucket; "" in tests that need none
+	legacy string // Config.LegacyBucket
 	log    *slog.Logger
 	prefix string
 
@@ -67,7 +67,7 @@ func NewNATS(js jetstream.JetStream, bucket string, cfg Config, log *slog.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	n := &NATS{js: js, bucket: bucket, legacy: LegacyBucket, log: log, prefix: cfg.Name + "." + strconv.Itoa(cfg.Count) + ".", stopped: make(chan struct{})}
+	n := &NATS{js: js, bucket: bucket, legacy: cfg.LegacyBucket, log: log, prefix: cfg.Name + "." + strconv.Itoa(cfg.Count) + ".", stopped: make(chan struct{})}
 	n.cfg, n.notify = cfg, cfg.OnChange
 	return n
 }
@@ -157,7 +157,7 @@ func (n *NATS) legacyMembers(ctx context.Context, key string) ([]string, error) 
 			return nil, nil // no earlier version on this account (now)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("earlier versions' bucket %q: %w", n.legacy, err)
+			return nil, legacyErr(n.legacy, err)
 		}
 		n.lkv = kv
 	}
@@ -167,9 +167,14 @@ func (n *NATS) legacyMembers(ctx context.Context, key string) ([]string, error) 
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("earlier versions' bucket %q: %w", n.legacy, err)
+		return nil, legacyErr(n.legacy, err)
 	}
 	return n.members(ctx, n.lkv)
+}
+
+// legacyErr says what to do when the legacy bucket cannot be reached.
+func legacyErr(bucket string, err error) error {
+	return fmt.Errorf("the bucket of earlier versions %q (counted during a rolling upgrade; with no earlier version on this account, ha.ignoreLegacyBuckets: true skips it): %w", bucket, err)
 }
 
 // Rendezvous returns the owner of each of count shards among members,

@@ -57,7 +57,7 @@ func TestNATSLegacyMembers(t *testing.T) {
 	}
 	var ms []*member
 	for _, id := range []string{"new0", "new1"} {
-		ms = append(ms, run(t, NewNATS(js, "", Config{Cluster: "n", ID: id, Name: "up", Count: count, Session: 2 * time.Second, Every: 100 * time.Millisecond}, nil)))
+		ms = append(ms, run(t, NewNATS(js, "", Config{Cluster: "n", ID: id, Name: "up", Count: count, Session: 2 * time.Second, Every: 100 * time.Millisecond, LegacyBucket: LegacyBucket}, nil)))
 	}
 	want := Rendezvous([]string{"old0", "new0", "new1"}, count)
 	deadline := time.Now().Add(10 * time.Second)

@@ -77,6 +77,10 @@ type Config struct {
 	// Every is how often a replica confirms its place; at most Session/3
 	// (and that when zero).
 	Every time.Duration
+	// LegacyBucket, on NATS, is the bucket of shard members that earlier
+	// versions shared (LegacyBucket): while it exists a replica registers
+	// there too and counts its members. "" skips it. Ignored on Kafka.
+	LegacyBucket string
 	// OnChange, when set, is called with the owned shards whenever they
 	// change (from the assigner's goroutines).
 	OnChange func(owned []int)
