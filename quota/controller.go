@@ -427,6 +427,10 @@ type partTrack struct {
 	rate    float64
 	movePos int64
 	moveAt  time.Time
+	// moveLag is its lag at its last move.
+	moveLag int64
+	// inAvg is in smoothed over about a second (see fedLimited).
+	inAvg float64
 	// calmFor is how long, seconds, it was calm (as calm counts).
 	// probe is how long, seconds, its next trial waits for (0:
 	// avoidProbe); trial is the time since it was last tried again,
@@ -1269,6 +1273,7 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 			// commits while it had a backlog.
 			next.rate = ps.CommitRate
 		}
+		next.inAvg = pt.inAvg + min(dt, 1)*(next.in-pt.inAvg)
 		next.limit = partLimit(pt, next, partBacklog(&ps, next.rate, st.At, v), setWait, dt)
 		isLate = holdLate(pt, &next, isLate, ps.Lag, head, wait, setWait, share, dt)
 		if !isLate {
@@ -1305,17 +1310,26 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 // (out) over the last interval.
 func trackPart(pt partTrack, had bool, ps *lag.PartitionState, st *lag.State, dt float64) partTrack {
 	pos := ps.End - ps.Lag
-	next := partTrack{pos: pos, lag: ps.Lag, rate: pt.rate, movePos: pt.movePos, moveAt: pt.moveAt, probe: pt.probe}
+	next := partTrack{pos: pos, lag: ps.Lag, rate: pt.rate, movePos: pt.movePos, moveAt: pt.moveAt, moveLag: pt.moveLag, probe: pt.probe, limit: pt.limit}
 	switch {
 	case !had || ps.Stale:
-		next.movePos, next.moveAt = pos, st.At
+		next.movePos, next.moveAt, next.moveLag = pos, st.At, ps.Lag
 	case pos != pt.movePos:
 		// Moved: if it had a backlog all along, it drained at its
-		// capacity since the last move.
+		// capacity since the last move. When it drained all the lag it
+		// had at that move (with positions from commits, lag it had
+		// consumed already), it may have run out of work: what it
+		// drained is a lower bound of its capacity, which only raises
+		// the rate known (fed a trickle, a slow consumer drains the
+		// trickle, not its capacity).
 		if pt.lag > 0 && ps.Lag > 0 && st.At.After(pt.moveAt) && !pt.moveAt.IsZero() {
-			next.rate = float64(pos-pt.movePos) / st.At.Sub(pt.moveAt).Seconds()
+			r := float64(pos-pt.movePos) / st.At.Sub(pt.moveAt).Seconds()
+			if pos-pt.movePos >= pt.moveLag {
+				r = max(r, pt.rate)
+			}
+			next.rate = r
 		}
-		next.movePos, next.moveAt = pos, st.At
+		next.movePos, next.moveAt, next.moveLag = pos, st.At, ps.Lag
 	}
 	if had && !ps.Stale && dt > 0 {
 		next.in = float64(max(ps.End-(pt.pos+pt.lag), 0)) / dt

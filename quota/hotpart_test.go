@@ -450,7 +450,7 @@ func TestSimHotPartitionFedShare(t *testing.T) {
 					good, dead = good+res.tickGood[i], dead+res.tickDead[i]
 				}
 			}
-			listed, shared, freed := 0, 0, -1.0
+			listed, shared, freed, sum := 0, 0, -1.0, 0.0
 			steps := res.between(20, to)
 			for _, s := range steps {
 				if slices.Contains(s.dec.AvoidPartitions, 0) {
@@ -459,14 +459,21 @@ func TestSimHotPartitionFedShare(t *testing.T) {
 						shared++
 					}
 				}
+				sum += shareOf(s.dec.PartitionShares, 0)
 			}
+			mean := sum / float64(len(steps))
 			for _, s := range res.between(c.recoverAt, 240) {
 				if c.recoverAt > 0 && freed < 0 && !slices.Contains(s.dec.AvoidPartitions, 0) {
 					freed = s.t
 				}
 			}
-			t.Logf("head age p99 %.2fs; dead %.0f of %.0f consumed; partition 0 listed in %d of %d observations, with a share in %d; freed at %v s",
-				p99, dead, good+dead, listed, len(steps), shared, freed)
+			t.Logf("head age p99 %.2fs; dead %.0f of %.0f consumed; partition 0 listed in %d of %d observations, with a share in %d (mean %.1f%%); freed at %v s",
+				p99, dead, good+dead, listed, len(steps), shared, 100*mean, freed)
+			// Fed about what its consumer drains (20 of 300 msg/s, 6.7%),
+			// not starved to a trickle it would then drain.
+			if mean < 0.7*20/300 {
+				t.Errorf("partition 0's mean share %.1f%%, want near %.1f%% (20 of 300 msg/s)", 100*mean, 100*20.0/300)
+			}
 			if p99 > 2 {
 				t.Errorf("head age p99 %.2fs, want <= the 2 s deadline", p99)
 			}
@@ -483,5 +490,28 @@ func TestSimHotPartitionFedShare(t *testing.T) {
 				t.Errorf("partition 0 freed at %v s, its consumer recovered at %v s", freed, c.recoverAt)
 			}
 		})
+	}
+}
+
+// TestTrackPartTrickle: a slow partition's consumer (20 msg/s, measured
+// under a backlog) fed a trickle by its keyless share, read through
+// commits every 250 ms: 1 message of lag at its last move, 1 drained in
+// 250 ms, 1 of lag again. It drained all it had, so the 4 msg/s is what it
+// was fed, not its capacity: the rate stays 20. (Taken as capacity, the
+// partition's keyless rate followed it down to a trickle, observed on
+// real Kafka at a share of 0.2%.) Drained under a backlog it never
+// cleared, a lower rate is its capacity and replaces the old.
+func TestTrackPartTrickle(t *testing.T) {
+	at := leaseT0.Add(10 * time.Second)
+	pt := partTrack{pos: 100, lag: 1, rate: 20, movePos: 100, moveAt: at, moveLag: 1}
+	ps := lag.PartitionState{PartitionSample: lag.PartitionSample{Partition: 0, End: 102, Lag: 1}}
+	s := lag.State{At: at.Add(250 * time.Millisecond)}
+	if next := trackPart(pt, true, &ps, &s, 0.25); next.rate != 20 {
+		t.Errorf("fed a trickle: rate %v, want 20 kept", next.rate)
+	}
+	pt.lag, pt.moveLag = 30, 30
+	ps.End, ps.Lag = 131, 30 // drained 1 of 30 in 250 ms
+	if next := trackPart(pt, true, &ps, &s, 0.25); next.rate != 4 {
+		t.Errorf("under a backlog: rate %v, want 4", next.rate)
 	}
 }

@@ -52,10 +52,13 @@ func partLimit(pt, next partTrack, lagMsgs float64, setWait, dt float64) float64
 		return 0
 	}
 	lim := max(c+(c*setWait-lagMsgs), 0)
-	calm := lagMsgs <= c*setWait
-	fed := pt.limit > 0 && next.in >= feedRatio*pt.limit
-	if calm && fed {
-		lim = max(lim, pt.limit*math.Pow(limitGrowth, min(dt, 2)))
+	if lagMsgs <= c*setWait {
+		// Calm: the consumer drained what it was fed, and c may be only
+		// that; the rate does not shrink, and grows while it is fed.
+		lim = max(lim, pt.limit)
+		if fedLimited(pt, next) {
+			lim = max(lim, pt.limit*math.Pow(limitGrowth, min(dt, 2)))
+		}
 	}
 	return lim
 }
@@ -76,11 +79,12 @@ func partBacklog(ps *lag.PartitionState, rate float64, at time.Time, v *reading)
 }
 
 // fedLimited reports whether a listed partition with a keyless rate was
-// written to at least feedRatio of it in the last interval: keyless
+// written to at least feedRatio of it over about the last second (inAvg:
+// at a few messages a second, one interval of 250 ms holds none or one):
 // producers feed it what its consumer drains, so it needs no timed trial
 // to show a recovered consumer (its rate grows while it keeps up).
 func fedLimited(pt, next partTrack) bool {
-	return pt.limit > 0 && next.in >= feedRatio*pt.limit
+	return pt.limit > 0 && next.inAvg >= feedRatio*pt.limit
 }
 
 // keylessShares is the share of keyless records each avoided partition
