@@ -80,6 +80,18 @@ type partTrack struct {
 
 	synth   int64 // first-sight position of a partition without a commit; -1: none
 	synthAt time.Time
+
+	// emptyAt is the newest reading (Unix nanoseconds) that saw the
+	// partition committed up to its end: nothing to consume is as good
+	// as a commit for the estimate (see best); 0: none since the newest
+	// move.
+	emptyAt int64
+
+	// pool is what the target's consumer is taken to keep up with over
+	// all its partitions, messages per second (see poolRate): a consumer
+	// caught up at its commit may consume that much from any one of
+	// them. Set by the Tracker before the partition is read.
+	pool float64
 }
 
 func newPartTrack(p PartitionSample, kind Kind) *partTrack {
@@ -114,6 +126,9 @@ func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, g
 	if p.Committed >= 0 {
 		pt.synth = -1
 		pos := p.End - p.Lag
+		if p.Lag == 0 {
+			pt.emptyAt = now
+		}
 		switch {
 		case pt.lastPos < 0 && !firstCommit:
 			// The first reading: a base, not a move (when its commit
@@ -148,6 +163,9 @@ func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, g
 			}
 			pt.moveEnd, pt.moveReadAt = p.End, now
 			pt.moves = append(pt.moves, move{at: mid, pos: pos})
+			if p.Lag > 0 {
+				pt.emptyAt = 0
+			}
 			pt.lagAtMove = p.Lag > 0
 			pt.between, pt.lagBetween = 0, true
 			pt.caught, pt.behind = caught, pos < pt.counted
@@ -344,11 +362,18 @@ func (pt *partTrack) best(r Rules, gap time.Duration, now time.Time) bestPos {
 	if p.Lag == 0 || pt.ci <= gap*3/2 || n == 0 || pt.moves[n-1].pos != cpos {
 		return b
 	}
-	last := pt.moves[n-1].at
+	last, caught := pt.moves[n-1].at, pt.caught
+	if pt.emptyAt > last {
+		// Seen with nothing to consume since its newest commit: caught
+		// up then, whatever was written since (producers that stick to
+		// other partitions for a while leave it idle, with no commit to
+		// make).
+		last, caught = pt.emptyAt, true
+	}
 	dt := min(time.Duration(now.UnixNano()-last), pt.ci+gap)
 	var pos int64
-	if pt.caught {
-		pos = min(pt.endBy(last+int64(dt)), cpos+int64(pt.keepUpRate()*dt.Seconds()))
+	if caught {
+		pos = min(pt.endBy(last+int64(dt)), cpos+int64(max(pt.keepUpRate(), pt.pool)*dt.Seconds()))
 	} else {
 		rate := pt.rate(r, gap, now)
 		if rate > 0 {
@@ -380,6 +405,55 @@ func (pt *partTrack) keepUpRate() float64 {
 		return max(pt.behindRate, pt.spanRate)
 	}
 	return 2 * max(pt.spanRate, pt.prodRate)
+}
+
+// setPool shares poolRate among the partitions by what was written to each
+// since its newest commit: a partition that got all of it may be consumed
+// at the whole of it, and partitions written to evenly share it evenly (a
+// saturated consumer caught up at its commits is not taken to be faster
+// than it was).
+func setPool(parts map[int32]*partTrack) {
+	pool := poolRate(parts)
+	var total float64
+	for _, pt := range parts {
+		total += float64(pt.sinceMove())
+	}
+	for _, pt := range parts {
+		pt.pool = 0
+		if total > 0 {
+			pt.pool = pool * float64(pt.sinceMove()) / total
+		}
+	}
+}
+
+// sinceMove is what was written to the partition since the reading that
+// saw its newest commit, messages (0 before the first).
+func (pt *partTrack) sinceMove() int64 {
+	if pt.moveReadAt == 0 {
+		return 0
+	}
+	return max(pt.raw.End-pt.moveEnd, 0)
+}
+
+// poolRate is the rate, messages per second, the consumer of parts is
+// taken to keep up with on any one partition caught up at its commit: the
+// rule of keepUpRate over the sums of the partitions' rates. A consumer
+// reads its partitions with one capacity: producers that stick to one
+// partition for a batch (franz-go's default partitioner for keyless
+// records) send a partition that was idle over its last commit span more
+// than twice what it got then, and its consumer, which took the other
+// partitions' share over that span, takes it as well.
+func poolRate(parts map[int32]*partTrack) float64 {
+	var span, prod, behind float64
+	for _, pt := range parts {
+		span += pt.spanRate
+		prod += pt.prodRate
+		behind += pt.behindRate
+	}
+	if behind > 0 && prod < 0.9*behind {
+		return max(behind, span)
+	}
+	return 2 * max(span, prod)
 }
 
 // endBy is the end offset of the newest reading at or before at (Unix

@@ -634,6 +634,34 @@ func TestEstimateBetweenCommits(t *testing.T) {
 			t.Fatalf("the estimated lag exceeded the real one by up to %.0f records, want <= 20", worst)
 		}
 	})
+	t.Run("idle with nothing to commit, then written to", func(t *testing.T) {
+		// Written at 100/s until 20 s, then nothing until 33.5 s (the
+		// producers stick to other partitions: franz-go's default
+		// partitioner), then 300/s, to a consumer of 1,000/s. Its
+		// last move is the commit of 20.3 s; the commits of 25.3 and
+		// 30.3 s had nothing to move. Seen with nothing to consume at
+		// 33 s, it is caught up from then on, not since a commit more
+		// than one commit interval old: read so, everything written
+		// from 33.5 s to its next commit (35.3 s) was a backlog.
+		worst := 0.0
+		prod := func(t float64) float64 {
+			switch {
+			case t < 20:
+				return 100
+			case t < 33.5:
+				return 0
+			}
+			return 300
+		}
+		consumerRun(t, prod, func(float64) float64 { return 1000 }, 35.2, func(at float64, st State, end, real float64) {
+			if at > 33.5 {
+				worst = max(worst, float64(st.Lag)-(end-real))
+			}
+		})
+		if worst > 150 {
+			t.Fatalf("the estimated lag exceeded the real one by up to %.0f records, want <= 150", worst)
+		}
+	})
 	t.Run("drained, its producers resume", func(t *testing.T) {
 		// A consumer of 100/s written at 150/s (behind at every commit),
 		// its producers held back from 20 s to 32 s (it drains its

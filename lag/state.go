@@ -551,6 +551,7 @@ func position(p PartitionSample) int64 { return max(p.Committed, p.LogStart) }
 
 // summarize recomputes the sums over partitions as of now.
 func (t *Tracker) summarize(tr *track, r Rules, now time.Time) {
+	setPool(tr.parts)
 	st := &tr.state
 	st.Lag, st.HeadAge, st.HeadAgeKnown, st.Partial, st.Uncommitted = 0, 0, true, false, 0
 	st.CommittedLag, st.CommittedHeadAge, st.CommitInterval, st.Uncertainty, st.Source = 0, 0, 0, 0, ""

@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"cmp"
 	"fmt"
 	"testing"
 	"time"
@@ -38,22 +39,24 @@ func (f autoCommitFigures) String() string {
 		f.good, 100*f.deadShare(), 100*f.before, 100*f.after, f.idleRefused)
 }
 
-func runAutoCommit(tb testing.TB, interval, commit time.Duration, commitAt, offered float64, open bool) autoCommitFigures {
+func runAutoCommit(tb testing.TB, tc autoCommitCase, commit time.Duration, offered float64, open bool) autoCommitFigures {
 	tb.Helper()
 	res := runSim(tb, simConfig{
-		interval:     interval,
-		commitEvery:  commit,
-		commitAt:     commitAt,
-		partitions:   6,
-		learnCadence: true,
-		duration:     time.Duration(benchEnd * float64(time.Second)),
-		capacity:     capacityDropped(benchDrop, benchRestore),
-		policy:       drainPolicy(),
-		producers:    producersOffering(3, offered),
-		seed:         12,
-		open:         open,
+		interval:      tc.interval,
+		commitEvery:   commit,
+		commitAt:      tc.commitAt,
+		steadyCommits: tc.steady,
+		partitions:    6,
+		learnCadence:  true,
+		duration:      time.Duration(benchEnd * float64(time.Second)),
+		capacity:      capacityDropped(benchDrop, benchRestore),
+		policy:        drainPolicy(),
+		producers:     producersOffering(3, offered),
+		seed:          12,
+		open:          open,
+		sticky:        tc.sticky,
 	})
-	after := benchRestore + commit.Seconds() + interval.Seconds()
+	after := benchRestore + commit.Seconds() + tc.interval.Seconds()
 	var f autoCommitFigures
 	var offB, admB, offA, admA float64
 	for i, t := range res.tickT {
@@ -89,12 +92,7 @@ func runAutoCommit(tb testing.TB, interval, commit time.Duration, commitAt, offe
 // estimate fell to the admitted rate while the backlog drained and stayed
 // there.
 func TestSimDefaultAutoCommit(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		interval time.Duration
-		commitAt float64 // the consumer's first commit, seconds; 0: 2.14 s
-		load     float64
-	}{
+	for _, tc := range []autoCommitCase{
 		// The bench's row: 2x, where the consumer has spare capacity
 		// before the drop and after the restore; at two phases of the
 		// commit timer against the observations.
@@ -106,28 +104,97 @@ func TestSimDefaultAutoCommit(t *testing.T) {
 		{name: "1s interval 10x", interval: time.Second, load: 10},
 		// The same consumer observed every 250 ms.
 		{name: "250ms interval 2x", interval: 250 * time.Millisecond, load: 2},
+		// The producers as franz-go's default partitioner sends keyless
+		// records (the bench's): each sticks to one partition for a few
+		// hundred records, so a partition idle over one commit span gets
+		// a burst in the next. Before lag/ let a partition caught up at
+		// its commit be consumed at what its consumer took over all the
+		// partitions (setPool), and took a partition seen with nothing to
+		// consume as caught up, 99.3% of the offer was admitted after the
+		// restore at 2x, refused for 0.1 s while the consumer idled.
+		{name: "1s interval 2x, sticky partitioner", interval: time.Second, load: 2, sticky: 400},
+		{name: "1s interval 5x, sticky partitioner", interval: time.Second, load: 5, sticky: 400},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			offered := tc.load * lowCap
-			naive := runAutoCommit(t, tc.interval, 5*time.Second, tc.commitAt, offered, true)
-			lb := runAutoCommit(t, tc.interval, 5*time.Second, tc.commitAt, offered, false)
-			t.Logf("naive:     %v", naive)
-			t.Logf("lagbridge: %v", lb)
-			if lb.good < naive.good {
-				t.Errorf("goodput %.0f, naive's %.0f: want >= naive's", lb.good, naive.good)
-			}
-			if lb.deadShare() > naive.deadShare() {
-				t.Errorf("dead work %.1f%%, naive's %.1f%%: want <= naive's", 100*lb.deadShare(), 100*naive.deadShare())
-			}
-			if offered >= highCap {
-				return
-			}
-			if lb.before < 0.99 || lb.after < 0.99 {
-				t.Errorf("admitted %.1f%% of the offer before the drop, %.1f%% after the restore: want >= 99%% of both", 100*lb.before, 100*lb.after)
-			}
-			if lb.idleRefused > 0 {
-				t.Errorf("refused for %.2fs while the consumer had capacity to spare after the restore, want 0", lb.idleRefused)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { tc.check(t) })
+	}
+}
+
+// autoCommitCase is one run of the simulator against the bench's phases,
+// naive and lagbridge producers side by side.
+type autoCommitCase struct {
+	name     string
+	interval time.Duration
+	commit   time.Duration // the consumer's auto-commit interval; 0: 5 s
+	commitAt float64       // the consumer's first commit, seconds; 0: 3/7 of commit
+	load     float64
+	sticky   float64 // simConfig.sticky
+	steady   bool    // simConfig.steadyCommits
+}
+
+// check runs tc and checks the targets of #12: never worse than naive; at
+// loads below the restored capacity, >= 99% of the offer admitted before
+// the drop and after the restore, and never refused while the consumer
+// idles.
+func (tc autoCommitCase) check(t *testing.T) {
+	tc.checkWithin(t, 0.99, 0)
+}
+
+// checkWithin is check with at least after of the offer admitted after the
+// restore, and refused while the consumer idles for at most idle seconds.
+func (tc autoCommitCase) checkWithin(t *testing.T, after, idle float64) {
+	t.Helper()
+	offered := tc.load * lowCap
+	commit := cmp.Or(tc.commit, 5*time.Second)
+	naive := runAutoCommit(t, tc, commit, offered, true)
+	lb := runAutoCommit(t, tc, commit, offered, false)
+	t.Logf("naive:     %v", naive)
+	t.Logf("lagbridge: %v", lb)
+	if lb.good < naive.good {
+		t.Errorf("goodput %.0f, naive's %.0f: want >= naive's", lb.good, naive.good)
+	}
+	if lb.deadShare() > naive.deadShare() {
+		t.Errorf("dead work %.1f%%, naive's %.1f%%: want <= naive's", 100*lb.deadShare(), 100*naive.deadShare())
+	}
+	if offered >= highCap {
+		return
+	}
+	if lb.before < 0.99 || lb.after < after {
+		t.Errorf("admitted %.1f%% of the offer before the drop, %.1f%% after the restore: want >= 99%% and >= %.0f%%", 100*lb.before, 100*lb.after, 100*after)
+	}
+	if lb.idleRefused > idle+1e-9 { // ticks summed in floating point
+		t.Errorf("refused for %.2fs while the consumer had capacity to spare after the restore, want <= %.2fs", lb.idleRefused, idle)
+	}
+}
+
+// TestSimOneSecondAutoCommit: the kafka/autocommit-1s rows, a consumer
+// that auto-commits every second, read every second. Its commits are read
+// as they are (it commits about once per observation), and half a commit
+// to a whole one of consumed, uncommitted work reads as a standing wait:
+// the controller learns it while the target is healthy and assumes up to
+// one observation of it before (unlearnedWait). Before, the second
+// observation limited the target at the rate it consumed (wait 0.48 s >
+// engage 0.4 s), and the rate followed itself: 91.1% of the offer admitted
+// before the drop, 20.4% after the restore, goodput 12,749 against naive's
+// 20,011 (the commit timer drifting); with the timer in phase with the
+// observations, committing just after each (as lagbridge bench's consumer
+// did: a head of 1.0 s at every reading), the target was limited from the
+// second observation on.
+//
+// What is left, and why the thresholds: what the consumer did in the
+// second after the restore shows in the commit seen one commit and one
+// observation later, which is when the bench's "after" phase starts; the
+// lease made from it arrives 0.1 s later (the push delay), and the first
+// probe from the slow phase's rate (x1.5) stays under the offer. Drifting:
+// refused for those 0.1 s while the consumer idles; in phase: one more
+// observation (the bench's target is 0 for both).
+func TestSimOneSecondAutoCommit(t *testing.T) {
+	for _, tc := range []struct {
+		autoCommitCase
+		after, idle float64
+	}{
+		{autoCommitCase{name: "timer drifting", interval: time.Second, commit: time.Second, load: 2}, 0.99, 0.1},
+		{autoCommitCase{name: "timer in phase, committing after each observation", interval: time.Second, commit: time.Second, commitAt: 0.02, steady: true, load: 2}, 0.985, 1.1},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.checkWithin(t, tc.after, tc.idle) })
 	}
 }

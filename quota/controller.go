@@ -110,6 +110,11 @@ const maxFill = 0.1
 // standing wait of a healthy target (see judge), seconds.
 const floorMemory = 30.0
 
+// floorLearn is how many healthy readings of a position read from commits
+// the standing wait is learned from before the controller trusts it (see
+// unlearnedWait).
+const floorLearn = 3
+
 // keepUpRatio: the consumer "keeps up" when it consumed at least this
 // fraction of what was produced since its position last moved (the last
 // interval, unless it commits less often than it is observed).
@@ -353,8 +358,13 @@ type control struct {
 	limited   bool
 	rate      float64 // rate in force while limited
 	capacity  float64 // smoothed consume rate, msg/s
-	// floor is the standing wait the target showed while healthy, seconds.
-	floor float64
+	// floor is the standing wait the target showed while healthy,
+	// seconds; floorSeen counts the readings it was learned from.
+	floor     float64
+	floorSeen int
+	// learnedSeen counts the measured readings with a learned cadence,
+	// measuredSeen all measured readings.
+	learnedSeen, measuredSeen int
 	// ceiling is the capacity the consumer showed: its capacity when last
 	// saturated, raised by any higher rate it consumed since, msg/s.
 	ceiling float64
@@ -584,6 +594,11 @@ type reading struct {
 	backlog    float64 // B: the lag minus the commit slack, messages
 	setBacklog float64 // B* = W*·C
 	wait       float64 // W = B / C; +Inf with a backlog and nothing consumed
+	// rawWait is the wait before the standing wait (tc.floor) is taken
+	// out of the backlog; unlearned: the position is read from commits
+	// whose cadence is not learned yet.
+	rawWait   float64
+	unlearned bool
 	// measured: the interval measured the consumption; false while a
 	// consumer that commits less often than it is observed has not
 	// committed yet (its capacity is then unknown, not 0).
@@ -618,8 +633,10 @@ type reading struct {
 	// rate (see keylessShares).
 	shares []PartitionShare
 	// spanProduced: messages produced over the span the consumption was
-	// measured over (see consumption).
-	spanProduced float64
+	// measured over (see consumption); prevProduced: the produce rate
+	// over the move before, msg/s (0: unknown), for positions read from
+	// commits as often as observations.
+	spanProduced, prevProduced float64
 	// blind: the position is an estimate between the commits of a
 	// consumer that was caught up at its last commit (see
 	// caughtUpAtCommit).
@@ -670,17 +687,89 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 		c.estimateCapacity(tc, st, p, v)
 	}
 	backlog(tc, v, st.At)
-	switch {
-	case v.backlog <= 0 || (!v.measured && v.capacity <= 0):
-		// No backlog, or nothing measured yet to judge it by.
-		v.wait = 0
-	case v.capacity > 0:
-		v.wait = v.backlog / v.capacity
-	default:
-		v.wait = math.Inf(1)
+	v.rawWait = waitOf(v)
+	if v.commits && tc.floor > 0 && v.capacity > 0 {
+		// The standing wait a consumer read through its commits shows
+		// while healthy (uncommitted work, messages in flight) is no
+		// work waiting: the law steers the backlog beyond it.
+		v.backlog = max(v.backlog-tc.floor*v.capacity, 0)
+	}
+	v.wait = waitOf(v)
+	v.unlearned = fromCommits(st) && !v.learned && v.cadence > 0
+	if v.measured {
+		tc.measuredSeen++
+		if v.learned {
+			tc.learnedSeen++
+		}
 	}
 	c.judge(tc, v)
 	c.saturatedLaw(tc, v)
+}
+
+// keepsUpAtCommits reports whether a consumer read through its commits,
+// that did not consume 95% of what was produced in the interval, keeps up
+// all the same, once its standing wait is learned: a reading of commits
+// holds a commit's worth more or less than was consumed, so with the
+// backlog beyond the standing wait near empty (under E/2) it is no
+// evidence of falling behind; and a consumer whose commits run one
+// observation behind (a standing wait of half an interval or more)
+// consumes in one interval what was produced in the one before, which
+// reads as falling behind whenever the rate rises (a probe).
+func (c *Controller) keepsUpAtCommits(tc *control, v *reading) bool {
+	if !v.commits || tc.floorSeen < floorLearn {
+		return false
+	}
+	return v.wait <= v.engageWait/2 || (tc.floor >= v.dt/2 && v.prevProduced > 0 && v.consumed >= keepUpRatio*v.prevProduced)
+}
+
+// unlearnedWait is the standing wait, seconds, assumed for an unlimited
+// target read through commits in its first readings, before its own is
+// learned (floorLearn healthy readings; the cadence, from which it is
+// learned, takes two commits): up to one observation interval (at least
+// the engage wait), less what is learned already. A consumer that commits
+// about once per observation shows a whole commit of uncommitted work when
+// its commit timer falls just after the observations (franz-go's 1 s
+// auto-commit read every second: lag/ reads a 1 s wait, lagbridge bench),
+// and limiting it for that locks the rate before the standing wait is
+// known. Only while the consumer keeps up (consumed at least keepUpRatio
+// of what was produced): a queue that builds from the start is no
+// standing wait.
+func unlearnedWait(tc *control, v *reading) float64 {
+	startup := tc.floorSeen < floorLearn && tc.learnedSeen <= floorLearn && tc.measuredSeen <= 2*floorLearn
+	if !startup || !v.keepsUp || !fromCommitsCadence(v) {
+		return 0
+	}
+	return max(max(v.engageWait, v.dt)-tc.floor, 0)
+}
+
+// floorCap is the most standing wait the controller learns, seconds: the
+// engage wait, or, for a consumer that commits about once per observation
+// (whose commits are read as they are), up to one commit interval (at
+// most half the budget): half a commit of uncommitted work on average,
+// and a whole one when the commit timer and the observations fall in
+// phase, which no quota can remove.
+func floorCap(v *reading) float64 {
+	if v.cadence > 0 && v.cadence <= 1.5*v.dt {
+		return max(v.engageWait, min(v.cadence, v.budget/2))
+	}
+	return v.engageWait
+}
+
+// fromCommitsCadence reports whether v reads a position from the commits of
+// a consumer with a commit cadence (known or assumed).
+func fromCommitsCadence(v *reading) bool { return v.commits || v.unlearned }
+
+// waitOf is the wait of v.backlog at v.capacity, seconds: 0 with no
+// backlog (or nothing measured yet to judge it by), +Inf with a backlog
+// and nothing consumed.
+func waitOf(v *reading) float64 {
+	switch {
+	case v.backlog <= 0 || (!v.measured && v.capacity <= 0):
+		return 0
+	case v.capacity > 0:
+		return v.backlog / v.capacity
+	}
+	return math.Inf(1)
 }
 
 // judge decides whether the consumer keeps up, has capacity to spare, and
@@ -688,7 +777,8 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 // the capacity the consumer showed when it was last saturated, raised by
 // any higher rate it consumed since.
 func (c *Controller) judge(tc *control, v *reading) {
-	v.keepsUp = v.keepsUp || (v.measured && v.backlog <= 0)
+	kept := v.keepsUp // as measured: consumed against produced
+	v.keepsUp = v.keepsUp || (v.measured && (v.backlog <= 0 || c.keepsUpAtCommits(tc, v)))
 	v.spare = v.binding && v.keepsUp && v.consumed < (1-c.cfg.StepThreshold)*tc.ceiling && v.backlog <= v.engageWait*tc.ceiling
 	// Whether work is queued: the wait, less the standing wait the
 	// target shows while healthy (tc.floor: what consumed-but-uncommitted
@@ -701,11 +791,11 @@ func (c *Controller) judge(tc *control, v *reading) {
 	// agree: the smaller counts. (A consumer seen not to keep up over
 	// one interval is believed: the head age lags the wait by the time
 	// the queue took to form.)
-	queued := v.wait
+	queued, raw := v.wait, v.rawWait
 	if v.commits && v.headKnown && (v.keepsUp || v.span > 1.5*v.dt) {
-		queued = min(queued, v.headAge)
+		queued, raw = min(queued, v.headAge-tc.floor), min(raw, v.headAge)
 	}
-	v.queued = max(queued-tc.floor, 0)
+	v.queued = max(queued, 0)
 	v.engaged = v.wait > v.engageWait && !v.spare
 	// Caught up at its last commit, estimated since: the backlog the
 	// estimate shows is what the producers sent beyond the rate it
@@ -717,12 +807,14 @@ func (c *Controller) judge(tc *control, v *reading) {
 		v.keepsUp, v.queued, v.engaged = true, 0, false
 	}
 	if !tc.limited {
-		v.engaged = v.engaged && v.queued > v.engageWait
-		if v.commits && v.learned && v.measured && !v.engaged {
+		v.engaged = v.engaged && v.queued-unlearnedWait(tc, v) > v.engageWait
+		if v.commits && v.learned && v.measured && kept && !v.engaged {
 			// Healthy: learn the standing wait (its recent peak, up to
-			// the engage threshold, forgotten over floorMemory), once
-			// the cadence it comes from is known.
-			tc.floor = max(min(queued, v.engageWait), tc.floor*math.Exp(-v.dt/floorMemory))
+			// floorCap, forgotten over floorMemory), once the cadence it
+			// comes from is known, from readings that show the consumer
+			// keeping up (a queue that builds is no standing wait).
+			tc.floor = max(min(raw, floorCap(v)), tc.floor*math.Exp(-v.dt/floorMemory))
+			tc.floorSeen++
 		}
 	}
 	switch {
@@ -790,6 +882,9 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 			// reading with a queue is believed (a capacity drop must be
 			// seen at once).
 			own := moveWindow{msgs: v.consumed * span, produced: produced, span: span}
+			if w := tc.prevMove; w.span > 0 {
+				v.prevProduced = w.produced / w.span
+			}
 			if w := tc.prevMove; w.span > 0 && st.HeadAge.Seconds() <= v.engageWait {
 				if avg := (own.msgs + w.msgs) / (span + w.span); avg > v.consumed {
 					span += w.span

@@ -42,6 +42,10 @@ type simProducer struct {
 	// oldSDK: an SDK before protocol 1.1, which ignores the lease's
 	// PartitionShares (an avoided partition gets nothing).
 	oldSDK bool
+	// stickTo and stuck: with simConfig.sticky, the partition the
+	// producer writes to now and what it wrote there since it chose it.
+	stickTo int
+	stuck   float64
 
 	lease    Lease
 	hasLease bool
@@ -110,6 +114,10 @@ type simConfig struct {
 	// commitAt is when the consumer commits first, in seconds; 0: at 3/7
 	// of commitEvery (a phase unrelated to the observations).
 	commitAt float64
+	// steadyCommits: the commit timer does not drift, so it keeps its
+	// phase against the observations (two real timers of one period, as
+	// in lagbridge bench); false: it drifts by up to ±10% per commit.
+	steadyCommits bool
 	// learnCadence: State.CommitInterval is left as the tracker learns it
 	// (unknown until two commits have moved the positions), as the
 	// daemon sees it; false: it is set to commitEvery from the first
@@ -135,6 +143,13 @@ type simConfig struct {
 	// open: the producers ignore their leases (no lagbridge: what naive
 	// producers do), while the loop runs as usual.
 	open bool
+	// sticky: each producer writes all it sends to one partition until it
+	// has written this many messages there, then moves to another one,
+	// chosen at random (franz-go's default partitioner for keyless
+	// records sticks to a partition for 64 KiB, a few hundred of the
+	// bench's records). 0: every producer spreads each tick over all
+	// partitions.
+	sticky float64
 }
 
 // simStep is what one observation interval looked like.
@@ -327,6 +342,10 @@ func (s *sim) produce(t float64) (offered, admitted float64) {
 		if (p.honorAvoid || p.keyed) && p.hasLease {
 			avoid = p.lease.AvoidPartitions
 		}
+		if cfg.sticky > 0 {
+			s.stick(p, adm, avoid)
+			continue
+		}
 		n := cfg.partitions - len(avoid)
 		rest := adm
 		if (p.honorAvoid || p.keyed) && p.hasLease && n < cfg.partitions {
@@ -358,6 +377,27 @@ func (s *sim) produce(t float64) (offered, admitted float64) {
 		}
 	}
 	return offered, admitted
+}
+
+// stick writes adm messages of p to the partition it sticks to, and
+// moves it to another partition (not avoided) once it wrote
+// simConfig.sticky messages there.
+func (s *sim) stick(p *simProducer, adm float64, avoid []int32) {
+	n := s.cfg.partitions
+	if slices.Contains(avoid, int32(p.stickTo)) || p.stuck >= s.cfg.sticky {
+		next := p.stickTo
+		for range 2 * n {
+			next = s.rng.IntN(n)
+			if next != p.stickTo && !slices.Contains(avoid, int32(next)) {
+				break
+			}
+		}
+		p.stickTo, p.stuck = next, 0
+	}
+	part := s.parts[p.stickTo]
+	part.end += adm
+	part.q = appendChunk(part.q, adm, s.now)
+	p.stuck += adm
 }
 
 func appendChunk(q []chunk, n float64, t time.Time) []chunk {
@@ -411,6 +451,9 @@ func (s *sim) commit() {
 			return
 		}
 		drift := 1 + 0.1*(2*s.rng.Float64()-1)
+		if s.cfg.steadyCommits {
+			drift = 1
+		}
 		s.nextCommit = s.nextCommit.Add(time.Duration(float64(s.cfg.commitEvery) * drift))
 	}
 	for _, part := range s.parts {
