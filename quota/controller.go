@@ -347,6 +347,9 @@ func (d *Decision) UnmarshalJSON(b []byte) error {
 type Controller struct {
 	cfg     ControllerConfig
 	targets map[lag.Target]*control
+	// standIn: the decisions are served by a replica standing in for a
+	// silent leader (see StandIn).
+	standIn bool
 }
 
 type control struct {
@@ -1226,7 +1229,11 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 	// Limited and caught up, or with capacity to spare: the capacity is
 	// invisible, so never cut; probe upward (multiplicative increase)
 	// while the consumer keeps up; release once the producers leave the
-	// rate unused.
+	// rate unused. Standing in, a rate unused is no evidence: hold it.
+	if c.standIn && inForce > 0 && v.produced < c.cfg.ReleaseRatio*inForce {
+		tc.release = 0
+		return RuleProbe, fmt.Sprintf("caught up, the rate unused while standing in for a silent leader (producers may hold its leases): keeping %.0f/s", inForce)
+	}
 	tc.rate = max(tc.rate, v.law, inForce*(1+v.probe))
 	if v.blind {
 		tc.rate = min(tc.rate, tc.blindCap)
@@ -1544,6 +1551,17 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// StandIn says whether the decisions are served by a replica standing in
+// for a silent leader (a follower serving its own leases while the
+// leader's are not renewed): producers may still hold the leader's
+// leases, or another replica's, and leave this controller's rate unused
+// for that. While on, a limited target that is caught up with its rate
+// unused keeps the rate in force (RuleProbe, saying so) instead of
+// probing it up and releasing it; everything else, cuts included, is
+// decided as usual. Off by default. Not safe for concurrent use, like
+// Step.
+func (c *Controller) StandIn(on bool) { c.standIn = on }
 
 // Adopt makes another replica's decision d the rate in force of its
 // target, for a controller that steps the same target without its

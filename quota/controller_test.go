@@ -882,3 +882,42 @@ func TestControllerEstimateMeasuredByCommits(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerStandIn: a limited target, caught up, its producers using
+// a third of the rate (they hold another replica's leases). Standing in
+// for a silent leader, the controller keeps the rate in force for as long
+// as that lasts, and probes up from it once the producers use it; not
+// standing in, it releases the target (the producers "left the rate
+// unused"). A cut is made standing in as ever.
+func TestControllerStandIn(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	for _, standIn := range []bool{false, true} {
+		c := newCtl(t, ControllerConfig{})
+		c.StandIn(standIn)
+		c.Step(reported(st(1, 0, 100, 100)), p, leaseT0.Add(time.Second))
+		c.targets[ordersK].limited, c.targets[ordersK].rate = true, 300
+		var d Decision
+		for k := 2; k <= 12; k++ {
+			d = c.Step(reported(st(float64(k), 0, 100, 100)), p, leaseT0.Add(time.Duration(k)*time.Second))
+			if standIn && (d.IsUnlimited() || d.Rate != 300) {
+				t.Fatalf("standing in, second %d: rate %v (%s), want 300 kept", k, d.Rate, d.Reason)
+			}
+		}
+		if !standIn {
+			if !d.IsUnlimited() {
+				t.Errorf("not standing in: rate %v (%s), want released", d.Rate, d.Reason)
+			}
+			continue
+		}
+		// The producers use the rate: probing goes on.
+		d = c.Step(reported(st(13, 0, 300, 300)), p, leaseT0.Add(13*time.Second))
+		if d.IsUnlimited() || d.Rate <= 300 {
+			t.Errorf("standing in, the rate used: rate %v (%s), want probed above 300", d.Rate, d.Reason)
+		}
+		// The consumer falls behind: cut.
+		d = c.Step(reported(st(14, 2000, 100, 300)), p, leaseT0.Add(14*time.Second))
+		if d.IsUnlimited() || d.Rate >= 300 {
+			t.Errorf("standing in, a backlog: rate %v (%s), want cut", d.Rate, d.Reason)
+		}
+	}
+}

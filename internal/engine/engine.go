@@ -366,6 +366,14 @@ func (e *Engine) Follow(ds []quota.Decision) {
 	}
 }
 
+// StandIn says whether this engine's sets are served while standing in for
+// a silent leader (quota.Controller.StandIn). Safe for concurrent use.
+func (e *Engine) StandIn(on bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.ctl.StandIn(on)
+}
+
 // recombine rebuilds the per-topic decisions from every cluster's targets
 // and the remote ones: a producer's quota on a topic is the strictest of
 // its consumer groups.
