@@ -235,7 +235,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	lease := quota.LeaseConfig{Interval: cfg.Interval, Lifetime: cfg.LeaseLifetime()}
 	if leaseCh != nil {
 		a.rep = replica.New(replica.Config{Channel: leaseCh, Elector: leaseEl, Hub: a.Hub,
-			Lifetime: lease.WithDefaults().Lifetime, Interval: cfg.Interval, Log: log.With("component", "ha")})
+			Lifetime: lease.WithDefaults().Lifetime, Interval: cfg.Interval, Silence: max(ha.SessionTimeout/3, 4*cfg.Interval),
+			Log: log.With("component", "ha")})
 		a.rep.Register(a.Registry)
 		hub = a.rep.Sink()
 		pubs = append(pubs, a.rep)

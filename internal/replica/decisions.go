@@ -71,8 +71,12 @@ func (r *Replicator) writeDecisions(ctx context.Context, now time.Time) error {
 // followDecisions gives a leader's decisions record to the engine while
 // following; one older than the lease lifetime is ignored (its leader is
 // gone: its figures are too old to continue from).
+//
+// Every record read, also while leading, dates the leader's last sign of
+// life (see Config.Silence); a fresh one ends a follower's serving its own
+// sets.
 func (r *Replicator) followDecisions(v []byte) {
-	if v == nil || r.sink.isLeading() {
+	if v == nil {
 		return
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(v))
@@ -84,8 +88,21 @@ func (r *Replicator) followDecisions(v []byte) {
 		r.cfg.Log.Warn("replicated lease state: the leader's decisions ignored", "err", err)
 		return
 	}
-	if time.Since(rec.At) > r.cfg.Lifetime {
+	r.mu.Lock()
+	if rec.At.After(r.lastLeader) {
+		r.lastLeader = rec.At
+	}
+	fresh := r.cfg.Silence > 0 && time.Since(rec.At) <= r.cfg.Silence
+	if fresh {
+		r.acted = false
+	}
+	r.mu.Unlock()
+	if r.sink.isLeading() || time.Since(rec.At) > r.cfg.Lifetime {
 		return
+	}
+	if fresh && r.sink.act(false, 0) {
+		r.eng.StandIn(false)
+		r.cfg.Log.Info("a leader writes the lease state again: serving its lease sets")
 	}
 	ds := make([]quota.Decision, len(rec.Rates))
 	for i, tr := range rec.Rates {
@@ -108,12 +125,22 @@ func (r *Replicator) followDecisions(v []byte) {
 // the lease lifetime, and once only: a replica leading again after a
 // lapse of its own lease, no other leader having written meanwhile, goes
 // on from its own regime, not back to the leader's before it.
+//
+// A replica that served its own sets since the last record (the leader
+// fell silent, Config.Silence) goes on with its own regime, which its
+// producers obeyed: it adopts its own decisions, which only delays their
+// release as an adoption does (quota.Controller.Adopt: the producers held
+// the lost leader's leases, and its broker-side quotas, until now).
 func (r *Replicator) followLast() {
 	r.mu.Lock()
-	ds, at := r.leaderDs, r.leaderAt
+	ds, at, acted := r.leaderDs, r.leaderAt, r.acted
 	r.leaderDs = nil
 	r.mu.Unlock()
-	if len(ds) > 0 && time.Since(at) <= r.cfg.Lifetime {
+	switch {
+	case acted:
+		own, _ := r.eng.Quotas()
+		r.eng.Follow(own)
+	case len(ds) > 0 && time.Since(at) <= r.cfg.Lifetime:
 		r.eng.Follow(ds)
 	}
 }

@@ -117,3 +117,54 @@ func TestLeaderRegainsItsOwnRegime(t *testing.T) {
 		t.Errorf("the decision after the lapse %v (%s), want its own, unlimited, not the leader's before it", d.Rate, d.Reason)
 	}
 }
+
+// TestActedFollowerKeepsItsRegime: a follower that served its own sets
+// while the leader was silent (Config.Silence) takes over from its own
+// regime, which the producers obeyed meanwhile: it does not go back to
+// the lost leader's last decision, and does not release at once a rate
+// the producers leave unused.
+func TestActedFollowerKeepsItsRegime(t *testing.T) {
+	js := embedded.JetStreamTest(t)
+	p := quota.Policy{Name: "p", MaxAge: 2 * time.Second}
+	start := time.Unix(1_700_000_000, 0)
+	ch := func() Channel { return NewNATS(js, NATSBucket("acted")) }
+	follow := newNodeWith(t, ch(), false, func(c *Config) { c.Silence = 200 * time.Millisecond }, p)
+	fc := &consumer{tr: lag.NewTracker(nil), at: start, produce: 100, consume: 2000}
+	for range 6 {
+		fc.cycle(follow.eng)
+	}
+	lead := newNode(t, ch(), true, p)
+	lc := &consumer{tr: lag.NewTracker(nil), at: start, produce: 1000, consume: 100}
+	var cut quota.Decision
+	for range 6 {
+		cut = lc.cycle(lead.eng)
+	}
+	waitFor(t, "the follower's decision is limited", func() bool {
+		return !fc.cycle(follow.eng).IsUnlimited()
+	})
+	lead.stop()
+	waitFor(t, "the follower serves its own sets", func() bool {
+		follow.rep.sink.mu.Lock()
+		defer follow.rep.sink.mu.Unlock()
+		return follow.rep.sink.acting
+	})
+	// Its producers use its rate: it probes up from the lost leader's
+	// cut, until they leave it unused, and keeps it (standing in).
+	fc.produce = 1500
+	var own quota.Decision
+	waitFor(t, "the follower probed well above the lost leader's cut and keeps the rate", func() bool {
+		prev := own
+		own = fc.cycle(follow.eng)
+		return !own.IsUnlimited() && own.Rate >= 4*cut.Rate && own.Rate == prev.Rate
+	})
+	follow.el.lead.Store(true)
+	waitFor(t, "the follower leads", follow.rep.sink.isLeading)
+	// Its own regime, the rate its producers leave unused not released
+	// for the first ReleaseAfter observations after it took over: they
+	// held the lost leader's leases until now.
+	for i := range 4 {
+		if d := fc.cycle(follow.eng); d.IsUnlimited() || d.Rate < own.Rate {
+			t.Errorf("decision %d after taking over: %v (%s), want its own regime (%v), neither the lost leader's cut (%v) again nor released", i, d.Rate, d.Reason, own.Rate, cut.Rate)
+		}
+	}
+}

@@ -27,6 +27,9 @@ type Engine interface {
 	Renumber(floor uint64)
 	// Follow adopts the leader's decisions while following.
 	Follow(ds []quota.Decision)
+	// StandIn says whether the engine's sets are served while the
+	// leader is silent (see Config.Silence).
+	StandIn(on bool)
 }
 
 // Config builds a Replicator.
@@ -44,6 +47,19 @@ type Config struct {
 	// Interval is how often the role is checked and a failed watch is
 	// retried; the observation interval.
 	Interval time.Duration
+	// Silence is how long the leader's decisions (written every
+	// interval while it leads) may go unrenewed before a follower serves
+	// its own sets instead of the leader's last ones, until a leader
+	// writes again: a leader that died leaves its producers on its last
+	// sets until another takes over (the session timeout), and a set
+	// made for the moment (a pause while a backlog drains) is not one to
+	// keep that long. The follower's controller adopted the leader's
+	// decisions and observes the same broker, so its sets continue the
+	// leader's regime; it still writes nothing to the brokers. Zero
+	// never serves the follower's own sets. Set it above the replication
+	// delay of the lease state (internal/app: a third of the session
+	// timeout, at least four intervals).
+	Silence time.Duration
 	// Log receives channel failures; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -80,6 +96,15 @@ type Replicator struct {
 	// decidedAt when.
 	decided   []byte
 	decidedAt time.Time
+	// lastLeader is when the newest leader's decisions record read was
+	// written; acted: this replica served its own sets since (see
+	// Config.Silence); under mu. tick and quiet belong to checkRole: the
+	// time of its last run, and until when a replica that was not
+	// running (paused) waits before it takes the leader for silent.
+	lastLeader time.Time
+	acted      bool
+	tick       time.Time
+	quiet      time.Time
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -100,7 +125,7 @@ func New(cfg Config) *Replicator {
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
 	}
-	return &Replicator{cfg: cfg, sink: sink{hub: cfg.Hub, own: map[string]quotaproto.LeaseSet{}},
+	return &Replicator{cfg: cfg, sink: sink{hub: cfg.Hub, own: map[string]quotaproto.LeaseSet{}, acts: map[string]acted{}},
 		setKeys: map[string]bool{}, pending: map[string]reportRecord{}, kick: make(chan struct{}, 1), stop: func() {}}
 }
 
@@ -206,19 +231,56 @@ func (r *Replicator) Close() {
 // (Publish), so the renumbered sets reach the channel at once, not at the
 // engine's next change.
 func (r *Replicator) checkRole() {
-	_, lead := r.cfg.Elector.Leading(time.Now())
+	now := time.Now()
+	_, lead := r.cfg.Elector.Leading(now)
 	if lead == r.sink.isLeading() {
+		if !lead {
+			r.checkSilence(now)
+		}
 		return
 	}
 	if lead {
 		r.followLast()
+		r.eng.StandIn(false)
 	}
 	r.sink.lead(lead)
 	if lead {
 		r.mu.Lock()
-		floor := r.maxVersion
+		floor := max(r.maxVersion, r.sink.highest())
 		r.mu.Unlock()
 		r.eng.Renumber(floor)
+	}
+}
+
+// checkSilence, on a follower, serves its own sets while the leader's
+// decisions have not been renewed for Config.Silence, and the leader's
+// again once they are (see Config.Silence). A replica that was not
+// running for half of Silence (paused) cannot tell the leader's silence
+// from its own absence: it waits Silence more, reading the channel,
+// before it may serve its own sets.
+func (r *Replicator) checkSilence(now time.Time) {
+	if r.cfg.Silence <= 0 {
+		return
+	}
+	if !r.tick.IsZero() && now.Sub(r.tick) > r.cfg.Silence/2 {
+		r.quiet = now.Add(r.cfg.Silence)
+	}
+	r.tick = now
+	r.mu.Lock()
+	last, synced, base := r.lastLeader, r.synced, r.maxVersion
+	silent := synced && !last.IsZero() && now.Sub(last) > r.cfg.Silence && now.After(r.quiet)
+	if silent {
+		r.acted = true
+	}
+	r.mu.Unlock()
+	if r.sink.act(silent, base) {
+		r.eng.StandIn(silent)
+		if silent {
+			r.cfg.Log.Warn("the leader's lease state is silent: serving this replica's own lease sets until a leader writes (it writes nothing to the brokers)",
+				"silent_for", now.Sub(last).Round(time.Millisecond))
+		} else {
+			r.cfg.Log.Info("a leader writes the lease state again: serving its lease sets")
+		}
 	}
 }
 
@@ -381,6 +443,25 @@ type sink struct {
 	// serves them at once, not its own until the next rewrite.
 	rep     map[string]quotaproto.LeaseSet
 	leading bool
+	// acting: following, with the leader silent, the engine's sets are
+	// served (see Config.Silence), numbered from base, the highest
+	// version read then, up: above every set the lost leader wrote, below
+	// every set a leader writes later (at least the wall clock in
+	// microseconds).
+	acting bool
+	base   uint64
+	// acts holds, per producer, the version the hub serves when it is
+	// not the leader's own: a set of this replica's served while acting,
+	// or a replicated one served after those under a version above them,
+	// so that a producer's served version never goes back.
+	acts map[string]acted
+}
+
+// acted is a version the follower's hub serves: version, standing for the
+// engine's set (own) or a replicated one numbered src.
+type acted struct {
+	own          bool
+	src, version uint64
 }
 
 // Publish implements engine.Hub.
@@ -388,8 +469,11 @@ func (s *sink) Publish(set quotaproto.LeaseSet) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.own[set.Producer] = set
-	if s.leading {
+	switch {
+	case s.leading:
 		return s.hub.Publish(set)
+	case s.acting:
+		return s.serve(set, true)
 	}
 	return false
 }
@@ -399,8 +483,9 @@ func (s *sink) Remove(producer string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.own, producer)
-	if s.leading {
+	if s.leading || s.acting {
 		s.hub.Remove(producer)
+		delete(s.acts, producer)
 	}
 }
 
@@ -408,6 +493,62 @@ func (s *sink) isLeading() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.leading
+}
+
+// serve publishes set to the hub while following: the engine's own (own,
+// acting) numbered above base, or a replicated one, numbered above the
+// version served before it when that was not the leader's. Called with
+// s.mu held.
+func (s *sink) serve(set quotaproto.LeaseSet, own bool) bool {
+	a, had := s.acts[set.Producer]
+	switch {
+	case had && a.own == own && a.src == set.Version:
+		set.Version = a.version
+	case own:
+		v := max(a.version, s.base) + 1
+		s.acts[set.Producer] = acted{own: true, src: set.Version, version: v}
+		set.Version = v
+	case had && a.version >= set.Version:
+		s.acts[set.Producer] = acted{src: set.Version, version: a.version + 1}
+		set.Version = a.version + 1
+	default:
+		delete(s.acts, set.Producer)
+	}
+	return s.hub.Publish(set)
+}
+
+// act starts (on) or stops serving the engine's sets while following, and
+// reports whether that changed; base is the highest version read.
+func (s *sink) act(on bool, base uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leading || on == s.acting {
+		return false
+	}
+	s.acting = on
+	if on {
+		s.base = base
+		for _, set := range s.own {
+			s.serve(set, true)
+		}
+		return true
+	}
+	for _, set := range s.rep {
+		s.serve(set, false)
+	}
+	return true
+}
+
+// highest is the highest version the hub served while following, but for
+// the leader's own ones.
+func (s *sink) highest() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var v uint64
+	for _, a := range s.acts {
+		v = max(v, a.version)
+	}
+	return v
 }
 
 // lead switches what the hub serves: the engine's own sets (all of them at
@@ -418,21 +559,28 @@ func (s *sink) lead(on bool) {
 	s.leading = on
 	if !on {
 		for _, set := range s.rep {
-			s.hub.Publish(set)
+			s.serve(set, false)
 		}
 		return
 	}
+	s.acting = false
+	clear(s.acts)
 	for _, set := range s.hub.All() {
 		if _, ok := s.own[set.Producer]; !ok {
 			s.hub.Remove(set.Producer)
 		}
 	}
 	for _, set := range s.own {
+		// One below what the hub serves waits for the renumbering
+		// that follows (Replicator.checkRole): never a version back.
+		if cur, _, ok := s.hub.Current(set.Producer); ok && cur.Version > set.Version {
+			continue
+		}
 		s.hub.Publish(set)
 	}
 }
 
-// follow serves a replicated set while following.
+// follow serves a replicated set while following (and not acting).
 func (s *sink) follow(set quotaproto.LeaseSet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -440,8 +588,8 @@ func (s *sink) follow(set quotaproto.LeaseSet) {
 		s.rep = make(map[string]quotaproto.LeaseSet)
 	}
 	s.rep[set.Producer] = set
-	if !s.leading {
-		s.hub.Publish(set)
+	if !s.leading && !s.acting {
+		s.serve(set, false)
 	}
 }
 
@@ -449,7 +597,8 @@ func (s *sink) unfollow(producer string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.rep, producer)
-	if !s.leading {
+	if !s.leading && !s.acting {
 		s.hub.Remove(producer)
+		delete(s.acts, producer)
 	}
 }

@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync/atomic"
@@ -84,14 +85,25 @@ type node struct {
 	eng *engine.Engine
 	rep *Replicator
 	el  *role
+	// stop ends the replica as a kill would: it writes nothing more.
+	stop func()
 }
 
 func newNode(tb testing.TB, ch Channel, lead bool, policies ...quota.Policy) *node {
+	return newNodeWith(tb, ch, lead, nil, policies...)
+}
+
+// newNodeWith is newNode with the replicator's config changed by set.
+func newNodeWith(tb testing.TB, ch Channel, lead bool, set func(*Config), policies ...quota.Policy) *node {
 	tb.Helper()
 	n := &node{hub: quotaserver.NewHub(), el: &role{}}
 	n.el.lead.Store(lead)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n.rep = New(Config{Channel: ch, Elector: n.el, Hub: n.hub, Lifetime: time.Minute, Interval: 20 * time.Millisecond, Log: log})
+	cfg := Config{Channel: ch, Elector: n.el, Hub: n.hub, Lifetime: time.Minute, Interval: 20 * time.Millisecond, Log: log}
+	if set != nil {
+		set(&cfg)
+	}
+	n.rep = New(cfg)
 	eng, err := engine.New(engine.Config{Policies: policies, Hub: n.rep.Sink(), Publishers: []publish.Publisher{n.rep}, Logger: log,
 		Lease: quota.LeaseConfig{Interval: time.Second}})
 	if err != nil {
@@ -102,7 +114,8 @@ func newNode(tb testing.TB, ch Channel, lead bool, policies ...quota.Policy) *no
 	ctx, cancel := context.WithCancel(context.Background())
 	n.rep.Start(ctx)
 	eng.Start(ctx)
-	tb.Cleanup(func() { cancel(); eng.Close(); n.rep.Close(); n.hub.Close() })
+	n.stop = func() { cancel(); eng.Close(); n.rep.Close() }
+	tb.Cleanup(func() { n.stop(); n.hub.Close() })
 	return n
 }
 
@@ -211,5 +224,123 @@ func TestTakeoverWritesRenumbered(t *testing.T) {
 	}
 	if rec.Set.Version != served.Version {
 		t.Errorf("the channel holds version %d, the new leader serves %d", rec.Set.Version, served.Version)
+	}
+}
+
+// TestSinkActing: while the leader is silent a follower's hub serves the
+// engine's sets numbered above the highest version read, and once a leader
+// writes again the replicated ones, never below a version it served: a
+// producer's version guard neither freezes nor sees its set go back.
+func TestSinkActing(t *testing.T) {
+	hub := quotaserver.NewHub()
+	s := &sink{hub: hub, own: map[string]quotaproto.LeaseSet{}, acts: map[string]acted{}}
+	set := func(p string, v uint64) quotaproto.LeaseSet { return quotaproto.LeaseSet{Producer: p, Version: v} }
+	served := func(p string) uint64 {
+		got, _, ok := hub.Current(p)
+		if !ok {
+			return 0
+		}
+		return got.Version
+	}
+	steps := []struct {
+		name string
+		do   func()
+		want map[string]uint64 // producer -> served version; 0: none
+	}{
+		{"the leader's set is served", func() { s.follow(set("a", 100)); s.Publish(set("a", 5)) }, map[string]uint64{"a": 100}},
+		{"acting serves the engine's set above the highest version read", func() { s.act(true, 120) }, map[string]uint64{"a": 121}},
+		{"an engine set new to acting is served too", func() { s.Publish(set("b", 6)) }, map[string]uint64{"a": 121, "b": 121}},
+		{"the engine's set changed: the next version", func() { s.Publish(set("a", 7)) }, map[string]uint64{"a": 122}},
+		{"the same engine set again keeps its version", func() { s.Publish(set("a", 7)) }, map[string]uint64{"a": 122}},
+		{"the lost leader's set rewritten is not served while acting", func() { s.follow(set("a", 100)) }, map[string]uint64{"a": 122}},
+		{"acting again starts above what it served", func() { s.act(false, 0); s.act(true, 90) }, map[string]uint64{"a": 124}},
+		{"a leader writes again: its set above what acting served", func() { s.act(false, 0) }, map[string]uint64{"a": 125, "b": 121}},
+		{"its rewrite keeps that version", func() { s.follow(set("a", 100)) }, map[string]uint64{"a": 125}},
+		{"its new set, above, is served as it is", func() { s.follow(set("a", 5000)); s.follow(set("b", 5001)) }, map[string]uint64{"a": 5000, "b": 5001}},
+		{"leading serves the engine's sets", func() { s.Publish(set("a", 6000)); s.lead(true) }, map[string]uint64{"a": 6000}},
+		{"a leader does not act", func() {
+			if s.act(true, 1) {
+				t.Error("act changed the sink of a leader")
+			}
+		}, map[string]uint64{"a": 6000}},
+	}
+	for _, st := range steps {
+		st.do()
+		for p, v := range st.want {
+			if got := served(p); got != v {
+				t.Errorf("%s: %s served at version %d, want %d", st.name, p, got, v)
+			}
+		}
+	}
+	if h := s.highest(); h != 0 {
+		t.Errorf("highest after leading: %d, want 0 (only the leader's own)", h)
+	}
+}
+
+// TestFollowerServesOwnWhileLeaderSilent: on the embedded nats-server, a
+// leader dies (it stops writing; no other leads yet). Its followers serve
+// their own sets once its decisions went unrenewed for Silence, at versions
+// above the lost leader's, and when one of them takes over, the other
+// serves the new leader's sets; no producer's served version ever goes
+// back.
+func TestFollowerServesOwnWhileLeaderSilent(t *testing.T) {
+	js := embedded.JetStreamTest(t)
+	const silence = 300 * time.Millisecond
+	mk := func(lead bool) *node {
+		return newNodeWith(t, NewNATS(js, NATSBucket("silent")), lead, func(c *Config) { c.Silence = silence })
+	}
+	lead, f1, f2 := mk(true), mk(false), mk(false)
+	if _, err := f1.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+		t.Fatal(err)
+	}
+	served := func(n *node) uint64 {
+		set, _, _ := n.hub.Current("p")
+		return set.Version
+	}
+	waitFor(t, "the followers serve the leader's set", func() bool {
+		return served(lead) > 1 && served(f1) == served(lead) && served(f2) == served(lead)
+	})
+	lost := served(lead)
+	// The followers' versions, watched until the end: never back.
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		var last [2]uint64
+		for {
+			for i, n := range []*node{f1, f2} {
+				if v := served(n); v < last[i] {
+					done <- fmt.Errorf("follower %d served version %d after %d", i+1, v, last[i])
+					return
+				} else {
+					last[i] = v
+				}
+			}
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	killed := time.Now()
+	lead.stop()
+	waitFor(t, "both followers serve their own sets, above the lost leader's", func() bool {
+		return served(f1) > lost && served(f2) > lost
+	})
+	f1.rep.mu.Lock()
+	last := f1.rep.lastLeader
+	f1.rep.mu.Unlock()
+	if d := time.Since(last); d < silence {
+		t.Errorf("the followers served their own sets %v after the leader's last write, want after Silence %v", d, silence)
+	}
+	t.Logf("the followers serve their own sets %v after the leader's end (Silence %v)", time.Since(killed).Round(time.Millisecond), silence)
+	f1.el.lead.Store(true)
+	waitFor(t, "the other follower serves the new leader's set", func() bool {
+		return f1.rep.sink.isLeading() && served(f2) == served(f1) && served(f1) > lost
+	})
+	close(stop)
+	if err := <-done; err != nil {
+		t.Error(err)
 	}
 }
