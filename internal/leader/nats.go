@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,12 +42,17 @@ const epochBase = 1 << 40
 // epoch is 2^40 plus the revision of that creation (the bucket's stream
 // sequence: it only grows).
 //
-// Upgrade from the shared LegacyBucket (Config.LegacyBucket): while that bucket exists, the
-// replica holding the key in its own bucket leads only once it also holds
-// the key Config.Name there (created, renewed and released as an earlier
-// version did), and for no longer than that bucket's age limit allows, so
-// an earlier version's replica that leads there keeps the new ones
-// following until it stops or loses its key, and follows them after.
+// Upgrade from the shared LegacyBucket (Config.LegacyBucket): while that
+// bucket exists, the replica holding the key in its own bucket leads only
+// once it also holds the key Config.Name there (created and renewed as an
+// earlier version does), and for no longer than that bucket's age limit
+// allows, so an earlier version's replica that leads there keeps the new
+// ones following until it stops or loses its key, and follows them after.
+// Once this version led, the legacy key stays with it: the next holder of
+// the own key takes it over (it is marked, legacyMark), a release leaves
+// it to expire, and an earlier version's replica leads again only after
+// no replica of this version renewed it for that bucket's age limit
+// (whose epochs, below this version's, the KV fences would refuse).
 // Each round also checks the server's version (CheckServer): a replica
 // connected to a server older than MinNATSServer never leads.
 type NATS struct {
@@ -124,7 +130,7 @@ func (n *NATS) round(ctx context.Context) error {
 		return err
 	}
 	if !held {
-		n.dropLegacy(rctx)
+		n.lrev = 0 // the next holder takes the legacy key over
 		n.follow(time.Now())
 		return nil
 	}
@@ -194,11 +200,20 @@ func (n *NATS) holdLegacy(ctx context.Context) (ttl time.Duration, ok bool, err 
 	if err != nil {
 		return 0, false, legacyErr(n.legacy, err)
 	}
+	val := []byte(legacyMark + n.cfg.ID)
 	var rev uint64
 	if n.lrev != 0 {
-		rev, err = n.lkv.Update(ctx, n.cfg.Name, []byte(n.cfg.ID), n.lrev)
+		rev, err = n.lkv.Update(ctx, n.cfg.Name, val, n.lrev)
 	} else {
-		rev, err = n.lkv.Create(ctx, n.cfg.Name, []byte(n.cfg.ID))
+		rev, err = n.lkv.Create(ctx, n.cfg.Name, val)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			// Held by this version's former leader (it lost or released
+			// the key this replica now holds): take it over, so that an
+			// earlier version's replica does not lead again.
+			if e, gerr := n.lkv.Get(ctx, n.cfg.Name); gerr == nil && strings.HasPrefix(string(e.Value()), legacyMark) {
+				rev, err = n.lkv.Update(ctx, n.cfg.Name, val, e.Revision())
+			}
+		}
 	}
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyNotFound):
@@ -219,19 +234,17 @@ func legacyErr(bucket string, err error) error {
 	return fmt.Errorf("the bucket of earlier versions %q (held during a rolling upgrade; with no earlier version on this account, ha.ignoreLegacyBuckets: true skips it): %w", bucket, err)
 }
 
-// dropLegacy deletes this replica's key in the legacy bucket, if it holds
-// one, so an earlier version's replica or the new leader takes it at once.
-func (n *NATS) dropLegacy(ctx context.Context) {
-	if n.lrev == 0 || n.lkv == nil {
-		return
-	}
-	_ = n.lkv.Delete(ctx, n.cfg.Name, jetstream.LastRevision(n.lrev))
-	n.lrev = 0
-}
+// legacyMark starts the value this version writes under the legacy key:
+// a replica that holds the key of its own bucket takes a legacy key so
+// marked over, however recently renewed (earlier versions write the bare
+// replica id, which a host or pod name never starts with this).
+const legacyMark = "per-deployment-election "
 
-// Release implements Elector: it deletes the key (and the legacy one) if
-// this replica still holds it, so a follower takes over at its next try;
-// this replica no longer runs for leader, and Run returns.
+// Release implements Elector: it deletes the key if this replica still
+// holds it, so a follower takes over at its next try; this replica no
+// longer runs for leader, and Run returns. The legacy key stays, for the
+// next leader to take over (or to expire): an earlier version's replica
+// does not lead again while this version's run.
 func (n *NATS) Release(ctx context.Context) {
 	n.op.Lock()
 	defer n.op.Unlock()
@@ -239,7 +252,7 @@ func (n *NATS) Release(ctx context.Context) {
 		close(n.stopped)
 	}
 	n.released = true
-	n.dropLegacy(ctx)
+	n.lrev = 0
 	if n.rev == 0 || n.kv == nil {
 		return
 	}

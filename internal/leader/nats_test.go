@@ -280,3 +280,54 @@ func TestNATSLegacyBucketOutOfReach(t *testing.T) {
 	skips := start(t, NewNATS(connect(), "", cfg))
 	waitLeader(t, []*replica{skips}, 4*time.Second)
 }
+
+// TestNATSUpgradeNoWayBack: once this version led, an earlier version's
+// replica (one restarted during the rollout) does not lead again while
+// replicas of this version run: handovers between them keep the legacy
+// key (an old leader now would hold an epoch the KV fences refuse). When
+// none of this version is left, the old replica leads after the legacy
+// bucket's age limit.
+func TestNATSUpgradeNoWayBack(t *testing.T) {
+	s := embedded.NATSTest(t)
+	session, every := 2*time.Second, 100*time.Millisecond
+	cfg := func(id string) Config {
+		return Config{Cluster: "n", ID: id, Name: "back", Session: session, Every: every, LegacyBucket: LegacyBucket}
+	}
+	old1 := start(t, newV0(embedded.Connect(t, s), cfg("old1")))
+	waitLeader(t, []*replica{old1}, 4*session)
+	news := []*replica{start(t, NewNATS(embedded.Connect(t, s), "", cfg("new0"))), start(t, NewNATS(embedded.Connect(t, s), "", cfg("new1")))}
+	atMostOne(t, append([]*replica{old1}, news...), 3*every)
+	old1.e.Release(context.Background())
+	old1.kill()
+	lead, _ := waitLeader(t, news, 2*session)
+	old2 := start(t, newV0(embedded.Connect(t, s), cfg("old2")))
+	for round := range 4 {
+		news[lead].e.Release(context.Background())
+		news[lead].kill()
+		news[lead] = start(t, NewNATS(embedded.Connect(t, s), "", cfg(fmt.Sprintf("new%d-%d", lead, round))))
+		all := append([]*replica{old2}, news...)
+		deadline := time.Now().Add(2 * session)
+		for lead = -1; lead < 0; {
+			l := leaders(all, time.Now())
+			switch {
+			case len(l) > 1:
+				t.Fatalf("handover %d: replicas %v lead at once", round, l)
+			case len(l) == 1 && l[0] == 0:
+				t.Fatalf("handover %d: the old replica leads again", round)
+			case len(l) == 1:
+				lead = l[0] - 1
+			case time.Now().After(deadline):
+				t.Fatalf("handover %d: no leader within %v", round, 2*session)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the electors
+		}
+		atMostOne(t, all, 3*every)
+	}
+	// Nothing of this version left: the old one leads once the legacy
+	// key expired.
+	for _, r := range news {
+		r.e.Release(context.Background())
+		r.kill()
+	}
+	waitLeader(t, []*replica{old2}, 3*session)
+}
