@@ -407,32 +407,33 @@ func (pt *partTrack) keepUpRate() float64 {
 	return 2 * max(pt.spanRate, pt.prodRate)
 }
 
-// setPool shares poolRate among the partitions by what was written to each
-// since its newest commit: a partition that got all of it may be consumed
-// at the whole of it, and partitions written to evenly share it evenly (a
-// saturated consumer caught up at its commits is not taken to be faster
-// than it was).
+// setPool shares poolRate among the partitions by what each holds beyond
+// its commit (for a partition caught up at its commit, what was written to
+// it since): a partition that got all of it may be consumed at the whole
+// of it, and partitions written to evenly share it evenly (a saturated
+// consumer caught up at its commits is not taken to be faster than it
+// was).
 func setPool(parts map[int32]*partTrack) {
 	pool := poolRate(parts)
 	var total float64
 	for _, pt := range parts {
-		total += float64(pt.sinceMove())
+		total += float64(pt.beyondCommit())
 	}
 	for _, pt := range parts {
 		pt.pool = 0
 		if total > 0 {
-			pt.pool = pool * float64(pt.sinceMove()) / total
+			pt.pool = pool * float64(pt.beyondCommit()) / total
 		}
 	}
 }
 
-// sinceMove is what was written to the partition since the reading that
-// saw its newest commit, messages (0 before the first).
-func (pt *partTrack) sinceMove() int64 {
-	if pt.moveReadAt == 0 {
+// beyondCommit is the partition's lag at its commit, messages (0 without
+// a commit).
+func (pt *partTrack) beyondCommit() int64 {
+	if pt.raw.Committed < 0 {
 		return 0
 	}
-	return max(pt.raw.End-pt.moveEnd, 0)
+	return max(pt.raw.Lag, 0)
 }
 
 // poolRate is the rate, messages per second, the consumer of parts is
