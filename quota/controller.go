@@ -678,8 +678,16 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	c.caughtUpAtCommit(tc, st, v)
 	v.learned = st.CommitInterval > 0
 	v.commits = fromCommits(st) && (v.learned || (v.cadence > 0 && tc.still))
-	if v.commits {
+	switch {
+	case v.commits:
 		v.since = commitAge(tc, st, v)
+	case idleReported(st):
+		// The consumer said it had nothing in hand, up to a reporter's
+		// period ago: what was written since is lag it has not been
+		// asked about yet, not work waiting for it. Read it as a commit
+		// that old. (A report with work in hand is taken as it is: how
+		// far the consumer got through what it holds is unknown.)
+		v.since = st.Uncertainty.Seconds()
 	}
 	v.headAge, v.headKnown = max(st.HeadAge.Seconds()-v.since, 0), st.HeadAgeKnown
 	v.avoid, v.fewBad = c.lateParts(tc, st, p, v)
@@ -940,6 +948,21 @@ func leaveOutLate(tc *control, v *reading) {
 	v.consumed = max(v.consumed-out, 0)
 	v.spanProduced = max(v.spanProduced-in*v.span, 0)
 	v.keepsUp = v.consumed*v.span >= keepUpRatio*v.spanProduced
+}
+
+// idleReported reports whether every partition of st with lag has its
+// position from a consumer's fresh report that had nothing in hand.
+func idleReported(st *lag.State) bool {
+	if st.Source != lag.SourceConsumer || st.Uncertainty <= 0 {
+		return false
+	}
+	for i := range st.Partitions {
+		ps := &st.Partitions[i]
+		if ps.Lag > 0 && (ps.Source != lag.SourceConsumer || !ps.Reported.HeadTime.IsZero()) {
+			return false
+		}
+	}
+	return true
 }
 
 // fromCommits reports whether st's position is the committed one.

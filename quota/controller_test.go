@@ -921,3 +921,55 @@ func TestControllerStandIn(t *testing.T) {
 		}
 	}
 }
+
+// TestControllerIdleReportSlack: a consumer whose hook reports every
+// 250 ms, observed every 250 ms, limited to 560/s after a burst while it
+// can do 2,000/s. Its last report, 200 ms old, said it had nothing in
+// hand; the 112 messages written since read as a wait of 0.2 s at 560/s,
+// at the engage threshold of a 250 ms interval. That lag is the report's
+// age, not work waiting: the rate is probed up. A report 200 ms old with
+// work in hand is believed as it is (how far the consumer got through
+// it is unknown): the same figures read as a consumer at its limit.
+func TestControllerIdleReportSlack(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	for _, tc := range []struct {
+		name   string
+		inHand bool
+	}{
+		{name: "idle when it reported"},
+		{name: "work in hand when it reported", inHand: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+			at := func(k int) time.Time { return leaseT0.Add(time.Duration(k) * 250 * time.Millisecond) }
+			c.Step(reported(st(0.25, 0, 800, 800)), p, at(1))
+			if d := c.Step(reported(st(0.5, 1000, 300, 800)), p, at(2)); d.IsUnlimited() {
+				t.Fatalf("not limited by the burst: %s", d.Reason)
+			}
+			rate := 560.0
+			c.targets[ordersK].rate = rate
+			var d Decision
+			for k := 3; k < 12; k++ {
+				s := reported(st(float64(k)*0.25, 112, rate, rate))
+				s.Uncertainty, s.HeadAge, s.HeadAgeKnown = 200*time.Millisecond, 200*time.Millisecond, true
+				rep := lag.Report{At: s.At.Add(-200 * time.Millisecond), Position: 888}
+				if tc.inHand {
+					rep.HeadTime = s.At.Add(-200 * time.Millisecond)
+				}
+				s.Partitions = []lag.PartitionState{{PartitionSample: lag.PartitionSample{End: 1000, Lag: 112, Reported: rep},
+					Source: lag.SourceConsumer, Position: 888, Uncertainty: s.Uncertainty}}
+				d = c.Step(s, p, s.At)
+				if d.IsUnlimited() {
+					break
+				}
+				if !tc.inHand && d.Rule != RuleProbe {
+					t.Fatalf("k=%d: rule %v (%s): the report's age read as a queue", k, d.Rule, d.Reason)
+				}
+				rate = d.Rate
+			}
+			if tc.inHand && d.Rule != RuleSaturated && d.Rule != RuleFollow {
+				t.Fatalf("rule %v (%s), want saturated or follow: work in hand is believed", d.Rule, d.Reason)
+			}
+		})
+	}
+}
