@@ -24,6 +24,9 @@ var decisionsKey = key(kindDecisions, "leader")
 type decisionsRecord struct {
 	At    time.Time    `json:"at"`
 	Rates []targetRate `json:"rates"`
+	// By identifies the writing replica (Replicator.self): a replica
+	// reads its own records back, late, after its lease lapsed too.
+	By string `json:"by,omitempty"`
 }
 
 // targetRate is a target's allowed rate, msg/s (nil: unlimited), and
@@ -55,7 +58,7 @@ func (r *Replicator) writeDecisions(ctx context.Context, now time.Time) error {
 	}
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(decisionsRecord{At: now, Rates: rates}); err != nil {
+	if err := json.NewEncoder(zw).Encode(decisionsRecord{At: now, Rates: rates, By: r.self}); err != nil {
 		return err
 	}
 	if err := zw.Close(); err != nil {
@@ -74,7 +77,8 @@ func (r *Replicator) writeDecisions(ctx context.Context, now time.Time) error {
 //
 // Every record read, also while leading, dates the leader's last sign of
 // life (see Config.Silence); a fresh one ends a follower's serving its own
-// sets.
+// sets. A replica's own records, read back, are ignored: one read after its
+// lease lapsed would have it adopt its own past decisions as a leader's.
 func (r *Replicator) followDecisions(v []byte) {
 	if v == nil {
 		return
@@ -86,6 +90,11 @@ func (r *Replicator) followDecisions(v []byte) {
 	}
 	if err != nil {
 		r.cfg.Log.Warn("replicated lease state: the leader's decisions ignored", "err", err)
+		return
+	}
+	if rec.By == r.self {
+		// Its own, read back: neither another leader's decisions to
+		// adopt nor a sign of another leader's life.
 		return
 	}
 	r.mu.Lock()

@@ -1,11 +1,17 @@
 package replica
 
 import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/lagbridge/lagbridge/internal/embedded"
 	"github.com/lagbridge/lagbridge/internal/engine"
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
 )
@@ -166,5 +172,62 @@ func TestActedFollowerKeepsItsRegime(t *testing.T) {
 		if d := fc.cycle(follow.eng); d.IsUnlimited() || d.Rate < own.Rate {
 			t.Errorf("decision %d after taking over: %v (%s), want its own regime (%v), neither the lost leader's cut (%v) again nor released", i, d.Rate, d.Reason, own.Rate, cut.Rate)
 		}
+	}
+}
+
+// followCount is an engine that counts the decisions it is given to follow.
+type followCount struct {
+	*engine.Engine
+	followed int
+}
+
+func (f *followCount) Follow(ds []quota.Decision) { f.followed += len(ds) }
+
+// TestOwnDecisionsReadBack: a replica reads its own decisions record back
+// from the channel, possibly after its lease lapsed: it neither adopts it
+// as a leader's nor takes it for a leader's sign of life; another
+// replica's record it adopts.
+func TestOwnDecisionsReadBack(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rate := 5.0
+	for _, tc := range []struct {
+		name  string
+		own   bool
+		adopt int
+	}{
+		{"its own record", true, 0},
+		{"another replica's record", false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hub := quotaserver.NewHub()
+			t.Cleanup(hub.Close)
+			r := New(Config{Elector: &role{}, Hub: hub, Lifetime: time.Minute, Silence: time.Second, Log: log})
+			eng, err := engine.New(engine.Config{Hub: r.Sink(), Logger: log, Lease: quota.LeaseConfig{Interval: time.Second}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := &followCount{Engine: eng}
+			r.SetEngine(f)
+			by := "another"
+			if tc.own {
+				by = r.self
+			}
+			var buf bytes.Buffer
+			zw := gzip.NewWriter(&buf)
+			rec := decisionsRecord{At: time.Now(), By: by, Rates: []targetRate{{Target: ordersTarget, Rate: &rate}}}
+			if err := json.NewEncoder(zw).Encode(rec); err != nil {
+				t.Fatal(err)
+			}
+			if err := zw.Close(); err != nil {
+				t.Fatal(err)
+			}
+			r.followDecisions(buf.Bytes())
+			if f.followed != tc.adopt {
+				t.Errorf("followed %d decisions, want %d", f.followed, tc.adopt)
+			}
+			if got := !r.lastLeader.IsZero(); got != !tc.own {
+				t.Errorf("taken for a leader's sign of life: %v, want %v", got, !tc.own)
+			}
+		})
 	}
 }

@@ -2,6 +2,8 @@ package replica
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -73,6 +75,9 @@ type Replicator struct {
 	cfg  Config
 	sink sink
 	eng  Engine
+	// self tells this replica's decisions records from other leaders'
+	// (random, per process).
+	self string
 
 	mu         sync.Mutex
 	synced     bool      // the channel was read once
@@ -125,7 +130,9 @@ func New(cfg Config) *Replicator {
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
 	}
-	return &Replicator{cfg: cfg, sink: sink{hub: cfg.Hub, own: map[string]quotaproto.LeaseSet{}, acts: map[string]acted{}},
+	var self [8]byte
+	_, _ = rand.Read(self[:]) // never fails (crypto/rand)
+	return &Replicator{cfg: cfg, self: hex.EncodeToString(self[:]), sink: sink{hub: cfg.Hub, own: map[string]quotaproto.LeaseSet{}, acts: map[string]acted{}},
 		setKeys: map[string]bool{}, pending: map[string]reportRecord{}, kick: make(chan struct{}, 1), stop: func() {}}
 }
 
