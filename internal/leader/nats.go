@@ -115,7 +115,10 @@ func (n *NATS) round(ctx context.Context) error {
 		n.follow(time.Now())
 		return err
 	}
-	rctx, cancel := context.WithTimeout(ctx, n.cfg.every())
+	// A round is a few requests in sequence (more while the legacy
+	// bucket exists); the lease counts from the first one's sending, so
+	// a round may take a fifth of the session on a distant server.
+	rctx, cancel := context.WithTimeout(ctx, max(n.cfg.every(), n.cfg.Session/5))
 	defer cancel()
 	if n.kv == nil {
 		kv, err := OpenTTLBucket(rctx, n.js, n.bucket, "lagbridge leader election: <name> -> replica id, each key expiring after its writer's session")

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -330,4 +332,87 @@ func TestNATSUpgradeNoWayBack(t *testing.T) {
 		r.kill()
 	}
 	waitLeader(t, []*replica{old2}, 3*session)
+}
+
+// slowLink forwards TCP connections to addr, holding every chunk for
+// delay each way: a server some way off, which loopback cannot be.
+func slowLink(tb testing.TB, addr string, delay time.Duration) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	tb.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	pipe := func(dst, src net.Conn) {
+		defer wg.Done()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				time.Sleep(delay) // the link's latency
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				_ = dst.Close()
+				return
+			}
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			wg.Add(2)
+			go pipe(s, c)
+			go pipe(c, s)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestNATSDistantServer: an election round is a few requests in sequence
+// (more while the legacy bucket exists); with 60 ms each way to the
+// server and a 100 ms interval it takes longer than the interval, and a
+// replica still leads.
+func TestNATSDistantServer(t *testing.T) {
+	s := embedded.NATSTest(t)
+	if _, err := embedded.Connect(t, s).CreateOrUpdateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: LegacyBucket, History: 1, TTL: 6 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := natsgo.Connect("nats://"+slowLink(t, s.Addr().String(), 60*time.Millisecond), natsgo.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, NewNATS(js, "", Config{Cluster: "n", ID: "far", Name: "far", Session: 3 * time.Second, Every: 100 * time.Millisecond, LegacyBucket: LegacyBucket}))
+	waitLeader(t, []*replica{r}, 20*time.Second)
 }

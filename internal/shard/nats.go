@@ -94,7 +94,10 @@ func (n *NATS) round(ctx context.Context) error {
 	if err := leader.CheckServer(n.js.Conn()); err != nil {
 		return err
 	}
-	rctx, cancel := context.WithTimeout(ctx, n.cfg.every())
+	// A round is a few requests in sequence (more while the legacy
+	// bucket exists); the lease counts from the first one's sending, so
+	// a round may take a fifth of the session on a distant server.
+	rctx, cancel := context.WithTimeout(ctx, max(n.cfg.every(), n.cfg.Session/5))
 	defer cancel()
 	if n.kv == nil {
 		kv, err := leader.OpenTTLBucket(rctx, n.js, n.bucket, "lagbridge shard members: <name>.<shards>.<hex replica id>, each key expiring after its writer's session")
