@@ -13,8 +13,8 @@ type Config struct {
 	// NATS key's value). Must be unique among the replicas.
 	ID string
 	// Name is the election's name: the Kafka group and topic
-	// ("<Name>.leader"), the NATS key in Bucket. Replicas with the same
-	// Name elect one leader per cluster.
+	// ("<Name>.leader"), the NATS bucket (Bucket(Name)) and its key.
+	// Replicas with the same Name elect one leader per cluster.
 	Name string
 	// Session is how long a leader that stopped confirming keeps its
 	// place before another replica may take over (Kafka's session

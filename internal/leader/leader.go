@@ -4,8 +4,9 @@
 // itself, never through a store of lagbridge's own: on Kafka the replicas
 // join a consumer group on a one-partition topic and the member assigned
 // partition 0 leads, fenced by the group generation; on NATS the replicas
-// race for one key of a KV bucket whose entries expire after the session
-// timeout, renewed by a revision compare-and-set.
+// race for one key of their deployment's KV bucket (Bucket), which
+// expires after its writer's session timeout, renewed by a revision
+// compare-and-set.
 //
 // A leader holds a local lease: it leads until the last confirmation from
 // the broker plus the session timeout, minus a margin. A replica that was

@@ -66,8 +66,8 @@ type Config struct {
 	// ID names this replica; unique among the replicas.
 	ID string
 	// Name is the assignment's name: the Kafka group and topic
-	// ("<Name>.shards.<Count>"), the NATS key prefix. Replicas with the
-	// same Name and Count share the shards.
+	// ("<Name>.shards.<Count>"), the NATS bucket (Bucket(Name)) and key
+	// prefix. Replicas with the same Name and Count share the shards.
 	Name string
 	// Count is the number of shards, at least 1.
 	Count int
