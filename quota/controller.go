@@ -896,7 +896,7 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 			if w := tc.prevMove; w.span > 0 {
 				v.prevProduced = w.produced / w.span
 			}
-			if w := tc.prevMove; w.span > 0 && st.HeadAge.Seconds() <= v.engageWait {
+			if w := tc.prevMove; w.span > 0 && st.HeadAge.Seconds()-max(cadence/2, tc.floor) <= v.engageWait {
 				if avg := (own.msgs + w.msgs) / (span + w.span); avg > v.consumed {
 					span += w.span
 					v.consumed, v.span = avg, span

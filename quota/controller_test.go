@@ -973,3 +973,62 @@ func TestControllerIdleReportSlack(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerOneSecondCommitsAlternate: franz-go's 1 s auto-commit read
+// every second, its timer just after the observations (lagbridge bench,
+// kafka/autocommit-1s/sync/1s): healthy, it reads a whole commit behind
+// (lag 800 at 800/s, head 1.0 s); after a spell of overload, one reading
+// sees a commit of everything (lag 3, 1,597 consumed in the interval), the
+// next a commit of a few records (lag 797, 3 consumed, head 1.0 s): a
+// whole commit of uncommitted work, no queue. The low readings are
+// measured over the move before too (which spans two commits), since the
+// head shows no queue beyond the standing wait learned while healthy.
+// Before, each low reading was believed: capacity 3 msg/s, a wait of
+// 4 min, drain, every other second after the consumer's capacity returned.
+func TestControllerOneSecondCommitsAlternate(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	c := newCtl(t, ControllerConfig{})
+	k := 0
+	step := func(lagN int64, consume, produce float64, head time.Duration) Decision {
+		k++
+		s := st(float64(k), lagN, consume, produce)
+		s.CommitInterval, s.Source = time.Second, lag.SourceCommits
+		s.HeadAge, s.HeadAgeKnown = head, true
+		return c.Step(s, p, leaseT0.Add(time.Duration(k)*time.Second))
+	}
+	alternate := func(n int, check func(Decision)) {
+		for i := range n {
+			if i%2 == 0 {
+				check(step(797, 3, 800, 997*time.Millisecond))
+			} else {
+				check(step(3, 1597, 800, 0))
+			}
+		}
+	}
+	for range 8 {
+		// Healthy, the timer in phase: a whole commit behind at every
+		// reading (lag/ read a head of 1.0 s); the standing wait is
+		// learned.
+		step(800, 800, 800, time.Second)
+	}
+	var d Decision
+	for i := range 4 {
+		// Overloaded: 400/s consumed of 800, the backlog growing.
+		d = step(int64(1200+400*i), 400, 800, time.Duration(1+i)*time.Second+500*time.Millisecond)
+	}
+	if d.IsUnlimited() {
+		t.Fatalf("not limited by the overload: %s (%s)", d.Rule, d.Reason)
+	}
+	// The capacity returns: the backlog is drained within the interval.
+	step(800, 2400, 800, time.Second)
+	var last Decision
+	alternate(12, func(d Decision) {
+		if d.Rule == RuleDrain || d.Rule == RuleStepDown {
+			t.Fatalf("reading %d: %s at %.0f/s: %s", k, d.Rule, d.Rate, d.Reason)
+		}
+		last = d
+	})
+	if !last.IsUnlimited() {
+		t.Fatalf("still limited at %.0f/s after 12 readings of a consumer keeping up: %s (%s)", last.Rate, last.Rule, last.Reason)
+	}
+}
