@@ -861,10 +861,16 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	}
 	moved := st.ConsumeRateInstant > 0 || st.Lag <= 0 || cadence <= 0
 	if !moved && (!tc.has || tc.moveAt.IsZero()) {
-		// The first sighting: when it last committed is unknown; the
-		// span starts now.
-		tc.moveAt, tc.spanProduced, tc.quick, tc.still = st.At, 0, 0, true
-		return
+		// The first sighting: the span starts when the position last
+		// moved as far as the state says (see lastMove), else now. One
+		// that is overdue already measures at once: a group that has
+		// not committed since long before this controller started
+		// (a restart, a takeover) consumes nothing, whatever rate it
+		// has yet to show.
+		tc.moveAt, tc.spanProduced, tc.quick, tc.still = lastMove(st), 0, 0, true
+		if st.At.Sub(tc.moveAt).Seconds() <= 1.5*cadence+v.dt {
+			return
+		}
 	}
 	span := v.dt
 	if !tc.moveAt.IsZero() {
@@ -917,6 +923,27 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	v.measured = true
 	v.spanProduced = produced
 	v.keepsUp = v.consumed*span >= keepUpRatio*produced
+}
+
+// lastMove is when st's position last moved, as far as st says: the
+// newest commit lag/ saw move (PartitionState.LastCommit) of a position
+// read from commits, or when a position without a commit was first seen
+// (it never moves; State.Uncertainty is the time since); st.At when
+// neither is known.
+func lastMove(st *lag.State) time.Time {
+	if st.Source == lag.SourceFirstSight {
+		return st.At.Add(-st.Uncertainty)
+	}
+	var newest time.Time
+	for i := range st.Partitions {
+		if lc := st.Partitions[i].LastCommit; lc.After(newest) {
+			newest = lc
+		}
+	}
+	if newest.IsZero() || newest.After(st.At) {
+		return st.At
+	}
+	return newest
 }
 
 // leaveOutLate takes the partitions producers avoid (v.avoid) out of the
@@ -1051,15 +1078,20 @@ func (c *Controller) caughtUpAtCommit(tc *control, st *lag.State, v *reading) {
 // happened within the interval before that sighting). The commits of a
 // consumer that commits about once per observation or more often are
 // exact enough (the cadence is learned at the resolution of the
-// interval, so one that commits every poll reads the same): 0.
+// interval, so one that commits every poll reads the same): 0. It is at
+// most one commit interval and one observation interval: a consumer that
+// has not committed for longer is overdue, not taken to be consuming what
+// it has not committed (lag/ stops its estimate there too), so the head
+// of a group stuck for 78 s is 78 s of wait, not 78 s of slack.
 func commitAge(tc *control, st *lag.State, v *reading) float64 {
 	if v.cadence <= 1.5*v.dt {
 		return 0
 	}
+	age := st.At.Sub(tc.moveAt).Seconds() + v.dt/2
 	if u := st.Uncertainty.Seconds(); u > 0 {
-		return u
+		age = u
 	}
-	return st.At.Sub(tc.moveAt).Seconds() + v.dt/2
+	return min(age, v.cadence+v.dt)
 }
 
 // backlog sets v.backlog: the work waiting for the consumer, which is the

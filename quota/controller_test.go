@@ -1032,3 +1032,39 @@ func TestControllerOneSecondCommitsAlternate(t *testing.T) {
 		t.Fatalf("still limited at %.0f/s after 12 readings of a consumer keeping up: %s (%s)", last.Rate, last.Rule, last.Reason)
 	}
 }
+
+// TestControllerFreshSeesStuckGroup: a controller that starts (a restart,
+// a takeover) while a group with live members has not moved its position
+// for 78 s: 1,500 unconsumed, the head 78 s old, 20 msg/s produced. Its
+// first reading measures: nothing consumed over those 78 s, so a new
+// message would wait without bound, and producers are throttled as for
+// any other consumer. Before, the first sighting started the span at that
+// reading ("when it last committed is unknown"): wait 0s <= engage,
+// unlimited, for one more commit interval and a half.
+func TestControllerFreshSeesStuckGroup(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	for _, tc := range []struct {
+		name string
+		mk   func(s *lag.State)
+	}{
+		{name: "no commit yet, first seen 78 s ago", mk: func(s *lag.State) {
+			s.Source, s.Uncertainty = lag.SourceFirstSight, 78*time.Second
+		}},
+		{name: "committed, last moved 78 s ago", mk: func(s *lag.State) {
+			s.Source = lag.SourceCommits
+			s.Partitions = []lag.PartitionState{{PartitionSample: lag.PartitionSample{Partition: 0, End: 9500, Committed: 8000, Lag: 1500},
+				LastCommit: s.At.Add(-78 * time.Second)}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCtl(t, ControllerConfig{})
+			s := st(100, 1500, 0, 20)
+			s.HeadAge, s.HeadAgeKnown, s.Status = 78*time.Second, true, lag.StatusLagging
+			tc.mk(&s)
+			d := c.Step(s, p, s.At)
+			if d.IsUnlimited() || d.Rule != RuleDrain {
+				t.Fatalf("rule %s at %v/s (%s), want drain", d.Rule, d.Rate, d.Reason)
+			}
+		})
+	}
+}
