@@ -1439,10 +1439,14 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 		tc.parts[ps.Partition] = next
 		if isLate {
 			late = append(late, ps.Partition)
-		} else if !had || ps.End > pt.pos+pt.lag {
-			// Written to since the last observation (or first seen: no
-			// evidence against it): producers do write around the late
-			// partitions.
+		} else if !had || ps.End > pt.pos+pt.lag || next.inAvg >= 1 {
+			// Written to since the last observation, or at a message a
+			// second or more over about the last second (observed every
+			// 250 ms, a topic slowed to a trickle has intervals without
+			// a write, and dropping the list then put the late
+			// partition's backlog back in the topic's wait), or first
+			// seen (no evidence against it): producers do write around
+			// the late partitions.
 			others = true
 		}
 	}

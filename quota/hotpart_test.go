@@ -515,3 +515,38 @@ func TestTrackPartTrickle(t *testing.T) {
 		t.Errorf("under a backlog: rate %v, want 4", next.rate)
 	}
 }
+
+// TestControllerLateListKeptInAQuietInterval: observed every 250 ms, a
+// topic slowed to a trickle (8 msg/s to the five healthy partitions) has
+// intervals in which none of them is written. Partition 0, far past the
+// deadline, stays listed through such an interval: the others were
+// written over the last second. (Dropped, its backlog went back into the
+// topic's wait, which slowed the topic further.)
+func TestControllerLateListKeptInAQuietInterval(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	ctl := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+	var d Decision
+	ends := make([]int64, 6)
+	for i := range 12 {
+		at := 1 + 0.25*float64(i)
+		s := st(at, 400, 10, 10)
+		s.HeadAge, s.HeadAgeKnown = 3*time.Second, true
+		for k := range 6 {
+			if k > 0 && i != 11 && i%5 == k%5 {
+				ends[k] += 2 // one healthy partition written per interval, none in the last
+			}
+			ps := lag.PartitionState{PartitionSample: lag.PartitionSample{Partition: int32(k), End: 1000 + ends[k]}}
+			if k == 0 {
+				ps.End, ps.Lag, ps.HeadAge = 2000+int64(i), 400, 3*time.Second
+			}
+			s.Partitions = append(s.Partitions, ps)
+		}
+		d = ctl.Step(s, p, leaseT0.Add(time.Duration(at*float64(time.Second))))
+		if i == 10 && !slices.Equal(d.AvoidPartitions, []int32{0}) {
+			t.Fatalf("before the quiet interval: avoid %v (%s), want [0]", d.AvoidPartitions, d.Reason)
+		}
+	}
+	if !slices.Equal(d.AvoidPartitions, []int32{0}) {
+		t.Fatalf("in the quiet interval: avoid %v (%s), want [0]", d.AvoidPartitions, d.Reason)
+	}
+}
