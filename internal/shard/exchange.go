@@ -68,7 +68,9 @@ type Exchange struct {
 
 	mu      sync.Mutex
 	pending map[string][]byte // key -> encoded record, the newest
-	remote  map[string]Record // key -> the newest record read, this replica's included
+	// remote holds the newest record read per key and shard count
+	// (remoteKey), this replica's included.
+	remote map[string]Record
 	// owned holds, by cluster, the shards owned at the last Offer.
 	owned  map[string][]int
 	fed    map[string]fedRecord // keys given to the engine
@@ -117,6 +119,13 @@ func recordKey(cluster string, shard int) string {
 	return quotaproto.KVKey("d", cluster+"/"+strconv.Itoa(shard))
 }
 
+// remoteKey is the key of Exchange.remote: a channel key and a shard
+// count. During a rolling change of ha.shards the replicas of either
+// count write the same channel keys (shard 1 of 2 and shard 1 of 4 are
+// both "d.<cluster>/1"); each count's newest record is kept, so the other
+// count's writes never displace the records a replica is given.
+func remoteKey(key string, count int) string { return key + "#" + strconv.Itoa(count) }
+
 // Offer writes, for every shard of cluster this replica owned at the
 // previous Offer and still owns at now, the engine's decisions of the
 // targets in it (in the background), and gives the engine every fresh
@@ -155,7 +164,7 @@ func (x *Exchange) Offer(cluster string, now time.Time) {
 	}
 	x.mu.Lock()
 	for s, ds := range byShard {
-		byShard[s] = x.holdFormer(recordKey(cluster, s), ds, now)
+		byShard[s] = x.holdFormer(remoteKey(recordKey(cluster, s), n), ds, now)
 	}
 	feed := map[string][]quota.Decision{}
 	for k, r := range x.remote {
@@ -230,12 +239,16 @@ func (x *Exchange) holdFormer(key string, ds []quota.Decision, now time.Time) []
 	return ds
 }
 
-// Remote returns the newest record read of a shard (this replica's own
-// included), and whether there is one.
+// Remote returns the newest record read of a shard of the cluster's
+// shard count (this replica's own included), and whether there is one.
 func (x *Exchange) Remote(cluster string, shard int) (Record, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	r, ok := x.remote[recordKey(cluster, shard)]
+	n := 0
+	if a, ok := x.assigners[cluster]; ok {
+		n = a.Count()
+	}
+	r, ok := x.remote[remoteKey(recordKey(cluster, shard), n)]
 	return r, ok
 }
 
@@ -314,7 +327,11 @@ func (x *Exchange) apply(k string, v []byte) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if v == nil {
-		delete(x.remote, k)
+		for rk := range x.remote {
+			if strings.HasPrefix(rk, k+"#") {
+				delete(x.remote, rk)
+			}
+		}
 		return
 	}
 	r, err := decodeRecord(v)
@@ -322,10 +339,11 @@ func (x *Exchange) apply(k string, v []byte) {
 		x.cfg.Log.Warn("shard decisions ignored", "key", k, "err", err)
 		return
 	}
-	if cur, ok := x.remote[k]; ok && cur.At.After(r.At) {
+	rk := remoteKey(k, r.Count)
+	if cur, ok := x.remote[rk]; ok && cur.At.After(r.At) {
 		return // a paused former owner's late write
 	}
-	x.remote[k] = r
+	x.remote[rk] = r
 }
 
 // encodeRecord is gzip'd JSON: a shard of thousands of decisions fits a

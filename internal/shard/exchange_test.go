@@ -19,6 +19,7 @@ import (
 type fixed struct {
 	mu    sync.Mutex
 	owned []int
+	n     int // the shard count; 0: 2
 }
 
 func (f *fixed) Owned(time.Time) ([]int, bool) {
@@ -31,7 +32,12 @@ func (f *fixed) Owners() []string              { return make([]string, 2) }
 func (f *fixed) Run(ctx context.Context) error { <-ctx.Done(); return nil }
 func (f *fixed) Release(context.Context)       {}
 func (f *fixed) Cluster() string               { return "c" }
-func (f *fixed) Count() int                    { return 2 }
+func (f *fixed) Count() int {
+	if f.n == 0 {
+		return 2
+	}
+	return f.n
+}
 
 // decisions stands for the engine: the decisions it made, and the remote
 // ones it was given.
@@ -220,6 +226,84 @@ func TestExchange(t *testing.T) {
 	waitFor("the deletion read", func() bool { _, ok := a.x.Remote("c", 1); return !ok })
 	if r, ok := a.x.Remote("c", 0); !ok || r.Owner != "b" {
 		t.Errorf("after a corrupt entry: %+v %v, want B's record", r, ok)
+	}
+}
+
+// TestExchangeCountChange: during a rolling change of ha.shards the
+// replicas of either count write the same channel keys (shard 1 of 2 and
+// shard 1 of 4 are both "d.c/1"). A replica keeps being given the records
+// of its own count, however often the other count writes over them.
+// (Kept by key alone, the other count's write replaced the record, and
+// every other cycle the replica dropped the topics of the shards it does
+// not own: they got the open lease of a topic nobody observes.)
+func TestExchangeCountChange(t *testing.T) {
+	ch := replica.NewNATS(embedded.JetStreamTest(t), "lagbridge_leases_count")
+	if Of("orders", 2) != 0 || Of("bench-001", 2) != 1 {
+		t.Fatal("the test's topics are not in the shards it assumes")
+	}
+	type side struct {
+		x   *Exchange
+		eng *decisions
+	}
+	mk := func(id string, a *fixed, own ...quota.Decision) side {
+		eng := &decisions{own: map[lag.Target]quota.Decision{}, remote: map[string][]quota.Decision{}}
+		for _, d := range own {
+			eng.own[d.Target] = d
+		}
+		x := NewExchange(ExchangeConfig{Channel: ch, Engine: eng, ID: id, Expire: time.Minute, Interval: 100 * time.Millisecond})
+		x.Add(a)
+		x.Start(context.Background())
+		t.Cleanup(x.Close)
+		return side{x, eng}
+	}
+	// Count 2: a1 owns shard 0 ("orders"), a2 shard 1 ("bench-001").
+	// Count 4: b owns every shard and decides both topics.
+	a1 := mk("a1", &fixed{owned: []int{0}}, decided("orders", 10))
+	a2 := mk("a2", &fixed{owned: []int{1}}, decided("bench-001", 20))
+	b := mk("b", &fixed{owned: []int{0, 1, 2, 3}, n: 4}, decided("orders", 30), decided("bench-001", 40))
+	// read reports whether x has read the record of count of key at at.
+	read := func(x *Exchange, count int, at time.Time) bool {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		for _, r := range x.remote {
+			if r.Count == count && r.Shard == 1 && r.At.Equal(at) {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor := func(what string, f func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !f() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10s", what)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the channel
+		}
+	}
+	start := time.Now()
+	for i := range 6 {
+		at := start.Add(time.Duration(i) * time.Millisecond)
+		for _, sd := range []side{a1, a2, b} {
+			sd.x.Offer("c", at)
+		}
+		if i == 0 {
+			continue // a shard is written from the second Offer with it
+		}
+		waitFor(fmt.Sprintf("cycle %d: a1 read a2's record", i), func() bool { return read(a1.x, 2, at) })
+		waitFor(fmt.Sprintf("cycle %d: a1 read b's record", i), func() bool { return read(a1.x, 4, at) })
+		a1.x.Offer("c", at)
+		if got := a1.eng.remoteTopics(); !slices.Contains(got, "bench-001") {
+			t.Fatalf("cycle %d: a1 was given remote decisions of %v, want a2's bench-001 among them", i, got)
+		}
+		for _, ds := range a1.eng.remote {
+			for _, d := range ds {
+				if d.Rate == 30 || d.Rate == 40 {
+					t.Fatalf("cycle %d: a1 was given b's decision %+v, of another shard count", i, d)
+				}
+			}
+		}
 	}
 }
 
