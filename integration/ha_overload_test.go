@@ -72,15 +72,17 @@ func overloadClasses() []overloadClass {
 // processes under the same closed-loop overload: one undisturbed, one
 // whose leader is SIGKILLed, then (20 s later) whose new leader is
 // SIGSTOPped past its session and SIGCONTed. Asserted: a new leader
-// leads, and the producers get its sets, within the session timeout plus
-// one interval; after the SIGCONT the resumed replica writes nothing (its
-// log, and on Kafka the broker's client quotas, polled), the one that
-// took over keeps leading, and no two replicas write client quotas within
-// one interval; a follower serves the leader's sets within one interval
-// plus the replication delay. Measured side by side and logged, not yet
-// asserted (they do not hold yet; README, Replicas and failover): goodput
-// and dead work from the kill to the stop against the undisturbed run,
-// the producers' samples on the safe quota, unlimited or stop, and with a
+// leads within the session timeout plus one interval, and the producers
+// get sets newer than the lost leader's within a third of the session (a
+// follower standing in, internal/replica); after the SIGCONT the resumed
+// replica writes nothing (its log, and on Kafka the broker's client
+// quotas, polled), the one that took over keeps leading, and no two
+// replicas write client quotas within one interval; a follower serves the
+// leader's sets within one interval plus the replication delay. Measured
+// side by side and logged, not asserted (on Kafka one run cannot tell
+// them within 5 points; README, Replicas and failover): goodput and dead
+// work from the kill to the stop against the undisturbed run, the
+// producers' samples on the safe quota, unlimited or stop, and with a
 // version below one they held.
 func TestHAFailoverUnderOverload(t *testing.T) {
 	if runtime.GOOS != "linux" && runtime.GOOS != "darwin" {
@@ -119,8 +121,10 @@ func TestHAFailoverUnderOverload(t *testing.T) {
 				name, overloadKill, overloadStop, 100*gc, 100*gf, 100*dc, 100*df, calm.refused.Load(), disturbed.refused.Load())
 			uc, uf := calm.unlimitedOrStop(), disturbed.unlimitedOrStop()
 			t.Logf("%s: unlimited or stop in %.1f%% of the producers' quota samples over [%v, %v) undisturbed, %.1f%% with failover", name, 100*uc, overloadKill, overloadStop, 100*uf)
-			// Measured side by side, not yet asserted: the failover costs
-			// more than 5 points on Kafka (see the README's figures).
+			// Measured side by side, not asserted: on Kafka two runs of
+			// this scenario differ by up to 30 points with no failover
+			// at all (README, Replicas and failover), so one run cannot
+			// tell a failover's cost within 5 points.
 			if math.Abs(gc-gf) > 0.05 || math.Abs(dc-df) > 0.05 {
 				t.Logf("NOT YET: goodput or dead work with failover more than 5 points from the run without")
 			}
@@ -471,9 +475,14 @@ func checkQuotaSamples(t *testing.T, samples []quotaSample, killed time.Duration
 	if !failover {
 		return
 	}
-	t.Logf("SIGKILL of the leader: the producers were served sets newer than the lost leader's %v later (a follower standing in, then the new leader; session %v, interval %v)", arrived.Round(time.Millisecond), haSession, haInterval)
-	if arrived < 0 || arrived > haSession+haInterval+time.Second {
-		t.Errorf("sets newer than the lost leader's served after %v, want within session %v + interval %v (+1s of polling and scheduling)", arrived, haSession, haInterval)
+	// A follower stands in once the leader's decisions went unrenewed
+	// for a third of the session (at least four intervals), seen at its
+	// next check (an interval); the producers' watches get its sets at
+	// once.
+	standIn := max(haSession/3, 4*haInterval)
+	t.Logf("SIGKILL of the leader: the producers were served sets newer than the lost leader's %v later (a follower standing in after %v, then the new leader; session %v, interval %v)", arrived.Round(time.Millisecond), standIn, haSession, haInterval)
+	if arrived < 0 || arrived > standIn+2*haInterval+time.Second {
+		t.Errorf("sets newer than the lost leader's served after %v, want within %v (a follower standing in) + 2 intervals %v (+1s of replication, polling and scheduling)", arrived, standIn, haInterval)
 	}
 }
 
