@@ -79,11 +79,15 @@ func TestNATSSessionsApart(t *testing.T) {
 // age limit set to its own session by every starter, the epoch the
 // creation's revision): what a rolling upgrade runs beside the new ones.
 type v0 struct {
-	js      jetstream.JetStream
-	cfg     Config
-	kv      jetstream.KeyValue
-	rev     uint64
-	stopped chan struct{}
+	js  jetstream.JetStream
+	cfg Config
+	kv  jetstream.KeyValue
+	// mu: one round or Release at a time; released: no round after
+	// Release.
+	mu       sync.Mutex
+	rev      uint64
+	released bool
+	stopped  chan struct{}
 	lease
 }
 
@@ -104,6 +108,11 @@ func (o *v0) Run(ctx context.Context) error {
 }
 
 func (o *v0) round(ctx context.Context) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.released {
+		return
+	}
 	if o.kv == nil {
 		kv, err := o.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: LegacyBucket, History: 1, TTL: o.cfg.Session})
 		if err != nil {
@@ -134,16 +143,15 @@ func (o *v0) round(ctx context.Context) {
 	}
 }
 
-// Release stops the rounds first, then deletes the key: Run must not
-// race it (v0 has no lock of its own).
+// Release stops the rounds, waits for one in flight, then deletes the key.
 func (o *v0) Release(ctx context.Context) {
-	select {
-	case <-o.stopped:
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.released {
 		return
-	default:
 	}
+	o.released = true
 	close(o.stopped)
-	time.Sleep(50 * time.Millisecond) // a round in flight ends within its request
 	if o.rev != 0 {
 		_ = o.kv.Delete(ctx, o.cfg.Name, jetstream.LastRevision(o.rev))
 		o.rev = 0
