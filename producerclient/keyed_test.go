@@ -237,7 +237,7 @@ func TestQuotaAvoidPartitionsIsACopy(t *testing.T) {
 // at a time, instead of none; an avoided partition without one gets
 // none, and shares that do not apply (a partition not avoided, a share
 // out of (0, 1]) are dropped. Keyed records bound for the shared
-// partition are still refused (TestKafkaKeyedAvoidedPartition).
+// partition go with probability share x partitions (TestKafkaKeyedShare).
 func TestKafkaAvoidPartitionsShare(t *testing.T) {
 	c := newKfake(t, 4, "orders")
 	ctx := ctxFor(t, 60*time.Second)

@@ -11,8 +11,10 @@ import (
 // PartitionShare is the fraction of a producer's keyless records a late
 // partition still gets: what its consumer drains, over the topic's
 // produce rate. A partition listed in AvoidPartitions with a share is fed
-// that fraction of keyless records instead of none; keyed records bound
-// for it are still refused (see [Decision].AvoidPartitions).
+// that fraction of keyless records instead of none; a keyed record bound
+// for it goes with probability share x partitions and is refused for it
+// otherwise (see [Decision].AvoidPartitions), so that it gets about the
+// same share of keyed records.
 type PartitionShare struct {
 	Partition int32 `json:"partition"`
 	// Share is in (0, 1/n] for a topic of n partitions: never more than
@@ -24,9 +26,10 @@ type PartitionShare struct {
 // grows while its consumer drains all it is fed and stays inside the
 // target wait: the probe that finds a recovered consumer without handing
 // it its whole share at once. feedRatio is the part of its rate a
-// partition must have been written (in the last interval) for that
-// interval to count as evidence of what its consumer drains: keyed
-// traffic, refused for it, writes nothing, and proves nothing.
+// partition must have been written (over about the last second, see
+// fedLimited) for that to count as evidence of what its consumer drains:
+// traffic refused for it (keyed records through an SDK that does not read
+// the shares) writes nothing, and proves nothing.
 const (
 	limitGrowth = 1.25
 	feedRatio   = 0.5
