@@ -702,8 +702,15 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	if v.commits && tc.floor > 0 && v.capacity > 0 {
 		// The standing wait a consumer read through its commits shows
 		// while healthy (uncommitted work, messages in flight) is no
-		// work waiting: the law steers the backlog beyond it.
-		v.backlog = max(v.backlog-tc.floor*v.capacity, 0)
+		// work waiting: the law steers the backlog beyond it. It is
+		// work consumed at the rate produced while the head shows no
+		// queue beyond it (the consumer was caught up at its commit),
+		// else at most at the capacity.
+		rate := min(v.capacity, v.produced)
+		if v.headKnown && st.HeadAge.Seconds() <= tc.floor+v.engageWait/2 {
+			rate = v.produced
+		}
+		v.backlog = max(v.backlog-tc.floor*rate, 0)
 	}
 	v.wait = waitOf(v)
 	v.unlearned = fromCommits(st) && !v.learned && v.cadence > 0

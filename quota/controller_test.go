@@ -1068,3 +1068,53 @@ func TestControllerFreshSeesStuckGroup(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerOneSecondCommitsProbe: the consumer of
+// TestControllerOneSecondCommitsAlternate, limited by a spell of overload,
+// gets its capacity back: each reading, a whole commit behind, shows the
+// lag of the last second's production, already consumed (the head no
+// older than the standing wait), while the probe raises the rate. That
+// lag is the standing wait at the rate produced, not at the capacity the
+// consumer showed when saturated: taken at the latter, the lag of a probe's
+// second (800 at 800/s) read as more than half a second of queue at
+// 500/s, saturated, and the rate fell back.
+func TestControllerOneSecondCommitsProbe(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	c := newCtl(t, ControllerConfig{})
+	k := 0
+	step := func(lagN int64, consume, produce float64, head time.Duration) Decision {
+		k++
+		s := st(float64(k), lagN, consume, produce)
+		s.CommitInterval, s.Source = time.Second, lag.SourceCommits
+		s.HeadAge, s.HeadAgeKnown = head, true
+		return c.Step(s, p, leaseT0.Add(time.Duration(k)*time.Second))
+	}
+	for range 8 {
+		step(800, 800, 800, time.Second) // healthy, a commit behind
+	}
+	for i := range 4 {
+		step(int64(1200+400*i), 400, 800, time.Duration(1+i)*time.Second+500*time.Millisecond)
+	}
+	d := step(400, 2400, 400, time.Second) // the capacity returns
+	if d.IsUnlimited() {
+		t.Fatalf("not limited by the overload: %s (%s)", d.Rule, d.Reason)
+	}
+	prev := 400.0
+	for range 6 {
+		if d.IsUnlimited() {
+			return
+		}
+		// Producers use the rate in force (up to 800/s); the reading
+		// shows the last second's production as lag, and what was
+		// produced the second before as consumed.
+		prod := min(d.Rate, 800)
+		d = step(int64(prod), prev, prod, time.Second)
+		if d.Rule == RuleSaturated || d.Rule == RuleDrain || d.Rule == RuleFollow {
+			t.Fatalf("reading %d, producing %.0f/s: %s at %.0f/s (%s), want a probe", k, prod, d.Rule, d.Rate, d.Reason)
+		}
+		prev = prod
+	}
+	if !d.IsUnlimited() {
+		t.Fatalf("still limited at %.0f/s: %s (%s)", d.Rate, d.Rule, d.Reason)
+	}
+}
