@@ -72,15 +72,24 @@ func (l *lease) leaseEnd(now time.Time) (int64, time.Time, bool) {
 
 // FenceKey is the key of a KV bucket that names the epoch whose leader
 // may write the bucket. It has no dot, so no lease key (always
-// <producer>.<topic> or <kind>.<producer>) can be it.
+// <producer>.<topic> or <kind>.<producer>) can be it. A bucket of one
+// deployment (lagbridge_leases_<name>) is fenced on it; the quota KV,
+// which deployments may share, on DeploymentFenceKey, and earlier
+// versions fenced it on FenceKey too.
 const FenceKey = "lagbridge-fence"
 
+// DeploymentFenceKey is the fence key of the deployment (ha.name) name in
+// a bucket that several deployments may share: "lagbridge-fence/<name>".
+// No lease key has a slash (quotaproto.KVKey escapes it), nor FenceKey.
+func DeploymentFenceKey(name string) string { return FenceKey + "/" + name }
+
 // KVFence makes the broker refuse a deposed leader's writes to a NATS KV
-// bucket. A leader first takes the bucket: it writes its epoch under
-// FenceKey, by compare-and-set, unless a higher epoch holds it. Each of
-// its writes then expects FenceKey's last revision to still be the one it
-// wrote (the Nats-Expected-Last-Subject-Sequence header, checked by the
-// server against FenceKey's subject); the next leader's take changes that
+// bucket. A leader first takes the bucket: it writes its epoch under its
+// fence key (FenceKey, or DeploymentFenceKey), by compare-and-set, unless a
+// higher epoch holds it. Each of its writes then expects the fence key's
+// last revision to still be the one it wrote (the
+// Nats-Expected-Last-Subject-Sequence header, checked by the server
+// against the fence key's subject); the next leader's take changes that
 // revision, so the server refuses every later write of the old one, even
 // one sent after a pause long past its lease. Not safe for concurrent
 // use: one publisher owns it.
@@ -88,15 +97,37 @@ type KVFence struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
 	prefix string // the subject prefix of the bucket's keys
+	key    string // the fence key
+	// legacy, when set, is the fence key earlier versions took
+	// (FenceKey): each take also supersedes it, while it exists.
+	legacy string
 	epoch  int64  // the epoch that took the fence; 0: not taken
-	rev    uint64 // the revision of FenceKey written by the take
+	rev    uint64 // the revision of the fence key written by the take
 }
 
 // NewKVFence returns the fence of the bucket kv (created by the caller, in
-// the account's default JetStream domain).
+// the account's default JetStream domain) on FenceKey: for a bucket only
+// one deployment writes.
 func NewKVFence(js jetstream.JetStream, kv jetstream.KeyValue) *KVFence {
-	return &KVFence{js: js, kv: kv, prefix: "$KV." + kv.Bucket() + "."}
+	return &KVFence{js: js, kv: kv, prefix: "$KV." + kv.Bucket() + ".", key: FenceKey}
 }
+
+// NewDeploymentKVFence returns the fence of the deployment name in the
+// bucket kv, which other deployments may share: its leaders take
+// DeploymentFenceKey(name), so the leaders of two deployments never fence
+// each other out. Each take also supersedes FenceKey when the bucket has
+// it (an earlier version's replicas took it): it writes there the higher
+// of the epoch held and its own, so that the server refuses the writes of
+// a leader of an earlier version from then on, and such a leader cannot
+// take that key back. FenceKey is never created.
+func NewDeploymentKVFence(js jetstream.JetStream, kv jetstream.KeyValue, name string) *KVFence {
+	f := NewKVFence(js, kv)
+	f.key, f.legacy = DeploymentFenceKey(name), FenceKey
+	return f
+}
+
+// Key returns the fence key.
+func (f *KVFence) Key() string { return f.key }
 
 // Put writes value under key for the leader of epoch, taking the fence
 // first if that epoch has not. It returns the key's new revision;
@@ -122,11 +153,11 @@ func (f *KVFence) write(ctx context.Context, epoch int64, key string, value []by
 		m.Header.Set("KV-Operation", "DEL")
 	}
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(f.rev, 10))
-	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, f.prefix+FenceKey)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, f.prefix+f.key)
 	ack, err := f.js.PublishMsg(ctx, m)
 	if wrongRevision(err) {
 		f.epoch, f.rev = 0, 0 // taken by someone else: look again next time
-		return 0, fmt.Errorf("%w: %s in bucket %s: epoch %d no longer holds the fence", ErrFenced, key, f.kv.Bucket(), epoch)
+		return 0, fmt.Errorf("%w: %s in bucket %s: epoch %d no longer holds the fence %s", ErrFenced, key, f.kv.Bucket(), epoch, f.key)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("%s in bucket %s: %w", key, f.kv.Bucket(), err)
@@ -134,35 +165,69 @@ func (f *KVFence) write(ctx context.Context, epoch int64, key string, value []by
 	return ack.Sequence, nil
 }
 
-// take writes epoch under FenceKey unless it holds it already; a higher
-// epoch there refuses it.
+// take writes epoch under the fence key unless it holds it already; a
+// higher epoch there refuses it. It then supersedes the legacy key.
 func (f *KVFence) take(ctx context.Context, epoch int64) error {
 	if f.epoch == epoch && f.rev != 0 {
 		return nil
 	}
 	val := []byte(strconv.FormatInt(epoch, 10))
-	e, err := f.kv.Get(ctx, FenceKey)
+	e, err := f.kv.Get(ctx, f.key)
 	var rev uint64
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		rev, err = f.kv.Create(ctx, FenceKey, val)
+		rev, err = f.kv.Create(ctx, f.key, val)
 	case err != nil:
-		return fmt.Errorf("reading the fence of bucket %s: %w", f.kv.Bucket(), err)
+		return fmt.Errorf("reading the fence %s of bucket %s: %w", f.key, f.kv.Bucket(), err)
 	default:
 		held, perr := strconv.ParseInt(string(e.Value()), 10, 64)
 		if perr == nil && held > epoch {
-			return fmt.Errorf("%w: bucket %s is held by epoch %d, above %d", ErrFenced, f.kv.Bucket(), held, epoch)
+			return fmt.Errorf("%w: bucket %s is held by epoch %d, above %d (fence %s)", ErrFenced, f.kv.Bucket(), held, epoch, f.key)
 		}
-		rev, err = f.kv.Update(ctx, FenceKey, val, e.Revision())
+		rev, err = f.kv.Update(ctx, f.key, val, e.Revision())
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || wrongRevision(err) {
-		return fmt.Errorf("%w: bucket %s was taken while epoch %d took it", ErrFenced, f.kv.Bucket(), epoch)
+		return fmt.Errorf("%w: bucket %s was taken while epoch %d took it (fence %s)", ErrFenced, f.kv.Bucket(), epoch, f.key)
 	}
 	if err != nil {
-		return fmt.Errorf("taking the fence of bucket %s: %w", f.kv.Bucket(), err)
+		return fmt.Errorf("taking the fence %s of bucket %s: %w", f.key, f.kv.Bucket(), err)
+	}
+	if f.legacy != "" {
+		if err := f.supersede(ctx, epoch); err != nil {
+			return err
+		}
 	}
 	f.epoch, f.rev = epoch, rev
 	return nil
+}
+
+// supersede rewrites the legacy fence key, when the bucket has it, with
+// the higher of the epoch it holds and epoch: its revision changes, so the
+// server refuses the later writes of the earlier version's leader that
+// took it, and its epoch never falls, so no such leader takes it back.
+// Until it succeeds the fence is not taken (the write is not sent).
+func (f *KVFence) supersede(ctx context.Context, epoch int64) error {
+	for range 3 {
+		e, err := f.kv.Get(ctx, f.legacy)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading the legacy fence %s of bucket %s: %w", f.legacy, f.kv.Bucket(), err)
+		}
+		val := epoch
+		if held, perr := strconv.ParseInt(string(e.Value()), 10, 64); perr == nil && held > val {
+			val = held
+		}
+		_, err = f.kv.Update(ctx, f.legacy, []byte(strconv.FormatInt(val, 10)), e.Revision())
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !wrongRevision(err) {
+			return fmt.Errorf("superseding the legacy fence %s of bucket %s: %w", f.legacy, f.kv.Bucket(), err)
+		}
+	}
+	return fmt.Errorf("superseding the legacy fence %s of bucket %s: it changed three times in a row", f.legacy, f.kv.Bucket())
 }
 
 // wrongRevision reports whether err is the server's refusal of an

@@ -124,3 +124,63 @@ func TestKVFence(t *testing.T) {
 		}
 	}
 }
+
+// TestDeploymentKVFence: deployments sharing a bucket fence on their own
+// keys: the leaders of two elections, whose epochs are unrelated, never
+// refuse each other, and each is fenced by its own next leader. The key
+// earlier versions took (FenceKey) is not created where it is absent;
+// where it is, every take rewrites it with the highest epoch seen, so an
+// earlier version's leader is refused from then on and cannot take it
+// back.
+func TestDeploymentKVFence(t *testing.T) {
+	js := embedded.JetStreamTest(t)
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "shared"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, aNext, b := NewDeploymentKVFence(js, kv, "a"), NewDeploymentKVFence(js, kv, "a"), NewDeploymentKVFence(js, kv, "b")
+	old := NewKVFence(js, kv)
+	const high, low = 1<<40 + 50, 1<<40 + 2
+	put := func(f *KVFence, epoch int64, key string) error {
+		_, err := f.Put(ctx, epoch, key, []byte("v"))
+		return err
+	}
+	legacy := func() string {
+		e, err := kv.Get(ctx, FenceKey)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return "<none>"
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(e.Value())
+	}
+	steps := []struct {
+		name   string
+		write  func() error
+		fenced bool
+		legacy string // FenceKey's value after the step
+	}{
+		{"a's leader writes", func() error { return put(a, high, "pa.t") }, false, "<none>"},
+		{"b's leader, of a lower epoch, writes too", func() error { return put(b, low, "pb.t") }, false, "<none>"},
+		{"a's next leader takes a's fence", func() error { return put(aNext, high+1, "pa.t") }, false, "<none>"},
+		{"a's deposed leader is refused", func() error { return put(a, high, "pa.t") }, true, "<none>"},
+		{"b's leader is not", func() error { return put(b, low, "pb.t") }, false, "<none>"},
+		{"an earlier version's leader takes FenceKey", func() error { return put(old, 9, "po.t") }, false, "9"},
+		{"b's next leader supersedes it", func() error { return put(NewDeploymentKVFence(js, kv, "b"), low+1, "pb.t") }, false, "1099511627779"},
+		{"the earlier version's leader is refused", func() error { return put(old, 9, "po.t") }, true, "1099511627779"},
+		{"and cannot take FenceKey back", func() error { return put(NewKVFence(js, kv), 9, "po.t") }, true, "1099511627779"},
+		{"a takes over again: FenceKey keeps the highest epoch", func() error { return put(NewDeploymentKVFence(js, kv, "a"), high+2, "pa.t") }, false, "1099511627828"},
+		{"a lower epoch's take does not lower it", func() error { return put(NewDeploymentKVFence(js, kv, "b"), low+2, "pb.t") }, false, "1099511627828"},
+	}
+	for _, st := range steps {
+		err := st.write()
+		if st.fenced != errors.Is(err, ErrFenced) || !st.fenced && err != nil {
+			t.Fatalf("%s: err %v, want fenced %v", st.name, err, st.fenced)
+		}
+		if got := legacy(); got != st.legacy {
+			t.Fatalf("%s: %s holds %q, want %q", st.name, FenceKey, got, st.legacy)
+		}
+	}
+}
