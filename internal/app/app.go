@@ -223,7 +223,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		}
 		streams[nc.Cluster] = enforce.NewStreamEnforcer(js, enforce.StreamEnforcerConfig{Cluster: nc.Cluster, Logger: log, Metrics: em})
 		if cfg.Quota.NATSKV.Cluster == nc.Cluster {
-			pubs = append(pubs, a.el.gate(nc.Cluster, &publish.KVPublisher{JS: js, Bucket: cfg.Quota.NATSKV.Bucket}))
+			pubs = append(pubs, a.el.gate(nc.Cluster, &publish.KVPublisher{JS: js, Bucket: cfg.Quota.NATSKV.Bucket, Deployment: ha.Name, Log: log}))
 		}
 	}
 	if leaseCh == nil {

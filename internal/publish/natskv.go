@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,8 +16,9 @@ import (
 
 // KV publishes every producer's leases to a NATS KV bucket, one key per
 // (producer, topic) as quotaproto.KVKey names it, with a JSON
-// quotaproto.Lease as value. Any NATS client can watch it. Not safe for
-// concurrent use: the quota cycle owns it.
+// quotaproto.Lease as value and, beside the lease's fields, "deployment":
+// the name of the deployment that wrote it (ha.name). Any NATS client can
+// watch it. Not safe for concurrent use: the quota cycle owns it.
 //
 // A key is rewritten when its lease changes (a new version) and, for a
 // lease that stays the same, once its expiry has moved on by the set's
@@ -24,14 +26,50 @@ import (
 // a new version, and a reader of the bucket must never see it expire while
 // the daemon still grants it.
 //
+// Several deployments may share the bucket: each deletes and overwrites
+// only its own keys. A key is its own when its value names its deployment,
+// or names none (an earlier version wrote it: adopted, as that version
+// adopted every key). A key holding another deployment's unexpired lease is
+// left alone, and named once in the log; one whose lease expired (its
+// deployment no longer refreshes it) may be taken over.
+//
 // Under a replica's lease (leader.Fence put the epoch in Publish's
-// context), every write is fenced by the broker (leader.KVFence): once
-// another replica took over, the server refuses this one's writes.
+// context), every write is fenced by the broker on the deployment's own
+// fence key (leader.NewDeploymentKVFence): once another replica of the
+// deployment took over, the server refuses this one's writes.
 type KV struct {
-	kv    jetstream.KeyValue
-	fence *leader.KVFence
-	// last is what was last written per key.
+	kv         jetstream.KeyValue
+	fence      *leader.KVFence
+	deployment string
+	log        *slog.Logger
+	now        func() time.Time
+	// last is what was last written per key: the keys it owns.
 	last map[string]written
+	// foreign holds the keys another deployment's lease holds that this
+	// one leases too, by that deployment's name, once logged.
+	foreign map[string]string
+}
+
+// KVConfig configures a KV.
+type KVConfig struct {
+	// Bucket defaults to quotaproto.DefaultKVBucket.
+	Bucket string
+	// Deployment names the deployment (ha.name); default
+	// DefaultDeployment.
+	Deployment string
+	// Log receives the keys left to other deployments; nil: discarded.
+	Log *slog.Logger
+}
+
+// DefaultDeployment is the deployment name of a KV with none (ha.name's
+// default).
+const DefaultDeployment = "lagbridge"
+
+// kvLease is a lease as the bucket holds it: the deployment that wrote
+// it beside the lease's fields (readers ignore what they do not know).
+type kvLease struct {
+	quotaproto.Lease
+	Deployment string `json:"deployment,omitempty"`
 }
 
 // written is the version and expiry of the lease last written to a key;
@@ -52,34 +90,74 @@ func (w written) stale(l quotaproto.Lease, refresh time.Duration) bool {
 	return moved > 0 && moved >= refresh
 }
 
-// NewKV creates (or reuses) the bucket. Keys left by an earlier run are
-// adopted, so leases that no longer exist are deleted at the first Publish.
-func NewKV(ctx context.Context, js jetstream.JetStream, bucket string) (*KV, error) {
-	if bucket == "" {
-		bucket = quotaproto.DefaultKVBucket
+// NewKV creates (or reuses) the bucket. The keys of this deployment left by
+// an earlier run are adopted, so its leases that no longer exist are
+// deleted at the first Publish.
+func NewKV(ctx context.Context, js jetstream.JetStream, cfg KVConfig) (*KV, error) {
+	if cfg.Bucket == "" {
+		cfg.Bucket = quotaproto.DefaultKVBucket
+	}
+	if cfg.Deployment == "" {
+		cfg.Deployment = DefaultDeployment
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: bucket, History: 1, Description: "lagbridge producer quotas: <producer>.<topic> -> lease (JSON)",
+		Bucket: cfg.Bucket, History: 1, Description: "lagbridge producer quotas: <producer>.<topic> -> lease (JSON, with the deployment that wrote it)",
 	})
 	if err != nil {
-		return nil, fmt.Errorf("quota KV bucket %q: %w", bucket, err)
+		return nil, fmt.Errorf("quota KV bucket %q: %w", cfg.Bucket, err)
 	}
-	p := &KV{kv: kv, fence: leader.NewKVFence(js, kv), last: map[string]written{}}
-	keys, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list quota KV keys: %w", err)
-	}
-	for k := range keys.Keys() {
-		if k != leader.FenceKey {
-			p.last[k] = written{}
-		}
+	p := &KV{kv: kv, fence: leader.NewDeploymentKVFence(js, kv, cfg.Deployment), deployment: cfg.Deployment,
+		log: cfg.Log, now: time.Now, last: map[string]written{}, foreign: map[string]string{}}
+	if err := p.adopt(ctx); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
 
+// adopt reads every key of the bucket and adopts this deployment's.
+func (p *KV) adopt(ctx context.Context) error {
+	w, err := p.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("read quota KV keys: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("read quota KV keys: %w", context.Cause(ctx))
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("read quota KV keys: the watcher closed")
+			}
+			if e == nil {
+				return nil // every key read
+			}
+			if _, _, err := quotaproto.ParseKVKey(e.Key()); err != nil {
+				continue // a fence key, or not a lease
+			}
+			if owner, _, ok := decodeOwner(e.Value()); ok && (owner == "" || owner == p.deployment) {
+				p.last[e.Key()] = written{}
+			}
+		}
+	}
+}
+
+// decodeOwner returns the deployment that wrote a lease value and the
+// lease's expiry; ok is false when the value is no lease.
+func decodeOwner(b []byte) (owner string, expires time.Time, ok bool) {
+	var l kvLease
+	if err := json.Unmarshal(b, &l); err != nil {
+		return "", time.Time{}, false
+	}
+	return l.Deployment, l.ExpiresAt, true
+}
+
 // Publish writes the leases that changed or whose written expiry fell a
-// refresh interval behind, and deletes the keys of leases that are gone.
-// It returns how many keys it wrote and deleted.
+// refresh interval behind, and deletes the keys of this deployment's
+// leases that are gone. It returns how many keys it wrote and deleted.
 func (p *KV) Publish(ctx context.Context, sets []quotaproto.LeaseSet) (wrote, deleted int, err error) {
 	seen := make(map[string]bool, len(p.last))
 	var errs []error
@@ -88,10 +166,20 @@ func (p *KV) Publish(ctx context.Context, sets []quotaproto.LeaseSet) (wrote, de
 		for _, l := range s.Leases {
 			k := quotaproto.KVKey(s.Producer, l.Topic)
 			seen[k] = true
-			if w, ok := p.last[k]; ok && !w.stale(l, refresh) {
+			w, ours := p.last[k]
+			if ours && !w.stale(l, refresh) {
 				continue
 			}
-			b, _ := json.Marshal(l)
+			if !ours {
+				free, err := p.claim(ctx, k, s.Producer, l.Topic)
+				if err != nil {
+					errs = append(errs, err)
+				}
+				if !free {
+					continue
+				}
+			}
+			b, _ := json.Marshal(kvLease{Lease: l, Deployment: p.deployment})
 			if err := p.put(ctx, k, b); err != nil {
 				if errors.Is(err, leader.ErrFenced) {
 					return wrote, deleted, err // no later write would land either
@@ -118,6 +206,33 @@ func (p *KV) Publish(ctx context.Context, sets []quotaproto.LeaseSet) (wrote, de
 		deleted++
 	}
 	return wrote, deleted, errors.Join(errs...)
+}
+
+// claim reports whether the key k, not (or no longer) this deployment's,
+// may be written: it is free unless another deployment's unexpired lease
+// holds it, which is named once in the log. Two deployments leasing one
+// producer on one topic in one bucket is a conflict of configuration:
+// the producer reads one lease per topic from the bucket.
+func (p *KV) claim(ctx context.Context, k, producer, topic string) (bool, error) {
+	e, err := p.kv.Get(ctx, k)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		delete(p.foreign, k)
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", k, err)
+	}
+	owner, expires, ok := decodeOwner(e.Value())
+	if !ok || owner == "" || owner == p.deployment || !expires.After(p.now()) {
+		delete(p.foreign, k)
+		return true, nil
+	}
+	if p.foreign[k] != owner {
+		p.foreign[k] = owner
+		p.log.Warn("quota KV lease left alone: another deployment on the bucket leases this producer on this topic (give each producer id and topic to one deployment per bucket, or give the deployments their own quota.natsKV.bucket)",
+			"bucket", p.kv.Bucket(), "key", k, "producer", producer, "topic", topic, "deployment", p.deployment, "other_deployment", owner)
+	}
+	return false, nil
 }
 
 // put writes a key, fenced when ctx carries a leader's epoch.

@@ -21,7 +21,7 @@ func TestKVFenced(t *testing.T) {
 	nextKV := func() *KV {
 		if next == nil {
 			var err error
-			if next, err = NewKV(ctx(t), js, ""); err != nil {
+			if next, err = NewKV(ctx(t), js, KVConfig{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -80,14 +80,14 @@ func TestKVFenced(t *testing.T) {
 		}
 	}
 	// A replica adopting the bucket leaves the fence key alone.
-	again, err := NewKV(ctx(t), js, "")
+	again, err := NewKV(ctx(t), js, KVConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := again.Publish(leader.WithEpoch(ctx(t), 9), set(7, "orders")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bucket.Get(ctx(t), leader.FenceKey); err != nil {
+	if _, err := bucket.Get(ctx(t), leader.DeploymentFenceKey(DefaultDeployment)); err != nil {
 		t.Errorf("fence key after an adopting publish: %v", err)
 	}
 }

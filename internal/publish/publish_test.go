@@ -166,7 +166,7 @@ func TestClientQuotasOwned(t *testing.T) {
 func newKV(t *testing.T) (jetstream.JetStream, *KV) {
 	t.Helper()
 	js := embedded.JetStreamTest(t)
-	kv, err := NewKV(ctx(t), js, "")
+	kv, err := NewKV(ctx(t), js, KVConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestKV(t *testing.T) {
 		t.Fatalf("unchanged publish wrote %d deleted %d", w, d)
 	}
 	// A restarted daemon adopts the keys and deletes what it no longer has.
-	kv2, err := NewKV(ctx(t), js, "")
+	kv2, err := NewKV(ctx(t), js, KVConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,12 @@ type Snapshot struct {
 type KVPublisher struct {
 	JS     jetstream.JetStream
 	Bucket string
-	kv     *KV
+	// Deployment names this deployment (ha.name): it owns the bucket's
+	// keys that name it (see KV). Default DefaultDeployment.
+	Deployment string
+	// Log receives the keys left to other deployments; nil: discarded.
+	Log *slog.Logger
+	kv  *KV
 }
 
 // Name implements Publisher.
@@ -53,7 +58,7 @@ func (p *KVPublisher) Reset() { p.kv = nil }
 // Publish implements Publisher.
 func (p *KVPublisher) Publish(ctx context.Context, s Snapshot) error {
 	if p.kv == nil {
-		kv, err := NewKV(ctx, p.JS, p.Bucket)
+		kv, err := NewKV(ctx, p.JS, KVConfig{Bucket: p.Bucket, Deployment: p.Deployment, Log: p.Log})
 		if err != nil {
 			return err
 		}
