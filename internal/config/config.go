@@ -143,7 +143,10 @@ type Quota struct {
 }
 
 // NATSKV names the NATS cluster (one of nats[].cluster) and bucket that
-// receive the leases. Empty Cluster: not published.
+// receive the leases. Empty Cluster: not published. Deployments with
+// different ha.name (with or without ha) may share a bucket: each lease
+// names the deployment that wrote it, and a daemon deletes and overwrites
+// only its own deployment's (internal/publish.KV).
 type NATSKV struct {
 	Cluster string `mapstructure:"cluster"`
 	// Bucket defaults to lagbridge-quotas; NATS allows letters, digits,

@@ -24,7 +24,10 @@ type HA struct {
 	// lagbridge_leader_<Name> and lagbridge_shards_<Name>. Replicas
 	// sharing a Name elect one leader per cluster; deployments with
 	// different Names on one broker are independent, and may use
-	// different sessions. Default "lagbridge".
+	// different sessions. It also names the deployment in the quota KV
+	// bucket (quota.natsKV), with or without ha: a daemon deletes and
+	// overwrites only the leases that name it, and with ha fences on the
+	// key lagbridge-fence/<Name>. Default "lagbridge".
 	Name string `mapstructure:"name"`
 	// SessionTimeout is how long a silent leader keeps its place before
 	// another replica takes over: a new leader publishes within it plus
