@@ -195,6 +195,14 @@ func (p *KV) Publish(ctx context.Context, sets []quotaproto.LeaseSet) (wrote, de
 		if seen[k] {
 			continue
 		}
+		if mine, err := p.stillMine(ctx, k); err != nil || !mine {
+			if err != nil {
+				errs = append(errs, err)
+			} else {
+				delete(p.last, k) // another deployment wrote it since
+			}
+			continue
+		}
 		if err := p.delete(ctx, k); err != nil {
 			if errors.Is(err, leader.ErrFenced) {
 				return wrote, deleted, err
@@ -206,6 +214,23 @@ func (p *KV) Publish(ctx context.Context, sets []quotaproto.LeaseSet) (wrote, de
 		deleted++
 	}
 	return wrote, deleted, errors.Join(errs...)
+}
+
+// stillMine reports whether the key k, which this deployment wrote or
+// adopted, still holds its lease (or an earlier version's, or nothing)
+// before it deletes it: two deployments that created one key at the same
+// moment both believe they own it, and the one that lost must not delete
+// the other's.
+func (p *KV) stillMine(ctx context.Context, k string) (bool, error) {
+	e, err := p.kv.Get(ctx, k)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", k, err)
+	}
+	owner, _, ok := decodeOwner(e.Value())
+	return !ok || owner == "" || owner == p.deployment, nil
 }
 
 // claim reports whether the key k, not (or no longer) this deployment's,

@@ -84,8 +84,9 @@ func (s *syncBuffer) count(sub string) int {
 // deletes only its own keys, at its first publish after a start as at
 // every later one; a key another deployment leases is left alone (and
 // named once in the log) until that lease expires; a key an earlier
-// version wrote (no deployment named) is adopted. On a bucket shared as
-// before, the second deployment to start deleted the first one's keys.
+// version wrote (no deployment named) is adopted; a key another
+// deployment wrote last is not deleted. On a bucket shared as before, the
+// second deployment to start deleted the first one's keys.
 func TestKVDeployments(t *testing.T) {
 	js := embedded.JetStreamTest(t)
 	var logs syncBuffer
@@ -148,6 +149,20 @@ func TestKVDeployments(t *testing.T) {
 	publish(b, leases(5, "shared", "orders"))
 	if l, _ := bucket().get("shared", "orders"); l.Deployment != "b" || l.Version != 5 {
 		t.Errorf("shared.orders past a's expiry: %+v, want b's version 5", l)
+	}
+	// a and b create one key at the same moment (played here by b's
+	// write landing right after a's): a, which lost, does not delete b's
+	// lease when it drops its own.
+	publish(a, leases(6, "pa", "orders"), leases(6, "race", "orders"))
+	raced, _ := json.Marshal(kvLease{Lease: leases(6, "race", "orders").Leases[0], Deployment: "b"})
+	if _, err := bucket().kv.Put(ctx(t), quotaproto.KVKey("race", "orders"), raced); err != nil {
+		t.Fatal(err)
+	}
+	if _, d := publish(a, leases(7, "pa", "orders")); d != 0 {
+		t.Errorf("a dropping race.orders, which b wrote last, deleted %d keys, want 0", d)
+	}
+	if l, ok := bucket().get("race", "orders"); !ok || l.Deployment != "b" {
+		t.Errorf("race.orders after a dropped it: %+v (present %v), want b's", l, ok)
 	}
 }
 
