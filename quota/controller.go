@@ -740,6 +740,20 @@ func (c *Controller) keepsUpAtCommits(tc *control, v *reading) bool {
 	return v.wait <= v.engageWait/2 || (tc.floor >= v.dt/2 && v.prevProduced > 0 && v.consumed >= keepUpRatio*v.prevProduced)
 }
 
+// behindWait is the standing wait of a consumer whose commits run most of
+// an observation behind (tc.floor, when it is over twice the engage wait:
+// a 1 s auto-commit read every second shows 0.9-1.0 s), else 0, seconds: a
+// head that old shows no queue. A smaller standing wait is within what
+// the engage wait allows already, and taking it in would see a capacity
+// drop one engage wait later (TestSimCommitCadence: a 250 ms auto-commit
+// read every 250 ms let in 300 messages after the drop, bound 200).
+func behindWait(tc *control, v *reading) float64 {
+	if tc.floor > 2*v.engageWait {
+		return tc.floor
+	}
+	return 0
+}
+
 // unlearnedWait is the standing wait, seconds, assumed for an unlimited
 // target read through commits in its first readings, before its own is
 // learned (floorLearn healthy readings; the cadence, from which it is
@@ -909,7 +923,7 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 			if w := tc.prevMove; w.span > 0 {
 				v.prevProduced = w.produced / w.span
 			}
-			if w := tc.prevMove; w.span > 0 && st.HeadAge.Seconds()-max(cadence/2, tc.floor) <= v.engageWait {
+			if w := tc.prevMove; w.span > 0 && st.HeadAge.Seconds()-behindWait(tc, v) <= v.engageWait {
 				if avg := (own.msgs + w.msgs) / (span + w.span); avg > v.consumed {
 					span += w.span
 					v.consumed, v.span = avg, span
