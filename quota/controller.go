@@ -640,6 +640,10 @@ type reading struct {
 	// over the move before, msg/s (0: unknown), for positions read from
 	// commits as often as observations.
 	spanProduced, prevProduced float64
+	// keptTwo: over this move and the one before (which span at least
+	// two commits), the consumer consumed keepUpRatio of what was
+	// produced (a position read from commits as often as observations).
+	keptTwo bool
 	// blind: the position is an estimate between the commits of a
 	// consumer that was caught up at its last commit (see
 	// caughtUpAtCommit).
@@ -768,7 +772,7 @@ func behindWait(tc *control, v *reading) float64 {
 // standing wait.
 func unlearnedWait(tc *control, v *reading) float64 {
 	startup := tc.floorSeen < floorLearn && tc.learnedSeen <= floorLearn && tc.measuredSeen <= 2*floorLearn
-	if !startup || !v.keepsUp || !fromCommitsCadence(v) {
+	if !startup || !(v.keepsUp || v.keptTwo) || !fromCommitsCadence(v) {
 		return 0
 	}
 	return max(max(v.engageWait, v.dt)-tc.floor, 0)
@@ -809,7 +813,10 @@ func waitOf(v *reading) float64 {
 // the capacity the consumer showed when it was last saturated, raised by
 // any higher rate it consumed since.
 func (c *Controller) judge(tc *control, v *reading) {
-	kept := v.keepsUp // as measured: consumed against produced
+	// As measured: consumed against produced, over this move or, for
+	// commits read as often as observations, this move and the one
+	// before (one of them may hold no commit).
+	kept := v.keepsUp || v.keptTwo
 	v.keepsUp = v.keepsUp || (v.measured && (v.backlog <= 0 || c.keepsUpAtCommits(tc, v)))
 	v.spare = v.binding && v.keepsUp && v.consumed < (1-c.cfg.StepThreshold)*tc.ceiling && v.backlog <= v.engageWait*tc.ceiling
 	// Whether work is queued: the wait, less the standing wait the
@@ -824,7 +831,7 @@ func (c *Controller) judge(tc *control, v *reading) {
 	// one interval is believed: the head age lags the wait by the time
 	// the queue took to form.)
 	queued, raw := v.wait, v.rawWait
-	if v.commits && v.headKnown && (v.keepsUp || v.span > 1.5*v.dt) {
+	if v.commits && v.headKnown && (v.keepsUp || v.keptTwo || v.span > 1.5*v.dt) {
 		queued, raw = min(queued, v.headAge-tc.floor), min(raw, v.headAge)
 	}
 	v.queued = max(queued, 0)
@@ -922,6 +929,7 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 			own := moveWindow{msgs: v.consumed * span, produced: produced, span: span}
 			if w := tc.prevMove; w.span > 0 {
 				v.prevProduced = w.produced / w.span
+				v.keptTwo = own.msgs+w.msgs >= keepUpRatio*(own.produced+w.produced)
 			}
 			if w := tc.prevMove; w.span > 0 && st.HeadAge.Seconds()-behindWait(tc, v) <= v.engageWait {
 				if avg := (own.msgs + w.msgs) / (span + w.span); avg > v.consumed {

@@ -1118,3 +1118,28 @@ func TestControllerOneSecondCommitsProbe(t *testing.T) {
 		t.Fatalf("still limited at %.0f/s: %s (%s)", d.Rate, d.Rule, d.Reason)
 	}
 }
+
+// TestControllerOneSecondCommitsAlternateHealthy: the consumer of
+// TestControllerOneSecondCommitsAlternate whose commits alternate between
+// everything and a few records from its first readings on (its timer a
+// little off the daemon's; lagbridge bench): no reading on its own keeps
+// up (one consumed 3 msg/s of 800, the next 1,597), but every two do, and
+// its standing wait is learned from them. Before, it was learned only from
+// readings that kept up on their own, the ones right after a full commit
+// (a wait of 0), and the next low reading drained the healthy consumer:
+// capacity 66 msg/s, a wait of 11.5 s.
+func TestControllerOneSecondCommitsAlternateHealthy(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	c := newCtl(t, ControllerConfig{})
+	for k := 1; k <= 16; k++ {
+		s := st(float64(k), 3, 1597, 800)
+		if k%2 == 0 {
+			s = st(float64(k), 797, 3, 800)
+			s.HeadAge = 997 * time.Millisecond
+		}
+		s.CommitInterval, s.Source, s.HeadAgeKnown = time.Second, lag.SourceCommits, true
+		if d := c.Step(s, p, leaseT0.Add(time.Duration(k)*time.Second)); !d.IsUnlimited() {
+			t.Fatalf("reading %d: %s at %.0f/s (%s), want unlimited", k, d.Rule, d.Rate, d.Reason)
+		}
+	}
+}
