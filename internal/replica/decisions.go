@@ -97,21 +97,8 @@ func (r *Replicator) followDecisions(v []byte) {
 		// adopt nor a sign of another leader's life.
 		return
 	}
-	r.mu.Lock()
-	if rec.At.After(r.lastLeader) {
-		r.lastLeader = rec.At
-	}
-	fresh := r.cfg.Silence > 0 && time.Since(rec.At) <= r.cfg.Silence
-	if fresh {
-		r.acted = false
-	}
-	r.mu.Unlock()
-	if r.sink.isLeading() || time.Since(rec.At) > r.cfg.Lifetime {
+	if !r.heard(rec.At) || time.Since(rec.At) > r.cfg.Lifetime {
 		return
-	}
-	if fresh && r.sink.act(false, 0) {
-		r.eng.StandIn(false)
-		r.cfg.Log.Info("a leader writes the lease state again: serving its lease sets")
 	}
 	ds := make([]quota.Decision, len(rec.Rates))
 	for i, tr := range rec.Rates {
@@ -124,6 +111,32 @@ func (r *Replicator) followDecisions(v []byte) {
 	r.leaderDs, r.leaderAt = ds, rec.At
 	r.mu.Unlock()
 	r.eng.Follow(ds)
+}
+
+// heard dates the leader's last sign of life at at and, when that is
+// fresh, ends this follower's standing in, in one step against
+// checkSilence (Replicator.standMu). It reports whether this replica
+// follows.
+func (r *Replicator) heard(at time.Time) bool {
+	r.standMu.Lock()
+	defer r.standMu.Unlock()
+	r.mu.Lock()
+	if at.After(r.lastLeader) {
+		r.lastLeader = at
+	}
+	fresh := r.cfg.Silence > 0 && time.Since(at) <= r.cfg.Silence
+	if fresh {
+		r.acted = false
+	}
+	r.mu.Unlock()
+	if r.sink.isLeading() {
+		return false
+	}
+	if fresh && r.sink.act(false, 0) {
+		r.eng.StandIn(false)
+		r.cfg.Log.Info("a leader writes the lease state again: serving its lease sets")
+	}
+	return true
 }
 
 // followLast gives the engine the last leader's decisions read once more,

@@ -110,6 +110,12 @@ type Replicator struct {
 	acted      bool
 	tick       time.Time
 	quiet      time.Time
+	// standMu makes a follower's decision to stand in (checkSilence, the
+	// role goroutine) and its start one step against a leader's record
+	// (followDecisions, the channel's): a fresh record read meanwhile
+	// would otherwise be overrun by a stand-in decided before it. Taken
+	// before mu.
+	standMu sync.Mutex
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -273,6 +279,8 @@ func (r *Replicator) checkSilence(now time.Time) {
 		r.quiet = now.Add(r.cfg.Silence)
 	}
 	r.tick = now
+	r.standMu.Lock()
+	defer r.standMu.Unlock()
 	r.mu.Lock()
 	last, synced, base := r.lastLeader, r.synced, r.maxVersion
 	silent := synced && !last.IsZero() && now.Sub(last) > r.cfg.Silence && now.After(r.quiet)
@@ -462,6 +470,10 @@ type sink struct {
 	// or a replicated one served after those under a version above them,
 	// so that a producer's served version never goes back.
 	acts map[string]acted
+	// beforeAct, when set (tests), runs as act is called, before it
+	// takes mu: the moment a record read on the channel's goroutine may
+	// slip between a follower's decision and its start.
+	beforeAct func(on bool)
 }
 
 // acted is a version the follower's hub serves: version, standing for the
@@ -527,6 +539,9 @@ func (s *sink) serve(set quotaproto.LeaseSet, own bool) bool {
 // act starts (on) or stops serving the engine's sets while following, and
 // reports whether that changed; base is the highest version read.
 func (s *sink) act(on bool, base uint64) bool {
+	if s.beforeAct != nil {
+		s.beforeAct(on)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.leading || on == s.acting {
