@@ -2,13 +2,21 @@ package replica
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lagbridge/lagbridge/internal/embedded"
+	"github.com/lagbridge/lagbridge/internal/engine"
 	"github.com/lagbridge/lagbridge/internal/leader"
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+	"github.com/lagbridge/lagbridge/quota"
 )
 
 // TestNATSChannelFenced: on the lease state's KV bucket, a leader's
@@ -49,5 +57,33 @@ func TestNATSChannelFenced(t *testing.T) {
 	}
 	if _, err := kv.Get(ctx, leader.FenceKey); errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("no fence key in the bucket: the leaders did not take it")
+	}
+}
+
+// TestFenceKeysSkipped: the lease state's bucket may hold fence keys, the
+// one its leaders take (leader.FenceKey) and, were a bucket shared, a
+// deployment's (leader.DeploymentFenceKey, whose name may have dots):
+// none is read as a set, a report or a decisions record.
+func TestFenceKeysSkipped(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	hub := quotaserver.NewHub()
+	t.Cleanup(hub.Close)
+	r := New(Config{Elector: &role{}, Hub: hub, Lifetime: time.Minute, Silence: time.Second, Log: log})
+	eng, err := engine.New(engine.Config{Hub: r.Sink(), Logger: log, Lease: quota.LeaseConfig{Interval: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetEngine(eng)
+	set, err := json.Marshal(setRecord{Set: quotaproto.LeaseSet{Producer: "s", Version: 9}, At: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{leader.FenceKey, leader.DeploymentFenceKey("prod"), leader.DeploymentFenceKey("eu.s"), leader.DeploymentFenceKey("s.s")} {
+		r.apply(k, set)
+		r.apply(k, []byte("7"))
+		r.apply(k, nil)
+	}
+	if _, _, ok := hub.Current("s"); ok || len(r.setKeys) > 0 || r.maxVersion > 0 || !r.lastLeader.IsZero() {
+		t.Errorf("a fence key was read as lease state: served %v, set keys %v, max version %d", ok, r.setKeys, r.maxVersion)
 	}
 }
