@@ -72,8 +72,9 @@ type natsChannel struct {
 	bucket string
 	mu     sync.Mutex
 	kv     jetstream.KeyValue // nil until opened
-	// fence is used by the leader's writes, on the engine's publishing
-	// goroutine only.
+	// fence is used by the leader's writes (the engine's publishing
+	// goroutine and the decisions one), one at a time (fmu).
+	fmu   sync.Mutex
 	fence *leader.KVFence
 }
 
@@ -104,6 +105,8 @@ func (n *natsChannel) Put(ctx context.Context, key string, value []byte) error {
 		return err
 	}
 	if epoch, ok := leader.EpochOf(ctx); ok {
+		n.fmu.Lock()
+		defer n.fmu.Unlock()
 		_, err = n.fence.Put(ctx, epoch, key, value)
 		return err
 	}
@@ -117,7 +120,9 @@ func (n *natsChannel) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	if epoch, ok := leader.EpochOf(ctx); ok {
+		n.fmu.Lock()
 		err = n.fence.Delete(ctx, epoch, key)
+		n.fmu.Unlock()
 	} else {
 		err = kv.Delete(ctx, key)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/lagbridge/lagbridge/internal/leader"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
 )
@@ -27,6 +28,11 @@ type decisionsRecord struct {
 	// By identifies the writing replica (Replicator.self): a replica
 	// reads its own records back, late, after its lease lapsed too.
 	By string `json:"by,omitempty"`
+	// Rewriting: the leader took over and has not yet written all its
+	// sets. The record is a sign of its life, but does not end a
+	// follower's standing in: the sets it would serve instead may still
+	// be the lost leader's.
+	Rewriting bool `json:"rw,omitempty"`
 }
 
 // targetRate is a target's allowed rate, msg/s (nil: unlimited), and
@@ -37,10 +43,40 @@ type targetRate struct {
 	Capacity float64    `json:"c,omitempty"`
 }
 
-// writeDecisions writes the leader's decisions when they changed or the
-// last write is an interval old (a steady leader's record stays fresh).
-// Called by Publish, on the engine's publishing goroutine, while leading.
-func (r *Replicator) writeDecisions(ctx context.Context, now time.Time) error {
+// kickDecisions wakes the decisions goroutine (beat).
+func (r *Replicator) kickDecisions() {
+	select {
+	case r.decide <- struct{}{}:
+	default:
+	}
+}
+
+// beat, on the decisions goroutine, writes the leader's decisions while
+// this replica leads: every interval (tick), so that a steady leader's
+// record stays fresh whatever else it writes, and when they changed.
+func (r *Replicator) beat(ctx context.Context, tick bool) {
+	fctx, cancel, lead := leader.Fence(ctx, r.cfg.Elector, time.Now())
+	defer cancel()
+	if !lead || !r.sink.isLeading() {
+		r.decided = nil
+		return
+	}
+	wctx, wcancel := context.WithTimeout(fctx, 10*time.Second)
+	defer wcancel()
+	err := r.writeDecisions(wctx, time.Now(), tick)
+	switch {
+	case err != nil && ctx.Err() == nil && !r.failing:
+		r.cfg.Log.Warn("writing the leader's decisions to the lease state", "err", err)
+		r.failing = true
+	case err == nil && r.failing:
+		r.cfg.Log.Info("writing the leader's decisions to the lease state recovered")
+		r.failing = false
+	}
+}
+
+// writeDecisions writes the leader's decisions when they changed, or
+// always (force).
+func (r *Replicator) writeDecisions(ctx context.Context, now time.Time, force bool) error {
 	ds, _ := r.eng.Quotas()
 	rates := make([]targetRate, len(ds))
 	for i, d := range ds {
@@ -53,12 +89,13 @@ func (r *Replicator) writeDecisions(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	if bytes.Equal(sum, r.decided) && now.Sub(r.decidedAt) < r.cfg.Interval {
+	rw := r.rewriting.Load()
+	if !force && bytes.Equal(sum, r.decided) && rw == r.decidedRw {
 		return nil
 	}
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(decisionsRecord{At: now, Rates: rates, By: r.self}); err != nil {
+	if err := json.NewEncoder(zw).Encode(decisionsRecord{At: now, Rates: rates, By: r.self, Rewriting: rw}); err != nil {
 		return err
 	}
 	if err := zw.Close(); err != nil {
@@ -67,7 +104,7 @@ func (r *Replicator) writeDecisions(ctx context.Context, now time.Time) error {
 	if err := r.cfg.Channel.Put(ctx, decisionsKey, buf.Bytes()); err != nil {
 		return err
 	}
-	r.decided, r.decidedAt = sum, now
+	r.decided, r.decidedRw = sum, rw
 	return nil
 }
 
@@ -97,7 +134,7 @@ func (r *Replicator) followDecisions(v []byte) {
 		// adopt nor a sign of another leader's life.
 		return
 	}
-	if !r.heard(rec.At) || time.Since(rec.At) > r.cfg.Lifetime {
+	if !r.heard(rec.At, rec.Rewriting) || time.Since(rec.At) > r.cfg.Lifetime {
 		return
 	}
 	ds := make([]quota.Decision, len(rec.Rates))
@@ -114,17 +151,20 @@ func (r *Replicator) followDecisions(v []byte) {
 }
 
 // heard dates the leader's last sign of life at at and, when that is
-// fresh, ends this follower's standing in, in one step against
-// checkSilence (Replicator.standMu). It reports whether this replica
-// follows.
-func (r *Replicator) heard(at time.Time) bool {
+// fresh and the leader's sets are written (not rewriting), ends this
+// follower's standing in, in one step against checkSilence
+// (Replicator.standMu). It reports whether this replica follows.
+func (r *Replicator) heard(at time.Time, rewriting bool) bool {
 	r.standMu.Lock()
 	defer r.standMu.Unlock()
 	r.mu.Lock()
 	if at.After(r.lastLeader) {
 		r.lastLeader = at
 	}
-	fresh := r.cfg.Silence > 0 && time.Since(at) <= r.cfg.Silence
+	if !rewriting && at.After(r.lastSets) {
+		r.lastSets = at
+	}
+	fresh := r.cfg.Silence > 0 && time.Since(at) <= r.cfg.Silence && !rewriting
 	if fresh {
 		r.acted = false
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -92,21 +93,30 @@ type Replicator struct {
 	// The publishing goroutine's own state.
 	led     bool
 	written map[string]writtenSet
+	// rewriting: this replica took over and has not yet written every
+	// set since (Publish); its decisions records say so
+	// (decisionsRecord.Rewriting). decide wakes the decisions goroutine.
+	rewriting atomic.Bool
+	decide    chan struct{}
 	// leaderDs are the last leader decisions read (followDecisions),
 	// written at leaderAt, until a takeover used them (followLast);
 	// under mu.
 	leaderDs []quota.Decision
 	leaderAt time.Time
-	// decided is the last decisions written (their rates, JSON), and
-	// decidedAt when.
+	// The decisions goroutine's own state (beat): the last decisions
+	// written (their rates, JSON), whether as rewriting, and whether the
+	// last write failed.
 	decided   []byte
-	decidedAt time.Time
+	decidedRw bool
+	failing   bool
 	// lastLeader is when the newest leader's decisions record read was
-	// written; acted: this replica served its own sets since (see
-	// Config.Silence); under mu. tick and quiet belong to checkRole: the
+	// written, lastSets the newest not written while rewriting; acted:
+	// this replica served its own sets since (see Config.Silence); under
+	// mu. tick and quiet belong to checkRole: the
 	// time of its last run, and until when a replica that was not
 	// running (paused) waits before it takes the leader for silent.
 	lastLeader time.Time
+	lastSets   time.Time
 	acted      bool
 	tick       time.Time
 	quiet      time.Time
@@ -139,7 +149,7 @@ func New(cfg Config) *Replicator {
 	var self [8]byte
 	_, _ = rand.Read(self[:]) // never fails (crypto/rand)
 	return &Replicator{cfg: cfg, self: hex.EncodeToString(self[:]), sink: sink{hub: cfg.Hub, own: map[string]quotaproto.LeaseSet{}, acts: map[string]acted{}},
-		setKeys: map[string]bool{}, pending: map[string]reportRecord{}, kick: make(chan struct{}, 1), stop: func() {}}
+		setKeys: map[string]bool{}, pending: map[string]reportRecord{}, kick: make(chan struct{}, 1), decide: make(chan struct{}, 1), stop: func() {}}
 }
 
 // Sink is the hub to give the engine (engine.Config.Hub): the engine's sets
@@ -174,8 +184,8 @@ func (r *Replicator) Synced() bool {
 	return r.synced
 }
 
-// Start reads the channel, writes the reports and follows the role until
-// Close: three goroutines.
+// Start reads the channel, writes the reports, writes the leader's
+// decisions and follows the role until Close: four goroutines.
 func (r *Replicator) Start(ctx context.Context) {
 	ctx, r.stop = context.WithCancel(ctx)
 	r.wg.Go(func() {
@@ -218,6 +228,24 @@ func (r *Replicator) Start(ctx context.Context) {
 		}
 	})
 	r.wg.Go(func() {
+		// The decisions record is the leader's sign of life: on its own
+		// timer, never behind the sets (or other publishers) however
+		// long they take to write.
+		t := time.NewTicker(r.cfg.Interval)
+		defer t.Stop()
+		for {
+			tick := false
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				tick = true
+			case <-r.decide:
+			}
+			r.beat(ctx, tick)
+		}
+	})
+	r.wg.Go(func() {
 		t := time.NewTicker(r.cfg.Interval)
 		defer t.Stop()
 		for {
@@ -255,6 +283,8 @@ func (r *Replicator) checkRole() {
 	if lead {
 		r.followLast()
 		r.eng.StandIn(false)
+		// Until Publish wrote every set, the records say so.
+		r.rewriting.Store(true)
 	}
 	r.sink.lead(lead)
 	if lead {
@@ -282,12 +312,19 @@ func (r *Replicator) checkSilence(now time.Time) {
 	r.standMu.Lock()
 	defer r.standMu.Unlock()
 	r.mu.Lock()
-	last, synced, base := r.lastLeader, r.synced, r.maxVersion
+	last, sets, synced, base := r.lastLeader, r.lastSets, r.synced, r.maxVersion
 	silent := synced && !last.IsZero() && now.Sub(last) > r.cfg.Silence && now.After(r.quiet)
+	// A leader that took over writes while it rewrites its sets: a
+	// stand-in holds until they are written rather than serve the lost
+	// leader's meanwhile.
+	hold := !silent && r.acted && !last.IsZero() && now.Sub(last) <= r.cfg.Silence && now.Sub(sets) > r.cfg.Silence
 	if silent {
 		r.acted = true
 	}
 	r.mu.Unlock()
+	if hold {
+		return
+	}
 	if r.sink.act(silent, base) {
 		r.eng.StandIn(silent)
 		if silent {
@@ -401,13 +438,15 @@ func (r *Replicator) Publish(ctx context.Context, s publish.Snapshot) error {
 		return nil
 	}
 	if !r.led {
-		r.led, r.written, r.decided = true, map[string]writtenSet{}, nil
+		r.led, r.written = true, map[string]writtenSet{}
+		r.rewriting.Store(true)
 		r.mu.Lock()
 		for p := range r.setKeys {
 			r.written[p] = writtenSet{}
 		}
 		r.mu.Unlock()
 	}
+	r.kickDecisions() // changed decisions go out now, beside the sets
 	now := time.Now()
 	seen := make(map[string]bool, len(s.Sets))
 	var errs []error
@@ -427,11 +466,9 @@ func (r *Replicator) Publish(ctx context.Context, s publish.Snapshot) error {
 		}
 		r.written[set.Producer] = writtenSet{version: set.Version, at: now}
 	}
-	if err := r.writeDecisions(ctx, now); err != nil {
-		if errors.Is(err, leader.ErrFenced) {
-			return err
-		}
-		errs = append(errs, err)
+	if len(errs) == 0 && r.rewriting.Load() {
+		r.rewriting.Store(false)
+		r.kickDecisions()
 	}
 	for p := range r.written {
 		if seen[p] {

@@ -3,14 +3,19 @@ package replica
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/lagbridge/lagbridge/internal/embedded"
 	"github.com/lagbridge/lagbridge/internal/engine"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 	"github.com/lagbridge/lagbridge/quota"
 )
 
@@ -72,5 +77,98 @@ func TestStandInAgainstFreshRecord(t *testing.T) {
 	r.sink.mu.Unlock()
 	if acting {
 		t.Error("the follower stands in although the leader's fresh record was read")
+	}
+}
+
+// slowSets is a channel whose set writes each take delay: a broker far
+// away, or many producers.
+type slowSets struct {
+	Channel
+	delay time.Duration
+}
+
+func (c slowSets) Put(ctx context.Context, k string, v []byte) error {
+	if strings.HasPrefix(k, kindSet+".") {
+		time.Sleep(c.delay)
+	}
+	return c.Channel.Put(ctx, k, v)
+}
+
+// TestSlowLeaderNotSilent: on the embedded nats-server, a leader whose
+// sets take three times Silence to write (40 producers, 25 ms each), their
+// producers reporting as producers do, still renews its decisions record:
+// its follower never stands in against it.
+func TestSlowLeaderNotSilent(t *testing.T) {
+	js := embedded.JetStreamTest(t)
+	const silence = 300 * time.Millisecond
+	set := func(c *Config) { c.Silence = silence }
+	lead := newNodeWith(t, slowSets{NewNATS(js, NATSBucket("slow")), 25 * time.Millisecond}, true, set)
+	follow := newNodeWith(t, NewNATS(js, NATSBucket("slow")), false, set)
+	report := func() {
+		for i := range 40 {
+			if _, err := lead.rep.Report(quotaproto.Report{Producer: fmt.Sprintf("p%d", i), Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	report()
+	waitFor(t, "the follower heard from the leader", func() bool {
+		follow.rep.mu.Lock()
+		defer follow.rep.mu.Unlock()
+		return !follow.rep.lastLeader.IsZero()
+	})
+	end := time.Now().Add(3 * time.Second)
+	for next := time.Now(); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(next) {
+			report()
+			next = time.Now().Add(200 * time.Millisecond)
+		}
+		follow.rep.sink.mu.Lock()
+		acting := follow.rep.sink.acting
+		follow.rep.sink.mu.Unlock()
+		if acting {
+			t.Fatal("the follower stands in against a leader that writes its sets")
+		}
+	}
+}
+
+// TestStandInHoldsWhileLeaderRewrites: a follower standing in hears from
+// a leader that took over and is still rewriting its sets (its records
+// say so): it goes on serving its own sets, which are newer than the
+// lost leader's it would serve instead, until a record says the sets are
+// written.
+func TestStandInHoldsWhileLeaderRewrites(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	hub := quotaserver.NewHub()
+	t.Cleanup(hub.Close)
+	const silence = time.Second
+	r := New(Config{Elector: &role{}, Hub: hub, Lifetime: time.Minute, Silence: silence, Log: log})
+	eng, err := engine.New(engine.Config{Hub: r.Sink(), Logger: log, Lease: quota.LeaseConfig{Interval: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetEngine(eng)
+	r.synced, r.lastLeader = true, time.Now().Add(-2*silence)
+	acting := func() bool {
+		r.sink.mu.Lock()
+		defer r.sink.mu.Unlock()
+		return r.sink.acting
+	}
+	r.checkSilence(time.Now())
+	if !acting() {
+		t.Fatal("the follower does not stand in for a silent leader")
+	}
+	r.followDecisions(encodeDecisions(t, decisionsRecord{At: time.Now(), By: "next", Rewriting: true}))
+	r.checkSilence(time.Now())
+	if !acting() {
+		t.Error("the follower stopped standing in while the new leader rewrites its sets")
+	}
+	r.followDecisions(encodeDecisions(t, decisionsRecord{At: time.Now(), By: "next"}))
+	if acting() {
+		t.Error("the follower stands in after the new leader wrote its sets")
+	}
+	r.checkSilence(time.Now())
+	if acting() {
+		t.Error("the follower stands in again after the new leader wrote its sets")
 	}
 }
