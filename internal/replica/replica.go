@@ -466,7 +466,10 @@ func (r *Replicator) Publish(ctx context.Context, s publish.Snapshot) error {
 		}
 		r.written[set.Producer] = writtenSet{version: set.Version, at: now}
 	}
-	if len(errs) == 0 && r.rewriting.Load() {
+	// Every set was tried once since the takeover: one that failed stays
+	// the lost leader's whatever the followers serve, and a record that
+	// said rewriting for good would hold their stand-ins for good.
+	if r.rewriting.Load() {
 		r.rewriting.Store(false)
 		r.kickDecisions()
 	}

@@ -95,14 +95,14 @@ func (c slowSets) Put(ctx context.Context, k string, v []byte) error {
 }
 
 // TestSlowLeaderNotSilent: on the embedded nats-server, a leader whose
-// sets take three times Silence to write (40 producers, 25 ms each), their
+// sets take three times Silence to write (40 producers, 40 ms each), their
 // producers reporting as producers do, still renews its decisions record:
 // its follower never stands in against it.
 func TestSlowLeaderNotSilent(t *testing.T) {
 	js := embedded.JetStreamTest(t)
-	const silence = 300 * time.Millisecond
+	const silence = 500 * time.Millisecond
 	set := func(c *Config) { c.Silence = silence }
-	lead := newNodeWith(t, slowSets{NewNATS(js, NATSBucket("slow")), 25 * time.Millisecond}, true, set)
+	lead := newNodeWith(t, slowSets{NewNATS(js, NATSBucket("slow")), 40 * time.Millisecond}, true, set)
 	follow := newNodeWith(t, NewNATS(js, NATSBucket("slow")), false, set)
 	report := func() {
 		for i := range 40 {
