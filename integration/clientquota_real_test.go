@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,15 +18,18 @@ import (
 )
 
 // producer sends 1 KiB records synchronously, in batches of 16, as one
-// client-id; second measures the bytes it gets through in one second.
+// client-id; second measures the bytes it gets through in one second. Each
+// record is fresh random bytes: franz-go compresses batches by default, and
+// the broker's quota counts the bytes it receives, so records that compress
+// (zeros, or one value repeated) would be held to many times the quota in
+// the bytes this side counts.
 type producer struct {
-	tb  testing.TB
-	cl  *kgo.Client
-	val []byte
+	tb testing.TB
+	cl *kgo.Client
 }
 
 func newProducer(tb testing.TB, addr, topic, id string) *producer {
-	return &producer{tb: tb, cl: client(tb, addr, kgo.ClientID(id), kgo.DefaultProduceTopic(topic)), val: make([]byte, 1024)}
+	return &producer{tb: tb, cl: client(tb, addr, kgo.ClientID(id), kgo.DefaultProduceTopic(topic))}
 }
 
 func (p *producer) second() float64 {
@@ -34,12 +38,14 @@ func (p *producer) second() float64 {
 	for time.Since(start) < time.Second {
 		recs := make([]*kgo.Record, 16)
 		for i := range recs {
-			recs[i] = &kgo.Record{Value: p.val}
+			val := make([]byte, 1024)
+			rand.Read(val)
+			recs[i] = &kgo.Record{Value: val}
 		}
 		if err := p.cl.ProduceSync(ctxT(p.tb, 30*time.Second), recs...).FirstErr(); err != nil {
 			p.tb.Fatalf("produce: %v", err)
 		}
-		sent += float64(len(recs) * len(p.val))
+		sent += float64(len(recs) * 1024)
 	}
 	return sent / time.Since(start).Seconds()
 }
@@ -56,9 +62,21 @@ func TestRealKafkaClientQuotaThrottles(t *testing.T) {
 	const quota = 64 << 10 // 64 KiB/s
 
 	q := publish.NewClientQuotas(client(t, addr), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	// Owns only its own client-id: quotas other tests (or runs) left on a
+	// shared broker are theirs to clear.
+	q.Owns = func(id string) bool { return id == throttled }
 	if _, err := q.Apply(ctxT(t, 30*time.Second), map[string]float64{throttled: quota}); err != nil {
 		t.Fatal(err)
 	}
+	// Apply returns once the controller took the quota; the broker applies
+	// it from its metadata a moment later (0.5 s on a loaded machine, and
+	// the first quota on a broker also switches its quota accounting on).
+	// Produce only once the broker answers with it.
+	poll(t, 10*time.Second, func() (bool, string) {
+		cur, err := q.Current(ctxT(t, 10*time.Second))
+		_, ok := cur[throttled]
+		return err == nil && ok, fmt.Sprintf("quota not on the broker yet: %v (%v)", cur, err)
+	})
 	// The broker measures over a sliding window and lets a first burst
 	// through (longer on a loaded machine) before it throttles, then holds
 	// the client below the quota until the burst is repaid. Poll the real
