@@ -376,7 +376,9 @@ type control struct {
 	// spanProduced the messages produced since.
 	moveAt       time.Time
 	spanProduced float64
-	interval     float64 // smoothed observation interval, seconds
+	// moveLag is the lag at moveAt (see reportStill).
+	moveLag  int64
+	interval float64 // smoothed observation interval, seconds
 	// paused: the last decision paused admission on a step down.
 	paused bool
 	// headLate: the last observation's head was older than MaxAge.
@@ -877,14 +879,18 @@ func (c *Controller) judge(tc *control, v *reading) {
 // one observation interval since the last move: then nothing consumed is
 // taken at its word); and a move is spread over the time since the
 // previous one. With the cadence unknown, or positions that move every
-// interval (an estimate, a consumer's reports), this is the interval's
-// consume rate.
+// interval (an estimate), this is the interval's consume rate. A
+// consumer's reports move once per poll: see reportStill.
 func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	cadence := v.cadence
 	if st.Corrected {
 		// A commit corrected the estimate: this interval's consume
 		// rate counts nothing; measure from here.
 		tc.moveAt, tc.spanProduced = st.At, 0
+		return
+	}
+	if st.Source == lag.SourceConsumer && st.ConsumeRateInstant <= 0 && st.Lag > 0 {
+		reportStill(tc, st, v)
 		return
 	}
 	moved := st.ConsumeRateInstant > 0 || st.Lag <= 0 || cadence <= 0
@@ -915,7 +921,7 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	switch {
 	case moved:
 		v.consumed, v.span = st.ConsumeRateInstant*v.dt/span, span
-		tc.moveAt, tc.spanProduced = st.At, 0
+		tc.moveAt, tc.spanProduced, tc.moveLag = st.At, 0, st.Lag
 		if st.CommitInterval > 0 && fromCommits(st) {
 			// Commits about as often as observations: one interval
 			// holds a commit's worth more or less than was consumed in
@@ -952,6 +958,50 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	v.measured = true
 	v.spanProduced = produced
 	v.keepsUp = v.consumed*span >= keepUpRatio*produced
+}
+
+// reportStill reads an interval in which a position from the consumer's
+// reports (lag.SourceConsumer) did not move while there is lag. The hook
+// reports the first record in hand until the next poll, so the position
+// moves once per poll: a position that stands still is a poll still being
+// worked through (the consumer is busy, not stopped; the head age, from
+// the record in hand, is exact all the same), and its next move, the
+// whole poll, is spread over the time since the previous one (see
+// consumption). Nothing consumed is no reading of its capacity (read as
+// one, it set the capacity to 0 and the next interval several times the
+// true one); but it bounds it. The poll in hand was taken at or before
+// the observation its position was first seen at (tc.moveAt), and held at
+// most the lag seen then (tc.moveLag); the consumer has been busy on it
+// since, so it consumed less than that lag in that time. Once that bound
+// is below the capacity estimate, it is the reading: a consumer that
+// slows down or hangs inside a poll reads ever slower, never below what
+// it does. With no estimate yet, the bound is no better than a guess
+// until the poll has taken longer than the budget (its first record is
+// late by then): from then on it is the reading. A report
+// with nothing in hand is a consumer waiting for records (the lag came
+// after the report): not busy, nothing measured; the time busy starts
+// again at the next report with work in hand (as after a move to no lag:
+// the poll came after it).
+func reportStill(tc *control, st *lag.State, v *reading) {
+	tc.spanProduced += v.produced * v.dt
+	repAt := st.At.Add(-st.Uncertainty)
+	switch {
+	case idleReported(st):
+		tc.moveAt, tc.spanProduced = time.Time{}, 0
+		return
+	case !tc.has || tc.moveAt.IsZero() || tc.moveLag <= 0:
+		// Busy since its poll, at or before this report.
+		tc.moveAt, tc.spanProduced, tc.moveLag = st.At, 0, st.Lag
+		return
+	}
+	busy := repAt.Sub(tc.moveAt).Seconds()
+	bound := float64(tc.moveLag) / busy
+	if busy <= v.dt || (tc.capacity > 0 && bound >= tc.capacity) || (tc.capacity <= 0 && busy <= v.budget) {
+		return
+	}
+	v.consumed, v.span, v.measured = bound, busy, true
+	v.spanProduced = tc.spanProduced
+	v.keepsUp = v.consumed*busy >= keepUpRatio*v.spanProduced
 }
 
 // lastMove is when st's position last moved, as far as st says: the
@@ -1032,10 +1082,15 @@ func fromCommits(st *lag.State) bool { return st.Source == "" || st.Source == la
 // taken to move at the auto-commit interval of franz-go and the Java
 // client (firstCommitEvery), unless it was seen to move in two
 // observations in a row (tc.quick: it commits at least once per
-// observation, and is read as it is). 0 for other positions (estimates,
-// consumers' reports), which move whenever the consumer consumes.
+// observation, and is read as it is). 0 for a position from the
+// consumer's reports, whatever cadence lag/ learned from the group's
+// commits: it moves once per poll, not per commit (see reportStill); and 0
+// for an estimate before the cadence is learned (it moves whenever the
+// consumer consumes).
 func cadence(tc *control, st *lag.State) float64 {
 	switch {
+	case st.Source == lag.SourceConsumer:
+		return 0
 	case st.CommitInterval > 0:
 		return st.CommitInterval.Seconds()
 	case st.Source == lag.SourceFirstSight, fromCommits(st) && tc.quick < 2:
@@ -1293,6 +1348,10 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 			return RuleStepDown, fmt.Sprintf("capacity fell from %.0f/s to at most %.0f/s during the interval: admitting nothing until the next observation measures it (wait %s)", v.prevCap, v.consumed, secs(v.wait))
 		}
 		return RuleSaturated, fmt.Sprintf("saturated: capacity %.0f/s, wait %s, target %s", v.capacity, secs(v.wait), secs(v.setWait))
+	case !v.measured && st.Source == lag.SourceConsumer:
+		// Limited, and the consumer reports a poll in hand (or nothing
+		// in hand): see reportStill.
+		return RuleAwaitCommit, fmt.Sprintf("reported position not moved (a poll in hand, or waiting for records): capacity not measured, keeping %.0f/s", tc.rate)
 	case !v.measured:
 		// Limited, and the consumer has not committed since it was last
 		// seen to move: nothing new is known of its capacity; keep the

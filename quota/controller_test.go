@@ -85,13 +85,16 @@ func TestControllerRules(t *testing.T) {
 			rate:   5, signal: SignalSlowDown, rule: RuleDrain,
 		},
 		{
-			// Lag and nothing consumed this interval, by the consumer's
-			// own report (a position that moves with every message
-			// handled): the wait is unbounded, the floor only, still
-			// slow-down (lag has not declared a stop yet).
-			name:   "nothing consumed",
-			states: []lag.State{reported(st(1, 100, 0, 800))},
-			rate:   5, signal: SignalSlowDown, rule: RuleDrain,
+			// Lag and nothing consumed for three intervals by the
+			// consumer's own report (a position that moves once per
+			// poll), longer than the budget: it consumed less than the
+			// 100 messages it could hold in 3 s, a wait of over 70 s:
+			// the floor only, still slow-down (lag has not declared a
+			// stop yet).
+			name: "nothing consumed",
+			states: []lag.State{reported(st(1, 100, 0, 800)), reported(st(2, 900, 0, 800)),
+				reported(st(3, 1700, 0, 800)), reported(st(4, 2500, 0, 800))},
+			rate: 5, signal: SignalSlowDown, rule: RuleDrain,
 		},
 		{
 			// Lag and no commit this interval, the cadence not learned
@@ -227,9 +230,15 @@ func TestControllerRetryAfter(t *testing.T) {
 	if d := ctl.Step(st(1, 600, 400, 800), p, leaseT0.Add(time.Second)); d.RetryAfter != 2*time.Second {
 		t.Fatalf("retry-after %v, want 2s", d.RetryAfter)
 	}
-	// Nothing consumed (by the consumer's report): capped.
-	if d := ctl.Step(reported(st(2, 600, 0, 800)), p, leaseT0.Add(2*time.Second)); d.RetryAfter != 5*time.Second {
-		t.Fatalf("retry-after %v, want the 5s cap", d.RetryAfter)
+	// Nothing consumed for 3 s (by the consumer's report, whose
+	// position moves once per poll): under 200/s, a wait of over 15 s
+	// at it: capped.
+	for k := 2; k <= 4; k++ {
+		s := reported(st(float64(k), int64(600+800*(k-1)), 0, 800))
+		d := ctl.Step(s, p, s.At)
+		if k == 4 && d.RetryAfter != 5*time.Second {
+			t.Fatalf("retry-after %v (%s), want the 5s cap", d.RetryAfter, d.Reason)
+		}
 	}
 }
 
