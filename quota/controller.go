@@ -444,6 +444,11 @@ type partTrack struct {
 	moveAt  time.Time
 	// moveLag is its lag at its last move.
 	moveLag int64
+	// handAt is the State.At at which a position from the consumer's
+	// reports with work in hand was first seen, handLag the lag then
+	// (zero: none in hand; see reportedWait).
+	handAt  time.Time
+	handLag int64
 	// inAvg is in smoothed over about a second (see fedLimited).
 	inAvg float64
 	// calmFor is how long, seconds, it was calm (as calm counts).
@@ -1461,7 +1466,8 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 // whose head is older than MaxAge, or whose predicted wait (lag over the
 // partition's own consume rate since its previous move; unknown while a
 // position read from commits has not moved and its commit is not overdue,
-// see partCadence; plus, while more is written to it than it drains, the
+// see partCadence; for a still position from the consumer's reports, see
+// reportedWait; plus, while more is written to it than it drains, the
 // growth of its wait over one more interval, until the next decision
 // takes effect; on first sight, lag over its share of the target's
 // consume rate) reaches the budget
@@ -1561,6 +1567,14 @@ func trackPart(pt partTrack, had bool, ps *lag.PartitionState, st *lag.State, dt
 	pos := ps.End - ps.Lag
 	next := partTrack{pos: pos, lag: ps.Lag, rate: pt.rate, movePos: pt.movePos, moveAt: pt.moveAt, moveLag: pt.moveLag, probe: pt.probe, limit: pt.limit}
 	switch {
+	case ps.Source != lag.SourceConsumer || ps.Reported.HeadTime.IsZero() || ps.Lag <= 0:
+		// Nothing in hand: the next poll comes after this observation.
+	case had && pos == pt.pos && !pt.handAt.IsZero():
+		next.handAt, next.handLag = pt.handAt, pt.handLag
+	default:
+		next.handAt, next.handLag = st.At, ps.Lag
+	}
+	switch {
 	case !had || ps.Stale:
 		next.movePos, next.moveAt, next.moveLag = pos, st.At, ps.Lag
 	case pos != pt.movePos:
@@ -1613,6 +1627,8 @@ func partWait(pt, next partTrack, had, havePrev bool, ps *lag.PartitionState, st
 				// longer still.
 				wait += (next.in/drain - 1) * dt
 			}
+		case ps.Source == lag.SourceConsumer:
+			wait = reportedWait(pt, ps, st, v)
 		case cad <= 0 || span > 1.5*cad+dt:
 			wait = math.Inf(1)
 		}
@@ -1630,6 +1646,42 @@ func partWait(pt, next partTrack, had, havePrev bool, ps *lag.PartitionState, st
 		}
 	}
 	return wait
+}
+
+// reportedWait is the predicted wait of a partition whose position, from
+// the consumer's reports (lag.SourceConsumer), did not move while it has
+// lag, seconds; -1 when unknown. The position moves once per poll, so it
+// standing still is a poll in hand or a consumer waiting for records, not
+// a consumer that stopped (read as one, the partition was listed late
+// between two polls and its drain taken out of the target's, see
+// leaveOutLate); its head age, from the record in hand, is exact and
+// decides as it is. As for the target (see reportStill): the poll in hand
+// was taken at or before the observation its position was first seen at
+// (partTrack.handAt) and held at most the lag seen then, so the consumer
+// drains it slower than that lag over the time since; the wait is the
+// lag over that bound once it is below the rate the partition was seen
+// to drain at (with no such rate, once the poll has lasted longer than
+// the budget), else the lag over that rate, else unknown. A report with
+// nothing in hand measures nothing: unknown.
+func reportedWait(pt partTrack, ps *lag.PartitionState, st *lag.State, v *reading) float64 {
+	if ps.Reported.HeadTime.IsZero() || pt.handAt.IsZero() || pt.handLag <= 0 {
+		return -1
+	}
+	repAt := ps.Reported.At
+	if repAt.IsZero() || repAt.After(st.At) {
+		repAt = st.At
+	}
+	drain := pt.rate
+	if busy := repAt.Sub(pt.handAt).Seconds(); busy > v.dt {
+		bound := float64(pt.handLag) / busy
+		if (drain > 0 && bound < drain) || (drain <= 0 && busy > v.budget) {
+			drain = bound
+		}
+	}
+	if drain <= 0 {
+		return -1
+	}
+	return float64(ps.Lag) / drain
 }
 
 // holdLate applies the hysteresis and the trials of lateParts to a
