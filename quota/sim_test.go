@@ -84,6 +84,9 @@ type simPartition struct {
 	consumed     float64
 	committed    float64 // the consumer's committed position
 	consumedTick float64 // consumed in the current tick
+	// pollEnd is the end of the poll in hand and mark the end of the
+	// one before (simConfig.pollCommits).
+	pollEnd, mark float64
 }
 
 func (p *simPartition) backlog() float64 { return p.end - p.consumed }
@@ -118,6 +121,12 @@ type simConfig struct {
 	// phase against the observations (two real timers of one period, as
 	// in lagbridge bench); false: it drifts by up to ±10% per commit.
 	steadyCommits bool
+	// pollCommits: the consumer commits what its previous poll returned,
+	// as franz-go's auto-commit does: a poll takes all that is written
+	// once the one before is consumed, and the position it started at is
+	// what the next commit commits (with a backlog, a poll is seconds of
+	// work, and the commits move by polls); false: the position consumed.
+	pollCommits bool
 	// learnCadence: State.CommitInterval is left as the tracker learns it
 	// (unknown until two commits have moved the positions), as the
 	// daemon sees it; false: it is set to commitEvery from the first
@@ -210,6 +219,7 @@ func runSim(tb testing.TB, cfg simConfig) *simResult {
 		offered, admitted := s.produce(t)
 		s.now = s.now.Add(cfg.tick)
 		spare, good, dead := s.consume(t, max(cfg.capacity(t)*noiseF, 0)*dt)
+		s.poll()
 		s.commit()
 		t = float64(k+1) * dt
 		r := s.res
@@ -457,7 +467,36 @@ func (s *sim) commit() {
 		s.nextCommit = s.nextCommit.Add(time.Duration(float64(s.cfg.commitEvery) * drift))
 	}
 	for _, part := range s.parts {
-		part.committed, part.done = part.consumed, part.done[:0]
+		if !s.cfg.pollCommits {
+			part.committed, part.done = part.consumed, part.done[:0]
+			continue
+		}
+		for n := part.mark - part.committed; n > 1e-12 && len(part.done) > 0; {
+			if part.done[0].n <= n {
+				n -= part.done[0].n
+				part.done = part.done[1:]
+				continue
+			}
+			part.done[0].n -= n
+			n = 0
+		}
+		part.committed = max(part.committed, part.mark)
+	}
+}
+
+// poll starts the next poll once the one in hand is consumed (see
+// simConfig.pollCommits): the one in hand becomes what a commit commits.
+func (s *sim) poll() {
+	if !s.cfg.pollCommits {
+		return
+	}
+	for _, part := range s.parts {
+		if part.consumed < part.pollEnd-1e-9 {
+			return
+		}
+	}
+	for _, part := range s.parts {
+		part.mark, part.pollEnd = part.pollEnd, part.end
 	}
 }
 
