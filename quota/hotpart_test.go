@@ -322,21 +322,7 @@ func TestSimHotPartitionTrialsBackOff(t *testing.T) {
 			for _, p := range ps {
 				p.keyed, p.oldSDK = true, true
 			}
-			res := runSim(t, simConfig{
-				interval:    c.interval,
-				duration:    400 * time.Second,
-				partitions:  6,
-				capacity:    constant(2000 + 5*2000),
-				commitEvery: 250 * time.Millisecond,
-				partCap: func(p int, at float64) float64 {
-					if p == 0 && (c.recoverAt == 0 || at < c.recoverAt) {
-						return 20
-					}
-					return 2000
-				},
-				policy:    drainPolicy(),
-				producers: ps,
-			})
+			res := runHotSim(t, c.interval, 400*time.Second, c.recoverAt, ps)
 			var trials []float64
 			var prev bool
 			for i, s := range res.steps {
@@ -424,21 +410,7 @@ func TestSimHotPartitionFedShare(t *testing.T) {
 			for _, p := range ps {
 				p.honorAvoid, p.keyed = !c.keyed, c.keyed
 			}
-			res := runSim(t, simConfig{
-				interval:    c.interval,
-				duration:    240 * time.Second,
-				partitions:  6,
-				capacity:    constant(2000 + 5*2000),
-				commitEvery: 250 * time.Millisecond,
-				partCap: func(p int, at float64) float64 {
-					if p == 0 && (c.recoverAt == 0 || at < c.recoverAt) {
-						return 20
-					}
-					return 2000
-				},
-				policy:    drainPolicy(),
-				producers: ps,
-			})
+			res := runHotSim(t, c.interval, 240*time.Second, c.recoverAt, ps)
 			to := 240.0
 			if c.recoverAt > 0 {
 				to = c.recoverAt
@@ -549,4 +521,26 @@ func TestControllerLateListKeptInAQuietInterval(t *testing.T) {
 	if !slices.Equal(d.AvoidPartitions, []int32{0}) {
 		t.Fatalf("in the quiet interval: avoid %v (%s), want [0]", d.AvoidPartitions, d.Reason)
 	}
+}
+
+// runHotSim runs the hot-partition world of the tests above: six
+// partitions, partition 0's consumer at 20 msg/s (until recoverAt, when it
+// is not 0) and the others at 2,000, commits every 250 ms, producers ps.
+func runHotSim(t *testing.T, interval, duration time.Duration, recoverAt float64, ps []*simProducer) *simResult {
+	t.Helper()
+	return runSim(t, simConfig{
+		interval:    interval,
+		duration:    duration,
+		partitions:  6,
+		capacity:    constant(2000 + 5*2000),
+		commitEvery: 250 * time.Millisecond,
+		partCap: func(p int, at float64) float64 {
+			if p == 0 && (recoverAt == 0 || at < recoverAt) {
+				return 20
+			}
+			return 2000
+		},
+		policy:    drainPolicy(),
+		producers: ps,
+	})
 }
