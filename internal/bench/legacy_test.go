@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -93,5 +95,52 @@ func TestLongestIdle(t *testing.T) {
 		if got := longestIdle(s); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestLegacyExpiredRequestNotWritten pins what the legacy rows' world does
+// with a request a handler picks up after its deadline (docs/benchmark.md,
+// legacy producers): franz-go's ProduceSync buffers the record whatever
+// its context, then fails the partition's first batch before writing it
+// when its first record's context is done (kgo sink.go, tryAddBatch), so
+// the request fails at once and nothing reaches the broker; a request
+// within its deadline is written. On real Kafka the same holds (and a
+// record already in a request when Kafka throttles the client is written
+// after the throttle, whatever its deadline: the wait comes after the
+// request is built).
+func TestLegacyExpiredRequestNotWritten(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "legacy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	rec := newRecorder(1, time.Minute, time.Second)
+	rec.begin(time.Now())
+	n, err := newNaiveKafka(&world{kafkaAddrs: c.ListenAddrs(), topic: "legacy"}, Scenario{Classes: []Class{{Producer: "legacy-test"}}}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.close() })
+	ctx := context.Background()
+
+	created := time.Now().Add(-3 * time.Second)
+	expired, cancel := context.WithDeadline(ctx, created.Add(2*time.Second))
+	defer cancel()
+	n.sync(expired, 0, created)
+	if got := rec.failed.Load(); got != 1 {
+		t.Fatalf("a request picked up after its deadline: %d failed, want 1", got)
+	}
+	fresh, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	n.sync(fresh, 0, time.Now())
+
+	adm := kadm.NewClient(n.clients[0])
+	ends, err := adm.ListEndOffsets(ctx, "legacy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := ends.Lookup("legacy", 0)
+	if end.Offset != 1 || rec.failed.Load() != 1 {
+		t.Fatalf("end offset %d, failed %d: want only the request within its deadline written", end.Offset, rec.failed.Load())
 	}
 }
