@@ -1467,7 +1467,8 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 // partition's own consume rate since its previous move; unknown while a
 // position read from commits has not moved and its commit is not overdue,
 // see partCadence; for a still position from the consumer's reports, see
-// reportedWait; plus, while more is written to it than it drains, the
+// reportedWait, and one that moved is listed by its head only, see
+// polledWait; plus, while more is written to it than it drains, the
 // growth of its wait over one more interval, until the next decision
 // takes effect; on first sight, lag over its share of the target's
 // consume rate) reaches the budget
@@ -1517,8 +1518,10 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 		head := max(ps.HeadAge.Seconds()-v.since, 0)
 		next := trackPart(pt, had, &ps, st, dt)
 		next.gen = tc.gen
-		wait := partWait(pt, next, had, havePrev, &ps, st, v)
-		isLate := ps.Lag > 0 && (head > p.MaxAge.Seconds() || (wait >= budget && head > lateHead))
+		wait, loop := partWait(pt, next, had, havePrev, &ps, st, v)
+		// A wait that is the poll loop's (loop) is the target's business:
+		// it lists no partition (see polledWait).
+		isLate := ps.Lag > 0 && (head > p.MaxAge.Seconds() || (wait >= budget && head > lateHead && !loop))
 		if (isLate || pt.late) && next.rate <= 0 && ps.Lag > 0 && ps.CommitRate > 0 && !math.IsInf(ps.CommitRate, 0) {
 			// Not measured here yet: what the tracker measured from its
 			// commits while it had a backlog.
@@ -1606,10 +1609,16 @@ func trackPart(pt partTrack, had bool, ps *lag.PartitionState, st *lag.State, dt
 
 // partWait is the predicted wait of a message written to the partition
 // now, seconds (see lateParts); -1 when unknown, +Inf when its consumer
-// is overdue.
-func partWait(pt, next partTrack, had, havePrev bool, ps *lag.PartitionState, st *lag.State, v *reading) float64 {
+// is overdue. loop reports that it is the wait of the poll loop that
+// drains all the target's partitions (see polledWait), not the
+// partition's own.
+func partWait(pt, next partTrack, had, havePrev bool, ps *lag.PartitionState, st *lag.State, v *reading) (wait float64, loop bool) {
 	dt, pos := v.dt, ps.End-ps.Lag
-	wait := -1.0 // unknown
+	// polled: a position from the consumer's reports, of a target whose
+	// consumption was measured: its wait is the poll loop's (see
+	// polledWait) once it moved or is first seen.
+	polled := ps.Source == lag.SourceConsumer && v.measured && v.consumed > 0
+	wait = -1.0 // unknown
 	if ps.Lag > 0 && had && havePrev && dt > 0 && !ps.Stale && !pt.moveAt.IsZero() {
 		// Its consume rate over the span since its previous move: a
 		// position read from commits moves only when the consumer
@@ -1618,6 +1627,8 @@ func partWait(pt, next partTrack, had, havePrev bool, ps *lag.PartitionState, st
 		// consumption).
 		span, cad := st.At.Sub(pt.moveAt).Seconds(), partCadence(ps, v)
 		switch {
+		case pos != pt.movePos && polled:
+			return polledWait(st, v), true
 		case pos != pt.movePos && span > 0:
 			drain := float64(pos-pt.movePos) / span
 			wait = float64(ps.Lag) / drain
@@ -1639,13 +1650,36 @@ func partWait(pt, next partTrack, had, havePrev bool, ps *lag.PartitionState, st
 		// is late at once, before the target's wait, made of its lag,
 		// drains the whole topic for it.
 		switch {
+		case polled:
+			return polledWait(st, v), true
 		case ps.CommitRate > 0 && !math.IsInf(ps.CommitRate, 0):
 			wait = float64(ps.Lag) / ps.CommitRate
 		case v.measured && v.consumed > 0:
 			wait = float64(ps.Lag) * float64(len(st.Partitions)) / v.consumed
 		}
 	}
-	return wait
+	return wait, false
+}
+
+// polledWait is the wait of a new message on a partition whose position
+// comes from the consumer's reports and moved (or is first seen),
+// seconds: the target's lag over its consume rate. The hook reports a
+// position as the poll hands records out (consumerclient), and the loop
+// works through a poll's records before it polls again: a partition's
+// records wait for the polls ahead of them, whichever partitions those
+// hold, and the loop drains them all at one rate. A partition's own
+// moves measure what its polls held, not what its consumer can do: read
+// as its drain, a poll of 5 records over a second is 5 msg/s, and a
+// trickle partition (or one a full poll left mostly out) with a lag of
+// 12 read as a 2.4 s wait, listed late while the consumer kept up; its
+// drain was then taken out of the target's (see leaveOutLate), and the
+// quota locked near 0. The loop's wait is the target's business, for
+// its law: it lists no partition (lateParts), and serves only to see a
+// listed one comfortably inside the deadline again. Such a partition is
+// listed when its exact head is past MaxAge; one that stands still with
+// work in hand is read by reportedWait.
+func polledWait(st *lag.State, v *reading) float64 {
+	return float64(st.Lag) / v.consumed
 }
 
 // reportedWait is the predicted wait of a partition whose position, from

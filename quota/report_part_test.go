@@ -148,3 +148,73 @@ func heads(st lag.State) []time.Duration {
 	}
 	return h
 }
+
+// TestControllerReportedPartitionMoves: a partition whose position, from
+// its consumer's reports, moved by what a poll held of it has a consumer
+// that drains all its partitions through one loop, not a consumer of its
+// own as slow as that. One consumer of six partitions (400/s, or 2,000/s
+// with 400/s from 10 s to 30 s), polls of up to maxPoll records, offered
+// 800/s, some partitions written skew times as often as the others (so
+// the others trickle), observed every second. Before, a trickle partition
+// that moved by a poll of 5 records over a second read a drain of 5 msg/s
+// and, with a lag of 12 written since, a 2.4 s wait: listed late while the
+// consumer kept up, its drain taken out of the target's, and the quota
+// locked near 0 (the hook rows of issue 12: "partitions [0 1] late ... lag
+// of 7", then capacity 0, "wait unbounded").
+func TestControllerReportedPartitionMoves(t *testing.T) {
+	cases := []struct {
+		name    string
+		maxPoll float64
+		skew    float64
+		drop    bool
+	}{
+		{"even writes, small polls", 100, 1, false},
+		{"even writes, small polls, drop", 100, 1, true},
+		{"one partition 3x, small polls", 100, 3, false},
+		{"one partition 3x, small polls, drop", 100, 3, true},
+		{"one partition 10x, small polls", 100, 10, false},
+		{"one partition 10x, small polls, drop", 100, 10, true},
+		{"one partition 30x, small polls, drop", 100, 30, true},
+		{"one partition 10x, polls of 300", 300, 10, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+			const n, dt, step = 6, 1.0, 0.005
+			at := func(k int) time.Time { return leaseT0.Add(time.Duration(k) * time.Second) }
+			ctl := newCtl(t, ControllerConfig{Interval: time.Second})
+			w := make([]float64, n)
+			for i := range w {
+				w[i] = 1 / (c.skew + n - 1)
+			}
+			w[0] = c.skew / (c.skew + n - 1)
+			g := &groupPoller{rate: 400, maxPoll: c.maxPoll, parts: make([]polledPart, n), weight: w}
+			rate, lastEnd, lastPos := math.Inf(1), 0.0, 0.0
+			for k := 1; k <= 60; k++ {
+				if c.drop {
+					g.rate = 2000
+					if k >= 10 && k < 30 {
+						g.rate = 400
+					}
+				}
+				for s := 0.0; s < dt-1e-9; s += step {
+					g.tick(step, min(800, rate))
+				}
+				st := g.state(at(k))
+				var end, pos float64
+				for _, ps := range st.Partitions {
+					end, pos = end+float64(ps.End), pos+float64(ps.End-ps.Lag)
+				}
+				st.ConsumeRateInstant, st.ProduceRateInstant = (pos-lastPos)/dt, (end-lastEnd)/dt
+				st.ConsumeRate, st.ProduceRate = st.ConsumeRateInstant, st.ProduceRateInstant
+				lastEnd, lastPos = end, pos
+				d := ctl.Step(st, p, at(k))
+				rate = d.Rate
+				if len(d.AvoidPartitions) > 0 || (k > 5 && d.Capacity < 100) {
+					t.Fatalf("k=%d: %v listed late, rule %v, capacity %.0f/s (%s); heads %v: a poll's share read as a partition's consumer",
+						k, d.AvoidPartitions, d.Rule, d.Capacity, d.Reason, heads(st))
+				}
+			}
+		})
+	}
+}
