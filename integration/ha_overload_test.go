@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -98,6 +99,14 @@ func TestHAFailoverUnderOverload(t *testing.T) {
 			return &overloadBroker{natsURL: s.ClientURL(), js: embedded.Connect(tb, s)}
 		},
 	}
+	// LAGBRIDGE_HA_AA=1 leaves the kill and the pause out of the second
+	// deployment too (an A/A run): what two identical deployments differ
+	// by, the noise any failover's cost is measured against.
+	aa := os.Getenv("LAGBRIDGE_HA_AA") != ""
+	second := "failover"
+	if aa {
+		second = "undisturbed-b"
+	}
 	for _, name := range []string{"kafka", "nats"} {
 		t.Run(name, func(t *testing.T) {
 			b := cases[name](t)
@@ -107,9 +116,9 @@ func TestHAFailoverUnderOverload(t *testing.T) {
 					t.Parallel()
 					calm = runOverload(t, bin, b, false)
 				})
-				t.Run("failover", func(t *testing.T) {
+				t.Run(second, func(t *testing.T) {
 					t.Parallel()
-					disturbed = runOverload(t, bin, b, true)
+					disturbed = runOverload(t, bin, b, !aa)
 				})
 			})
 			if calm == nil || disturbed == nil {
@@ -117,10 +126,10 @@ func TestHAFailoverUnderOverload(t *testing.T) {
 			}
 			gc, dc := calm.goodput(), calm.dead()
 			gf, df := disturbed.goodput(), disturbed.dead()
-			t.Logf("%s, side by side over [%v, %v): goodput %.1f%% of capacity undisturbed vs %.1f%% with failover; dead work %.1f%% vs %.1f%% of consumed; refused %d vs %d",
-				name, overloadKill, overloadStop, 100*gc, 100*gf, 100*dc, 100*df, calm.refused.Load(), disturbed.refused.Load())
+			t.Logf("%s, side by side over [%v, %v): goodput %.1f%% of capacity undisturbed vs %.1f%% %s; dead work %.1f%% vs %.1f%% of consumed; refused %d vs %d",
+				name, overloadKill, overloadStop, 100*gc, 100*gf, second, 100*dc, 100*df, calm.refused.Load(), disturbed.refused.Load())
 			uc, uf := calm.unlimitedOrStop(), disturbed.unlimitedOrStop()
-			t.Logf("%s: unlimited or stop in %.1f%% of the producers' quota samples over [%v, %v) undisturbed, %.1f%% with failover", name, 100*uc, overloadKill, overloadStop, 100*uf)
+			t.Logf("%s: unlimited or stop in %.1f%% of the producers' quota samples over [%v, %v) undisturbed, %.1f%% %s", name, 100*uc, overloadKill, overloadStop, 100*uf, second)
 			// Measured side by side, not asserted: on Kafka two runs of
 			// this scenario differ by up to 30 points with no failover
 			// at all (README, Replicas and failover), so one run cannot
@@ -147,6 +156,9 @@ type overloadRun struct {
 	ok, late, refused atomic.Int64
 	// samples are the producers' quotas, read every 50 ms.
 	samples []quotaSample
+	// perSecond counts, by second of the run, the messages consumed
+	// within the deadline and past it (the trace, LAGBRIDGE_HA_TRACE).
+	perSecond [int(overloadEnd/time.Second) + 1][2]atomic.Int64
 }
 
 // unlimitedOrStop is the share of quota samples in [overloadKill,
@@ -184,6 +196,13 @@ func (r *overloadRun) dead() float64 {
 
 // consumed counts a message created at created, consumed now.
 func (r *overloadRun) consumed(created, now time.Time) {
+	if sec := int(now.Sub(r.start) / time.Second); sec >= 0 && sec < len(r.perSecond) {
+		late := 0
+		if now.Sub(created) > overloadDeadline {
+			late = 1
+		}
+		r.perSecond[sec][late].Add(1)
+	}
 	if now.Sub(r.start) < overloadKill || now.Sub(r.start) >= overloadStop {
 		return
 	}
@@ -343,6 +362,13 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, failover bool) *ov
 			}
 		}
 	})
+	if dir := os.Getenv("LAGBRIDGE_HA_TRACE"); dir != "" {
+		label := topic
+		if failover {
+			label += "-failover"
+		}
+		traceOverload(t, ctx, &wg, cancel, filepath.Join(dir, label), ps, run)
+	}
 	var lags []time.Duration
 	if !failover {
 		wg.Go(func() { lags = followerLag(ctx, ps, first, classes[0].id, run.start.Add(overloadEnd)) })
@@ -699,4 +725,71 @@ func startOverloadConsumer(t *testing.T, ctx context.Context, wg *sync.WaitGroup
 		}
 	})
 	return func() { <-done }
+}
+
+// traceOverload writes, for LAGBRIDGE_HA_TRACE, what one run's deployment
+// did under prefix: every decision each replica served on /v1/quotas
+// (polled every 100 ms, each new one once: prefix-decisions.jsonl), and
+// at the end the replicas' logs (prefix-pN.log), the producers' quota
+// samples (prefix-samples.jsonl) and the messages consumed within the
+// deadline and past it, per second (prefix-consumed.txt).
+func traceOverload(t *testing.T, ctx context.Context, wg *sync.WaitGroup, cancel func(), prefix string, ps []*haProcess, run *overloadRun) {
+	if err := os.MkdirAll(filepath.Dir(prefix), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(prefix + "-decisions.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	enc := json.NewEncoder(f)
+	var polls sync.WaitGroup
+	for _, p := range ps {
+		polls.Go(func() {
+			seen := map[string]bool{}
+			for ctx.Err() == nil && time.Since(run.start) < overloadEnd {
+				var body struct {
+					Targets []json.RawMessage `json:"targets"`
+				}
+				if resp, err := probe.Get(p.base + "/v1/quotas"); err == nil {
+					_ = json.NewDecoder(resp.Body).Decode(&body)
+					resp.Body.Close()
+				}
+				for _, d := range body.Targets {
+					var at struct {
+						At string `json:"at"`
+					}
+					if json.Unmarshal(d, &at) != nil || seen[at.At] {
+						continue
+					}
+					seen[at.At] = true
+					mu.Lock()
+					_ = enc.Encode(map[string]any{"p": p.id, "t": time.Since(run.start).Seconds(), "d": d})
+					mu.Unlock()
+				}
+				time.Sleep(100 * time.Millisecond) // sampling the replicas
+			}
+		})
+	}
+	wg.Go(func() { polls.Wait(); f.Close() })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		for _, p := range ps {
+			if b, err := os.ReadFile(p.logs); err == nil {
+				_ = os.WriteFile(fmt.Sprintf("%s-%s.log", prefix, p.id), b, 0o644)
+			}
+		}
+		var sb strings.Builder
+		for _, s := range run.samples {
+			b, _ := json.Marshal(map[string]any{"t": s.at.Seconds(), "producer": s.producer, "rate": fmt.Sprint(s.q.Rate), "signal": s.q.Signal, "set": s.set, "lease": s.q.FromLease})
+			sb.Write(append(b, '\n'))
+		}
+		_ = os.WriteFile(prefix+"-samples.jsonl", []byte(sb.String()), 0o644)
+		sb.Reset()
+		for sec := range run.perSecond {
+			fmt.Fprintf(&sb, "%d %d %d\n", sec, run.perSecond[sec][0].Load(), run.perSecond[sec][1].Load())
+		}
+		_ = os.WriteFile(prefix+"-consumed.txt", []byte(sb.String()), 0o644)
+	})
 }
