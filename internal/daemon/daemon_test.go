@@ -432,3 +432,64 @@ func TestMethodNotAllowed(t *testing.T) {
 		t.Fatalf("guarded /v1/lag: %d", rec.Code)
 	}
 }
+
+// slowSource takes slow[call] to observe (0 when absent) and records when
+// each reading was taken (its samples' At: the end of Observe).
+type slowSource struct {
+	mu    sync.Mutex
+	slow  map[int]time.Duration
+	reads []time.Time
+}
+
+func (f *slowSource) Observe(ctx context.Context) ([]lag.Sample, error) {
+	f.mu.Lock()
+	d := f.slow[len(f.reads)]
+	f.mu.Unlock()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(d): // a cycle that runs late (a slow broker, a starved process)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at := time.Now()
+	f.reads = append(f.reads, at)
+	tg := lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "t", Group: "g"}
+	return []lag.Sample{{Target: tg, At: at, Members: 1, Partitions: []lag.PartitionSample{{End: 100, Lag: 1, Committed: 99}}}}, nil
+}
+
+// TestLoopLateCycleSpacing: a cycle that runs past the interval is not
+// followed by one a few milliseconds later (a time.Ticker's buffered
+// tick): successive readings stay at least half an interval apart, so no
+// rate is read over a span much shorter than the interval.
+func TestLoopLateCycleSpacing(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	src := &slowSource{slow: map[int]time.Duration{1: 140 * time.Millisecond, 4: 190 * time.Millisecond}}
+	store := NewStore(map[string]lag.Kind{"c1": lag.KindKafka})
+	l := &Loop{Name: "c1", Kind: lag.KindKafka, Source: src, Interval: interval, Store: store}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- l.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		src.mu.Lock()
+		n := len(src.reads)
+		src.mu.Unlock()
+		if n >= 8 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if len(src.reads) < 8 {
+		t.Fatalf("%d readings in 10s", len(src.reads))
+	}
+	for i := 1; i < len(src.reads); i++ {
+		if gap := src.reads[i].Sub(src.reads[i-1]); gap < interval/2 {
+			t.Errorf("reading %d came %v after the one before (a late cycle's follower), want at least half the interval %v", i, gap, interval/2)
+		}
+	}
+}

@@ -78,10 +78,10 @@ func (l *Loop) Run(ctx context.Context) error {
 	status := ClusterStatus{Name: l.Name, Kind: l.Kind}
 	failing := false
 
-	t := time.NewTicker(l.Interval)
+	t := time.NewTimer(l.Interval)
 	defer t.Stop()
 	for {
-		start := now()
+		start, began := now(), time.Now() // the cadence keeps to the real clock
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		samples, err := l.Source.Observe(cctx)
 		cancel()
@@ -128,10 +128,44 @@ func (l *Loop) Run(ctx context.Context) error {
 		if l.OnCycle != nil {
 			l.OnCycle(at, states)
 		}
+		ended := time.Now()
+		t.Reset(nextWait(began, ended, newestAt(samples), l.Interval, ended))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
 		}
 	}
+}
+
+// nextWait is how long to wait, at now, before the next cycle of one that
+// started at start, ended at end and read its samples at read (their
+// newest At; zero: none): until start + interval (a steady cadence), but
+// never less than half an interval after read. A cycle that runs late
+// is followed by the next half an interval after its readings, not at
+// once: a time.Ticker's buffered tick started it a few milliseconds
+// after them, and the rates over that span (lag/, quota/) read a
+// commit's jump as a consume rate ten to a hundred times the
+// consumer's. read counts only when the observer's clock agrees with
+// the loop's (within [start, end]); else end stands for it.
+func nextWait(start, end, read time.Time, interval time.Duration, now time.Time) time.Duration {
+	if read.Before(start) || read.After(end) {
+		read = end
+	}
+	next := start.Add(interval)
+	if earliest := read.Add(interval / 2); earliest.After(next) {
+		next = earliest
+	}
+	return max(next.Sub(now), 0)
+}
+
+// newestAt is the newest At of samples; zero when there are none.
+func newestAt(samples []lag.Sample) time.Time {
+	var at time.Time
+	for i := range samples {
+		if samples[i].At.After(at) {
+			at = samples[i].At
+		}
+	}
+	return at
 }
