@@ -110,15 +110,16 @@ func TestHAFailoverUnderOverload(t *testing.T) {
 	for _, name := range []string{"kafka", "nats"} {
 		t.Run(name, func(t *testing.T) {
 			b := cases[name](t)
+			pair := newOverloadPair(2)
 			var calm, disturbed *overloadRun
 			t.Run("runs", func(t *testing.T) {
 				t.Run("undisturbed", func(t *testing.T) {
 					t.Parallel()
-					calm = runOverload(t, bin, b, false)
+					calm = runOverload(t, bin, b, pair, false)
 				})
 				t.Run(second, func(t *testing.T) {
 					t.Parallel()
-					disturbed = runOverload(t, bin, b, !aa)
+					disturbed = runOverload(t, bin, b, pair, !aa)
 				})
 			})
 			if calm == nil || disturbed == nil {
@@ -227,7 +228,8 @@ type quotaSample struct {
 // runOverload runs one deployment through the scenario; with failover it
 // kills, stops and resumes leaders and checks what the producers and the
 // broker saw.
-func runOverload(t *testing.T, bin string, b *overloadBroker, failover bool) *overloadRun {
+func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair, failover bool) *overloadRun {
+	t.Cleanup(pair.leave)
 	topic := unique("hao")
 	cluster := "c"
 	var brokerYAML string
@@ -272,7 +274,13 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, failover bool) *ov
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 
-	// The consumer: overloadNormal msg/s, overloadSlow from the drop.
+	// The consumer: overloadNormal msg/s, overloadSlow from the drop. Both
+	// deployments start theirs at once, so that their auto-commit timers
+	// (franz-go's 5 s, started with the client) tick in the same phase of
+	// the scenario: where a commit falls around the drop and the end of a
+	// drain decides how long the controller is blind, which would
+	// otherwise differ at random between the two runs compared.
+	pair.meet("consumer")
 	limit := rate.NewLimiter(overloadNormal, 1)
 	consume := startOverloadConsumer(t, ctx, &wg, b, topic, limit, run)
 
@@ -325,7 +333,7 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, failover bool) *ov
 		return true, ""
 	})
 
-	run.start = time.Now()
+	run.start = pair.meet("start") // one scenario clock for both deployments
 	since := func() time.Duration { return time.Since(run.start) }
 	for _, p := range prods {
 		wg.Go(func() { // offer this producer's share, open loop, refused messages dropped
@@ -792,4 +800,65 @@ func traceOverload(t *testing.T, ctx context.Context, wg *sync.WaitGroup, cancel
 		}
 		_ = os.WriteFile(prefix+"-consumed.txt", []byte(sb.String()), 0o644)
 	})
+}
+
+// overloadPair lines up the deployments of one side-by-side run at named
+// stages, so that both play the scenario on one clock against consumers
+// started together: what differs between them is then lagbridge (and the
+// failover), not the phase of the world.
+type overloadPair struct {
+	mu      sync.Mutex
+	parties int
+	stages  map[string]*pairStage
+}
+
+type pairStage struct {
+	arrived int
+	last    time.Time
+	done    chan struct{}
+}
+
+func newOverloadPair(parties int) *overloadPair {
+	return &overloadPair{parties: parties, stages: map[string]*pairStage{}}
+}
+
+// meet waits until every party still running reached stage and returns
+// when the last one did.
+func (p *overloadPair) meet(stage string) time.Time {
+	p.mu.Lock()
+	s := p.stages[stage]
+	if s == nil {
+		s = &pairStage{done: make(chan struct{})}
+		p.stages[stage] = s
+	}
+	s.arrived++
+	s.last = time.Now()
+	p.release()
+	p.mu.Unlock()
+	<-s.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return s.last
+}
+
+// leave takes a party out (its run ended, passed or failed): the others
+// no longer wait for it.
+func (p *overloadPair) leave() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.parties--
+	p.release()
+}
+
+// release opens every stage that all parties still running reached.
+func (p *overloadPair) release() {
+	for _, s := range p.stages {
+		if s.arrived >= p.parties {
+			select {
+			case <-s.done:
+			default:
+				close(s.done)
+			}
+		}
+	}
 }
