@@ -1,0 +1,101 @@
+package quota
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"testing"
+	"time"
+)
+
+// TestSimHAWorldSpread measures, on demand (LAGBRIDGE_SIM_SPREAD=1), how
+// far apart two runs of TestHAFailoverUnderOverload's world can land with
+// no failover at all and no machine noise: the simulator plays it (3
+// partitions, 300 msg/s offered, a consumer of 400 msg/s dropping to 100
+// at 6 s, deadline 2 s, interval 250 ms, franz-go's auto-commit of the
+// previous poll) and the goodput over [16 s, 36 s) is compared between
+// runs whose commit timers start in the same phase of the scenario and
+// differ only in the observations' phase against them (steady commits,
+// the first 40 ms later in each run) or only in the commit timer's drift
+// (±10% per commit, by seed), and between runs whose commit timers start
+// in different phases (two deployments started apart). It logs the figures (README, Replicas and
+// failover) and asserts nothing.
+func TestSimHAWorldSpread(t *testing.T) {
+	if os.Getenv("LAGBRIDGE_SIM_SPREAD") == "" {
+		t.Skip("on demand: LAGBRIDGE_SIM_SPREAD=1")
+	}
+	for _, commit := range []time.Duration{5 * time.Second, time.Second, 250 * time.Millisecond} {
+		for _, drift := range []bool{false, true} {
+			var diffs, cross []float64
+			var all [][]float64
+			for _, phase := range []float64{0.3, 1.1, 1.9, 2.7, 3.5, 4.3} {
+				var gs []float64
+				for k := range 6 {
+					cfg := haWorld(commit, phase*commit.Seconds()/5, 1)
+					if drift {
+						cfg.seed = uint64(k + 1)
+					} else {
+						cfg.steadyCommits, cfg.commitAt = true, cfg.commitAt+0.04*float64(k)
+					}
+					gs = append(gs, haWorldGoodput(runSim(t, cfg)))
+				}
+				for i := range gs {
+					for j := i + 1; j < len(gs); j++ {
+						diffs = append(diffs, math.Abs(gs[i]-gs[j]))
+					}
+				}
+				for _, other := range all {
+					for _, a := range other {
+						for _, b := range gs {
+							cross = append(cross, math.Abs(a-b))
+						}
+					}
+				}
+				all = append(all, gs)
+				t.Logf("commit %v, first at %.2fs, drift %v: goodput %s", commit, phase*commit.Seconds()/5, drift, fmt.Sprintf("%.1f", gs))
+			}
+			over, worst := spread(diffs)
+			t.Logf("commit %v, drift %v: %d of %d pairs of runs in one commit phase differ by more than 5 points of goodput (worst %.1f)", commit, drift, over, len(diffs), worst)
+			over, worst = spread(cross)
+			t.Logf("commit %v, drift %v: %d of %d pairs in different commit phases do (worst %.1f)", commit, drift, over, len(cross), worst)
+		}
+	}
+}
+
+// spread counts the differences over 5 points and returns the largest.
+func spread(diffs []float64) (over int, worst float64) {
+	for _, d := range diffs {
+		if d > 5 {
+			over++
+		}
+		worst = max(worst, d)
+	}
+	return over, worst
+}
+
+// haWorld is TestHAFailoverUnderOverload's world in the simulator.
+func haWorld(commit time.Duration, commitAt float64, seed uint64) simConfig {
+	return simConfig{
+		interval: 250 * time.Millisecond, commitEvery: commit, commitAt: commitAt,
+		pollCommits: true, partitions: 3, learnCadence: true, duration: 50 * time.Second,
+		capacity: func(x float64) float64 {
+			if x >= 6 {
+				return 100
+			}
+			return 400
+		},
+		policy: drainPolicy(), producers: producersOffering(2, 300), seed: seed,
+	}
+}
+
+// haWorldGoodput is the goodput over [16 s, 36 s), percent of the 100
+// msg/s consumer's capacity.
+func haWorldGoodput(res *simResult) float64 {
+	var good float64
+	for i, x := range res.tickT {
+		if x >= 16 && x < 36 {
+			good += res.tickGood[i]
+		}
+	}
+	return 100 * good / (100 * 20)
+}
