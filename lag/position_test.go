@@ -194,11 +194,31 @@ func TestFirstSight(t *testing.T) {
 		if !st.RatesKnown || st.ProduceRateInstant != 600 || st.ConsumeRate != 0 {
 			t.Fatalf("rates known %v produce %v consume %v, want known, 600, 0", st.RatesKnown, st.ProduceRateInstant, st.ConsumeRate)
 		}
-		// The first commit takes over: no burst of consumption.
+		// The first commit takes over, and what lies between the
+		// first-sight position and it was consumed (the consumer was
+		// at or before the end when first seen): a move like any
+		// commit's, 7,300 - 5,000 in this interval.
 		at := t0.Add(14 * time.Second)
 		st = tr.Observe(live(at, LiveYes, part(0, 7400, 100, at.Add(-sec(0.1)))), at)
-		if st.Source != SourceCommits || st.Lag != 100 || st.ConsumeRateInstant != 0 {
-			t.Fatalf("after the first commit: source %q lag %d instant consume %v", st.Source, st.Lag, st.ConsumeRateInstant)
+		if st.Source != SourceCommits || st.Lag != 100 || st.ConsumeRateInstant != 2300 || st.Corrected {
+			t.Fatalf("after the first commit: source %q lag %d instant consume %v corrected %v, want commits, 100, 2300, false",
+				st.Source, st.Lag, st.ConsumeRateInstant, st.Corrected)
+		}
+	})
+	t.Run("first commit behind first sight", func(t *testing.T) {
+		// A consumer that started before it was first seen (reset to
+		// earliest) commits behind the first-sight position: it
+		// corrects it, and counts nothing consumed.
+		tr := NewTracker(func(Target) Rules { return rules })
+		for i := 0; i <= 3; i++ {
+			at := t0.Add(time.Duration(i) * time.Second)
+			tr.Observe(live(at, LiveYes, none(5000+int64(i)*600)), at)
+		}
+		at := t0.Add(4 * time.Second)
+		st := tr.Observe(live(at, LiveYes, part(0, 7400, 4000, at.Add(-sec(8)))), at)
+		if st.Source != SourceCommits || st.Lag != 4000 || st.ConsumeRateInstant != 0 || !st.Corrected {
+			t.Fatalf("source %q lag %d instant consume %v corrected %v, want commits, 4000, 0, true",
+				st.Source, st.Lag, st.ConsumeRateInstant, st.Corrected)
 		}
 	})
 	t.Run("never live", func(t *testing.T) {

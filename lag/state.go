@@ -349,8 +349,12 @@ type PartitionState struct {
 // reading's time. Example: first seen live at 12:00:00 with end 5,000
 // and no commit; at 12:00:03 the end is 6,200: lag 1,200, head age about
 // 3 s (not 0, as the broker's figures would say). A consumer that started
-// earlier (reset to earliest) is further behind than this. Targets never
-// seen live keep the unknown lag of Kafka's own tools.
+// earlier (reset to earliest) is further behind than this. Its first
+// commit is a move like any other: what lies between the first-sight
+// position and the commit counts as consumed in the interval that saw it
+// (the consumer was at or before that position when first seen); a first
+// commit behind it corrects it (State.Corrected) and counts nothing.
+// Targets never seen live keep the unknown lag of Kafka's own tools.
 //
 // A Tracker is not safe for concurrent use: one observation loop owns it.
 type Tracker struct {
@@ -465,11 +469,15 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 		}
 		corrected = pt.fold(p, s.At, s.Live == LiveYes, r, tr.gap) || corrected
 		// Without a position on either side (no commit, never seen
-		// live) the consumed position is unknown, and a first commit
-		// after a first-sight position says nothing of what was
-		// consumed in between: no rate from this pair.
+		// live) the consumed position is unknown: no rate from this
+		// pair. A first commit after a first-sight position counts
+		// what lies between them as consumed (the consumer was at or
+		// before the end when it was first seen, so it consumed at
+		// least that since); one behind it corrects it and counts
+		// nothing. A position from commits that loses them (offsets
+		// deleted) gives no rate.
 		known := p.Committed >= 0 || pt.synth >= 0
-		if prevFresh && prevKnown && known && (p.Committed >= 0) == (prevRaw.Committed >= 0) {
+		if prevFresh && prevKnown && known && (p.Committed >= 0 || prevRaw.Committed < 0) {
 			dp := p.End - prevRaw.End
 			// A shrinking end offset means the partition was recreated
 			// or the counter reset: no rate from this pair.

@@ -416,8 +416,15 @@ type control struct {
 	// less often than it is observed.
 	quick int
 	still bool
-	parts map[int32]partTrack
-	gen   uint64
+	// sightAt: when a live group without a commit was first seen
+	// (lag.SourceFirstSight), while its position has not moved since;
+	// zero otherwise (see overdue).
+	sightAt time.Time
+	// capLower: the capacity estimate rests on a lower bound of the
+	// consumer's rate (see reading.lower).
+	capLower bool
+	parts    map[int32]partTrack
+	gen      uint64
 }
 
 // moveWindow is what one move of the position measured: messages consumed
@@ -651,6 +658,10 @@ type reading struct {
 	// two commits), the consumer consumed keepUpRatio of what was
 	// produced (a position read from commits as often as observations).
 	keptTwo bool
+	// lower: the consumption measured is a lower bound of the
+	// consumer's rate (the first commit after first sight, see
+	// consumption).
+	lower bool
 	// blind: the position is an estimate between the commits of a
 	// consumer that was caught up at its last commit (see
 	// caughtUpAtCommit).
@@ -880,17 +891,22 @@ func (c *Controller) judge(tc *control, v *reading) {
 // nothing consumed, the one with the commit as several intervals' worth.
 // Neither is its rate. So while the cadence is known, there is lag and the
 // position has not moved, the interval measures nothing (the capacity is
-// unknown, not 0) until the commit is overdue (1.5 commit intervals plus
-// one observation interval since the last move: then nothing consumed is
-// taken at its word); and a move is spread over the time since the
-// previous one. With the cadence unknown, or positions that move every
+// unknown, not 0) until the commit is overdue (see overdue: then nothing
+// consumed is taken at its word); and a move is spread over the time
+// since the previous one (for a group first seen without a commit, its
+// first commit over the time since first sight, see firstCommit). With the cadence unknown, or positions that move every
 // interval (an estimate), this is the interval's consume rate. A
 // consumer's reports move once per poll: see reportStill.
 func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	cadence := v.cadence
-	if st.Corrected {
+	if st.Source == lag.SourceFirstSight && tc.sightAt.IsZero() {
+		tc.sightAt = lastMove(st)
+	}
+	if st.Corrected && tc.sightAt.IsZero() {
 		// A commit corrected the estimate: this interval's consume
-		// rate counts nothing; measure from here.
+		// rate counts nothing; measure from here. (A first commit
+		// behind the position a group without one was first seen at
+		// is no fresh start: the span runs on from first sight.)
 		tc.moveAt, tc.spanProduced = st.At, 0
 		return
 	}
@@ -907,7 +923,7 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 		// (a restart, a takeover) consumes nothing, whatever rate it
 		// has yet to show.
 		tc.moveAt, tc.spanProduced, tc.quick, tc.still = lastMove(st), 0, 0, true
-		if st.At.Sub(tc.moveAt).Seconds() <= 1.5*cadence+v.dt {
+		if !overdue(tc, st, v, st.At.Sub(tc.moveAt).Seconds()) {
 			return
 		}
 	}
@@ -924,36 +940,18 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	tc.still = (tc.still || !moved) && tc.quick < 2 && st.CommitInterval <= 0
 	produced := tc.spanProduced + v.produced*v.dt // messages since the last move
 	switch {
+	case moved && firstCommit(tc, st) && !behindAtCommit(st, v):
+		// No evidence yet: measure from this commit on.
+		tc.moveAt, tc.spanProduced, tc.moveLag, tc.sightAt = st.At, 0, st.Lag, time.Time{}
+		return
 	case moved:
 		v.consumed, v.span = st.ConsumeRateInstant*v.dt/span, span
 		tc.moveAt, tc.spanProduced, tc.moveLag = st.At, 0, st.Lag
-		if st.CommitInterval > 0 && fromCommits(st) {
-			// Commits about as often as observations: one interval
-			// holds a commit's worth more or less than was consumed in
-			// it (a 250 ms cadence read every 250 ms reads half its
-			// rate, then one and a half). A low reading while the head
-			// shows no queue (its age at most the engage wait) is that,
-			// not a slower consumer: it is measured over this move and
-			// the one before, which span at least two commits. A low
-			// reading with a queue is believed (a capacity drop must be
-			// seen at once).
-			own := moveWindow{msgs: v.consumed * span, produced: produced, span: span}
-			if w := tc.prevMove; w.span > 0 {
-				v.prevProduced = w.produced / w.span
-				v.keptTwo = own.msgs+w.msgs >= keepUpRatio*(own.produced+w.produced)
-			}
-			if w := tc.prevMove; w.span > 0 && st.HeadAge.Seconds()-behindWait(tc, v) <= v.engageWait {
-				if avg := (own.msgs + w.msgs) / (span + w.span); avg > v.consumed {
-					span += w.span
-					v.consumed, v.span = avg, span
-					produced += w.produced
-				}
-			}
-			tc.prevMove = own
-		} else {
-			tc.prevMove = moveWindow{}
+		if firstCommit(tc, st) {
+			v.lower, tc.sightAt = true, time.Time{}
 		}
-	case span > 1.5*cadence+v.dt:
+		span, produced = twoMoves(tc, st, v, span, produced)
+	case overdue(tc, st, v, span):
 		// Overdue: the consumer consumed nothing that it committed.
 		v.consumed, v.span, tc.spanProduced = 0, span, produced
 	default:
@@ -963,6 +961,95 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	v.measured = true
 	v.spanProduced = produced
 	v.keepsUp = v.consumed*span >= keepUpRatio*produced
+}
+
+// twoMoves reads a move of a position read from commits about as often as
+// it is observed (a learned cadence), and returns the span and the
+// messages produced that v's consumption is measured over.
+//
+// One interval holds a commit's worth more or less than was consumed in
+// it (a 250 ms cadence read every 250 ms reads half its rate, then one and
+// a half). A low reading while the head shows no queue (its age at most
+// the engage wait) is that, not a slower consumer: it is measured over
+// this move and the one before, which span at least two commits. A low
+// reading with a queue is believed (a capacity drop must be seen at
+// once).
+func twoMoves(tc *control, st *lag.State, v *reading, span, produced float64) (float64, float64) {
+	if st.CommitInterval <= 0 || !fromCommits(st) {
+		tc.prevMove = moveWindow{}
+		return span, produced
+	}
+	own := moveWindow{msgs: v.consumed * span, produced: produced, span: span}
+	if w := tc.prevMove; w.span > 0 {
+		v.prevProduced = w.produced / w.span
+		v.keptTwo = own.msgs+w.msgs >= keepUpRatio*(own.produced+w.produced)
+	}
+	if w := tc.prevMove; w.span > 0 && st.HeadAge.Seconds()-behindWait(tc, v) <= v.engageWait {
+		if avg := (own.msgs + w.msgs) / (span + w.span); avg > v.consumed {
+			span += w.span
+			v.consumed, v.span = avg, span
+			produced += w.produced
+		}
+	}
+	tc.prevMove = own
+	return span, produced
+}
+
+// firstCommit reports whether st shows the first commit of a group first
+// seen without one (tc.sightAt), its position past the first-sight one.
+//
+// What the commit moved past that position over the time since first
+// sight is a lower bound of the consumer's rate (it commits what an
+// earlier poll returned, and the span may hold a faster spell), not its
+// capacity: a consumer that keeps up reads as consuming less than was
+// produced. It is taken as a reading (v.lower) only when the consumer was
+// behind the budget at that commit (behindAtCommit); otherwise the commit
+// measures nothing, and the consumption is measured from it on.
+func firstCommit(tc *control, st *lag.State) bool {
+	return !tc.sightAt.IsZero() && st.Source != lag.SourceFirstSight
+}
+
+// behindAtCommit reports whether the record at st's newest commit had
+// waited longer than the budget when the commit was made (the head age,
+// less the time since the commit as lag/ dates it): a consumer a poll
+// behind a caught-up position shows far less.
+func behindAtCommit(st *lag.State, v *reading) bool {
+	if !st.HeadAgeKnown || st.Lag <= 0 {
+		return false
+	}
+	return (st.HeadAge - st.At.Sub(lastMove(st))).Seconds() > v.budget
+}
+
+// overdue reports whether a position with lag that has not moved for span
+// seconds (since it last moved, or since there was nothing to consume) is
+// overdue: the consumer consumed nothing that it committed. A consumer
+// that commits at a cadence is overdue 1.5 commit intervals plus one
+// observation after its last move. One that has not moved since its group
+// was first seen live without a commit (tc.sightAt; lag.SourceFirstSight,
+// or a first commit behind that position) is overdue once its first
+// commit is (firstCommitDue): the auto-commit timer of franz-go and of
+// the Java client starts when the consumer joins, before it could be
+// seen, so a consumer that consumed anything commits within
+// firstCommitEvery of first sight. It must also have lag that old (the
+// head age, when known): a record written a moment ago on a quiet topic
+// may be consumed and wait for the next commit.
+func overdue(tc *control, st *lag.State, v *reading, span float64) bool {
+	if tc.sightAt.IsZero() {
+		return span > 1.5*v.cadence+v.dt
+	}
+	if st.HeadAgeKnown {
+		span = min(span, st.HeadAge.Seconds())
+	}
+	return span > firstCommitDue(v.dt)
+}
+
+// firstCommitDue is how long after a live group without a commit was first
+// seen its first commit is overdue, seconds, at observation interval dt:
+// firstCommitEvery, one observation to see it, and half a second or half
+// an observation of margin (the commit's own latency, the time an
+// observation takes).
+func firstCommitDue(dt float64) float64 {
+	return firstCommitEvery.Seconds() + dt + max(dt/2, 0.5)
 }
 
 // reportStill reads an interval in which a position from the consumer's
@@ -1233,12 +1320,18 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 	case cInst < tc.capacity && v.lag < v.engageWait*cInst:
 		cInst = tc.capacity
 	}
-	if tc.has && (tc.headLate || v.headAge > p.MaxAge.Seconds()) && tc.capacity > 0 && cInst > tc.capacity {
+	if v.lower {
+		cInst = max(cInst, tc.capacity)
+	}
+	if tc.has && (tc.headLate || v.headAge > p.MaxAge.Seconds()) && tc.capacity > 0 && cInst > tc.capacity && !tc.capLower {
 		// The head was past the deadline: consumers that skip expired
 		// messages (the ttl guard) or retention then "consume" in bursts
 		// that cost them nothing. A rise seen now is not capacity; hold
 		// the estimate until the head is live again (at most the time to
-		// drain what is late, since the quota keeps new work out).
+		// drain what is late, since the quota keeps new work out). An
+		// estimate that is only a lower bound (tc.capLower: from a first
+		// commit, see consumption) is not held: the next reading
+		// measures the rate from commit to commit.
 		cInst = tc.capacity
 	}
 	if !tc.has || tc.capacity <= 0 || math.Abs(cInst-tc.capacity) > c.cfg.StepThreshold*tc.capacity {
@@ -1246,6 +1339,7 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 	} else {
 		tc.capacity += (1 - math.Exp(-v.dt/c.cfg.Smoothing.Seconds())) * (cInst - tc.capacity)
 	}
+	tc.capLower = v.lower
 	v.capacity = tc.capacity
 }
 

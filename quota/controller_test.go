@@ -1152,3 +1152,104 @@ func TestControllerOneSecondCommitsAlternateHealthy(t *testing.T) {
 		}
 	}
 }
+
+// TestControllerFirstCommitDue: a live group without a commit, measured
+// from first sight. Its first commit is overdue (nothing consumed, drain)
+// once both the time since first sight and the age of its oldest record
+// are past firstCommitDue (6.5 s at 1 s): franz-go's and Java's auto-commit
+// timer starts when the consumer joins, before it is seen. Read each second
+// from first sight on, a busy topic (records from first sight on) is
+// drained at 7 s, not at 6 s; before, at 8.5 s (1.5 x 5 s plus an
+// interval). A controller that first reads the group 9 s after first sight
+// (a restart, a takeover), with records that came 1 s ago, does not drain
+// it: a consumer may have consumed them and wait for its next commit
+// (before, it was drained at that reading).
+func TestControllerFirstCommitDue(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	busy := func(sec float64) (int64, time.Duration) {
+		return int64(800 * sec), time.Duration(sec * float64(time.Second))
+	}
+	quiet := func(float64) (int64, time.Duration) { return 50, time.Second }
+	for _, tc := range []struct {
+		name     string
+		from, at int // the readings, seconds after first sight
+		state    func(sec float64) (int64, time.Duration)
+		drain    bool
+	}{
+		{name: "busy topic, 7 s", from: 1, at: 7, state: busy, drain: true},
+		{name: "busy topic, 6 s", from: 1, at: 6, state: busy},
+		{name: "quiet topic read first at 9 s", from: 9, at: 9, state: quiet},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCtl(t, ControllerConfig{})
+			var d Decision
+			for k := tc.from; k <= tc.at; k++ {
+				sec := float64(k)
+				lagN, head := tc.state(sec)
+				s := st(sec, lagN, 0, 800)
+				s.Source, s.Uncertainty = lag.SourceFirstSight, time.Duration(k)*time.Second
+				s.HeadAge, s.HeadAgeKnown = head, true
+				d = c.Step(s, p, s.At)
+			}
+			if got := d.Rule == RuleDrain; got != tc.drain {
+				t.Fatalf("%d s after first sight: rule %s at %v/s (%s), want drain %v", tc.at, d.Rule, d.Rate, d.Reason, tc.drain)
+			}
+		})
+	}
+}
+
+// TestControllerFirstCommitKeepsUp: the first commit of a group first seen
+// without one, as lagbridge bench's plain 5 s auto-commit row showed it
+// (800 msg/s offered to a consumer of 2,000): first seen at 0 s, its first
+// commit made at 5.5 s a poll behind, read at 6 s with lag 760 and a head
+// 0.96 s old. What it moved past the first-sight position (4,040 in 6 s)
+// is a lower bound of its rate, not its capacity: it is no evidence of
+// saturation while the record at the commit had waited less than the
+// budget (0.46 s here), and producers stay unlimited, also at the next
+// reading without a commit (read as a capacity, it limited them to 592/s
+// for 4 s from that reading on). A first commit with lag 3,000 and
+// its record 4 s old (a consumer that fell behind before its first
+// commit, as in the +no-commit-yet row) is read: drained.
+func TestControllerFirstCommitKeepsUp(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	for _, tc := range []struct {
+		name  string
+		lagN  int64
+		head  time.Duration
+		drain bool
+	}{
+		{name: "a poll behind", lagN: 760, head: 960 * time.Millisecond},
+		{name: "behind the budget", lagN: 3000, head: 4 * time.Second, drain: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCtl(t, ControllerConfig{})
+			for k := 1; k <= 5; k++ {
+				s := st(float64(k), int64(800*k), 0, 800)
+				s.Source, s.Uncertainty = lag.SourceFirstSight, time.Duration(k)*time.Second
+				s.HeadAge, s.HeadAgeKnown = time.Duration(k)*time.Second, true
+				if d := c.Step(s, p, s.At); !d.IsUnlimited() {
+					t.Fatalf("%d s after first sight: %s at %v/s (%s), want unlimited", k, d.Rule, d.Rate, d.Reason)
+				}
+			}
+			s := st(6, tc.lagN, float64(4800-tc.lagN), 800)
+			s.Source, s.HeadAge, s.HeadAgeKnown = lag.SourceCommits, tc.head, true
+			s.Partitions = []lag.PartitionState{{PartitionSample: lag.PartitionSample{Partition: 0, End: 4800, Committed: 4800 - tc.lagN, Lag: tc.lagN},
+				LastCommit: s.At.Add(-500 * time.Millisecond)}}
+			d := c.Step(s, p, s.At)
+			if d.IsUnlimited() == tc.drain || (d.Rule == RuleDrain) != tc.drain {
+				t.Fatalf("first commit: %s at %v/s (%s), want drain %v (else unlimited)", d.Rule, d.Rate, d.Reason, tc.drain)
+			}
+			if tc.drain {
+				return
+			}
+			// A second later, no commit since: 800 more written.
+			s = st(7, tc.lagN+800, 0, 800)
+			s.Source, s.HeadAge, s.HeadAgeKnown = lag.SourceCommits, tc.head+time.Second, true
+			s.Partitions = []lag.PartitionState{{PartitionSample: lag.PartitionSample{Partition: 0, End: 5600, Committed: 4800 - tc.lagN, Lag: tc.lagN + 800},
+				LastCommit: s.At.Add(-1500 * time.Millisecond)}}
+			if d := c.Step(s, p, s.At); !d.IsUnlimited() {
+				t.Fatalf("a second after the first commit: %s at %v/s (%s), want unlimited", d.Rule, d.Rate, d.Reason)
+			}
+		})
+	}
+}
