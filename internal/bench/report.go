@@ -135,7 +135,7 @@ func Markdown(scn Scenario, results []Result) string {
 		"producers %s; lagbridge side: SDK in Drop mode under the daemon (policy maxAge %s).\n\n",
 		num(scn.Normal), num(scn.Slow), dur(scn.DropAt()), dur(scn.RecoverAt()), num(scn.Normal), dur(scn.Duration()), dur(scn.Deadline),
 		mix(scn), dur(scn.Deadline))
-	b.WriteString("| row | load | goodput, % of possible (naive / lagbridge) | dead work | head age p99 | refused before / slow / after | false-throttle s | admitted before / after | excess after the drop / bound (ratio) | lagbridge misses |\n")
+	b.WriteString("| row | load | goodput, % of possible (naive / lagbridge) | dead work | head age p99 | refused before / slow / after (whole run) | false-throttle s | admitted before / after | excess after the drop / bound (ratio) | lagbridge misses |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	t := DefaultTargets(scn)
 	for _, p := range pairs(results) {
@@ -172,9 +172,9 @@ func Markdown(scn Scenario, results []Result) string {
 		if m := t.Check(*l, n); len(m) > 0 {
 			misses = strings.Join(m, "; ")
 		}
-		fmt.Fprintf(&b, "| %s | %sx | %s / **%s** | %s / **%s** | %s / **%s** | %d / %d / %d | %d | %s / %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %sx | %s / **%s** | %s / **%s** | %s / **%s** | %d / %d / %d (%d) | %d | %s / %s | %s | %s |\n",
 			name, num(p.load), pct(n.GoodputShare), pct(l.GoodputShare), pct(n.DeadShare), pct(l.DeadShare),
-			dur(n.HeadAgeP99), dur(l.HeadAgeP99), ph[0].Refused, ph[1].Refused, ph[2].Refused, l.FalseThrottleSeconds,
+			dur(n.HeadAgeP99), dur(l.HeadAgeP99), ph[0].Refused, ph[1].Refused, ph[2].Refused, l.Refused, l.FalseThrottleSeconds,
 			adm(ph[0]), adm(ph[2]), excess, misses)
 	}
 	b.WriteString("\nRows marked * are the ones to run on real Kafka and NATS as well. ")
@@ -230,8 +230,8 @@ func detail(b *strings.Builder, scn Scenario, cols []Result) {
 		return fmt.Sprintf("%s / **%s** / %s", dur(r.HeadAgeP50), dur(r.HeadAgeP99), dur(r.HeadAgeMax))
 	})
 	row("age when processed, p99 / max", func(r Result) string { return dur(r.AgeP99) + " / " + dur(r.AgeMax) })
-	row("refused by the SDK, before / slow / after", func(r Result) string {
-		return fmt.Sprintf("%d / %d / %d", r.Phases[0].Refused, r.Phases[1].Refused, r.Phases[2].Refused)
+	row("refused by the SDK, before / slow / after (whole run)", func(r Result) string {
+		return fmt.Sprintf("%d / %d / %d (%d)", r.Phases[0].Refused, r.Phases[1].Refused, r.Phases[2].Refused, r.Refused)
 	})
 	row("false-throttle seconds", func(r Result) string { return fmt.Sprint(r.FalseThrottleSeconds) })
 	row("admitted before the drop / after the restore, % of offered", func(r Result) string {
