@@ -24,8 +24,9 @@ type sharding struct {
 	wg        sync.WaitGroup
 }
 
-// add runs the cluster's observation on the shards a assigns this replica:
-// the observer is narrowed to the names of those shards.
+// add runs the cluster's observation on the shards a assigns this replica
+// and those it stands in for (shard.Exchange.Observers): the observer is
+// narrowed to the names of those shards.
 func (s *sharding) add(a shard.Assigner, o interface{ SetOwns(func(string) bool) }) {
 	if s.byCluster == nil {
 		s.byCluster = map[string]shard.Assigner{}
@@ -34,7 +35,8 @@ func (s *sharding) add(a shard.Assigner, o interface{ SetOwns(func(string) bool)
 	s.order = append(s.order, a.Cluster())
 	o.SetOwns(func(name string) bool {
 		owned, _ := a.Owned(time.Now())
-		return slices.Contains(owned, shard.Of(name, a.Count()))
+		n := shard.Of(name, a.Count())
+		return slices.Contains(owned, n) || s.x != nil && s.x.StandsIn(a.Cluster(), n)
 	})
 }
 
@@ -108,11 +110,18 @@ func (s *sharding) ready() (string, bool) {
 		case len(owned) == 0:
 			parts = append(parts, fmt.Sprintf("observes no shard of %d of %s", a.Count(), c))
 		default:
-			ns := make([]string, len(owned))
-			for i, o := range owned {
-				ns[i] = fmt.Sprint(o)
+			parts = append(parts, fmt.Sprintf("observes shards %s of %d of %s", list(owned), a.Count(), c))
+		}
+		if s.x != nil {
+			var stand []int
+			for i := range a.Count() {
+				if s.x.StandsIn(c, i) {
+					stand = append(stand, i)
+				}
 			}
-			parts = append(parts, fmt.Sprintf("observes shards %s of %d of %s", strings.Join(ns, ", "), a.Count(), c))
+			if len(stand) > 0 {
+				parts[len(parts)-1] += fmt.Sprintf(" (standing in for the silent owner of %s)", list(stand))
+			}
 		}
 	}
 	if s.x != nil && len(s.order) > 0 && !s.x.Synced() {
@@ -122,12 +131,34 @@ func (s *sharding) ready() (string, bool) {
 	return strings.Join(parts, "; "), ok
 }
 
-// views lists every shard of every cluster with its owner, for /v1/lag.
+// list is "1, 3".
+func list(shards []int) string {
+	ns := make([]string, len(shards))
+	for i, o := range shards {
+		ns[i] = fmt.Sprint(o)
+	}
+	return strings.Join(ns, ", ")
+}
+
+// views lists every shard of every cluster with the replica that observes
+// it (the assigned owner, or the one standing in for it), for /v1/lag.
 func (s *sharding) views() []daemon.ShardView {
 	var out []daemon.ShardView
+	now := time.Now()
 	for _, c := range s.order {
-		for i, owner := range s.byCluster[c].Owners() {
+		assigned := s.byCluster[c].Owners()
+		owners, stand := assigned, []bool(nil)
+		if s.x != nil {
+			owners, stand = s.x.Observers(c, now)
+		}
+		for i, owner := range owners {
 			v := daemon.ShardView{Cluster: c, Shard: i, Owner: owner, Self: owner == s.id}
+			if i < len(stand) && stand[i] {
+				v.StandIn = true
+				if i < len(assigned) {
+					v.Assigned = assigned[i]
+				}
+			}
 			if s.x != nil {
 				if r, ok := s.x.Remote(c, i); ok {
 					v.DecisionsAt, v.Decisions = r.At, len(r.Decisions)

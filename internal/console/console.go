@@ -202,7 +202,8 @@ func Status(ctx context.Context, c *Client, w io.Writer) error {
 }
 
 // shards writes which replica observes which shards of each cluster, one
-// line per cluster ("shards of c: r0 (this replica) 0, 2; r1 1, 3"): the
+// line per cluster ("shards of c: r0 (this replica) 0, 2; r1 1, 3 (for
+// r2)": r1 stands in for r2, silent, see shard.Exchange.Observers): the
 // targets below are this replica's shards' only.
 func shards(w io.Writer, views []daemon.ShardView) {
 	type owned struct {
@@ -222,7 +223,11 @@ func shards(w io.Writer, views []daemon.ShardView) {
 			o = &owned{self: v.Self}
 			byCluster[v.Cluster][owner] = o
 		}
-		o.shards = append(o.shards, fmt.Sprint(v.Shard))
+		if v.StandIn {
+			o.shards = append(o.shards, fmt.Sprintf("%d (for %s)", v.Shard, cmp.Or(v.Assigned, "(unassigned)")))
+		} else {
+			o.shards = append(o.shards, fmt.Sprint(v.Shard))
+		}
 	}
 	for _, c := range clusters {
 		var parts []string

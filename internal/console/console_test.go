@@ -32,7 +32,7 @@ func server(tb testing.TB, token string) string {
 	h := daemon.NewHandler(store, prometheus.NewRegistry())
 	h.Shards = func() []daemon.ShardView {
 		return []daemon.ShardView{{Cluster: "c", Shard: 0, Owner: "r1"}, {Cluster: "c", Shard: 1, Owner: "r0", Self: true},
-			{Cluster: "c", Shard: 2, Owner: "r1"}, {Cluster: "c", Shard: 3}}
+			{Cluster: "c", Shard: 2, Owner: "r1"}, {Cluster: "c", Shard: 3}, {Cluster: "c", Shard: 4, Owner: "r1", StandIn: true, Assigned: "r2"}}
 	}
 	log := history.NewLog(history.Config{}, slog.New(slog.DiscardHandler), nil)
 	topic := quota.TopicOf(tg)
@@ -78,7 +78,7 @@ func TestWhyAndStatus(t *testing.T) {
 		// quota engine on this API.
 		{"status", "s3cret", func(c *Client, w *bytes.Buffer) error { return Status(ctx, c, w) },
 			[]string{"c/orders/billing", "lagging (2 without commit)", "3400", "3.40s", "quotas: this daemon has no quota engine",
-				"shards of c: (unassigned) 3; r0 (this replica) 1; r1 0, 2"}, nil},
+				"shards of c: (unassigned) 3; r0 (this replica) 1; r1 0, 2, 4 (for r2)"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -125,6 +125,12 @@ type ShardView struct {
 	// Self is true when that is this replica.
 	Owner string `json:"owner"`
 	Self  bool   `json:"self"`
+	// StandIn is true when Owner observes the shard in place of the
+	// assigned owner, Assigned, whose records of it went silent (it
+	// was killed, or is paused): until that one writes again or the
+	// assignment moves the shard.
+	StandIn  bool   `json:"standIn,omitempty"`
+	Assigned string `json:"assigned,omitempty"`
 	// DecisionsAt is the cycle of the newest decisions written for the
 	// shard and read back from the brokers (zero: none yet), Decisions
 	// their number.

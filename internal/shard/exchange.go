@@ -50,7 +50,19 @@ type ExchangeConfig struct {
 	Expire time.Duration
 	// Interval is how often a failed watch is retried.
 	Interval time.Duration
-	Log      *slog.Logger
+	// Silence, when positive, is how long the assigned owner of a shard
+	// may write no record of it before another replica stands in: it
+	// observes the shard and writes its records until the owner writes
+	// again or the assignment names another owner (see Observers). Zero:
+	// a shard waits for the assignment alone. Set it well under the
+	// session timeout and over a few intervals.
+	Silence time.Duration
+	// Now is the clock of the records' receipt; nil means time.Now.
+	Now func() time.Time
+	// OnStandIn, when set, is called from Offer with the cluster's
+	// shards this replica stands in for whenever they change.
+	OnStandIn func(cluster string, shards []int)
+	Log       *slog.Logger
 }
 
 // Exchange carries the decisions of each shard from the replica that
@@ -72,10 +84,18 @@ type Exchange struct {
 	// (remoteKey), this replica's included.
 	remote map[string]Record
 	// owned holds, by cluster, the shards owned at the last Offer.
-	owned  map[string][]int
-	fed    map[string]fedRecord // keys given to the engine
-	synced bool
-	kick   chan struct{}
+	owned map[string][]int
+	fed   map[string]fedRecord // keys given to the engine
+	// heard is when each writer's records of each shard were last read
+	// (this replica's clock), since the replica that stands in for a
+	// silent owner is chosen by it; since is when the assigned owner of
+	// each shard was first seen (remoteKey); standing holds, by cluster,
+	// the shards this replica stood in for at the last Offer.
+	heard    map[heardKey]*heardAt
+	since    map[string]assignedAt
+	standing map[string][]int
+	synced   bool
+	kick     chan struct{}
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -106,8 +126,12 @@ func NewExchange(cfg ExchangeConfig) *Exchange {
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	return &Exchange{cfg: cfg, assigners: map[string]Assigner{}, pending: map[string][]byte{}, remote: map[string]Record{},
-		fed: map[string]fedRecord{}, owned: map[string][]int{}, kick: make(chan struct{}, 1), stop: func() {}}
+		fed: map[string]fedRecord{}, owned: map[string][]int{}, heard: map[heardKey]*heardAt{}, since: map[string]assignedAt{},
+		standing: map[string][]int{}, kick: make(chan struct{}, 1), stop: func() {}}
 }
 
 // Add makes the cluster's shards travel; call it before Start.
@@ -137,8 +161,9 @@ func remoteKey(key string, count int) string { return key + "#" + strconv.Itoa(c
 // (quota.RuleRatesUnknown: it has just begun to observe it), the former
 // owner's decision is written instead while younger than Expire, so that
 // a shard that moves does not open its topics for the cycles its new
-// owner needs to learn the rates. Call it after each of the cluster's
-// cycles, once the engine has the cycle.
+// owner needs to learn the rates. The shards this replica stands in for
+// (Observers) count as owned, from this Offer to the next. Call it after
+// each of the cluster's cycles, once the engine has the cycle.
 func (x *Exchange) Offer(cluster string, now time.Time) {
 	a, ok := x.assigners[cluster]
 	if !ok {
@@ -147,9 +172,21 @@ func (x *Exchange) Offer(cluster string, now time.Time) {
 	owned, _ := a.Owned(now)
 	n := a.Count()
 	x.mu.Lock()
+	stand := x.standIns(a, now)
+	standChanged := !slices.Equal(stand, x.standing[cluster])
+	x.standing[cluster] = stand
+	for _, s := range stand {
+		if !slices.Contains(owned, s) {
+			owned = append(owned, s)
+		}
+	}
+	slices.Sort(owned)
 	before := x.owned[cluster]
 	x.owned[cluster] = owned
 	x.mu.Unlock()
+	if standChanged && x.cfg.OnStandIn != nil {
+		x.cfg.OnStandIn(cluster, stand)
+	}
 	byShard := map[int][]quota.Decision{}
 	for _, s := range owned {
 		if slices.Contains(before, s) {
@@ -344,6 +381,7 @@ func (x *Exchange) apply(k string, v []byte) {
 		return // a paused former owner's late write
 	}
 	x.remote[rk] = r
+	x.hear(rk, r)
 }
 
 // encodeRecord is gzip'd JSON: a shard of thousands of decisions fits a

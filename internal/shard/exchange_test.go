@@ -17,9 +17,10 @@ import (
 // fixed is an assignment the test moves by hand: the moment a shard
 // changes hands, which no broker plays on cue.
 type fixed struct {
-	mu    sync.Mutex
-	owned []int
-	n     int // the shard count; 0: 2
+	mu     sync.Mutex
+	owned  []int
+	owners []string // nil: unknown
+	n      int      // the shard count; 0: 2
 }
 
 func (f *fixed) Owned(time.Time) ([]int, bool) {
@@ -27,8 +28,14 @@ func (f *fixed) Owned(time.Time) ([]int, bool) {
 	defer f.mu.Unlock()
 	return slices.Clone(f.owned), true
 }
-func (f *fixed) set(owned ...int)              { f.mu.Lock(); f.owned = owned; f.mu.Unlock() }
-func (f *fixed) Owners() []string              { return make([]string, 2) }
+func (f *fixed) set(owned ...int) { f.mu.Lock(); f.owned = owned; f.mu.Unlock() }
+func (f *fixed) Owners() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, f.Count())
+	copy(out, f.owners)
+	return out
+}
 func (f *fixed) Run(ctx context.Context) error { <-ctx.Done(); return nil }
 func (f *fixed) Release(context.Context)       {}
 func (f *fixed) Cluster() string               { return "c" }

@@ -1,0 +1,161 @@
+package shard
+
+import (
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// A killed replica keeps its shards in the assignment until its session
+// runs out (Kafka's group protocol cannot notice a dead member sooner than
+// group.min.session.timeout.ms, 6 s by default), and then the others need
+// a look at the assignment and a cycle. But the owner of a shard writes
+// its record every cycle, and every replica reads every record: a shard
+// whose owner went silent is noticed by all of them after
+// ExchangeConfig.Silence, and one of them, chosen alike by all, stands in
+// (observes it and writes its records) until the owner writes again or
+// the assignment moves the shard.
+
+// heardKey is a writer's records of one shard (remoteKey).
+type heardKey struct{ rk, owner string }
+
+// heardAt is when a writer's record of a shard was last read.
+type heardAt struct {
+	cluster string
+	count   int
+	at      time.Time // this replica's clock
+	// gap is the largest recent interval between two of its records
+	// (decaying by an eighth per record): a writer whose cycles are
+	// slower than the silence is not taken for silent between two.
+	gap time.Duration
+}
+
+// assignedAt is a shard's assigned owner and when it was first seen.
+type assignedAt struct {
+	owner string
+	at    time.Time
+}
+
+// hear notes that r, the record of rk, was read. A record older than the
+// expiry when read (the channel's history read at start) says nothing of
+// its writer's life. Called with x.mu held.
+func (x *Exchange) hear(rk string, r Record) {
+	now := x.cfg.Now()
+	if x.cfg.Expire > 0 && now.Sub(r.At) >= x.cfg.Expire {
+		return
+	}
+	k := heardKey{rk, r.Owner}
+	h, ok := x.heard[k]
+	if !ok {
+		x.heard[k] = &heardAt{cluster: r.Cluster, count: r.Count, at: now}
+		return
+	}
+	h.gap = max(now.Sub(h.at), h.gap-h.gap/8)
+	h.at = now
+}
+
+// quiet reports whether the writer of h wrote nothing for the silence
+// (or twice its recent interval between records, if longer) at now.
+func (x *Exchange) quiet(h *heardAt, now time.Time) bool {
+	return now.Sub(h.at) >= max(x.cfg.Silence, 2*h.gap)
+}
+
+// Observers returns, per shard of cluster, the replica that observes it
+// at now as far as this replica knows, and whether that one stands in for
+// the assigned owner. A shard's assigned owner (Assigner.Owners; "" if
+// none) observes it unless no record of the shard written by it was read
+// for ExchangeConfig.Silence, counted from when this replica first saw it
+// assigned the shard: then the replica that stands in is, among the
+// others that the assignment names and whose records were read within the
+// silence, the one that ranks first by the hash of "<id>/<shard>" (as in
+// Rendezvous), so every replica names the same one from the same records.
+// With no such replica, or no silence configured, the assigned owner is
+// named. Safe for concurrent use.
+func (x *Exchange) Observers(cluster string, now time.Time) (observers []string, standIn []bool) {
+	a, ok := x.assigners[cluster]
+	if !ok {
+		return nil, nil
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.observers(a, now)
+}
+
+// StandsIn reports whether this replica stood in for the owner of the
+// cluster's shard at its last Offer. Safe for concurrent use.
+func (x *Exchange) StandsIn(cluster string, shard int) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return slices.Contains(x.standing[cluster], shard)
+}
+
+// standIns returns the shards of a this replica stands in for at now.
+// Called with x.mu held.
+func (x *Exchange) standIns(a Assigner, now time.Time) []int {
+	obs, stand := x.observers(a, now)
+	var out []int
+	for s, id := range obs {
+		if stand[s] && id == x.cfg.ID {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// observers is Observers with x.mu held.
+func (x *Exchange) observers(a Assigner, now time.Time) ([]string, []bool) {
+	owners, n, cluster := a.Owners(), a.Count(), a.Cluster()
+	stand := make([]bool, len(owners))
+	if x.cfg.Silence <= 0 {
+		return owners, stand
+	}
+	// The writers of the cluster's count read within the silence, among
+	// those the assignment names; entries long silent are forgotten.
+	live := map[string]bool{}
+	for k, h := range x.heard {
+		switch {
+		case now.Sub(h.at) > max(x.cfg.Expire, 4*x.cfg.Silence):
+			delete(x.heard, k)
+		case h.cluster == cluster && h.count == n && !x.quiet(h, now) && slices.Contains(owners, k.owner):
+			live[k.owner] = true
+		}
+	}
+	out := slices.Clone(owners)
+	for s, o := range owners {
+		rk := remoteKey(recordKey(cluster, s), n)
+		since, ok := x.since[rk]
+		if !ok || since.owner != o {
+			since = assignedAt{o, now}
+			x.since[rk] = since
+		}
+		if now.Sub(since.at) < x.cfg.Silence {
+			continue // a new owner has the silence to write its first record
+		}
+		if h, ok := x.heard[heardKey{rk, o}]; ok && o != "" && !x.quiet(h, now) {
+			continue
+		}
+		if id := standInFor(live, o, s); id != "" {
+			out[s], stand[s] = id, true
+		}
+	}
+	return out, stand
+}
+
+// standInFor returns the replica of live, other than owner, that ranks
+// first for shard s ("" if none).
+func standInFor(live map[string]bool, owner string, s int) string {
+	best, bestH := "", uint64(0)
+	for id := range live {
+		if id == owner {
+			continue
+		}
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(id + "/" + strconv.Itoa(s)))
+		v := mix(h.Sum64())
+		if best == "" || v > bestH || v == bestH && id < best {
+			best, bestH = id, v
+		}
+	}
+	return best
+}

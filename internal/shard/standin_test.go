@@ -1,0 +1,245 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/internal/embedded"
+	"github.com/lagbridge/lagbridge/internal/replica"
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// TestStandIn: three replicas own one shard each of three, on one NATS KV
+// channel, with a clock the test moves (the moment a replica falls silent
+// is what no broker plays on cue; the records travel through the real
+// server). When "a" stops writing (killed, or paused), the assignment
+// still names it, as Kafka's does until the session runs out: after the
+// silence, and not before, both others name the same stand-in for its
+// shard; the stand-in observes it from its next Offer and writes it from
+// the one after, with a's last decision in place of its own that has no
+// rates yet. a writing again ends the stand-in; so does the assignment
+// naming a new owner, which has the silence to write its first record.
+// (Without the stand-in the shard waited for the assignment: the session
+// plus a look at the group plus a cycle, over 6 s by default.)
+func TestStandIn(t *testing.T) {
+	ch := replica.NewNATS(embedded.JetStreamTest(t), "lagbridge_leases_standin")
+	const silence, step = 2 * time.Second, 250 * time.Millisecond
+	var clk struct {
+		sync.Mutex
+		now time.Time
+	}
+	clk.now = t0
+	now := func() time.Time { clk.Lock(); defer clk.Unlock(); return clk.now }
+	// topics[s] is a topic in shard s of 3.
+	var topics []string
+	for i := 0; len(topics) < 3; i++ {
+		if name := fmt.Sprintf("topic-%d", i); Of(name, 3) == len(topics) {
+			topics = append(topics, name)
+		}
+	}
+	ids := []string{"a", "b", "c"}
+	type side struct {
+		x   *Exchange
+		a   *fixed
+		eng *decisions
+	}
+	sides := map[string]side{}
+	for i, id := range ids {
+		eng := &decisions{own: map[lag.Target]quota.Decision{}, remote: map[string][]quota.Decision{}}
+		d := decided(topics[i], float64(10*(i+1)))
+		eng.own[d.Target] = d
+		a := &fixed{owned: []int{i}, owners: slices.Clone(ids), n: 3}
+		x := NewExchange(ExchangeConfig{Channel: ch, Engine: eng, ID: id, Expire: time.Minute, Interval: 100 * time.Millisecond,
+			Silence: silence, Now: now})
+		x.Add(a)
+		x.Start(context.Background())
+		t.Cleanup(x.Close)
+		sides[id] = side{x, a, eng}
+	}
+	waitFor := func(what string, f func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !f() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10s", what)
+			}
+			time.Sleep(5 * time.Millisecond) // polling the channel
+		}
+	}
+	// cycle moves the clock a step and has the writers offer; it waits
+	// until every running replica has read every record written.
+	cycle := func(writers ...string) time.Time {
+		t.Helper()
+		clk.Lock()
+		clk.now = clk.now.Add(step)
+		at := clk.now
+		clk.Unlock()
+		var want []int
+		for _, id := range writers {
+			x := sides[id].x
+			// The shards written: those owned at this Offer and the
+			// previous one.
+			x.mu.Lock()
+			before := x.owned["c"]
+			x.mu.Unlock()
+			x.Offer("c", at)
+			x.mu.Lock()
+			for _, s := range x.owned["c"] {
+				if slices.Contains(before, s) {
+					want = append(want, s)
+				}
+			}
+			x.mu.Unlock()
+		}
+		for _, id := range writers {
+			for _, s := range want {
+				waitFor(fmt.Sprintf("%s read shard %d at %v", id, s, at.Sub(t0)), func() bool {
+					r, ok := sides[id].x.Remote("c", s)
+					return ok && !r.At.Before(at)
+				})
+			}
+		}
+		return at
+	}
+	observers := func(id string) ([]string, []bool) { return sides[id].x.Observers("c", now()) }
+
+	if obs, stand := observers("b"); !slices.Equal(obs, ids) || slices.Contains(stand, true) {
+		t.Fatalf("before any record: %v %v, want the assignment (a new owner has the silence to write)", obs, stand)
+	}
+	for range 4 {
+		cycle(ids...)
+	}
+	// a falls silent. Within the silence nobody stands in.
+	var silentAt time.Time
+	for i := 0; ; i++ {
+		at := cycle("b", "c")
+		if i == 0 {
+			silentAt = at.Add(-step) // a's last record was read then
+		}
+		obs, stand := observers("b")
+		if at.Sub(silentAt) < silence {
+			if stand[0] || obs[0] != "a" {
+				t.Fatalf("%v after a's last record: shard 0 observed by %s (stand-in %v), want a", at.Sub(silentAt), obs[0], stand[0])
+			}
+			continue
+		}
+		if !stand[0] || obs[0] == "a" || obs[0] == "" {
+			t.Fatalf("%v after a's last record: shard 0 observed by %q (stand-in %v), want a stand-in", at.Sub(silentAt), obs[0], stand[0])
+		}
+		break
+	}
+	obsB, _ := observers("b")
+	obsC, _ := observers("c")
+	if !slices.Equal(obsB, obsC) || obsB[1] != "b" || obsB[2] != "c" {
+		t.Fatalf("b names %v, c names %v: want the same, each its own shard", obsB, obsC)
+	}
+	si := obsB[0]
+	other := map[string]string{"b": "c", "c": "b"}[si]
+	// The stand-in observes shard 0 from the Offer that named it (its
+	// next cycle observes the shard's topics: its engine has only just
+	// begun, without rates) and writes it from the next one.
+	if !sides[si].x.StandsIn("c", 0) || sides[other].x.StandsIn("c", 0) {
+		t.Fatalf("%s stands in %v, %s %v; want only %s", si, sides[si].x.StandsIn("c", 0), other, sides[other].x.StandsIn("c", 0), si)
+	}
+	if r, _ := sides[other].x.Remote("c", 0); r.Owner != "a" {
+		t.Fatalf("shard 0 written by %s at the Offer that gained it", r.Owner)
+	}
+	sides[si].eng.mu.Lock()
+	tg := decided(topics[0], 0).Target
+	sides[si].eng.own[tg] = quota.Decision{Target: tg, Policy: "p", Rate: quota.Unlimited, At: now(), Rule: quota.RuleRatesUnknown}
+	sides[si].eng.mu.Unlock()
+	cycle("b", "c")
+	if r, _ := sides[other].x.Remote("c", 0); r.Owner != si || len(r.Decisions) != 1 || r.Decisions[0].Rate != 10 {
+		t.Fatalf("shard 0 as the stand-in wrote it: %+v, want %s's record with a's decision (10)", r, si)
+	}
+
+	// a was paused and resumes: its next record ends the stand-in.
+	cycle(ids...)
+	cycle(ids...)
+	if sides[si].x.StandsIn("c", 0) {
+		t.Errorf("a writes again, yet %s still stands in for it", si)
+	}
+	if obs, stand := observers(other); obs[0] != "a" || stand[0] {
+		t.Errorf("a writes again: %s names %q (stand-in %v), want a", other, obs[0], stand[0])
+	}
+
+	// A pause reads as a slow cycle: a is taken for silent only after
+	// twice its longest recent interval between records, which decays
+	// by an eighth per record.
+	for range 20 {
+		cycle(ids...)
+	}
+	// a is killed; once a stand-in observes, the assignment moves
+	// shard 0 to the other replica: the stand-in stops at once, and the
+	// new owner is not stood in for while it starts to write.
+	for range int(silence/step) + 2 {
+		cycle("b", "c")
+	}
+	if !sides[si].x.StandsIn("c", 0) {
+		t.Fatalf("a killed: %s does not stand in", si)
+	}
+	for _, id := range ids {
+		sides[id].a.mu.Lock()
+		sides[id].a.owners = []string{other, "b", "c"}
+		sides[id].a.mu.Unlock()
+	}
+	sides[other].a.set(0, slices.Index(ids, other))
+	for i := range int(silence/step) - 1 {
+		cycle("b", "c")
+		if sides[si].x.StandsIn("c", 0) {
+			t.Fatalf("%d cycles after the assignment moved shard 0 to %s, %s still stands in", i+1, other, si)
+		}
+		if obs, stand := observers(si); obs[0] != other || stand[0] {
+			t.Fatalf("%d cycles after the move: %s names %q (stand-in %v), want %s", i+1, si, obs[0], stand[0], other)
+		}
+	}
+	if r, _ := sides[si].x.Remote("c", 0); r.Owner != other {
+		t.Errorf("shard 0's record after the move: written by %s, want %s", r.Owner, other)
+	}
+}
+
+// TestStandInSlowWriter: an owner whose records come every 3 s (its
+// cycles are that slow) is not taken for silent 2.5 s after one, past a
+// 2 s silence, once its interval is known (from its second record): its
+// recent interval between records counts double. Once it writes nothing
+// for twice that, it is stood in for.
+func TestStandInSlowWriter(t *testing.T) {
+	var at time.Time
+	x := NewExchange(ExchangeConfig{Engine: &decisions{}, ID: "b", Expire: time.Minute, Silence: 2 * time.Second,
+		Now: func() time.Time { return at }})
+	x.Add(&fixed{owners: []string{"a", "b"}})
+	write := func(owner string, shard int) {
+		t.Helper()
+		b, err := encodeRecord(Record{Owner: owner, Cluster: "c", Shard: shard, Count: 2, At: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.apply(recordKey("c", shard), b)
+	}
+	at = t0
+	x.Observers("c", at) // the assignment seen
+	for i := range 4 {
+		at = t0.Add(time.Duration(i) * 3 * time.Second)
+		write("a", 0)
+		for ms := 0; ms < 3000; ms += 250 {
+			at = t0.Add(time.Duration(i)*3*time.Second + time.Duration(ms)*time.Millisecond)
+			write("b", 1)
+			if obs, stand := x.Observers("c", at); i > 0 && (obs[0] != "a" || stand[0]) {
+				t.Fatalf("%v after a's record (written every 3 s): shard 0 observed by %s (stand-in %v)", time.Duration(ms)*time.Millisecond, obs[0], stand[0])
+			}
+		}
+	}
+	last := at.Add(-2750 * time.Millisecond)
+	for at.Sub(last) < 6*time.Second {
+		at = at.Add(250 * time.Millisecond)
+		write("b", 1)
+	}
+	if obs, stand := x.Observers("c", at); obs[0] != "b" || !stand[0] {
+		t.Errorf("%v after a's last record: shard 0 observed by %s (stand-in %v), want b standing in", at.Sub(last), obs[0], stand[0])
+	}
+}
