@@ -266,13 +266,18 @@ func (e *Engine) OnCycle(cluster string, now time.Time, states []lag.State) {
 	defer e.mu.Unlock()
 	prev := e.decisions[cluster]
 	next := make(map[lag.Target]quota.Decision, len(states))
+	var begun []lag.Target
 	for _, st := range states {
 		p, ok := e.policies.Match(st.Target)
 		if !ok {
 			continue
 		}
 		next[st.Target] = e.ctl.Step(st, p, now)
+		if _, had := prev[st.Target]; !had {
+			begun = append(begun, st.Target)
+		}
 	}
+	e.adoptRemote(begun)
 	for t := range prev {
 		if _, ok := next[t]; !ok {
 			e.ctl.Forget(t)
@@ -374,11 +379,30 @@ func (e *Engine) StandIn(on bool) {
 	e.ctl.StandIn(on)
 }
 
-// recombine rebuilds the per-topic decisions from every cluster's targets
-// and the remote ones: a producer's quota on a topic is the strictest of
-// its consumer groups.
-func (e *Engine) recombine() {
-	byTopic := map[quota.Topic][]quota.Decision{}
+// adoptRemote makes, for each target this engine has just begun to decide
+// (its shard moved here, or stood in for), the newest remote decision of
+// it the rate in force of the controller (quota.Controller.Adopt), as
+// Follow does for a follower: the new observer goes on from the former
+// one's regime. Without it a fresh controller is unlimited until its own
+// measurements engage it, and a consumer whose capacity it cannot measure
+// yet (no commit seen) reads as a wait of 0: its first decision with
+// rates would open a topic the former owner limited. Called with e.mu
+// held.
+func (e *Engine) adoptRemote(begun []lag.Target) {
+	if len(begun) == 0 || len(e.remote) == 0 {
+		return
+	}
+	remote := e.remoteByTarget()
+	for _, t := range begun {
+		if r, ok := remote[t]; ok {
+			e.ctl.Adopt(r)
+		}
+	}
+}
+
+// remoteByTarget returns the newest remote decision of each target.
+// Called with e.mu held.
+func (e *Engine) remoteByTarget() map[lag.Target]quota.Decision {
 	var remote map[lag.Target]quota.Decision
 	for _, ds := range e.remote {
 		for _, d := range ds {
@@ -390,6 +414,15 @@ func (e *Engine) recombine() {
 			}
 		}
 	}
+	return remote
+}
+
+// recombine rebuilds the per-topic decisions from every cluster's targets
+// and the remote ones: a producer's quota on a topic is the strictest of
+// its consumer groups.
+func (e *Engine) recombine() {
+	byTopic := map[quota.Topic][]quota.Decision{}
+	remote := e.remoteByTarget()
 	for _, ds := range e.decisions {
 		for t, d := range ds {
 			// A target this engine has just begun to decide (its

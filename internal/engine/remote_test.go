@@ -69,3 +69,36 @@ func TestRemoteDecisions(t *testing.T) {
 		t.Errorf("remote decisions listed as the engine's own: %+v", d)
 	}
 }
+
+// TestRemoteAdopted: an engine that begins to decide a target another
+// replica decided (its shard moved here, or it stands in) goes on from the
+// former owner's cut: while it cannot measure the consumer's capacity yet
+// (no commit moved since it began), the lease stays limited. (A fresh
+// controller read that as a wait of 0, unlimited, and opened the topic
+// the former owner limited.)
+func TestRemoteAdopted(t *testing.T) {
+	p := quota.Policy{Name: "p", MaxAge: 2 * time.Second}
+	c := &clock{now: t0}
+	owner, _ := newEngine(t, c, p)
+	(&world{tr: lag.NewTracker(nil), c: c, e: owner, produce: 1000, consume: 100}).cycles(6)
+	cut := owner.Decisions()
+	if len(cut) != 1 || cut[0].IsUnlimited() {
+		t.Fatalf("the owner's decisions %+v, want one cut", cut)
+	}
+	other, hub := newEngine(t, c, p)
+	other.SetRemote("c1/0", cut)
+	// The new observer sees the backlog but no commit move.
+	w := &world{tr: lag.NewTracker(nil), c: c, e: other, produce: 1000, consume: 100, end: 6000, consumed: 600}
+	w.cycles(1)
+	w.consume = 0
+	for i := range 3 {
+		w.cycles(1)
+		if _, err := other.Report(quotaproto.Report{Producer: "checkout", Topics: []quotaproto.TopicDemand{{Topic: "orders", Demand: 1000}}}); err != nil {
+			t.Fatal(err)
+		}
+		set, _, _ := hub.Current("checkout")
+		if len(set.Leases) != 1 || rateOf(set.Leases[0]) < 0 {
+			t.Fatalf("cycle %d without a commit: leases %+v, want the cut held (own decisions %+v)", i+1, set.Leases, other.Decisions())
+		}
+	}
+}
