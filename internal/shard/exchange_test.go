@@ -289,6 +289,10 @@ func TestExchangeCountChange(t *testing.T) {
 			time.Sleep(10 * time.Millisecond) // polling the channel
 		}
 	}
+	// Written before a watch started, a2's record of "d.c/1" would be
+	// read only if it were the key's last value: b's, of the same key,
+	// may come after.
+	waitFor("the watches started", func() bool { return a1.x.Synced() && a2.x.Synced() && b.x.Synced() })
 	start := time.Now()
 	for i := range 6 {
 		at := start.Add(time.Duration(i) * time.Millisecond)
