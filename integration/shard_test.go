@@ -284,7 +284,7 @@ ha:
 		var open []string
 		for _, l := range set.Leases {
 			if l.Rate == nil {
-				open = append(open, l.Topic)
+				open = append(open, fmt.Sprintf("%s (%s)", l.Topic, l.Reason))
 			}
 		}
 		return len(set.Leases) == len(topics) && len(open) == 0, fmt.Sprintf("open leases on %v (observed by %v)", open, byTopic)
@@ -353,14 +353,16 @@ ha:
 		}
 	}
 
-	// SIGTERM the other follower: it leaves the assignment on its way
-	// out, and the leader observes every topic well before a session.
 	var last *haProcess
 	for _, p := range ps {
 		if p != leader && p != victim {
 			last = p
 		}
 	}
+	haPause(t, leader, last, replicas(victim), len(topics), limited)
+
+	// SIGTERM the other follower: it leaves the assignment on its way
+	// out, and the leader observes every topic well before a session.
 	stopped := time.Now()
 	if err := last.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -376,5 +378,49 @@ ha:
 	t.Logf("SIGTERM of %s: the leader observes all %d topics after %v", last.id, len(topics), time.Since(stopped).Round(time.Millisecond))
 	if len(gaps) > 0 {
 		t.Errorf("the leader's leases opened during the graceful move: %s", strings.Join(gaps, "; "))
+	}
+}
+
+// haPause pauses (SIGSTOP) the follower p, which owns shards, for less
+// than the session, while rs (p and the leader) run: the leader stands in
+// for p's shards within the session; resumed (SIGCONT), p writes its
+// records again and observes its shards, the leader no longer stands in;
+// the leader's leases stay limited throughout.
+func haPause(t *testing.T, leader, p *haProcess, rs []*haReplica, topics int, limited func() (bool, string)) {
+	t.Helper()
+	_, owners, _, _ := shardSplit(t, rs)
+	if count(owners, p.id) == 0 {
+		t.Logf("%s owns no shard: no pause", p.id)
+		return
+	}
+	others := slices.DeleteFunc(slices.Clone(rs), func(r *haReplica) bool { return r.id == p.id })
+	var gaps []string
+	paused := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 6*time.Second, func() (bool, string) {
+		if ok, why := limited(); !ok {
+			gaps = append(gaps, why)
+		}
+		now, owners, ok, all := shardSplit(t, others)
+		return ok && len(now) == topics && count(owners, leader.id) == len(owners), all
+	})
+	t.Logf("SIGSTOP of %s: the leader stands in for its shards after %v", p.id, time.Since(paused).Round(time.Millisecond))
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	poll(t, 10*time.Second, func() (bool, string) {
+		if ok, why := limited(); !ok {
+			gaps = append(gaps, why)
+		}
+		now, owners, ok, all := shardSplit(t, rs)
+		return ok && len(now) == topics && count(owners, p.id) > 0 && !standingIn(t, rs), all
+	})
+	t.Logf("SIGCONT of %s after %v: it observes its shards again, nobody stands in, after %v", p.id,
+		resumed.Sub(paused).Round(time.Millisecond), time.Since(resumed).Round(time.Millisecond))
+	if len(gaps) > 0 {
+		t.Errorf("the leader's leases opened around the pause: %s", strings.Join(gaps, "; "))
 	}
 }

@@ -261,12 +261,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	if len(a.sh.order) > 0 {
 		// A shard's decisions count until its owner's session ran out
 		// and the next owner had a cycle to write its own.
-		// A shard whose owner writes nothing for as long as a follower
-		// waits before standing in for a silent leader is observed by
-		// a stand-in until the assignment moves it (after the session).
+		// A shard whose owner writes nothing (records, heartbeats every
+		// interval) for as long as a follower waits before standing in
+		// for a silent leader is observed by a stand-in until the
+		// assignment moves it (after the session).
 		a.sh.exchange(shard.NewExchange(shard.ExchangeConfig{Channel: leaseCh, Engine: eng, ID: ha.ID,
 			Expire: 2*ha.SessionTimeout + 2*cfg.Interval, Interval: cfg.Interval, Silence: max(ha.SessionTimeout/3, 4*cfg.Interval),
-			OnStandIn: shardMetrics.StandIn, Log: log.With("component", "ha")}))
+			Beat: cfg.Interval, OnStandIn: shardMetrics.StandIn, Log: log.With("component", "ha")}))
 	}
 	engine.NewCollector(a.Registry, eng).ProducerGrants = cfg.Metrics.ProducerGrants
 	pols, _ := quota.NewPolicies(cfg.Quota.Policies) // validated with the config

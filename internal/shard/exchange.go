@@ -57,7 +57,14 @@ type ExchangeConfig struct {
 	// a shard waits for the assignment alone. Set it well under the
 	// session timeout and over a few intervals.
 	Silence time.Duration
-	// Now is the clock of the records' receipt; nil means time.Now.
+	// Beat, when positive, is how often this replica writes its
+	// heartbeat for each cluster: a record of no shard (shard -1, under
+	// the key "d.<cluster>/-1" that every replica shares), so that the
+	// others tell it alive while its cycles are slow, and silent only
+	// when it is gone or paused. Zero: its shards' records alone tell.
+	Beat time.Duration
+	// Now is the clock of the records' receipt and of the heartbeats;
+	// nil means time.Now.
 	Now func() time.Time
 	// OnStandIn, when set, is called from Offer with the cluster's
 	// shards this replica stands in for whenever they change.
@@ -85,7 +92,9 @@ type Exchange struct {
 	remote map[string]Record
 	// owned holds, by cluster, the shards owned at the last Offer.
 	owned map[string][]int
-	fed   map[string]fedRecord // keys given to the engine
+	// gained holds, by remoteKey, when each of those was gained.
+	gained map[string]time.Time
+	fed    map[string]fedRecord // keys given to the engine
 	// heard is when each writer's records of each shard were last read
 	// (this replica's clock), since the replica that stands in for a
 	// silent owner is chosen by it; since is when the assigned owner of
@@ -130,7 +139,7 @@ func NewExchange(cfg ExchangeConfig) *Exchange {
 		cfg.Now = time.Now
 	}
 	return &Exchange{cfg: cfg, assigners: map[string]Assigner{}, pending: map[string][]byte{}, remote: map[string]Record{},
-		fed: map[string]fedRecord{}, owned: map[string][]int{}, heard: map[heardKey]*heardAt{}, since: map[string]assignedAt{},
+		fed: map[string]fedRecord{}, owned: map[string][]int{}, gained: map[string]time.Time{}, heard: map[heardKey]*heardAt{}, since: map[string]assignedAt{},
 		standing: map[string][]int{}, kick: make(chan struct{}, 1), stop: func() {}}
 }
 
@@ -183,6 +192,15 @@ func (x *Exchange) Offer(cluster string, now time.Time) {
 	slices.Sort(owned)
 	before := x.owned[cluster]
 	x.owned[cluster] = owned
+	for s := range n {
+		rk := remoteKey(recordKey(cluster, s), n)
+		switch {
+		case !slices.Contains(owned, s):
+			delete(x.gained, rk)
+		case !slices.Contains(before, s):
+			x.gained[rk] = now
+		}
+	}
 	x.mu.Unlock()
 	if standChanged && x.cfg.OnStandIn != nil {
 		x.cfg.OnStandIn(cluster, stand)
@@ -201,7 +219,8 @@ func (x *Exchange) Offer(cluster string, now time.Time) {
 	}
 	x.mu.Lock()
 	for s, ds := range byShard {
-		byShard[s] = x.holdFormer(remoteKey(recordKey(cluster, s), n), ds, now)
+		rk := remoteKey(recordKey(cluster, s), n)
+		byShard[s] = x.holdFormer(rk, ds, now.Sub(x.gained[rk]) < x.cfg.Expire, now)
 	}
 	feed := map[string][]quota.Decision{}
 	for k, r := range x.remote {
@@ -253,8 +272,14 @@ func (x *Exchange) Offer(cluster string, now time.Time) {
 
 // holdFormer replaces, in ds, each decision made without rates by the
 // decision of the same target in the shard's last record, when that one
-// was made with rates less than Expire before now. Called with x.mu held.
-func (x *Exchange) holdFormer(key string, ds []quota.Decision, now time.Time) []quota.Decision {
+// was made with rates less than Expire before now. For a shard gained
+// (owned, or stood in for) less than Expire ago it also adds the last
+// record's decisions, so made, of the targets ds lacks: the new
+// observer's first cycles may not reach every target of the shard yet (a
+// cycle that timed out, a group not described yet), and a record without
+// them would drop them from every replica's leases. Called with x.mu
+// held.
+func (x *Exchange) holdFormer(key string, ds []quota.Decision, gained bool, now time.Time) []quota.Decision {
 	prev, ok := x.remote[key]
 	if !ok {
 		return ds
@@ -271,6 +296,12 @@ func (x *Exchange) holdFormer(key string, ds []quota.Decision, now time.Time) []
 	for i, d := range ds {
 		if f, ok := former[d.Target]; ok && d.Rule == quota.RuleRatesUnknown {
 			ds[i] = f
+		}
+		delete(former, d.Target)
+	}
+	if gained {
+		for _, f := range former {
+			ds = append(ds, f)
 		}
 	}
 	return ds
@@ -297,9 +328,12 @@ func (x *Exchange) Synced() bool {
 }
 
 // Start reads the channel and writes the records until Close: two
-// goroutines.
+// goroutines, and a third that writes the heartbeats (ExchangeConfig.Beat).
 func (x *Exchange) Start(ctx context.Context) {
 	ctx, x.stop = context.WithCancel(ctx)
+	if x.cfg.Beat > 0 {
+		x.wg.Go(func() { x.beat(ctx) })
+	}
 	x.wg.Go(func() {
 		for {
 			err := x.cfg.Channel.Watch(ctx, x.apply, func() {
@@ -376,12 +410,15 @@ func (x *Exchange) apply(k string, v []byte) {
 		x.cfg.Log.Warn("shard decisions ignored", "key", k, "err", err)
 		return
 	}
+	x.hear(r)
+	if r.Shard < 0 {
+		return // a heartbeat
+	}
 	rk := remoteKey(k, r.Count)
 	if cur, ok := x.remote[rk]; ok && cur.At.After(r.At) {
 		return // a paused former owner's late write
 	}
 	x.remote[rk] = r
-	x.hear(rk, r)
 }
 
 // encodeRecord is gzip'd JSON: a shard of thousands of decisions fits a

@@ -1,7 +1,9 @@
 package shard
 
 import (
+	"context"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -10,23 +12,27 @@ import (
 // A killed replica keeps its shards in the assignment until its session
 // runs out (Kafka's group protocol cannot notice a dead member sooner than
 // group.min.session.timeout.ms, 6 s by default), and then the others need
-// a look at the assignment and a cycle. But the owner of a shard writes
-// its record every cycle, and every replica reads every record: a shard
-// whose owner went silent is noticed by all of them after
-// ExchangeConfig.Silence, and one of them, chosen alike by all, stands in
-// (observes it and writes its records) until the owner writes again or
-// the assignment moves the shard.
+// a look at the assignment and a cycle. But every replica writes to the
+// lease-state channel every cycle (its shards' records) and every
+// interval (a heartbeat), and every replica reads all of it: a replica
+// that went silent is noticed by all of them after
+// ExchangeConfig.Silence, and for each of its shards one of the others,
+// chosen alike by all, stands in (observes it and writes its records)
+// until the owner writes again or the assignment moves the shard.
 
-// heardKey is a writer's records of one shard (remoteKey).
-type heardKey struct{ rk, owner string }
-
-// heardAt is when a writer's record of a shard was last read.
-type heardAt struct {
+// heardKey is a writer of records (and heartbeats) of a cluster's shard
+// count.
+type heardKey struct {
 	cluster string
 	count   int
-	at      time.Time // this replica's clock
-	// gap is the largest recent interval between two of its records
-	// (decaying by an eighth per record): a writer whose cycles are
+	owner   string
+}
+
+// heardAt is when a writer's record or heartbeat was last read.
+type heardAt struct {
+	at time.Time // this replica's clock
+	// gap is the largest recent interval between two of its writes
+	// (decaying by an eighth per write): a writer whose writes come
 	// slower than the silence is not taken for silent between two.
 	gap time.Duration
 }
@@ -37,22 +43,53 @@ type assignedAt struct {
 	at    time.Time
 }
 
-// hear notes that r, the record of rk, was read. A record older than the
-// expiry when read (the channel's history read at start) says nothing of
-// its writer's life. Called with x.mu held.
-func (x *Exchange) hear(rk string, r Record) {
+// hear notes that r, a record or a heartbeat, was read. One older than
+// the expiry when read (the channel's history read at start) says nothing
+// of its writer's life. Called with x.mu held.
+func (x *Exchange) hear(r Record) {
 	now := x.cfg.Now()
 	if x.cfg.Expire > 0 && now.Sub(r.At) >= x.cfg.Expire {
 		return
 	}
-	k := heardKey{rk, r.Owner}
+	k := heardKey{r.Cluster, r.Count, r.Owner}
 	h, ok := x.heard[k]
 	if !ok {
-		x.heard[k] = &heardAt{cluster: r.Cluster, count: r.Count, at: now}
+		x.heard[k] = &heardAt{at: now}
 		return
 	}
 	h.gap = max(now.Sub(h.at), h.gap-h.gap/8)
 	h.at = now
+}
+
+// beat writes this replica's heartbeat of every cluster every
+// ExchangeConfig.Beat until ctx is done.
+func (x *Exchange) beat(ctx context.Context) {
+	t := time.NewTicker(x.cfg.Beat)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, c := range slices.Sorted(maps.Keys(x.assigners)) {
+			b, err := encodeRecord(Record{Owner: x.cfg.ID, Cluster: c, Shard: -1, Count: x.assigners[c].Count(), At: x.cfg.Now()})
+			if err == nil {
+				pctx, cancel := context.WithTimeout(ctx, max(x.cfg.Beat, 2*time.Second))
+				err = x.cfg.Channel.Put(pctx, recordKey(c, -1), b)
+				cancel()
+			}
+			switch {
+			case err != nil && ctx.Err() == nil && !failing:
+				x.cfg.Log.Warn("writing this replica's heartbeat for the others", "cluster", c, "err", err)
+				failing = true
+			case err == nil && failing:
+				x.cfg.Log.Info("writing the heartbeat recovered")
+				failing = false
+			}
+		}
+	}
 }
 
 // quiet reports whether the writer of h wrote nothing for the silence
@@ -64,14 +101,16 @@ func (x *Exchange) quiet(h *heardAt, now time.Time) bool {
 // Observers returns, per shard of cluster, the replica that observes it
 // at now as far as this replica knows, and whether that one stands in for
 // the assigned owner. A shard's assigned owner (Assigner.Owners; "" if
-// none) observes it unless no record of the shard written by it was read
-// for ExchangeConfig.Silence, counted from when this replica first saw it
-// assigned the shard: then the replica that stands in is, among the
-// others that the assignment names and whose records were read within the
-// silence, the one that ranks first by the hash of "<id>/<shard>" (as in
-// Rendezvous), so every replica names the same one from the same records.
-// With no such replica, or no silence configured, the assigned owner is
-// named. Safe for concurrent use.
+// none) observes it unless nothing it wrote (a record of any shard, or a
+// heartbeat) was read for ExchangeConfig.Silence (or twice its recent
+// interval between writes, if longer), counted from when this replica
+// first saw it assigned the shard: it was killed or paused, and the
+// assignment has not noticed yet. Then the replica that stands in is,
+// among the others that the assignment names and whose writes were read
+// within the silence, the one that ranks first by the hash of
+// "<id>/<shard>" (as in Rendezvous), so every replica names the same one
+// from the same records. With no such replica, or no silence configured,
+// the assigned owner is named. Safe for concurrent use.
 func (x *Exchange) Observers(cluster string, now time.Time) (observers []string, standIn []bool) {
 	a, ok := x.assigners[cluster]
 	if !ok {
@@ -117,7 +156,7 @@ func (x *Exchange) observers(a Assigner, now time.Time) ([]string, []bool) {
 		switch {
 		case now.Sub(h.at) > max(x.cfg.Expire, 4*x.cfg.Silence):
 			delete(x.heard, k)
-		case h.cluster == cluster && h.count == n && !x.quiet(h, now) && slices.Contains(owners, k.owner):
+		case k.cluster == cluster && k.count == n && !x.quiet(h, now) && slices.Contains(owners, k.owner):
 			live[k.owner] = true
 		}
 	}
@@ -129,11 +168,8 @@ func (x *Exchange) observers(a Assigner, now time.Time) ([]string, []bool) {
 			since = assignedAt{o, now}
 			x.since[rk] = since
 		}
-		if now.Sub(since.at) < x.cfg.Silence {
-			continue // a new owner has the silence to write its first record
-		}
-		if h, ok := x.heard[heardKey{rk, o}]; ok && o != "" && !x.quiet(h, now) {
-			continue
+		if live[o] || now.Sub(since.at) < x.cfg.Silence {
+			continue // alive, or newly assigned: it has the silence to write
 		}
 		if id := standInFor(live, o, s); id != "" {
 			out[s], stand[s] = id, true

@@ -15,7 +15,8 @@ import (
 )
 
 // TestStandIn: three replicas own one shard each of three, on one NATS KV
-// channel, with a clock the test moves (the moment a replica falls silent
+// channel (no heartbeats: their records alone tell them alive), with a
+// clock the test moves (the moment a replica falls silent
 // is what no broker plays on cue; the records travel through the real
 // server). When "a" stops writing (killed, or paused), the assignment
 // still names it, as Kafka's does until the session runs out: after the
@@ -107,6 +108,9 @@ func TestStandIn(t *testing.T) {
 		return at
 	}
 	observers := func(id string) ([]string, []bool) { return sides[id].x.Observers("c", now()) }
+	waitFor("the watches started", func() bool {
+		return sides["a"].x.Synced() && sides["b"].x.Synced() && sides["c"].x.Synced()
+	})
 
 	if obs, stand := observers("b"); !slices.Equal(obs, ids) || slices.Contains(stand, true) {
 		t.Fatalf("before any record: %v %v, want the assignment (a new owner has the silence to write)", obs, stand)
@@ -241,5 +245,124 @@ func TestStandInSlowWriter(t *testing.T) {
 	}
 	if obs, stand := x.Observers("c", at); obs[0] != "b" || !stand[0] {
 		t.Errorf("%v after a's last record: shard 0 observed by %s (stand-in %v), want b standing in", at.Sub(last), obs[0], stand[0])
+	}
+}
+
+// TestStandInHeartbeat: a replica whose cycle stalls (it writes no record
+// of its shard) is alive by its heartbeats, every 50 ms: no one stands
+// in, however long past the silence. Closed (killed), it is stood in for
+// once the silence ran out.
+func TestStandInHeartbeat(t *testing.T) {
+	ch := replica.NewNATS(embedded.JetStreamTest(t), "lagbridge_leases_beat")
+	const silence = 400 * time.Millisecond
+	mk := func(id string, owned int) *Exchange {
+		x := NewExchange(ExchangeConfig{Channel: ch, Engine: &decisions{own: map[lag.Target]quota.Decision{}, remote: map[string][]quota.Decision{}},
+			ID: id, Expire: time.Minute, Interval: 50 * time.Millisecond, Silence: silence, Beat: 50 * time.Millisecond})
+		x.Add(&fixed{owned: []int{owned}, owners: []string{"a", "b"}})
+		x.Start(context.Background())
+		return x
+	}
+	a, b := mk("a", 0), mk("b", 1)
+	t.Cleanup(b.Close)
+	b.Observers("c", time.Now()) // the assignment seen
+	// a never offers (its cycle stalls); b does, every 50 ms.
+	for end := time.Now().Add(4 * silence); time.Now().Before(end); time.Sleep(50 * time.Millisecond) { // b's cycles
+		b.Offer("c", time.Now())
+		if obs, stand := b.Observers("c", time.Now()); obs[0] != "a" || stand[0] {
+			t.Fatalf("a heartbeats, yet shard 0 is observed by %q (stand-in %v)", obs[0], stand[0])
+		}
+	}
+	a.Close()
+	closed := time.Now()
+	for {
+		b.Offer("c", time.Now())
+		obs, stand := b.Observers("c", time.Now())
+		if stand[0] && obs[0] == "b" {
+			// a's last heartbeat was read up to a beat before Close.
+			if took := time.Since(closed); took < silence-50*time.Millisecond {
+				t.Errorf("stood in %v after a closed, before the silence %v", took, silence)
+			}
+			break
+		}
+		if time.Since(closed) > 10*silence {
+			t.Fatalf("a closed %v ago: shard 0 observed by %q (stand-in %v), want b standing in", time.Since(closed), obs[0], stand[0])
+		}
+		time.Sleep(50 * time.Millisecond) // b's cycles
+	}
+	if !b.StandsIn("c", 0) {
+		t.Error("b names itself the stand-in but does not observe shard 0")
+	}
+}
+
+// TestMoveKeepsUnreached: a shard moves from a to b, whose first cycles
+// with it reach only one of its two topics (the other's group not
+// described yet, a cycle that timed out): b's records carry a's decision
+// of the other while it is younger than the expiry, so that no replica
+// drops it from its leases. (Written as b decided, the record dropped the
+// topic: every replica gave it the open lease of a topic nobody
+// observes.)
+func TestMoveKeepsUnreached(t *testing.T) {
+	ch := replica.NewNATS(embedded.JetStreamTest(t), "lagbridge_leases_unreached")
+	// Two topics in shard 0 of 2.
+	var topics []string
+	for i := 0; len(topics) < 2; i++ {
+		if name := fmt.Sprintf("topic-%d", i); Of(name, 2) == 0 {
+			topics = append(topics, name)
+		}
+	}
+	const expire = 10 * time.Second
+	mk := func(id string, owned []int, own ...quota.Decision) (*Exchange, *fixed) {
+		eng := &decisions{own: map[lag.Target]quota.Decision{}, remote: map[string][]quota.Decision{}}
+		for _, d := range own {
+			eng.own[d.Target] = d
+		}
+		a := &fixed{owned: owned}
+		x := NewExchange(ExchangeConfig{Channel: ch, Engine: eng, ID: id, Expire: expire, Interval: 50 * time.Millisecond})
+		x.Add(a)
+		x.Start(context.Background())
+		t.Cleanup(x.Close)
+		return x, a
+	}
+	xa, fa := mk("a", []int{0}, decided(topics[0], 10), decided(topics[1], 20))
+	xb, fb := mk("b", []int{1}, decided(topics[1], 30))
+	waitRecord := func(what string, f func(Record) bool) Record {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if r, ok := xb.Remote("c", 0); ok && f(r) {
+				return r
+			}
+			if time.Now().After(deadline) {
+				r, _ := xb.Remote("c", 0)
+				t.Fatalf("%s: not within 10s; shard 0: %+v", what, r)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the channel
+		}
+	}
+	for !xa.Synced() || !xb.Synced() {
+		time.Sleep(10 * time.Millisecond) // the watches start
+	}
+	xa.Offer("c", t0)
+	xa.Offer("c", t0.Add(time.Second))
+	waitRecord("a's record", func(r Record) bool { return r.Owner == "a" && len(r.Decisions) == 2 })
+	// Shard 0 moves to b; b's engine decides only topics[1].
+	fa.set()
+	fb.set(0, 1)
+	at := t0.Add(2 * time.Second)
+	xb.Offer("c", at) // gained: not written
+	xb.Offer("c", at.Add(time.Second))
+	r := waitRecord("b's record", func(r Record) bool { return r.Owner == "b" })
+	got := map[string]float64{}
+	for _, d := range r.Decisions {
+		got[d.Target.Topic] = d.Rate
+	}
+	if len(got) != 2 || got[topics[0]] != 10 || got[topics[1]] != 30 {
+		t.Errorf("b's first record of shard 0: %v, want a's decision of %s (10) and its own of %s (30)", got, topics[0], topics[1])
+	}
+	// Past the expiry of a's decision (made at t0), b's record is its own.
+	xb.Offer("c", t0.Add(expire))
+	r = waitRecord("b's later record", func(r Record) bool { return r.At.Equal(t0.Add(expire)) })
+	if len(r.Decisions) != 1 || r.Decisions[0].Target.Topic != topics[1] {
+		t.Errorf("b's record past the expiry: %+v, want its own decision only", r.Decisions)
 	}
 }
