@@ -362,3 +362,37 @@ func TestMoveKeepsUnreached(t *testing.T) {
 		t.Errorf("b's record past the expiry: %+v, want its own decision only", r.Decisions)
 	}
 }
+
+// TestStandInCounts: during a rolling change of ha.shards the replicas of
+// either count write the same keys, heartbeats included. A replica of 4
+// shards counts only the writers of 4 alive: the owner of a shard of 4
+// that went silent is not kept alive by a replica id of the other count's
+// writes, and only a writer of 4 stands in.
+func TestStandInCounts(t *testing.T) {
+	at := t0
+	x := NewExchange(ExchangeConfig{Engine: &decisions{}, ID: "b", Expire: time.Minute, Silence: 2 * time.Second,
+		Now: func() time.Time { return at }})
+	x.Add(&fixed{owners: []string{"a", "b", "c", "b"}, n: 4})
+	beat := func(owner string, count int) {
+		t.Helper()
+		b, err := encodeRecord(Record{Owner: owner, Cluster: "c", Shard: -1, Count: count, At: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.apply(recordKey("c", -1), b)
+	}
+	x.Observers("c", at) // the assignment seen
+	for range 12 {
+		at = at.Add(250 * time.Millisecond)
+		beat("b", 4)
+		beat("a", 2) // "a" of 4 is silent; an "a" of 2 writes
+		beat("c", 2) // and "c" of 4 too, its id alive among the 2s
+	}
+	obs, stand := x.Observers("c", at)
+	if !stand[0] || obs[0] != "b" || !stand[2] || obs[2] != "b" {
+		t.Errorf("owners a and c of 4 silent, only b of 4 writing: observers %v (stand-in %v), want b for shards 0 and 2", obs, stand)
+	}
+	if _, ok := x.Remote("c", -1); ok {
+		t.Error("a heartbeat kept as a shard's record")
+	}
+}
