@@ -144,9 +144,9 @@ func (l *Loop) Run(ctx context.Context) error {
 // never less than half an interval after read. A cycle that runs late
 // is followed by the next half an interval after its readings, not at
 // once: a time.Ticker's buffered tick started it a few milliseconds
-// after them, and the rates over that span (lag/, quota/) read a
-// commit's jump as a consume rate ten to a hundred times the
-// consumer's. read counts only when the observer's clock agrees with
+// after them, and the rates over that span (lag/, quota/) read
+// whatever a commit moved in it as consumed within a few milliseconds.
+// read counts only when the observer's clock agrees with
 // the loop's (within [start, end]); else end stands for it.
 func nextWait(start, end, read time.Time, interval time.Duration, now time.Time) time.Duration {
 	if read.Before(start) || read.After(end) {
