@@ -104,6 +104,7 @@ type Exchange struct {
 	since    map[string]assignedAt
 	standing map[string][]int
 	synced   bool
+	started  time.Time // when Start ran
 	kick     chan struct{}
 
 	stop context.CancelFunc
@@ -171,7 +172,12 @@ func remoteKey(key string, count int) string { return key + "#" + strconv.Itoa(c
 // owner's decision is written instead while younger than Expire, so that
 // a shard that moves does not open its topics for the cycles its new
 // owner needs to learn the rates. The shards this replica stands in for
-// (Observers) count as owned, from this Offer to the next. Call it after
+// (Observers) count as owned, from this Offer to the next. Until the
+// channel was read once (Synced; for at most Expire after Start) no shard
+// counts as owned: the shard's last record is not known yet, and a record
+// written then (a replica that restarts and owns its shard again at once,
+// its engine without rates) would open the shard's topics in every
+// replica's leases and leave no former decision to hold. Call it after
 // each of the cluster's cycles, once the engine has the cycle.
 func (x *Exchange) Offer(cluster string, now time.Time) {
 	a, ok := x.assigners[cluster]
@@ -181,7 +187,12 @@ func (x *Exchange) Offer(cluster string, now time.Time) {
 	owned, _ := a.Owned(now)
 	n := a.Count()
 	x.mu.Lock()
-	stand := x.standIns(a, now)
+	var stand []int
+	if x.synced || now.Sub(x.started) >= x.cfg.Expire {
+		stand = x.standIns(a, now)
+	} else {
+		owned = nil
+	}
 	standChanged := !slices.Equal(stand, x.standing[cluster])
 	x.standing[cluster] = stand
 	for _, s := range stand {
@@ -331,6 +342,9 @@ func (x *Exchange) Synced() bool {
 // goroutines, and a third that writes the heartbeats (ExchangeConfig.Beat).
 func (x *Exchange) Start(ctx context.Context) {
 	ctx, x.stop = context.WithCancel(ctx)
+	x.mu.Lock()
+	x.started = x.cfg.Now()
+	x.mu.Unlock()
 	if x.cfg.Beat > 0 {
 		x.wg.Go(func() { x.beat(ctx) })
 	}

@@ -141,6 +141,9 @@ func TestExchange(t *testing.T) {
 			time.Sleep(10 * time.Millisecond) // polling the channel
 		}
 	}
+	// (A replica writes no record before it read the channel once:
+	// TestUnsyncedWritesNothing.)
+	waitFor("the watches started", func() bool { return a.x.Synced() && b.x.Synced() })
 	for _, sd := range []side{a, b} {
 		sd.x.Offer("c", now)
 		sd.x.mu.Lock()
