@@ -114,6 +114,9 @@ type Engine struct {
 	// remote holds, by source, the decisions other replicas made for
 	// the targets they observe (SetRemote).
 	remote map[string][]quota.Decision
+	// adopted is, per target, the At of the remote decision its
+	// controller last adopted (adoptRemote).
+	adopted map[lag.Target]time.Time
 	// topics holds the combined decision per topic.
 	topics map[quota.Topic]quota.TopicDecision
 	// published is the fingerprint and version of each producer's set.
@@ -188,7 +191,7 @@ func New(cfg Config) (*Engine, error) {
 	lease := cfg.Lease.WithDefaults()
 	return &Engine{lifetime: lease.Lifetime, interval: lease.Interval,
 		policies: policies, ctl: ctl, book: book, hub: cfg.Hub, log: cfg.Logger, now: cfg.Now, pubs: cfg.Publishers, declog: cfg.Log,
-		decisions: map[string]map[lag.Target]quota.Decision{}, remote: map[string][]quota.Decision{}, topics: map[quota.Topic]quota.TopicDecision{},
+		decisions: map[string]map[lag.Target]quota.Decision{}, remote: map[string][]quota.Decision{}, adopted: map[lag.Target]time.Time{}, topics: map[quota.Topic]quota.TopicDecision{},
 		published: map[string]published{}, version: cfg.Lease.VersionBase,
 		producers: map[string]*producer{}, maxProducers: cmp.Or(cfg.MaxProducers, DefaultMaxProducers),
 		byName: map[string][]quota.Topic{},
@@ -266,21 +269,30 @@ func (e *Engine) OnCycle(cluster string, now time.Time, states []lag.State) {
 	defer e.mu.Unlock()
 	prev := e.decisions[cluster]
 	next := make(map[lag.Target]quota.Decision, len(states))
-	var begun []lag.Target
+	var begun, unrated []lag.Target
+	for _, st := range states {
+		if d, had := prev[st.Target]; !had {
+			begun = append(begun, st.Target)
+		} else if d.Rule == quota.RuleRatesUnknown {
+			unrated = append(unrated, st.Target)
+		}
+	}
+	// A target still without rates adopts before its step: the remote
+	// decision may have come after the cycle that began it (a replica that
+	// restarts observes before it has read the lease state).
+	e.adoptRemote(unrated)
 	for _, st := range states {
 		p, ok := e.policies.Match(st.Target)
 		if !ok {
 			continue
 		}
 		next[st.Target] = e.ctl.Step(st, p, now)
-		if _, had := prev[st.Target]; !had {
-			begun = append(begun, st.Target)
-		}
 	}
 	e.adoptRemote(begun)
 	for t := range prev {
 		if _, ok := next[t]; !ok {
 			e.ctl.Forget(t)
+			delete(e.adopted, t)
 		}
 	}
 	e.decisions[cluster] = next
@@ -380,8 +392,9 @@ func (e *Engine) StandIn(on bool) {
 }
 
 // adoptRemote makes, for each target this engine has just begun to decide
-// (its shard moved here, or stood in for), the newest remote decision of
-// it the rate in force of the controller (quota.Controller.Adopt), as
+// (its shard moved here, or stood in for), or decides still without
+// rates, the newest remote decision of it the rate in force of the
+// controller (quota.Controller.Adopt), once per remote decision, as
 // Follow does for a follower: the new observer goes on from the former
 // one's regime. Without it a fresh controller is unlimited until its own
 // measurements engage it, and a consumer whose capacity it cannot measure
@@ -394,8 +407,9 @@ func (e *Engine) adoptRemote(begun []lag.Target) {
 	}
 	remote := e.remoteByTarget()
 	for _, t := range begun {
-		if r, ok := remote[t]; ok {
+		if r, ok := remote[t]; ok && !r.At.Equal(e.adopted[t]) {
 			e.ctl.Adopt(r)
+			e.adopted[t] = r.At
 		}
 	}
 }

@@ -102,3 +102,38 @@ func TestRemoteAdopted(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteAdoptedLate: the former owner's decision reaches the engine a
+// cycle after it began to decide the target (a replica that restarts
+// observes its shard before it has read the lease state): while its own
+// decision still has no rates, it goes on from the remote one all the
+// same. (Adopted only at the cycle that began the target, it was missed,
+// and the first decision with rates opened the topic.)
+func TestRemoteAdoptedLate(t *testing.T) {
+	p := quota.Policy{Name: "p", MaxAge: 2 * time.Second}
+	c := &clock{now: t0}
+	owner, _ := newEngine(t, c, p)
+	(&world{tr: lag.NewTracker(nil), c: c, e: owner, produce: 1000, consume: 100}).cycles(6)
+	cut := owner.Decisions()
+	if len(cut) != 1 || cut[0].IsUnlimited() {
+		t.Fatalf("the owner's decisions %+v, want one cut", cut)
+	}
+	other, hub := newEngine(t, c, p)
+	w := &world{tr: lag.NewTracker(nil), c: c, e: other, produce: 1000, consume: 100, end: 6000, consumed: 600}
+	w.cycles(1)
+	if d := other.Decisions(); len(d) != 1 || d[0].Rule != quota.RuleRatesUnknown {
+		t.Fatalf("the first cycle's decisions %+v, want one without rates", d)
+	}
+	other.SetRemote("c1/0", cut) // read late
+	w.consume = 0
+	for i := range 3 {
+		w.cycles(1)
+		if _, err := other.Report(quotaproto.Report{Producer: "checkout", Topics: []quotaproto.TopicDemand{{Topic: "orders", Demand: 1000}}}); err != nil {
+			t.Fatal(err)
+		}
+		set, _, _ := hub.Current("checkout")
+		if len(set.Leases) != 1 || rateOf(set.Leases[0]) < 0 {
+			t.Fatalf("cycle %d without a commit: leases %+v, want the cut held (own decisions %+v)", i+1, set.Leases, other.Decisions())
+		}
+	}
+}
