@@ -1127,9 +1127,17 @@ func lastMove(st *lag.State) time.Time {
 // producers) must not make the topic look unable to keep up, or slow-down
 // would refuse producers on every partition for one.
 //
-// An avoided partition's consumption is the rate its consumer was seen to
-// drain it at (partTrack.rate) while it has a backlog, else what its
-// position moved in the interval.
+// An avoided partition's consumption is what its position moved in the
+// interval, counted as the target's consumption is (see consumption: the
+// messages consumed in the interval over the span measured), so that the
+// difference is what the other partitions consumed. Not the rate its
+// consumer was seen to drain it at under a backlog: that is what it can
+// do, not what it did, and a partition listed for a moment (a healthy one
+// given a whole batch by a sticky partitioner, which it drains at 2,000
+// msg/s) took that rate out of a topic that consumed a few hundred: the
+// others read as consuming nothing, the topic as saturated at a few
+// messages a second (lagbridge bench --hot-partition at 250 ms on real
+// Kafka: "saturated: capacity 3/s", refusing every partition).
 func leaveOutLate(tc *control, v *reading) {
 	var in, out float64
 	for _, id := range v.avoid {
@@ -1143,7 +1151,9 @@ func leaveOutLate(tc *control, v *reading) {
 	if !v.measured || (in == 0 && out == 0) {
 		return
 	}
-	v.consumed = max(v.consumed-out, 0)
+	if v.span > 0 {
+		v.consumed = max(v.consumed-out*v.dt/v.span, 0)
+	}
 	v.spanProduced = max(v.spanProduced-in*v.span, 0)
 	v.keepsUp = v.consumed*v.span >= keepUpRatio*v.spanProduced
 }
@@ -1694,9 +1704,6 @@ func trackPart(pt partTrack, had bool, ps *lag.PartitionState, st *lag.State, dt
 	if had && !ps.Stale && dt > 0 {
 		next.in = float64(max(ps.End-(pt.pos+pt.lag), 0)) / dt
 		next.out = float64(max(pos-pt.pos, 0)) / dt
-		if ps.Lag > 0 && next.rate > 0 {
-			next.out = next.rate
-		}
 	}
 	return next
 }

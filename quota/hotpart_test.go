@@ -544,3 +544,76 @@ func runHotSim(t *testing.T, interval, duration time.Duration, recoverAt float64
 		producers: ps,
 	})
 }
+
+// TestControllerLatePartitionDrainedNotItsRate: observed every 250 ms,
+// six partitions each written and drained 48 msg/s, the other five with
+// a standing lag of 6 (what a commit has not covered yet); partition 0's
+// consumer drained 80 of a batch of 100 in one interval (320 msg/s under
+// a backlog: its rate), then sticks on a record, and its head is soon
+// past the deadline: it is listed. What leaves the topic's consumption
+// with it is what it drained in the interval (nothing), not the 320
+// msg/s it was seen to drain at: taken out of the 240 msg/s consumed,
+// the other five read as consuming 80 with 30 waiting, and the topic was
+// slowed to 74 msg/s, for every partition, while they kept up with all
+// they were sent (seen on real Kafka, lagbridge bench --hot-partition at
+// 250 ms: "drain: capacity 10/s, wait 5.6s" with partitions 0 and 3
+// listed).
+func TestControllerLatePartitionDrainedNotItsRate(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	ctl := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+	var end, pos [6]int64
+	for k := 1; k < 6; k++ {
+		end[k] = 6 // a standing lag: what a commit has not covered yet
+	}
+	var d Decision
+	for i := 1; i <= 16; i++ {
+		at := 0.25 * float64(i)
+		var consumed, produced int64
+		head0 := time.Duration(0)
+		for k := range 6 {
+			end[k] += 12
+			produced += 12
+			if k > 0 {
+				pos[k] += 12
+				consumed += 12
+				continue
+			}
+			switch {
+			case i == 3: // a batch, not drained yet
+				end[0] += 100
+				produced += 100
+				head0 = 200 * time.Millisecond
+			case i == 4: // drained at 320 msg/s under a backlog
+				pos[0] += 80
+				consumed += 80
+			case i == 5:
+				consumed += end[0] - pos[0]
+				pos[0] = end[0]
+			case i < 8:
+				pos[0] += 12
+				consumed += 12
+			default: // stuck on a record, its head soon past the deadline
+				head0 = time.Duration(i-7) * 600 * time.Millisecond
+			}
+		}
+		s := st(at, 0, float64(consumed)/0.25, float64(produced)/0.25)
+		for k := range 6 {
+			ps := lag.PartitionState{PartitionSample: lag.PartitionSample{Partition: int32(k), End: end[k], Lag: end[k] - pos[k]}}
+			ps.HeadAge = 100 * time.Millisecond
+			if k == 0 {
+				ps.HeadAge = head0
+			}
+			s.Lag += ps.Lag
+			s.Partitions = append(s.Partitions, ps)
+		}
+		s.HeadAge, s.HeadAgeKnown = head0, true
+		d = ctl.Step(s, p, leaseT0.Add(time.Duration(at*float64(time.Second))))
+		t.Logf("t=%.2f avoid %v %s %s rate %v capacity %.0f: %s", at, d.AvoidPartitions, d.Signal, d.Rule, d.Rate, d.Capacity, d.Reason)
+		if i > 8 && d.Signal == SignalSlowDown || d.Signal == SignalStop {
+			t.Errorf("t=%.2f: %s (%s): the topic is slowed for its late partition", at, d.Signal, d.Reason)
+		}
+	}
+	if !slices.Equal(d.AvoidPartitions, []int32{0}) {
+		t.Fatalf("avoid %v, want [0]: the case tests nothing", d.AvoidPartitions)
+	}
+}
