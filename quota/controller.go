@@ -595,7 +595,7 @@ type reading struct {
 	// not assumed (see cadence).
 	learned   bool
 	since     float64 // how long ago it committed the position seen (0: exact enough)
-	headAge   float64 // the head's age at the commit (HeadAge - since)
+	headAge   float64 // the head's age at the commit (HeadAge - since), of the partitions not avoided
 	headKnown bool    // State.HeadAgeKnown
 	// queued: the wait less the standing wait the target shows when
 	// healthy (see judge), seconds.
@@ -715,6 +715,9 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	v.avoid, v.fewBad = c.lateParts(tc, st, p, v)
 	v.shares = keylessShares(tc, v.avoid, v.produced, len(st.Partitions))
 	leaveOutLate(tc, v)
+	if len(v.avoid) > 0 {
+		v.headAge = max(othersHead(st, v.avoid)-v.since, 0)
+	}
 	v.capacity = tc.capacity
 	if v.measured {
 		c.estimateCapacity(tc, st, p, v)
@@ -729,7 +732,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 		// queue beyond it (the consumer was caught up at its commit),
 		// else at most at the capacity.
 		rate := min(v.capacity, v.produced)
-		if v.headKnown && st.HeadAge.Seconds() <= tc.floor+v.engageWait/2 {
+		if v.headKnown && v.headAge+v.since <= tc.floor+v.engageWait/2 {
 			rate = v.produced
 		}
 		v.backlog = max(v.backlog-tc.floor*rate, 0)
@@ -984,7 +987,7 @@ func twoMoves(tc *control, st *lag.State, v *reading, span, produced float64) (f
 		v.prevProduced = w.produced / w.span
 		v.keptTwo = own.msgs+w.msgs >= keepUpRatio*(own.produced+w.produced)
 	}
-	if w := tc.prevMove; w.span > 0 && st.HeadAge.Seconds()-behindWait(tc, v) <= v.engageWait {
+	if w := tc.prevMove; w.span > 0 && othersHead(st, tc.last.AvoidPartitions)-behindWait(tc, v) <= v.engageWait {
 		if avg := (own.msgs + w.msgs) / (span + w.span); avg > v.consumed {
 			span += w.span
 			v.consumed, v.span = avg, span
@@ -1156,6 +1159,26 @@ func leaveOutLate(tc *control, v *reading) {
 	}
 	v.spanProduced = max(v.spanProduced-in*v.span, 0)
 	v.keepsUp = v.consumed*v.span >= keepUpRatio*v.spanProduced
+}
+
+// othersHead is the head age of st's partitions that are not in avoid,
+// seconds: st.HeadAge with none. The head of a partition producers write
+// around is its own lateness, not a wait of the topic's (see
+// leaveOutLate): taken as the topic's, one late partition's head froze
+// the capacity estimate (see estimateCapacity) and made every reading of
+// commits as often as observations a queue (see consumption).
+func othersHead(st *lag.State, avoid []int32) float64 {
+	if len(avoid) == 0 {
+		return st.HeadAge.Seconds()
+	}
+	var head time.Duration
+	for i := range st.Partitions {
+		ps := &st.Partitions[i]
+		if ps.Lag > 0 && !slices.Contains(avoid, ps.Partition) {
+			head = max(head, ps.HeadAge)
+		}
+	}
+	return head.Seconds()
 }
 
 // idleReported reports whether every partition of st with lag has its
