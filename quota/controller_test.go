@@ -1207,9 +1207,10 @@ func TestControllerFirstCommitDue(t *testing.T) {
 // saturation while the record at the commit had waited less than the
 // budget (0.46 s here), and producers stay unlimited, also at the next
 // reading without a commit (read as a capacity, it limited them to 592/s
-// for 4 s from that reading on). A first commit with lag 3,000 and
-// its record 4 s old (a consumer that fell behind before its first
-// commit, as in the +no-commit-yet row) is read: drained.
+// for 4 s from that reading on). A first commit whose record had waited
+// more than half the budget (lag 3,000 and a head 4 s old at the reading,
+// or lag 1,704 and 2.13 s: a consumer that fell behind before its first
+// commit, as in two runs of the +no-commit-yet row) is read: drained.
 func TestControllerFirstCommitKeepsUp(t *testing.T) {
 	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
 	for _, tc := range []struct {
@@ -1220,6 +1221,7 @@ func TestControllerFirstCommitKeepsUp(t *testing.T) {
 	}{
 		{name: "a poll behind", lagN: 760, head: 960 * time.Millisecond},
 		{name: "behind the budget", lagN: 3000, head: 4 * time.Second, drain: true},
+		{name: "behind half the budget", lagN: 1704, head: 2130 * time.Millisecond, drain: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCtl(t, ControllerConfig{})
