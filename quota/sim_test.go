@@ -159,6 +159,28 @@ type simConfig struct {
 	// bench's records). 0: every producer spreads each tick over all
 	// partitions.
 	sticky float64
+	// failover, when set, plays a second observer (a follower, observing
+	// half an interval off the leader) that takes over from the leader
+	// killed at failover.kill (see simFailover).
+	failover *simFailover
+}
+
+// simFailover is a leader's loss in the simulator, as internal/replica
+// plays it: until kill the follower steps its own controller and adopts
+// the leader's newest decision before each step (engine.Follow); from kill
+// no leases come from the leader (the producers keep the last ones); from
+// kill+standIn the follower serves its own leases, standing in
+// (Controller.StandIn), and from kill+lead it leads.
+type simFailover struct {
+	kill, standIn, lead float64
+}
+
+// simFollower is the follower's own tracker, controller and lease book.
+type simFollower struct {
+	tracker *lag.Tracker
+	ctl     *Controller
+	book    *LeaseBook
+	last    Decision // the leader's newest decision
 }
 
 // simStep is what one observation interval looked like.
@@ -200,6 +222,7 @@ type sim struct {
 	now     time.Time
 	// nextCommit is when the consumer commits next (commitEvery > 0).
 	nextCommit time.Time
+	follower   *simFollower // with cfg.failover
 }
 
 func runSim(tb testing.TB, cfg simConfig) *simResult {
@@ -228,8 +251,11 @@ func runSim(tb testing.TB, cfg simConfig) *simResult {
 		r.tickOffered, r.tickAdmitd = append(r.tickOffered, offered), append(r.tickAdmitd, admitted)
 		r.tickSpare = append(r.tickSpare, spare)
 		r.tickGood, r.tickDead = append(r.tickGood, good), append(r.tickDead, dead)
-		if (k+1)%perInterval == 0 {
+		if (k+1)%perInterval == 0 && (cfg.failover == nil || t < cfg.failover.kill) {
 			s.observe(t, dt)
+		}
+		if cfg.failover != nil && (k+1)%perInterval == perInterval/2 {
+			s.observeFollower(t)
 		}
 	}
 	return s.res
@@ -279,6 +305,17 @@ func newSim(tb testing.TB, cfg simConfig) *sim {
 	}
 	if s.book, err = NewLeaseBook(LeaseConfig{Interval: cfg.interval, Allocator: alloc, Rand: s.rng.Float64}); err != nil {
 		tb.Fatal(err)
+	}
+	if cfg.failover != nil {
+		f := &simFollower{tracker: lag.NewTracker(func(lag.Target) lag.Rules { return rules })}
+		if f.ctl, err = NewController(cfg.ctl); err != nil {
+			tb.Fatal(err)
+		}
+		frng := rand.New(rand.NewPCG(cfg.seed, 11)) // its own: the run's draws stay the same
+		if f.book, err = NewLeaseBook(LeaseConfig{Interval: cfg.interval, Allocator: alloc, Rand: frng.Float64}); err != nil {
+			tb.Fatal(err)
+		}
+		s.follower = f
 	}
 	s.parts = make([]*simPartition, cfg.partitions)
 	for i := range s.parts {
@@ -557,10 +594,64 @@ func (s *sim) observe(t, dt float64) {
 			}
 		}
 	}
+	if s.follower != nil {
+		s.follower.last = dec
+	}
 	s.res.steps = append(s.res.steps, simStep{
 		t: t, capacity: cfg.capacity(t - dt), consumeInst: st.ConsumeRateInstant, produceInst: st.ProduceRateInstant,
 		headAge: trueHeadAge(s.parts, now), dec: dec, leases: leases,
 	})
+}
+
+// sample is what an observer reads at t: the committed positions.
+func (s *sim) sample(t float64) lag.Sample {
+	cfg := &s.cfg
+	smp := lag.Sample{Target: s.target, At: s.now, Members: cfg.members(t), GroupState: "Stable"}
+	for i, part := range s.parts {
+		end, cons := int64(math.Floor(part.end+1e-9)), int64(math.Floor(part.committed+1e-9))
+		ps := lag.PartitionSample{Partition: int32(i), End: end, Committed: cons, Lag: max(end-cons, 0)}
+		if head, ok := part.committedHead(); ok && ps.Lag > 0 {
+			ps.HeadTime, ps.HeadKnown = head, true
+		}
+		smp.Partitions = append(smp.Partitions, ps)
+	}
+	return smp
+}
+
+// observeFollower is one observation of the follower (cfg.failover): it
+// steps its controller on its own reading, after adopting the leader's
+// newest decision while the leader lives, and from the stand-in on serves
+// its own leases (recorded as the run's steps).
+func (s *sim) observeFollower(t float64) {
+	f, fo, now := s.follower, s.cfg.failover, s.now
+	st := f.tracker.Observe(s.sample(t), now)
+	if t < fo.kill && f.last.Rule != RuleNone {
+		f.ctl.Adopt(f.last)
+	}
+	serving := t >= fo.kill+fo.standIn
+	f.ctl.StandIn(serving && t < fo.kill+fo.lead)
+	dec := f.ctl.Step(st, s.cfg.policy, now)
+	topic := TopicOf(s.target)
+	for _, p := range s.cfg.producers {
+		if p.active(t) {
+			if err := f.book.Report(Report{Producer: p.id, Topic: topic, Criticality: p.crit, Demand: p.offer(t)}, now); err != nil {
+				s.tb.Fatal(err)
+			}
+		}
+	}
+	f.book.Expire(now)
+	leases := f.book.Apply(TopicDecision(dec), s.cfg.policy, now)
+	if !serving {
+		return
+	}
+	for _, l := range leases {
+		for _, p := range s.cfg.producers {
+			if p.id == l.Producer {
+				p.pending = append(p.pending, pendingLease{at: now.Add(s.cfg.pushDelay), l: l})
+			}
+		}
+	}
+	s.res.steps = append(s.res.steps, simStep{t: t, capacity: s.cfg.capacity(t), dec: dec, leases: leases})
 }
 
 // take consumes n messages from the head of the partition at now and
