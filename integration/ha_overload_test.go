@@ -242,12 +242,17 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 		}
 		brokerYAML = fmt.Sprintf("nats:\n  - cluster: c\n    urls: [%q]\n    streams: {include: [%q]}\n    consumers: {include: [%q]}\nquota:\n  natsKV: {cluster: c, bucket: %s}\n", b.natsURL, topic, topic, topic)
 	}
+	// LAGBRIDGE_HA_NO_CLIENT_QUOTAS=1 leaves the Kafka client quotas
+	// out of the policy (on demand, to tell what the lost leader's
+	// quotas cost a failover from the rest: README, Replicas and
+	// failover).
+	noClientQuotas := os.Getenv("LAGBRIDGE_HA_NO_CLIENT_QUOTAS") != ""
 	classes := overloadClasses()
 	var producers strings.Builder
 	for _, c := range classes {
 		fmt.Fprintf(&producers, "        - {id: %s, criticality: %s}\n", c.id, c.crit)
 	}
-	policy := fmt.Sprintf("    - name: p\n      match: {topic: %s}\n      maxAge: %s\n      kafkaClientQuota: %v\n      producers:\n%s", topic, overloadDeadline, b.kafka != "", producers.String())
+	policy := fmt.Sprintf("    - name: p\n      match: {topic: %s}\n      maxAge: %s\n      kafkaClientQuota: %v\n      producers:\n%s", topic, overloadDeadline, b.kafka != "" && !noClientQuotas, producers.String())
 	if strings.Contains(brokerYAML, "quota:\n") {
 		brokerYAML += "  policies:\n" + policy
 	} else {
