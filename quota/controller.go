@@ -1513,6 +1513,16 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		tc.release = 0
 		return RuleProbe, fmt.Sprintf("caught up, the rate unused while standing in for a silent leader (producers may hold its leases): keeping %.0f/s", inForce)
 	}
+	if tc.release < 0 && inForce > 0 && v.produced < c.cfg.ReleaseRatio*inForce {
+		// Adopted (a takeover): the producers have not had the rate yet
+		// (they hold the former leader's leases, or its Kafka client
+		// quotas throttle them), so its being unused says nothing of
+		// the consumer. Probing it up meanwhile compounded, unused, to
+		// several times the capacity, which the producers then used
+		// all at once. Hold it while the adoption's grace runs.
+		tc.release++
+		return RuleProbe, fmt.Sprintf("caught up, the rate unused since it was taken over (producers may still be held to the former leader's): keeping %.0f/s", inForce)
+	}
 	tc.rate = max(tc.rate, v.law, inForce*(1+v.probe))
 	if v.blind {
 		tc.rate = min(tc.rate, tc.blindCap)
@@ -1935,7 +1945,10 @@ func (c *Controller) StandIn(on bool) { c.standIn = on }
 // at 0 is released). A release then takes ReleaseAfter more observations
 // of the rate unused than usual: the producers were given the other
 // replica's leases, not this controller's rate, and take some
-// observations to use a rate they are given on a takeover. The next Step
+// observations to use a rate they are given on a takeover; meanwhile a
+// rate left unused is kept, not probed up (it would compound, unused, to
+// several times the capacity, and the producers would use it all at
+// once). The next Step
 // goes on from there with this controller's own measurements, so that a
 // follower that takes over continues the leader's regime (probing from its
 // rate, following, releasing) instead of its own, which had diverged.

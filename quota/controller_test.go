@@ -1255,3 +1255,29 @@ func TestControllerFirstCommitKeepsUp(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerAdoptHoldsUnusedRate: a follower takes over a limited
+// target whose consumer is caught up, adopting the former leader's 100/s
+// (Adopt), while its producers still send 40/s (they hold the former
+// leader's leases, or its Kafka client quotas throttle them). A rate they
+// have not had is no evidence of capacity: it is kept while the adoption's
+// grace runs, not probed up (on a takeover on Kafka 4.3.1 it went 127,
+// 190, 285, 427/s in four intervals for a 100/s consumer, and the
+// producers used it all at once); once they use it, probing goes on.
+func TestControllerAdoptHoldsUnusedRate(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	c := newCtl(t, ControllerConfig{})
+	c.Step(reported(st(1, 0, 100, 100)), p, leaseT0.Add(time.Second))
+	c.Adopt(Decision{Target: ordersK, Rate: 100, Capacity: 100})
+	var d Decision
+	for k := 2; k <= 4; k++ {
+		d = c.Step(reported(st(float64(k), 0, 40, 40)), p, leaseT0.Add(time.Duration(k)*time.Second))
+		if d.IsUnlimited() || d.Rate != 100 {
+			t.Fatalf("second %d after the takeover, the rate unused: rate %v (%s: %s), want 100 kept", k, d.Rate, d.Rule, d.Reason)
+		}
+	}
+	d = c.Step(reported(st(5, 0, 100, 100)), p, leaseT0.Add(5*time.Second))
+	if d.IsUnlimited() || d.Rate <= 100 {
+		t.Errorf("the rate used: rate %v (%s: %s), want probed above 100", d.Rate, d.Rule, d.Reason)
+	}
+}

@@ -181,6 +181,8 @@ type simFollower struct {
 	ctl     *Controller
 	book    *LeaseBook
 	last    Decision // the leader's newest decision
+	own     Decision // its own newest decision
+	led     bool     // it took over
 }
 
 // simStep is what one observation interval looked like.
@@ -629,8 +631,19 @@ func (s *sim) observeFollower(t float64) {
 		f.ctl.Adopt(f.last)
 	}
 	serving := t >= fo.kill+fo.standIn
+	if t >= fo.kill+fo.lead && !f.led {
+		// Taking over (replica.followLast): it goes on from its own
+		// decision if it stood in, else from the former leader's last.
+		f.led = true
+		if fo.standIn < fo.lead {
+			f.ctl.Adopt(f.own)
+		} else if f.last.Rule != RuleNone {
+			f.ctl.Adopt(f.last)
+		}
+	}
 	f.ctl.StandIn(serving && t < fo.kill+fo.lead)
 	dec := f.ctl.Step(st, s.cfg.policy, now)
+	f.own = dec
 	topic := TopicOf(s.target)
 	for _, p := range s.cfg.producers {
 		if p.active(t) {
