@@ -55,6 +55,9 @@ type simProducer struct {
 	offered, admitted float64 // messages, whole run
 	winOffered        float64 // messages inside simConfig.window
 	winAdmitted       float64
+	// throttled holds what its lease admitted that the broker has not
+	// taken yet (simFailover.quota), with the times it was sent at.
+	throttled []chunk
 }
 
 type pendingLease struct {
@@ -173,6 +176,12 @@ type simConfig struct {
 // (Controller.StandIn), and from kill+lead it leads.
 type simFailover struct {
 	kill, standIn, lead float64
+	// quota, when positive, is the Kafka client quota the lost leader
+	// left, msg/s per producer: from kill until the new leader writes
+	// its own (kill+lead), the broker takes at most that much of what a
+	// producer's lease admits and holds the rest back, in order (the
+	// client's buffer: the records keep the time they were sent at).
+	quota float64
 }
 
 // simFollower is the follower's own tracker, controller and lease book.
@@ -395,6 +404,10 @@ func (s *sim) produce(t float64) (offered, admitted float64) {
 			s.stick(p, adm, avoid)
 			continue
 		}
+		if fo := cfg.failover; fo != nil && (fo.quota > 0 || len(p.throttled) > 0) {
+			s.throttle(p, t, adm)
+			continue
+		}
 		n := cfg.partitions - len(avoid)
 		rest := adm
 		if (p.honorAvoid || p.keyed) && p.hasLease && n < cfg.partitions {
@@ -426,6 +439,30 @@ func (s *sim) produce(t float64) (offered, admitted float64) {
 		}
 	}
 	return offered, admitted
+}
+
+// throttle passes adm messages of p, sent now, through the client quota
+// the lost leader left (simFailover.quota) and writes what the broker
+// takes, spread over the partitions, at the times it was sent.
+func (s *sim) throttle(p *simProducer, t, adm float64) {
+	fo := s.cfg.failover
+	p.throttled = appendChunk(p.throttled, adm, s.now)
+	room := math.Inf(1)
+	if t >= fo.kill && t < fo.kill+fo.lead {
+		room = fo.quota * s.cfg.tick.Seconds()
+	}
+	for room > 1e-12 && len(p.throttled) > 0 {
+		c := &p.throttled[0]
+		n := min(c.n, room)
+		for _, part := range s.parts {
+			part.end += n / float64(len(s.parts))
+			part.q = appendChunk(part.q, n/float64(len(s.parts)), c.t)
+		}
+		room -= n
+		if c.n -= n; c.n <= 1e-12 {
+			p.throttled = p.throttled[1:]
+		}
+	}
 }
 
 // stick writes adm messages of p to the partition it sticks to, and

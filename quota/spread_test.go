@@ -122,6 +122,7 @@ func TestSimHAFailoverCost(t *testing.T) {
 		fo   simFailover
 	}{
 		{"stand-in after 2s, new leader after 6.4s", simFailover{kill: 16, standIn: 2, lead: 6.4}},
+		{"the same, the lost leader's client quotas (40 msg/s per producer) until the new leader's", simFailover{kill: 16, standIn: 2, lead: 6.4, quota: 40}},
 		{"no stand-in, new leader after 6.4s", simFailover{kill: 16, standIn: 6.4, lead: 6.4}},
 		{"the follower's phase alone (it leads from 1s)", simFailover{kill: 1}},
 	} {
