@@ -1521,7 +1521,7 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		// several times the capacity, which the producers then used
 		// all at once. Hold it while the adoption's grace runs.
 		tc.release++
-		return RuleProbe, fmt.Sprintf("caught up, the rate unused since it was taken over (producers may still be held to the former leader's): keeping %.0f/s", inForce)
+		return RuleProbe, fmt.Sprintf("caught up, the rate unused since it was adopted from another replica (producers may still be held to its leases or client quotas): keeping %.0f/s", inForce)
 	}
 	tc.rate = max(tc.rate, v.law, inForce*(1+v.probe))
 	if v.blind {
