@@ -36,8 +36,21 @@ func NewKafka(opts []kgo.Opt, topic string) interface {
 	return &kafkaChannel{opts: opts, topic: topic}
 }
 
+// topicConfigs are the lease state topic's settings at creation. The
+// leader and the shard owners rewrite their records every cycle, and the
+// log cleaner never compacts the active segment: with the broker's
+// default segment (7 days or 1 GiB) a replica that starts reads every
+// rewrite since the segment rolled before it is synced. Rolling every 10
+// minutes bounds that read to about 10 minutes of writes plus the
+// compacted state. A topic that already exists keeps the settings its
+// operator gave it.
+var topicConfigs = map[string]*string{
+	"cleanup.policy": kadm.StringPtr("compact"),
+	"segment.ms":     kadm.StringPtr("600000"),
+}
+
 func (k *kafkaChannel) create(ctx context.Context, cl *kgo.Client) error {
-	r, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, k.topic)
+	r, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, topicConfigs, k.topic)
 	if err == nil {
 		err = r.Err
 	}
