@@ -16,6 +16,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/app"
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/publish"
+	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
 )
 
@@ -153,6 +154,84 @@ func TestRealKafkaRecordSizeFollowsBatching(t *testing.T) {
 	t.Logf("one per request: %.1f B per record in the log; in batches of %d: charged %.1f B per record measured, %.1f by the requests", single, perCall, got, batched)
 	if got < 0.9*batched || got > 1.1*batched {
 		t.Errorf("after %d rounds of batches measured %.1f B per record; the batches' requests cost %.1f (one per request: %.1f in the log)", rounds, got, batched, single)
+	}
+}
+
+// TestRealKafkaTakeoverQuotaSized: a replica that takes over leading, or
+// a daemon that restarts, writes its first client quota for a topic
+// within 10% of the one the lost leader wrote for the same rate: it sizes
+// the topic's records at its first publish (from the log's tail), not by
+// DefaultBytesPerMessage until it measured MinRecords new records (about
+// ten times too high for the 72-byte records a request handler sends one
+// per request). Both start with a fresh publisher: a follower's publisher
+// never published (it is gated). Steering is left out (no Interval): the
+// bytes per record are what this test is about.
+func TestRealKafkaTakeoverQuotaSized(t *testing.T) {
+	addr := kafkatest.Bootstrap(t)
+	topic, id, prod, _ := sizedTopic(t, addr, "takeover-bpm", 3)
+	pols, err := quota.NewPolicies([]quota.Policy{{Name: "legacy", MaxAge: 2 * time.Second, KafkaClientQuota: true,
+		Producers: []quota.ProducerSpec{{ID: id}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qt := quota.Topic{Kind: lag.KindKafka, Cluster: "real", Name: topic}
+	const rate = 1000 // msg/s granted: the producer here is not throttled
+	snap := publish.Snapshot{Policies: pols,
+		Topics: map[quota.Topic]quota.TopicDecision{qt: {Policy: "legacy", Rate: rate, ProduceRate: 2 * rate}},
+		Leases: []quota.Lease{{Producer: id, Topic: qt, Rate: rate}}}
+	publisher := func() *publish.ClientQuotaPublisher {
+		return &publish.ClientQuotaPublisher{Cluster: "real", Quotas: publish.NewClientQuotas(client(t, addr), testLogger(t)),
+			Sizes: publish.NewRecordSizes(client(t, addr)), Log: testLogger(t)}
+	}
+	val := make([]byte, 72)
+	_, _ = rand.Read(val)
+	send := func(records int) {
+		t.Helper()
+		for range records {
+			if err := prod.ProduceSync(ctxT(t, 30*time.Second), &kgo.Record{Value: val}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stored := func() float64 {
+		t.Helper()
+		cur, err := publish.NewClientQuotas(client(t, addr), testLogger(t)).Current(ctxT(t, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cur[id]
+	}
+	lost := publisher()
+	for range 3 { // the lost leader measured the topic as it grew
+		if err := lost.Publish(ctxT(t, 30*time.Second), snap); err != nil {
+			t.Fatal(err)
+		}
+		send(240)
+	}
+	if err := lost.Publish(ctxT(t, 30*time.Second), snap); err != nil {
+		t.Fatal(err)
+	}
+	before, want := stored(), lost.Want(snap)[id]
+	// A graceful stop clears the quota; a lost leader leaves it, which
+	// the new leader leaves alone when it wants the same within 2%: clear
+	// it, so that the value read back is the one the new leader wrote.
+	if err := lost.Clear(ctxT(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	send(20) // a few records more between the leaders, fewer than MinRecords
+	next := publisher()
+	if err := next.Publish(ctxT(t, 30*time.Second), snap); err != nil {
+		t.Fatal(err)
+	}
+	var after float64
+	poll(t, 10*time.Second, func() (bool, string) {
+		after = stored()
+		return after > 0, "no client quota stored by the new leader"
+	})
+	t.Logf("lost leader: %.0f B/s wanted, %.0f stored; new leader's first: %.0f B/s wanted, %.0f stored (%.0f%%)",
+		want, before, next.Want(snap)[id], after, 100*after/before)
+	if after < 0.9*before || after > 1.1*before {
+		t.Errorf("the new leader's first client quota is %.0f B/s, the lost leader's %.0f (off by more than 10%%)", after, before)
 	}
 }
 

@@ -160,7 +160,9 @@ type KafkaClientQuotas struct {
 	// producer per record on every topic (record, batch and request
 	// framing), overriding the measurement. Zero (the default): measured
 	// per topic from the brokers' log growth, batch sizes and request
-	// framing, and 1024 until a topic has grown by 100 records.
+	// framing, from the log's tail at the first reading of a topic, and
+	// 1024 for a topic whose tail could not be read until it has grown
+	// by 100 records.
 	BytesPerMessage float64 `mapstructure:"bytesPerMessage"`
 }
 

@@ -89,8 +89,8 @@ type ClientQuotaPublisher struct {
 	Quotas  *ClientQuotas
 	// BytesPerMessage, when positive, is the bytes per record for every
 	// topic (quota.kafkaClientQuotas.bytesPerMessage, an override). Zero:
-	// measured per topic by Sizes, and DefaultBytesPerMessage until
-	// measured.
+	// measured per topic by Sizes (from the first publish on, see
+	// RecordSizes), and DefaultBytesPerMessage until measured.
 	BytesPerMessage float64
 	// Sizes measures the bytes per record per topic; nil: not measured.
 	Sizes *RecordSizes
@@ -114,7 +114,10 @@ type ClientQuotaPublisher struct {
 }
 
 // DefaultBytesPerMessage is the bytes per record assumed for a topic whose
-// size is neither configured nor measured yet.
+// size is neither configured nor measured yet: measurement starts with
+// the log's tail at the topic's first reading ([RecordSizes]), so only a
+// topic whose tail could not be read, or that holds fewer than
+// MinRecords records there, gets it.
 const DefaultBytesPerMessage = 1024
 
 // UnheededCycles is how many publishes in a row a topic must receive more

@@ -18,6 +18,16 @@ import (
 // records of a batch), as the producers batch them, which a configured
 // guess cannot know.
 //
+// A topic is sized from its first reading on: the first call that sees
+// it reads the newest records (at most SampleRecords) of its partition
+// with the highest end offset and takes their batches' bytes over their
+// offsets, the same measure as the log's growth, as its first round. A
+// daemon that starts, or a replica that takes over leading, knows a
+// topic's size at its first publish, not at the first one after
+// MinRecords new records were written: the lost leader's measure was
+// never read, and DefaultBytesPerMessage, a guess, made the first client
+// quotas about ten times too high for records of about a hundred bytes.
+//
 // A partition whose log shrank (retention, compaction) or whose end
 // offset went back since the last call is left out of that round. Old
 // rounds fade: a round that measured at least MinRecords records weighs
@@ -191,19 +201,7 @@ func (r *RecordSizes) Measure(ctx context.Context, topics []string) error {
 		if a.records > MaxRecords {
 			a.bytes, a.records = a.bytes/2, a.records/2
 		}
-		// A failed sample is not retried before the next SampleEvery-th
-		// call: each attempt can take SampleTimeout of the publish (and
-		// none is made once the earlier ones took it).
-		if grown >= 0 && sctx.Err() == nil && ((a.sampledBatches == 0 && !a.sampleFailed) || r.rounds%SampleEvery == 0) {
-			end := now[grown].end
-			recs, batches := r.sample(sctx, topic, grown, max(end-SampleRecords, r.last[topic][grown].end), end)
-			a.sampleFailed = batches == 0
-			if batches > 0 {
-				// The newest sample replaces the ones before: batching
-				// moves with the producers' state (see Fade).
-				a.sampledRecords, a.sampledBatches = recs, batches
-			}
-		}
+		r.sampleTail(sctx, topic, a, now, grown)
 		if prev, ok := r.at[topic]; ok && at.After(prev) {
 			r.rate[topic] = records / at.Sub(prev).Seconds()
 		}
@@ -214,29 +212,88 @@ func (r *RecordSizes) Measure(ctx context.Context, topics []string) error {
 	return nil
 }
 
-// batchCounter counts the batches a client reads and their records.
-type batchCounter struct{ records, batches atomic.Int64 }
+// sampleTail reads the tail of one of topic's partitions (now, this
+// call's readings; grown, the partition that grew most since the last
+// call, or -1) into a when it is time to: on a topic's first reading, to
+// size it at once (the partition with the highest end offset, its last
+// SampleRecords records, which count as a round); on the first growth of
+// a topic without a sample, and every SampleEvery calls, to count the
+// records per batch (the records the partition grew by, at most
+// SampleRecords). A failed sample is not retried before the next
+// SampleEvery-th call: each attempt can take SampleTimeout of the publish
+// (and none is made once the earlier ones took it).
+func (r *RecordSizes) sampleTail(ctx context.Context, topic string, a *sizeAcc, now map[int32]logPoint, grown int32) {
+	if ctx.Err() != nil {
+		return
+	}
+	p, from, first := grown, int64(0), r.last[topic] == nil
+	switch {
+	case first:
+		var end int64
+		for q, pt := range now {
+			if pt.end > end || (pt.end == end && q < p) {
+				p, end = q, pt.end
+			}
+		}
+		if end == 0 {
+			return // nothing written yet
+		}
+		from = max(end-SampleRecords, 0)
+	case grown >= 0 && ((a.sampledBatches == 0 && !a.sampleFailed) || r.rounds%SampleEvery == 0):
+		from = max(now[grown].end-SampleRecords, r.last[topic][grown].end)
+	default:
+		return
+	}
+	tl := r.sample(ctx, topic, p, from, now[p].end)
+	a.sampleFailed = tl.batches == 0
+	if tl.batches > 0 {
+		// The newest sample replaces the ones before: batching moves
+		// with the producers' state (see Fade).
+		a.sampledRecords, a.sampledBatches = tl.records, tl.batches
+	}
+	if first && tl.offsets > 0 {
+		// The first round: the growth of the log up to its tail.
+		a.bytes += tl.bytes
+		a.records += tl.offsets
+	}
+}
+
+// RecordBatchOverhead is the bytes of a Kafka record batch (magic 2)
+// besides its records: the log stores each batch with this header.
+const RecordBatchOverhead = 61
+
+// batchCounter counts the batches a client reads, their records (markers
+// included) and their bytes as the log stores them.
+type batchCounter struct{ records, batches, bytes atomic.Int64 }
 
 func (b *batchCounter) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.FetchBatchMetrics) {
 	b.records.Add(int64(m.NumRecords))
 	b.batches.Add(1)
+	b.bytes.Add(int64(m.CompressedBytes + RecordBatchOverhead))
 }
 
+// tail is what a sample read: the records and batches producers wrote
+// (transaction markers left out), and the bytes and offsets of every batch
+// read, markers included (the log's growth counts them too: its bytes
+// over its offsets are the measure of RecordSizes).
+type tail struct{ records, batches, bytes, offsets float64 }
+
 // sample reads partition p of topic from offset from up to end (until ctx
-// is done) and returns the records and batches read. A failed read counts
-// nothing. Transaction markers (control batches of one control record
-// each, written by the broker, charged to no producer) are read, so that
-// a transactional topic's tail, which ends with one, is read to its end,
-// and left out of both counts.
-func (r *RecordSizes) sample(ctx context.Context, topic string, p int32, from, end int64) (records, batches float64) {
+// is done) and returns what it read. A failed read counts nothing.
+// Transaction markers (control batches of one control record each,
+// written by the broker, charged to no producer) are read, so that a
+// transactional topic's tail, which ends with one, is read to its end,
+// and left out of the records and batches. The first batch may begin
+// before from: it is counted whole.
+func (r *RecordSizes) sample(ctx context.Context, topic string, p int32, from, end int64) tail {
 	if from >= end || len(r.opts) == 0 {
-		return 0, 0
+		return tail{}
 	}
 	var n batchCounter
 	cl, err := kgo.NewClient(append(slices.Clip(r.opts), kgo.WithHooks(&n), kgo.KeepControlRecords(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(from)}}))...)
 	if err != nil {
-		return 0, 0
+		return tail{}
 	}
 	defer cl.Close()
 	last, control := int64(-1), int64(0)
@@ -250,9 +307,10 @@ func (r *RecordSizes) sample(ctx context.Context, topic string, p int32, from, e
 		})
 	}
 	if last < end-1 {
-		return 0, 0
+		return tail{}
 	}
-	return float64(n.records.Load() - control), float64(n.batches.Load() - control)
+	return tail{records: float64(n.records.Load() - control), batches: float64(n.batches.Load() - control),
+		bytes: float64(n.bytes.Load()), offsets: float64(n.records.Load())}
 }
 
 // Charged returns the bytes a Kafka broker charges to clientID's
@@ -274,7 +332,8 @@ func (r *RecordSizes) Charged(topic, clientID string) (bytes float64, ok bool) {
 }
 
 // PerRecord returns topic's measured bytes per record, and whether at
-// least MinRecords records were measured (if not, it returns 0, false).
+// least MinRecords records were measured, the tail read at the topic's
+// first reading included (if not, it returns 0, false).
 func (r *RecordSizes) PerRecord(topic string) (float64, bool) {
 	a := r.acc[topic]
 	if a == nil || a.records < MinRecords || a.bytes <= 0 {

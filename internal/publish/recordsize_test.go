@@ -69,9 +69,9 @@ func TestSampleCountsBatches(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := &RecordSizes{opts: seeds}
-			recs, got := r.sample(ctx(t), "t", 0, 0, end)
-			if recs != batches*perBatch || got != batches {
-				t.Errorf("sampled %v records in %v batches (end offset %d), want %d in %d", recs, got, end, batches*perBatch, batches)
+			tl := r.sample(ctx(t), "t", 0, 0, end)
+			if tl.records != batches*perBatch || tl.batches != batches {
+				t.Errorf("sampled %v records in %v batches (end offset %d), want %d in %d", tl.records, tl.batches, end, batches*perBatch, batches)
 			}
 		})
 	}
@@ -111,8 +111,7 @@ func TestMeasureUnreadableTailNotRetriedEachRound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	produce("t")
-	measure() // the first reading: nothing grew yet
+	measure() // the first reading: nothing written yet, no tail to read
 	produce("t")
 	measure() // grown, no sample yet: one attempt, which fails
 	if got := made.n.Load(); got != 1 {
@@ -168,10 +167,7 @@ func unreadableTails(tb testing.TB, topics ...string) (*RecordSizes, *newClients
 func TestMeasureSamplesShareTimeout(t *testing.T) {
 	r, made, produce := unreadableTails(t, "a", "b")
 	topics := []string{"a", "b"}
-	for _, tp := range topics {
-		produce(tp)
-	}
-	if err := r.Measure(ctx(t), topics); err != nil {
+	if err := r.Measure(ctx(t), topics); err != nil { // nothing written yet
 		t.Fatal(err)
 	}
 	for _, tp := range topics {
@@ -235,12 +231,13 @@ func TestRecordSizesRateIgnoresSampleTime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	produce()
-	if err := r.Measure(ctx(t), topics); err != nil {
+	if err := r.Measure(ctx(t), topics); err != nil { // nothing written yet
 		t.Fatal(err)
 	}
 	clock.Add(10 * time.Second)
 	produce() // 100 records to each topic in the 10 s between readings
+	// The second reading samples both tails (their records per batch),
+	// each taking 10 s of the clock, after reading the offsets.
 	if err := r.Measure(ctx(t), topics); err != nil {
 		t.Fatal(err)
 	}
@@ -248,5 +245,44 @@ func TestRecordSizesRateIgnoresSampleTime(t *testing.T) {
 		if got, ok := r.Rate(tp); !ok || got != 10 {
 			t.Errorf("Rate(%s) = %v, %v; want 10 records/s, true", tp, got, ok)
 		}
+	}
+}
+
+// TestMeasureSizesTopicAtFirstReading: a RecordSizes that first reads a
+// topic already written (a daemon that starts, a replica that takes over
+// leading) knows its size at once, from the tail of its fullest
+// partition, within 10% of what one that watched the log grow measured:
+// the first client quotas it writes are not sized by
+// DefaultBytesPerMessage, a guess ten times too high for small records.
+// A topic never written has no size.
+func TestMeasureSizesTopicAtFirstReading(t *testing.T) {
+	_, cl := kfakeClient(t, kfake.NumBrokers(1), kfake.SeedTopics(3, "t", "empty"))
+	watcher := NewRecordSizes(cl)
+	if err := watcher.Measure(ctx(t), []string{"t"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 * SampleRecords { // one record per request, as a request handler sends
+		rec := &kgo.Record{Topic: "t", Value: fmt.Appendf(nil, "order-%06d", i)}
+		if err := cl.ProduceSync(ctx(t), rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := watcher.Measure(ctx(t), []string{"t"}); err != nil {
+		t.Fatal(err)
+	}
+	want, ok := watcher.Charged("t", "legacy")
+	if !ok {
+		t.Fatal("the watcher measured no size")
+	}
+	fresh := NewRecordSizes(cl)
+	if err := fresh.Measure(ctx(t), []string{"t", "empty"}); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := fresh.Charged("t", "legacy")
+	if !ok || got < 0.9*want || got > 1.1*want {
+		t.Errorf("at its first reading: %.1f B per record (%v), want within 10%% of the %.1f the watcher measured", got, ok, want)
+	}
+	if b, ok := fresh.PerRecord("empty"); ok {
+		t.Errorf("a topic never written sized at %.1f B per record", b)
 	}
 }
