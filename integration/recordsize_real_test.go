@@ -161,9 +161,9 @@ func TestRealKafkaRecordSizeFollowsBatching(t *testing.T) {
 // a daemon that restarts, writes its first client quota for a topic
 // within 10% of the one the lost leader wrote for the same rate: it sizes
 // the topic's records at its first publish (from the log's tail), not by
-// DefaultBytesPerMessage until it measured MinRecords new records (about
-// ten times too high for the 72-byte records a request handler sends one
-// per request). Both start with a fresh publisher: a follower's publisher
+// DefaultBytesPerMessage until it measured MinRecords new records (4.8
+// times too high here, for the 72-byte records a request handler sends
+// one per request). Both start with a fresh publisher: a follower's publisher
 // never published (it is gated). Steering is left out (no Interval): the
 // bytes per record are what this test is about.
 func TestRealKafkaTakeoverQuotaSized(t *testing.T) {

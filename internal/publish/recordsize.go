@@ -26,7 +26,7 @@ import (
 // topic's size at its first publish, not at the first one after
 // MinRecords new records were written: the lost leader's measure was
 // never read, and DefaultBytesPerMessage, a guess, made the first client
-// quotas about ten times too high for records of about a hundred bytes.
+// quotas several times too high for records of a hundred or two bytes.
 //
 // A partition whose log shrank (retention, compaction) or whose end
 // offset went back since the last call is left out of that round. Old

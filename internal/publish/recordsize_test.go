@@ -253,7 +253,7 @@ func TestRecordSizesRateIgnoresSampleTime(t *testing.T) {
 // leading) knows its size at once, from the tail of its fullest
 // partition, within 10% of what one that watched the log grow measured:
 // the first client quotas it writes are not sized by
-// DefaultBytesPerMessage, a guess ten times too high for small records.
+// DefaultBytesPerMessage, a guess several times too high for small records.
 // A topic never written has no size.
 func TestMeasureSizesTopicAtFirstReading(t *testing.T) {
 	_, cl := kfakeClient(t, kfake.NumBrokers(1), kfake.SeedTopics(3, "t", "empty"))
