@@ -89,12 +89,17 @@ func (d *decisions) remoteTopics() []string {
 }
 
 // decided is a decision made at t0 with the rates known.
-func decided(topic string, rate float64) quota.Decision {
+func decided(topic string, rate float64) quota.Decision { return decidedAt(topic, rate, t0) }
+
+// decidedAt is a decision made at at with the rates known.
+func decidedAt(topic string, rate float64, at time.Time) quota.Decision {
 	return quota.Decision{Target: lag.Target{Kind: lag.KindKafka, Cluster: "c", Topic: topic, Group: "g"}, Policy: "p", Rate: rate,
-		At: t0, Rule: quota.RuleSaturated}
+		At: at, Rule: quota.RuleSaturated}
 }
 
-// t0 is the time of the first cycle.
+// t0 is the time of the first cycle: the package's start, so a test that
+// offers at the wall clock's now makes its decisions at that now instead
+// (with -count=N a later run starts minutes after t0, past Expire).
 var t0 = time.Now()
 
 // TestExchange: two replicas on one NATS KV channel. Each writes the
@@ -127,10 +132,12 @@ func TestExchange(t *testing.T) {
 		return side{x, a, eng}
 	}
 	// A decides for both topics (say, just before a move), but owns only
-	// shard 0: only "orders" travels.
-	a := mk("a", 0, decided("orders", 10), decided("bench-001", 20))
-	b := mk("b", 1, decided("bench-001", 30))
+	// shard 0: only "orders" travels. The decisions are made at the
+	// cycles' time: made at t0, they were past Expire, and no longer held
+	// by B, in a run that starts a minute after the package (-count).
 	now := time.Now()
+	a := mk("a", 0, decidedAt("orders", 10, now), decidedAt("bench-001", 20, now))
+	b := mk("b", 1, decidedAt("bench-001", 30, now))
 	waitFor := func(what string, f func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -204,7 +211,7 @@ func TestExchange(t *testing.T) {
 	}
 	// Once B knows the rates, its own decision is written.
 	b.eng.mu.Lock()
-	b.eng.own[decided("orders", 40).Target] = decided("orders", 40)
+	b.eng.own[decided("orders", 40).Target] = decidedAt("orders", 40, now)
 	b.eng.mu.Unlock()
 	b.x.Offer("c", now)
 	waitFor("B's own decision of shard 0", func() bool {
