@@ -365,6 +365,11 @@ type control struct {
 	// seconds; floorSeen counts the readings it was learned from.
 	floor     float64
 	floorSeen int
+	// headKept is the oldest head at the commit, seconds, of the healthy
+	// readings of a consumer read through its commits that showed it
+	// keeping up (on their own or over two moves), forgotten over
+	// floorMemory, learned before its cadence is (see noQueueAtCommit).
+	headKept float64
 	// learnedSeen counts the measured readings with a learned cadence,
 	// measuredSeen all measured readings.
 	learnedSeen, measuredSeen int
@@ -662,6 +667,9 @@ type reading struct {
 	// consumer's rate (the first commit after first sight, see
 	// consumption).
 	lower bool
+	// noQueue: measured, and the head at the commit shows no queue
+	// beyond the standing wait (see noQueueAtCommit).
+	noQueue bool
 	// blind: the position is an estimate between the commits of a
 	// consumer that was caught up at its last commit (see
 	// caughtUpAtCommit).
@@ -719,6 +727,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 		v.headAge = max(othersHead(st, v.avoid)-v.since, 0)
 	}
 	v.capacity = tc.capacity
+	v.noQueue = v.measured && noQueueAtCommit(tc, st, v)
 	if v.measured {
 		c.estimateCapacity(tc, st, p, v)
 	}
@@ -792,11 +801,19 @@ func behindWait(tc *control, v *reading) float64 {
 // of what was produced): a queue that builds from the start is no
 // standing wait.
 func unlearnedWait(tc *control, v *reading) float64 {
-	startup := tc.floorSeen < floorLearn && tc.learnedSeen <= floorLearn && tc.measuredSeen <= 2*floorLearn
-	if !startup || !(v.keepsUp || v.keptTwo) || !fromCommitsCadence(v) {
+	if !startupAtCommits(tc) {
+		return 0
+	}
+	if !v.noQueue && (!(v.keepsUp || v.keptTwo) || !fromCommitsCadence(v)) {
 		return 0
 	}
 	return max(max(v.engageWait, v.dt)-tc.floor, 0)
+}
+
+// startupAtCommits reports whether tc is in its first readings, its
+// standing wait not learned yet (see unlearnedWait).
+func startupAtCommits(tc *control) bool {
+	return tc.floorSeen < floorLearn && tc.learnedSeen <= floorLearn && tc.measuredSeen <= 2*floorLearn
 }
 
 // floorCap is the most standing wait the controller learns, seconds: the
@@ -855,6 +872,11 @@ func (c *Controller) judge(tc *control, v *reading) {
 	if v.commits && v.headKnown && (v.keepsUp || v.keptTwo || v.span > 1.5*v.dt) {
 		queued, raw = min(queued, v.headAge-tc.floor), min(raw, v.headAge)
 	}
+	if v.noQueue {
+		// Its capacity not lowered by the reading, the wait understates
+		// the standing wait the head at the commit shows.
+		raw = v.headAge
+	}
 	v.queued = max(queued, 0)
 	v.engaged = v.wait > v.engageWait && !v.spare
 	// Caught up at its last commit, estimated since: the backlog the
@@ -868,6 +890,9 @@ func (c *Controller) judge(tc *control, v *reading) {
 	}
 	if !tc.limited {
 		v.engaged = v.engaged && v.queued-unlearnedWait(tc, v) > v.engageWait
+		if fromCommitsCadence(v) && v.measured && v.headKnown && kept && !v.engaged {
+			tc.headKept = max(v.headAge, tc.headKept*math.Exp(-v.dt/floorMemory))
+		}
 		if v.commits && v.learned && v.measured && kept && !v.engaged {
 			// Healthy: learn the standing wait (its recent peak, up to
 			// floorCap, forgotten over floorMemory), once the cadence it
@@ -1354,8 +1379,10 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 			span = max(cInst, span)
 		}
 		cInst = span
-	case cInst < tc.capacity && v.lag < v.engageWait*cInst:
+	case cInst < tc.capacity && (v.lag < v.engageWait*cInst || v.noQueue):
 		cInst = tc.capacity
+	case v.noQueue:
+		cInst = max(cInst, v.produced)
 	}
 	if v.lower {
 		cInst = max(cInst, tc.capacity)
@@ -1378,6 +1405,53 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 	}
 	tc.capLower = v.lower
 	v.capacity = tc.capacity
+}
+
+// noQueueAtCommit reports whether st reads the commit of a consumer that
+// commits about once per observation (a cadence of more than half an
+// interval and at most one and a half) whose head at the commit shows no
+// queue: at most E/2 older than the standing wait it showed while healthy
+// (tc.floor; until that is learned, floorLearn readings after the cadence
+// is, the larger of it and tc.headKept, at most floorCap: a learned
+// standing wait is the current one, a head kept from the first readings
+// may be of a commit timer that has drifted since, and kept a 2x drop
+// unseen for a reading in one bench run, excess 1.5x its bound). Its lag
+// is then consumed work it has not committed yet, not work queued, and a low consume reading is its commit's timing (a
+// franz-go 1 s auto-commit read every second reads 3 msg/s, then 1,634,
+// of 800), a lower bound of its capacity: read as its capacity at the
+// reading that learned the cadence, it drained a healthy consumer
+// (lagbridge bench, kafka/autocommit-1s at 2x, refused before the drop).
+// A consumer whose capacity fell shows a queue: the record at its commit
+// waited longer.
+func noQueueAtCommit(tc *control, st *lag.State, v *reading) bool {
+	if !fromCommits(st) || !v.headKnown {
+		return false
+	}
+	perObs := v.cadence > v.dt/2 && v.cadence <= 1.5*v.dt
+	if startupAtCommits(tc) && (!v.learned || perObs) {
+		// The first readings, the standing wait not learned and the
+		// cadence perhaps not either: a head at most one interval old
+		// (at least E, at most half the budget) whose lag is no more
+		// than was produced since is a commit of uncommitted work, not
+		// a queue. From its first measured reading, a 1 s auto-commit
+		// read every second that commits a few records reads 40 msg/s
+		// consumed of 800 (lag 760, head 0.96 s): taken as its
+		// capacity, it was drained, limited, and never learned its
+		// standing wait (lagbridge bench, autocommit-1s at 2x, 4 runs
+		// of 6; TestControllerOneSecondCommitsFirstReading). A
+		// consumer slow from the start shows a head past that within
+		// a reading or two.
+		standing := min(max(v.dt, v.engageWait), v.budget/2)
+		return v.headAge <= standing+v.engageWait/2 && v.lag <= (v.headAge+v.engageWait/2)*max(v.produced, v.prevProduced)
+	}
+	if !perObs {
+		return false
+	}
+	standing := tc.floor
+	if tc.floorSeen < floorLearn {
+		standing = max(standing, min(tc.headKept, floorCap(v)))
+	}
+	return v.headAge <= standing+v.engageWait/2
 }
 
 // commitSpan measures, at each new commit of a consumer whose position is
