@@ -30,7 +30,7 @@ func TestUnlistedFloodDoesNotStarveListed(t *testing.T) {
 	e, hub := newEngine(t, c, quota.Policy{Name: "orders", MaxAge: 2 * time.Second,
 		Producers: []quota.ProducerSpec{{ID: "checkout", Criticality: quota.Critical}}})
 	w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 1000, consume: 2000}
-	w.cycles(3)
+	w.cycles(10) // healthy long enough for the standing wait to be learned
 	checkout := func() quotaproto.Report {
 		return quotaproto.Report{Producer: "checkout", Topics: []quotaproto.TopicDemand{{Topic: "orders", Demand: 5000}}}
 	}
@@ -157,7 +157,7 @@ func TestReportPushesWhatItChanges(t *testing.T) {
 	e, hub := newEngine(t, c, quota.Policy{Name: "orders", MaxAge: 2 * time.Second,
 		Producers: []quota.ProducerSpec{{ID: "a"}, {ID: "b"}, {ID: "other"}}})
 	w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 1000, consume: 2000}
-	w.cycles(3)
+	w.cycles(10) // healthy long enough for the standing wait to be learned
 	w.consume = 800
 	w.cycles(2)
 	for _, id := range []string{"a", "other"} {
