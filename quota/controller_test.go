@@ -1296,33 +1296,8 @@ func TestControllerAdoptHoldsUnusedRate(t *testing.T) {
 // reading is a lower bound of its capacity. A capacity drop is still seen:
 // the head at the commit ages past the standing wait.
 func TestControllerOneSecondCommitsStartup(t *testing.T) {
-	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
-	c := newCtl(t, ControllerConfig{})
-	k := 0
-	step := func(lagN int64, consume float64, head float64) Decision {
-		k++
-		s := st(float64(k), lagN, consume, 800)
-		if k >= 4 {
-			s.CommitInterval = time.Second
-		}
-		s.Source = lag.SourceCommits
-		s.HeadAge, s.HeadAgeKnown = time.Duration(head*float64(time.Second)), true
-		return c.Step(s, p, leaseT0.Add(time.Duration(k)*time.Second))
-	}
-	for _, r := range [][3]float64{
+	replayOneSecondCommits(t, 4, [][3]float64{
 		{797, 800, 1.005}, {803, 794, 1.006}, {37, 1566, 0.03}, {834, 3, 1.023},
 		{0, 1634, 0}, {688, 112, 1.001}, {0, 1488, 0}, {812, 0, 1.0}, {20, 1592, 0.02},
-	} {
-		if d := step(int64(r[0]), r[1], r[2]); d.Rate < 800 {
-			t.Fatalf("reading %d (lag %.0f, %.0f msg/s consumed, head %.3fs): %s at %.0f/s (%s), want at least the 800/s offered", k, r[0], r[1], r[2], d.Rule, d.Rate, d.Reason)
-		}
-	}
-	// The capacity drops to 400/s: the commits fall behind and the head
-	// at them ages.
-	var d Decision
-	for i, r := range [][3]float64{{1220, 400, 1.52}, {1620, 400, 2.03}} {
-		if d = step(int64(r[0]), r[1], r[2]); i == 1 && d.Rate >= 800 {
-			t.Fatalf("reading %d (capacity fell to 400/s): %s at %.0f/s (%s), want limited below the offer", k, d.Rule, d.Rate, d.Reason)
-		}
-	}
+	})
 }
