@@ -101,9 +101,15 @@ type Result struct {
 	// after it once the restored capacity can be known (see
 	// [PhaseBounds]).
 	Phases [3]Phase
+	// Blind is the window between the slow phase and the after one
+	// [restore, restore + commit interval + observation interval): an
+	// observer that reads commits cannot know yet that capacity has
+	// returned, so issue 12 does not judge it; shown, not judged.
+	Blind Phase
 	// FalseThrottleSeconds counts the whole seconds of the run in which
 	// producers were refused while the consumer had spare capacity
-	// (processed less than 90% of its capacity in that second).
+	// (processed less than 90% of its capacity in that second); the
+	// phases (and Blind) split them by the window each second starts in.
 	FalseThrottleSeconds int
 
 	// Bound is the excess an observer that sees only commits cannot
@@ -181,7 +187,7 @@ func Analyze(scn Scenario, row Row, broker, mode string, load float64, s *Series
 	for i, v := range total(s.Dead) {
 		processed[i] += v
 	}
-	r.Phases = phases(scn, row, s, r.Offered, processed, refused)
+	r.Phases, r.Blind = phases(scn, row, s, r.Offered, processed, refused)
 	r.FalseThrottleSeconds = len(FalseThrottle(scn, s.Bin, processed, refused))
 	r.AdmittedBefore = rate(acked, 0, drop, bin)
 	r.Excess = ExcessAfterDrop(acked, s.Bin, drop, restore, scn.Slow)
@@ -294,8 +300,9 @@ func seconds(s float64) time.Duration {
 
 // Phase is one phase's figures. Rates are msg/s, shares fractions.
 type Phase struct {
-	// Name is "before" (the drop), "slow", or "after" (the restore, plus
-	// one commit interval and one observation interval).
+	// Name is "before" (the drop), "slow", "blind" (from the restore
+	// until the after phase), or "after" (the restore, plus one commit
+	// interval and one observation interval).
 	Name string
 	// From and To bound the phase, from the start of the run.
 	From, To time.Duration
@@ -310,8 +317,9 @@ type Phase struct {
 	Spare bool
 	// HeadAgeP99 over the phase's observations.
 	HeadAgeP99 time.Duration
-	// FalseThrottleSeconds: the seconds starting in this phase in which
-	// producers were refused while the consumer had spare capacity.
+	// FalseThrottleSeconds: the whole seconds of the run (counted from
+	// its start) that start in this phase in which producers were refused
+	// while the consumer had spare capacity (see [FalseThrottle]).
 	FalseThrottleSeconds int
 }
 
@@ -325,45 +333,51 @@ func PhaseBounds(scn Scenario, row Row) [3][2]time.Duration {
 	return [3][2]time.Duration{{0, scn.DropAt()}, {scn.DropAt(), scn.RecoverAt()}, {after, scn.Duration()}}
 }
 
-func phases(scn Scenario, row Row, s *Series, offer float64, processed, refused []int64) [3]Phase {
-	names := [3]string{"before", "slow", "after"}
-	offered, acked, good, dead := total(s.Offered), total(s.Acked), total(s.Good), total(s.Dead)
+func phases(scn Scenario, row Row, s *Series, offer float64, processed, refused []int64) (out [3]Phase, blind Phase) {
 	false1 := FalseThrottle(scn, s.Bin, processed, refused)
-	var out [3]Phase
-	for k, b := range PhaseBounds(scn, row) {
-		from, to := int(b[0]/s.Bin), min(int(b[1]/s.Bin), s.Bins())
-		p := Phase{Name: names[k], From: b[0], To: b[1]}
-		if to <= from {
-			p.Goodput, p.DeadShare, p.AdmittedShare, p.HeadAgeP99 = math.NaN(), math.NaN(), math.NaN(), Never
-			out[k] = p
-			continue
-		}
-		var ages []float64
-		for i := from; i < to; i++ {
-			p.Offered += offered[i]
-			p.Acked += acked[i]
-			p.Refused += refused[i]
-			p.Good += good[i]
-			p.Dead += dead[i]
-			if !math.IsNaN(s.HeadAge[i]) {
-				ages = append(ages, s.HeadAge[i])
-			}
-		}
-		slices.Sort(ages)
-		secs := float64(to-from) * s.Bin.Seconds()
-		p.Goodput = float64(p.Good) / secs
-		p.DeadShare = ratio(float64(p.Dead), float64(p.Good+p.Dead))
-		p.AdmittedShare = ratio(float64(p.Acked), float64(p.Offered))
-		p.Spare = offer < scn.Capacity(b[0])
-		p.HeadAgeP99 = seconds(quantile(ages, 0.99))
-		for _, sec := range false1 {
-			if at := time.Duration(sec) * time.Second; at >= b[0] && at < b[1] {
-				p.FalseThrottleSeconds++
-			}
-		}
-		out[k] = p
+	b := PhaseBounds(scn, row)
+	for k, name := range [3]string{"before", "slow", "after"} {
+		out[k] = phase(name, b[k], scn, s, offer, refused, false1)
 	}
-	return out
+	blind = phase("blind", [2]time.Duration{min(scn.RecoverAt(), b[2][0]), b[2][0]}, scn, s, offer, refused, false1)
+	return out, blind
+}
+
+// phase computes one window's figures; b bounds it, falseSecs are the
+// run's false-throttle seconds (see [FalseThrottle]), counted in the
+// window they start in.
+func phase(name string, b [2]time.Duration, scn Scenario, s *Series, offer float64, refused []int64, falseSecs []int) Phase {
+	from, to := int(b[0]/s.Bin), min(int(b[1]/s.Bin), s.Bins())
+	p := Phase{Name: name, From: b[0], To: b[1]}
+	if to <= from {
+		p.Goodput, p.DeadShare, p.AdmittedShare, p.HeadAgeP99 = math.NaN(), math.NaN(), math.NaN(), Never
+		return p
+	}
+	offered, acked, good, dead := total(s.Offered), total(s.Acked), total(s.Good), total(s.Dead)
+	var ages []float64
+	for i := from; i < to; i++ {
+		p.Offered += offered[i]
+		p.Acked += acked[i]
+		p.Refused += refused[i]
+		p.Good += good[i]
+		p.Dead += dead[i]
+		if !math.IsNaN(s.HeadAge[i]) {
+			ages = append(ages, s.HeadAge[i])
+		}
+	}
+	slices.Sort(ages)
+	secs := float64(to-from) * s.Bin.Seconds()
+	p.Goodput = float64(p.Good) / secs
+	p.DeadShare = ratio(float64(p.Dead), float64(p.Good+p.Dead))
+	p.AdmittedShare = ratio(float64(p.Acked), float64(p.Offered))
+	p.Spare = offer < scn.Capacity(b[0])
+	p.HeadAgeP99 = seconds(quantile(ages, 0.99))
+	for _, sec := range falseSecs {
+		if at := time.Duration(sec) * time.Second; at >= b[0] && at < b[1] {
+			p.FalseThrottleSeconds++
+		}
+	}
+	return p
 }
 
 // FalseThrottle returns the whole seconds k of the run (from its start)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,40 @@ func TestAnalyze(t *testing.T) {
 		}
 		if r.Amplification != 1 {
 			t.Errorf("amplification %v", r.Amplification)
+		}
+	})
+	t.Run("false throttle per window", func(t *testing.T) {
+		// Refused in every bin while the consumer sits idle: each of the
+		// four seconds is a false-throttle second, counted in the window
+		// it starts in: second 0 before the drop, 1 and 2 in the slow
+		// phase, 3 in the blind window [3s, 3.25s) (commit per poll
+		// observed every 250ms), none in the after phase. Only the
+		// judged windows (before, after) are a miss.
+		s := series(c(50), c(0), c(0), c(0), func(int) float64 { return 0 })
+		s.Refused[0] = make([]int64, len(s.Refused[0]))
+		for i := range s.Refused[0] {
+			s.Refused[0][i] = 50
+		}
+		r := Analyze(scn, testRow, "k", ModeLagbridge, 5, s, Totals{})
+		got := [5]int{r.Phases[0].FalseThrottleSeconds, r.Phases[1].FalseThrottleSeconds, r.Blind.FalseThrottleSeconds,
+			r.Phases[2].FalseThrottleSeconds, r.FalseThrottleSeconds}
+		if got != [5]int{1, 2, 1, 0, 4} {
+			t.Errorf("before / slow / blind / after (whole) = %v, want [1 2 1 0 4]", got)
+		}
+		if r.Blind.Name != "blind" || r.Blind.From != 3*time.Second || r.Blind.To != 3250*time.Millisecond || r.Blind.Refused != 100 {
+			t.Errorf("blind window %+v", r.Blind)
+		}
+		if got := falseSeconds(r); got != "1 / 2 / 1 / 0 (4)" {
+			t.Errorf("printed %q", got)
+		}
+		var ft []string
+		for _, m := range DefaultTargets(scn).Check(r, nil) {
+			if strings.Contains(m, "false-throttle") {
+				ft = append(ft, m)
+			}
+		}
+		if !slices.Equal(ft, []string{"1 false-throttle seconds before the drop"}) {
+			t.Errorf("misses %q, want only the second before the drop", ft)
 		}
 	})
 	t.Run("no samples", func(t *testing.T) {

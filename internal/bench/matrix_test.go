@@ -268,10 +268,21 @@ func TestTargetsCheck(t *testing.T) {
 		// False throttling: refused while idle, and a short admission where there was spare capacity.
 		{"false throttle", func() Result {
 			r := good
-			r.FalseThrottleSeconds = 3
-			r.Phases[2] = Phase{Name: "after", Spare: true, AdmittedShare: 0.9}
+			r.FalseThrottleSeconds = 5
+			r.Phases[0] = Phase{Name: "before", Spare: true, AdmittedShare: 1, FalseThrottleSeconds: 2}
+			r.Phases[2] = Phase{Name: "after", Spare: true, AdmittedShare: 0.9, FalseThrottleSeconds: 3}
 			return r
-		}(), nil, []string{"3 false-throttle seconds", "admitted 90.0% of the offer after"}},
+		}(), nil, []string{"2 false-throttle seconds before the drop", "3 false-throttle seconds after the restore", "admitted 90.0% of the offer after the restore"}},
+		// False seconds in the slow phase and in the blind window after
+		// the restore (before one commit + one observation interval) are
+		// shown, not judged.
+		{"false throttle outside the judged windows", func() Result {
+			r := good
+			r.FalseThrottleSeconds = 7
+			r.Phases[1].FalseThrottleSeconds = 3
+			r.Blind.FalseThrottleSeconds = 4
+			return r
+		}(), nil, nil},
 		// Without spare capacity, admitting less is no false throttling.
 		{"no spare", func() Result { r := good; r.Phases[0] = Phase{AdmittedShare: 0.5}; return r }(), nil, nil},
 		// A commit-only row past 1.2x its bound; its goodput target does not apply.

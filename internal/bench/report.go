@@ -52,12 +52,14 @@ func (t Targets) Check(lb Result, naive *Result) []string {
 			miss = append(miss, fmt.Sprintf("dead work %s > naive's %s", pct(lb.DeadShare), pct(naive.DeadShare)))
 		}
 	}
-	if lb.FalseThrottleSeconds > 0 {
-		miss = append(miss, fmt.Sprintf("%d false-throttle seconds", lb.FalseThrottleSeconds))
+	for _, p := range []Phase{lb.Phases[0], lb.Phases[2]} {
+		if p.FalseThrottleSeconds > 0 {
+			miss = append(miss, fmt.Sprintf("%d false-throttle seconds %s", p.FalseThrottleSeconds, phaseWords(p.Name)))
+		}
 	}
 	for _, p := range []Phase{lb.Phases[0], lb.Phases[2]} {
 		if p.Spare && p.AdmittedShare < t.MinAdmitted {
-			miss = append(miss, fmt.Sprintf("admitted %s of the offer %s", pct(p.AdmittedShare), p.Name))
+			miss = append(miss, fmt.Sprintf("admitted %s of the offer %s", pct(p.AdmittedShare), phaseWords(p.Name)))
 		}
 	}
 	if lb.Row.Consumer != Hook && lb.Bound > 0 && lb.Excess > t.MaxExcessRatio*lb.Bound {
@@ -75,6 +77,25 @@ func (t Targets) Check(lb Result, naive *Result) []string {
 		}
 	}
 	return miss
+}
+
+// phaseWords names a phase in a miss: "before the drop", "after the
+// restore" (+ commit + observation interval).
+func phaseWords(name string) string {
+	switch name {
+	case "before":
+		return "before the drop"
+	case "after":
+		return "after the restore"
+	}
+	return name
+}
+
+// falseSeconds is a run's false-throttle seconds per window, before / slow
+// / blind / after, with the whole run's in parentheses.
+func falseSeconds(r Result) string {
+	return fmt.Sprintf("%d / %d / %d / %d (%d)", r.Phases[0].FalseThrottleSeconds, r.Phases[1].FalseThrottleSeconds,
+		r.Blind.FalseThrottleSeconds, r.Phases[2].FalseThrottleSeconds, r.FalseThrottleSeconds)
 }
 
 // pair is a row's naive and lagbridge results at one load.
@@ -135,7 +156,7 @@ func Markdown(scn Scenario, results []Result) string {
 		"producers %s; lagbridge side: SDK in Drop mode under the daemon (policy maxAge %s).\n\n",
 		num(scn.Normal), num(scn.Slow), dur(scn.DropAt()), dur(scn.RecoverAt()), num(scn.Normal), dur(scn.Duration()), dur(scn.Deadline),
 		mix(scn), dur(scn.Deadline))
-	b.WriteString("| row | load | goodput, % of possible (naive / lagbridge) | dead work | head age p99 | refused before / slow / after (whole run) | false-throttle s | admitted before / after | excess after the drop / bound (ratio) | lagbridge misses |\n")
+	b.WriteString("| row | load | goodput, % of possible (naive / lagbridge) | dead work | head age p99 | refused before / slow / blind / after (whole run) | false-throttle s before / slow / blind / after (whole run) | admitted before / after | excess after the drop / bound (ratio) | lagbridge misses |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	t := DefaultTargets(scn)
 	for _, p := range pairs(results) {
@@ -172,13 +193,13 @@ func Markdown(scn Scenario, results []Result) string {
 		if m := t.Check(*l, n); len(m) > 0 {
 			misses = strings.Join(m, "; ")
 		}
-		fmt.Fprintf(&b, "| %s | %sx | %s / **%s** | %s / **%s** | %s / **%s** | %d / %d / %d (%d) | %d | %s / %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %sx | %s / **%s** | %s / **%s** | %s / **%s** | %d / %d / %d / %d (%d) | %s | %s / %s | %s | %s |\n",
 			name, num(p.load), pct(n.GoodputShare), pct(l.GoodputShare), pct(n.DeadShare), pct(l.DeadShare),
-			dur(n.HeadAgeP99), dur(l.HeadAgeP99), ph[0].Refused, ph[1].Refused, ph[2].Refused, l.Refused, l.FalseThrottleSeconds,
+			dur(n.HeadAgeP99), dur(l.HeadAgeP99), ph[0].Refused, ph[1].Refused, l.Blind.Refused, ph[2].Refused, l.Refused, falseSeconds(*l),
 			adm(ph[0]), adm(ph[2]), excess, misses)
 	}
 	b.WriteString("\nRows marked * are the ones to run on real Kafka and NATS as well. ")
-	b.WriteString("Targets: never worse than naive (goodput, dead work); no false throttling (0 seconds; >= 99% admitted before the drop and after the restore + one commit + one observation interval, where the offer is below capacity); rows that read commits only: excess after the drop <= 1.2x the bound; commit per poll, the guard, the hook, ack each: goodput >= 95%, dead work <= 1%, head age p99 <= the deadline.\n\n")
+	b.WriteString("Targets: never worse than naive (goodput, dead work); no false throttling before the drop and after the restore + one commit + one observation interval (0 false-throttle seconds there, and >= 99% admitted where the offer is below capacity; the slow phase and the blind window between the restore and the after phase are shown, not judged); rows that read commits only: excess after the drop <= 1.2x the bound; commit per poll, the guard, the hook, ack each: goodput >= 95%, dead work <= 1%, head age p99 <= the deadline.\n\n")
 	for _, row := range rowsOf(results) {
 		var cols []Result
 		for _, r := range results {
@@ -230,10 +251,10 @@ func detail(b *strings.Builder, scn Scenario, cols []Result) {
 		return fmt.Sprintf("%s / **%s** / %s", dur(r.HeadAgeP50), dur(r.HeadAgeP99), dur(r.HeadAgeMax))
 	})
 	row("age when processed, p99 / max", func(r Result) string { return dur(r.AgeP99) + " / " + dur(r.AgeMax) })
-	row("refused by the SDK, before / slow / after (whole run)", func(r Result) string {
-		return fmt.Sprintf("%d / %d / %d (%d)", r.Phases[0].Refused, r.Phases[1].Refused, r.Phases[2].Refused, r.Refused)
+	row("refused by the SDK, before / slow / blind / after (whole run)", func(r Result) string {
+		return fmt.Sprintf("%d / %d / %d / %d (%d)", r.Phases[0].Refused, r.Phases[1].Refused, r.Blind.Refused, r.Phases[2].Refused, r.Refused)
 	})
-	row("false-throttle seconds", func(r Result) string { return fmt.Sprint(r.FalseThrottleSeconds) })
+	row("false-throttle seconds, before / slow / blind / after (whole run)", falseSeconds)
 	row("admitted before the drop / after the restore, % of offered", func(r Result) string {
 		return pct(r.Phases[0].AdmittedShare) + " / " + pct(r.Phases[2].AdmittedShare)
 	})

@@ -62,8 +62,8 @@ loop:
 					runErr = fmt.Errorf("%s %sx %s: %w", row.Name(), num(load), mode, err)
 					break loop
 				}
-				fmt.Fprintf(o.Out, "  done: goodput %s msg/s (%s of possible), dead work %s, head age p99 %s, refused %d, false-throttle seconds %d\n",
-					num(r.Goodput), pct(r.GoodputShare), pct(r.DeadShare), dur(r.HeadAgeP99), r.Refused, r.FalseThrottleSeconds)
+				fmt.Fprintf(o.Out, "  done: goodput %s msg/s (%s of possible), dead work %s, head age p99 %s, refused %d, false-throttle seconds before / slow / blind / after %s\n",
+					num(r.Goodput), pct(r.GoodputShare), pct(r.DeadShare), dur(r.HeadAgeP99), r.Refused, falseSeconds(r))
 				if mode == ModeNaive {
 					naive[key] = r
 				}
