@@ -25,6 +25,7 @@ import (
 // compacted Kafka topic). Safe for concurrent use.
 type Channel interface {
 	Put(ctx context.Context, key string, value []byte) error
+	Delete(ctx context.Context, key string) error
 	Watch(ctx context.Context, f func(key string, value []byte), synced func()) error
 }
 
@@ -59,9 +60,10 @@ type ExchangeConfig struct {
 	Silence time.Duration
 	// Beat, when positive, is how often this replica writes its
 	// heartbeat for each cluster: a record of no shard (shard -1, under
-	// the key "d.<cluster>/-1" that every replica shares), so that the
-	// others tell it alive while its cycles are slow, and silent only
-	// when it is gone or paused. Zero: its shards' records alone tell.
+	// its own key "h.<cluster>/<id>", see beatKey), so that the others
+	// tell it alive while its cycles are slow, and silent only when it
+	// is gone or paused; and how often it deletes the heartbeat keys of
+	// replicas gone (see forget). Zero: its shards' records alone tell.
 	Beat time.Duration
 	// Now is the clock of the records' receipt and of the heartbeats;
 	// nil means time.Now.
@@ -103,12 +105,22 @@ type Exchange struct {
 	heard    map[heardKey]*heardAt
 	since    map[string]assignedAt
 	standing map[string][]int
-	synced   bool
-	started  time.Time // when Start ran
-	kick     chan struct{}
+	// beats holds the heartbeat keys read (beatKey, and the shared key of
+	// earlier versions), by when each was last read, until deleted.
+	beats   map[string]beatRead
+	synced  bool
+	started time.Time // when Start ran
+	kick    chan struct{}
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
+}
+
+// beatRead is when a heartbeat key was last read (this replica's clock)
+// and its writer.
+type beatRead struct {
+	at    time.Time
+	owner string
 }
 
 // fedRecord is the cluster and time of a record given to the engine.
@@ -141,7 +153,7 @@ func NewExchange(cfg ExchangeConfig) *Exchange {
 	}
 	return &Exchange{cfg: cfg, assigners: map[string]Assigner{}, pending: map[string][]byte{}, remote: map[string]Record{},
 		fed: map[string]fedRecord{}, owned: map[string][]int{}, gained: map[string]time.Time{}, heard: map[heardKey]*heardAt{}, since: map[string]assignedAt{},
-		standing: map[string][]int{}, kick: make(chan struct{}, 1), stop: func() {}}
+		standing: map[string][]int{}, beats: map[string]beatRead{}, kick: make(chan struct{}, 1), stop: func() {}}
 }
 
 // Add makes the cluster's shards travel; call it before Start.
@@ -403,15 +415,17 @@ func (x *Exchange) Close() {
 
 // apply is one entry of the channel: records of kind "d" are kept, the
 // newest per key. This replica's own count too: once it lost a shard, its
-// last decisions serve until the next owner writes.
+// last decisions serve until the next owner writes. Heartbeats (kind "h",
+// or shard -1 under the shared key of earlier versions) are heard.
 func (x *Exchange) apply(k string, v []byte) {
 	kind, _, err := quotaproto.ParseKVKey(k)
-	if err != nil || kind != "d" {
+	if err != nil || kind != "d" && kind != kindBeat {
 		return
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if v == nil {
+		delete(x.beats, k)
 		for rk := range x.remote {
 			if strings.HasPrefix(rk, k+"#") {
 				delete(x.remote, rk)
@@ -420,12 +434,16 @@ func (x *Exchange) apply(k string, v []byte) {
 		return
 	}
 	r, err := decodeRecord(v)
-	if err != nil || recordKey(r.Cluster, r.Shard) != k {
+	if err == nil && kind == kindBeat && (r.Shard != -1 || beatKey(r.Cluster, r.Owner) != k) {
+		err = fmt.Errorf("heartbeat of %s (shard %d) under another key", r.Owner, r.Shard)
+	}
+	if err != nil || kind == "d" && recordKey(r.Cluster, r.Shard) != k {
 		x.cfg.Log.Warn("shard decisions ignored", "key", k, "err", err)
 		return
 	}
 	x.hear(r)
 	if r.Shard < 0 {
+		x.beats[k] = beatRead{at: x.cfg.Now(), owner: r.Owner}
 		return // a heartbeat
 	}
 	rk := remoteKey(k, r.Count)

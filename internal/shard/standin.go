@@ -2,11 +2,15 @@ package shard
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"hash/fnv"
 	"maps"
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
 
 // A killed replica keeps its shards in the assignment until its session
@@ -61,8 +65,23 @@ func (x *Exchange) hear(r Record) {
 	h.at = now
 }
 
+// beatKey is the channel key of a replica's heartbeat of a cluster:
+// "h.<cluster>/<id>", one per replica. Earlier versions shared one key per
+// cluster (recordKey(cluster, -1)): on a channel that keeps one value per
+// key (a NATS KV bucket of history 1, a compacted topic) a reader that
+// reads the state rather than every write (it starts, its watch
+// restarts, it fell behind) saw only the last writer's beat, and took
+// the others for silent. Records under the shared key are still read
+// (replicas of an earlier version, during a rolling upgrade); those
+// versions ignore keys of kind "h", as every key of a kind they do not
+// know.
+func beatKey(cluster, id string) string { return quotaproto.KVKey(kindBeat, cluster+"/"+id) }
+
+const kindBeat = "h"
+
 // beat writes this replica's heartbeat of every cluster every
-// ExchangeConfig.Beat until ctx is done.
+// ExchangeConfig.Beat until ctx is done, and deletes the heartbeat keys
+// nobody rewrote for a while (forget).
 func (x *Exchange) beat(ctx context.Context) {
 	t := time.NewTicker(x.cfg.Beat)
 	defer t.Stop()
@@ -73,23 +92,69 @@ func (x *Exchange) beat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for _, c := range slices.Sorted(maps.Keys(x.assigners)) {
-			b, err := encodeRecord(Record{Owner: x.cfg.ID, Cluster: c, Shard: -1, Count: x.assigners[c].Count(), At: x.cfg.Now()})
-			if err == nil {
-				pctx, cancel := context.WithTimeout(ctx, max(x.cfg.Beat, 2*time.Second))
-				err = x.cfg.Channel.Put(pctx, recordKey(c, -1), b)
-				cancel()
-			}
-			switch {
-			case err != nil && ctx.Err() == nil && !failing:
-				x.cfg.Log.Warn("writing this replica's heartbeat for the others", "cluster", c, "err", err)
-				failing = true
-			case err == nil && failing:
-				x.cfg.Log.Info("writing the heartbeat recovered")
-				failing = false
-			}
+		err := x.beatOnce(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			x.cfg.Log.Warn("writing this replica's heartbeat for the others", "err", err)
+			failing = true
+		case err == nil && failing:
+			x.cfg.Log.Info("writing the heartbeat recovered")
+			failing = false
 		}
 	}
+}
+
+// beatOnce writes this replica's heartbeat of every cluster, then deletes
+// the heartbeat keys of the replicas gone (forgotten).
+func (x *Exchange) beatOnce(ctx context.Context) error {
+	var errs []error
+	for _, c := range slices.Sorted(maps.Keys(x.assigners)) {
+		b, err := encodeRecord(Record{Owner: x.cfg.ID, Cluster: c, Shard: -1, Count: x.assigners[c].Count(), At: x.cfg.Now()})
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, max(x.cfg.Beat, 2*time.Second))
+			err = x.cfg.Channel.Put(pctx, beatKey(c, x.cfg.ID), b)
+			cancel()
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cluster %s: %w", c, err))
+		}
+	}
+	for _, k := range x.forgotten() {
+		pctx, cancel := context.WithTimeout(ctx, max(x.cfg.Beat, 2*time.Second))
+		err := x.cfg.Channel.Delete(pctx, k)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("deleting the heartbeat %s of a replica gone: %w", k, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// forget is how long a heartbeat key may go unrewritten, as read by this
+// replica, before it deletes the key: its replica is gone (an id that
+// will not come back: a host name, a scaled-down pod). As long as a
+// writer is remembered (observers), and at least ten beats.
+func (x *Exchange) forget() time.Duration {
+	return max(x.cfg.Expire, 4*x.cfg.Silence, 10*x.cfg.Beat)
+}
+
+// forgotten returns the heartbeat keys read and not rewritten for forget
+// (this replica's clock; a key read at start counts from then), and
+// stops tracking them: each is deleted once (read back as deleted, it is
+// not tracked again). This replica's own are never among them.
+func (x *Exchange) forgotten() []string {
+	now := x.cfg.Now()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var out []string
+	for k, b := range x.beats {
+		if now.Sub(b.at) >= x.forget() && b.owner != x.cfg.ID {
+			out = append(out, k)
+			delete(x.beats, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // quiet reports whether the writer of h wrote nothing for the silence

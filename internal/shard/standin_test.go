@@ -2,11 +2,17 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lagbridge/lagbridge/internal/embedded"
 	"github.com/lagbridge/lagbridge/internal/replica"
@@ -398,5 +404,154 @@ func TestStandInCounts(t *testing.T) {
 	}
 	if _, ok := x.Remote("c", -1); ok {
 		t.Error("a heartbeat kept as a shard's record")
+	}
+}
+
+// snapshots is the real channel as a reader that falls behind reads it:
+// each Watch ends once the state is read (synced), and the exchange reads
+// it again an Interval later, so it sees each key's value at that moment,
+// not every write (NATS KV keeps one value per key; a compacted topic,
+// once compacted, too). reads counts the reads done. A reader's lag is
+// what the broker cannot play on cue.
+type snapshots struct {
+	Channel
+	reads *atomic.Int64
+}
+
+func (s snapshots) Watch(ctx context.Context, f func(string, []byte), synced func()) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err := s.Channel.Watch(wctx, f, func() { synced(); s.reads.Add(1); cancel() })
+	if ctx.Err() != nil || err != nil {
+		return err
+	}
+	return errors.New("read again")
+}
+
+// TestStandInBeatsPerReplica: a and b heartbeat (their cycles stall: no
+// record of their shards), a always just before b; c reads the lease
+// state only as it stands at each read. Both are alive to c twice the
+// silence long: each replica heartbeats under its own key. (Under the
+// one key all shared, c read only b's beat and stood b in for a after
+// the silence.)
+func TestStandInBeatsPerReplica(t *testing.T) {
+	ch := replica.NewNATS(embedded.JetStreamTest(t), "lagbridge_leases_beats")
+	const silence, step = 2 * time.Second, 250 * time.Millisecond
+	var clk struct {
+		sync.Mutex
+		now time.Time
+	}
+	clk.now = t0
+	now := func() time.Time { clk.Lock(); defer clk.Unlock(); return clk.now }
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	mk := func(id string, c Channel, owned int) *Exchange {
+		x := NewExchange(ExchangeConfig{Channel: c, Engine: &decisions{own: map[lag.Target]quota.Decision{}, remote: map[string][]quota.Decision{}},
+			ID: id, Expire: time.Minute, Interval: 10 * time.Millisecond, Silence: silence, Now: now, Log: log})
+		x.Add(&fixed{owned: []int{owned}, owners: []string{"a", "b", "c"}, n: 3})
+		return x
+	}
+	ctx := context.Background()
+	a, b := mk("a", ch, 0), mk("b", ch, 1) // their beats are written by the test
+	reads := &atomic.Int64{}
+	c := mk("c", snapshots{ch, reads}, 2)
+	c.Start(ctx)
+	t.Cleanup(c.Close)
+	c.Observers("c", now()) // the assignment seen
+	for i := range int(2 * silence / step) {
+		clk.Lock()
+		clk.now = clk.now.Add(step)
+		at := clk.now
+		clk.Unlock()
+		for _, x := range []*Exchange{a, b} {
+			if err := x.beatOnce(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A read that started after both beats ended.
+		for n, deadline := reads.Load(), time.Now().Add(10*time.Second); reads.Load() < n+2; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("c read nothing for 10s")
+			}
+		}
+		if obs, stand := c.Observers("c", at); stand[0] || stand[1] {
+			t.Fatalf("step %d, %v after the first beats: observers %v (stand-in %v), want a and b alive", i, at.Sub(t0), obs, stand)
+		}
+	}
+}
+
+// TestBeatKeysForgotten: the heartbeat key of a replica gone (killed, its
+// id never coming back) and the one key earlier versions shared are
+// deleted by a replica that read no write to them for the expiry (a
+// minute here); its own key and a live replica's stay.
+func TestBeatKeysForgotten(t *testing.T) {
+	js := embedded.JetStreamTest(t)
+	const bucket = "lagbridge_leases_forget"
+	ch := replica.NewNATS(js, bucket)
+	var clk struct {
+		sync.Mutex
+		now time.Time
+	}
+	clk.now = t0
+	now := func() time.Time { clk.Lock(); defer clk.Unlock(); return clk.now }
+	mk := func(id string, beat time.Duration) *Exchange {
+		x := NewExchange(ExchangeConfig{Channel: ch, Engine: &decisions{own: map[lag.Target]quota.Decision{}, remote: map[string][]quota.Decision{}},
+			ID: id, Expire: time.Minute, Interval: 10 * time.Millisecond, Silence: 2 * time.Second, Beat: beat, Now: now})
+		x.Add(&fixed{owners: []string{"b", "live"}})
+		return x
+	}
+	ctx := context.Background()
+	if err := mk("gone", 0).beatOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old, err := encodeRecord(Record{Owner: "old", Cluster: "c", Shard: -1, Count: 2, At: now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Put(ctx, recordKey("c", -1), old); err != nil {
+		t.Fatal(err)
+	}
+	live := mk("live", 0)
+	b := mk("b", 20*time.Millisecond)
+	b.Start(ctx)
+	t.Cleanup(b.Close)
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exists := func(k string) bool {
+		_, err := kv.Get(ctx, k)
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	advance := func(d time.Duration) {
+		t.Helper()
+		clk.Lock()
+		clk.now = clk.now.Add(d)
+		clk.Unlock()
+		if err := live.beatOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // b's beats, every 20 ms
+	}
+	gone, shared := beatKey("c", "gone"), recordKey("c", -1)
+	for !b.Synced() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	advance(59 * time.Second)
+	if !exists(gone) || !exists(shared) {
+		t.Fatalf("59s after b read them: %s kept %v, %s kept %v; want both kept until the expiry", gone, exists(gone), shared, exists(shared))
+	}
+	advance(2 * time.Second)
+	for deadline := time.Now().Add(10 * time.Second); exists(gone) || exists(shared); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("61s after b read them: %s kept %v, %s kept %v; want both deleted", gone, exists(gone), shared, exists(shared))
+		}
+	}
+	for _, k := range []string{beatKey("c", "b"), beatKey("c", "live")} {
+		if !exists(k) {
+			t.Errorf("%s deleted: its replica beats", k)
+		}
 	}
 }
