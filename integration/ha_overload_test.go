@@ -75,10 +75,13 @@ func overloadClasses() []overloadClass {
 // SIGSTOPped past its session and SIGCONTed. Asserted: a new leader
 // leads within the session timeout plus one interval, and the producers
 // get sets newer than the lost leader's within a third of the session (a
-// follower standing in, internal/replica); after the SIGCONT the resumed
-// replica writes nothing (its log, and on Kafka the broker's client
-// quotas, polled), the one that took over keeps leading, and no two
-// replicas write client quotas within one interval; a follower serves the
+// follower standing in, internal/replica); on Kafka one follower standing
+// in writes the client quotas (the broker shows them) before the new
+// leader leads, within the silence plus 2 s of the kill; after the
+// SIGCONT the resumed replica writes nothing (its log, and on Kafka the
+// broker's client quotas, polled), the one that took over keeps leading,
+// and over the whole run no two replicas write client quotas within one
+// interval (their logs); a follower serves the
 // leader's sets within one interval plus the replication delay. Measured
 // side by side and logged, not asserted (on Kafka one run cannot tell
 // them within 5 points; README, Replicas and failover): goodput and dead
@@ -401,6 +404,7 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 
 	var second, third *haProcess
 	var killed, resumed time.Duration
+	var tookOver time.Time
 	if failover {
 		at(overloadKill)
 		if now := byID[waitOneLeader(t, asReplicas(ps), cluster, time.Second)]; now != first {
@@ -412,6 +416,7 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 			t.Fatal(err)
 		}
 		second = byID[waitOneLeader(t, asReplicas(ps, first), cluster, overloadStop-overloadKill)]
+		tookOver = time.Now()
 		took := since() - killed
 		t.Logf("SIGKILL of leader %s at %v: %s leads after %v (session %v, interval %v)", first.id, killed, second.id, took.Round(time.Millisecond), haSession, haInterval)
 		if took > haSession+haInterval+time.Second {
@@ -471,7 +476,61 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 		return run
 	}
 	checkResumedWroteNothing(t, second, third, run.start.Add(resumed), quotaLog)
+	if b.kafka != "" && !noClientQuotas {
+		checkClientQuotaWriters(t, ps, first, run.start.Add(killed), tookOver, quotaLog)
+	}
 	return run
+}
+
+// checkClientQuotaWriters: over the whole run no two replicas wrote
+// client quotas within one interval of each other (their logs), and
+// after the SIGKILL of first a follower standing in wrote them (the
+// broker showed its values) before the new leader took over at
+// tookOver, within the silence after which followers stand in plus 2 s
+// of publishing and scheduling.
+func checkClientQuotaWriters(t *testing.T, ps []*haProcess, first *haProcess, killed, tookOver time.Time, seen []quotaChange) {
+	t.Helper()
+	type write struct {
+		logLine
+		by string
+	}
+	var all []write
+	for _, p := range ps {
+		for _, l := range quotaWrites(t, p) {
+			all = append(all, write{l, p.id})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Time.Before(all[j].Time) })
+	for i := 1; i < len(all); i++ {
+		if all[i].by != all[i-1].by && all[i].Time.Sub(all[i-1].Time) < haInterval {
+			t.Errorf("%s at %s and %s at %s wrote client quotas within one interval", all[i-1].by, all[i-1].Time.Format(time.StampMilli),
+				all[i].by, all[i].Time.Format(time.StampMilli))
+		}
+	}
+	silence := max(haSession/3, 4*haInterval) // internal/app's replica.Config.Silence
+	var stand *write
+	for i := range all {
+		if w := &all[i]; w.by != first.id && w.Time.After(killed) {
+			stand = w
+			break
+		}
+	}
+	if stand == nil || !stand.Time.Before(tookOver) {
+		t.Errorf("SIGKILL of %s at %s: no follower wrote client quotas before the new leader took over at %s", first.id, killed.Format(time.StampMilli), tookOver.Format(time.StampMilli))
+		return
+	}
+	after := stand.Time.Sub(killed)
+	shown := slices.ContainsFunc(seen, func(c quotaChange) bool {
+		return c.at.After(killed) && c.at.Before(tookOver) && c.clientID == stand.ClientID && c.value == stand.Rate
+	})
+	t.Logf("SIGKILL of %s: %s, standing in, wrote client quotas %v later (the new leader took over after %v); the broker showed them: %v",
+		first.id, stand.by, after.Round(time.Millisecond), tookOver.Sub(killed).Round(time.Millisecond), shown)
+	if after > silence+2*time.Second {
+		t.Errorf("a stand-in wrote client quotas %v after the kill, want within the silence %v + 2s", after, silence)
+	}
+	if !shown {
+		t.Errorf("the broker never showed %s = %v, which stand-in %s wrote at %s", stand.ClientID, stand.Rate, stand.by, stand.Time.Format(time.StampMilli))
+	}
 }
 
 // checkQuotaSamples checks that the set versions served to each producer

@@ -126,6 +126,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	var kafkaLease replica.Channel
 	var kafkaLeaseEl leader.Elector
 	var electionMetrics *leader.Metrics
+	var quotaGates []publish.Publisher // the client quota publishers, gated
 	ha := cfg.HA.WithDefaults()
 	var shardMetrics *shard.Metrics
 	shardOf := func(cluster string) shard.Config {
@@ -178,7 +179,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		if clientQuotas {
 			p := &publish.ClientQuotaPublisher{Cluster: kc.Cluster, BytesPerMessage: cfg.Quota.KafkaClientQuotas.BytesPerMessage, Quotas: cq,
 				Sizes: publish.NewRecordSizes(o.Client()), Interval: cfg.Interval, Log: log, Unheeded: unheeded}
-			pubs = append(pubs, a.el.gate(kc.Cluster, p))
+			g := a.el.gate(kc.Cluster, p)
+			pubs = append(pubs, g)
+			quotaGates = append(quotaGates, g)
 			a.clientQuotas = append(a.clientQuotas, p)
 		} else {
 			// Quotas an earlier run set stay on the broker until cleared.
@@ -236,7 +239,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	if leaseCh != nil {
 		a.rep = replica.New(replica.Config{Channel: leaseCh, Elector: leaseEl, Hub: a.Hub,
 			Lifetime: lease.WithDefaults().Lifetime, Interval: cfg.Interval, Silence: max(ha.SessionTimeout/3, 4*cfg.Interval),
-			Log: log.With("component", "ha")})
+			ID: ha.ID, Session: ha.SessionTimeout, Log: log.With("component", "ha")})
+		// One follower writes the client quotas of the lease state's
+		// cluster while the followers stand in for its silent leader.
+		standIn(quotaGates, leaseEl, a.rep.ClientQuotaStandIn, log.With("component", "ha"))
 		a.rep.Register(a.Registry)
 		hub = a.rep.Sink()
 		pubs = append(pubs, a.rep)

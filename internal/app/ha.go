@@ -16,24 +16,56 @@ import (
 // Used by the engine's publishing goroutine only.
 type gated struct {
 	publish.Publisher
-	e   leader.Elector
-	led bool // at the last publish
+	e leader.Elector
+	// standIn, when set (the Kafka client quotas of the lease state's
+	// cluster), says whether this follower writes for a silent leader
+	// meanwhile, and until when (replica.Replicator.ClientQuotaStandIn).
+	standIn func(now time.Time) (time.Time, bool)
+	log     *slog.Logger
+	mode    gateMode // at the last publish
 }
 
-// Publish implements publish.Publisher: nothing while following. On
-// becoming leader again, a publisher that remembers what it wrote
-// (publish.KVPublisher) forgets it: another leader wrote meanwhile. The
-// publish runs under leader.Fence: no write starts after the lease ran
-// out, and the NATS KV writes are fenced by the broker.
+// gateMode is what a gated publisher did at a publish.
+type gateMode int
+
+const (
+	gateIdle    gateMode = iota // following: nothing
+	gateLeader                  // leading
+	gateStandIn                 // standing in for a silent leader
+)
+
+// Publish implements publish.Publisher: nothing while following, unless
+// it stands in (gated.standIn). On starting to write, a publisher that
+// remembers what it wrote (publish.KVPublisher, ClientQuotaPublisher)
+// forgets it: another replica wrote meanwhile. The publish runs under
+// leader.Fence (no write starts after the lease ran out, and the NATS KV
+// writes are fenced by the broker), or a stand-in's under its deadline.
 func (g *gated) Publish(ctx context.Context, s publish.Snapshot) error {
-	ctx, cancel, ok := leader.Fence(ctx, g.e, time.Now())
+	now := time.Now()
+	ctx, cancel, ok := leader.Fence(ctx, g.e, now)
 	defer cancel()
-	if ok && !g.led {
-		if r, can := g.Publisher.(interface{ Reset() }); can {
-			r.Reset()
+	mode := gateIdle
+	if ok {
+		mode = gateLeader
+	} else if g.standIn != nil {
+		if until, in := g.standIn(now); in {
+			var cancelIn context.CancelFunc
+			ctx, cancelIn = context.WithDeadline(ctx, until)
+			defer cancelIn()
+			mode = gateStandIn
 		}
 	}
-	if g.led = ok; !ok {
+	if mode != g.mode {
+		if mode != gateIdle {
+			if r, can := g.Publisher.(interface{ Reset() }); can {
+				r.Reset()
+			}
+		}
+		if (mode == gateStandIn || g.mode == gateStandIn) && g.log != nil {
+			g.log.Info("standing in for a silent leader: writing its "+g.Name(), "on", mode == gateStandIn)
+		}
+	}
+	if g.mode = mode; mode == gateIdle {
 		return nil
 	}
 	return g.Publisher.Publish(ctx, s)
@@ -64,6 +96,16 @@ func (el *elections) gate(cluster string, p publish.Publisher) publish.Publisher
 		return p
 	}
 	return &gated{Publisher: p, e: e}
+}
+
+// standIn lets the gated publishers ps (gate's) of the cluster whose
+// elector is e publish also while standIn says so.
+func standIn(ps []publish.Publisher, e leader.Elector, in func(time.Time) (time.Time, bool), log *slog.Logger) {
+	for _, p := range ps {
+		if g, ok := p.(*gated); ok && g.e == e {
+			g.standIn, g.log = in, log
+		}
+	}
 }
 
 func (el *elections) add(e leader.Elector) {

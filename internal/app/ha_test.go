@@ -57,3 +57,56 @@ func TestGated(t *testing.T) {
 		t.Errorf("a cluster without election is gated: %T", got)
 	}
 }
+
+// deadlined records whether each publish ran under a deadline.
+type deadlined struct {
+	recorder
+	deadline []time.Time
+}
+
+func (d *deadlined) Publish(ctx context.Context, s publish.Snapshot) error {
+	dl, _ := ctx.Deadline()
+	d.deadline = append(d.deadline, dl)
+	return d.recorder.Publish(ctx, s)
+}
+
+// TestGatedStandIn: a follower that stands in for a silent leader
+// (replica.Replicator.ClientQuotaStandIn) publishes under the stand-in's
+// deadline, having forgotten what it wrote before; it stops when the
+// stand-in ends, and forgets once more when it leads.
+func TestGatedStandIn(t *testing.T) {
+	e := &switched{Single: leader.Single{Name: "c"}}
+	d := &deadlined{}
+	var el elections
+	el.add(e)
+	p := el.gate("c", d)
+	var in bool
+	until := time.Now().Add(time.Minute)
+	standIn([]publish.Publisher{p, el.gate("c", &recorder{})}, e, func(time.Time) (time.Time, bool) { return until, in }, nil)
+	steps := []struct {
+		name              string
+		lead, in          bool
+		published, resets int
+	}{
+		{"following", false, false, 0, 0},
+		{"standing in", false, true, 1, 1},
+		{"still standing in", false, true, 2, 1},
+		{"the stand-in ended", false, false, 2, 1},
+		{"standing in again", false, true, 3, 2},
+		{"leads", true, true, 4, 3},
+	}
+	for _, s := range steps {
+		e.lead, in = s.lead, s.in
+		if err := p.Publish(context.Background(), publish.Snapshot{}); err != nil {
+			t.Fatal(err)
+		}
+		if d.published != s.published || d.resets != s.resets {
+			t.Errorf("%s: published %d, resets %d; want %d, %d", s.name, d.published, d.resets, s.published, s.resets)
+		}
+	}
+	for i, dl := range d.deadline[:3] {
+		if dl.After(until) || dl.IsZero() {
+			t.Errorf("stand-in publish %d: deadline %v, want by %v", i, dl, until)
+		}
+	}
+}

@@ -28,6 +28,9 @@ type decisionsRecord struct {
 	// By identifies the writing replica (Replicator.self): a replica
 	// reads its own records back, late, after its lease lapsed too.
 	By string `json:"by,omitempty"`
+	// ID is the writing replica's Config.ID: a lost leader is no
+	// candidate to write client quotas in its stead (ClientQuotaStandIn).
+	ID string `json:"id,omitempty"`
 	// Rewriting: the leader took over and has not yet written all its
 	// sets. The record is a sign of its life, but does not end a
 	// follower's standing in: the sets it would serve instead may still
@@ -95,7 +98,7 @@ func (r *Replicator) writeDecisions(ctx context.Context, now time.Time, force bo
 	}
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(decisionsRecord{At: now, Rates: rates, By: r.self, Rewriting: rw}); err != nil {
+	if err := json.NewEncoder(zw).Encode(decisionsRecord{At: now, Rates: rates, By: r.self, ID: r.cfg.ID, Rewriting: rw}); err != nil {
 		return err
 	}
 	if err := zw.Close(); err != nil {
@@ -134,6 +137,11 @@ func (r *Replicator) followDecisions(v []byte) {
 		// adopt nor a sign of another leader's life.
 		return
 	}
+	r.mu.Lock()
+	if rec.At.After(r.lastLeader) {
+		r.leaderID = rec.ID
+	}
+	r.mu.Unlock()
 	if !r.heard(rec.At, rec.Rewriting) || time.Since(rec.At) > r.cfg.Lifetime {
 		return
 	}

@@ -63,6 +63,14 @@ type Config struct {
 	// delay of the lease state (internal/app: a third of the session
 	// timeout, at least four intervals).
 	Silence time.Duration
+	// ID names this replica to the others (ha.id) and Session is the
+	// election's session timeout: with both set (and Silence), the one
+	// live follower that ranks first by its ID writes the Kafka client
+	// quotas while the followers stand in for a silent leader, until the
+	// lost leader's session could end (ClientQuotaStandIn). Empty or
+	// zero: no follower writes them.
+	ID      string
+	Session time.Duration
 	// Log receives channel failures; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -118,8 +126,14 @@ type Replicator struct {
 	lastLeader time.Time
 	lastSets   time.Time
 	acted      bool
-	tick       time.Time
-	quiet      time.Time
+	// standFrom is lastLeader when this follower last started standing
+	// in, present the newest presence record's time of each replica
+	// (standinquota.go); under mu.
+	standFrom time.Time
+	present   map[string]time.Time
+	leaderID  string // the Config.ID of the newest leader record's writer
+	tick      time.Time
+	quiet     time.Time
 	// standMu makes a follower's decision to stand in (checkSilence, the
 	// role goroutine) and its start one step against a leader's record
 	// (followDecisions, the channel's): a fresh record read meanwhile
@@ -149,7 +163,7 @@ func New(cfg Config) *Replicator {
 	var self [8]byte
 	_, _ = rand.Read(self[:]) // never fails (crypto/rand)
 	return &Replicator{cfg: cfg, self: hex.EncodeToString(self[:]), sink: sink{hub: cfg.Hub, own: map[string]quotaproto.LeaseSet{}, acts: map[string]acted{}},
-		setKeys: map[string]bool{}, pending: map[string]reportRecord{}, kick: make(chan struct{}, 1), decide: make(chan struct{}, 1), stop: func() {}}
+		setKeys: map[string]bool{}, present: map[string]time.Time{}, pending: map[string]reportRecord{}, kick: make(chan struct{}, 1), decide: make(chan struct{}, 1), stop: func() {}}
 }
 
 // Sink is the hub to give the engine (engine.Config.Hub): the engine's sets
@@ -185,7 +199,9 @@ func (r *Replicator) Synced() bool {
 }
 
 // Start reads the channel, writes the reports, writes the leader's
-// decisions and follows the role until Close: four goroutines.
+// decisions and follows the role until Close: four goroutines, and a
+// fifth that writes this replica's presence (ClientQuotaStandIn) when
+// Config.ID, Session and Silence are set.
 func (r *Replicator) Start(ctx context.Context) {
 	ctx, r.stop = context.WithCancel(ctx)
 	r.wg.Go(func() {
@@ -245,6 +261,9 @@ func (r *Replicator) Start(ctx context.Context) {
 			r.beat(ctx, tick)
 		}
 	})
+	if r.writesPresence() {
+		r.wg.Go(func() { r.presence(ctx) })
+	}
 	r.wg.Go(func() {
 		t := time.NewTicker(r.cfg.Interval)
 		defer t.Stop()
@@ -328,6 +347,9 @@ func (r *Replicator) checkSilence(now time.Time) {
 	if r.sink.act(silent, base) {
 		r.eng.StandIn(silent)
 		if silent {
+			r.mu.Lock()
+			r.standFrom = last
+			r.mu.Unlock()
 			r.cfg.Log.Warn("the leader's lease state is silent: serving this replica's own lease sets until a leader writes (it writes nothing to the brokers)",
 				"silent_for", now.Sub(last).Round(time.Millisecond))
 		} else {
@@ -370,6 +392,8 @@ func (r *Replicator) apply(k string, v []byte) {
 		r.sink.follow(rec.Set)
 	case kindDecisions:
 		r.followDecisions(v)
+	case kindPresence:
+		r.hearPresence(producer, v)
 	case kindReport:
 		if v == nil {
 			return
@@ -552,6 +576,13 @@ func (s *sink) isLeading() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.leading
+}
+
+// isActing reports whether the follower serves its own sets (Config.Silence).
+func (s *sink) isActing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.acting
 }
 
 // serve publishes set to the hub while following: the engine's own (own,

@@ -172,3 +172,72 @@ func TestStandInHoldsWhileLeaderRewrites(t *testing.T) {
 		t.Error("the follower stands in again after the new leader wrote its sets")
 	}
 }
+
+// TestClientQuotaStandIn: on the embedded nats-server, three replicas;
+// the leader dies. Once the followers stand in, exactly one of them (the
+// same, by both followers' reading) writes the client quotas, and only
+// until the lost leader's session could end; a new leader's record ends
+// it at once.
+func TestClientQuotaStandIn(t *testing.T) {
+	js := embedded.JetStreamTest(t)
+	const silence, session = 300 * time.Millisecond, 1500 * time.Millisecond
+	mk := func(id string, lead bool) *node {
+		return newNodeWith(t, NewNATS(js, NATSBucket("cq")), lead, func(c *Config) { c.Silence, c.Session, c.ID = silence, session, id })
+	}
+	lead, f1, f2 := mk("r0", true), mk("r1", false), mk("r2", false)
+	if _, err := f1.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every replica heard the others' presence and the leader", func() bool {
+		for _, n := range []*node{lead, f1, f2} {
+			n.rep.mu.Lock()
+			k := len(n.rep.present)
+			n.rep.mu.Unlock()
+			if k < 3 {
+				return false
+			}
+		}
+		f1.rep.mu.Lock()
+		defer f1.rep.mu.Unlock()
+		return !f1.rep.lastLeader.IsZero()
+	})
+	writers := func(now time.Time) (ids []string, until time.Time) {
+		for _, n := range []*node{f1, f2} {
+			if u, ok := n.rep.ClientQuotaStandIn(now); ok {
+				ids, until = append(ids, n.rep.cfg.ID), u
+			}
+		}
+		return ids, until
+	}
+	if ids, _ := writers(time.Now()); len(ids) != 0 {
+		t.Fatalf("%v write client quotas while the leader lives", ids)
+	}
+	lead.stop()
+	waitFor(t, "both followers stand in", func() bool { return f1.rep.sink.isActing() && f2.rep.sink.isActing() })
+	ids, until := writers(time.Now())
+	f1.rep.mu.Lock()
+	first, last := f1.rep.rankFirst(time.Now()), f1.rep.lastLeader
+	f1.rep.mu.Unlock()
+	if len(ids) != 1 || ids[0] != first || first == "r0" {
+		t.Fatalf("client quota writers %v while standing in, want exactly the live follower ranked first (%s)", ids, first)
+	}
+	if want := last.Add(session - session/5); !until.Equal(want) {
+		t.Errorf("the stand-in writes until %v, want the lost leader's last record + 4/5 of the session (%v)", until, want)
+	}
+	if ids, _ := writers(until); len(ids) != 0 {
+		t.Errorf("%v write client quotas when the lost leader's session may end", ids)
+	}
+	// A new leader's first record (still rewriting) ends it at once.
+	next := f1
+	if first == "r1" {
+		next = f2
+	}
+	next.el.lead.Store(true)
+	waitFor(t, "the stand-in read the new leader's record", func() bool {
+		ids, _ := writers(time.Now())
+		return len(ids) == 0
+	})
+	if time.Now().After(until) {
+		t.Skip("the machine was too slow to tell the new leader's record from the stand-in's deadline")
+	}
+}
