@@ -182,6 +182,13 @@ type simFailover struct {
 	// producer's lease admits and holds the rest back, in order (the
 	// client's buffer: the records keep the time they were sent at).
 	quota float64
+	// steer, when positive, is when (after kill) a follower standing in
+	// writes the client quotas in the lost leader's stead
+	// (replica.Replicator.ClientQuotaStandIn): from then on they follow
+	// its leases and bind no more than those (the quotas it leaves
+	// between its last write and the new leader's first are taken to be
+	// its leases' too).
+	steer float64
 }
 
 // simFollower is the follower's own tracker, controller and lease book.
@@ -448,7 +455,11 @@ func (s *sim) throttle(p *simProducer, t, adm float64) {
 	fo := s.cfg.failover
 	p.throttled = appendChunk(p.throttled, adm, s.now)
 	room := math.Inf(1)
-	if t >= fo.kill && t < fo.kill+fo.lead {
+	end := fo.kill + fo.lead
+	if fo.steer > 0 {
+		end = min(end, fo.kill+fo.steer)
+	}
+	if t >= fo.kill && t < end {
 		room = fo.quota * s.cfg.tick.Seconds()
 	}
 	for room > 1e-12 && len(p.throttled) > 0 {

@@ -105,9 +105,12 @@ func haWorldGoodput(res *simResult) float64 {
 // simulator, where nothing but the handoff differs between two runs: the
 // goodput over [16 s, 36 s) of runs whose leader is killed at 16 s
 // against the same runs without (steady 5 s commits, first at 36 phases).
-// Three handoffs: internal/replica's (a follower that adopted the leader's
+// The handoffs: internal/replica's (a follower that adopted the leader's
 // decisions stands in 2 s after the kill and leads 6.4 s after it, as
-// measured on Kafka 4.3.1); the same without the stand-in (the producers
+// measured on Kafka 4.3.1); the same with the lost leader's client quotas
+// binding until the new leader's, or until the stand-in writes them
+// (2.25 s: its first publish after it stands in); the same without the
+// stand-in (the producers
 // keep the lost leader's last leases until the new leader's, what a
 // Kafka client quota the lost leader left does to a producer it binds);
 // and the follower leading from 1 s on (its observations half an
@@ -123,6 +126,7 @@ func TestSimHAFailoverCost(t *testing.T) {
 	}{
 		{"stand-in after 2s, new leader after 6.4s", simFailover{kill: 16, standIn: 2, lead: 6.4}},
 		{"the same, the lost leader's client quotas (40 msg/s per producer) until the new leader's", simFailover{kill: 16, standIn: 2, lead: 6.4, quota: 40}},
+		{"the same, a stand-in writes the client quotas from 2.25s", simFailover{kill: 16, standIn: 2, lead: 6.4, quota: 40, steer: 2.25}},
 		{"no stand-in, new leader after 6.4s", simFailover{kill: 16, standIn: 6.4, lead: 6.4}},
 		{"the follower's phase alone (it leads from 1s)", simFailover{kill: 1}},
 	} {
