@@ -285,7 +285,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	consumers := quotaserver.NewConsumers(quotaserver.ConsumersConfig{Fresh: cfg.Lag().ReportFresh}, a.Registry)
 	for _, sc := range sources {
 		a.loops = append(a.loops, &daemon.Loop{Name: sc.name, Kind: sc.kind, Source: sc.src, Interval: cfg.Interval,
-			Rules: rules, Store: a.Store, Metrics: a.Metrics, Logger: log.With("cluster", sc.name), Reports: consumers,
+			Rules: rules, Store: a.Store, Metrics: a.Metrics, Logger: log.With("cluster", sc.name), Reports: consumers, Urgent: eng.Urgent,
 			OnCycle: func(now time.Time, states []lag.State) {
 				eng.OnCycle(sc.name, now, states)
 				a.sh.offer(sc.name, now)
@@ -296,6 +296,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 					a.ttl.OnCycle(sc.name, now, states)
 				}
 			}})
+	}
+	for _, l := range a.loops {
+		consumers.Watch(l.Wake)
 	}
 	a.Handler = daemon.NewHandler(a.Store, a.Registry)
 	if cfg.HA.Enabled {

@@ -50,6 +50,14 @@ type Loop struct {
 	// Reports, when set, folds the consumers' own reports into every
 	// sample before the tracker sees it.
 	Reports Reports
+	// Urgent, when set with Reports, is the age past which the message a
+	// consumer reports having in hand makes its target late enough for a
+	// decision now rather than at the next cycle (the engine's
+	// engage threshold, engine.Engine.Urgent); 0 for a target whose
+	// reports never bring a cycle forward. See Wake.
+	Urgent func(lag.Target) time.Duration
+
+	wakes wakes
 }
 
 // Run observes until ctx is done. It runs on the caller's goroutine and
@@ -81,6 +89,8 @@ func (l *Loop) Run(ctx context.Context) error {
 	t := time.NewTimer(l.Interval)
 	defer t.Stop()
 	for {
+		// What was reported before the cycle reads it is in the cycle.
+		l.wakes.take()
 		start, began := now(), time.Now() // the cadence keeps to the real clock
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		samples, err := l.Source.Observe(cctx)
@@ -129,13 +139,29 @@ func (l *Loop) Run(ctx context.Context) error {
 			l.OnCycle(at, states)
 		}
 		ended := time.Now()
-		t.Reset(nextWait(began, ended, newestAt(samples), l.Interval, ended))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
+		read := newestAt(samples)
+		regular := ended.Add(nextWait(began, ended, read, l.Interval, ended))
+		early, err := l.waitNext(ctx, t, regular, earliestEarly(began, ended, read, l.Interval),
+			func() bool { return l.lateReport(samples, states, now()) })
+		if err != nil {
+			return err
+		}
+		if early && l.Metrics != nil {
+			l.Metrics.early(l.Name)
 		}
 	}
+}
+
+// earliestEarly is the soonest an early cycle (see Wake) may follow one
+// that started at start, ended at end and read its samples at read (as
+// for nextWait): a quarter of an interval after the readings, so that at
+// most one early cycle comes per quarter interval and no rate is read
+// over a shorter span.
+func earliestEarly(start, end, read time.Time, interval time.Duration) time.Time {
+	if read.Before(start) || read.After(end) {
+		read = end
+	}
+	return read.Add(interval / 4)
 }
 
 // nextWait is how long to wait, at now, before the next cycle of one that

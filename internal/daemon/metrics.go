@@ -18,6 +18,7 @@ type Metrics struct {
 
 	observeDuration *prometheus.HistogramVec
 	observeErrors   *prometheus.CounterVec
+	earlyCycles     *prometheus.CounterVec
 
 	lagDesc, ageDesc, consumeDesc, produceDesc, drainDesc *prometheus.Desc
 	statusDesc, staleDesc, membersDesc, uncommittedDesc   *prometheus.Desc
@@ -40,6 +41,10 @@ func NewMetrics(reg prometheus.Registerer, store *Store) *Metrics {
 		observeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lagbridge_observe_errors_total",
 			Help: "Observation cycles of a cluster that returned no data.",
+		}, []string{"cluster"}),
+		earlyCycles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lagbridge_observe_early_cycles_total",
+			Help: "Observation cycles of a cluster run before the interval was up because a consumer's own report showed a target late (the message in hand older than the engage threshold).",
 		}, []string{"cluster"}),
 		lagDesc: prometheus.NewDesc("lagbridge_consumer_lag_messages", "Unconsumed messages of a consumer group (Kafka) or consumer (NATS: pending plus ack pending).", targetLabels, nil),
 		ageDesc: prometheus.NewDesc("lagbridge_head_age_seconds", "Age of the oldest unconsumed message.", targetLabels, nil),
@@ -67,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer, store *Store) *Metrics {
 			"Unix time of the start of the newest observation cycle that returned data.", []string{"cluster"}, nil),
 		targetsDesc: prometheus.NewDesc("lagbridge_targets", "Targets watched on a cluster.", []string{"cluster"}, nil),
 	}
-	reg.MustRegister(m.observeDuration, m.observeErrors, m)
+	reg.MustRegister(m.observeDuration, m.observeErrors, m.earlyCycles, m)
 	return m
 }
 
@@ -79,6 +84,9 @@ func (m *Metrics) observed(cluster string, d time.Duration, err error) {
 		c.Inc()
 	}
 }
+
+// early counts one early cycle; called by Loop.
+func (m *Metrics) early(cluster string) { m.earlyCycles.WithLabelValues(cluster).Inc() }
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {

@@ -262,6 +262,21 @@ func (e *Engine) Rules(base lag.Rules) func(lag.Target) lag.Rules {
 	}
 }
 
+// Urgent is the head age past which a consumer's own report about t wakes
+// its observation loop for an early cycle (daemon.Loop.Urgent): the
+// controller's engage threshold for t's policy at the engine's interval
+// (quota.Controller.EngageWait; 0.4 s for a 2 s maxAge at 1 s). Zero for
+// a target no policy matches: its reports wake nothing. Safe for
+// concurrent use (it reads only the policies and the controller's
+// configuration, neither of which changes).
+func (e *Engine) Urgent(t lag.Target) time.Duration {
+	p, ok := e.policies.Match(t)
+	if !ok {
+		return 0
+	}
+	return e.ctl.EngageWait(&p, e.interval)
+}
+
 // OnCycle folds one cluster's states into decisions and leases. It is the
 // daemon.Loop's OnCycle hook.
 func (e *Engine) OnCycle(cluster string, now time.Time, states []lag.State) {

@@ -67,6 +67,10 @@ type Consumers struct {
 
 	total   *prometheus.CounterVec
 	ageDesc *prometheus.Desc
+
+	// watchers are told of every target a stored report had work in
+	// hand on (see Watch); set before serving, read-only after.
+	watchers []func(lag.Target)
 }
 
 // memberReport is the newest report of one member (ConsumerReport.Member;
@@ -114,6 +118,31 @@ func (c *Consumers) Register(mux *http.ServeMux, s *Server) {
 	mux.HandleFunc("POST "+quotaproto.PathConsumerReport, c.report)
 }
 
+// Watch adds fn to the functions told, after each stored report, of each
+// target on which it has a message in hand (a partition with a head
+// time): the observation loops' Wake, which judges whether the report
+// shows the target late. The target's Cluster is the report's, empty
+// when it named none. fn runs on the request's goroutine and must not
+// block. Call it before serving; not safe for concurrent use with
+// reports.
+func (c *Consumers) Watch(fn func(lag.Target)) { c.watchers = append(c.watchers, fn) }
+
+// notify tells the watchers of the targets rep has work in hand on.
+func (c *Consumers) notify(rep quotaproto.ConsumerReport) {
+	if len(c.watchers) == 0 {
+		return
+	}
+	for _, t := range rep.Topics {
+		if !slices.ContainsFunc(t.Partitions, func(p quotaproto.ConsumerPartition) bool { return p.HeadTimeMs > 0 }) {
+			continue
+		}
+		target := lag.Target{Kind: lag.Kind(rep.Kind), Cluster: rep.Cluster, Topic: t.Topic, Group: rep.Group}
+		for _, fn := range c.watchers {
+			fn(target)
+		}
+	}
+}
+
 // statusWriter remembers the status code written through it.
 type statusWriter struct {
 	http.ResponseWriter
@@ -153,7 +182,10 @@ func (c *Consumers) report(rw http.ResponseWriter, r *http.Request) {
 	if !c.srv.permits(w, ep, perms, rep.Group) {
 		return
 	}
-	if n := c.put(rep, c.now()); n > 0 {
+	n := c.put(rep, c.now())
+	// What was stored may show a target late: the loops judge at once.
+	c.notify(rep)
+	if n > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(c.fresh.Seconds()+1)))
 		c.srv.fail(w, ep, http.StatusServiceUnavailable, "the report store is full: %d new partitions refused", n)
 		return
