@@ -144,3 +144,30 @@ func TestLegacyExpiredRequestNotWritten(t *testing.T) {
 		t.Fatalf("end offset %d, failed %d: want only the request within its deadline written", end.Offset, rec.failed.Load())
 	}
 }
+
+// TestLegacyClientIDsNameTheRun: Kafka meters a client quota per
+// client.id over every connection using it, so two runs on one cluster
+// (two loads, or two people's benches) must not share their plain
+// producers' client.ids: each run's legacy client quotas are set for
+// client.ids that name the run, and its policy lists those.
+func TestLegacyClientIDsNameTheRun(t *testing.T) {
+	scn := DefaultScenario()
+	a := &world{broker: BrokerKafka, name: "kafka", topic: "lagbench-a", group: "lagbench-a", run: "a", kafkaAddrs: []string{"127.0.0.1:1"}}
+	b := &world{broker: BrokerKafka, name: "kafka", topic: "lagbench-b", group: "lagbench-b", run: "b", kafkaAddrs: []string{"127.0.0.1:1"}}
+	seen := map[string]string{}
+	for _, w := range []*world{a, b} {
+		cfg, err := daemonConfig(Options{}, scn, w, time.Second, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, ps := range cfg.Quota.Policies[0].Producers {
+			if want := w.clientID(scn.Classes[i].Producer); ps.ID != want {
+				t.Errorf("run %s: the policy lists %q, the producer's client.id is %q", w.run, ps.ID, want)
+			}
+			if other, ok := seen[ps.ID]; ok {
+				t.Errorf("runs %s and %s share the client.id %q", other, w.run, ps.ID)
+			}
+			seen[ps.ID] = w.run
+		}
+	}
+}

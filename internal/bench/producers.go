@@ -60,7 +60,7 @@ func newNaiveKafka(w *world, scn Scenario, rec *recorder) (*naiveKafka, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	n := &naiveKafka{w: w, rec: rec, retry: make(chan kretry, 100_000), stop: stop}
 	for _, c := range scn.Classes {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(w.kafkaAddrs...), kgo.ClientID(c.Producer), kgo.RecordRetries(0), kgo.WithHooks(&n.thr))
+		cl, err := kgo.NewClient(kgo.SeedBrokers(w.kafkaAddrs...), kgo.ClientID(w.clientID(c.Producer)), kgo.RecordRetries(0), kgo.WithHooks(&n.thr))
 		if err != nil {
 			n.close()
 			return nil, err

@@ -45,9 +45,12 @@ type world struct {
 	// with offsets and no member, a durable that never fetches); empty
 	// otherwise.
 	abandoned string
-	nc        *natsgo.Conn
-	js        jetstream.JetStream
-	closers   []func()
+	// run names the run in the client.ids of its plain Kafka producers
+	// (see clientID).
+	run     string
+	nc      *natsgo.Conn
+	js      jetstream.JetStream
+	closers []func()
 }
 
 // startWorld starts (or connects to) the broker of one run and creates its
@@ -75,7 +78,7 @@ func startWorld(ctx context.Context, o Options, row Row, id string) (w *world, e
 		} else {
 			w.name = "kafka"
 		}
-		w.topic, w.group = "lagbench-"+id, "lagbench-"+id
+		w.topic, w.group, w.run = "lagbench-"+id, "lagbench-"+id, id
 		if err := createTopic(ctx, w.kafkaAddrs, w.topic); err != nil {
 			return nil, err
 		}
@@ -270,13 +273,31 @@ type daemon struct {
 	done   chan error
 }
 
+// clientID is the client.id of producer's plain franz-go client in this
+// run (naive and legacy producers): the producer's name and the run's.
+// Kafka meters a client quota per client.id across every connection that
+// uses it, so with the bare names the legacy rows' client quotas held the
+// naive producers of other runs on the same cluster (another load, or
+// someone else's bench), and their bytes filled the legacy producers'
+// quota windows.
+func (w *world) clientID(producer string) string {
+	if w.run == "" {
+		return producer
+	}
+	return producer + "-" + w.run
+}
+
 // daemonConfig is the daemon's config for a run: the one cluster, a quota
 // policy for the run's topic with maxAge = the deadline and the scenario's
 // producers.
 func daemonConfig(o Options, scn Scenario, w *world, interval time.Duration, clientQuota bool) (config.Config, error) {
 	var producers []quota.ProducerSpec
 	for _, c := range scn.Classes {
-		producers = append(producers, quota.ProducerSpec{ID: c.Producer, Criticality: c.Criticality})
+		id := c.Producer
+		if clientQuota {
+			id = w.clientID(id) // the legacy producers' client.ids
+		}
+		producers = append(producers, quota.ProducerSpec{ID: id, Criticality: c.Criticality})
 	}
 	cfg := config.Config{
 		Listen: "127.0.0.1:0", Interval: interval, ShutdownTimeout: 5 * time.Second,
