@@ -332,6 +332,10 @@ func (r *Replicator) checkSilence(now time.Time) {
 	defer r.standMu.Unlock()
 	r.mu.Lock()
 	last, sets, synced, base := r.lastLeader, r.lastSets, r.synced, r.maxVersion
+	// Above the wall clock too (set versions are at least the clock in
+	// microseconds): the lost leader may have served sets no replica
+	// read (killed before its write landed, or before it committed).
+	base = max(base, uint64(max(now.UnixMicro(), 0)))
 	silent := synced && !last.IsZero() && now.Sub(last) > r.cfg.Silence && now.After(r.quiet)
 	// A leader that took over writes while it rewrites its sets: a
 	// stand-in holds until they are written rather than serve the lost
@@ -524,9 +528,9 @@ type sink struct {
 	leading bool
 	// acting: following, with the leader silent, the engine's sets are
 	// served (see Config.Silence), numbered from base, the highest
-	// version read then, up: above every set the lost leader wrote, below
-	// every set a leader writes later (at least the wall clock in
-	// microseconds).
+	// version read then or the wall clock in microseconds if higher, up:
+	// above every set the lost leader wrote or served, below every set a
+	// leader writes later (at least the wall clock in microseconds).
 	acting bool
 	base   uint64
 	// acts holds, per producer, the version the hub serves when it is
@@ -608,7 +612,8 @@ func (s *sink) serve(set quotaproto.LeaseSet, own bool) bool {
 }
 
 // act starts (on) or stops serving the engine's sets while following, and
-// reports whether that changed; base is the highest version read.
+// reports whether that changed; base is the highest version read, or the
+// wall clock in microseconds if higher.
 func (s *sink) act(on bool, base uint64) bool {
 	if s.beforeAct != nil {
 		s.beforeAct(on)

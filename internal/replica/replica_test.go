@@ -344,3 +344,50 @@ func TestFollowerServesOwnWhileLeaderSilent(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// unread is a channel whose set writes, once lost is set, never reach the
+// readers: the leader was killed between serving a set and writing it (or,
+// on Kafka, before the write's transaction committed). The moment is what
+// no broker plays on cue.
+type unread struct {
+	Channel
+	lost atomic.Bool
+}
+
+func (c *unread) Put(ctx context.Context, k string, v []byte) error {
+	if kind, _, err := quotaproto.ParseKVKey(k); err == nil && kind == kindSet && c.lost.Load() {
+		return nil
+	}
+	return c.Channel.Put(ctx, k, v)
+}
+
+// TestStandInAboveUnreadSets: the lost leader served a set that no
+// follower read. The followers standing in serve versions above it all the
+// same (above the wall clock in microseconds, which every set version is
+// at least): the producer's SDK takes them, rather than holding the lost
+// leader's set until a new leader renumbers.
+func TestStandInAboveUnreadSets(t *testing.T) {
+	js := embedded.JetStreamTest(t)
+	const silence = 300 * time.Millisecond
+	lch := &unread{Channel: NewNATS(js, NATSBucket("unread"))}
+	lead := newNodeWith(t, lch, true, func(c *Config) { c.Silence = silence })
+	f := newNodeWith(t, NewNATS(js, NATSBucket("unread")), false, func(c *Config) { c.Silence = silence })
+	if _, err := f.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+		t.Fatal(err)
+	}
+	served := func(n *node) uint64 {
+		set, _, _ := n.hub.Current("p")
+		return set.Version
+	}
+	waitFor(t, "the follower serves the leader's set", func() bool { return served(lead) > 1 && served(f) == served(lead) })
+	lch.lost.Store(true)
+	lead.eng.Renumber(served(lead))
+	waitFor(t, "the leader serves a set above the one written", func() bool { return served(lead) > served(f) })
+	time.Sleep(50 * time.Millisecond) // its write, lost
+	unreadV := served(lead)
+	lead.stop()
+	waitFor(t, "the follower stands in", func() bool { return f.rep.sink.isActing() })
+	if v := served(f); v <= unreadV {
+		t.Errorf("the follower standing in serves version %d, below the lost leader's last %d", v, unreadV)
+	}
+}
