@@ -152,16 +152,28 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
+// minEarlySpan is the shortest span an early cycle reads rates over: the
+// reporters' default period (consumerclient.DefaultInterval). A reported
+// position moves when a poll starts, so over a shorter span it reads as
+// moved by a whole poll or not at all: at a 250 ms interval, early cycles
+// a sixteenth of a second apart (the quarter interval) swung the
+// capacity estimate and cost goodput (kafka/hook/sync/250ms at 10x, two
+// runs each: 66.1 / 70.6% against 95.0 / 89.7% without them, 34 false-
+// throttle seconds against 5 and 12).
+const minEarlySpan = 250 * time.Millisecond
+
 // earliestEarly is the soonest an early cycle (see Wake) may follow one
 // that started at start, ended at end and read its samples at read (as
-// for nextWait): a quarter of an interval after the readings, so that at
-// most one early cycle comes per quarter interval and no rate is read
-// over a shorter span.
+// for nextWait): a quarter of an interval after the readings, and at
+// least minEarlySpan, so that at most one early cycle comes per quarter
+// interval and no rate is read over a shorter span. At an interval of
+// minEarlySpan or less that is never before the next regular cycle: only
+// slower loops cycle early.
 func earliestEarly(start, end, read time.Time, interval time.Duration) time.Time {
 	if read.Before(start) || read.After(end) {
 		read = end
 	}
-	return read.Add(interval / 4)
+	return read.Add(max(interval/4, minEarlySpan))
 }
 
 // nextWait is how long to wait, at now, before the next cycle of one that

@@ -81,8 +81,8 @@ func TestLoopEarlyCycle(t *testing.T) {
 	src.mu.Lock()
 	reads := append([]time.Time(nil), src.reads...)
 	src.mu.Unlock()
-	if n := len(reads); n != 2 || reads[1].Sub(reads[0]) < interval/4 {
-		t.Fatalf("readings %v, want two, a quarter interval apart at least", reads)
+	if n := len(reads); n != 2 || reads[1].Sub(reads[0]) < interval/4 || reads[1].Sub(reads[0]) < minEarlySpan {
+		t.Fatalf("readings %v, want two, a quarter interval and minEarlySpan apart at least", reads)
 	}
 	if got := testutil.ToFloat64(l.Metrics.earlyCycles.WithLabelValues("c1")); got != 1 {
 		t.Errorf("early cycles counted: %v, want 1", got)
@@ -107,5 +107,30 @@ func TestWakesBounded(t *testing.T) {
 	case <-w.signal():
 	default:
 		t.Fatal("no signal")
+	}
+}
+
+// TestEarliestEarly: an early cycle reads its rates over a quarter
+// interval at least, and never over less than minEarlySpan: at a 250 ms
+// interval it never comes before the regular one.
+func TestEarliestEarly(t *testing.T) {
+	cases := []struct {
+		name     string
+		interval time.Duration
+		readAt   time.Duration // after the cycle's start; it ended at 50ms
+		want     time.Duration // after the cycle's start
+	}{
+		{"1 s: a quarter interval after the readings", time.Second, 40 * time.Millisecond, 290 * time.Millisecond},
+		{"4 s: a quarter interval", 4 * time.Second, 40 * time.Millisecond, 1040 * time.Millisecond},
+		{"250 ms: minEarlySpan, the regular cycle's time or later", 250 * time.Millisecond, 40 * time.Millisecond, 290 * time.Millisecond},
+		{"a reading off the loop's clock counts from the end", time.Second, time.Hour, 300 * time.Millisecond},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := earliestEarly(t0, t0.Add(50*time.Millisecond), t0.Add(c.readAt), c.interval)
+			if want := t0.Add(c.want); !got.Equal(want) {
+				t.Fatalf("earliest early cycle at +%v, want +%v", got.Sub(t0), c.want)
+			}
+		})
 	}
 }
