@@ -38,14 +38,15 @@ import (
 type RecordSizes struct {
 	// Now is the clock that dates readings for Rate; NewRecordSizes sets
 	// time.Now.
-	Now    func() time.Time
-	adm    *kadm.Client
-	opts   []kgo.Opt
-	last   map[string]map[int32]logPoint
-	acc    map[string]*sizeAcc
-	rate   map[string]float64 // records per second between the last two readings
-	at     map[string]time.Time
-	rounds int
+	Now       func() time.Time
+	adm       *kadm.Client
+	opts      []kgo.Opt
+	last      map[string]map[int32]logPoint
+	acc       map[string]*sizeAcc
+	rate      map[string]float64 // records per second between the last two readings
+	producers map[string]*producerState
+	at        map[string]time.Time
+	rounds    int
 }
 
 type logPoint struct{ size, end int64 }
@@ -103,7 +104,40 @@ const RequestFraming = 30
 // built from cl's options (its brokers, TLS and SASL).
 func NewRecordSizes(cl *kgo.Client) *RecordSizes {
 	return &RecordSizes{Now: time.Now, adm: kadm.NewClient(cl), opts: cl.Opts(), last: map[string]map[int32]logPoint{}, acc: map[string]*sizeAcc{},
-		rate: map[string]float64{}, at: map[string]time.Time{}}
+		rate: map[string]float64{}, producers: map[string]*producerState{}, at: map[string]time.Time{}}
+}
+
+// Busiest returns the records per second the busiest single producer of
+// topic sent over the last span, as the brokers' producer state tells
+// (DescribeProducers: an idempotent or transactional producer's last
+// sequence number on a partition grows by the records it wrote), and
+// whether it is known: two readings that saw the topic's producers, the
+// last one successful (a broker that refuses the request leaves it
+// unknown; producers that are neither idempotent nor transactional are
+// not described). Over a span longer than the readings cover, the rate
+// over what they cover. A producer is one producer ID: a client-id that
+// several processes share sends the sum of theirs.
+func (r *RecordSizes) Busiest(topic string, span time.Duration) (float64, bool) {
+	ps, ok := r.producers[topic]
+	if !ok || ps.since.IsZero() || !ps.at.After(ps.since) {
+		return 0, false
+	}
+	from := ps.at.Add(-span)
+	covered := span
+	if ps.since.After(from) {
+		from, covered = ps.since, ps.at.Sub(ps.since)
+	}
+	var top float64
+	for _, ss := range ps.sent {
+		var n float64
+		for _, x := range ss {
+			if x.at.After(from) {
+				n += x.records
+			}
+		}
+		top = max(top, n)
+	}
+	return top / covered.Seconds(), true
 }
 
 // Rate returns the records per second topic's end offsets grew by between
@@ -141,6 +175,7 @@ func (r *RecordSizes) Measure(ctx context.Context, topics []string) error {
 	if len(set) == 0 {
 		return nil
 	}
+	producers, perr := r.adm.DescribeProducers(ctx, set)
 	dirs, err := r.adm.DescribeAllLogDirs(ctx, set)
 	if err != nil {
 		return fmt.Errorf("describe log dirs: %w", err)
@@ -202,9 +237,11 @@ func (r *RecordSizes) Measure(ctx context.Context, topics []string) error {
 			a.bytes, a.records = a.bytes/2, a.records/2
 		}
 		r.sampleTail(sctx, topic, a, now, grown)
-		if prev, ok := r.at[topic]; ok && at.After(prev) {
-			r.rate[topic] = records / at.Sub(prev).Seconds()
+		prevAt, seen := r.at[topic]
+		if seen && at.After(prevAt) {
+			r.rate[topic] = records / at.Sub(prevAt).Seconds()
 		}
+		r.readProducers(topic, producers, perr, prevAt, seen && at.After(prevAt), at)
 		r.at[topic] = at
 		r.last[topic] = now
 	}
@@ -340,4 +377,102 @@ func (r *RecordSizes) PerRecord(topic string) (float64, bool) {
 		return 0, false
 	}
 	return a.bytes / a.records, true
+}
+
+// producerPart is one producer (its ID) on one partition.
+type producerPart struct {
+	id        int64
+	partition int32
+}
+
+type producerSeq struct {
+	epoch int16
+	seq   int32
+	at    int64 // the producer's last write, ms since the epoch
+}
+
+// producerState is what RecordSizes remembers of a topic's producers:
+// their last sequences, and the records each wrote between readings
+// (the readings since since, at most ProducerMemory back).
+type producerState struct {
+	seqs      map[producerPart]producerSeq
+	sent      map[int64][]producerSent // by producer ID
+	since, at time.Time
+}
+
+type producerSent struct {
+	at      time.Time
+	records float64
+}
+
+// ProducerMemory is how far back RecordSizes keeps what each producer
+// wrote: more than a Kafka quota window (11 s by default).
+const ProducerMemory = time.Minute
+
+// readProducers takes, from one DescribeProducers answer (ps, err), the
+// records each producer wrote to topic since the last reading, at prev
+// (ok: there was one), dated at. A producer's last sequence on a
+// partition grows by the records it wrote; one not described at the last
+// reading, or under a new epoch, that wrote since starts at sequence 0;
+// a producer's epochs count as one producer. A sequence that went back
+// within an epoch (a wrap) counts nothing. A failed request forgets the topic's
+// producers: Busiest is unknown until two readings succeed again.
+func (r *RecordSizes) readProducers(topic string, ps kadm.DescribedProducersTopics, err error, prev time.Time, ok bool, at time.Time) {
+	if err != nil {
+		delete(r.producers, topic)
+		return
+	}
+	cur := map[producerPart]producerSeq{}
+	if t, found := ps[topic]; found {
+		for _, p := range t.Partitions {
+			if p.Err != nil {
+				continue
+			}
+			for _, d := range p.ActiveProducers {
+				cur[producerPart{d.ProducerID, d.Partition}] = producerSeq{d.ProducerEpoch, d.LastSequence, d.LastTimestamp}
+			}
+		}
+	}
+	st := r.producers[topic]
+	if st == nil || !ok {
+		r.producers[topic] = &producerState{seqs: cur, sent: map[int64][]producerSent{}, at: at}
+		return
+	}
+	wrote := map[int64]float64{}
+	for k, c := range cur {
+		was, found := st.seqs[k]
+		switch {
+		case found && c.epoch == was.epoch && c.seq >= was.seq:
+			wrote[k.id] += float64(c.seq - was.seq)
+		case (!found || c.epoch != was.epoch) && c.at >= prev.UnixMilli():
+			// New on the partition, or a new epoch (franz-go bumps it
+			// after failed records): its sequence started at 0.
+			wrote[k.id] += float64(c.seq) + 1
+		}
+	}
+	if st.since.IsZero() {
+		st.since = st.at
+	}
+	st.seqs, st.at = cur, at
+	st.since = later(st.since, at.Add(-ProducerMemory))
+	for id, n := range wrote {
+		st.sent[id] = append(st.sent[id], producerSent{at, n})
+	}
+	for id, ss := range st.sent {
+		for len(ss) > 0 && !ss[0].at.After(st.since) {
+			ss = ss[1:]
+		}
+		if len(ss) == 0 {
+			delete(st.sent, id)
+			continue
+		}
+		st.sent[id] = ss
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -2,6 +2,7 @@ package publish
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -284,5 +285,60 @@ func TestMeasureSizesTopicAtFirstReading(t *testing.T) {
 	}
 	if b, ok := fresh.PerRecord("empty"); ok {
 		t.Errorf("a topic never written sized at %.1f B per record", b)
+	}
+}
+
+// TestRecordSizesBusiest: the busiest producer's records per second over a
+// span, from the last sequences the brokers describe: a known producer
+// counts its sequence's growth, a new one (or a new epoch) that wrote
+// since the last reading counts from sequence 0, a sequence that went
+// back counts nothing; a span longer than the readings cover is the rate over what
+// they cover; a failed reading forgets the producers.
+func TestRecordSizesBusiest(t *testing.T) {
+	describe := func(seqs map[int64][3]int32, at time.Time) kadm.DescribedProducersTopics {
+		ps := kadm.DescribedProducers{}
+		for id, s := range seqs { // s: partition, last sequence, epoch
+			ps[id] = kadm.DescribedProducer{Topic: "t", Partition: s[0], ProducerID: id, ProducerEpoch: int16(s[2]), LastSequence: s[1], LastTimestamp: at.UnixMilli()}
+		}
+		parts := kadm.DescribedProducersPartitions{}
+		for _, d := range ps {
+			p := parts[d.Partition]
+			if p.ActiveProducers == nil {
+				p = kadm.DescribedProducersPartition{Topic: "t", Partition: d.Partition, ActiveProducers: kadm.DescribedProducers{}}
+			}
+			p.ActiveProducers[d.ProducerID] = d
+			parts[d.Partition] = p
+		}
+		return kadm.DescribedProducersTopics{"t": {Topic: "t", Partitions: parts}}
+	}
+	r := &RecordSizes{producers: map[string]*producerState{}}
+	t0 := time.Unix(1000, 0)
+	read := func(sec int, seqs map[int64][3]int32) {
+		at := t0.Add(time.Duration(sec) * time.Second)
+		r.readProducers("t", describe(seqs, at), nil, at.Add(-time.Second), sec > 0, at)
+	}
+	read(0, map[int64][3]int32{1: {0, 99}, 2: {1, 9}})
+	if _, ok := r.Busiest("t", 11*time.Second); ok {
+		t.Fatal("busiest known after one reading")
+	}
+	read(1, map[int64][3]int32{1: {0, 199}, 2: {1, 59}})              // 100 and 50
+	read(2, map[int64][3]int32{1: {0, 219}, 2: {1, 59}, 3: {2, 299}}) // 20, 0 and a new one's 300
+	if got, _ := r.Busiest("t", 11*time.Second); got != 150 {
+		t.Errorf("busiest over 2 s of readings: %v records/s, want 300 / 2 = 150", got)
+	}
+	if got, _ := r.Busiest("t", time.Second); got != 300 {
+		t.Errorf("busiest over the last second: %v records/s, want 300", got)
+	}
+	read(3, map[int64][3]int32{1: {0, 5}, 2: {1, 59}, 3: {2, 299}}) // 1 went back: nothing
+	if got, _ := r.Busiest("t", time.Second); got != 0 {
+		t.Errorf("busiest over the last second, a sequence gone back: %v records/s, want 0", got)
+	}
+	read(4, map[int64][3]int32{1: {0, 5}, 2: {1, 39, 1}, 3: {2, 299}}) // 2's new epoch: 40 from 0
+	if got, _ := r.Busiest("t", time.Second); got != 40 {
+		t.Errorf("busiest over the last second, a new epoch: %v records/s, want 40", got)
+	}
+	r.readProducers("t", nil, errors.New("refused"), t0.Add(4*time.Second), true, t0.Add(5*time.Second))
+	if _, ok := r.Busiest("t", 11*time.Second); ok {
+		t.Error("busiest known after a failed reading")
 	}
 }

@@ -164,6 +164,22 @@ func (s *Steering) Next(now time.Time, want, sent map[string]float64) map[string
 // client-ids: hold[id], when positive, replaces Hold in id's Floor (the
 // window is still projected one Hold ahead, the time to the next call).
 func (s *Steering) NextHolding(now time.Time, want, sent map[string]float64, hold map[string]time.Duration) map[string]float64 {
+	return s.NextBounded(now, want, sent, hold, nil)
+}
+
+// LongestHold is the longest Kafka may hold a client-id at a response
+// under a value the steering stores, whatever its estimate: under #17's
+// 10 s, with room for a burst the window does not show yet.
+const LongestHold = 8 * time.Second
+
+// NextBounded is NextHolding that, while steering, never stores less
+// for a client-id than the Floor, with LongestHold, of bound[id]: a byte
+// rate the client-id cannot have sent more than over the broker's window
+// (the busiest producer's of its topics). The estimate from sent may be
+// short (it is an estimate of how a topic's rate splits among its
+// client-ids), and Kafka holds a client-id f x (window + hold) - window
+// when it sent f times the estimate.
+func (s *Steering) NextBounded(now time.Time, want, sent map[string]float64, hold map[string]time.Duration, bound map[string]float64) map[string]float64 {
 	if s.last == nil {
 		s.last, s.est, s.peak, s.past = map[string]float64{}, map[string]float64{}, map[string]sample{}, map[string][]sample{}
 	}
@@ -230,7 +246,7 @@ func (s *Steering) NextHolding(now time.Time, want, sent map[string]float64, hol
 		s.peak[id] = pk
 		v := max(w, Floor(est, s.Window, h), 0)
 		if h > 0 { // steering: never near nothing either
-			v = max(v, MinShare*pk.rate)
+			v = max(v, MinShare*pk.rate, Floor(bound[id], s.Window, LongestHold))
 		}
 		out[id], s.last[id], s.est[id] = v, v, est
 	}

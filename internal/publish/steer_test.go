@@ -186,3 +186,61 @@ func TestSteeringMinShare(t *testing.T) {
 		t.Errorf("without a hold stored %v, want 0", v)
 	}
 }
+
+// TestSteeringBoundedByBusiest: two client-ids share a topic, one
+// sending 80% of it; the split the daemon makes credits each with half
+// (the broker does not say who sent what), and both are cut to 0 msg/s.
+// The big one sends as much as its quota lets it, in bursts after its
+// throttles as a request handler's producer does. Steered from the split
+// alone its value falls below what holds it LongestHold; with the
+// busiest producer's rate over the window as the bound, Kafka's rule never
+// holds it longer than LongestHold.
+func TestSteeringBoundedByBusiest(t *testing.T) {
+	const topic = 100_000.0 // B/s, both together
+	for _, bounded := range []bool{false, true} {
+		b := &broker{w: DefaultWindow}
+		for range 20 {
+			b.send(0.8 * topic)
+		}
+		s := Steering{Hold: 3 * time.Second}
+		t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		var longest time.Duration
+		wait := 0 // seconds of throttle left
+		for sec := range 60 {
+			now := t0.Add(time.Duration(sec) * time.Second)
+			var window float64
+			for _, v := range b.sent[max(len(b.sent)-b.w.Num, 0):] {
+				window += v
+			}
+			var bound map[string]float64
+			if bounded {
+				bound = map[string]float64{"big": window / float64(b.w.Num), "small": window / float64(b.w.Num)}
+			}
+			// The split: half of what the topic received each.
+			last := b.sent[len(b.sent)-1]
+			split := (last + 0.2*topic) / 2
+			out := s.NextBounded(now, map[string]float64{"big": 0, "small": 0},
+				map[string]float64{"big": split, "small": split}, nil, bound)
+			q := out["big"]
+			if wait > 0 {
+				wait--
+				b.send(0)
+				continue
+			}
+			// One request's worth, then Kafka's answer: what the window
+			// allows now is sent in a burst, then the throttle.
+			allow := max(q*float64(b.w.Num)-window+last, q)
+			b.send(allow)
+			d := b.throttle(q)
+			longest = max(longest, d)
+			wait = int(d / time.Second)
+		}
+		if bounded && longest > LongestHold {
+			t.Errorf("bounded: longest throttle %s, want at most %s", longest, LongestHold)
+		}
+		if !bounded && longest <= LongestHold {
+			t.Errorf("split alone: longest throttle %s; the test no longer shows the split's error", longest)
+		}
+		t.Logf("bounded %v: longest throttle %s", bounded, longest)
+	}
+}
