@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -102,13 +103,72 @@ func decidedAt(topic string, rate float64, at time.Time) quota.Decision {
 // (with -count=N a later run starts minutes after t0, past Expire).
 var t0 = time.Now()
 
+// slowWrite is the real channel, whose writes wait, while held, until
+// released: a replica whose write of a record is late (a loaded machine,
+// a slow link), so that a record written after it reaches the channel
+// first. It counts the values its Watch delivered per key. The moment is
+// what the broker cannot play on cue.
+type slowWrite struct {
+	Channel
+	mu        sync.Mutex
+	gate      chan struct{} // nil: writes go through
+	delivered map[string]int
+}
+
+func (s *slowWrite) hold() { s.mu.Lock(); s.gate = make(chan struct{}); s.mu.Unlock() }
+
+// release lets the held writes through. Idempotent.
+func (s *slowWrite) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gate != nil {
+		close(s.gate)
+		s.gate = nil
+	}
+}
+
+func (s *slowWrite) Put(ctx context.Context, key string, value []byte) error {
+	s.mu.Lock()
+	gate := s.gate
+	s.mu.Unlock()
+	if gate != nil {
+		// The write lands whenever it is released, however long it was
+		// held: the exchange's own timeout would drop it instead.
+		<-gate
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return s.Channel.Put(pctx, key, value)
+	}
+	return s.Channel.Put(ctx, key, value)
+}
+
+func (s *slowWrite) Watch(ctx context.Context, f func(string, []byte), synced func()) error {
+	return s.Channel.Watch(ctx, func(k string, v []byte) {
+		s.mu.Lock()
+		s.delivered[k]++
+		s.mu.Unlock()
+		f(k, v)
+	}, synced)
+}
+
+// deliveries is how many values of key the channel's Watch delivered.
+func (s *slowWrite) deliveries(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.delivered[key]
+}
+
 // TestExchange: two replicas on one NATS KV channel. Each writes the
 // decisions of the shard it owns (from its second cycle with the shard),
 // never those of a shard it does not own, and leases by the other's; a
 // shard that moves is not fed from the channel to its new owner, and its
-// former owner keeps leasing by its own last decisions until they expire.
+// former owner keeps leasing by its own last decisions until they expire;
+// its last record, written late (after the new owner's), is ignored.
 func TestExchange(t *testing.T) {
 	ch := replica.NewNATS(embedded.JetStreamTest(t), "lagbridge_leases_test")
+	// A's writes go through slowWrite: its last record of shard 0 is
+	// held until B's first one was read.
+	slowA := &slowWrite{Channel: ch, delivered: map[string]int{}}
 	// "orders" is in shard 0 of 2, "bench-001" in shard 1.
 	if Of("orders", 2) != 0 || Of("bench-001", 2) != 1 {
 		t.Fatal("the test's topics are not in the shards it assumes")
@@ -119,13 +179,16 @@ func TestExchange(t *testing.T) {
 		eng *decisions
 	}
 	const expire = time.Minute
-	mk := func(id string, owned int, own ...quota.Decision) side {
+	mk := func(id string, c Channel, owned int, own ...quota.Decision) side {
 		eng := &decisions{own: map[lag.Target]quota.Decision{}, remote: map[string][]quota.Decision{}}
 		for _, d := range own {
 			eng.own[d.Target] = d
 		}
 		a := &fixed{owned: []int{owned}}
-		x := NewExchange(ExchangeConfig{Channel: ch, Engine: eng, ID: id, Expire: expire, Interval: 100 * time.Millisecond})
+		// Logged to the test's output: the corrupt entry's warning below
+		// ("unexpected EOF") is shown with its run, and only when it fails.
+		x := NewExchange(ExchangeConfig{Channel: c, Engine: eng, ID: id, Expire: expire, Interval: 100 * time.Millisecond,
+			Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
 		x.Add(a)
 		x.Start(context.Background())
 		t.Cleanup(x.Close)
@@ -135,9 +198,15 @@ func TestExchange(t *testing.T) {
 	// shard 0: only "orders" travels. The decisions are made at the
 	// cycles' time: made at t0, they were past Expire, and no longer held
 	// by B, in a run that starts a minute after the package (-count).
+	// Each cycle has a time of its own, as the daemon's cycles do: records
+	// of one time could not tell a late write from a newer one (a
+	// replica keeps the newest record per key by its time).
 	now := time.Now()
-	a := mk("a", 0, decidedAt("orders", 10, now), decidedAt("bench-001", 20, now))
-	b := mk("b", 1, decidedAt("bench-001", 30, now))
+	cycle := now
+	next := func() time.Time { cycle = cycle.Add(time.Millisecond); return cycle }
+	a := mk("a", slowA, 0, decidedAt("orders", 10, now), decidedAt("bench-001", 20, now))
+	b := mk("b", ch, 1, decidedAt("bench-001", 30, now))
+	t.Cleanup(slowA.release) // before the exchanges close
 	waitFor := func(what string, f func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -151,8 +220,9 @@ func TestExchange(t *testing.T) {
 	// (A replica writes no record before it read the channel once:
 	// TestUnsyncedWritesNothing.)
 	waitFor("the watches started", func() bool { return a.x.Synced() && b.x.Synced() })
+	at := next()
 	for _, sd := range []side{a, b} {
-		sd.x.Offer("c", now)
+		sd.x.Offer("c", at)
 		sd.x.mu.Lock()
 		pending := len(sd.x.pending)
 		sd.x.mu.Unlock()
@@ -160,8 +230,9 @@ func TestExchange(t *testing.T) {
 			t.Fatal("a shard is written at the Offer that gained it")
 		}
 	}
-	a.x.Offer("c", now)
-	b.x.Offer("c", now)
+	at = next()
+	a.x.Offer("c", at)
+	b.x.Offer("c", at)
 	waitFor("both records read by both", func() bool {
 		for _, x := range []*Exchange{a.x, b.x} {
 			for shard := range 2 {
@@ -173,19 +244,23 @@ func TestExchange(t *testing.T) {
 		return true
 	})
 	// Each engine is given every fresh record, its own too (read back):
-	// it decides by its own decisions where it has them.
+	// it decides by its own decisions where it has them. A's next record
+	// of shard 0, its last, is late: it reaches the channel only after
+	// B's first record of the shard was read.
+	slowA.hold()
 	steps := []struct {
 		name   string
 		do     func()
 		remote []string // topics each engine was given remote decisions of
 	}{
-		{"each has the other's shard and its own", func() { a.x.Offer("c", now); b.x.Offer("c", now) },
+		{"each has the other's shard and its own", func() { at := next(); a.x.Offer("c", at); b.x.Offer("c", at) },
 			[]string{"bench-001", "orders"}},
 		{"shard 0 moves to B: both keep A's last record", func() {
 			a.a.set()
 			b.a.set(0, 1)
-			a.x.Offer("c", now)
-			b.x.Offer("c", now)
+			at := next()
+			a.x.Offer("c", at)
+			b.x.Offer("c", at)
 		}, []string{"bench-001", "orders"}},
 	}
 	for _, st := range steps {
@@ -204,23 +279,28 @@ func TestExchange(t *testing.T) {
 	b.eng.own[decided("orders", 0).Target] = quota.Decision{Target: decided("orders", 0).Target, Policy: "p", Rate: quota.Unlimited,
 		At: now, Rule: quota.RuleRatesUnknown}
 	b.eng.mu.Unlock()
-	b.x.Offer("c", now)
+	b.x.Offer("c", next())
 	waitFor("B's record of shard 0", func() bool { r, ok := a.x.Remote("c", 0); return ok && r.Owner == "b" })
-	if r, _ := a.x.Remote("c", 0); len(r.Decisions) != 1 || r.Decisions[0].Rate != 10 {
-		t.Errorf("shard 0 as B wrote it while it learns the rates: %+v, want A's decision (10)", r)
+	// A's last record, older, now reaches the channel: it is read and
+	// ignored (B's is the newest).
+	seen := slowA.deliveries(recordKey("c", 0))
+	slowA.release()
+	waitFor("A's late record read", func() bool { return slowA.deliveries(recordKey("c", 0)) > seen })
+	if r, _ := a.x.Remote("c", 0); r.Owner != "b" || len(r.Decisions) != 1 || r.Decisions[0].Rate != 10 {
+		t.Errorf("shard 0 as B wrote it while it learns the rates: %+v, want B's record with A's decision (10)", r)
 	}
 	// Once B knows the rates, its own decision is written.
 	b.eng.mu.Lock()
 	b.eng.own[decided("orders", 40).Target] = decidedAt("orders", 40, now)
 	b.eng.mu.Unlock()
-	b.x.Offer("c", now)
+	b.x.Offer("c", next())
 	waitFor("B's own decision of shard 0", func() bool {
 		r, ok := a.x.Remote("c", 0)
 		return ok && len(r.Decisions) == 1 && r.Decisions[0].Rate == 40
 	})
 
 	// Past the expiry, no record counts.
-	last := now.Add(expire)
+	last := cycle.Add(expire)
 	a.x.Offer("c", last)
 	if got := a.eng.remoteTopics(); len(got) != 0 {
 		t.Errorf("past the expiry A was given remote decisions of %v", got)
