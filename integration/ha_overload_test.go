@@ -757,9 +757,17 @@ func unstamp(b []byte) (time.Time, bool) {
 	return time.Unix(0, int64(binary.BigEndian.Uint64(b))), true
 }
 
+// commitPerPoll: LAGBRIDGE_HA_COMMIT=poll, the Kafka consumer of
+// TestHAFailoverUnderOverload commits after each poll (at most 10
+// records, asynchronously) instead of franz-go's default 5 s auto-commit:
+// a row of its own (a changed setting), where the controller sees the
+// consumer's position within a poll rather than up to 5 s late.
+func commitPerPoll() bool { return os.Getenv("LAGBRIDGE_HA_COMMIT") == "poll" }
+
 // startOverloadConsumer consumes topic (a Kafka group, with the library's
-// default autocommit, or a NATS durable, acking each message) at limit's
-// pace, counting each message in run. The returned func waits for it.
+// default autocommit or, commitPerPoll, a commit after each poll, or a
+// NATS durable, acking each message) at limit's pace, counting each
+// message in run. The returned func waits for it.
 func startOverloadConsumer(t *testing.T, ctx context.Context, wg *sync.WaitGroup, b *overloadBroker, topic string, limit *rate.Limiter, run *overloadRun) func() {
 	t.Helper()
 	handle := func(data []byte) bool {
@@ -773,7 +781,12 @@ func startOverloadConsumer(t *testing.T, ctx context.Context, wg *sync.WaitGroup
 	}
 	done := make(chan struct{})
 	if b.kafka != "" {
-		cl := client(t, b.kafka, kgo.ConsumerGroup(topic), kgo.ConsumeTopics(topic))
+		opts := []kgo.Opt{kgo.ConsumerGroup(topic), kgo.ConsumeTopics(topic)}
+		perPoll := commitPerPoll()
+		if perPoll {
+			opts = append(opts, kgo.DisableAutoCommit())
+		}
+		cl := client(t, b.kafka, opts...)
 		wg.Go(func() {
 			defer close(done)
 			for ctx.Err() == nil {
@@ -781,6 +794,12 @@ func startOverloadConsumer(t *testing.T, ctx context.Context, wg *sync.WaitGroup
 					if !handle(r.Value) {
 						return
 					}
+				}
+				if perPoll {
+					// Asynchronous, as Java's commitAsync() after each
+					// poll: the consumer's pace never waits for the broker;
+					// a failed commit is carried by the next.
+					cl.CommitOffsets(ctx, cl.UncommittedOffsets(), nil)
 				}
 			}
 		})
