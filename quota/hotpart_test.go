@@ -681,3 +681,117 @@ func TestControllerLatePartitionDrainedNotItsRate(t *testing.T) {
 		t.Fatalf("avoid %v, want [0]: the case tests nothing", d.AvoidPartitions)
 	}
 }
+
+// TestSimHotPartitionNewGroup is lagbridge bench --hot-partition at 1 s
+// from the start: a new group, partition 0's consumer at 20 msg/s from its
+// first record, one producer client whose sticky partitioner writes 60
+// records to a partition at a time, 300 msg/s, commits every 250 ms. The
+// daemon's first reading of the group has no rates (lag.Tracker needs
+// two); by the first fresh decision partition 0 has held a batch for
+// two readings, its lag grew and its consumer drained 20 msg/s of it.
+// It is listed at that decision: judged at its share of the target's
+// consume rate instead, it got the sticky partitioner's next batches for
+// another interval, seconds of its work past the deadline before the
+// first listing.
+func TestSimHotPartitionNewGroup(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
+			ps := producersOffering(1, 300)
+			ps[0].honorAvoid = true
+			res := runSim(t, simConfig{
+				interval:      time.Second,
+				duration:      20 * time.Second,
+				partitions:    6,
+				capacity:      constant(20 + 5*2000),
+				commitEvery:   250 * time.Millisecond,
+				steadyCommits: true,
+				learnCadence:  true,
+				sticky:        60,
+				seed:          seed,
+				partCap: func(p int, _ float64) float64 {
+					if p == 0 {
+						return 20
+					}
+					return 2000
+				},
+				policy:    drainPolicy(),
+				producers: ps,
+			})
+			first := -1.0
+			for _, s := range res.steps {
+				if slices.Contains(s.dec.AvoidPartitions, 0) {
+					first = s.t
+					break
+				}
+			}
+			var good, dead float64
+			for i := range res.tickT {
+				good, dead = good+res.tickGood[i], dead+res.tickDead[i]
+			}
+			steps := res.steps
+			fresh := -1.0
+			for _, s := range steps {
+				if s.dec.Rule != RuleRatesUnknown {
+					fresh = s.t
+					break
+				}
+			}
+			_, p99 := res.headStats(0, 20)
+			t.Logf("first fresh decision at %.0f s, partition 0 first listed at %.0f s; head age p99 %.2f s; %.0f messages dead of %.0f",
+				fresh, first, p99, dead, good+dead)
+			if first < 0 || first > fresh {
+				t.Errorf("partition 0 first listed at %.0f s, want at the first fresh decision (%.0f s)", first, fresh)
+			}
+		})
+	}
+}
+
+// TestControllerHotPartitionFirstFreshDecision is the daemon's first two
+// readings of a new group on real Kafka (lagbridge bench --hot-partition,
+// observed every second, commits every 250 ms): at the first, rates not
+// known yet, partition 0 has no commit (its position is the end offset,
+// first seen) and the others some; one second later its consumer
+// committed 12 records while 62 were written to it, lag 50, head 0.96 s.
+// Judged at its share of the target's consume rate (50·6/224 = 1.3 s) it
+// was not late, and got another second of the sticky partitioner's
+// batches (72 more records: 6 s of its work) before it was listed; at the
+// 12 msg/s its consumer drained since the first reading it is.
+func TestControllerHotPartitionFirstFreshDecision(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	type part struct {
+		src      lag.Source
+		end, lag int64
+		head     time.Duration
+	}
+	mk := func(at float64, known bool, parts []part) lag.State {
+		s := st(at, 0, 224, 305)
+		s.RatesKnown = known
+		for i, pp := range parts {
+			s.Partitions = append(s.Partitions, lag.PartitionState{
+				PartitionSample: lag.PartitionSample{Partition: int32(i), End: pp.end, Lag: pp.lag},
+				Source:          pp.src, HeadAge: pp.head,
+			})
+			s.Lag += pp.lag
+			s.HeadAge = max(s.HeadAge, pp.head)
+		}
+		s.HeadAgeKnown = true
+		return s
+	}
+	ms := time.Millisecond
+	first := mk(1, false, []part{
+		{lag.SourceFirstSight, 1, 0, 0}, {lag.SourceCommits, 60, 1, 230 * ms}, {lag.SourceCommits, 62, 0, 0},
+		{lag.SourceCommits, 92, 30, 220 * ms}, {lag.SourceFirstSight, 30, 0, 0}, {lag.SourceFirstSight, 30, 0, 0},
+	})
+	fresh := mk(2, true, []part{
+		{lag.SourceCommits, 63, 50, 960 * ms}, {lag.SourceCommits, 108, 24, 200 * ms}, {lag.SourceCommits, 124, 0, 0},
+		{lag.SourceCommits, 185, 33, 110 * ms}, {lag.SourceCommits, 30, 0, 0}, {lag.SourceCommits, 63, 3, 10 * ms},
+	})
+	ctl := newCtl(t, ControllerConfig{})
+	if d := ctl.Step(first, p, leaseT0.Add(time.Second)); d.Rule != RuleRatesUnknown {
+		t.Fatalf("first reading: rule %v (%s), want rates-unknown", d.Rule, d.Reason)
+	}
+	d := ctl.Step(fresh, p, leaseT0.Add(2*time.Second))
+	if !slices.Equal(d.AvoidPartitions, []int32{0}) || !d.IsUnlimited() {
+		t.Fatalf("first fresh decision: avoid %v signal %v rate %v (%s), want [0], unlimited", d.AvoidPartitions, d.Signal, d.Rate, d.Reason)
+	}
+}
