@@ -16,8 +16,12 @@ import (
 // ran out before the write could start.
 var ErrFenced = errors.New("fenced: another replica leads")
 
-// epochKey carries the epoch of the lease a write is made under.
-type epochKey struct{}
+// epochKey carries the epoch of the lease a write is made under, leaseKey
+// its end.
+type (
+	epochKey struct{}
+	leaseKey struct{}
+)
 
 // leaseHolder is an elector with a local lease (Kafka, NATS).
 type leaseHolder interface {
@@ -44,7 +48,7 @@ func Fence(ctx context.Context, e Elector, now time.Time) (context.Context, cont
 	if !lead {
 		return ctx, func() {}, false
 	}
-	ctx, cancel := context.WithDeadlineCause(WithEpoch(ctx, epoch), until,
+	ctx, cancel := context.WithDeadlineCause(WithLease(ctx, epoch, until), until,
 		fmt.Errorf("%w: the lease of epoch %d ran out at %s", ErrFenced, epoch, until.Format(time.RFC3339Nano)))
 	return ctx, cancel, true
 }
@@ -61,6 +65,20 @@ func WithEpoch(ctx context.Context, epoch int64) context.Context {
 func EpochOf(ctx context.Context) (int64, bool) {
 	e, ok := ctx.Value(epochKey{}).(int64)
 	return e, ok
+}
+
+// WithLease returns ctx carrying epoch and the end of its lease, as Fence
+// does, without a deadline.
+func WithLease(ctx context.Context, epoch int64, until time.Time) context.Context {
+	return context.WithValue(WithEpoch(ctx, epoch), leaseKey{}, until)
+}
+
+// LeaseOf returns the end of the lease Fence put in ctx (the context's
+// deadline may come sooner); false for a context that did not come from
+// Fence (WithEpoch's included).
+func LeaseOf(ctx context.Context) (time.Time, bool) {
+	until, ok := ctx.Value(leaseKey{}).(time.Time)
+	return until, ok
 }
 
 // leaseEnd implements leaseHolder.

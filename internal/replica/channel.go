@@ -38,6 +38,19 @@ type Channel interface {
 	Watch(ctx context.Context, f func(key string, value []byte), synced func()) error
 }
 
+// entry is a key and its value.
+type entry struct {
+	key   string
+	value []byte
+}
+
+// batchPutter is a Channel that writes several entries at once: on Kafka
+// a leader's write is a transaction (see kafkaChannel), one for all the
+// sets a publish writes rather than one each.
+type batchPutter interface {
+	PutAll(ctx context.Context, es []entry) error
+}
+
 // Keys: "s.<producer>" holds the leader's set of a producer, "r.<producer>"
 // the producer's last report; the producer id escaped as quotaproto.KVKey
 // escapes it.

@@ -477,7 +477,7 @@ func (r *Replicator) Publish(ctx context.Context, s publish.Snapshot) error {
 	r.kickDecisions() // changed decisions go out now, beside the sets
 	now := time.Now()
 	seen := make(map[string]bool, len(s.Sets))
-	var errs []error
+	var due []quotaproto.LeaseSet
 	for _, set := range s.Sets {
 		seen[set.Producer] = true
 		w, ok := r.written[set.Producer]
@@ -485,14 +485,11 @@ func (r *Replicator) Publish(ctx context.Context, s publish.Snapshot) error {
 		if ok && w.version == set.Version && now.Sub(w.at) < refresh {
 			continue
 		}
-		if err := r.cfg.Channel.Put(ctx, key(kindSet, set.Producer), encode(setRecord{Set: set, At: now})); err != nil {
-			if errors.Is(err, leader.ErrFenced) {
-				return err // deposed: no later write would land either
-			}
-			errs = append(errs, err)
-			continue
-		}
-		r.written[set.Producer] = writtenSet{version: set.Version, at: now}
+		due = append(due, set)
+	}
+	errs, err := r.putSets(ctx, due, now)
+	if errors.Is(err, leader.ErrFenced) {
+		return err // deposed: no later write would land either
 	}
 	// Every set was tried once since the takeover: one that failed stays
 	// the lost leader's whatever the followers serve, and a record that
@@ -514,6 +511,39 @@ func (r *Replicator) Publish(ctx context.Context, s publish.Snapshot) error {
 		delete(r.written, p)
 	}
 	return errors.Join(errs...)
+}
+
+// putSets writes the sets (all at once where the channel can) and notes
+// those written; it returns their errors, and the first ErrFenced.
+func (r *Replicator) putSets(ctx context.Context, sets []quotaproto.LeaseSet, now time.Time) ([]error, error) {
+	es := make([]entry, len(sets))
+	for i, set := range sets {
+		es[i] = entry{key(kindSet, set.Producer), encode(setRecord{Set: set, At: now})}
+	}
+	if b, ok := r.cfg.Channel.(batchPutter); ok && len(es) > 0 {
+		if err := b.PutAll(ctx, es); err != nil {
+			if errors.Is(err, leader.ErrFenced) {
+				return []error{err}, err
+			}
+			return []error{err}, nil
+		}
+		for _, set := range sets {
+			r.written[set.Producer] = writtenSet{version: set.Version, at: now}
+		}
+		return nil, nil
+	}
+	var errs []error
+	for i, set := range sets {
+		if err := r.cfg.Channel.Put(ctx, es[i].key, es[i].value); err != nil {
+			if errors.Is(err, leader.ErrFenced) {
+				return append(errs, err), err
+			}
+			errs = append(errs, err)
+			continue
+		}
+		r.written[set.Producer] = writtenSet{version: set.Version, at: now}
+	}
+	return errs, nil
 }
 
 // sink stands between the engine and the served hub.
