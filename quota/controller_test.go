@@ -1301,3 +1301,52 @@ func TestControllerOneSecondCommitsStartup(t *testing.T) {
 		{0, 1634, 0}, {688, 112, 1.001}, {0, 1488, 0}, {812, 0, 1.0}, {20, 1592, 0.02},
 	})
 }
+
+// TestControllerNearEmptyFollowHolds: a limited consumer whose position is
+// its own (reported by the hook, or committed every poll) that consumed a
+// little less than was produced in an interval (405/s of 433/s: a poll
+// still in hand when it was observed) while its backlog is near empty
+// (75 messages, a wait under E/2). Before, the rule was follow, the rate
+// was cut to the law, whose capacity estimate is what the producers had
+// been allowed, and the count towards release restarted: 3,175/s cut to
+// 918/s of an 800/s offer while the consumer sat idle (lagbridge bench,
+// kafka/hook/sync/1s at 2x, after the restore). The rate in force is
+// held, and so is the count.
+func TestControllerNearEmptyFollowHolds(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	for _, source := range []lag.Source{lag.SourceConsumer, lag.SourceCommits} {
+		t.Run(string(source), func(t *testing.T) {
+			c := newCtl(t, ControllerConfig{})
+			mk := func(s lag.State) lag.State { s.Source = source; return s }
+			c.Step(mk(st(1, 0, 800, 800)), p, leaseT0.Add(time.Second))
+			if d := c.Step(mk(st(2, 1000, 300, 800)), p, leaseT0.Add(2*time.Second)); d.IsUnlimited() {
+				t.Fatalf("not limited by the burst: %s", d.Reason)
+			}
+			// Caught up since at the 550/s the producers were allowed
+			// (the capacity estimate), probing: 941/s in force.
+			for k := 3; k < 6; k++ {
+				c.Step(mk(st(float64(k), 20, 550, 550)), p, leaseT0.Add(time.Duration(k)*time.Second))
+			}
+			c.targets[ordersK].rate, c.targets[ordersK].release = 941, 1
+			s := mk(st(6, 75, 405, 433))
+			if source == lag.SourceConsumer {
+				// It reported itself idle 100 ms ago: the lag was
+				// written since.
+				s.Uncertainty = 100 * time.Millisecond
+				s.Partitions = []lag.PartitionState{{PartitionSample: lag.PartitionSample{End: 1000, Lag: 75,
+					Reported: lag.Report{At: s.At.Add(-s.Uncertainty), Position: 925}},
+					Source: lag.SourceConsumer, Position: 925, Uncertainty: s.Uncertainty}}
+			}
+			d := c.Step(s, p, leaseT0.Add(6*time.Second))
+			if d.Rule != RuleFollow {
+				t.Fatalf("rule %v (%s), want follow", d.Rule, d.Reason)
+			}
+			if d.Rate < 941 {
+				t.Fatalf("rate %.0f/s (%s): cut below the 941/s in force with the backlog near empty", d.Rate, d.Reason)
+			}
+			if n := c.targets[ordersK].release; n != 1 {
+				t.Fatalf("count towards release %d, want 1 kept", n)
+			}
+		})
+	}
+}
