@@ -237,9 +237,15 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	var served quotaserver.Engine
 	lease := quota.LeaseConfig{Interval: cfg.Interval, Lifetime: cfg.LeaseLifetime()}
 	if leaseCh != nil {
+		// Presence records (replica.Config.ID) only where a follower may
+		// write client quotas: the lease state's cluster has them.
+		var presenceID string
+		if gatedBy(quotaGates, leaseEl) {
+			presenceID = ha.ID
+		}
 		a.rep = replica.New(replica.Config{Channel: leaseCh, Elector: leaseEl, Hub: a.Hub,
 			Lifetime: lease.WithDefaults().Lifetime, Interval: cfg.Interval, Silence: max(ha.SessionTimeout/3, 4*cfg.Interval),
-			ID: ha.ID, Session: ha.SessionTimeout, Log: log.With("component", "ha")})
+			ID: presenceID, Session: ha.SessionTimeout, Log: log.With("component", "ha")})
 		// One follower writes the client quotas of the lease state's
 		// cluster while the followers stand in for its silent leader.
 		standIn(quotaGates, leaseEl, a.rep.ClientQuotaStandIn, log.With("component", "ha"))

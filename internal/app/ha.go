@@ -98,6 +98,16 @@ func (el *elections) gate(cluster string, p publish.Publisher) publish.Publisher
 	return &gated{Publisher: p, e: e}
 }
 
+// gatedBy reports whether any of ps (gate's) is gated by e.
+func gatedBy(ps []publish.Publisher, e leader.Elector) bool {
+	for _, p := range ps {
+		if g, ok := p.(*gated); ok && g.e == e {
+			return true
+		}
+	}
+	return false
+}
+
 // standIn lets the gated publishers ps (gate's) of the cluster whose
 // elector is e publish also while standIn says so.
 func standIn(ps []publish.Publisher, e leader.Elector, in func(time.Time) (time.Time, bool), log *slog.Logger) {

@@ -104,6 +104,9 @@ func TestGatedStandIn(t *testing.T) {
 			t.Errorf("%s: published %d, resets %d; want %d, %d", s.name, d.published, d.resets, s.published, s.resets)
 		}
 	}
+	if !gatedBy([]publish.Publisher{d, p}, e) || gatedBy([]publish.Publisher{d, p}, &switched{}) || gatedBy([]publish.Publisher{d}, e) {
+		t.Error("gatedBy: only a publisher gated by the election counts")
+	}
 	for i, dl := range d.deadline[:3] {
 		if dl.After(until) || dl.IsZero() {
 			t.Errorf("stand-in publish %d: deadline %v, want by %v", i, dl, until)
