@@ -107,8 +107,18 @@ func NewRecordSizes(cl *kgo.Client) *RecordSizes {
 		rate: map[string]float64{}, producers: map[string]*producerState{}, at: map[string]time.Time{}}
 }
 
+// BusiestSlack is how much longer than a quota window [RecordSizes.Busiest]
+// looks back: a Kafka quota sample starts at a client's first record after
+// the one before ended, not on the second, and a reading dates what a
+// producer wrote up to a second late, so bytes stay in the broker's window
+// longer than the window's span after the reading that saw them. On Kafka
+// 4.3.1 a bound over the span alone fell from 23 to 3 kB/s while the
+// broker's window still held a producer's burst, which it then held 43 s.
+const BusiestSlack = 2 * time.Second
+
 // Busiest returns the records per second the busiest single producer of
-// topic sent over the last span, as the brokers' producer state tells
+// topic sent over the last span (the records it wrote in the last span
+// and BusiestSlack, per second of span), as the brokers' producer state tells
 // (DescribeProducers: an idempotent or transactional producer's last
 // sequence number on a partition grows by the records it wrote), and
 // whether it is known: two readings that saw the topic's producers, the
@@ -122,10 +132,10 @@ func (r *RecordSizes) Busiest(topic string, span time.Duration) (float64, bool) 
 	if !ok || ps.since.IsZero() || !ps.at.After(ps.since) {
 		return 0, false
 	}
-	from := ps.at.Add(-span)
+	from := ps.at.Add(-span - BusiestSlack)
 	covered := span
 	if ps.since.After(from) {
-		from, covered = ps.since, ps.at.Sub(ps.since)
+		from, covered = ps.since, min(span, ps.at.Sub(ps.since))
 	}
 	var top float64
 	for _, ss := range ps.sent {

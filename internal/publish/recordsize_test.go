@@ -313,31 +313,40 @@ func TestRecordSizesBusiest(t *testing.T) {
 	}
 	r := &RecordSizes{producers: map[string]*producerState{}}
 	t0 := time.Unix(1000, 0)
-	read := func(sec int, seqs map[int64][3]int32) {
-		at := t0.Add(time.Duration(sec) * time.Second)
-		r.readProducers("t", describe(seqs, at), nil, at.Add(-time.Second), sec > 0, at)
+	// Readings BusiestSlack and a second apart: a span of a second then
+	// covers the last reading only.
+	step := BusiestSlack + time.Second
+	read := func(n int, seqs map[int64][3]int32) {
+		at := t0.Add(time.Duration(n) * step)
+		r.readProducers("t", describe(seqs, at), nil, at.Add(-step), n > 0, at)
 	}
 	read(0, map[int64][3]int32{1: {0, 99}, 2: {1, 9}})
 	if _, ok := r.Busiest("t", 11*time.Second); ok {
 		t.Fatal("busiest known after one reading")
 	}
-	read(1, map[int64][3]int32{1: {0, 199}, 2: {1, 59}})              // 100 and 50
-	read(2, map[int64][3]int32{1: {0, 219}, 2: {1, 59}, 3: {2, 299}}) // 20, 0 and a new one's 300
-	if got, _ := r.Busiest("t", 11*time.Second); got != 150 {
-		t.Errorf("busiest over 2 s of readings: %v records/s, want 300 / 2 = 150", got)
+	read(1, map[int64][3]int32{1: {0, 199}, 2: {1, 59}})             // 100 and 50
+	read(2, map[int64][3]int32{1: {0, 219}, 2: {1, 59}, 3: {2, 99}}) // 20, 0 and a new one's 100
+	if got, want := r.Busiest("t", 11*time.Second); got != 120/(2*step.Seconds()) || !want {
+		t.Errorf("busiest over 2 readings: %v records/s, want 1's 120 over %s", got, 2*step)
 	}
-	if got, _ := r.Busiest("t", time.Second); got != 300 {
-		t.Errorf("busiest over the last second: %v records/s, want 300", got)
+	if got, _ := r.Busiest("t", time.Second); got != 100 {
+		t.Errorf("busiest over the last second: %v records/s, want 3's 100", got)
 	}
-	read(3, map[int64][3]int32{1: {0, 5}, 2: {1, 59}, 3: {2, 299}}) // 1 went back: nothing
+	// Bytes stay in Kafka's window a little longer than its span: over a
+	// span shorter than the readings' distance by less than
+	// BusiestSlack, the reading before the last still counts.
+	if got, _ := r.Busiest("t", step-time.Second); got != 120/(step-time.Second).Seconds() {
+		t.Errorf("busiest over %s: %v records/s, want 1's 120 over it", step-time.Second, got)
+	}
+	read(3, map[int64][3]int32{1: {0, 5}, 2: {1, 59}, 3: {2, 99}}) // 1 went back: nothing
 	if got, _ := r.Busiest("t", time.Second); got != 0 {
 		t.Errorf("busiest over the last second, a sequence gone back: %v records/s, want 0", got)
 	}
-	read(4, map[int64][3]int32{1: {0, 5}, 2: {1, 39, 1}, 3: {2, 299}}) // 2's new epoch: 40 from 0
+	read(4, map[int64][3]int32{1: {0, 5}, 2: {1, 39, 1}, 3: {2, 99}}) // 2's new epoch: 40 from 0
 	if got, _ := r.Busiest("t", time.Second); got != 40 {
 		t.Errorf("busiest over the last second, a new epoch: %v records/s, want 40", got)
 	}
-	r.readProducers("t", nil, errors.New("refused"), t0.Add(4*time.Second), true, t0.Add(5*time.Second))
+	r.readProducers("t", nil, errors.New("refused"), t0.Add(4*step), true, t0.Add(5*step))
 	if _, ok := r.Busiest("t", 11*time.Second); ok {
 		t.Error("busiest known after a failed reading")
 	}
