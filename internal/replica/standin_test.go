@@ -216,7 +216,7 @@ func TestClientQuotaStandIn(t *testing.T) {
 	waitFor(t, "both followers stand in", func() bool { return f1.rep.sink.isActing() && f2.rep.sink.isActing() })
 	ids, until := writers(time.Now())
 	f1.rep.mu.Lock()
-	first, last := f1.rep.rankFirst(time.Now()), f1.rep.lastLeader
+	first, last := f1.rep.rankFirst(), f1.rep.lastLeader
 	f1.rep.mu.Unlock()
 	if len(ids) != 1 || ids[0] != first || first == "r0" {
 		t.Fatalf("client quota writers %v while standing in, want exactly the live follower ranked first (%s)", ids, first)
@@ -239,5 +239,35 @@ func TestClientQuotaStandIn(t *testing.T) {
 	})
 	if time.Now().After(until) {
 		t.Skip("the machine was too slow to tell the new leader's record from the stand-in's deadline")
+	}
+}
+
+// TestClientQuotaStandInStalledRead: the followers' reads of the lease
+// state stall (on Kafka, a transaction the killed leader left open holds
+// every later record, presence included, from them until the next
+// leader's first write or the broker's abort): the newest presence
+// records they read grow older than Silence. They still name one and the
+// same stand-in, never each itself.
+func TestClientQuotaStandInStalledRead(t *testing.T) {
+	const silence, session = time.Second, 10 * time.Second
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	stalled := time.Now().Add(-3 * silence) // the last record read
+	var first []string
+	for _, id := range []string{"r1", "r2", "r3"} {
+		r := New(Config{Elector: &role{}, Lifetime: time.Minute, Silence: silence, Session: session, ID: id, Log: log})
+		r.present = map[string]time.Time{"r0": stalled, "r1": stalled.Add(-100 * time.Millisecond),
+			"r2": stalled.Add(-200 * time.Millisecond), "r3": stalled.Add(-300 * time.Millisecond), "gone": stalled.Add(-2 * silence)}
+		r.leaderID = "r0"
+		r.sink.acting = true
+		r.standFrom, r.lastLeader = stalled, stalled
+		if _, ok := r.ClientQuotaStandIn(time.Now()); ok {
+			first = append(first, id)
+		}
+		if got := r.rankFirst(); got == "r0" || got == "gone" || got == "" {
+			t.Errorf("%s ranks %q first: the lost leader, a replica gone, or none", id, got)
+		}
+	}
+	if len(first) != 1 {
+		t.Fatalf("client quota writers %v with the reads stalled, want exactly one", first)
 	}
 }

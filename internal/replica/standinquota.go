@@ -16,7 +16,8 @@ import (
 // of its ID (rendezvous), every replica naming the same one from the same
 // presence records. Every replica writes its presence record (kind "p",
 // keyed by its ID) every presenceEvery; a replica is live while its
-// newest one is younger than Silence; the silent leader (its ID in its
+// newest one is at most Silence older than the newest one read (see
+// rankFirst); the silent leader (its ID in its
 // decisions records) is not a candidate. The stand-in writes only until the
 // lost leader's broker session could end (its last decisions record plus
 // the local lease, a fifth short of Config.Session), and not once any
@@ -137,22 +138,36 @@ func (r *Replicator) ClientQuotaStandIn(now time.Time) (time.Time, bool) {
 	if !now.Before(until) {
 		return time.Time{}, false
 	}
-	if r.rankFirst(now) != r.cfg.ID {
+	if r.rankFirst() != r.cfg.ID {
 		return time.Time{}, false
 	}
 	return until, true
 }
 
-// rankFirst is the live replica (this one included, the lost leader
-// not: its presence may outlive its last decisions) that ranks first by
-// the hash of its ID. Called with r.mu held.
-func (r *Replicator) rankFirst(now time.Time) string {
-	best, bestH := r.cfg.ID, rank(r.cfg.ID)
+// rankFirst is the live replica (the lost leader not: its presence may
+// outlive its last decisions) that ranks first by the hash of its ID, ""
+// when none is. Live is judged from the presence records alone, every
+// replica's included (this one's too): a replica whose newest record is
+// at most Silence older than the newest record read. Not against the
+// clock: every replica reads the same records in the same order, so they
+// name the same one even while their reads stall, as they all do on
+// Kafka while a transaction the lost leader left open holds every later
+// record of the lease topic from them (up to about the session timeout):
+// against the clock each then found every other replica silent and took
+// itself for first. Called with r.mu held.
+func (r *Replicator) rankFirst() string {
+	var newest time.Time
+	for _, at := range r.present {
+		if at.After(newest) {
+			newest = at
+		}
+	}
+	best, bestH := "", uint64(0)
 	for id, at := range r.present {
-		if now.Sub(at) > r.cfg.Silence || id == r.leaderID {
+		if newest.Sub(at) > r.cfg.Silence || id == r.leaderID {
 			continue
 		}
-		if h := rank(id); h > bestH || h == bestH && id < best {
+		if h := rank(id); best == "" || h > bestH || h == bestH && id < best {
 			best, bestH = id, h
 		}
 	}
