@@ -46,7 +46,8 @@ type entry struct {
 
 // batchPutter is a Channel that writes several entries at once: on Kafka
 // a leader's write is a transaction (see kafkaChannel), one for all the
-// sets a publish writes rather than one each.
+// sets a publish writes rather than one each. An entry whose value is nil
+// deletes its key.
 type batchPutter interface {
 	PutAll(ctx context.Context, es []entry) error
 }
