@@ -724,8 +724,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	// next decision takes effect; more only waits, and is what a sudden
 	// capacity drop turns into dead messages. Engage keeps its ratio to
 	// the setpoint.
-	v.setWait = min(cfg.Setpoint*v.budget, tc.interval)
-	v.engageWait = v.setWait * cfg.Engage / cfg.Setpoint
+	v.setWait, v.engageWait = cfg.waits(v.budget, tc.interval)
 
 	v.prevCap, v.wasSaturated = tc.capacity, tc.saturated
 	v.cadence = cadence(tc, st)

@@ -16,6 +16,15 @@ func (c *Controller) EngageWait(p *Policy, interval time.Duration) time.Duration
 	if budget <= 0 || interval <= 0 {
 		return 0
 	}
-	set := min(time.Duration(c.cfg.Setpoint*float64(budget)), interval)
-	return time.Duration(float64(set) * c.cfg.Engage / c.cfg.Setpoint)
+	_, engage := c.cfg.waits(budget.Seconds(), interval.Seconds())
+	return time.Duration(engage * float64(time.Second))
+}
+
+// waits returns the standing wait the controller steers to under overload
+// and its engage threshold, in seconds, for a budget of budget seconds
+// observed every interval seconds: Setpoint of the budget but no more than
+// one interval, and Engage/Setpoint of that.
+func (cfg *ControllerConfig) waits(budget, interval float64) (set, engage float64) {
+	set = min(cfg.Setpoint*budget, interval)
+	return set, set * cfg.Engage / cfg.Setpoint
 }
