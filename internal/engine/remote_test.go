@@ -18,13 +18,7 @@ import (
 func TestRemoteDecisions(t *testing.T) {
 	p := quota.Policy{Name: "p", MaxAge: 2 * time.Second}
 	c := &clock{now: t0}
-	owner, _ := newEngine(t, c, p)
-	w := &world{tr: lag.NewTracker(nil), c: c, e: owner, produce: 1000, consume: 100}
-	w.cycles(6)
-	cut := owner.Decisions()
-	if len(cut) != 1 || cut[0].IsUnlimited() {
-		t.Fatalf("the owner's decisions %+v, want one cut", cut)
-	}
+	cut := ownerCut(t, c, p)
 	other, hub := newEngine(t, c, p)
 	lease := func() quotaproto.Lease {
 		t.Helper()
@@ -79,12 +73,7 @@ func TestRemoteDecisions(t *testing.T) {
 func TestRemoteAdopted(t *testing.T) {
 	p := quota.Policy{Name: "p", MaxAge: 2 * time.Second}
 	c := &clock{now: t0}
-	owner, _ := newEngine(t, c, p)
-	(&world{tr: lag.NewTracker(nil), c: c, e: owner, produce: 1000, consume: 100}).cycles(6)
-	cut := owner.Decisions()
-	if len(cut) != 1 || cut[0].IsUnlimited() {
-		t.Fatalf("the owner's decisions %+v, want one cut", cut)
-	}
+	cut := ownerCut(t, c, p)
 	other, hub := newEngine(t, c, p)
 	other.SetRemote("c1/0", cut)
 	// The new observer sees the backlog but no commit move.
@@ -112,12 +101,7 @@ func TestRemoteAdopted(t *testing.T) {
 func TestRemoteAdoptedLate(t *testing.T) {
 	p := quota.Policy{Name: "p", MaxAge: 2 * time.Second}
 	c := &clock{now: t0}
-	owner, _ := newEngine(t, c, p)
-	(&world{tr: lag.NewTracker(nil), c: c, e: owner, produce: 1000, consume: 100}).cycles(6)
-	cut := owner.Decisions()
-	if len(cut) != 1 || cut[0].IsUnlimited() {
-		t.Fatalf("the owner's decisions %+v, want one cut", cut)
-	}
+	cut := ownerCut(t, c, p)
 	other, hub := newEngine(t, c, p)
 	w := &world{tr: lag.NewTracker(nil), c: c, e: other, produce: 1000, consume: 100, end: 6000, consumed: 600}
 	w.cycles(1)
@@ -136,4 +120,18 @@ func TestRemoteAdoptedLate(t *testing.T) {
 			t.Fatalf("cycle %d without a commit: leases %+v, want the cut held (own decisions %+v)", i+1, set.Leases, other.Decisions())
 		}
 	}
+}
+
+// ownerCut runs an engine of policy p, the shard's former owner, for six
+// cycles of a consumer at 100 msg/s under 1,000 msg/s, and returns its
+// decisions: one, a cut.
+func ownerCut(t *testing.T, c *clock, p quota.Policy) []quota.Decision {
+	t.Helper()
+	owner, _ := newEngine(t, c, p)
+	(&world{tr: lag.NewTracker(nil), c: c, e: owner, produce: 1000, consume: 100}).cycles(6)
+	cut := owner.Decisions()
+	if len(cut) != 1 || cut[0].IsUnlimited() {
+		t.Fatalf("the owner's decisions %+v, want one cut", cut)
+	}
+	return cut
 }
