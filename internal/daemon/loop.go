@@ -141,8 +141,12 @@ func (l *Loop) Run(ctx context.Context) error {
 		ended := time.Now()
 		read := newestAt(samples)
 		regular := ended.Add(nextWait(began, ended, read, l.Interval, ended))
+		var seen map[lag.Target]time.Duration
+		if l.Urgent != nil && l.Reports != nil {
+			seen = headAges(states)
+		}
 		early, err := l.waitNext(ctx, t, regular, earliestEarly(began, ended, read, l.Interval),
-			func() bool { return l.lateReport(samples, states, now()) })
+			func() bool { return l.lateReport(samples, seen, now()) })
 		if err != nil {
 			return err
 		}

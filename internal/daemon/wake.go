@@ -116,7 +116,7 @@ func (l *Loop) waitNext(ctx context.Context, t *time.Timer, regular, earliest ti
 // not taken to be held still after it (the consumer may have finished it
 // since), so a report that stood still never brings a cycle forward by
 // itself.
-func (l *Loop) lateReport(samples []lag.Sample, states []lag.State, now time.Time) bool {
+func (l *Loop) lateReport(samples []lag.Sample, seen map[lag.Target]time.Duration, now time.Time) bool {
 	pending, all := l.wakes.take()
 	if l.Urgent == nil || l.Reports == nil || (len(pending) == 0 && !all) {
 		return false
@@ -130,15 +130,21 @@ func (l *Loop) lateReport(samples []lag.Sample, states []lag.State, now time.Tim
 		if urgent <= 0 {
 			continue
 		}
-		var seen time.Duration
-		if j := slices.IndexFunc(states, func(st lag.State) bool { return st.Target == s.Target }); j >= 0 {
-			seen = states[j].HeadAge
-		}
-		if age := inHandAge(l.Reports, *s, now); age > max(urgent, seen+urgent/2) {
+		if age := inHandAge(l.Reports, *s, now); age > max(urgent, seen[s.Target]+urgent/2) {
 			return true
 		}
 	}
 	return false
+}
+
+// headAges returns the head age of each of a cycle's states, by target:
+// lateReport looks one up per reported target, on every wake.
+func headAges(states []lag.State) map[lag.Target]time.Duration {
+	m := make(map[lag.Target]time.Duration, len(states))
+	for _, st := range states {
+		m[st.Target] = st.HeadAge
+	}
+	return m
 }
 
 // reportedOn reports whether pending holds t or t on every cluster.
