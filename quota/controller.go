@@ -699,14 +699,6 @@ type reading struct {
 	// consumer that was caught up at its last commit (see
 	// caughtUpAtCommit).
 	blind bool
-	// estimated: the position is lag/'s estimate between the commits
-	// of the consumer (lag.SourceEstimate).
-	estimated bool
-	// spanRate is what the consumer consumed from its previous commit
-	// to the one this reading brought, msg/s, when that measured its
-	// capacity (it was behind at the new commit; see commitSpan); 0
-	// otherwise.
-	spanRate float64
 }
 
 // measure reads st into v and updates the smoothed interval and capacity
@@ -735,7 +727,6 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	v.setWait, v.engageWait = cfg.waits(v.budget, tc.interval)
 
 	v.prevCap, v.wasSaturated = tc.capacity, tc.saturated
-	v.estimated = st.Source == lag.SourceEstimate
 	v.cadence = cadence(tc, st)
 	c.consumption(tc, st, v)
 	c.caughtUpAtCommit(tc, st, v)
@@ -1525,7 +1516,6 @@ func (c *Controller) commitSpan(tc *control, st *lag.State, v *reading) (float64
 	if !behind {
 		return max(rate, tc.capacity), false
 	}
-	v.spanRate = rate
 	return rate, true
 }
 
@@ -1556,20 +1546,8 @@ func (c *Controller) saturatedLaw(tc *control, v *reading) {
 	// even at the rate it just showed (so a pause cannot starve it),
 	// admit nothing for one interval and decide on the next, clean
 	// measurement (which is clean: the step was in the interval before).
-	consumed := v.consumed
-	if v.estimated {
-		// Between commits the consumption is lag/'s estimate, a model
-		// of the consumer: one reading of it that consumed less is no
-		// measure of a fall (the estimate stalls at the end offset of
-		// a partition, and moves by whole messages). Only a commit
-		// span that measured the capacity is.
-		consumed = math.Inf(1)
-		if v.spanRate > 0 {
-			consumed = v.spanRate
-		}
-	}
 	v.stepDown = v.measured && tc.has && v.wasSaturated && !tc.paused && v.prevCap > 0 &&
-		consumed < (1-cfg.StepThreshold)*v.prevCap && v.backlog >= consumed*v.dt
+		v.consumed < (1-cfg.StepThreshold)*v.prevCap && v.backlog >= v.consumed*v.dt
 	if v.stepDown {
 		law = 0
 	}
@@ -1600,8 +1578,6 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		switch {
 		case v.wait >= v.budget:
 			return RuleDrain, fmt.Sprintf("wait %s >= budget %s: a new message would be dead on arrival, draining", secs(v.wait), secs(v.budget))
-		case v.stepDown && v.estimated:
-			return RuleStepDown, fmt.Sprintf("capacity fell from %.0f/s to %.0f/s from commit to commit: admitting nothing until the next observation (wait %s)", v.prevCap, v.spanRate, secs(v.wait))
 		case v.stepDown:
 			return RuleStepDown, fmt.Sprintf("capacity fell from %.0f/s to at most %.0f/s during the interval: admitting nothing until the next observation measures it (wait %s)", v.prevCap, v.consumed, secs(v.wait))
 		}
