@@ -95,8 +95,10 @@ type Result struct {
 
 	Classes []ClassResult
 
-	// Refused is the messages the SDK refused before sending them.
-	Refused int64
+	// Refused is the messages the SDK refused before sending them;
+	// RefusedAbove those of them the token bucket refused while the
+	// producer's rate in force was at least its offer (Series.RefusedAbove).
+	Refused, RefusedAbove int64
 	// Phases are the figures before the drop, in the slow phase, and
 	// after it once the restored capacity can be known (see
 	// [PhaseBounds]).
@@ -183,11 +185,16 @@ func Analyze(scn Scenario, row Row, broker, mode string, load float64, s *Series
 
 	refused := total(s.Refused)
 	r.Refused = sum(refused)
+	above := make([]int64, len(refused))
+	if len(s.RefusedAbove) > 0 {
+		above = total(s.RefusedAbove)
+	}
+	r.RefusedAbove = sum(above)
 	processed := total(s.Good)
 	for i, v := range total(s.Dead) {
 		processed[i] += v
 	}
-	r.Phases, r.Blind = phases(scn, row, s, r.Offered, processed, refused)
+	r.Phases, r.Blind = phases(scn, row, s, r.Offered, processed, refused, above)
 	r.FalseThrottleSeconds = len(FalseThrottle(scn, s.Bin, processed, refused))
 	r.AdmittedBefore = rate(acked, 0, drop, bin)
 	r.Excess = ExcessAfterDrop(acked, s.Bin, drop, restore, scn.Slow)
@@ -321,6 +328,11 @@ type Phase struct {
 	// its start) that start in this phase in which producers were refused
 	// while the consumer had spare capacity (see [FalseThrottle]).
 	FalseThrottleSeconds int
+	// RefusedAbove: of Refused, those with the rate in force at least
+	// the offer (Series.RefusedAbove); AboveOnlySeconds: of
+	// FalseThrottleSeconds, those in which every refusal was one of them.
+	RefusedAbove     int64
+	AboveOnlySeconds int
 }
 
 // PhaseBounds returns the three phases of a run: before the drop [0,
@@ -333,14 +345,40 @@ func PhaseBounds(scn Scenario, row Row) [3][2]time.Duration {
 	return [3][2]time.Duration{{0, scn.DropAt()}, {scn.DropAt(), scn.RecoverAt()}, {after, scn.Duration()}}
 }
 
-func phases(scn Scenario, row Row, s *Series, offer float64, processed, refused []int64) (out [3]Phase, blind Phase) {
+func phases(scn Scenario, row Row, s *Series, offer float64, processed, refused, above []int64) (out [3]Phase, blind Phase) {
 	false1 := FalseThrottle(scn, s.Bin, processed, refused)
+	below := make([]int64, len(refused))
+	for i := range refused {
+		below[i] = refused[i] - above[i]
+	}
+	kept := FalseThrottle(scn, s.Bin, processed, below)
 	b := PhaseBounds(scn, row)
+	fill := func(p *Phase, b [2]time.Duration) {
+		from, to := int(b[0]/s.Bin), min(int(b[1]/s.Bin), s.Bins())
+		for i := from; i < to; i++ {
+			p.RefusedAbove += above[i]
+		}
+		p.AboveOnlySeconds = p.FalseThrottleSeconds - countIn(kept, b)
+	}
 	for k, name := range [3]string{"before", "slow", "after"} {
 		out[k] = phase(name, b[k], scn, s, offer, refused, false1)
+		fill(&out[k], b[k])
 	}
-	blind = phase("blind", [2]time.Duration{min(scn.RecoverAt(), b[2][0]), b[2][0]}, scn, s, offer, refused, false1)
+	bb := [2]time.Duration{min(scn.RecoverAt(), b[2][0]), b[2][0]}
+	blind = phase("blind", bb, scn, s, offer, refused, false1)
+	fill(&blind, bb)
 	return out, blind
+}
+
+// countIn counts the seconds of secs that start in [b[0], b[1]).
+func countIn(secs []int, b [2]time.Duration) int {
+	n := 0
+	for _, sec := range secs {
+		if at := time.Duration(sec) * time.Second; at >= b[0] && at < b[1] {
+			n++
+		}
+	}
+	return n
 }
 
 // phase computes one window's figures; b bounds it, falseSecs are the

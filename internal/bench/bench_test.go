@@ -167,6 +167,31 @@ func TestAnalyze(t *testing.T) {
 			t.Errorf("misses %q, want only the second before the drop", ft)
 		}
 	})
+	t.Run("refusals above the offer", func(t *testing.T) {
+		// Refused in every bin while the consumer sits idle. In second
+		// 0 every refusal had the rate in force above the offer (the
+		// bucket's burst): a false-throttle second with only those. In
+		// second 1 one bin's refusals did not: it is the controller's.
+		s := series(c(50), c(0), c(0), c(0), func(int) float64 { return 0 })
+		n := len(s.Refused[0])
+		s.Refused[0], s.RefusedAbove = make([]int64, n), [][]int64{make([]int64, n)}
+		for i := range n {
+			s.Refused[0][i] = 50
+			if i < 19 {
+				s.RefusedAbove[0][i] = 50
+			}
+		}
+		r := Analyze(scn, testRow, "k", ModeLagbridge, 5, s, Totals{})
+		if r.RefusedAbove != 19*50 || r.Phases[0].RefusedAbove != 500 || r.Phases[1].RefusedAbove != 450 {
+			t.Errorf("refused above the offer: whole %d, before %d, slow %d", r.RefusedAbove, r.Phases[0].RefusedAbove, r.Phases[1].RefusedAbove)
+		}
+		if got := aboveSeconds(r); got != "1 / 0 / 0 / 0" {
+			t.Errorf("false-throttle seconds with only refusals above the offer %q, want 1 / 0 / 0 / 0", got)
+		}
+		if r.FalseThrottleSeconds != 4 {
+			t.Errorf("false-throttle seconds %d, want 4 (unchanged by the split)", r.FalseThrottleSeconds)
+		}
+	})
 	t.Run("no samples", func(t *testing.T) {
 		// A run the daemon never saw: head age and end lag unknown.
 		s := series(c(0), c(0), c(0), c(0), func(int) float64 { return math.NaN() })

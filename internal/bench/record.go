@@ -29,6 +29,11 @@ type Series struct {
 	// what does not fit the quota, the lease's stop signal), counted in
 	// the bin of the refusal. Always zero for the naive producers.
 	Refused [][]int64
+	// RefusedAbove: of Refused, the refusals by the SDK's token bucket
+	// (producerclient.ErrRateLimited) while the producer's rate in force
+	// was at least what its class offers (the run's load times the
+	// class's share): the bucket's burst, not the controller's rate.
+	RefusedAbove [][]int64
 	// Good: messages processed within their deadline; Dead: processed
 	// after it (dead work); Skipped: expired messages a ttl guard skipped
 	// without processing them. Counted in the bin they were consumed in.
@@ -74,7 +79,13 @@ type recorder struct {
 	dead    [][]atomic.Int64
 	skipped [][]atomic.Int64
 	refused [][]atomic.Int64
-	ages    []atomic.Int64
+	// refusedAbove counts Series.RefusedAbove; rateOf (set before the
+	// run starts, nil for the naive producers) is a class's rate in
+	// force, offer its offered rate.
+	refusedAbove [][]atomic.Int64
+	rateOf       func(class int) float64
+	offer        []float64
+	ages         []atomic.Int64
 	// Totals the bins do not need.
 	attempts, retries, failed, overflow atomic.Int64
 	// sampled: written by the sampler, read by the progress printer,
@@ -116,7 +127,7 @@ func newRecorder(classes int, d, bin time.Duration) *recorder {
 		}
 		return out
 	}
-	r.offered, r.acked, r.good, r.dead, r.skipped, r.refused = mk(), mk(), mk(), mk(), mk(), mk()
+	r.offered, r.acked, r.good, r.dead, r.skipped, r.refused, r.refusedAbove = mk(), mk(), mk(), mk(), mk(), mk(), mk()
 	nan := func() []float64 {
 		f := make([]float64, n)
 		for i := range f {
@@ -171,6 +182,9 @@ func (r *recorder) outcome(class int, err error) {
 		r.add(r.acked, class, now)
 	case errors.As(err, &re) && re.Attempts == 0:
 		r.add(r.refused, class, now)
+		if r.rateOf != nil && errors.Is(err, producerclient.ErrRateLimited) && r.rateOf(class) >= r.offer[class] {
+			r.add(r.refusedAbove, class, now)
+		}
 	default:
 		r.failed.Add(1)
 	}
@@ -212,7 +226,7 @@ func (r *recorder) series() *Series {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return &Series{Bin: r.bin, Offered: cp(r.offered), Acked: cp(r.acked), Good: cp(r.good), Dead: cp(r.dead),
-		Skipped: cp(r.skipped), Refused: cp(r.refused), HeadAge: r.headAge, Lag: r.lag, Allowed: r.allowed, Decided: r.decided,
+		Skipped: cp(r.skipped), Refused: cp(r.refused), RefusedAbove: cp(r.refusedAbove), HeadAge: r.headAge, Lag: r.lag, Allowed: r.allowed, Decided: r.decided,
 		Capacity: r.capacity, Wait: r.wait, Reason: r.reason, Ages: ages}
 }
 

@@ -98,6 +98,20 @@ func falseSeconds(r Result) string {
 		r.Blind.FalseThrottleSeconds, r.Phases[2].FalseThrottleSeconds, r.FalseThrottleSeconds)
 }
 
+// aboveRefused is the refusals with the rate in force above the offer,
+// per window: before / slow / blind / after (whole run).
+func aboveRefused(r Result) string {
+	return fmt.Sprintf("%d / %d / %d / %d (%d)", r.Phases[0].RefusedAbove, r.Phases[1].RefusedAbove,
+		r.Blind.RefusedAbove, r.Phases[2].RefusedAbove, r.RefusedAbove)
+}
+
+// aboveSeconds is the false-throttle seconds in which every refusal had
+// the rate in force above the offer, per window.
+func aboveSeconds(r Result) string {
+	return fmt.Sprintf("%d / %d / %d / %d", r.Phases[0].AboveOnlySeconds, r.Phases[1].AboveOnlySeconds,
+		r.Blind.AboveOnlySeconds, r.Phases[2].AboveOnlySeconds)
+}
+
 // pair is a row's naive and lagbridge results at one load.
 type pair struct {
 	row        Row
@@ -254,7 +268,9 @@ func detail(b *strings.Builder, scn Scenario, cols []Result) {
 	row("refused by the SDK, before / slow / blind / after (whole run)", func(r Result) string {
 		return fmt.Sprintf("%d / %d / %d / %d (%d)", r.Phases[0].Refused, r.Phases[1].Refused, r.Blind.Refused, r.Phases[2].Refused, r.Refused)
 	})
+	row("of which with the rate in force above the offer (the bucket's burst)", aboveRefused)
 	row("false-throttle seconds, before / slow / blind / after (whole run)", falseSeconds)
+	row("of which with only refusals above the offer", aboveSeconds)
 	row("admitted before the drop / after the restore, % of offered", func(r Result) string {
 		return pct(r.Phases[0].AdmittedShare) + " / " + pct(r.Phases[2].AdmittedShare)
 	})

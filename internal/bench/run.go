@@ -64,6 +64,10 @@ loop:
 				}
 				fmt.Fprintf(o.Out, "  done: goodput %s msg/s (%s of possible), dead work %s, head age p99 %s, refused %d, false-throttle seconds before / slow / blind / after %s\n",
 					num(r.Goodput), pct(r.GoodputShare), pct(r.DeadShare), dur(r.HeadAgeP99), r.Refused, falseSeconds(r))
+				if mode == ModeLagbridge {
+					fmt.Fprintf(o.Out, "  refused with the rate in force above the offer (the bucket's burst), before / slow / blind / after (whole run): %s; false-throttle seconds with only those: %s\n",
+						aboveRefused(r), aboveSeconds(r))
+				}
 				if mode == ModeNaive {
 					naive[key] = r
 				}
@@ -142,6 +146,11 @@ func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64,
 	if err != nil {
 		return Result{}, err
 	}
+	offered := load * scn.Slow
+	for _, cl := range scn.Classes {
+		rec.offer = append(rec.offer, offered*cl.Share)
+	}
+	rec.rateOf = rateOf(s)
 	f := newFleet(row.Producer, s, scn, rec)
 	closed := false
 	var tot Totals
@@ -164,7 +173,6 @@ func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64,
 	rctx, cancel := context.WithDeadline(ctx, start.Add(scn.Duration()))
 	defer cancel()
 	var wg sync.WaitGroup
-	offered := load * scn.Slow
 	for i, cl := range scn.Classes {
 		wg.Go(func() {
 			generate(rctx, start, offered*cl.Share, func(created time.Time) {
@@ -186,6 +194,27 @@ func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64,
 		fmt.Fprintf(o.Out, "  warning: the daemon stopped with %v\n", err)
 	}
 	return Analyze(scn, row, w.name, mode, load, rec.series(), tot), nil
+}
+
+// rateOf returns how to read a class's rate in force from s's SDK
+// producers, nil for the naive ones.
+func rateOf(s sender) func(int) float64 {
+	q := func(p sdkProducer, topic string) float64 {
+		v, _ := p.Quota(topic)
+		if v.Closed {
+			return 0
+		}
+		return v.Rate
+	}
+	switch s := s.(type) {
+	case *sdkKafka:
+		ps, topic := s.producers, s.w.topic // close sets s.producers to nil
+		return func(c int) float64 { return q(ps[c], topic) }
+	case *sdkNATS:
+		ps, topic := s.producers, s.w.topic
+		return func(c int) float64 { return q(ps[c], topic) }
+	}
+	return nil
 }
 
 // waitLeases waits until every SDK producer holds a lease from the daemon
