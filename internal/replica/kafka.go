@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -18,58 +19,96 @@ import (
 // election named name ("<name>.leases").
 func KafkaTopic(name string) string { return name + ".leases" }
 
-// kafkaChannel is a Channel on a one-partition compacted Kafka topic: a
-// value is a record under its key, a deletion a tombstone; a reader
-// consumes the topic from its start (no group), at read_committed.
+// kafkaChannel is a Channel on a compacted Kafka topic: a value is a
+// record under its key, a deletion a tombstone; a reader consumes the
+// topic from its start (no group), at read_committed. Every record is on
+// partition 0 but the leader's decisions record, which has partition 1 to
+// itself where the topic has one (a topic this version creates does):
+// see decisionsPartition.
 //
 // A write whose context carries a leader's epoch (leader.Fence: the sets
 // and the decisions record) is fenced by the broker, as KVFence fences a
-// NATS bucket: it is a transaction of the transactional id every replica
-// of the deployment shares (the topic's name, see TxnID). A leader's first
-// fenced write, and its first in each higher epoch, starts a new producer
-// of that id (InitProducerId): the broker bumps the id's producer epoch,
-// aborts a transaction the deposed leader left open and refuses its later
-// produce and commit (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH), however late
-// they come; readers never see its records. Other writes (reports, the
-// shards' records) are plain.
+// NATS bucket: it is a transaction of a transactional id every replica of
+// the deployment shares, one for the sets (TxnID) and one for the
+// decisions record (DecisionsTxnID). A leader's first fenced write of
+// each, and its first in each higher epoch, starts a new producer of that
+// id (InitProducerId): the broker bumps the id's producer epoch, aborts a
+// transaction the deposed leader left open and refuses its later produce
+// and commit (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH), however late they
+// come; readers never see its records. Other writes (reports, presence,
+// the shards' records) are plain.
 type kafkaChannel struct {
 	opts  []kgo.Opt
 	topic string
+	// done ends when Close is called: it cuts every write in flight
+	// short, the end of a transaction included.
+	done   context.Context
+	cancel context.CancelFunc
 
-	mu sync.Mutex
-	cl *kgo.Client // the writer; nil until the first Put or Delete
+	mu    sync.Mutex
+	cl    *kgo.Client // the writer; nil until the first Put or Delete
+	parts int32       // the topic's partitions; 0 until known
 
-	// The fenced writer: one transaction at a time (tmu), by the
-	// engine's publishing goroutine and the decisions one.
-	tmu     sync.Mutex
-	tcl     *kgo.Client // nil until the first fenced write, and after a failure
-	tepoch  int64       // the leader's epoch tcl was last started in
-	refused int64       // the highest epoch whose write the broker refused
+	// The fenced writers: the sets (the engine's publishing goroutine)
+	// and the decisions record (the decisions goroutine), each with its
+	// own producer and lock, so that the leader's sign of life never
+	// waits for a publish, however long that takes.
+	sets, dec txnWriter
+	// shared: the broker refused the decisions record's transactional id
+	// (ACLs that name TxnID only): the sets' writer writes it too.
+	shared atomic.Bool
 	// beforeCommit, when set (tests), runs between a fenced write's
-	// produce and its commit: the moment a leader may pause.
-	beforeCommit func()
+	// produce and its commit: the moment a leader may pause or die.
+	beforeCommit func(recs []*kgo.Record)
 }
 
-// TxnID is the transactional id of the leaders' writes to the lease state
-// topic: the topic's name. With ACLs, the replicas need Write and Describe
-// on it (TransactionalId resource).
+// txnWriter is one transactional producer of the leaders' writes: one
+// transaction at a time (mu).
+type txnWriter struct {
+	id      string
+	mu      sync.Mutex
+	cl      *kgo.Client // nil until the first fenced write, and after a failure
+	epoch   int64       // the leader's epoch cl was last started in
+	refused int64       // the highest epoch whose write the broker refused
+	// live is cl until it is closed, by the writer or by a Close that
+	// found it busy past its bound: whoever swaps it out closes it.
+	live atomic.Pointer[kgo.Client]
+}
+
+// TxnID is the transactional id of the leaders' writes of the sets to the
+// lease state topic: the topic's name. With ACLs, the replicas need Write
+// and Describe on it and on DecisionsTxnID (TransactionalId resources; a
+// prefixed ACL on the topic's name covers both).
 func TxnID(topic string) string { return topic }
+
+// DecisionsTxnID is the transactional id of the leaders' decisions
+// records: "<topic>.decisions".
+func DecisionsTxnID(topic string) string { return topic + ".decisions" }
 
 // txnTimeout is how long the broker lets a fenced write's transaction run
 // before it aborts it (a leader that died or paused in between, whose
 // successor has not written yet). Readers at read_committed see nothing
-// written after its start until then: keep it short. A transaction is one
-// record and its commit.
+// written to its partition after its start until then: keep it short. A
+// transaction is one record, or the sets of one publish, and its commit.
 const txnTimeout = 10 * time.Second
 
-// NewKafka returns a Channel on the compacted topic, created (one
-// partition, the broker's replication factor) at its first use; opts
+// closeAbort bounds the abort of a transaction that Close cut short, and
+// a commit after its write's context ended; closeWait bounds Close.
+const (
+	closeAbort = time.Second
+	closeWait  = 2*closeAbort + 500*time.Millisecond
+)
+
+// NewKafka returns a Channel on the compacted topic, created (two
+// partitions, the broker's replication factor) at its first use; opts
 // connect to the cluster (seeds, TLS, SASL). Close releases the writers.
 func NewKafka(opts []kgo.Opt, topic string) interface {
 	Channel
 	Close()
 } {
-	return &kafkaChannel{opts: opts, topic: topic}
+	done, cancel := context.WithCancel(context.Background())
+	return &kafkaChannel{opts: opts, topic: topic, done: done, cancel: cancel,
+		sets: txnWriter{id: TxnID(topic)}, dec: txnWriter{id: DecisionsTxnID(topic)}}
 }
 
 // topicConfigs are the lease state topic's settings at creation. The
@@ -85,15 +124,62 @@ var topicConfigs = map[string]*string{
 	"segment.ms":     kadm.StringPtr("600000"),
 }
 
+// topicPartitions is the lease state topic's partitions at creation: the
+// decisions record's own, and the rest's.
+const topicPartitions = 2
+
+// create creates the topic if it does not exist and learns its partitions.
 func (k *kafkaChannel) create(ctx context.Context, cl *kgo.Client) error {
-	r, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, topicConfigs, k.topic)
+	k.mu.Lock()
+	known := k.parts > 0
+	k.mu.Unlock()
+	if known {
+		return nil
+	}
+	adm := kadm.NewClient(cl)
+	parts := int32(topicPartitions)
+	r, err := adm.CreateTopic(ctx, parts, -1, topicConfigs, k.topic)
 	if err == nil {
 		err = r.Err
 	}
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+	if errors.Is(err, kerr.TopicAlreadyExists) {
+		var ts kadm.TopicDetails
+		if ts, err = adm.ListTopics(ctx, k.topic); err == nil {
+			err = ts.Error()
+			parts = int32(len(ts[k.topic].Partitions))
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("lease state topic %q: %w", k.topic, err)
 	}
+	k.mu.Lock()
+	k.parts = max(parts, 1)
+	k.mu.Unlock()
 	return nil
+}
+
+// decisionsPartition is the decisions record's partition: 1 where the
+// topic has two partitions or more, else 0. Readers at read_committed
+// see nothing of a partition past a transaction still open on it (the
+// last stable offset), so on a partition of its own the record is read
+// while a publish's transaction is slow to commit, or was left open by a
+// leader that died. A topic created by an earlier version has one
+// partition: add one (kafka-topics --alter --partitions 2) once every
+// replica runs this version.
+func (k *kafkaChannel) decisionsPartition() int32 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.parts >= 2 {
+		return 1
+	}
+	return 0
+}
+
+// clientOpts are the options of a writer: records go to the partition
+// they name.
+func (k *kafkaChannel) clientOpts(more ...kgo.Opt) []kgo.Opt {
+	return append(append(append([]kgo.Opt{}, k.opts...), kgo.DefaultProduceTopic(k.topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner())), more...)
 }
 
 func (k *kafkaChannel) writer(ctx context.Context) (*kgo.Client, error) {
@@ -102,13 +188,26 @@ func (k *kafkaChannel) writer(ctx context.Context) (*kgo.Client, error) {
 	if k.cl != nil {
 		return k.cl, nil
 	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, k.opts...), kgo.DefaultProduceTopic(k.topic))...)
+	if k.done.Err() != nil {
+		return nil, fmt.Errorf("lease state topic %q: closed", k.topic)
+	}
+	cl, err := kgo.NewClient(k.clientOpts()...)
 	if err != nil {
 		return nil, err
 	}
-	if err := k.create(ctx, cl); err != nil {
+	k.mu.Unlock()
+	err = k.create(ctx, cl)
+	k.mu.Lock()
+	if err != nil {
 		cl.Close()
 		return nil, err
+	}
+	if k.cl != nil || k.done.Err() != nil { // another write, or Close, meanwhile
+		cl.Close()
+		if k.cl == nil {
+			return nil, fmt.Errorf("lease state topic %q: closed", k.topic)
+		}
+		return k.cl, nil
 	}
 	k.cl = cl
 	return cl, nil
@@ -119,13 +218,24 @@ func (k *kafkaChannel) Put(ctx context.Context, key string, value []byte) error 
 }
 
 // PutAll implements batchPutter: a leader's entries are one transaction.
+// Writes end when Close is called.
 func (k *kafkaChannel) PutAll(ctx context.Context, es []entry) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(k.done, cancel)()
 	recs := make([]*kgo.Record, len(es))
 	for i, e := range es {
 		recs[i] = &kgo.Record{Key: []byte(e.key), Value: e.value}
 	}
 	if epoch, ok := leader.EpochOf(ctx); ok {
-		return k.fenced(ctx, epoch, recs)
+		if len(es) == 1 && es[0].key == decisionsKey && !k.shared.Load() {
+			err := k.fenced(ctx, &k.dec, epoch, recs)
+			if !errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+				return err
+			}
+			k.shared.Store(true)
+		}
+		return k.fenced(ctx, &k.sets, epoch, recs)
 	}
 	cl, err := k.writer(ctx)
 	if err != nil {
@@ -138,48 +248,57 @@ func (k *kafkaChannel) Delete(ctx context.Context, key string) error {
 	return k.Put(ctx, key, nil)
 }
 
-// fenced writes recs for the leader of epoch in a transaction of TxnID. A
-// write of an epoch below the one the writer was last started in is
-// refused (this replica led again since), as is one of an epoch the
-// broker refused. Refused by the broker (another replica started a
-// producer of the id since), it returns ErrFenced, unless the lease of the
-// write (leader.LeaseOf) still runs: no other replica may lead yet, so the
-// one that took the id over is a deposed leader whose start came late, and
+// fenced writes recs for the leader of epoch in a transaction of w. A
+// write of an epoch below the one w was last started in is refused (this
+// replica led again since), as is one of an epoch the broker refused.
+// Refused by the broker (another replica started a producer of the id
+// since), it returns ErrFenced, unless the lease of the write
+// (leader.LeaseOf) still runs: no other replica may lead yet, so the one
+// that took the id over is a deposed leader whose start came late, and
 // the write is tried once more with a new producer.
-func (k *kafkaChannel) fenced(ctx context.Context, epoch int64, recs []*kgo.Record) error {
-	k.tmu.Lock()
-	defer k.tmu.Unlock()
-	if epoch < k.tepoch || epoch <= k.refused {
-		return fmt.Errorf("%w: lease state topic %q: epoch %d, after this replica wrote in epoch %d (refused in %d)", leader.ErrFenced, k.topic, epoch, k.tepoch, k.refused)
+func (k *kafkaChannel) fenced(ctx context.Context, w *txnWriter, epoch int64, recs []*kgo.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if epoch < w.epoch || epoch <= w.refused {
+		return fmt.Errorf("%w: lease state topic %q: epoch %d, after this replica wrote in epoch %d (refused in %d)", leader.ErrFenced, k.topic, epoch, w.epoch, w.refused)
 	}
 	for try := 0; ; try++ {
-		if k.tcl == nil || epoch > k.tepoch {
-			if err := k.startTxn(ctx, epoch); err != nil {
+		if w.cl == nil || epoch > w.epoch {
+			if err := k.startTxn(ctx, w, epoch); err != nil {
 				return err
 			}
 		}
-		err := k.txn(ctx, recs, k.beforeCommit)
+		part := int32(0)
+		if w == &k.dec {
+			part = k.decisionsPartition()
+		}
+		for _, r := range recs {
+			r.Partition = part
+		}
+		err := k.txn(ctx, w, recs)
 		if err == nil {
 			return nil
 		}
 		if !errors.Is(err, kerr.ProducerFenced) && !errors.Is(err, kerr.InvalidProducerEpoch) {
 			return fmt.Errorf("lease state topic %q: %w", k.topic, err)
 		}
-		k.closeTxn()
+		w.close()
 		if until, ok := leader.LeaseOf(ctx); try > 0 || !ok || !time.Now().Before(until) {
-			k.refused = epoch
-			return fmt.Errorf("%w: lease state topic %q: epoch %d: another replica writes as transactional id %q: %w", leader.ErrFenced, k.topic, epoch, TxnID(k.topic), err)
+			w.refused = epoch
+			return fmt.Errorf("%w: lease state topic %q: epoch %d: another replica writes as transactional id %q: %w", leader.ErrFenced, k.topic, epoch, w.id, err)
 		}
 	}
 }
 
-// startTxn replaces the fenced writer with a new producer of TxnID (its
+// startTxn replaces w's producer with a new producer of its id (its
 // producer id is initialized at its first write, which fences the
 // previous producer of the id).
-func (k *kafkaChannel) startTxn(ctx context.Context, epoch int64) error {
-	k.closeTxn()
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, k.opts...), kgo.DefaultProduceTopic(k.topic),
-		kgo.TransactionalID(TxnID(k.topic)), kgo.TransactionTimeout(txnTimeout))...)
+func (k *kafkaChannel) startTxn(ctx context.Context, w *txnWriter, epoch int64) error {
+	w.close()
+	if k.done.Err() != nil {
+		return fmt.Errorf("lease state topic %q: closed", k.topic)
+	}
+	cl, err := kgo.NewClient(k.clientOpts(kgo.TransactionalID(w.id), kgo.TransactionTimeout(txnTimeout))...)
 	if err != nil {
 		return err
 	}
@@ -187,46 +306,88 @@ func (k *kafkaChannel) startTxn(ctx context.Context, epoch int64) error {
 		cl.Close()
 		return err
 	}
-	k.tcl, k.tepoch = cl, epoch
+	w.cl, w.epoch = cl, epoch
+	w.live.Store(cl)
 	return nil
 }
 
-// txn writes recs in a transaction and commits it, unless the write's
-// context (its lease) ended meanwhile; on failure the transaction is
-// aborted (the writer closed if that fails too: the next write starts a
-// new one, and the broker aborts the open transaction).
-func (k *kafkaChannel) txn(ctx context.Context, recs []*kgo.Record, beforeCommit func()) error {
-	if err := k.tcl.BeginTransaction(); err != nil {
-		k.closeTxn()
+// txn writes recs in a transaction of w and commits it, unless the
+// write's context (its lease, the daemon, Close) ended meanwhile; on
+// failure the transaction is aborted (the writer closed if that fails
+// too: the next write starts a new one, and the broker aborts the open
+// transaction). Ending a transaction is bounded by txnTimeout, and by
+// closeAbort once the write's context ended (commitCtx), as is the
+// abort then.
+func (k *kafkaChannel) txn(ctx context.Context, w *txnWriter, recs []*kgo.Record) error {
+	if err := w.cl.BeginTransaction(); err != nil {
+		w.close()
 		return err
 	}
-	err := k.tcl.ProduceSync(ctx, recs...).FirstErr()
-	if err == nil && beforeCommit != nil {
-		beforeCommit()
+	err := w.cl.ProduceSync(ctx, recs...).FirstErr()
+	if err == nil && k.beforeCommit != nil {
+		k.beforeCommit(recs)
 	}
 	if err == nil {
-		err = context.Cause(ctx) // the lease ran out: no commit
+		err = context.Cause(ctx) // the lease ran out, or Close: no commit
 	}
-	// Ending a transaction is never cut short (franz-go: its outcome
-	// would be unknown); bounded apart from the lease.
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), txnTimeout)
 	defer cancel()
 	if err == nil {
-		if err = k.tcl.EndTransaction(ectx, kgo.TryCommit); err == nil {
+		cctx, ccancel := commitCtx(ctx, ectx)
+		err = w.cl.EndTransaction(cctx, kgo.TryCommit)
+		ccancel()
+		if err == nil {
 			return nil
 		}
 	}
-	_ = k.tcl.AbortBufferedRecords(ectx) // the abort below says
-	if aerr := k.tcl.EndTransaction(ectx, kgo.TryAbort); aerr != nil {
-		k.closeTxn()
+	if ctx.Err() != nil {
+		// The abort too is bounded short: the broker aborts what it
+		// leaves open (txnTimeout), or the next leader's first write.
+		var acancel context.CancelFunc
+		ectx, acancel = context.WithTimeout(context.WithoutCancel(ctx), closeAbort)
+		defer acancel()
+	}
+	_ = w.cl.AbortBufferedRecords(ectx) // the abort below says
+	if aerr := w.cl.EndTransaction(ectx, kgo.TryAbort); aerr != nil {
+		w.close()
 	}
 	return err
 }
 
-func (k *kafkaChannel) closeTxn() {
-	if k.tcl != nil {
-		k.tcl.Close()
-		k.tcl = nil
+// commitCtx is the context of a commit: ectx, cut short closeAbort after
+// the write's context ended (its lease ran out, the daemon stops, Close):
+// a commit so late would land after the lease, and stopping waits for
+// none long.
+func commitCtx(ctx, ectx context.Context) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithCancel(ectx)
+	var mu sync.Mutex
+	var t *time.Timer
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		t = time.AfterFunc(closeAbort, cancel)
+		mu.Unlock()
+	})
+	return cctx, func() {
+		stop()
+		mu.Lock()
+		if t != nil {
+			t.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
+
+// close closes the producer; called with mu held.
+func (w *txnWriter) close() {
+	w.cl = nil
+	w.kill()
+}
+
+// kill closes the producer, in flight or not: a write in flight fails.
+func (w *txnWriter) kill() {
+	if cl := w.live.Swap(nil); cl != nil {
+		cl.Close()
 	}
 }
 
@@ -244,17 +405,30 @@ func (k *kafkaChannel) Watch(ctx context.Context, f func(string, []byte), synced
 	if err := k.create(ctx, cl); err != nil {
 		return err
 	}
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, k.topic)
+	listed, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, k.topic)
 	if err == nil {
-		err = ends.Error()
+		err = listed.Error()
 	}
 	if err != nil {
 		return fmt.Errorf("lease state topic %q: end offset: %w", k.topic, err)
 	}
-	end := int64(0)
-	ends.Each(func(o kadm.ListedOffset) { end = max(end, o.Offset) })
-	done := end == 0
-	if done {
+	// Synced once every partition was read to its end (the last stable
+	// offset when the read began).
+	ends := map[int32]int64{}
+	listed.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			ends[o.Partition] = o.Offset
+		}
+	})
+	read := func(r *kgo.Record) {
+		if end, ok := ends[r.Partition]; ok && r.Offset+1 >= end {
+			delete(ends, r.Partition)
+			if len(ends) == 0 {
+				synced()
+			}
+		}
+	}
+	if len(ends) == 0 {
 		synced()
 	}
 	for {
@@ -271,10 +445,7 @@ func (k *kafkaChannel) Watch(ctx context.Context, f func(string, []byte), synced
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			if r.Attrs.IsControl() {
-				if !done && r.Offset+1 >= end {
-					done = true
-					synced()
-				}
+				read(r)
 				return
 			}
 			var v []byte
@@ -282,19 +453,33 @@ func (k *kafkaChannel) Watch(ctx context.Context, f func(string, []byte), synced
 				v = r.Value
 			}
 			f(string(r.Key), v)
-			if !done && r.Offset+1 >= end {
-				done = true
-				synced()
-			}
+			read(r)
 		})
 	}
 }
 
-// Close closes the writers. Idempotent.
+// Close ends the writes in flight (a commit gets closeAbort to finish,
+// then the transaction is aborted, for up to closeAbort: see txn) and
+// closes the writers. It
+// returns within about closeWait however slow the broker: a writer still
+// busy then (a produce the broker does not answer) has its producer
+// closed under it. Idempotent.
 func (k *kafkaChannel) Close() {
-	k.tmu.Lock()
-	k.closeTxn()
-	k.tmu.Unlock()
+	k.cancel()
+	deadline := time.Now().Add(closeWait)
+	for _, w := range []*txnWriter{&k.sets, &k.dec} {
+		locked := w.mu.TryLock()
+		for !locked && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+			locked = w.mu.TryLock()
+		}
+		if !locked {
+			w.kill()
+			continue
+		}
+		w.close()
+		w.mu.Unlock()
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.cl != nil {

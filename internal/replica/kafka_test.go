@@ -4,18 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/lagbridge/lagbridge/integration/kafkatest"
 	"github.com/lagbridge/lagbridge/internal/leader"
 )
 
-// TestKafkaChannelTopicConfigs: the lease state topic is created compacted
-// and rolls its segments, so that a replica starting later reads the
+// TestKafkaChannelTopicConfigs: the lease state topic is created compacted,
+// with a partition for the decisions record, and rolls its segments, so that a replica starting later reads the
 // compacted state, not every rewrite since the broker's default segment
 // (7 days) began.
 func TestKafkaChannelTopicConfigs(t *testing.T) {
@@ -54,6 +58,13 @@ func TestKafkaChannelTopicConfigs(t *testing.T) {
 					t.Errorf("%s = %q, want %q", k, got[k], want)
 				}
 			}
+			td, err := adm.ListTopics(ctx, topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(td[topic].Partitions); n != 2 {
+				t.Errorf("%d partitions, want 2 (the decisions record's own)", n)
+			}
 		})
 	}
 }
@@ -87,7 +98,7 @@ func TestKafkaChannelFenced(t *testing.T) {
 			}
 			// The leader of epoch 4 pauses between its produce and its
 			// commit; meanwhile the leader of epoch 7 writes.
-			old.beforeCommit = func() {
+			old.beforeCommit = func([]*kgo.Record) {
 				old.beforeCommit = nil
 				if err := next.Put(leader.WithEpoch(ctx, 7), set, []byte("b")); err != nil {
 					t.Errorf("the leader of epoch 7 writes: %v", err)
@@ -205,5 +216,132 @@ func BenchmarkKafkaChannelPut(b *testing.B) {
 			b.ReportMetric(float64(fenced32.Microseconds())/float64(b.N), "fenced-us/32puts")
 			b.ReportMetric(float64(fenced.Microseconds())/float64(b.N), "fenced-us/put")
 		})
+	}
+}
+
+// TestKafkaChannelCloseBounded: the broker does not answer a commit
+// (kfake holds the EndTxn). A write whose context ends meanwhile (the
+// daemon stops; the lease runs out) returns within about two closeAborts
+// (the commit's grace, then the abort), and Close, with a commit held,
+// returns within closeWait: neither waits out the transaction timeout
+// (10 s). The next leader then writes and is read.
+func TestKafkaChannelCloseBounded(t *testing.T) {
+	for _, closing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("close=%v", closing), func(t *testing.T) { closeBounded(t, closing) })
+	}
+}
+
+// closeBounded runs TestKafkaChannelCloseBounded: the held write ends by
+// Close (closing) or by its context.
+func closeBounded(t *testing.T, closing bool) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	release := make(chan struct{})
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
+	topic := fmt.Sprintf("lagbridge-close-%d.leases", time.Now().UnixNano())
+	set := key(kindSet, "p")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ch := NewKafka(opts, topic).(*kafkaChannel)
+	defer ch.Close()
+	if err := ch.Put(leader.WithEpoch(ctx, 4), set, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan struct{}, 1)
+	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if !req.(*kmsg.EndTxnRequest).Commit {
+			return nil, nil, false
+		}
+		held <- struct{}{}
+		c.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	wctx, wcancel := context.WithCancel(leader.WithEpoch(ctx, 4))
+	defer wcancel()
+	done := make(chan error, 1)
+	go func() { done <- ch.Put(wctx, set, []byte("held")) }()
+	<-held
+	start := time.Now()
+	if closing {
+		ch.Close()
+		if d := time.Since(start); d > closeWait+300*time.Millisecond {
+			t.Errorf("Close with a commit held took %v, want within %v", d.Round(time.Millisecond), closeWait)
+		}
+	} else {
+		wcancel()
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("the held write succeeded")
+		}
+		if d := time.Since(start); d > 2*closeAbort+300*time.Millisecond {
+			t.Errorf("the held write returned after %v, want within %v", d.Round(time.Millisecond), 2*closeAbort)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the held write did not return")
+	}
+	close(release)
+	released = true
+	next := NewKafka(opts, topic)
+	defer next.Close()
+	if err := next.Put(leader.WithEpoch(ctx, 7), set, []byte("b")); err != nil {
+		t.Fatalf("the next leader writes: %v", err)
+	}
+	if got := readAll(ctx, t, NewKafka(opts, topic)); !strings.HasSuffix(got[set], ",b") {
+		t.Errorf("read %q, want the next leader's b last", got[set])
+	}
+}
+
+// TestKafkaChannelDecisionsIDRefused: ACLs that grant the transactional id
+// of the sets (TxnID, as the README asked before the decisions record had
+// its own) but not DecisionsTxnID: the leader's decisions record is still
+// written, by the sets' producer, and read.
+func TestKafkaChannelDecisionsIDRefused(t *testing.T) {
+	topic := "lagbridge-acl.leases"
+	allow := func(res kmsg.ACLResourceType, name string, op kmsg.ACLOperation) kfake.ACL {
+		return kfake.ACL{Resource: res, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true}
+	}
+	var acls []kfake.ACL
+	for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationCreate, kmsg.ACLOperationWrite, kmsg.ACLOperationRead, kmsg.ACLOperationDescribe} {
+		acls = append(acls, allow(kmsg.ACLResourceTypeTopic, topic, op))
+	}
+	acls = append(acls, allow(kmsg.ACLResourceTypeTransactionalId, TxnID(topic), kmsg.ACLOperationWrite),
+		allow(kmsg.ACLResourceTypeTransactionalId, TxnID(topic), kmsg.ACLOperationDescribe))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableACLs(), kfake.EnableSASL(),
+		kfake.Superuser("PLAIN", "admin", "admin"), kfake.User("PLAIN", "lagbridge", "secret", acls...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.SASL(plain.Plain(func(context.Context) (plain.Auth, error) {
+		return plain.Auth{User: "lagbridge", Pass: "secret"}, nil
+	}))}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ch := NewKafka(opts, topic).(*kafkaChannel)
+	defer ch.Close()
+	for _, v := range []string{"d1", "d2"} {
+		if err := ch.Put(leader.WithEpoch(ctx, 4), decisionsKey, []byte(v)); err != nil {
+			t.Fatalf("the decisions record %s: %v", v, err)
+		}
+	}
+	if !ch.shared.Load() {
+		t.Error("the broker did not refuse the decisions record's transactional id")
+	}
+	if err := ch.Put(leader.WithEpoch(ctx, 4), key(kindSet, "p"), []byte("s")); err != nil {
+		t.Fatalf("a set: %v", err)
+	}
+	if got := readAll(ctx, t, NewKafka(opts, topic)); got[decisionsKey] != "d1,d2" || got[key(kindSet, "p")] != "s" {
+		t.Errorf("read %q, want the decisions d1,d2 and the set s", got)
 	}
 }

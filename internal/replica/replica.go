@@ -510,9 +510,9 @@ func (r *Replicator) Publish(ctx context.Context, s publish.Snapshot) error {
 // deleteGone deletes the set and the report of each producer in gone (the
 // channel keeps nothing of a producer the leader let go), all in one write
 // where the channel can: on Kafka every write of the leader is a
-// transaction of ~10 ms, under the lock the decisions record takes too, so
-// a few hundred producers leaving at once, deleted one by one, kept the
-// decisions record unwritten past the followers' silence.
+// transaction of ~10 ms, and a few hundred producers leaving at once,
+// deleted one by one, held the publish (and, when the decisions record
+// shared its lock, that record) past the followers' silence.
 func (r *Replicator) deleteGone(ctx context.Context, gone []string) []error {
 	if len(gone) == 0 {
 		return nil

@@ -9,11 +9,17 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/integration/kafkatest"
 	"github.com/lagbridge/lagbridge/internal/embedded"
 	"github.com/lagbridge/lagbridge/internal/engine"
+	"github.com/lagbridge/lagbridge/internal/leader"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 	"github.com/lagbridge/lagbridge/quota"
@@ -270,4 +276,94 @@ func TestClientQuotaStandInStalledRead(t *testing.T) {
 	if len(first) != 1 {
 		t.Fatalf("client quota writers %v with the reads stalled, want exactly one", first)
 	}
+}
+
+// TestSlowLeaderNotSilentKafka: on the lease state topic, a leader whose
+// publish is slow to commit (three times Silence between the produce of
+// its sets and their commit: many producers' sets, a slow transaction
+// coordinator) still renews its decisions record: its follower never
+// stands in against it. The record waits neither for the publish's lock
+// nor, on a partition of its own, behind the open transaction that
+// hides everything after it on its partition from read_committed readers.
+func TestSlowLeaderNotSilentKafka(t *testing.T) {
+	for name, seeds := range kafkatest.Clusters() {
+		t.Run(name, func(t *testing.T) {
+			opts := []kgo.Opt{kgo.SeedBrokers(seeds(t)...)}
+			topic := fmt.Sprintf("lagbridge-slow-%d.leases", time.Now().UnixNano())
+			defer deleteTopic(opts, topic)
+			slowLeaderKafka(t, opts, topic)
+		})
+	}
+}
+
+// slowLeaderKafka runs TestSlowLeaderNotSilentKafka on topic.
+func slowLeaderKafka(t *testing.T, opts []kgo.Opt, topic string) {
+	const silence = 600 * time.Millisecond
+	set := func(c *Config) { c.Silence, c.Interval = silence, 100*time.Millisecond }
+	slow := NewKafka(opts, topic).(*kafkaChannel)
+	var slowed atomic.Int32
+	slow.beforeCommit = func(recs []*kgo.Record) {
+		if strings.HasPrefix(string(recs[0].Key), kindSet+".") {
+			slowed.Add(1)
+			time.Sleep(3 * silence)
+		}
+	}
+	t.Cleanup(slow.Close)
+	lead := newNodeWith(t, leaderWrites{slow}, true, set)
+	plain := NewKafka(opts, topic)
+	t.Cleanup(plain.Close)
+	follow := newNodeWith(t, plain, false, set)
+	// Producers come and go: every publish writes sets.
+	round := 0
+	report := func() {
+		round++
+		for i := range 40 {
+			if _, err := lead.rep.Report(quotaproto.Report{Producer: fmt.Sprintf("p%d-%d", round, i), Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	report()
+	waitFor(t, "the follower heard from the leader", func() bool {
+		follow.rep.mu.Lock()
+		defer follow.rep.mu.Unlock()
+		return !follow.rep.lastLeader.IsZero()
+	})
+	end := time.Now().Add(5 * time.Second)
+	for next := time.Now(); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(next) {
+			report()
+			next = time.Now().Add(200 * time.Millisecond)
+		}
+		if follow.rep.sink.isActing() {
+			t.Fatalf("the follower stands in against a leader that writes its sets (%d slow commits)", slowed.Load())
+		}
+	}
+	if slowed.Load() < 2 {
+		t.Errorf("%d slow commits of the sets, want 2 or more", slowed.Load())
+	}
+}
+
+// deleteTopic deletes a test's topic.
+func deleteTopic(opts []kgo.Opt, topic string) {
+	if cl, err := kgo.NewClient(opts...); err == nil {
+		_, _ = kadm.NewClient(cl).DeleteTopics(context.Background(), topic)
+		cl.Close()
+	}
+}
+
+// leaderWrites gives a leader's writes (its sets, the deletions of a
+// publish, its decisions record) an epoch, as leader.Fence does under a
+// real election: the test's role has no lease.
+type leaderWrites struct{ *kafkaChannel }
+
+func (c leaderWrites) Put(ctx context.Context, k string, v []byte) error {
+	if strings.HasPrefix(k, kindSet+".") || k == decisionsKey {
+		ctx = leader.WithEpoch(ctx, 1)
+	}
+	return c.kafkaChannel.Put(ctx, k, v)
+}
+
+func (c leaderWrites) PutAll(ctx context.Context, es []entry) error {
+	return c.kafkaChannel.PutAll(leader.WithEpoch(ctx, 1), es)
 }
