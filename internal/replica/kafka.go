@@ -21,10 +21,10 @@ func KafkaTopic(name string) string { return name + ".leases" }
 
 // kafkaChannel is a Channel on a compacted Kafka topic: a value is a
 // record under its key, a deletion a tombstone; a reader consumes the
-// topic from its start (no group), at read_committed. Every record is on
-// partition 0 but the leader's decisions record, which has partition 1 to
-// itself where the topic has one (a topic this version creates does):
-// see decisionsPartition.
+// topic from its start (no group), at read_committed. The leader's sets
+// are on partition 0, its decisions record on partition 1 and the plain
+// writes on partition 2, where the topic has them (a topic this version
+// creates does): see partition.
 //
 // A write whose context carries a leader's epoch (leader.Fence: the sets
 // and the decisions record) is fenced by the broker, as KVFence fences a
@@ -99,7 +99,7 @@ const (
 	closeWait  = 2*closeAbort + 500*time.Millisecond
 )
 
-// NewKafka returns a Channel on the compacted topic, created (two
+// NewKafka returns a Channel on the compacted topic, created (three
 // partitions, the broker's replication factor) at its first use; opts
 // connect to the cluster (seeds, TLS, SASL). Close releases the writers.
 func NewKafka(opts []kgo.Opt, topic string) interface {
@@ -125,8 +125,8 @@ var topicConfigs = map[string]*string{
 }
 
 // topicPartitions is the lease state topic's partitions at creation: the
-// decisions record's own, and the rest's.
-const topicPartitions = 2
+// sets', the decisions record's and the plain writes' (see partition).
+const topicPartitions = 3
 
 // create creates the topic if it does not exist and learns its partitions.
 func (k *kafkaChannel) create(ctx context.Context, cl *kgo.Client) error {
@@ -158,21 +158,27 @@ func (k *kafkaChannel) create(ctx context.Context, cl *kgo.Client) error {
 	return nil
 }
 
-// decisionsPartition is the decisions record's partition: 1 where the
-// topic has two partitions or more, else 0. Readers at read_committed
-// see nothing of a partition past a transaction still open on it (the
-// last stable offset), so on a partition of its own the record is read
-// while a publish's transaction is slow to commit, or was left open by a
-// leader that died. A topic created by an earlier version has one
-// partition: add one (kafka-topics --alter --partitions 2) once every
-// replica runs this version.
-func (k *kafkaChannel) decisionsPartition() int32 {
+// The kinds of records that have a partition each (partition).
+const (
+	partSets      = 0 // the leader's sets and a publish's deletions (TxnID)
+	partDecisions = 1 // the leader's decisions record (DecisionsTxnID)
+	partPlain     = 2 // reports, presence: every write without an epoch
+)
+
+// partition is the partition of a kind of record: its own, or the
+// highest the topic has. Readers at read_committed see nothing of a
+// partition past a transaction still open on it (the last stable
+// offset): on partitions of their own, the decisions record and the
+// replicas' reports and presence are read while a publish's transaction
+// is slow to commit, or was left open by a leader that died, and the
+// plain writes while a decisions record's was. A topic created by an
+// earlier version has one partition, which has them all: add two
+// (kafka-topics --alter --partitions 3) once every replica runs this
+// version.
+func (k *kafkaChannel) partition(kind int32) int32 {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.parts >= 2 {
-		return 1
-	}
-	return 0
+	return min(kind, max(k.parts-1, 0))
 }
 
 // clientOpts are the options of a writer: records go to the partition
@@ -241,7 +247,32 @@ func (k *kafkaChannel) PutAll(ctx context.Context, es []entry) error {
 	if err != nil {
 		return err
 	}
-	return cl.ProduceSync(ctx, recs...).FirstErr()
+	return k.plain(ctx, cl, recs)
+}
+
+// plain writes recs, not waiting past ctx: an idempotent producer's
+// record once sent is never failed by its context (it is retried until
+// it lands, or the writer is closed), and a write that waits for one
+// (the topic deleted meanwhile) would hold its caller, and the daemon's
+// stop, for good.
+func (k *kafkaChannel) plain(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
+	errs := make(chan error, len(recs))
+	for _, r := range recs {
+		r.Partition = k.partition(partPlain)
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) { errs <- err })
+	}
+	var first error
+	for range recs {
+		select {
+		case err := <-errs:
+			if first == nil {
+				first = err
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("lease state topic %q: %w", k.topic, context.Cause(ctx))
+		}
+	}
+	return first
 }
 
 func (k *kafkaChannel) Delete(ctx context.Context, key string) error {
@@ -268,9 +299,9 @@ func (k *kafkaChannel) fenced(ctx context.Context, w *txnWriter, epoch int64, re
 				return err
 			}
 		}
-		part := int32(0)
+		part := k.partition(partSets)
 		if w == &k.dec {
-			part = k.decisionsPartition()
+			part = k.partition(partDecisions)
 		}
 		for _, r := range recs {
 			r.Partition = part

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +20,8 @@ import (
 )
 
 // TestKafkaChannelTopicConfigs: the lease state topic is created compacted,
-// with a partition for the decisions record, and rolls its segments, so that a replica starting later reads the
+// with partitions for the sets, the decisions record and the plain
+// writes, and rolls its segments, so that a replica starting later reads the
 // compacted state, not every rewrite since the broker's default segment
 // (7 days) began.
 func TestKafkaChannelTopicConfigs(t *testing.T) {
@@ -62,8 +64,8 @@ func TestKafkaChannelTopicConfigs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := len(td[topic].Partitions); n != 2 {
-				t.Errorf("%d partitions, want 2 (the decisions record's own)", n)
+			if n := len(td[topic].Partitions); n != 3 {
+				t.Errorf("%d partitions, want 3 (the sets', the decisions record's, the plain writes')", n)
 			}
 		})
 	}
@@ -343,5 +345,173 @@ func TestKafkaChannelDecisionsIDRefused(t *testing.T) {
 	}
 	if got := readAll(ctx, t, NewKafka(opts, topic)); got[decisionsKey] != "d1,d2" || got[key(kindSet, "p")] != "s" {
 		t.Errorf("read %q, want the decisions d1,d2 and the set s", got)
+	}
+}
+
+// TestKafkaKilledLeaderOpenTxn: a leader dies between its publish's
+// produce and its commit (its producer closed at that moment, as a
+// SIGKILL leaves it: nothing more is sent). Its open transaction hides
+// every later record of its partition from the readers at
+// read_committed until the next leader's first write of the sets fences
+// the transactional id, which aborts it, or the broker's abort (the
+// transaction timeout plus up to its cleanup interval). On partitions of
+// their own, a follower reads the replicas' reports (and presence) and
+// the next leader's decisions record at once meanwhile; the next
+// leader's sets, as soon as it writes them.
+func TestKafkaKilledLeaderOpenTxn(t *testing.T) {
+	for name, seeds := range kafkatest.Clusters() {
+		t.Run(name, func(t *testing.T) {
+			opts := []kgo.Opt{kgo.SeedBrokers(seeds(t)...)}
+			topic := fmt.Sprintf("lagbridge-killed-%d.leases", time.Now().UnixNano())
+			defer deleteTopic(opts, topic)
+			next := 2 * time.Second
+			got := killedLeaderStall(t, opts, topic, next)
+			t.Logf("after the kill, read: the first report written after it %v, the next leader's decisions record %v, its sets (written after %v) %v",
+				got.report.Round(time.Millisecond), got.decisions.Round(time.Millisecond), next, got.sets.Round(time.Millisecond))
+			if got.report > time.Second || got.decisions > time.Second {
+				t.Errorf("reports read again %v after the kill, the decisions record %v: want at once", got.report, got.decisions)
+			}
+			if got.sets < next || got.sets > next+time.Second {
+				t.Errorf("the next leader's sets read %v after the kill, want within a second of its write (%v)", got.sets, next)
+			}
+		})
+	}
+}
+
+// stalls are how long after a leader's kill a follower first read a
+// report written after it, the next leader's decisions record (written
+// at once) and its sets.
+type stalls struct{ report, decisions, sets time.Duration }
+
+// killedLeaderStall kills a leader between its produce and its commit;
+// the next leader writes its decisions record at once and its sets after
+// next (0: never, the broker's abort ends the stall; sets is then when
+// the killed leader's open transaction no longer hides the sets'
+// partition: a report is written there too).
+func killedLeaderStall(t *testing.T, opts []kgo.Opt, topic string, next time.Duration) stalls {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dead := NewKafka(opts, topic).(*kafkaChannel)
+	defer dead.Close()
+	set := key(kindSet, "p")
+	if err := dead.Put(leader.WithEpoch(ctx, 4), set, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	var killed atomic.Int64
+	dead.beforeCommit = func([]*kgo.Record) {
+		dead.sets.kill()
+		killed.Store(time.Now().UnixNano())
+	}
+	// The follower reads the reports a replica writes every 20 ms, the
+	// next leader's decisions record and sets, each with the time it was
+	// written.
+	type read struct {
+		key         string
+		written, at int64
+	}
+	reads := make(chan read, 1<<16)
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	watched := make(chan error, 1)
+	follower := NewKafka(opts, topic)
+	go func() {
+		watched <- follower.Watch(wctx, func(k string, v []byte) {
+			var w int64
+			_, _ = fmt.Sscan(string(v), &w)
+			reads <- read{k, w, time.Now().UnixNano()}
+		}, func() {})
+	}()
+	reporter := NewKafka(opts, topic)
+	defer reporter.Close()
+	stamp := func() []byte { return fmt.Appendf(nil, "%d", time.Now().UnixNano()) }
+	tick := func() {
+		if err := reporter.Put(ctx, key(kindReport, "tick"), stamp()); err != nil {
+			t.Error(err)
+		}
+	}
+	tick()
+	if err := dead.Put(leader.WithEpoch(ctx, 4), set, []byte("killed")); err == nil {
+		t.Fatal("the killed leader's write succeeded")
+	}
+	k := killed.Load()
+	nextLeader := NewKafka(opts, topic).(*kafkaChannel)
+	defer nextLeader.Close()
+	if err := nextLeader.Put(leader.WithEpoch(ctx, 7), decisionsKey, stamp()); err != nil {
+		t.Fatal(err)
+	}
+	var got stalls
+	wrote := false
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && (got.report == 0 || got.decisions == 0 || got.sets == 0); {
+		if next > 0 && !wrote && time.Since(time.Unix(0, k)) >= next {
+			if err := nextLeader.Put(leader.WithEpoch(ctx, 7), set, stamp()); err != nil {
+				t.Fatal(err)
+			}
+			wrote = true
+		}
+		tick()
+		if next == 0 { // a record on the sets' partition, plain
+			rec := &kgo.Record{Topic: topic, Key: []byte(set), Value: stamp(), Partition: partSets}
+			if err := reporter.(*kafkaChannel).cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+				t.Error(err)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+		for len(reads) > 0 {
+			r := <-reads
+			d := time.Duration(r.at - k)
+			switch {
+			case r.written <= k:
+			case r.key == decisionsKey && got.decisions == 0:
+				got.decisions = d
+			case r.key == set && got.sets == 0:
+				got.sets = d
+			case r.key == key(kindReport, "tick") && got.report == 0:
+				got.report = d
+			}
+		}
+	}
+	wcancel()
+	if err := <-watched; err != nil {
+		t.Fatal(err)
+	}
+	if got.report == 0 || got.decisions == 0 || got.sets == 0 {
+		t.Fatalf("within 60 s after the kill, read %+v (0: nothing written after it)", got)
+	}
+	return got
+}
+
+// TestKafkaChannelPlainWriteBounded: a plain write (a report, presence)
+// returns when its context ends although the broker never takes it (the
+// topic was deleted under the running replicas): the idempotent producer
+// retries a record once sent until it lands, whatever its context.
+func TestKafkaChannelPlainWriteBounded(t *testing.T) {
+	for name, seeds := range kafkatest.Clusters() {
+		t.Run(name, func(t *testing.T) {
+			opts := []kgo.Opt{kgo.SeedBrokers(seeds(t)...)}
+			topic := fmt.Sprintf("lagbridge-plain-%d.leases", time.Now().UnixNano())
+			ch := NewKafka(opts, topic)
+			defer ch.Close()
+			ctx := context.Background()
+			if err := ch.Put(ctx, key(kindReport, "p"), []byte("r")); err != nil {
+				t.Fatal(err)
+			}
+			deleteTopic(opts, topic)
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			start := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- ch.Put(pctx, key(kindReport, "p"), []byte("r2")) }()
+			select {
+			case err := <-done:
+				t.Logf("the write returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
+				if d := time.Since(start); d > 2*time.Second {
+					t.Errorf("the write returned after %v, want about its context's 1 s", d)
+				}
+			case <-time.After(10 * time.Second):
+				ch.Close() // frees the write
+				<-done
+				t.Fatal("the write did not return within 10 s of its context's end")
+			}
+		})
 	}
 }

@@ -249,9 +249,9 @@ func TestClientQuotaStandIn(t *testing.T) {
 }
 
 // TestClientQuotaStandInStalledRead: the followers' reads of the lease
-// state stall (on Kafka, a transaction the killed leader left open holds
-// every later record, presence included, from them until the next
-// leader's first write or the broker's abort): the newest presence
+// state stall (on a Kafka lease topic of one partition, a transaction the
+// killed leader left open holds every later record, presence included,
+// from them until the next leader's first write or the broker's abort): the newest presence
 // records they read grow older than Silence. They still name one and the
 // same stand-in, never each itself.
 func TestClientQuotaStandInStalledRead(t *testing.T) {
@@ -290,7 +290,7 @@ func TestSlowLeaderNotSilentKafka(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			opts := []kgo.Opt{kgo.SeedBrokers(seeds(t)...)}
 			topic := fmt.Sprintf("lagbridge-slow-%d.leases", time.Now().UnixNano())
-			defer deleteTopic(opts, topic)
+			t.Cleanup(func() { deleteTopic(opts, topic) }) // after the replicas stopped
 			slowLeaderKafka(t, opts, topic)
 		})
 	}
@@ -329,8 +329,10 @@ func slowLeaderKafka(t *testing.T, opts []kgo.Opt, topic string) {
 		defer follow.rep.mu.Unlock()
 		return !follow.rep.lastLeader.IsZero()
 	})
-	end := time.Now().Add(5 * time.Second)
-	for next := time.Now(); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+	// At least 5 s, and two slow publishes over (on a loaded machine the
+	// first may take long to come).
+	end, limit := time.Now().Add(5*time.Second), time.Now().Add(30*time.Second)
+	for next := time.Now(); time.Now().Before(limit) && (time.Now().Before(end) || slowed.Load() < 3); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(next) {
 			report()
 			next = time.Now().Add(200 * time.Millisecond)
@@ -339,8 +341,8 @@ func slowLeaderKafka(t *testing.T, opts []kgo.Opt, topic string) {
 			t.Fatalf("the follower stands in against a leader that writes its sets (%d slow commits)", slowed.Load())
 		}
 	}
-	if slowed.Load() < 2 {
-		t.Errorf("%d slow commits of the sets, want 2 or more", slowed.Load())
+	if slowed.Load() < 3 {
+		t.Errorf("%d slow commits of the sets began within 30 s, want 3 or more", slowed.Load())
 	}
 }
 

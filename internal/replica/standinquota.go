@@ -150,9 +150,10 @@ func (r *Replicator) ClientQuotaStandIn(now time.Time) (time.Time, bool) {
 // replica's included (this one's too): a replica whose newest record is
 // at most Silence older than the newest record read. Not against the
 // clock: every replica reads the same records in the same order, so they
-// name the same one even while their reads stall, as they all do on
-// Kafka while a transaction the lost leader left open holds every later
-// record of the lease topic from them (up to about the session timeout):
+// name the same one even while their reads stall, as they all do on a
+// Kafka lease topic of one partition while a transaction the lost leader
+// left open holds every later record from them (up to about the session
+// timeout):
 // against the clock each then found every other replica silent and took
 // itself for first. Called with r.mu held.
 func (r *Replicator) rankFirst() string {
