@@ -795,3 +795,48 @@ func TestControllerHotPartitionFirstFreshDecision(t *testing.T) {
 		t.Fatalf("first fresh decision: avoid %v signal %v rate %v (%s), want [0], unlimited", d.AvoidPartitions, d.Signal, d.Rate, d.Reason)
 	}
 }
+
+// TestSimHotPartitionLimitedOthersKeepTheirRate: the topic is limited (the
+// other partitions are saturated, 400 msg/s each) while partition 0, late
+// (100 msg/s), is fed its share of the keyless records (what its consumer
+// drains). The rate in force binds every keyless record, those drawn for
+// partition 0 too, so the others get the rate less partition 0's share.
+// Set to the others' law, it left them the law less the share: below
+// their capacity whenever the law is (filling up to the setpoint), which
+// the next observation measured as their capacity (lagbridge bench
+// --hot-partition at 250 ms on kfake: limited at 298/s falling to 218/s
+// over 10 s with a 6% share). What the others are given must be at least
+// their capacity while their wait is under the setpoint.
+func TestSimHotPartitionLimitedOthersKeepTheirRate(t *testing.T) {
+	for _, commits := range []time.Duration{0, 250 * time.Millisecond} {
+		t.Run(fmt.Sprint("commits ", commits), func(t *testing.T) {
+			keyless := producersOffering(2, 3000)
+			for _, p := range keyless {
+				p.honorAvoid = true
+			}
+			res, _ := hotSim(t, keyless, 100, 400, commits, 60, [2]float64{0, 60})
+			checked, short := 0, 0
+			for _, s := range res.between(20, 60) {
+				d := s.dec
+				share := shareOf(d.PartitionShares, 0)
+				if d.IsUnlimited() || share <= 0 || d.Wait >= d.TargetWait || !d.CapacityKnown {
+					continue
+				}
+				checked++
+				if given := d.Rate * (1 - share); given < 0.99*d.Capacity {
+					short++
+					if short == 1 {
+						t.Logf("t=%.2f: rate %.0f/s, partition 0's share %.1f%%: the others get %.0f/s of a capacity of %.0f/s (%s)", s.t, d.Rate, 100*share, given, d.Capacity, d.Reason)
+					}
+				}
+			}
+			t.Logf("%d of %d limited observations under the setpoint gave the others less than their capacity", short, checked)
+			if checked == 0 {
+				t.Fatal("no limited observation under the setpoint with partition 0 fed a share: the case tests nothing")
+			}
+			if short > 0 {
+				t.Errorf("%d observations gave the others less than their capacity", short)
+			}
+		})
+	}
+}
