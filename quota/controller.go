@@ -403,6 +403,18 @@ type control struct {
 	// blindCap: the highest rate a probe may reach until the next commit
 	// of a consumer caught up at its last one, msg/s.
 	blindCap float64
+	// Between the commits of a consumer that commits less often than it
+	// is observed (see caughtUpAtCommit and blindStep): behindAt, its
+	// last commit showed a backlog beyond what the dating of the commit
+	// explains; sureCaught, it showed the consumer caught up whatever
+	// the dating (or caught up again after a span in which the
+	// producers used capCap); overshot, a commit showed it behind after
+	// a span without a drain (the controller's own admission put it
+	// there), until a commit after a drain; drained, a drain was
+	// decided since the last commit; capCap, the highest rate a probe
+	// may reach until the next commit while overshot, msg/s.
+	behindAt, sureCaught, overshot, drained bool
+	capCap                                  float64
 	// sinceCommit: messages produced since lastCommit.
 	sinceCommit float64
 	// spanAt and spanPos: the newest commit of a consumer whose position
@@ -699,6 +711,11 @@ type reading struct {
 	// consumer that was caught up at its last commit (see
 	// caughtUpAtCommit).
 	blind bool
+	// estimated: the position is lag/'s estimate between the commits
+	// of a consumer that commits less often than it is observed;
+	// capped: a probe is capped at tc.capCap however the estimate
+	// reads (see blindStep).
+	estimated, capped bool
 }
 
 // measure reads st into v and updates the smoothed interval and capacity
@@ -1307,30 +1324,89 @@ func (c *Controller) caughtUpAtCommit(tc *control, st *lag.State, v *reading) {
 			newest = ps.LastCommit
 		}
 	}
+	v.estimated = true
 	if newest.After(tc.lastCommit) {
-		caught := true
-		for i := range st.Partitions {
-			ps := &st.Partitions[i]
-			if !ps.LastCommit.After(tc.lastCommit) || ps.CommittedLag <= 0 {
-				continue
-			}
-			atCommit := ps.CommittedHeadAge - st.At.Sub(ps.LastCommit)
-			if !ps.HeadKnown || atCommit.Seconds() > v.engageWait/2 {
-				caught = false
-			}
-		}
-		// What it kept up with: the rate produced over the span that
-		// ended at this commit.
-		kept := 0.0
-		if span := newest.Sub(tc.lastCommit).Seconds(); !tc.lastCommit.IsZero() && span > 0 {
-			kept = tc.sinceCommit / span
-		}
-		tc.lastCommit, tc.caughtUp, tc.sinceCommit = newest, caught && kept > 0, 0
-		tc.blindCap = kept * (1 + c.probeStep(v))
+		c.atCommit(tc, st, v, newest)
 	}
 	tc.sinceCommit += v.produced * v.dt
 	overdue := st.At.Sub(tc.lastCommit).Seconds() > 1.5*st.CommitInterval.Seconds()+v.dt
 	v.blind = tc.caughtUp && !overdue && (tc.limited || v.produced <= tc.blindCap)
+	v.capped = tc.overshot && !tc.sureCaught && !overdue && tc.capCap > 0
+}
+
+// atCommit reads a new commit (newest) of a consumer whose position is
+// estimated between its commits: whether it was caught up at it (on
+// every partition with a new commit, the record at the committed
+// position was at most E/2 old, the commit dated half an interval before
+// the reading), surely caught up (at most E/2 old at the reading, which
+// the dating cannot explain away) or behind beyond the dating (more than
+// E/2 old one interval before the reading, the earliest the commit can
+// have been made), and sets the caps of the probes until the next one
+// (see blindStep).
+func (c *Controller) atCommit(tc *control, st *lag.State, v *reading, newest time.Time) {
+	caught, behind, sure := true, false, true
+	for i := range st.Partitions {
+		ps := &st.Partitions[i]
+		if !ps.LastCommit.After(tc.lastCommit) || ps.CommittedLag <= 0 {
+			continue
+		}
+		atCommit := ps.CommittedHeadAge - st.At.Sub(ps.LastCommit)
+		if !ps.HeadKnown || atCommit.Seconds() > v.engageWait/2 {
+			caught = false
+		}
+		if ps.HeadKnown && ps.CommittedHeadAge.Seconds()-v.dt > v.engageWait/2 {
+			behind = true
+		}
+		if !ps.HeadKnown || ps.CommittedHeadAge.Seconds() > v.engageWait/2 {
+			sure = false
+		}
+	}
+	// What it kept up with: the rate produced over the span that
+	// ended at this commit.
+	kept := 0.0
+	if span := newest.Sub(tc.lastCommit).Seconds(); !tc.lastCommit.IsZero() && span > 0 {
+		kept = tc.sinceCommit / span
+	}
+	// Caught up again after a span in which the producers used the
+	// capped probe: the consumer took more than it had shown, and is
+	// caught up all the same.
+	again := (tc.caughtUp && caught || !tc.behindAt && !behind) && kept >= bindRatio*tc.capCap
+	switch {
+	case tc.drained:
+		tc.overshot = false
+	case behind:
+		tc.overshot = true
+	}
+	tc.lastCommit, tc.caughtUp, tc.sinceCommit = newest, caught && kept > 0, 0
+	tc.behindAt, tc.sureCaught, tc.drained = behind, sure || again, false
+	tc.blindCap = kept * (1 + c.probeStep(v))
+	tc.capCap = kept * (1 + c.blindStep(v, st.CommitInterval.Seconds()))
+}
+
+// blindStep is the relative step of a probe above what a consumer kept
+// up with over its last commit span, until its next commit (cadence
+// seconds away), while overshot: what the step admits beyond its
+// capacity, if the commit misled, is seen only at that commit, so the
+// step keeps it, over a commit and an observation interval, within half
+// the slack of the budget (as probeStep does over one observation).
+//
+// Why: a consumer held at its setpoint behind 5 s commits reads,
+// at its commit, the same as one caught up (the commit is dated to half
+// an interval), and lag/ then estimates it keeping up at up to twice its
+// rate until the end offset, so the estimate reads lag 0 and the
+// controller probes x1.5 a reading: 133 to 461 msg/s for a consumer of
+// 100 for a whole commit interval (the lead's A/A trace), then a drain.
+// Once a commit has shown the consumer behind after a span without a
+// drain (the controller's own probe put it there), the probes until
+// each next commit are capped at one such step above what the producers
+// sent over the last commit span, unless a commit shows the consumer
+// surely caught up (or caught up again after the producers used the
+// cap); and while the last commit showed it behind, it is not probed
+// at all (regime). A drain starts over: after it the consumer's backlog
+// says nothing of the probes, and a consumer whose capacity came back
+// (a restore) is re-opened at the full probe step.
+func (c *Controller) blindStep(v *reading, cadence float64) float64 {
+	return min(c.probeStep(v), (v.budget-v.setWait)/(2*(cadence+v.dt)))
 }
 
 // commitAge is how long ago, in seconds, a consumer that commits less
@@ -1577,6 +1653,7 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		tc.rate, tc.release = v.law, 0
 		switch {
 		case v.wait >= v.budget:
+			tc.drained = true
 			return RuleDrain, fmt.Sprintf("wait %s >= budget %s: a new message would be dead on arrival, draining", secs(v.wait), secs(v.budget))
 		case v.stepDown:
 			return RuleStepDown, fmt.Sprintf("capacity fell from %.0f/s to at most %.0f/s during the interval: admitting nothing until the next observation measures it (wait %s)", v.prevCap, v.consumed, secs(v.wait))
@@ -1594,6 +1671,14 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 			st.At.Sub(tc.moveAt).Round(time.Millisecond), st.CommitInterval, tc.rate)
 	case !v.keepsUp || (v.queued > v.engageWait/2 && !v.spare):
 		return follow(tc, st, v, inForce)
+	case v.estimated && tc.behindAt && tc.overshot && v.binding:
+		// Caught up by the estimate only: between the commits of a
+		// consumer whose last commit showed the backlog a probe made,
+		// lag/ moves its position up to the end offset, where it reads
+		// as caught up whatever the consumer does. Follow the law (no
+		// probe) until a commit shows it caught up (see blindStep).
+		tc.rate, tc.release = v.law, 0
+		return RuleFollow, fmt.Sprintf("estimated between commits, the last one behind after a probe (wait %s): no probe until a commit shows the consumer caught up, capacity %.0f/s", secs(v.wait), v.capacity)
 	}
 	// Limited and caught up, or with capacity to spare: the capacity is
 	// invisible, so never cut; probe upward (multiplicative increase)
@@ -1616,6 +1701,9 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 	tc.rate = max(tc.rate, v.law, inForce*(1+v.probe))
 	if v.blind {
 		tc.rate = min(tc.rate, tc.blindCap)
+	}
+	if v.capped {
+		tc.rate = min(tc.rate, tc.capCap)
 	}
 	if v.produced < c.cfg.ReleaseRatio*inForce || inForce <= 0 {
 		// (A rate of 0 cannot be probed up: caught up, it is released.)
