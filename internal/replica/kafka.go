@@ -147,13 +147,16 @@ func (k *kafkaChannel) create(ctx context.Context, cl *kgo.Client) error {
 		if ts, err = adm.ListTopics(ctx, k.topic); err == nil {
 			err = ts.Error()
 			parts = int32(len(ts[k.topic].Partitions))
+			if err == nil && parts == 0 {
+				err = errors.New("no partitions listed yet")
+			}
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("lease state topic %q: %w", k.topic, err)
 	}
 	k.mu.Lock()
-	k.parts = max(parts, 1)
+	k.parts = parts
 	k.mu.Unlock()
 	return nil
 }

@@ -515,3 +515,53 @@ func TestKafkaChannelPlainWriteBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestKafkaChannelPartitionsNotListedYet: another replica created the
+// topic a moment ago and the broker lists it without partitions yet: the
+// write fails (and the next one learns them) rather than taking the topic
+// for one of a single partition, which would put the decisions record and
+// the plain writes on the sets' partition for good.
+func TestKafkaChannelPartitionsNotListedYet(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
+	topic := fmt.Sprintf("lagbridge-listed-%d.leases", time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first := NewKafka(opts, topic)
+	defer first.Close()
+	if err := first.Put(ctx, key(kindReport, "p"), []byte("r")); err != nil {
+		t.Fatal(err)
+	}
+	ch := NewKafka(opts, topic).(*kafkaChannel)
+	defer ch.Close()
+	c.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		m := req.(*kmsg.MetadataRequest)
+		if len(m.Topics) != 1 || m.Topics[0].Topic == nil || *m.Topics[0].Topic != topic {
+			return nil, nil, false // not handled: the control stays
+		}
+		resp := m.ResponseKind().(*kmsg.MetadataResponse)
+		rt := kmsg.NewMetadataResponseTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		resp.Topics = append(resp.Topics, rt)
+		for _, b := range c.ListenAddrs() {
+			host, port, _ := strings.Cut(b, ":")
+			var p int32
+			_, _ = fmt.Sscan(port, &p)
+			rb := kmsg.NewMetadataResponseBroker()
+			rb.NodeID, rb.Host, rb.Port = 0, host, p
+			resp.Brokers = append(resp.Brokers, rb)
+		}
+		return resp, nil, true
+	})
+	_ = ch.Put(ctx, key(kindReport, "p"), []byte("r2")) // may fail: the listing is refused
+	if err := ch.Put(ctx, key(kindReport, "p"), []byte("r3")); err != nil {
+		t.Fatal(err)
+	}
+	if p := ch.partition(partPlain); p != partPlain {
+		t.Errorf("plain writes on partition %d, want %d", p, partPlain)
+	}
+}
