@@ -92,6 +92,13 @@ func DecisionsTxnID(topic string) string { return topic + ".decisions" }
 // transaction is one record, or the sets of one publish, and its commit.
 const txnTimeout = 10 * time.Second
 
+// writerMetadataMinAge is the writers' least time between metadata loads
+// (franz-go's default: 5 s). A produce the broker answers with a
+// retriable error is retried after the next load: with the default, a
+// leader's decisions record stalled 4 s under load (Kafka 4.3.1), past
+// the followers' silence, and they stood in against it.
+const writerMetadataMinAge = 250 * time.Millisecond
+
 // closeAbort bounds the abort of a transaction that Close cut short, and
 // a commit after its write's context ended; closeWait bounds Close.
 const (
@@ -185,10 +192,11 @@ func (k *kafkaChannel) partition(kind int32) int32 {
 }
 
 // clientOpts are the options of a writer: records go to the partition
-// they name.
+// they name, and a retried produce waits for metadata no longer than
+// writerMetadataMinAge.
 func (k *kafkaChannel) clientOpts(more ...kgo.Opt) []kgo.Opt {
 	return append(append(append([]kgo.Opt{}, k.opts...), kgo.DefaultProduceTopic(k.topic),
-		kgo.RecordPartitioner(kgo.ManualPartitioner())), more...)
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.MetadataMinAge(writerMetadataMinAge)), more...)
 }
 
 func (k *kafkaChannel) writer(ctx context.Context) (*kgo.Client, error) {

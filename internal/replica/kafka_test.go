@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -563,5 +564,57 @@ func TestKafkaChannelPartitionsNotListedYet(t *testing.T) {
 	}
 	if p := ch.partition(partPlain); p != partPlain {
 		t.Errorf("plain writes on partition %d, want %d", p, partPlain)
+	}
+}
+
+// TestKafkaWriteRetryFast: the broker answers a write's produce
+// (fenced: the decisions record, a set; plain: a report) with a retriable
+// error once (under load, Kafka 4.3.1 answered
+// a decisions record's produce so while it completed the transaction
+// before). The write lands within a second, not after franz-go's default
+// 5 s between metadata loads, which held a leader's decisions record
+// 4 s, past the followers' silence, and they stood in against it.
+func TestKafkaWriteRetryFast(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
+	topic := fmt.Sprintf("lagbridge-retry-%d.leases", time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ch := NewKafka(opts, topic).(*kafkaChannel)
+	defer ch.Close()
+	for _, k := range []string{decisionsKey, key(kindSet, "p"), key(kindReport, "p")} {
+		wctx := leader.WithEpoch(ctx, 4)
+		if k == key(kindReport, "p") {
+			wctx = ctx // plain
+		}
+		if err := ch.Put(wctx, k, []byte("a")); err != nil {
+			t.Fatal(err)
+		}
+		c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			resp := req.ResponseKind().(*kmsg.ProduceResponse)
+			for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+				st := kmsg.NewProduceResponseTopic()
+				st.Topic = rt.Topic
+				for _, rp := range rt.Partitions {
+					sp := kmsg.NewProduceResponseTopicPartition()
+					sp.Partition = rp.Partition
+					sp.ErrorCode = kerr.NotLeaderForPartition.Code
+					st.Partitions = append(st.Partitions, sp)
+				}
+				resp.Topics = append(resp.Topics, st)
+			}
+			return resp, nil, true
+		})
+		start := time.Now()
+		if err := ch.Put(wctx, k, []byte("b")); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("%s: a write retried once took %v, want within a second", k, d.Round(time.Millisecond))
+		}
 	}
 }
