@@ -141,8 +141,10 @@ type Engine struct {
 
 // producer is what the engine knows of one reporting producer.
 type producer struct {
-	// names are the topic names of its last report.
-	names []string
+	// names are the topic names of its last report, and reported that
+	// report's demand and criticality per name (see joinNamed).
+	names    []string
+	reported []namedDemand
 	// at is the time of its last report.
 	at time.Time
 	// topics are the topics it joined in the lease book.
@@ -150,6 +152,13 @@ type producer struct {
 	// versions hashes the lease versions and names of its last
 	// published set.
 	versions uint64
+}
+
+// namedDemand is one topic of a producer's last report, as joined.
+type namedDemand struct {
+	name   string
+	crit   quota.Criticality
+	demand float64
 }
 
 type published struct {
@@ -314,6 +323,7 @@ func (e *Engine) OnCycle(cluster string, now time.Time, states []lag.State) {
 	before := slices.Collect(maps.Keys(e.topics))
 	e.recombine()
 	e.leaveGone(before)
+	e.joinNamed(before)
 	for _, d := range e.topics {
 		if p, ok := e.policies.ByName(d.Policy); ok {
 			e.book.Apply(d, p, now)
@@ -347,6 +357,49 @@ func (e *Engine) leaveGone(before []quota.Topic) {
 	for _, l := range e.book.Leases() {
 		if gone[l.Topic] {
 			e.book.Leave(l.Producer, l.Topic)
+		}
+	}
+}
+
+// joinNamed joins producers to the topics that became known at this cycle
+// (not in before) under a name their last report gave, with that report's
+// demand and time, as if they had reported now. A producer that named a
+// topic before the daemon observed it holds the open lease of an unknown
+// name; without this, the first decision that limits the topic would
+// reach it only at its next report, up to a refresh interval (a third of
+// the lease lifetime) later, while it produces without limit. Called with
+// e.mu held, before the cycle allocates and publishes.
+func (e *Engine) joinNamed(before []quota.Topic) {
+	known := make(map[quota.Topic]bool, len(before))
+	for _, t := range before {
+		known[t] = true
+	}
+	fresh := map[string]bool{}
+	for t := range e.topics {
+		if !known[t] {
+			fresh[t.Name] = true
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	for id, pr := range e.producers {
+		for _, nd := range pr.reported {
+			if !fresh[nd.name] {
+				continue
+			}
+			for _, t := range e.topicsNamed(nd.name) {
+				if _, in := pr.topics[t]; in || known[t] {
+					continue
+				}
+				if _, ok := e.policies.ByName(e.topics[t].Policy); !ok {
+					continue
+				}
+				r := quota.Report{Producer: id, Topic: t, Criticality: nd.crit, Demand: nd.demand}
+				if e.book.Report(r, pr.at) == nil {
+					pr.topics[t] = struct{}{}
+				}
+			}
 		}
 	}
 }
@@ -550,9 +603,14 @@ func (e *Engine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
 			}
 		}
 	}
-	pr.names = pr.names[:0]
-	for _, td := range r.Topics {
+	pr.names, pr.reported = pr.names[:0], pr.reported[:0]
+	for i, td := range r.Topics {
 		pr.names = append(pr.names, td.Topic)
+		demand := td.Demand
+		if demand == 0 {
+			demand = quota.UnknownDemand
+		}
+		pr.reported = append(pr.reported, namedDemand{name: td.Topic, crit: crits[i], demand: demand})
 	}
 	pr.at = now
 	if len(errs) > 0 {
