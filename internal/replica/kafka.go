@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lagbridge/lagbridge/internal/leader"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
 
 // KafkaTopic is the compacted topic of the replicated lease state for the
@@ -172,7 +173,7 @@ func (k *kafkaChannel) create(ctx context.Context, cl *kgo.Client) error {
 const (
 	partSets      = 0 // the leader's sets and a publish's deletions (TxnID)
 	partDecisions = 1 // the leader's decisions record (DecisionsTxnID)
-	partPlain     = 2 // reports, presence: every write without an epoch
+	partPlain     = 2 // reports, presence (their deletions too: splitPlain): every write without an epoch
 )
 
 // partition is the partition of a kind of record: its own, or the
@@ -252,13 +253,40 @@ func (k *kafkaChannel) PutAll(ctx context.Context, es []entry) error {
 			}
 			k.shared.Store(true)
 		}
-		return k.fenced(ctx, &k.sets, epoch, recs)
+		var later []*kgo.Record
+		recs, later = splitPlain(recs)
+		if len(recs) > 0 {
+			if err := k.fenced(ctx, &k.sets, epoch, recs); err != nil || len(later) == 0 {
+				return err
+			}
+		}
+		recs = later
 	}
 	cl, err := k.writer(ctx)
 	if err != nil {
 		return err
 	}
 	return k.plain(ctx, cl, recs)
+}
+
+// splitPlain splits a leader's records into those of its transaction
+// and those of the kinds plain writes carry (reports, presence: the
+// deletions of a producer gone, deleteGone). The latter are written plain,
+// after the transaction commits: on the partition of their kind's records,
+// which a tombstone on the sets' partition would never compact away (the
+// report of every producer gone would stay for good, and be read by every
+// replica that starts), and outside the transaction, which would hold that
+// partition's reads (the presence records) while it is open.
+func splitPlain(recs []*kgo.Record) (txn, plain []*kgo.Record) {
+	for _, r := range recs {
+		kind, _, err := quotaproto.ParseKVKey(string(r.Key))
+		if err == nil && (kind == kindReport || kind == kindPresence) {
+			plain = append(plain, r)
+		} else {
+			txn = append(txn, r)
+		}
+	}
+	return txn, plain
 }
 
 // plain writes recs, not waiting past ctx: an idempotent producer's

@@ -618,3 +618,56 @@ func TestKafkaWriteRetryFast(t *testing.T) {
 		}
 	}
 }
+
+// TestKafkaGoneDeletedOnTheirPartition: the leader's deletion of a
+// producer gone (deleteGone: its set and its report, one PutAll) puts
+// each tombstone on the partition of the key's records, the report's on
+// the plain writes' one: a tombstone elsewhere never compacts the report
+// away, and a replica starting later reads it in any order beside it.
+func TestKafkaGoneDeletedOnTheirPartition(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
+	topic := fmt.Sprintf("lagbridge-gone-%d.leases", time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ch := NewKafka(opts, topic).(*kafkaChannel)
+	defer ch.Close()
+	set, rep := key(kindSet, "p"), key(kindReport, "p")
+	lctx := leader.WithEpoch(ctx, 3)
+	if err := ch.Put(lctx, set, []byte("s")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Put(ctx, rep, []byte("r")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PutAll(lctx, []entry{{key: set}, {key: rep}}); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	parts := map[string]map[int32]int{}
+	for n := 0; n < 4; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of 4 records: %v", n, parts)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if parts[string(r.Key)] == nil {
+				parts[string(r.Key)] = map[int32]int{}
+			}
+			parts[string(r.Key)][r.Partition]++
+			n++
+		})
+	}
+	if len(parts[set]) != 1 || parts[set][partSets] != 2 || len(parts[rep]) != 1 || parts[rep][partPlain] != 2 {
+		t.Errorf("records by key and partition %v: want the set's 2 on partition %d, the report's 2 on %d", parts, partSets, partPlain)
+	}
+}
