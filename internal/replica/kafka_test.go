@@ -671,3 +671,55 @@ func TestKafkaGoneDeletedOnTheirPartition(t *testing.T) {
 		t.Errorf("records by key and partition %v: want the set's 2 on partition %d, the report's 2 on %d", parts, partSets, partPlain)
 	}
 }
+
+// TestKafkaOnePartitionTopicKept: a lease topic an earlier version
+// created (one partition) keeps working after the upgrade: the sets, the
+// decisions record (its own producer), the reports and the deletions of
+// a gone producer all go to partition 0 and read back.
+func TestKafkaOnePartitionTopicKept(t *testing.T) {
+	for name, seeds := range kafkatest.Clusters() {
+		t.Run(name, func(t *testing.T) {
+			opts := []kgo.Opt{kgo.SeedBrokers(seeds(t)...)}
+			topic := fmt.Sprintf("lagbridge-onepart-%d.leases", time.Now().UnixNano())
+			defer deleteTopic(opts, topic)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cl, err := kgo.NewClient(opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			if r, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, topicConfigs, topic); err != nil || r.Err != nil {
+				t.Fatal(err, r.Err)
+			}
+			ch := NewKafka(opts, topic).(*kafkaChannel)
+			defer ch.Close()
+			lctx := leader.WithEpoch(ctx, 2)
+			set, gone, rep := key(kindSet, "p"), key(kindSet, "q"), key(kindReport, "q")
+			for _, w := range []struct {
+				ctx context.Context
+				es  []entry
+			}{
+				{lctx, []entry{{set, []byte("s")}, {gone, []byte("g")}}},
+				{lctx, []entry{{decisionsKey, []byte("d")}}},
+				{ctx, []entry{{rep, []byte("r")}}},
+				{lctx, []entry{{key: gone}, {key: rep}}},
+			} {
+				if err := ch.PutAll(w.ctx, w.es); err != nil {
+					t.Fatalf("write %v: %v", w.es, err)
+				}
+			}
+			if ch.shared.Load() {
+				t.Error("the decisions record fell back to the sets' producer")
+			}
+			got := readAll(ctx, t, NewKafka(opts, topic))
+			if got[set] != "s" || got[gone] != "g," || got[rep] != "r," || got[decisionsKey] != "d" {
+				t.Errorf("read %q", got)
+			}
+			ts, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+			if err != nil || len(ts[topic].Partitions) != 1 {
+				t.Errorf("the topic's partitions: %v (%v), want its one kept", ts[topic].Partitions, err)
+			}
+		})
+	}
+}
