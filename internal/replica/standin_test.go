@@ -110,19 +110,9 @@ func TestSlowLeaderNotSilent(t *testing.T) {
 	set := func(c *Config) { c.Silence = silence }
 	lead := newNodeWith(t, slowSets{NewNATS(js, NATSBucket("slow")), 40 * time.Millisecond}, true, set)
 	follow := newNodeWith(t, NewNATS(js, NATSBucket("slow")), false, set)
-	report := func() {
-		for i := range 40 {
-			if _, err := lead.rep.Report(quotaproto.Report{Producer: fmt.Sprintf("p%d", i), Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	report := func() { reportForty(t, lead, "p") }
 	report()
-	waitFor(t, "the follower heard from the leader", func() bool {
-		follow.rep.mu.Lock()
-		defer follow.rep.mu.Unlock()
-		return !follow.rep.lastLeader.IsZero()
-	})
+	waitHeard(t, follow)
 	end := time.Now().Add(3 * time.Second)
 	for next := time.Now(); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(next) {
@@ -136,6 +126,27 @@ func TestSlowLeaderNotSilent(t *testing.T) {
 			t.Fatal("the follower stands in against a leader that writes its sets")
 		}
 	}
+}
+
+// reportForty has forty producers (prefix0 to prefix39) report the topic
+// orders to lead, as producers do.
+func reportForty(t *testing.T, lead *node, prefix string) {
+	t.Helper()
+	for i := range 40 {
+		if _, err := lead.rep.Report(quotaproto.Report{Producer: fmt.Sprintf("%s%d", prefix, i), Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitHeard waits until follow has read a decisions record of the leader.
+func waitHeard(t *testing.T, follow *node) {
+	t.Helper()
+	waitFor(t, "the follower heard from the leader", func() bool {
+		follow.rep.mu.Lock()
+		defer follow.rep.mu.Unlock()
+		return !follow.rep.lastLeader.IsZero()
+	})
 }
 
 // TestStandInHoldsWhileLeaderRewrites: a follower standing in hears from
@@ -317,18 +328,10 @@ func slowLeaderKafka(t *testing.T, opts []kgo.Opt, topic string) {
 	round := 0
 	report := func() {
 		round++
-		for i := range 40 {
-			if _, err := lead.rep.Report(quotaproto.Report{Producer: fmt.Sprintf("p%d-%d", round, i), Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		reportForty(t, lead, fmt.Sprintf("p%d-", round))
 	}
 	report()
-	waitFor(t, "the follower heard from the leader", func() bool {
-		follow.rep.mu.Lock()
-		defer follow.rep.mu.Unlock()
-		return !follow.rep.lastLeader.IsZero()
-	})
+	waitHeard(t, follow)
 	// At least 5 s, and two slow publishes over (on a loaded machine the
 	// first may take long to come).
 	end, limit := time.Now().Add(5*time.Second), time.Now().Add(30*time.Second)
