@@ -126,7 +126,8 @@ func TestLeaseTLSConfigErrors(t *testing.T) {
 
 // TestLeaseFailover: with three daemons, the producer talks to the first;
 // killed, it moves to the second and stays there while it works (the
-// third sees nothing); a second answering 503 moves it to the third. The
+// third sees nothing), telling it the version it holds (?version=,
+// Last-Event-ID); a second answering 503 moves it to the third. The
 // sets carry the same versions everywhere, as replicas serve them; each
 // move keeps the leases flowing.
 func TestLeaseFailover(t *testing.T) {
@@ -157,6 +158,11 @@ func TestLeaseFailover(t *testing.T) {
 			ds[0].kill()
 			publish(3, 20)
 			eventually(t, 10*time.Second, "the second daemon's lease", rate(20))
+			// It told the second the version it held (a replica that
+			// has not read that set serves one above it).
+			if h := ds[1].held.Load(); h != 2 && h != 3 {
+				t.Errorf("the second daemon was told version %d is held, want 2 (or 3)", h)
+			}
 			// Sticky: more sets come from the second; the third is never asked.
 			publish(4, 30)
 			eventually(t, 10*time.Second, "the next set from the second daemon", rate(30))

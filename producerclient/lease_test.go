@@ -43,6 +43,9 @@ type fakeDaemon struct {
 
 	requests atomic.Int64
 	posts    atomic.Int64
+	// held is the version the last watch (?version=) or stream
+	// (Last-Event-ID) said the producer holds.
+	held     atomic.Uint64
 	killed   chan struct{}
 	killOnce sync.Once
 }
@@ -179,6 +182,7 @@ func (d *fakeDaemon) watch(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	since, _ := strconv.ParseUint(q.Get("version"), 10, 64)
+	d.held.Store(since)
 	wait, err := time.ParseDuration(q.Get("timeout"))
 	if err != nil || wait > quotaproto.MaxWatchWait {
 		w.WriteHeader(http.StatusBadRequest)
@@ -212,6 +216,8 @@ func (d *fakeDaemon) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := r.URL.Query().Get("producer")
+	held, _ := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64)
+	d.held.Store(held)
 	s, changed, ok := d.current(p)
 	if !ok {
 		w.WriteHeader(http.StatusNotFound)

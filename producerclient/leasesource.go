@@ -172,6 +172,12 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 // answer, and which daemon it asked (an index of endpoints, for
 // retryWait).
 func (o *leaseOwner) do(ctx context.Context, method, path string, q url.Values, body []byte) (_ *http.Response, idx int, _ error) {
+	return o.doHeld(ctx, method, path, q, body, 0)
+}
+
+// doHeld is do with the Last-Event-ID of a stream request: held, the
+// version of the set applied (0: none sent).
+func (o *leaseOwner) doHeld(ctx context.Context, method, path string, q url.Values, body []byte, held uint64) (_ *http.Response, idx int, _ error) {
 	idx = int(o.current.Load())
 	u := strings.TrimRight(o.endpoints[idx], "/") + path
 	if len(q) > 0 {
@@ -190,6 +196,9 @@ func (o *leaseOwner) do(ctx context.Context, method, path string, q url.Values, 
 	}
 	if tok := o.c.cfg.Leases.Token; tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if held > 0 {
+		req.Header.Set("Last-Event-ID", strconv.FormatUint(held, 10))
 	}
 	resp, err := o.client.Do(req)
 	if err != nil {
@@ -503,7 +512,10 @@ func (o *leaseOwner) streamOnce(b *backoffState) (got bool, idx int, err error) 
 	defer cancel()
 	watchdog := time.AfterFunc(idle, cancel)
 	defer watchdog.Stop()
-	resp, idx, err := o.do(ctx, http.MethodGet, quotaproto.PathStream, url.Values{"producer": {c.cfg.Producer}}, nil)
+	// The version held goes as the SSE Last-Event-ID (an event's id is
+	// its set's version): a replica that has not read that set yet (its
+	// leader was lost) serves one above it rather than an older one.
+	resp, idx, err := o.doHeld(ctx, http.MethodGet, quotaproto.PathStream, url.Values{"producer": {c.cfg.Producer}}, nil, o.version.Load())
 	if err != nil {
 		return false, idx, err
 	}

@@ -34,6 +34,15 @@ type Engine interface {
 	Quotas() (targets []quota.Decision, policies []quota.Policy)
 }
 
+// Holder is implemented by an Engine that acts on the version of the set a
+// producer says it holds (a watch's ?version=, a stream's Last-Event-ID),
+// before the hub answers it: a replica that serves an older set than the
+// one the producer holds (internal/replica: a follower that has not read
+// the set a lost leader served) serves one numbered above it instead.
+type Holder interface {
+	Held(producer string, version uint64)
+}
+
 // quotasBody is the body of /v1/quotas: the engine's view and every
 // producer's lease set, sorted by producer. The fields are in the order
 // of their names, as the body has always listed them.
@@ -328,6 +337,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	s.held(producer, since)
 	set, changed, known := s.hub.Current(producer)
 	if !known {
 		s.fail(w, ep, http.StatusNotFound, "unknown producer %q: POST %s first", producer, quotaproto.PathLeases)
@@ -359,6 +369,14 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	s.ok(w, ep, set)
 }
 
+// held tells an engine that is a Holder the version producer holds (0:
+// none).
+func (s *Server) held(producer string, version uint64) {
+	if h, ok := s.engine.(Holder); ok && version > 0 {
+		h.Held(producer, version)
+	}
+}
+
 func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	const ep = "stream"
 	q, perms, ok := s.query(w, r, ep, "producer")
@@ -368,6 +386,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	producer, ok := s.producerParam(w, ep, q, perms)
 	if !ok {
 		return
+	}
+	// The SSE id of an event is its set's version: a reconnecting
+	// client's Last-Event-ID is the version it holds (anything else is
+	// no version).
+	if held, err := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64); err == nil {
+		s.held(producer, held)
 	}
 	set, changed, known := s.hub.Current(producer)
 	if !known {

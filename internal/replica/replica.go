@@ -445,6 +445,31 @@ func (r *Replicator) Report(rep quotaproto.Report) (quotaproto.LeaseSet, error) 
 	return set, nil
 }
 
+// Held implements quotaserver.Holder: a producer holding a set newer than
+// the one this follower serves it (a watch's ?version=, a stream's
+// Last-Event-ID) got it from a leader whose write this replica has not
+// read, maybe never will (the leader was killed before it landed). The
+// follower serves it its engine's set, numbered above the held one, until
+// it reads a set of the leader's at least as new (sink.hold), rather than
+// the older one: the versions a producer is served never go back across a
+// failover, whatever moment the leader died at. A version beyond
+// heldLead of the wall clock in microseconds (no daemon made it) is
+// ignored.
+func (r *Replicator) Held(producer string, version uint64) {
+	if version > uint64(max(time.Now().Add(heldLead).UnixMicro(), 0)) {
+		return
+	}
+	if r.sink.hold(producer, version) {
+		r.cfg.Log.Debug("a producer holds a set newer than the replicated one: serving this replica's own above it", "producer", producer, "version", version)
+	}
+}
+
+// heldLead is how far a held version Held acts on may be ahead of the
+// wall clock in microseconds: set versions are at least the clock in
+// microseconds when made, and more by one per set made within a
+// microsecond (and replicas' clocks agree).
+const heldLead = time.Minute
+
 // Quotas implements quotaserver.Engine.
 func (r *Replicator) Quotas() ([]quota.Decision, []quota.Policy) { return r.eng.Quotas() }
 
@@ -596,6 +621,11 @@ type sink struct {
 	// or a replicated one served after those under a version above them,
 	// so that a producer's served version never goes back.
 	acts map[string]acted
+	// standing holds, per producer, the version of the set it holds that
+	// this follower had not read when the producer said so (Held): the
+	// engine's set is served for it, numbered above that version, until
+	// a replicated set at least as new is read (or the replica leads).
+	standing map[string]uint64
 	// beforeAct, when set (tests), runs as act is called, before it
 	// takes mu: the moment a record read on the channel's goroutine may
 	// slip between a follower's decision and its start.
@@ -619,6 +649,8 @@ func (s *sink) Publish(set quotaproto.LeaseSet) bool {
 		return s.hub.Publish(set)
 	case s.acting:
 		return s.serve(set, true)
+	case s.standing[set.Producer] > 0:
+		return s.serve(set, true)
 	}
 	return false
 }
@@ -628,7 +660,9 @@ func (s *sink) Remove(producer string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.own, producer)
-	if s.leading || s.acting {
+	_, standing := s.standing[producer]
+	delete(s.standing, producer)
+	if s.leading || s.acting || standing {
 		s.hub.Remove(producer)
 		delete(s.acts, producer)
 	}
@@ -690,7 +724,7 @@ func (s *sink) act(on bool, base uint64) bool {
 		return true
 	}
 	for _, set := range s.rep {
-		s.serve(set, false)
+		s.serveRep(set)
 	}
 	return true
 }
@@ -713,6 +747,7 @@ func (s *sink) lead(on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.leading = on
+	clear(s.standing)
 	if !on {
 		for _, set := range s.rep {
 			s.serve(set, false)
@@ -745,14 +780,61 @@ func (s *sink) follow(set quotaproto.LeaseSet) {
 	}
 	s.rep[set.Producer] = set
 	if !s.leading && !s.acting {
-		s.serve(set, false)
+		s.serveRep(set)
 	}
+}
+
+// serveRep serves a replicated set while following, unless the follower
+// stands in for its producer (hold) and the set is older than the one the
+// producer holds. Called with s.mu held.
+func (s *sink) serveRep(set quotaproto.LeaseSet) {
+	if held, ok := s.standing[set.Producer]; ok {
+		if set.Version < held {
+			return
+		}
+		delete(s.standing, set.Producer)
+	}
+	s.serve(set, false)
+}
+
+// hold, while following, serves producer the engine's set numbered above
+// version, the version of a set the producer holds, when the hub serves it
+// an older one (or none) and the engine has one: the producer got a set
+// from a leader that this replica has not read (a leader killed after
+// serving it and before its write landed, or one whose write is still on
+// its way). Until a replicated set at least as new as version is read, the
+// engine's sets are served for the producer, as a stand-in would (acting).
+// It reports whether it started standing in.
+func (s *sink) hold(producer string, version uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leading {
+		return false
+	}
+	if cur, _, ok := s.hub.Current(producer); ok && cur.Version >= version {
+		return false
+	}
+	own, ok := s.own[producer]
+	if !ok {
+		return false
+	}
+	if s.standing == nil {
+		s.standing = map[string]uint64{}
+	}
+	s.standing[producer] = version
+	a := s.acts[producer]
+	a = acted{own: true, src: own.Version, version: max(a.version, version, s.base) + 1}
+	s.acts[producer] = a
+	own.Version = a.version
+	s.hub.Publish(own)
+	return true
 }
 
 func (s *sink) unfollow(producer string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.rep, producer)
+	delete(s.standing, producer)
 	if !s.leading && !s.acting {
 		s.hub.Remove(producer)
 		delete(s.acts, producer)

@@ -1,0 +1,219 @@
+package replica
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lagbridge/lagbridge/internal/embedded"
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+)
+
+// serveHTTP serves the quota protocol of n as its daemon does (the
+// replicator is the quota server's engine); the server is closed with the
+// test, or by the returned func (a killed leader's connections end).
+func serveHTTP(t *testing.T, n *node) (string, func()) {
+	t.Helper()
+	mux := http.NewServeMux()
+	quotaserver.New(n.hub, n.rep, quotaserver.Auth{Mode: quotaserver.AuthNone}, prometheus.NewRegistry()).Register(mux)
+	srv := httptest.NewServer(mux)
+	var once sync.Once
+	end := func() { once.Do(func() { srv.CloseClientConnections(); srv.Close() }) }
+	t.Cleanup(end)
+	return srv.URL, end
+}
+
+// watchSet is GET /v1/leases/watch of producer p with ?version=held, as the
+// SDK's watcher asks.
+func watchSet(t *testing.T, base string, held uint64, wait time.Duration) quotaproto.LeaseSet {
+	t.Helper()
+	resp, err := http.Get(base + quotaproto.PathWatch + "?producer=p&version=" + strconv.FormatUint(held, 10) + "&timeout=" + wait.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var set quotaproto.LeaseSet
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&set) != nil {
+		t.Fatalf("watch: status %d", resp.StatusCode)
+	}
+	return set
+}
+
+// streamFirst is the first set of GET /v1/leases/stream of producer p with
+// Last-Event-ID: held, as the SDK's streamer asks.
+func streamFirst(t *testing.T, base string, held uint64) quotaproto.LeaseSet {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+quotaproto.PathStream+"?producer=p", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Last-Event-ID", strconv.FormatUint(held, 10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var set quotaproto.LeaseSet
+			if err := json.Unmarshal([]byte(data), &set); err != nil {
+				t.Fatal(err)
+			}
+			return set
+		}
+	}
+	t.Fatalf("stream: no set (%v)", sc.Err())
+	return quotaproto.LeaseSet{}
+}
+
+// TestFailoverNeverServedOlder: the leader serves a producer a set and is
+// killed before its write lands (the channel loses it: the moment no
+// broker plays on cue). The producer fails over to a follower, which has
+// not stood in (it never does here: Silence is 0), telling it the version
+// it holds, as the SDK does (a watch's ?version=, a stream's
+// Last-Event-ID): the follower serves it a set above that version, never
+// the older replicated one, and goes on doing so, through its takeover.
+func TestFailoverNeverServedOlder(t *testing.T) {
+	for _, how := range []string{"watch", "stream"} {
+		t.Run(how, func(t *testing.T) {
+			js := embedded.JetStreamTest(t)
+			bucket := NATSBucket("held" + how)
+			lch := &unread{Channel: NewNATS(js, bucket)}
+			lead, f := newNode(t, lch, true), newNode(t, NewNATS(js, bucket), false)
+			leadURL, kill := serveHTTP(t, lead)
+			fURL, _ := serveHTTP(t, f)
+			if _, err := f.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+				t.Fatal(err)
+			}
+			served := func(n *node) uint64 {
+				set, _, _ := n.hub.Current("p")
+				return set.Version
+			}
+			waitFor(t, "the follower serves the leader's set", func() bool { return served(lead) > 1 && served(f) == served(lead) })
+			written := served(lead)
+			lch.lost.Store(true)
+			lead.eng.Renumber(written)
+			held := watchSet(t, leadURL, written, 5*time.Second).Version // the producer's push
+			if held <= written {
+				t.Fatalf("the leader pushed version %d, want above %d", held, written)
+			}
+			time.Sleep(50 * time.Millisecond) // its write, lost
+			lead.stop()
+			kill()
+			if v := served(f); v >= held {
+				t.Fatalf("the follower serves version %d: the lost write landed (held %d)", v, held)
+			}
+			var got quotaproto.LeaseSet
+			if how == "watch" {
+				got = watchSet(t, fURL, held, time.Second)
+			} else {
+				got = streamFirst(t, fURL, held)
+			}
+			if got.Version <= held {
+				t.Fatalf("after the failover the follower answered version %d, below the %d the producer holds", got.Version, held)
+			}
+			if len(got.Leases) != 1 || got.Leases[0].Topic != "orders" {
+				t.Errorf("the follower's set: %+v, want the orders lease", got)
+			}
+			if v := served(f); v != got.Version {
+				t.Errorf("the follower serves version %d after answering %d", v, got.Version)
+			}
+			// A producer that holds what the follower serves changes
+			// nothing.
+			f.rep.Held("p", got.Version)
+			if v := served(f); v != got.Version {
+				t.Errorf("the follower serves version %d after a producer held its own %d", v, got.Version)
+			}
+			before := served(f)
+			f.el.lead.Store(true)
+			waitFor(t, "the follower leads", f.rep.sink.isLeading)
+			if v := served(f); v < before {
+				t.Errorf("the new leader serves version %d after %d", v, before)
+			}
+		})
+	}
+}
+
+// late is a channel whose set writes wait, once held is set, until
+// released: a leader's write still on its way when its producer fails
+// over.
+type late struct {
+	Channel
+	mu      sync.Mutex
+	held    bool
+	pending [][2]string
+}
+
+func (c *late) Put(ctx context.Context, k string, v []byte) error {
+	if kind, _, err := quotaproto.ParseKVKey(k); err == nil && kind == kindSet {
+		c.mu.Lock()
+		if c.held {
+			c.pending = append(c.pending, [2]string{k, string(v)})
+			c.mu.Unlock()
+			return nil
+		}
+		c.mu.Unlock()
+	}
+	return c.Channel.Put(ctx, k, v)
+}
+
+func (c *late) release(t *testing.T) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.held = false
+	for _, kv := range c.pending {
+		if err := c.Channel.Put(context.Background(), kv[0], []byte(kv[1])); err != nil {
+			t.Error(err)
+		}
+	}
+	c.pending = nil
+}
+
+// TestHeldSetReadLater: the leader lives, but its write of the set a
+// producer holds has not reached the follower the producer moved to. The
+// follower serves its own set above the held one; once it reads the
+// leader's set it serves that (numbered above its own), and the leader's
+// next set as the leader numbers it: the two agree again.
+func TestHeldSetReadLater(t *testing.T) {
+	js := embedded.JetStreamTest(t)
+	lch := &late{Channel: NewNATS(js, NATSBucket("late"))}
+	lead, f := newNode(t, lch, true), newNode(t, NewNATS(js, NATSBucket("late")), false)
+	if _, err := f.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+		t.Fatal(err)
+	}
+	served := func(n *node) uint64 {
+		set, _, _ := n.hub.Current("p")
+		return set.Version
+	}
+	waitFor(t, "the follower serves the leader's set", func() bool { return served(lead) > 1 && served(f) == served(lead) })
+	lch.mu.Lock()
+	lch.held = true
+	lch.mu.Unlock()
+	lead.eng.Renumber(served(lead))
+	held := served(lead)
+	f.rep.Held("p", held)
+	own := served(f)
+	if own <= held {
+		t.Fatalf("the follower serves version %d to a producer holding %d", own, held)
+	}
+	lch.release(t)
+	waitFor(t, "the follower serves the leader's set above its own", func() bool { return served(f) > own })
+	if v := served(f); v != own+1 {
+		t.Errorf("the follower serves version %d after its own %d, want %d", v, own, own+1)
+	}
+	lead.eng.Renumber(served(f))
+	waitFor(t, "the follower serves the leader's next set as numbered", func() bool { return served(f) == served(lead) })
+}
