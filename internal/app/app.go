@@ -251,7 +251,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		standIn(quotaGates, leaseEl, a.rep.ClientQuotaStandIn, log.With("component", "ha"))
 		a.rep.Register(a.Registry)
 		hub = a.rep.Sink()
-		pubs = append(pubs, a.rep)
+		// First: the leader serves a new set once its write here
+		// landed (replica.Replicator.Publish), not after the client
+		// quotas' round trips too.
+		pubs = append([]publish.Publisher{a.rep}, pubs...)
 	}
 	a.History = history.NewStore(cfg.History, cfg.Interval, time.Now())
 	a.History.Register(a.Registry)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,9 +80,10 @@ func streamFirst(t *testing.T, base string, held uint64) quotaproto.LeaseSet {
 	return quotaproto.LeaseSet{}
 }
 
-// TestFailoverNeverServedOlder: the leader serves a producer a set and is
-// killed before its write lands (the channel loses it: the moment no
-// broker plays on cue). The producer fails over to a follower, which has
+// TestFailoverNeverServedOlder: the leader's write of a set fails (the
+// channel loses it: the moment no broker plays on cue); it serves the set
+// to its producer all the same and is killed. The producer fails over to
+// a follower, which has
 // not stood in (it never does here: Silence is 0), telling it the version
 // it holds, as the SDK does (a watch's ?version=, a stream's
 // Last-Event-ID): the follower serves it a set above that version, never
@@ -202,7 +204,9 @@ func TestHeldSetReadLater(t *testing.T) {
 	lch.mu.Lock()
 	lch.held = true
 	lch.mu.Unlock()
-	lead.eng.Renumber(served(lead))
+	before := served(lead)
+	lead.eng.Renumber(before)
+	waitFor(t, "the leader serves its next set", func() bool { return served(lead) > before })
 	held := served(lead)
 	f.rep.Held("p", held)
 	own := served(f)
@@ -216,4 +220,77 @@ func TestHeldSetReadLater(t *testing.T) {
 	}
 	lead.eng.Renumber(served(f))
 	waitFor(t, "the follower serves the leader's next set as numbered", func() bool { return served(f) == served(lead) })
+}
+
+// stalled is a channel whose set writes, once on is set, wait until
+// released or their context ends: a leader's write on its way (a Kafka
+// transaction, a KV put) when the leader is killed.
+type stalled struct {
+	Channel
+	on      atomic.Bool
+	release chan struct{}
+}
+
+func (c *stalled) Put(ctx context.Context, k string, v []byte) error {
+	if kind, _, err := quotaproto.ParseKVKey(k); err == nil && kind == kindSet && c.on.Load() {
+		select {
+		case <-c.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return c.Channel.Put(ctx, k, v)
+}
+
+// TestLeaderServesOnceWritten: the leader serves a new version of a
+// producer's set only once its write landed: while the write is on its
+// way the producer's watch gets nothing new, and a leader killed then
+// leaves the followers serving the set its producers hold. A new
+// producer's first set is served at once (no other set of it exists).
+func TestLeaderServesOnceWritten(t *testing.T) {
+	js := embedded.JetStreamTest(t)
+	lch := &stalled{Channel: NewNATS(js, NATSBucket("stalled")), release: make(chan struct{})}
+	lead, f := newNode(t, lch, true), newNode(t, NewNATS(js, NATSBucket("stalled")), false)
+	leadURL, kill := serveHTTP(t, lead)
+	if _, err := f.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+		t.Fatal(err)
+	}
+	served := func(n *node) uint64 {
+		set, _, _ := n.hub.Current("p")
+		return set.Version
+	}
+	waitFor(t, "the follower serves the leader's set", func() bool { return served(lead) > 1 && served(f) == served(lead) })
+
+	lch.on.Store(true)
+	written := served(lead)
+	lead.eng.Renumber(written)
+	if got := watchSet(t, leadURL, written, 300*time.Millisecond).Version; got != written {
+		t.Fatalf("the leader pushed version %d before its write landed (written %d)", got, written)
+	}
+	close(lch.release) // it lands
+	waitFor(t, "the leader serves its set once written", func() bool { return served(lead) > written })
+	waitFor(t, "the follower reads it", func() bool { return served(f) == served(lead) })
+
+	lch.release = make(chan struct{})
+	written = served(lead)
+	lead.eng.Renumber(written)
+	time.Sleep(200 * time.Millisecond)
+	if v := served(lead); v != written {
+		t.Fatalf("the leader serves version %d, its write of it on its way (written %d)", v, written)
+	}
+	lead.stop()
+	kill()
+	if v := served(f); v != written {
+		t.Errorf("the follower serves version %d after the kill, want the last written and served %d", v, written)
+	}
+
+	// A new producer's first set is served by the leader at once.
+	n := newNode(t, NewNATS(js, NATSBucket("stalled2")), true)
+	set, err := n.rep.Report(quotaproto.Report{Producer: "q", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur, _, ok := n.hub.Current("q"); !ok || cur.Version != set.Version {
+		t.Errorf("a new producer's first set: served %+v, answered %d", cur, set.Version)
+	}
 }

@@ -434,11 +434,14 @@ func (r *Replicator) Report(rep quotaproto.Report) (quotaproto.LeaseSet, error) 
 	case r.kick <- struct{}{}:
 	default:
 	}
+	if cur, _, ok := r.cfg.Hub.Current(rep.Producer); ok {
+		// A leader answers with the set its hub serves (the engine's
+		// may not have landed yet; sink.Publish), a follower with the
+		// leader's.
+		return cur, nil
+	}
 	if r.sink.isLeading() {
 		return set, nil
-	}
-	if cur, _, ok := r.cfg.Hub.Current(rep.Producer); ok {
-		return cur, nil
 	}
 	set.Version = 1
 	r.sink.follow(set)
@@ -567,7 +570,11 @@ func (r *Replicator) deleteGone(ctx context.Context, gone []string) []error {
 }
 
 // putSets writes the sets (all at once where the channel can) and notes
-// those written; it returns their errors, and the first ErrFenced.
+// those written; it returns their errors, and the first ErrFenced. The
+// hub serves each set once its write landed (sink.landed), or failed but
+// for a fence: the producers of a leader whose channel fails still get its
+// sets (and a follower serves a producer that holds one of them above it:
+// Held).
 func (r *Replicator) putSets(ctx context.Context, sets []quotaproto.LeaseSet, now time.Time) ([]error, error) {
 	es := make([]entry, len(sets))
 	for i, set := range sets {
@@ -578,19 +585,23 @@ func (r *Replicator) putSets(ctx context.Context, sets []quotaproto.LeaseSet, no
 			if errors.Is(err, leader.ErrFenced) {
 				return []error{err}, err
 			}
+			r.sink.landed(sets)
 			return []error{err}, nil
 		}
 		for _, set := range sets {
 			r.written[set.Producer] = writtenSet{version: set.Version, at: now}
 		}
+		r.sink.landed(sets)
 		return nil, nil
 	}
 	var errs []error
 	for i, set := range sets {
-		if err := r.cfg.Channel.Put(ctx, es[i].key, es[i].value); err != nil {
-			if errors.Is(err, leader.ErrFenced) {
-				return append(errs, err), err
-			}
+		err := r.cfg.Channel.Put(ctx, es[i].key, es[i].value)
+		if errors.Is(err, leader.ErrFenced) {
+			return append(errs, err), err
+		}
+		r.sink.landed(sets[i : i+1])
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -646,6 +657,12 @@ func (s *sink) Publish(set quotaproto.LeaseSet) bool {
 	s.own[set.Producer] = set
 	switch {
 	case s.leading:
+		// A new version for a producer the hub serves waits until its
+		// write landed (landed): a leader killed before it did would
+		// leave its producers on a set no replica read.
+		if cur, _, ok := s.hub.Current(set.Producer); ok && cur.Version != set.Version {
+			return false
+		}
 		return s.hub.Publish(set)
 	case s.acting:
 		return s.serve(set, true)
@@ -762,8 +779,34 @@ func (s *sink) lead(on bool) {
 		}
 	}
 	for _, set := range s.own {
-		// One below what the hub serves waits for the renumbering
-		// that follows (Replicator.checkRole): never a version back.
+		// A producer the hub serves keeps that set until the
+		// renumbered one that follows (Replicator.checkRole) landed.
+		if _, _, ok := s.hub.Current(set.Producer); ok {
+			continue
+		}
+		s.hub.Publish(set)
+	}
+}
+
+// landed serves, while leading, the sets written to the channel (or whose
+// write failed but for a fence: Replicator.Publish): each producer's
+// engine set if it is still at the version written, else the written one
+// when above the version the hub serves (a newer one waits for its own
+// write).
+func (s *sink) landed(sets []quotaproto.LeaseSet) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.leading {
+		return
+	}
+	for _, set := range sets {
+		own, ok := s.own[set.Producer]
+		if !ok {
+			continue // gone meanwhile
+		}
+		if own.Version == set.Version {
+			set = own
+		}
 		if cur, _, ok := s.hub.Current(set.Producer); ok && cur.Version > set.Version {
 			continue
 		}

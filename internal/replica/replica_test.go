@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,8 +24,9 @@ import (
 )
 
 // TestSink: a follower's hub serves the replicated sets, never the
-// engine's; on leading it serves the engine's sets, all at once and only
-// them; a follower again serves replicated sets as they come.
+// engine's; on leading it serves only the engine's producers, each a new
+// version once its write landed (a new producer's at once); a follower
+// again serves replicated sets as they come.
 func TestSink(t *testing.T) {
 	hub := quotaserver.NewHub()
 	s := &sink{hub: hub, own: map[string]quotaproto.LeaseSet{}}
@@ -44,10 +46,24 @@ func TestSink(t *testing.T) {
 		{"engine set while following is not served", func() { s.Publish(set("a", 5)) }, map[string]uint64{"a": 0}},
 		{"replicated sets are served", func() { s.follow(set("a", 7)); s.follow(set("x", 8)) }, map[string]uint64{"a": 7, "x": 8}},
 		{"replicated removal", func() { s.unfollow("x") }, map[string]uint64{"a": 7, "x": 0}},
-		{"leading serves the engine's sets", func() { s.follow(set("y", 9)); s.Publish(set("a", 10)); s.lead(true) }, map[string]uint64{"a": 10, "y": 0}},
+		{"leading keeps a served set until the engine's landed, and only the engine's producers", func() {
+			s.follow(set("y", 9))
+			s.Publish(set("a", 10))
+			s.lead(true)
+		}, map[string]uint64{"a": 7, "y": 0}},
+		{"leading serves the engine's set once written", func() { s.landed([]quotaproto.LeaseSet{set("a", 10)}) }, map[string]uint64{"a": 10}},
 		{"replicated sets are ignored while leading", func() { s.follow(set("a", 3)) }, map[string]uint64{"a": 10}},
-		{"engine changes are served while leading", func() { s.Publish(set("b", 11)); s.Remove("a") }, map[string]uint64{"a": 0, "b": 11}},
-		{"following again", func() { s.lead(false); s.follow(set("b", 12)); s.Publish(set("b", 13)) }, map[string]uint64{"b": 12}},
+		{"a new producer's set is served at once while leading", func() { s.Publish(set("b", 11)); s.Remove("a") }, map[string]uint64{"a": 0, "b": 11}},
+		{"a new version waits for its write", func() { s.Publish(set("b", 12)) }, map[string]uint64{"b": 11}},
+		{"a newer one meanwhile: the written one is served", func() {
+			s.Publish(set("b", 13))
+			s.landed([]quotaproto.LeaseSet{set("b", 12)})
+		}, map[string]uint64{"b": 12}},
+		{"an older write landing late is not", func() {
+			s.landed([]quotaproto.LeaseSet{set("b", 13)})
+			s.landed([]quotaproto.LeaseSet{set("b", 12)})
+		}, map[string]uint64{"b": 13}},
+		{"following again", func() { s.lead(false); s.follow(set("b", 14)); s.Publish(set("b", 15)) }, map[string]uint64{"b": 14}},
 		{"a set replicated while leading is served once following", func() {
 			s.lead(true)
 			s.follow(set("c", 20))
@@ -257,7 +273,11 @@ func TestSinkActing(t *testing.T) {
 		{"a leader writes again: its set above what acting served", func() { s.act(false, 0) }, map[string]uint64{"a": 125, "b": 121}},
 		{"its rewrite keeps that version", func() { s.follow(set("a", 100)) }, map[string]uint64{"a": 125}},
 		{"its new set, above, is served as it is", func() { s.follow(set("a", 5000)); s.follow(set("b", 5001)) }, map[string]uint64{"a": 5000, "b": 5001}},
-		{"leading serves the engine's sets", func() { s.Publish(set("a", 6000)); s.lead(true) }, map[string]uint64{"a": 6000}},
+		{"leading serves the engine's sets once written", func() {
+			s.Publish(set("a", 6000))
+			s.lead(true)
+			s.landed([]quotaproto.LeaseSet{set("a", 6000)})
+		}, map[string]uint64{"a": 6000}},
 		{"a leader does not act", func() {
 			if s.act(true, 1) {
 				t.Error("act changed the sink of a leader")
@@ -345,10 +365,10 @@ func TestFollowerServesOwnWhileLeaderSilent(t *testing.T) {
 	}
 }
 
-// unread is a channel whose set writes, once lost is set, never reach the
-// readers: the leader was killed between serving a set and writing it (or,
-// on Kafka, before the write's transaction committed). The moment is what
-// no broker plays on cue.
+// unread is a channel whose set writes, once lost is set, fail and never
+// reach the readers: the leader serves its sets all the same (its
+// producers are not left without them while its channel fails), and is
+// killed before a write lands. The moment is what no broker plays on cue.
 type unread struct {
 	Channel
 	lost atomic.Bool
@@ -356,7 +376,7 @@ type unread struct {
 
 func (c *unread) Put(ctx context.Context, k string, v []byte) error {
 	if kind, _, err := quotaproto.ParseKVKey(k); err == nil && kind == kindSet && c.lost.Load() {
-		return nil
+		return errors.New("the set's write timed out")
 	}
 	return c.Channel.Put(ctx, k, v)
 }
