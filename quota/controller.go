@@ -667,8 +667,10 @@ type reading struct {
 	// backlog.
 	keepsUp bool
 	// spare: the producers are refused (binding) while the consumer
-	// keeps up at well below the rate it showed before (the ceiling):
-	// it has capacity to spare, whatever standing lag it shows.
+	// keeps up at well below the rate it showed before (the ceiling),
+	// or, limited, it keeps up and is caught up at every commit (see
+	// caughtAtCommits): it has capacity to spare, whatever standing lag
+	// it shows.
 	spare    bool
 	engaged  bool    // W > E and no spare capacity: the consumer is saturated
 	stepDown bool    // capacity fell during the interval: pause
@@ -705,8 +707,10 @@ type reading struct {
 	// consumption).
 	lower bool
 	// noQueue: measured, and the head at the commit shows no queue
-	// beyond the standing wait (see noQueueAtCommit).
-	noQueue bool
+	// beyond the standing wait (see noQueueAtCommit); caught: measured,
+	// and every commit shows the consumer caught up (see
+	// caughtAtCommits).
+	noQueue, caught bool
 	// blind: the position is an estimate between the commits of a
 	// consumer that was caught up at its last commit (see
 	// caughtUpAtCommit).
@@ -768,7 +772,8 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 		v.headAge = max(othersHead(st, v.avoid)-v.since, 0)
 	}
 	v.capacity = tc.capacity
-	v.noQueue = v.measured && noQueueAtCommit(tc, st, v)
+	v.caught = v.measured && caughtAtCommits(st, v)
+	v.noQueue = v.measured && (noQueueAtCommit(tc, st, v) || v.caught)
 	if v.measured {
 		c.estimateCapacity(tc, st, p, v)
 	}
@@ -813,6 +818,48 @@ func (c *Controller) keepsUpAtCommits(tc *control, v *reading) bool {
 		return false
 	}
 	return v.wait <= v.engageWait/2 || (tc.floor >= v.dt/2 && v.prevProduced > 0 && v.consumed >= keepUpRatio*v.prevProduced)
+}
+
+// caughtAtCommits reports whether st reads the commits of a consumer (a
+// learned cadence, every partition with lag read at its commit) that was
+// caught up at each of them: on every partition not avoided that has lag,
+// the record at the committed position had waited at most E when the
+// commit was made, however the commit is dated (lag/ dates it half an
+// interval before the reading that saw it; it may have been made up to
+// half an interval later), and the head is at most a commit interval, an
+// observation interval and E/2 old (a partition that stopped on a record
+// written after its last commit ages past that). Its lag is then what was
+// written since its commits, not work waiting: the standing wait its commit
+// cadence creates, which no quota removes, and the consume rate read is the
+// commits' timing, not the capacity. Read as a queue, such readings limited
+// a consumer of 12,000 msg/s at the 60 msg/s of its first reading and held
+// it there (lagbridge bench --hot-partition at 250 ms, kfake;
+// TestControllerCaughtAtCommitsReleases, TestSimCaughtUpNotHeld). A
+// consumer held at its setpoint shows a record that waited about the
+// setpoint (more than E) at each commit. When half an observation interval
+// is the engage wait or more (at 1 s, E is 0.4 s), the dating cannot tell
+// a queue of E from none: false (at 1 s, TestUnlistedFloodDoesNotStarveListed
+// of internal/engine saw a slowdown one interval late).
+func caughtAtCommits(st *lag.State, v *reading) bool {
+	if !fromCommits(st) || !v.learned || v.cadence <= 0 || v.dt/2 >= v.engageWait {
+		return false
+	}
+	any := false
+	for i := range st.Partitions {
+		ps := &st.Partitions[i]
+		if ps.Lag <= 0 || slices.Contains(v.avoid, ps.Partition) {
+			continue
+		}
+		if !ps.HeadKnown || ps.LastCommit.IsZero() || ps.Stale || !(ps.Source == "" || ps.Source == lag.SourceCommits) {
+			return false
+		}
+		head, since := ps.HeadAge.Seconds(), st.At.Sub(ps.LastCommit).Seconds()
+		if head-since+v.dt/2 > v.engageWait || head > partCadence(ps, v)+v.dt+v.engageWait/2 {
+			return false
+		}
+		any = true
+	}
+	return any
 }
 
 // behindWait is the standing wait of a consumer whose commits run most of
@@ -897,7 +944,9 @@ func (c *Controller) judge(tc *control, v *reading) {
 	// before (one of them may hold no commit).
 	kept := v.keepsUp || v.keptTwo
 	v.keepsUp = v.keepsUp || (v.measured && (v.backlog <= 0 || c.keepsUpAtCommits(tc, v)))
-	v.spare = v.binding && v.keepsUp && v.consumed < (1-c.cfg.StepThreshold)*tc.ceiling && v.backlog <= v.engageWait*tc.ceiling
+	// Limited, and caught up at every commit: the standing wait of its
+	// cadence is no queue, whether or not the producers use the rate.
+	v.spare = v.keepsUp && (v.caught && tc.limited || v.binding && v.consumed < (1-c.cfg.StepThreshold)*tc.ceiling && v.backlog <= v.engageWait*tc.ceiling)
 	// Whether work is queued: the wait, less the standing wait the
 	// target shows while healthy (tc.floor: what consumed-but-uncommitted
 	// work and messages in flight look like), which no quota can remove.
