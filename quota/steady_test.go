@@ -66,8 +66,9 @@ func runSteady(tb testing.TB, interval time.Duration, seed uint64, from, end flo
 // TestSimSteadyOverload: once the drop at 6 s has been seen and its
 // first backlog drained (from 25 s on), the controller holds a steady
 // overload of a consumer that commits every 5 s, over seeds 1-10 (the
-// producers' jitter): mean goodput >= 95% of the capacity at 250 ms and
-// >= 80% at 1 s, mean dead work <= 5% and <= 20%.
+// producers' jitter and the commit timer's drift): observed every 250 ms,
+// every run at >= 90% goodput (mean >= 95%, dead work <= 5%); observed
+// every second, mean goodput >= 80% and dead work <= 20%.
 //
 // Before the probe cap after an overshoot (see blindStep), the means were
 // 92.4% and 73.8% goodput, 7.6% and 25.5% dead work: in some runs a
@@ -75,19 +76,23 @@ func runSteady(tb testing.TB, interval time.Duration, seed uint64, from, end flo
 // estimate clamped at the end offset read lag 0, and the controller
 // probed x1.5 a reading for a whole commit interval, then drained (250 ms
 // seed 10: 66.9%, 21 decisions over twice the capacity; 1 s seed 8:
-// 52.1%). Now 95.6% and 81.4%, 4.4% and 17.6%. Not met yet, and not
-// asserted: every run at >= 95% (250 ms seed 2 does 66.8%, 1 s seed 7
-// 53.7%) and no step-down (28 and 12 over the ten runs, from single
-// readings of the estimate): the rest of the trial of 2026-12-01
-// (docs/results.md) held those but cost the restore cells of
-// TestSimDefaultAutoCommit and TestSimNoCommitYet.
+// 52.1%). With the cap, 95.6% and 81.4%, but a drain lifted it, and the
+// next commit that read caught up started the same probes over (250 ms
+// seed 2: 66.8%). Where a commit tells a consumer at its setpoint from
+// one caught up (datesSetpoint: at 250 ms, not at 1 s), the cap now holds
+// through a drain: 250 ms 99.1% (every run >= 96.3%), dead work 0.9%. At
+// 1 s it cannot (a commit at the setpoint reads caught up one time in
+// five, and a restored consumer's first commit reads the same as one at
+// its setpoint), and holding the cap there cost TestSimDefaultAutoCommit
+// and TestSimCommitCadence restores; not asserted per run: 1 s seed 7
+// does 53.7%.
 func TestSimSteadyOverload(t *testing.T) {
 	for _, tc := range []struct {
-		interval      time.Duration
-		goodput, dead float64
+		interval            time.Duration
+		goodput, dead, each float64
 	}{
-		{250 * time.Millisecond, 0.95, 0.05},
-		{time.Second, 0.80, 0.20},
+		{250 * time.Millisecond, 0.95, 0.05, 0.90},
+		{time.Second, 0.80, 0.20, 0},
 	} {
 		t.Run(tc.interval.String(), func(t *testing.T) {
 			const seeds = 10
@@ -97,6 +102,9 @@ func TestSimSteadyOverload(t *testing.T) {
 				t.Logf("seed %d, from 25 s to 50 s: %v", seed, f)
 				good += f.goodput() / seeds
 				dead += f.deadShare() / seeds
+				if f.goodput() < tc.each {
+					t.Errorf("seed %d: goodput %.1f%%, want >= %.0f%%", seed, 100*f.goodput(), 100*tc.each)
+				}
 			}
 			t.Logf("mean goodput %.1f%%, dead work %.1f%%", 100*good, 100*dead)
 			if good < tc.goodput || dead > tc.dead {
