@@ -1421,7 +1421,7 @@ func (c *Controller) atCommit(tc *control, st *lag.State, v *reading, newest tim
 	// caught up all the same.
 	again := (tc.caughtUp && caught || !tc.behindAt && !behind) && kept >= bindRatio*tc.capCap
 	step := c.blindStep(v, st.CommitInterval.Seconds())
-	dated, base, rate := datesSetpoint(v), kept, spanRate(tc, st, newest)
+	dated, base, rate := datesSetpoint(tc, v), kept, spanRate(tc, st, newest)
 	if dated {
 		// Where a commit tells a consumer at its setpoint from one
 		// caught up, the probe cap holds through a drain (a restore
@@ -1456,8 +1456,12 @@ func (c *Controller) atCommit(tc *control, st *lag.State, v *reading, newest tim
 // commit is dated, and that is past the E/2 a caught-up commit reads at
 // most when W* > (Δ + E)/2 (at a 250 ms interval, W* = Δ; not at 1 s,
 // where W* = Δ/2 and a commit at the setpoint reads caught up one time in
-// five). Where it cannot, only a probe tells the two apart.
-func datesSetpoint(v *reading) bool { return v.setWait > (v.dt+v.engageWait)/2 }
+// five). Where it cannot, only a probe tells the two apart. Δ is the
+// smoothed interval (the one W* comes from): one late reading does not
+// change the answer.
+func datesSetpoint(tc *control, v *reading) bool {
+	return v.setWait > (tc.interval+v.engageWait)/2
+}
 
 // spanRate is what the consumer consumed from its previous commit
 // (tc.spanAt, tc.spanPos, which commitSpan moves on after this) to the
