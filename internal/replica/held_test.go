@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -14,7 +15,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/lagbridge/lagbridge/integration/kafkatest"
 	"github.com/lagbridge/lagbridge/internal/embedded"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
@@ -292,5 +295,61 @@ func TestLeaderServesOnceWritten(t *testing.T) {
 	}
 	if cur, _, ok := n.hub.Current("q"); !ok || cur.Version != set.Version {
 		t.Errorf("a new producer's first set: served %+v, answered %d", cur, set.Version)
+	}
+}
+
+// TestLeaderServesOnceWrittenKafka: TestLeaderServesOnceWritten's kill on
+// a Kafka lease topic (kfake and the real broker): the leader's
+// transaction of a new set is held before its commit, the leader serves
+// the set it had, and once killed its follower serves that one too.
+func TestLeaderServesOnceWrittenKafka(t *testing.T) {
+	for name, seeds := range kafkatest.Clusters() {
+		t.Run(name, func(t *testing.T) {
+			opts := []kgo.Opt{kgo.SeedBrokers(seeds(t)...)}
+			topic := fmt.Sprintf("lagbridge-held-%d.leases", time.Now().UnixNano())
+			t.Cleanup(func() { deleteTopic(opts, topic) })
+			ch := NewKafka(opts, topic).(*kafkaChannel)
+			var hold atomic.Bool
+			release := make(chan struct{})
+			ch.beforeCommit = func(recs []*kgo.Record) {
+				if hold.Load() && strings.HasPrefix(string(recs[0].Key), kindSet+".") {
+					<-release
+				}
+			}
+			t.Cleanup(ch.Close)
+			lead := newNode(t, leaderWrites{ch}, true)
+			plain := NewKafka(opts, topic)
+			t.Cleanup(plain.Close)
+			f := newNode(t, plain, false)
+			if _, err := lead.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+				t.Fatal(err)
+			}
+			served := func(n *node) uint64 {
+				set, _, _ := n.hub.Current("p")
+				return set.Version
+			}
+			waitFor(t, "the follower serves the leader's set", func() bool { return served(lead) > 1 && served(f) == served(lead) })
+			hold.Store(true)
+			written := served(lead)
+			lead.eng.Renumber(written)
+			time.Sleep(300 * time.Millisecond)
+			if v := served(lead); v != written {
+				t.Errorf("the leader serves version %d, its transaction of it not committed (written %d)", v, written)
+			}
+			// Killed: its context ends, then the held commit goes
+			// on and finds it ended (no commit).
+			stopped := make(chan struct{})
+			go func() { lead.stop(); close(stopped) }()
+			time.Sleep(100 * time.Millisecond)
+			close(release)
+			<-stopped
+			if v := served(lead); v != written {
+				t.Errorf("the stopped leader serves version %d, its write not committed (written %d)", v, written)
+			}
+			time.Sleep(300 * time.Millisecond) // a commit would be read by now
+			if v := served(f); v != written {
+				t.Errorf("the follower serves version %d after the kill, want the last written and served %d", v, written)
+			}
+		})
 	}
 }

@@ -572,9 +572,9 @@ func (r *Replicator) deleteGone(ctx context.Context, gone []string) []error {
 // putSets writes the sets (all at once where the channel can) and notes
 // those written; it returns their errors, and the first ErrFenced. The
 // hub serves each set once its write landed (sink.landed), or failed but
-// for a fence: the producers of a leader whose channel fails still get its
-// sets (and a follower serves a producer that holds one of them above it:
-// Held).
+// for a fence or the end of ctx (the lease, the daemon): the producers of a
+// leader whose channel fails still get its sets (and a follower serves a
+// producer that holds one of them above it: Held).
 func (r *Replicator) putSets(ctx context.Context, sets []quotaproto.LeaseSet, now time.Time) ([]error, error) {
 	es := make([]entry, len(sets))
 	for i, set := range sets {
@@ -585,7 +585,9 @@ func (r *Replicator) putSets(ctx context.Context, sets []quotaproto.LeaseSet, no
 			if errors.Is(err, leader.ErrFenced) {
 				return []error{err}, err
 			}
-			r.sink.landed(sets)
+			if ctx.Err() == nil {
+				r.sink.landed(sets)
+			}
 			return []error{err}, nil
 		}
 		for _, set := range sets {
@@ -600,7 +602,9 @@ func (r *Replicator) putSets(ctx context.Context, sets []quotaproto.LeaseSet, no
 		if errors.Is(err, leader.ErrFenced) {
 			return append(errs, err), err
 		}
-		r.sink.landed(sets[i : i+1])
+		if err == nil || ctx.Err() == nil {
+			r.sink.landed(sets[i : i+1])
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
