@@ -1455,8 +1455,8 @@ func (c *Controller) atCommit(tc *control, st *lag.State, v *reading, newest tim
 // least the setpoint wait W* old, which reads at least W* - Δ/2 once the
 // commit is dated, and that is past the E/2 a caught-up commit reads at
 // most when W* > (Δ + E)/2 (at a 250 ms interval, W* = Δ; not at 1 s,
-// where W* = Δ/2 and a commit at the setpoint reads caught up one time in
-// five). Where it cannot, only a probe tells the two apart. Δ is the
+// where W* = Δ/2 and a commit at the setpoint made in the last 0.2 s
+// before the reading reads caught up). Where it cannot, only a probe tells the two apart. Δ is the
 // smoothed interval (the one W* comes from): one late reading does not
 // change the answer.
 func datesSetpoint(tc *control, v *reading) bool {

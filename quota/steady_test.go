@@ -81,9 +81,9 @@ func runSteady(tb testing.TB, interval time.Duration, seed uint64, from, end flo
 // seed 2: 66.8%). Where a commit tells a consumer at its setpoint from
 // one caught up (datesSetpoint: at 250 ms, not at 1 s), the cap now holds
 // through a drain: 250 ms 99.1% (every run >= 96.3%), dead work 0.9%. At
-// 1 s it cannot (a commit at the setpoint reads caught up one time in
-// five, and a restored consumer's first commit reads the same as one at
-// its setpoint), and holding the cap there cost TestSimDefaultAutoCommit
+// 1 s it cannot (a commit at the setpoint made in the last 0.2 s before
+// the reading reads caught up, and a restored consumer's first commit
+// reads the same as one at its setpoint), and holding the cap there cost TestSimDefaultAutoCommit
 // and TestSimCommitCadence restores; not asserted per run: 1 s seed 7
 // does 53.7%.
 func TestSimSteadyOverload(t *testing.T) {
