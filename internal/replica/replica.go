@@ -793,10 +793,10 @@ func (s *sink) lead(on bool) {
 }
 
 // landed serves, while leading, the sets written to the channel (or whose
-// write failed but for a fence: Replicator.Publish): each producer's
-// engine set if it is still at the version written, else the written one
-// when above the version the hub serves (a newer one waits for its own
-// write).
+// write failed but for a fence or the end of its context: putSets): each
+// producer's engine set if it is still at the version written, else the
+// written one when above the version the hub serves (a newer one waits
+// for its own write).
 func (s *sink) landed(sets []quotaproto.LeaseSet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -808,10 +808,14 @@ func (s *sink) landed(sets []quotaproto.LeaseSet) {
 		if !ok {
 			continue // gone meanwhile
 		}
-		if own.Version == set.Version {
-			set = own
+		cur, _, served := s.hub.Current(set.Producer)
+		switch {
+		case own.Version == set.Version:
+			set = own // its newest expiries
+		case served && cur.Version >= set.Version:
+			continue
 		}
-		if cur, _, ok := s.hub.Current(set.Producer); ok && cur.Version > set.Version {
+		if served && cur.Version > set.Version {
 			continue
 		}
 		s.hub.Publish(set)
