@@ -163,6 +163,22 @@ type overloadRun struct {
 	// perSecond counts, by second of the run, the messages consumed
 	// within the deadline and past it (the trace, LAGBRIDGE_HA_TRACE).
 	perSecond [int(overloadEnd/time.Second) + 1][2]atomic.Int64
+	// throttled sums, by second of the run, the throttle times (ms) the
+	// brokers asked of the Kafka producers' clients (client quotas).
+	throttled [int(overloadEnd/time.Second) + 1]atomic.Int64
+	startNano atomic.Int64 // start, for the hook
+}
+
+// OnBrokerThrottle implements kgo.HookBrokerThrottle: the trace's
+// throttle times.
+func (r *overloadRun) OnBrokerThrottle(_ kgo.BrokerMetadata, d time.Duration, _ bool) {
+	start := r.startNano.Load()
+	if start == 0 {
+		return
+	}
+	if sec := int(time.Since(time.Unix(0, start)) / time.Second); sec >= 0 && sec < len(r.throttled) {
+		r.throttled[sec].Add(d.Milliseconds())
+	}
 }
 
 // unlimitedOrStop is the share of quota samples in [overloadKill,
@@ -310,7 +326,7 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 			}
 		}
 		if b.kafka != "" {
-			cl := client(t, b.kafka, producerclient.KafkaClientOpts(nil)...)
+			cl := client(t, b.kafka, append(producerclient.KafkaClientOpts(nil), kgo.WithHooks(run))...)
 			p, err := producerclient.NewKafka(cl, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -342,6 +358,7 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 	})
 
 	run.start = pair.meet("start") // one scenario clock for both deployments
+	run.startNano.Store(run.start.UnixNano())
 	since := func() time.Duration { return time.Since(run.start) }
 	for _, p := range prods {
 		wg.Go(func() { // offer this producer's share, open loop, refused messages dropped
@@ -832,7 +849,8 @@ func startOverloadConsumer(t *testing.T, ctx context.Context, wg *sync.WaitGroup
 // (polled every 100 ms, each new one once: prefix-decisions.jsonl), and
 // at the end the replicas' logs (prefix-pN.log), the producers' quota
 // samples (prefix-samples.jsonl) and the messages consumed within the
-// deadline and past it, per second (prefix-consumed.txt).
+// deadline and past it, and the Kafka producers' throttle times in ms,
+// per second (prefix-consumed.txt).
 func traceOverload(t *testing.T, ctx context.Context, wg *sync.WaitGroup, cancel func(), prefix string, ps []*haProcess, run *overloadRun) {
 	if err := os.MkdirAll(filepath.Dir(prefix), 0o755); err != nil {
 		t.Fatal(err)
@@ -888,7 +906,7 @@ func traceOverload(t *testing.T, ctx context.Context, wg *sync.WaitGroup, cancel
 		_ = os.WriteFile(prefix+"-samples.jsonl", []byte(sb.String()), 0o644)
 		sb.Reset()
 		for sec := range run.perSecond {
-			fmt.Fprintf(&sb, "%d %d %d\n", sec, run.perSecond[sec][0].Load(), run.perSecond[sec][1].Load())
+			fmt.Fprintf(&sb, "%d %d %d %d\n", sec, run.perSecond[sec][0].Load(), run.perSecond[sec][1].Load(), run.throttled[sec].Load())
 		}
 		_ = os.WriteFile(prefix+"-consumed.txt", []byte(sb.String()), 0o644)
 	})
