@@ -82,12 +82,15 @@ func overloadClasses() []overloadClass {
 // broker's client quotas, polled), the one that took over keeps leading,
 // and over the whole run no two replicas write client quotas within one
 // interval (their logs); a follower serves the
-// leader's sets within one interval plus the replication delay. Measured
-// side by side and logged, not asserted (on Kafka one run cannot tell
-// them within 5 points; README, Replicas and failover): goodput and dead
-// work from the kill to the stop against the undisturbed run, the
-// producers' samples on the safe quota, unlimited or stop, and with a
-// version below one they held.
+// leader's sets within one interval plus the replication delay; on NATS,
+// goodput and dead work from the kill to the stop within 5 points of the
+// undisturbed run's. On Kafka that comparison is logged, not asserted:
+// with franz-go's 5 s auto-commit (the default) two deployments without
+// failover differ by up to 35 points, and with a commit after each poll
+// (LAGBRIDGE_HA_COMMIT=poll) by 1.5 at most in six A/A runs, but a
+// failover run's own deployments parted by more than 5 in three of seven
+// (README, Replicas and failover). Logged: the producers' samples on the
+// safe quota, unlimited or stop, and with a version below one they held.
 func TestHAFailoverUnderOverload(t *testing.T) {
 	if runtime.GOOS != "linux" && runtime.GOOS != "darwin" {
 		t.Skip("signals")
@@ -134,12 +137,20 @@ func TestHAFailoverUnderOverload(t *testing.T) {
 				name, overloadKill, overloadStop, 100*gc, 100*gf, second, 100*dc, 100*df, calm.refused.Load(), disturbed.refused.Load())
 			uc, uf := calm.unlimitedOrStop(), disturbed.unlimitedOrStop()
 			t.Logf("%s: unlimited or stop in %.1f%% of the producers' quota samples over [%v, %v) undisturbed, %.1f%% %s", name, 100*uc, overloadKill, overloadStop, 100*uf, second)
-			// Measured side by side, not asserted: on Kafka two runs of
-			// this scenario differ by up to 30 points with no failover
-			// at all (README, Replicas and failover), so one run cannot
-			// tell a failover's cost within 5 points.
+			// Asserted where two deployments without failover agree
+			// within a few points and failover runs held it (NATS:
+			// acknowledged message by message). On Kafka, logged: behind
+			// franz-go's 5 s auto-commit two deployments differ by up to
+			// 35 points with no failover at all (the controller's probes
+			// and capacity between commits); with a commit after each
+			// poll they agree within 1.5 in A/A runs, but 3 failover runs
+			// of 7 parted by 8-14 (README, Replicas and failover).
 			if math.Abs(gc-gf) > 0.05 || math.Abs(dc-df) > 0.05 {
-				t.Logf("NOT YET: goodput or dead work with failover more than 5 points from the run without")
+				if b.kafka == "" {
+					t.Errorf("goodput %.1f%% vs %.1f%%, dead work %.1f%% vs %.1f%%: %s more than 5 points from the run without failover", 100*gc, 100*gf, 100*dc, 100*df, second)
+				} else {
+					t.Logf("NOT YET: goodput or dead work with failover more than 5 points from the run without (Kafka: not asserted)")
+				}
 			}
 		})
 	}
