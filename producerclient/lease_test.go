@@ -44,10 +44,12 @@ type fakeDaemon struct {
 	requests atomic.Int64
 	posts    atomic.Int64
 	// held is the version the last watch (?version=) or stream
-	// (Last-Event-ID) said the producer holds.
-	held     atomic.Uint64
-	killed   chan struct{}
-	killOnce sync.Once
+	// (Last-Event-ID) said the producer holds, reportHeld the last
+	// report's (?version=).
+	held       atomic.Uint64
+	reportHeld atomic.Uint64
+	killed     chan struct{}
+	killOnce   sync.Once
 }
 
 func newFakeDaemon(tb testing.TB) *fakeDaemon {
@@ -150,6 +152,8 @@ func (d *fakeDaemon) report(w http.ResponseWriter, r *http.Request) {
 	if d.fault(w, r) {
 		return
 	}
+	held, _ := strconv.ParseUint(r.URL.Query().Get("version"), 10, 64)
+	d.reportHeld.Store(held)
 	var rep quotaproto.Report
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
@@ -292,6 +296,11 @@ func TestLeasesPushed(t *testing.T) {
 				rep, _ := d.lastReport()
 				return len(rep.Topics) == 2
 			})
+			// It says which set it holds (a replica that has not read
+			// it answers with one above it).
+			if h := d.reportHeld.Load(); h != 3 {
+				t.Errorf("the report said version %d is held, want 3", h)
+			}
 		})
 	}
 }

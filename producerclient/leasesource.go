@@ -365,8 +365,14 @@ func (o *leaseOwner) reporter() {
 		if refresh > 0 {
 			timeout = min(timeout, max(refresh, time.Second))
 		}
+		// The version held goes along (?version=, as the watch's): a
+		// replica that has not read that set answers with one above it.
+		var q url.Values
+		if held := o.version.Load(); held > 0 {
+			q = url.Values{"version": {strconv.FormatUint(held, 10)}}
+		}
 		ctx, cancel := context.WithTimeout(c.ctx, timeout)
-		ds, idx, err := o.fetchSet(ctx, http.MethodPost, quotaproto.PathLeases, nil, body)
+		ds, idx, err := o.fetchSet(ctx, http.MethodPost, quotaproto.PathLeases, q, body)
 		cancel()
 		if c.ctx.Err() != nil {
 			return

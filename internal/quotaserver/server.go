@@ -196,6 +196,16 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	if !s.permits(w, ep, perms, rep.Producer) {
 		return
 	}
+	// ?version= is the version of the set the producer holds, as for a
+	// watch (daemons before it ignore the query of a report).
+	if v := r.URL.Query().Get("version"); v != "" {
+		held, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			s.fail(w, ep, http.StatusBadRequest, "version %q is not an unsigned integer", v)
+			return
+		}
+		s.held(rep.Producer, held)
+	}
 	set, err := s.engine.Report(rep)
 	if err != nil {
 		// An engine with no room for a new producer says when to retry.

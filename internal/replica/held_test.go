@@ -53,6 +53,23 @@ func watchSet(t *testing.T, base string, held uint64, wait time.Duration) quotap
 	return set
 }
 
+// reportSet is POST /v1/leases of producer p with ?version=held, as the
+// SDK's reporter sends it.
+func reportSet(t *testing.T, base string, held uint64) quotaproto.LeaseSet {
+	t.Helper()
+	body := `{"producer":"p","topics":[{"topic":"orders"}]}`
+	resp, err := http.Post(base+quotaproto.PathLeases+"?version="+strconv.FormatUint(held, 10), "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var set quotaproto.LeaseSet
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&set) != nil {
+		t.Fatalf("report: status %d", resp.StatusCode)
+	}
+	return set
+}
+
 // streamFirst is the first set of GET /v1/leases/stream of producer p with
 // Last-Event-ID: held, as the SDK's streamer asks.
 func streamFirst(t *testing.T, base string, held uint64) quotaproto.LeaseSet {
@@ -88,11 +105,11 @@ func streamFirst(t *testing.T, base string, held uint64) quotaproto.LeaseSet {
 // to its producer all the same and is killed. The producer fails over to
 // a follower, which has
 // not stood in (it never does here: Silence is 0), telling it the version
-// it holds, as the SDK does (a watch's ?version=, a stream's
-// Last-Event-ID): the follower serves it a set above that version, never
+// it holds, as the SDK does (a watch's or a report's ?version=, a
+// stream's Last-Event-ID): the follower serves it a set above that version, never
 // the older replicated one, and goes on doing so, through its takeover.
 func TestFailoverNeverServedOlder(t *testing.T) {
-	for _, how := range []string{"watch", "stream"} {
+	for _, how := range []string{"watch", "stream", "report"} {
 		t.Run(how, func(t *testing.T) {
 			js := embedded.JetStreamTest(t)
 			bucket := NATSBucket("held" + how)
@@ -122,10 +139,13 @@ func TestFailoverNeverServedOlder(t *testing.T) {
 				t.Fatalf("the follower serves version %d: the lost write landed (held %d)", v, held)
 			}
 			var got quotaproto.LeaseSet
-			if how == "watch" {
+			switch how {
+			case "watch":
 				got = watchSet(t, fURL, held, time.Second)
-			} else {
+			case "stream":
 				got = streamFirst(t, fURL, held)
+			default:
+				got = reportSet(t, fURL, held)
 			}
 			if got.Version <= held {
 				t.Fatalf("after the failover the follower answered version %d, below the %d the producer holds", got.Version, held)
