@@ -37,18 +37,41 @@ func serveHTTP(t *testing.T, n *node) (string, func()) {
 	return srv.URL, end
 }
 
+// servedP is the version of producer p's set n's hub serves.
+func servedP(n *node) uint64 {
+	set, _, _ := n.hub.Current("p")
+	return set.Version
+}
+
+// syncP reports producer p to the follower f and waits until f serves
+// the leader's set of it.
+func syncP(t *testing.T, lead, f *node) {
+	t.Helper()
+	if _, err := f.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the follower serves the leader's set", func() bool { return servedP(lead) > 1 && servedP(f) == servedP(lead) })
+}
+
 // watchSet is GET /v1/leases/watch of producer p with ?version=held, as the
 // SDK's watcher asks.
 func watchSet(t *testing.T, base string, held uint64, wait time.Duration) quotaproto.LeaseSet {
 	t.Helper()
 	resp, err := http.Get(base + quotaproto.PathWatch + "?producer=p&version=" + strconv.FormatUint(held, 10) + "&timeout=" + wait.String())
+	return decodeSet(t, "watch", resp, err)
+}
+
+// decodeSet is the lease set of an answer of the quota server (what: the
+// request, for the failure).
+func decodeSet(t *testing.T, what string, resp *http.Response, err error) quotaproto.LeaseSet {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	var set quotaproto.LeaseSet
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&set) != nil {
-		t.Fatalf("watch: status %d", resp.StatusCode)
+		t.Fatalf("%s: status %d", what, resp.StatusCode)
 	}
 	return set
 }
@@ -59,15 +82,7 @@ func reportSet(t *testing.T, base string, held uint64) quotaproto.LeaseSet {
 	t.Helper()
 	body := `{"producer":"p","topics":[{"topic":"orders"}]}`
 	resp, err := http.Post(base+quotaproto.PathLeases+"?version="+strconv.FormatUint(held, 10), "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var set quotaproto.LeaseSet
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&set) != nil {
-		t.Fatalf("report: status %d", resp.StatusCode)
-	}
-	return set
+	return decodeSet(t, "report", resp, err)
 }
 
 // streamFirst is the first set of GET /v1/leases/stream of producer p with
@@ -117,14 +132,8 @@ func TestFailoverNeverServedOlder(t *testing.T) {
 			lead, f := newNode(t, lch, true), newNode(t, NewNATS(js, bucket), false)
 			leadURL, kill := serveHTTP(t, lead)
 			fURL, _ := serveHTTP(t, f)
-			if _, err := f.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
-				t.Fatal(err)
-			}
-			served := func(n *node) uint64 {
-				set, _, _ := n.hub.Current("p")
-				return set.Version
-			}
-			waitFor(t, "the follower serves the leader's set", func() bool { return served(lead) > 1 && served(f) == served(lead) })
+			syncP(t, lead, f)
+			served := servedP
 			written := served(lead)
 			lch.lost.Store(true)
 			lead.eng.Renumber(written)
@@ -216,14 +225,8 @@ func TestHeldSetReadLater(t *testing.T) {
 	js := embedded.JetStreamTest(t)
 	lch := &late{Channel: NewNATS(js, NATSBucket("late"))}
 	lead, f := newNode(t, lch, true), newNode(t, NewNATS(js, NATSBucket("late")), false)
-	if _, err := f.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
-		t.Fatal(err)
-	}
-	served := func(n *node) uint64 {
-		set, _, _ := n.hub.Current("p")
-		return set.Version
-	}
-	waitFor(t, "the follower serves the leader's set", func() bool { return served(lead) > 1 && served(f) == served(lead) })
+	syncP(t, lead, f)
+	served := servedP
 	lch.mu.Lock()
 	lch.held = true
 	lch.mu.Unlock()
@@ -275,14 +278,8 @@ func TestLeaderServesOnceWritten(t *testing.T) {
 	lch := &stalled{Channel: NewNATS(js, NATSBucket("stalled")), release: make(chan struct{})}
 	lead, f := newNode(t, lch, true), newNode(t, NewNATS(js, NATSBucket("stalled")), false)
 	leadURL, kill := serveHTTP(t, lead)
-	if _, err := f.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
-		t.Fatal(err)
-	}
-	served := func(n *node) uint64 {
-		set, _, _ := n.hub.Current("p")
-		return set.Version
-	}
-	waitFor(t, "the follower serves the leader's set", func() bool { return served(lead) > 1 && served(f) == served(lead) })
+	syncP(t, lead, f)
+	served := servedP
 
 	lch.on.Store(true)
 	written := served(lead)

@@ -392,14 +392,8 @@ func TestStandInAboveUnreadSets(t *testing.T) {
 	lch := &unread{Channel: NewNATS(js, NATSBucket("unread"))}
 	lead := newNodeWith(t, lch, true, func(c *Config) { c.Silence = silence })
 	f := newNodeWith(t, NewNATS(js, NATSBucket("unread")), false, func(c *Config) { c.Silence = silence })
-	if _, err := f.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
-		t.Fatal(err)
-	}
-	served := func(n *node) uint64 {
-		set, _, _ := n.hub.Current("p")
-		return set.Version
-	}
-	waitFor(t, "the follower serves the leader's set", func() bool { return served(lead) > 1 && served(f) == served(lead) })
+	syncP(t, lead, f)
+	served := servedP
 	lch.lost.Store(true)
 	lead.eng.Renumber(served(lead))
 	waitFor(t, "the leader serves a set above the one written", func() bool { return served(lead) > served(f) })
