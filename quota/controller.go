@@ -844,7 +844,7 @@ func caughtAtCommits(st *lag.State, v *reading) bool {
 	if !fromCommits(st) || !v.learned || v.cadence <= 0 || v.dt/2 >= v.engageWait {
 		return false
 	}
-	any := false
+	found := false
 	for i := range st.Partitions {
 		ps := &st.Partitions[i]
 		if ps.Lag <= 0 || slices.Contains(v.avoid, ps.Partition) {
@@ -857,9 +857,9 @@ func caughtAtCommits(st *lag.State, v *reading) bool {
 		if head-since+v.dt/2 > v.engageWait || head > partCadence(ps, v)+v.dt+v.engageWait/2 {
 			return false
 		}
-		any = true
+		found = true
 	}
-	return any
+	return found
 }
 
 // behindWait is the standing wait of a consumer whose commits run most of
