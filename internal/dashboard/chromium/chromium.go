@@ -150,47 +150,57 @@ func Start(tb testing.TB, width, height int) *Browser {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var target struct {
-		TargetInfos []struct {
-			TargetID string `json:"targetId"`
-			Type     string `json:"type"`
-		} `json:"targetInfos"`
-	}
-	if err := b.call(ctx, "", "Target.getTargets", nil, &target); err != nil {
+	if err := b.call(ctx, "", "Target.getTargets", nil, nil); err != nil {
 		tb.Fatalf("chromium did not answer: %v\nstderr:\n%s", err, b.Stderr())
 	}
-	id := ""
-	for _, t := range target.TargetInfos {
-		if t.Type == "page" {
-			id = t.TargetID
+	// A page's session that does not answer is given up for a new page:
+	// once in a CI run Runtime.enable on the page Chromium opened at start
+	// went unanswered for 30 s.
+	for try := 0; try < attachTries; try++ {
+		if err = b.attachPage(ctx); err == nil {
 			break
 		}
 	}
-	if id == "" {
-		var created struct {
-			TargetID string `json:"targetId"`
-		}
-		if err := b.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &created); err != nil {
-			tb.Fatal(err)
-		}
-		id = created.TargetID
-	}
-	var att struct {
-		SessionID string `json:"sessionId"`
-	}
-	if err := b.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": id, "flatten": true}, &att); err != nil {
-		tb.Fatal(err)
-	}
-	b.session = att.SessionID
-	for _, m := range []string{"Runtime.enable", "Log.enable", "Page.enable"} {
-		if err := b.call(ctx, b.session, m, nil, nil); err != nil {
-			tb.Fatalf("%s: %v", m, err)
-		}
+	if err != nil {
+		tb.Fatalf("%v\nstderr:\n%s", err, b.Stderr())
 	}
 	if err := b.resize(ctx, width, height); err != nil {
 		tb.Fatal(err)
 	}
 	return b
+}
+
+// attachTries is how many pages Start tries to attach to, each within
+// attachWait.
+const (
+	attachTries = 3
+	attachWait  = 8 * time.Second
+)
+
+// attachPage opens a blank page, attaches to it and enables the domains the
+// Browser reads (Runtime, Log, Page), within attachWait.
+func (b *Browser) attachPage(parent context.Context) error {
+	ctx, cancel := context.WithTimeout(parent, attachWait)
+	defer cancel()
+	var created struct {
+		TargetID string `json:"targetId"`
+	}
+	if err := b.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &created); err != nil {
+		return fmt.Errorf("Target.createTarget: %w", err)
+	}
+	var att struct {
+		SessionID string `json:"sessionId"`
+	}
+	if err := b.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": created.TargetID, "flatten": true}, &att); err != nil {
+		return fmt.Errorf("Target.attachToTarget: %w", err)
+	}
+	for _, m := range []string{"Runtime.enable", "Log.enable", "Page.enable"} {
+		if err := b.call(ctx, att.SessionID, m, nil, nil); err != nil {
+			return fmt.Errorf("%s: %w", m, err)
+		}
+	}
+	b.session = att.SessionID
+	return nil
 }
 
 // Stderr returns what Chromium wrote on standard error so far.
