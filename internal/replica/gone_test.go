@@ -46,7 +46,7 @@ func TestPublishDeletesGoneAtOnce(t *testing.T) {
 	for name, seeds := range kafkatest.Clusters() {
 		t.Run(name, func(t *testing.T) {
 			opts := []kgo.Opt{kgo.SeedBrokers(seeds(t)...)}
-			topic := fmt.Sprintf("lagbridge-test-%d.leases", time.Now().UnixNano())
+			topic := leaseTopic("test")
 			ch := &countingChannel{kafkaChannel: NewKafka(opts, topic).(*kafkaChannel)}
 			defer ch.Close()
 			hub, el := quotaserver.NewHub(), &role{}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -323,7 +322,7 @@ func TestLeaderServesOnceWrittenKafka(t *testing.T) {
 	for name, seeds := range kafkatest.Clusters() {
 		t.Run(name, func(t *testing.T) {
 			opts := []kgo.Opt{kgo.SeedBrokers(seeds(t)...)}
-			topic := fmt.Sprintf("lagbridge-held-%d.leases", time.Now().UnixNano())
+			topic := leaseTopic("held")
 			t.Cleanup(func() { deleteTopic(opts, topic) })
 			ch := NewKafka(opts, topic).(*kafkaChannel)
 			var hold atomic.Bool

@@ -29,7 +29,7 @@ func TestKafkaChannelTopicConfigs(t *testing.T) {
 	for name, seeds := range kafkatest.Clusters() {
 		t.Run(name, func(t *testing.T) {
 			opts := []kgo.Opt{kgo.SeedBrokers(seeds(t)...)}
-			topic := fmt.Sprintf("lagbridge-test-%d.leases", time.Now().UnixNano())
+			topic := leaseTopic("test")
 			ch := NewKafka(opts, topic)
 			defer ch.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -83,7 +83,7 @@ func TestKafkaChannelFenced(t *testing.T) {
 	for name, seeds := range kafkatest.Clusters() {
 		t.Run(name, func(t *testing.T) {
 			opts := []kgo.Opt{kgo.SeedBrokers(seeds(t)...)}
-			topic := fmt.Sprintf("lagbridge-fenced-%d.leases", time.Now().UnixNano())
+			topic := leaseTopic("fenced")
 			old, next := NewKafka(opts, topic).(*kafkaChannel), NewKafka(opts, topic).(*kafkaChannel)
 			defer old.Close()
 			defer next.Close()
@@ -176,7 +176,7 @@ func BenchmarkKafkaChannelPut(b *testing.B) {
 	for name, seeds := range kafkatest.Clusters() {
 		b.Run(name, func(b *testing.B) {
 			opts := []kgo.Opt{kgo.SeedBrokers(seeds(b)...)}
-			topic := fmt.Sprintf("lagbridge-bench-%d.leases", time.Now().UnixNano())
+			topic := leaseTopic("bench")
 			ch := NewKafka(opts, topic)
 			defer ch.Close()
 			defer func() {
@@ -222,6 +222,23 @@ func BenchmarkKafkaChannelPut(b *testing.B) {
 	}
 }
 
+// kfakeOne starts a kfake cluster of one broker, closed when t ends, and
+// returns it with the client options that reach it.
+func kfakeOne(t *testing.T) (*kfake.Cluster, []kgo.Opt) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c, []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
+}
+
+// leaseTopic is a lease state topic named for kind, unique to this run.
+func leaseTopic(kind string) string {
+	return fmt.Sprintf("lagbridge-%s-%d.leases", kind, time.Now().UnixNano())
+}
+
 // TestKafkaChannelCloseBounded: the broker does not answer a commit
 // (kfake holds the EndTxn). A write whose context ends meanwhile (the
 // daemon stops; the lease runs out) returns within about two closeAborts
@@ -243,11 +260,7 @@ const closeSlack = 1500 * time.Millisecond
 // closeBounded runs TestKafkaChannelCloseBounded: the held write ends by
 // Close (closing) or by its context.
 func closeBounded(t *testing.T, closing bool) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, opts := kfakeOne(t)
 	release := make(chan struct{})
 	released := false
 	defer func() {
@@ -255,8 +268,7 @@ func closeBounded(t *testing.T, closing bool) {
 			close(release)
 		}
 	}()
-	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
-	topic := fmt.Sprintf("lagbridge-close-%d.leases", time.Now().UnixNano())
+	topic := leaseTopic("close")
 	set := key(kindSet, "p")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -374,7 +386,7 @@ func TestKafkaKilledLeaderOpenTxn(t *testing.T) {
 	for name, seeds := range kafkatest.Clusters() {
 		t.Run(name, func(t *testing.T) {
 			opts := []kgo.Opt{kgo.SeedBrokers(seeds(t)...)}
-			topic := fmt.Sprintf("lagbridge-killed-%d.leases", time.Now().UnixNano())
+			topic := leaseTopic("killed")
 			defer deleteTopic(opts, topic)
 			next := 2 * time.Second
 			got := killedLeaderStall(t, opts, topic, next)
@@ -500,7 +512,7 @@ func TestKafkaChannelPlainWriteBounded(t *testing.T) {
 	for name, seeds := range kafkatest.Clusters() {
 		t.Run(name, func(t *testing.T) {
 			opts := []kgo.Opt{kgo.SeedBrokers(seeds(t)...)}
-			topic := fmt.Sprintf("lagbridge-plain-%d.leases", time.Now().UnixNano())
+			topic := leaseTopic("plain")
 			ch := NewKafka(opts, topic)
 			defer ch.Close()
 			ctx := context.Background()
@@ -534,13 +546,8 @@ func TestKafkaChannelPlainWriteBounded(t *testing.T) {
 // for one of a single partition, which would put the decisions record and
 // the plain writes on the sets' partition for good.
 func TestKafkaChannelPartitionsNotListedYet(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
-	topic := fmt.Sprintf("lagbridge-listed-%d.leases", time.Now().UnixNano())
+	c, opts := kfakeOne(t)
+	topic := leaseTopic("listed")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	first := NewKafka(opts, topic)
@@ -586,13 +593,8 @@ func TestKafkaChannelPartitionsNotListedYet(t *testing.T) {
 // 5 s between metadata loads, which held a leader's decisions record
 // 4 s, past the followers' silence, and they stood in against it.
 func TestKafkaWriteRetryFast(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
-	topic := fmt.Sprintf("lagbridge-retry-%d.leases", time.Now().UnixNano())
+	c, opts := kfakeOne(t)
+	topic := leaseTopic("retry")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ch := NewKafka(opts, topic).(*kafkaChannel)
@@ -636,13 +638,8 @@ func TestKafkaWriteRetryFast(t *testing.T) {
 // the plain writes' one: a tombstone elsewhere never compacts the report
 // away, and a replica starting later reads it in any order beside it.
 func TestKafkaGoneDeletedOnTheirPartition(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
-	topic := fmt.Sprintf("lagbridge-gone-%d.leases", time.Now().UnixNano())
+	_, opts := kfakeOne(t)
+	topic := leaseTopic("gone")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ch := NewKafka(opts, topic).(*kafkaChannel)
@@ -691,7 +688,7 @@ func TestKafkaOnePartitionTopicKept(t *testing.T) {
 	for name, seeds := range kafkatest.Clusters() {
 		t.Run(name, func(t *testing.T) {
 			opts := []kgo.Opt{kgo.SeedBrokers(seeds(t)...)}
-			topic := fmt.Sprintf("lagbridge-onepart-%d.leases", time.Now().UnixNano())
+			topic := leaseTopic("onepart")
 			defer deleteTopic(opts, topic)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()

@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"fmt"
 	"sort"
 	"testing"
 	"time"
@@ -27,7 +26,7 @@ func BenchmarkLeaderServes(b *testing.B) {
 	}
 	for name, seeds := range kafkatest.Clusters() {
 		chans["kafka-"+name] = func(b *testing.B) Channel {
-			topic := fmt.Sprintf("lagbridge-bench-%d.leases", time.Now().UnixNano())
+			topic := leaseTopic("bench")
 			opts := []kgo.Opt{kgo.SeedBrokers(seeds(b)...)}
 			ch := NewKafka(opts, topic)
 			b.Cleanup(func() { ch.Close(); deleteTopic(opts, topic) })

@@ -300,7 +300,7 @@ func TestSlowLeaderNotSilentKafka(t *testing.T) {
 	for name, seeds := range kafkatest.Clusters() {
 		t.Run(name, func(t *testing.T) {
 			opts := []kgo.Opt{kgo.SeedBrokers(seeds(t)...)}
-			topic := fmt.Sprintf("lagbridge-slow-%d.leases", time.Now().UnixNano())
+			topic := leaseTopic("slow")
 			t.Cleanup(func() { deleteTopic(opts, topic) }) // after the replicas stopped
 			slowLeaderKafka(t, opts, topic)
 		})
