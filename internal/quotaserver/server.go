@@ -198,14 +198,11 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	}
 	// ?version= is the version of the set the producer holds, as for a
 	// watch (daemons before it ignore the query of a report).
-	if v := r.URL.Query().Get("version"); v != "" {
-		held, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			s.fail(w, ep, http.StatusBadRequest, "version %q is not an unsigned integer", v)
-			return
-		}
-		s.held(rep.Producer, held)
+	held, ok := s.version(w, ep, r.URL.Query())
+	if !ok {
+		return
 	}
+	s.held(rep.Producer, held)
 	set, err := s.engine.Report(rep)
 	if err != nil {
 		// An engine with no room for a new producer says when to retry.
@@ -325,14 +322,9 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var since uint64
-	if v := q.Get("version"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			s.fail(w, ep, http.StatusBadRequest, "version %q is not an unsigned integer", v)
-			return
-		}
-		since = n
+	since, ok := s.version(w, ep, q)
+	if !ok {
+		return
 	}
 	wait := quotaproto.DefaultWatchWait
 	if v := q.Get("timeout"); v != "" {
@@ -377,6 +369,22 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.ok(w, ep, set)
+}
+
+// version is the ?version= of q, the version of the set the producer
+// holds (0 without one); false once it answered 400 for one that is not
+// an unsigned integer.
+func (s *Server) version(w http.ResponseWriter, ep string, q url.Values) (uint64, bool) {
+	v := q.Get("version")
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		s.fail(w, ep, http.StatusBadRequest, "version %q is not an unsigned integer", v)
+		return 0, false
+	}
+	return n, true
 }
 
 // held tells an engine that is a Holder the version producer holds (0:
