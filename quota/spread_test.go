@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -54,12 +56,61 @@ func TestSimHAWorldSpread(t *testing.T) {
 				all = append(all, gs)
 				t.Logf("commit %v, first at %.2fs, drift %v: goodput %s", commit, phase*commit.Seconds()/5, drift, fmt.Sprintf("%.1f", gs))
 			}
+			var sum float64
+			for _, gs := range all {
+				for _, g := range gs {
+					sum += g
+				}
+			}
+			t.Logf("commit %v, drift %v: mean goodput %.1f%% over %d runs", commit, drift, sum/float64(len(all)*len(all[0])), len(all)*len(all[0]))
 			over, worst := spread(diffs)
 			t.Logf("commit %v, drift %v: %d of %d pairs of runs in one commit phase differ by more than 5 points of goodput (worst %.1f)", commit, drift, over, len(diffs), worst)
 			over, worst = spread(cross)
 			t.Logf("commit %v, drift %v: %d of %d pairs in different commit phases do (worst %.1f)", commit, drift, over, len(cross), worst)
 		}
 	}
+}
+
+// TestSimHAWorldTrace prints, on demand, one run of TestSimHAWorldSpread's
+// world at 5 s commits, decision by decision from 5 s to 40 s, and its
+// goodput per second: LAGBRIDGE_SIM_SPREAD_TRACE=first[,seed], first the
+// time of the first commit in seconds (TestSimHAWorldSpread's phases: 0.3,
+// 1.1, ..., 4.3), seed a drift seed (none: steady commits). Each line: the
+// time, the rule, the rate, the capacity the decision read, its wait, the
+// lag and head age it read and the true head age, the consume and produce
+// rates lag/ read, and the partitions avoided. It asserts nothing.
+func TestSimHAWorldTrace(t *testing.T) {
+	arg := os.Getenv("LAGBRIDGE_SIM_SPREAD_TRACE")
+	if arg == "" {
+		t.Skip("on demand: LAGBRIDGE_SIM_SPREAD_TRACE=first[,seed]")
+	}
+	first, seed, _ := strings.Cut(arg, ",")
+	at, err := strconv.ParseFloat(first, 64)
+	if err != nil {
+		t.Fatalf("LAGBRIDGE_SIM_SPREAD_TRACE=%q: %v", arg, err)
+	}
+	cfg := haWorld(5*time.Second, at, 1)
+	cfg.steadyCommits = true
+	if seed != "" {
+		n, err := strconv.ParseUint(seed, 10, 64)
+		if err != nil {
+			t.Fatalf("LAGBRIDGE_SIM_SPREAD_TRACE=%q: %v", arg, err)
+		}
+		cfg.seed, cfg.steadyCommits = n, false
+	}
+	res := runSim(t, cfg)
+	for _, s := range res.between(5, 40) {
+		d := s.dec
+		t.Logf("%6.2f %-13s rate %7.1f cap %6.1f wait %5.2f lag %5d head %5.2f true %5.2f consumed %6.1f produced %6.1f avoid %v",
+			s.t, d.Rule, d.Rate, d.Capacity, d.Wait.Seconds(), d.Lag, d.HeadAge.Seconds(), s.headAge, s.consumeInst, s.produceInst, d.AvoidPartitions)
+	}
+	var good [40]float64
+	for i, x := range res.tickT {
+		if x < 40 {
+			good[int(x)] += res.tickGood[i]
+		}
+	}
+	t.Logf("goodput over [16 s, 36 s) %.1f%%; consumed within the deadline, per second: %.0f", haWorldGoodput(res), good)
 }
 
 // spread counts the differences over 5 points and returns the largest.
