@@ -487,13 +487,16 @@ type partTrack struct {
 	// limit is the keyless rate, msg/s, a listed partition is fed (see
 	// partLimit); 0: none, avoided outright.
 	limit float64
+	// full: rate was measured between two moves that left work behind
+	// (the consumer's capacity; see knownSlow).
+	full bool
 }
 
 // avoidCalm is how many observations in a row a listed partition must be
 // comfortably inside the deadline (no backlog, or head and wait within
 // the target wait) before it is no longer avoided; avoidProbe is how long
-// (seconds) it must, when the rate it was seen to consume at is below half
-// the share of the produce rate it would get back, before it is tried
+// (seconds) it must, when the rate it was seen to consume at is below the
+// share of the produce rate it would get back, before it is tried
 // again (its consumer may have recovered, which nothing shows while it is
 // avoided). A partition late again within probeWatch seconds of such a
 // trial failed it: its next trial waits twice as long, up to maxProbe;
@@ -1968,9 +1971,13 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 // partitioners, by a whole batch) until it was comfortably inside the
 // deadline (no backlog, or its head and wait within the target wait) for
 // avoidCalm observations in a row, and, when the rate its consumer was
-// seen to drain it at is below half the share of the produce rate it would
-// get back, for avoidProbe seconds (a trial; twice as long after each
-// trial it failed, up to maxProbe).
+// seen to drain it at is below the share of the produce rate it would get
+// back, for avoidProbe seconds (a trial; twice as long after each trial it
+// failed, up to maxProbe). knownSlow lists a partition that drains less
+// than half its share: the band between is hysteresis (at 250 ms the rate
+// of a 20 msg/s consumer is read from 5 records, give or take one, and
+// one read just over half its share freed it, at once listed again:
+// TestSimHotPartitionTrialsBackOff).
 //
 // Head ages are taken at the commit (less v.since), as for the target.
 func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading) (late []int32, fewBad bool) {
@@ -1986,7 +1993,8 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 	// share of the budget is not late, whatever its predicted wait says:
 	// a healthy partition read through commits every few hundred
 	// milliseconds shows that much lag, and a rate measured over a span
-	// it was mostly idle in is its producers', not its consumer's.
+	// it was mostly idle in is its producers', not its consumer's; unless
+	// its consumer's own rate is known and says so (see knownSlow).
 	lateHead := c.cfg.Setpoint * budget
 	if tc.parts == nil {
 		tc.parts = make(map[int32]partTrack, len(st.Partitions))
@@ -1997,9 +2005,11 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 			listed++
 		}
 	}
-	// The share of the produce rate a partition freed would get.
+	// The shares a freed partition gets, and (of the offer) an unlisted one.
 	share := v.produced / float64(max(len(st.Partitions)-listed+1, 1))
+	offerShare := max(v.produced, st.ProduceRate) / float64(max(len(st.Partitions)-listed, 1))
 	tc.gen++
+	othersKept := keptUpSomewhere(tc, st)
 	others := false // a partition not late was written to
 	for _, ps := range st.Partitions {
 		pt, had := tc.parts[ps.Partition]
@@ -2010,6 +2020,7 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 		// A wait that is the poll loop's (loop) is the target's business:
 		// it lists no partition (see polledWait).
 		isLate := ps.Lag > 0 && (head > p.MaxAge.Seconds() || (wait >= budget && head > lateHead && !loop))
+		isLate = isLate || (!loop && had && othersKept && knownSlow(pt, next, head, partCadence(&ps, v), budget, offerShare))
 		if (isLate || pt.late) && next.rate <= 0 && ps.Lag > 0 && ps.CommitRate > 0 && !math.IsInf(ps.CommitRate, 0) {
 			// Not measured here yet: what the tracker measured from its
 			// commits while it had a backlog.
@@ -2050,13 +2061,52 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 	return late, true
 }
 
+// knownSlow reports whether a partition is late by its own drain whatever
+// its head says against lateHead (see lateParts): its consumer's rate was
+// measured between two moves that left work behind (next.full: its
+// capacity, not the rate its producers fed it), the work it holds now was
+// there in part at the last observation (its position is short of that
+// observation's end), and at that rate either it holds the budget or more,
+// or it drains less than half the share of the produce rate it gets
+// (share, of the producers' offer) while its head is older than its commit
+// cadence (cad: what a healthy partition read through commits shows):
+// keyless producers write to it faster than it drains, and its backlog can
+// only grow. The caller
+// checks that the consumer kept up on some other partition (see
+// keptUpSomewhere): a stall of the whole consumer leaves every partition's
+// work behind, and is the target's business. At 250 ms on kfake a
+// partition whose consumer slowed to 20 msg/s drained 5 of its 29 records
+// (24 left, 1.2 s of its work, head 0.61 s, a share of 50 msg/s): under
+// the head gate's wait test it stayed unlisted until the sticky
+// partitioner's next run put 30 more on it (lagbridge bench
+// --hot-partition; TestControllerSlowPartitionListedByItsDrain).
+func knownSlow(pt, next partTrack, head, cad, budget, share float64) bool {
+	if next.lag <= 0 || pt.lag <= 0 || next.pos >= pt.pos+pt.lag || !next.full || next.rate <= 0 {
+		return false
+	}
+	return float64(next.lag)/next.rate >= budget || (next.rate < share/2 && head > cad)
+}
+
+// keptUpSomewhere reports whether, on some partition that had lag at the
+// previous observation, the consumer's position has passed that
+// observation's end since: it kept up there.
+func keptUpSomewhere(tc *control, st *lag.State) bool {
+	for i := range st.Partitions {
+		ps := &st.Partitions[i]
+		if pt, had := tc.parts[ps.Partition]; had && pt.lag > 0 && !ps.Stale && ps.End-ps.Lag >= pt.pos+pt.lag {
+			return true
+		}
+	}
+	return false
+}
+
 // trackPart is a partition's record after this observation: its position
 // and lag, the rate its consumer drained it at between its last two moves
 // while it had a backlog, and what was written to it (in) and drained
 // (out) over the last interval.
 func trackPart(pt partTrack, had bool, ps *lag.PartitionState, st *lag.State, dt float64) partTrack {
 	pos := ps.End - ps.Lag
-	next := partTrack{pos: pos, lag: ps.Lag, rate: pt.rate, movePos: pt.movePos, moveAt: pt.moveAt, moveLag: pt.moveLag, probe: pt.probe, limit: pt.limit}
+	next := partTrack{full: pt.full, pos: pos, lag: ps.Lag, rate: pt.rate, movePos: pt.movePos, moveAt: pt.moveAt, moveLag: pt.moveLag, probe: pt.probe, limit: pt.limit}
 	switch {
 	case ps.Source != lag.SourceConsumer || ps.Reported.HeadTime.IsZero() || ps.Lag <= 0:
 		// Nothing in hand: the next poll comes after this observation.
@@ -2078,7 +2128,9 @@ func trackPart(pt partTrack, had bool, ps *lag.PartitionState, st *lag.State, dt
 		// trickle, not its capacity).
 		if pt.lag > 0 && ps.Lag > 0 && st.At.After(pt.moveAt) && !pt.moveAt.IsZero() {
 			r := float64(pos-pt.movePos) / st.At.Sub(pt.moveAt).Seconds()
+			next.full = true
 			if pos-pt.movePos >= pt.moveLag {
+				next.full = pt.full && pt.rate >= r
 				r = max(r, pt.rate)
 			}
 			next.rate = r
@@ -2213,7 +2265,7 @@ func holdLate(pt partTrack, next *partTrack, isLate bool, lagMsgs int64, head, w
 		if comfortable {
 			next.calm, next.calmFor = pt.calm+1, pt.calmFor+dt
 		}
-		slow := next.rate > 0 && next.rate < share/2
+		slow := next.rate > 0 && next.rate < share
 		isLate = next.calm < avoidCalm || (slow && next.calmFor < probe)
 		if fedLimited(pt, *next) {
 			// Fed at its rate, it shows a recovered consumer by itself:

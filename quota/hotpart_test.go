@@ -840,3 +840,56 @@ func TestSimHotPartitionLimitedOthersKeepTheirRate(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerKnownSlowPartitionListed replays lagbridge bench
+// --hot-partition at 250 ms on kfake (main at 911186f) around partition
+// 0's slowdown: six partitions, 250 ms commits, 300 msg/s of keyless
+// records in sticky runs of about 30. Partition 0's consumer slowed to 20
+// msg/s with 30 records on it; at 21:05:01.031 it had drained 3 of them
+// since the last move at 12 msg/s (27 left: 2.25 s of its work, more
+// than the 2 s budget), but its head was 0.38 s old, under the head gate
+// (0.5 s), and it stayed unlisted while it drained, until the sticky
+// partitioner's next run put 53 records on it 2.7 s later (dead work).
+// Its drain, measured between two moves that left work behind, is its
+// consumer's: it is listed at that reading.
+func TestControllerKnownSlowPartitionListed(t *testing.T) {
+	ds := replayStates(t, "hot250-slowed.jsonl", 250*time.Millisecond)
+	if len(ds) != 16 {
+		t.Fatalf("%d decisions, want 16", len(ds))
+	}
+	for i, d := range ds {
+		listed := slices.Contains(d.AvoidPartitions, 0)
+		if want := i >= 12; listed != want {
+			t.Errorf("decision %d (%s): partition 0 listed %v, want %v (%s)", i, d.At.Format("15:04:05.000"), listed, want, d.Reason)
+		}
+	}
+}
+
+// TestControllerSlowPartitionListedByItsDrain replays lagbridge bench
+// --hot-partition at 250 ms on kfake (main at 38b5570) around partition
+// 0's slowdown at 23:47:12.0: six partitions, 250 ms commits, 300 msg/s of
+// keyless records in runs of about 30. A run of 32 landed on partition 0
+// as its consumer slowed to 20 msg/s; at 12.720 it had drained 5 of its
+// 29 since the last move (20 msg/s, under half the 50 msg/s share of the
+// offer it gets; 24 left, head 0.61 s), while the consumer kept up on the
+// other partitions. By the wait test (1.2 s of its work, under the 2 s
+// budget) it stayed unlisted until the partitioner's next run put 30 more
+// on it (listed at 13.474, head 1.31 s), and meanwhile its records, left
+// in the topic's figures, read as a consumer of 56 msg/s: the topic was
+// limited to 22 msg/s at 12.971, refusing the producers on every
+// partition. Draining less than half of what the producers send it, it is
+// listed at 12.720, and the topic is not limited below the offer.
+func TestControllerSlowPartitionListedByItsDrain(t *testing.T) {
+	ds := replayStates(t, "hot250-stepdown.jsonl", 250*time.Millisecond)
+	if len(ds) != 18 {
+		t.Fatalf("%d decisions, want 18", len(ds))
+	}
+	for i, d := range ds[13:] {
+		if !slices.Contains(d.AvoidPartitions, 0) {
+			t.Errorf("decision %d (%s): partition 0 not listed (%s)", 13+i, d.At.Format("15:04:05.000"), d.Reason)
+		}
+		if d.Rate < 300 {
+			t.Errorf("decision %d (%s): %s at %.0f/s, want at least the 300 msg/s offer (%s)", 13+i, d.At.Format("15:04:05.000"), d.Rule, d.Rate, d.Reason)
+		}
+	}
+}
