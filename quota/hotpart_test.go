@@ -893,3 +893,32 @@ func TestControllerSlowPartitionListedByItsDrain(t *testing.T) {
 		}
 	}
 }
+
+// TestControllerIdleBeforeNotDrained replays lagbridge bench
+// --hot-partition at 250 ms on kfake (38b5570 with knownSlow's listing)
+// from its start to 1.7 s past partition 0's slowdown: six partitions,
+// 250 ms commits, 300 msg/s of keyless records. Partition 0 was listed at
+// 27.381, after a step down that admitted nothing for an interval; the
+// consumer kept up with everything on the other partitions. Each
+// interval after one in which the producers sent nothing starts with no
+// lag and holds only records written since, but its commits, made just
+// after the observation, covered few of them: 24 msg/s consumed of 297
+// produced, read as the capacity, drained the topic ("wait 2.827s >=
+// budget 2s"), the next interval (nothing sent) measured 255 msg/s, and
+// so on, every other observation. Caught up at the observation before and
+// holding nothing older than one interval, the consumer shows no queue:
+// that reading does not lower the capacity.
+func TestControllerIdleBeforeNotDrained(t *testing.T) {
+	ds := replayStates(t, "hot250-idledrain.jsonl", 250*time.Millisecond)
+	if len(ds) != 50 {
+		t.Fatalf("%d decisions, want 50", len(ds))
+	}
+	if ds[41].Rule != RuleStepDown {
+		t.Fatalf("decision 41 (%s): %s, want the step down of the recorded run: the case tests nothing", ds[41].At.Format("15:04:05.000"), ds[41].Rule)
+	}
+	for i := 42; i < len(ds); i++ {
+		if d := ds[i]; d.Rule == RuleDrain || d.Rate < 250 {
+			t.Errorf("decision %d (%s): %s at %.0f/s (%s), want no drain: the consumer kept up", i, d.At.Format("15:04:05.000"), d.Rule, d.Rate, d.Reason)
+		}
+	}
+}
