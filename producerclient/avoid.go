@@ -244,9 +244,11 @@ type avoidTopic struct {
 	kt *keyedTopic
 	// The keyless run in progress (see bounded): base's choice, the
 	// partition count, the index given and the timestamp it was given
-	// from.
-	runBase, runN, runPick int
-	runAt                  time.Time
+	// from; order is the cycle the runs go through, and runIdx the
+	// position of runPick in it.
+	runBase, runN, runPick, runIdx int
+	runAt                          time.Time
+	order                          []int
 	// writable is scratch space for the rebuilt list of writable
 	// partitions (see mapping).
 	writable []int32
@@ -312,28 +314,40 @@ const maxRun = 100 * time.Millisecond
 
 // bounded ends base's sticky runs of keyless records after maxRun: i is
 // base's choice among n; while base stays on it, the records go to the
-// partition given last, and to another one at random (among the n) once
-// that one has taken records for maxRun. franz-go's default partitioner
-// stays on a partition until 64 KiB went to it: at a few hundred small
-// records a second that is seconds of records on one partition, which a
-// slow consumer of that partition (one the daemon has not seen late yet,
-// or one freed from avoidance on probation) turns into a backlog far past
-// the deadline before any lease can say to avoid it. Bounded by time, a
-// run holds what the producer sends in maxRun; batching is unchanged while
-// runs outlast the linger (kgo.ProducerLinger, 10ms by default) or fill
-// 64 KiB first, which they do at any rate where batches fill. Records
-// without a timestamp, and timestamps that go backwards, start a new run
-// with base's choice (the SDK stamps every record it sends without one).
+// partition given last, and, once that one has taken records for maxRun,
+// to the next in a cycle of the n (a random order, drawn once per
+// partition count), so that each partition gets one run in every n.
+// franz-go's default partitioner stays on a partition until 64 KiB went
+// to it: at a few hundred small records a second that is seconds of
+// records on one partition, which a slow consumer of that partition (one
+// the daemon has not seen late yet, or one freed from avoidance on
+// probation) turns into a backlog far past the deadline before any lease
+// can say to avoid it. Bounded by time, a run holds what the producer
+// sends in maxRun; drawn at random, the next run went to the same
+// partition as the one before last one time in n-1, and a partition that
+// had just slowed down got two runs within 0.3 s (lagbridge bench
+// --hot-partition on kfake: 57 records, 2.9 s of its consumer's work,
+// before the daemon could list it). Batching is
+// unchanged while runs outlast the linger (kgo.ProducerLinger, 10ms by
+// default) or fill 64 KiB first, which they do at any rate where batches
+// fill. Records without a timestamp start a new run with base's choice
+// (the SDK stamps every record it sends without one), and so do
+// timestamps that go back further than maxRun (a record stamped a little
+// before the run started, from concurrent callers, joins it).
 func (t *avoidTopic) bounded(r *kgo.Record, i, n int) int {
 	ts := r.Timestamp
 	switch {
 	case ts.IsZero():
 		return i
-	case i != t.runBase || n != t.runN || ts.Before(t.runAt):
+	case i != t.runBase || n != t.runN || ts.Before(t.runAt.Add(-maxRun)):
+		if len(t.order) != n {
+			t.order = rand.Perm(n)
+		}
 		t.runBase, t.runN, t.runPick, t.runAt = i, n, i, ts
+		t.runIdx = max(slices.Index(t.order, i), 0)
 	case ts.Sub(t.runAt) >= maxRun:
-		t.runPick = (t.runPick + 1 + rand.IntN(n-1)) % n
-		t.runAt = ts
+		t.runIdx = (t.runIdx + 1) % n
+		t.runPick, t.runAt = t.order[t.runIdx], ts
 	}
 	return t.runPick
 }

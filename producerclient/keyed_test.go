@@ -211,6 +211,41 @@ func TestKafkaKeylessRunsBounded(t *testing.T) {
 	}
 }
 
+// TestKafkaKeylessRunsCycle: through the SDK, keyless runs go through
+// the partitions in a cycle, so a partition gets one run in every n (here
+// 4): records produced over two seconds in runs of maxRun never put two
+// runs on one partition with fewer than n-1 runs on others between them.
+// Drawn at random, the run after next went back to the same partition one
+// time in n-1, and a partition whose consumer had just slowed down took
+// two runs within 0.3 s, before the daemon could list it.
+func TestKafkaKeylessRunsCycle(t *testing.T) {
+	c := newKfake(t, 4, "orders")
+	ctx := ctxFor(t, 20*time.Second)
+	p := newKafkaProducer(t, newKgo(t, c), Config{})
+	t0 := time.Now()
+	var runs []int32
+	for i := range 400 {
+		r := &kgo.Record{Topic: "orders", Value: []byte("x"), Timestamp: t0.Add(time.Duration(i) * 5 * time.Millisecond)}
+		if err := p.Produce(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if len(runs) == 0 || runs[len(runs)-1] != r.Partition {
+			runs = append(runs, r.Partition)
+		}
+	}
+	t.Logf("%d runs: %v", len(runs), runs)
+	if len(runs) < 10 {
+		t.Fatalf("%d runs: want at least 10, the case tests nothing", len(runs))
+	}
+	for k := 1; k < len(runs); k++ {
+		for j := max(k-3, 0); j < k; j++ {
+			if runs[j] == runs[k] {
+				t.Errorf("runs %d and %d both on partition %d: want 3 runs on other partitions between", j, k, runs[k])
+			}
+		}
+	}
+}
+
 // TestQuotaAvoidPartitionsIsACopy: the list Quota returns is the
 // caller's: changing it does not change which partitions the producer
 // avoids (it is read concurrently by every record's placement).
