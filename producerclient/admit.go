@@ -150,9 +150,14 @@ func inFlightReject(t *topic, cause error) *RejectError {
 
 // rateReject is the rejection of a message of t whose token is due in wait
 // nanoseconds under lease v (reason reasonRate): retry when the token is
-// due, or after the lease's slow-down hint when that is later.
+// due, or after the lease's slow-down hint when that is later. A rate of 0
+// has no next token (wait is the bucket's largest interval, 320,255
+// hours): only the lease's hint, if any, says when to try again.
 func rateReject(t *topic, v *quotaView, wait int64, cause error) *RejectError {
 	after := time.Duration(wait)
+	if wait >= maxInterval {
+		after = 0
+	}
 	if v.signal == SignalSlowDown && v.retryAfter > after {
 		after = v.retryAfter
 	}

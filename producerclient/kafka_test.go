@@ -964,3 +964,30 @@ func TestKafkaFlush(t *testing.T) {
 		t.Fatalf("after Flush %d of 500 acked; first error %v", acked.Load(), *firstErr.Load())
 	}
 }
+
+// TestKafkaZeroRateRetryAfterIsTheLeases: a slow-down lease at 0 msg/s
+// (the daemon's step down: admit nothing until the next observation, hint
+// 250 ms) refuses with the lease's hint. A rate of 0 has no next token:
+// the time until one was due read 320,255 hours (lagbridge bench
+// --hot-partition), a hint that a caller honouring it never retries after.
+func TestKafkaZeroRateRetryAfterIsTheLeases(t *testing.T) {
+	c := newKfake(t, 1, "orders")
+	p := newKafkaProducer(t, newKgo(t, c), Config{Mode: Drop})
+	for _, tc := range []struct {
+		lease string
+		want  time.Duration
+	}{
+		{`{"topic":"orders","rate":0,"burst":1,"signal":"slow-down","retryAfterMs":250,"version":2,"expiresAt":"2099-01-01T00:00:00Z"}`, 250 * time.Millisecond},
+		{`{"topic":"orders","rate":0,"burst":1,"signal":"slow-down","version":3,"expiresAt":"2099-01-01T00:00:00Z"}`, 0},
+	} {
+		setLeaseJSON(t, p.c, []byte(tc.lease))
+		err := p.Produce(context.Background(), &kgo.Record{Topic: "orders"})
+		var re *RejectError
+		if !errors.Is(err, ErrRateLimited) || !errors.As(err, &re) {
+			t.Fatalf("%s: %v, want ErrRateLimited", tc.lease, err)
+		}
+		if re.RetryAfter != tc.want {
+			t.Errorf("%s: retry after %v, want %v", tc.lease, re.RetryAfter, tc.want)
+		}
+	}
+}
