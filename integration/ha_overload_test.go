@@ -74,10 +74,11 @@ func overloadClasses() []overloadClass {
 // whose leader is SIGKILLed, then (20 s later) whose new leader is
 // SIGSTOPped past its session and SIGCONTed. Asserted: a new leader
 // leads within the session timeout plus one interval, and the producers
-// get sets newer than the lost leader's within a third of the session (a
+// get sets newer than the lost leader's within a sixth of the session (a
 // follower standing in, internal/replica); on Kafka one follower standing
 // in writes the client quotas (the broker shows them) before the new
-// leader leads, within the silence plus 2 s of the kill; after the
+// leader leads, within the silence (a third of the session) plus 2 s of
+// the kill; after the
 // SIGCONT the resumed replica writes nothing (its log, and on Kafka the
 // broker's client quotas, polled), the one that took over keeps leading,
 // and over the whole run no two replicas write client quotas within one
@@ -87,9 +88,10 @@ func overloadClasses() []overloadClass {
 // undisturbed run's. On Kafka that comparison is logged, not asserted:
 // with franz-go's 5 s auto-commit (the default) two deployments without
 // failover differ by up to 35 points, and with a commit after each poll
-// (LAGBRIDGE_HA_COMMIT=poll) by 1.5 at most in six A/A runs, but a
-// failover run's own deployments parted by more than 5 in three of seven
-// (README, Replicas and failover). Logged: the producers' samples on the
+// (LAGBRIDGE_HA_COMMIT=poll) failover runs kept within 2.7 points of
+// their twin in 15 of 16 runs (session 11), but two deployments without
+// failover still part by more than 5 under load (README, Replicas and
+// failover). Logged: the producers' samples on the
 // safe quota, unlimited or stop, and with a version below one they held.
 func TestHAFailoverUnderOverload(t *testing.T) {
 	if runtime.GOOS != "linux" && runtime.GOOS != "darwin" {
@@ -143,8 +145,8 @@ func TestHAFailoverUnderOverload(t *testing.T) {
 			// franz-go's 5 s auto-commit two deployments differ by up to
 			// 35 points with no failover at all (the controller's probes
 			// and capacity between commits); with a commit after each
-			// poll they agree within 1.5 in A/A runs, but 3 failover runs
-			// of 7 parted by 8-14 (README, Replicas and failover).
+			// poll too, under load (0 vs 15.6% dead work in an A/A run at
+			// load 17-20; README, Replicas and failover).
 			if math.Abs(gc-gf) > 0.05 || math.Abs(dc-df) > 0.05 {
 				if b.kafka == "" {
 					t.Errorf("goodput %.1f%% vs %.1f%%, dead work %.1f%% vs %.1f%%: %s more than 5 points from the run without failover", 100*gc, 100*gf, 100*dc, 100*df, second)
@@ -642,11 +644,11 @@ func checkQuotaSamples(t *testing.T, samples []quotaSample, killed time.Duration
 	if !failover {
 		return
 	}
-	// A follower stands in once the leader's decisions went unrenewed
-	// for a third of the session (at least four intervals), seen at its
-	// next check (an interval); the producers' watches get its sets at
-	// once.
-	standIn := max(haSession/3, 4*haInterval)
+	// A follower serves its own sets once the leader's decisions went
+	// unrenewed for a sixth of the session (at least four intervals:
+	// internal/app's replica.Config.Serve), seen at its next check (an
+	// interval); the producers' watches get its sets at once.
+	standIn := max(haSession/6, 4*haInterval)
 	t.Logf("SIGKILL of the leader: the producers were served sets newer than the lost leader's %v later (a follower standing in after %v, then the new leader; session %v, interval %v)", arrived.Round(time.Millisecond), standIn, haSession, haInterval)
 	if arrived < 0 || arrived > standIn+2*haInterval+time.Second {
 		t.Errorf("sets newer than the lost leader's served after %v, want within %v (a follower standing in) + 2 intervals %v (+1s of replication, polling and scheduling)", arrived, standIn, haInterval)

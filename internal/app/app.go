@@ -245,7 +245,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		}
 		a.rep = replica.New(replica.Config{Channel: leaseCh, Elector: leaseEl, Hub: a.Hub,
 			Lifetime: lease.WithDefaults().Lifetime, Interval: cfg.Interval, Silence: max(ha.SessionTimeout/3, 4*cfg.Interval),
-			ID: presenceID, Session: ha.SessionTimeout, Log: log.With("component", "ha")})
+			Serve: max(ha.SessionTimeout/6, 4*cfg.Interval), ID: presenceID, Session: ha.SessionTimeout, Log: log.With("component", "ha")})
 		// One follower writes the client quotas of the lease state's
 		// cluster while the followers stand in for its silent leader.
 		standIn(quotaGates, leaseEl, a.rep.ClientQuotaStandIn, log.With("component", "ha"))

@@ -172,7 +172,7 @@ func (r *Replicator) heard(at time.Time, rewriting bool) bool {
 	if !rewriting && at.After(r.lastSets) {
 		r.lastSets = at
 	}
-	fresh := r.cfg.Silence > 0 && time.Since(at) <= r.cfg.Silence && !rewriting
+	fresh := r.cfg.Silence > 0 && time.Since(at) <= r.serve() && !rewriting
 	if fresh {
 		r.acted = false
 	}
@@ -181,7 +181,6 @@ func (r *Replicator) heard(at time.Time, rewriting bool) bool {
 		return false
 	}
 	if fresh && r.sink.act(false, 0) {
-		r.eng.StandIn(false)
 		r.cfg.Log.Info("a leader writes the lease state again: serving its lease sets")
 	}
 	return true

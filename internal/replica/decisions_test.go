@@ -44,9 +44,9 @@ func (c *consumer) cycle(e *engine.Engine) quota.Decision {
 // TestFollowerAdoptsLeaderDecisions: on the embedded nats-server, a
 // follower whose own observations are healthy, beside a leader that cut
 // the rate, adopts the leader's decision through the bucket: its next
-// decisions are limited; and when it takes over once the leader is lost,
-// after its own controller released meanwhile, it continues from the
-// leader's last decision, not from its own.
+// decisions are limited; once the leader is silent its controller keeps
+// the adopted rate its producers leave unused; and when it takes over, it
+// continues from the leader's last decision.
 func TestFollowerAdoptsLeaderDecisions(t *testing.T) {
 	s := embedded.NATSTest(t)
 	js := embedded.Connect(t, s)
@@ -71,13 +71,19 @@ func TestFollowerAdoptsLeaderDecisions(t *testing.T) {
 	waitFor(t, "the follower's decision is limited", func() bool {
 		return !fc.cycle(follow.eng).IsUnlimited()
 	})
-	// The leader is lost: no more records. On its own, the follower's
-	// controller probes up rates nobody is given and releases them.
+	// The leader is lost: no more records. The producers still hold its
+	// last sets, so the rate the follower's controller adopted goes
+	// unused: it keeps it (Replicator.holdUnused) rather than probe it up
+	// and release it, which it then served when it stood in (session 11).
 	lead.el.lead.Store(false)
 	waitFor(t, "the leader deposed", func() bool { return !lead.rep.sink.isLeading() })
-	waitFor(t, "the follower released on its own", func() bool {
-		return fc.cycle(follow.eng).IsUnlimited()
-	})
+	waitFor(t, "the follower holds unused rates", follow.rep.holding.Load)
+	fc.produce = 10
+	for i := range 8 {
+		if d := fc.cycle(follow.eng); d.IsUnlimited() {
+			t.Fatalf("second %d with the leader silent: the follower released on its own (%s)", i, d.Reason)
+		}
+	}
 	follow.el.lead.Store(true)
 	waitFor(t, "the follower leads", follow.rep.sink.isLeading)
 	if d := fc.cycle(follow.eng); d.IsUnlimited() {

@@ -61,8 +61,19 @@ type Config struct {
 	// leader's regime; it still writes nothing to the brokers. Zero
 	// never serves the follower's own sets. Set it above the replication
 	// delay of the lease state (internal/app: a third of the session
-	// timeout, at least four intervals).
+	// timeout, at least four intervals). The Kafka client quotas' stand-in
+	// (ClientQuotaStandIn) and the presence records go by Silence.
 	Silence time.Duration
+	// Serve, when shorter than Silence, is how long the leader's
+	// decisions may go unrenewed before a follower serves its own sets:
+	// a set the lost leader made for one interval (a step down to 0, a
+	// rate kept while a commit was awaited) holds its producers until
+	// then. A stand-in against a live leader whose record is late serves
+	// its own sets to the producers it serves only until the record
+	// arrives, and writes nothing; the client quotas wait for Silence.
+	// Zero or above Silence: Silence (internal/app: a sixth of the
+	// session timeout, at least four intervals).
+	Serve time.Duration
 	// ID names this replica to the others (ha.id) and Session is the
 	// election's session timeout: with both set (and Silence), the one
 	// live follower that ranks first by its ID writes the Kafka client
@@ -134,6 +145,9 @@ type Replicator struct {
 	leaderID  string // the Config.ID of the newest leader record's writer
 	tick      time.Time
 	quiet     time.Time
+	// holding: the engine keeps unused rates (holdUnused); written by
+	// checkRole only.
+	holding atomic.Bool
 	// standMu makes a follower's decision to stand in (checkSilence, the
 	// role goroutine) and its start one step against a leader's record
 	// (followDecisions, the channel's): a fresh record read meanwhile
@@ -296,12 +310,14 @@ func (r *Replicator) checkRole() {
 	if lead == r.sink.isLeading() {
 		if !lead {
 			r.checkSilence(now)
+			r.holdUnused(now)
 		}
 		return
 	}
 	if lead {
 		r.followLast()
 		r.eng.StandIn(false)
+		r.holding.Store(false)
 		// Until Publish wrote every set, the records say so.
 		r.rewriting.Store(true)
 	}
@@ -315,7 +331,7 @@ func (r *Replicator) checkRole() {
 }
 
 // checkSilence, on a follower, serves its own sets while the leader's
-// decisions have not been renewed for Config.Silence, and the leader's
+// decisions have not been renewed for Config.Serve, and the leader's
 // again once they are (see Config.Silence). A replica that was not
 // running for half of Silence (paused) cannot tell the leader's silence
 // from its own absence: it waits Silence more, reading the channel,
@@ -336,11 +352,12 @@ func (r *Replicator) checkSilence(now time.Time) {
 	// microseconds): the lost leader may have served sets no replica
 	// read (killed before its write landed, or before it committed).
 	base = max(base, uint64(max(now.UnixMicro(), 0)))
-	silent := synced && !last.IsZero() && now.Sub(last) > r.cfg.Silence && now.After(r.quiet)
+	serve := r.serve()
+	silent := synced && !last.IsZero() && now.Sub(last) > serve && now.After(r.quiet)
 	// A leader that took over writes while it rewrites its sets: a
 	// stand-in holds until they are written rather than serve the lost
 	// leader's meanwhile.
-	hold := !silent && r.acted && !last.IsZero() && now.Sub(last) <= r.cfg.Silence && now.Sub(sets) > r.cfg.Silence
+	hold := !silent && r.acted && !last.IsZero() && now.Sub(last) <= serve && now.Sub(sets) > serve
 	if silent {
 		r.acted = true
 	}
@@ -349,7 +366,6 @@ func (r *Replicator) checkSilence(now time.Time) {
 		return
 	}
 	if r.sink.act(silent, base) {
-		r.eng.StandIn(silent)
 		if silent {
 			r.mu.Lock()
 			r.standFrom = last
@@ -359,6 +375,36 @@ func (r *Replicator) checkSilence(now time.Time) {
 		} else {
 			r.cfg.Log.Info("a leader writes the lease state again: serving its lease sets")
 		}
+	}
+}
+
+// serve is how long the leader may be silent before this follower serves
+// its own sets (Config.Serve).
+func (r *Replicator) serve() time.Duration {
+	if r.cfg.Serve <= 0 || r.cfg.Serve > r.cfg.Silence {
+		return r.cfg.Silence
+	}
+	return r.cfg.Serve
+}
+
+// holdUnused, on a follower, has the engine's controller keep a rate its
+// producers leave unused (engine.Engine.StandIn) while it serves its own
+// sets, and from when the leader's decisions are two intervals overdue:
+// from then on no adoption resets the controller's rates, and the
+// producers still obey the silent leader's last sets, so a rate they
+// leave unused says nothing of the consumer. Without it a follower's
+// controller probed up and released, unused, in the second before it
+// stood in (a sixth of the session), and then served its producers
+// unlimited (the HA overload test on NATS, session 11). Off again once a
+// fresh record ended the standing in, at the next check. Role goroutine.
+func (r *Replicator) holdUnused(now time.Time) {
+	r.mu.Lock()
+	last, synced := r.lastLeader, r.synced
+	r.mu.Unlock()
+	on := r.sink.isActing() || synced && !last.IsZero() && now.Sub(last) > 2*r.cfg.Interval
+	if on != r.holding.Load() {
+		r.eng.StandIn(on)
+		r.holding.Store(on)
 	}
 }
 

@@ -259,6 +259,62 @@ func TestClientQuotaStandIn(t *testing.T) {
 	}
 }
 
+// TestServeBeforeClientQuotas: on the embedded nats-server, three
+// replicas whose followers serve their own sets after Config.Serve, a
+// third of Silence; the leader dies. The followers serve their own sets
+// once it has been silent for Serve, well before Silence (the sets it
+// left may have been made for one interval: a step down to 0), while
+// the client quotas wait: no follower writes them until the leader has
+// been silent for Silence, then exactly one does.
+func TestServeBeforeClientQuotas(t *testing.T) {
+	js := embedded.JetStreamTest(t)
+	const serve, silence, session = 200 * time.Millisecond, 600 * time.Millisecond, 3 * time.Second
+	mk := func(id string, lead bool) *node {
+		return newNodeWith(t, NewNATS(js, NATSBucket("sv")), lead, func(c *Config) {
+			c.Serve, c.Silence, c.Session, c.ID = serve, silence, session, id
+		})
+	}
+	lead, f1, f2 := mk("r0", true), mk("r1", false), mk("r2", false)
+	if _, err := f1.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every replica heard the others' presence and the leader", func() bool {
+		for _, n := range []*node{lead, f1, f2} {
+			n.rep.mu.Lock()
+			k := len(n.rep.present)
+			n.rep.mu.Unlock()
+			if k < 3 {
+				return false
+			}
+		}
+		f1.rep.mu.Lock()
+		defer f1.rep.mu.Unlock()
+		return !f1.rep.lastLeader.IsZero()
+	})
+	lead.stop()
+	waitFor(t, "both followers serve their own sets", func() bool { return f1.rep.sink.isActing() && f2.rep.sink.isActing() })
+	f1.rep.mu.Lock()
+	last := f1.rep.lastLeader
+	f1.rep.mu.Unlock()
+	if since := time.Since(last); since >= silence {
+		t.Fatalf("the followers served their own sets %v after the leader's last record, want after Serve (%v), before Silence (%v)", since, serve, silence)
+	}
+	writers := func(now time.Time) (ids []string) {
+		for _, n := range []*node{f1, f2} {
+			if _, ok := n.rep.ClientQuotaStandIn(now); ok {
+				ids = append(ids, n.rep.cfg.ID)
+			}
+		}
+		return ids
+	}
+	if ids := writers(last.Add(silence)); len(ids) != 0 {
+		t.Errorf("%v write client quotas %v after the leader's last record, before Silence (%v)", ids, silence, silence)
+	}
+	if ids := writers(last.Add(silence + 50*time.Millisecond)); len(ids) != 1 {
+		t.Errorf("client quota writers %v past Silence, want exactly one", ids)
+	}
+}
+
 // TestClientQuotaStandInStalledRead: the followers' reads of the lease
 // state stall (on a Kafka lease topic of one partition, a transaction the
 // killed leader left open holds every later record, presence included,

@@ -121,7 +121,7 @@ func (r *Replicator) hearPresence(id string, v []byte) {
 // ClientQuotaStandIn reports whether, at now, this replica writes the
 // Kafka client quotas of the lease state's cluster although it does not
 // lead, and until when at the latest (the writes' deadline): it stands
-// in for a silent leader (Config.Silence), no decisions record newer than
+// in for a leader silent for Config.Silence, no decisions record newer than
 // the lost leader's last was read since, the lost leader's broker session
 // may not have ended yet, and it ranks first among the live replicas.
 // Safe for concurrent use.
@@ -131,7 +131,9 @@ func (r *Replicator) ClientQuotaStandIn(now time.Time) (time.Time, bool) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.standFrom.IsZero() || !r.lastLeader.Equal(r.standFrom) {
+	// The sets are served after Config.Serve, the client quotas only
+	// after Silence: a leader whose record is late still writes them.
+	if r.standFrom.IsZero() || !r.lastLeader.Equal(r.standFrom) || now.Sub(r.standFrom) <= r.cfg.Silence {
 		return time.Time{}, false
 	}
 	until := r.standFrom.Add(r.cfg.Session - r.cfg.Session/5)
