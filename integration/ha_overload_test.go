@@ -89,7 +89,7 @@ func overloadClasses() []overloadClass {
 // with franz-go's 5 s auto-commit (the default) two deployments without
 // failover differ by up to 35 points, and with a commit after each poll
 // (LAGBRIDGE_HA_COMMIT=poll) failover runs kept within 2.7 points of
-// their twin in 15 of 16 runs (session 11), but two deployments without
+// their twin in 20 of 21 runs (session 11), but two deployments without
 // failover still part by more than 5 under load (README, Replicas and
 // failover). Logged: the producers' samples on the
 // safe quota, unlimited or stop, and with a version below one they held.
