@@ -205,19 +205,7 @@ func TestClientQuotaStandIn(t *testing.T) {
 	if _, err := f1.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every replica heard the others' presence and the leader", func() bool {
-		for _, n := range []*node{lead, f1, f2} {
-			n.rep.mu.Lock()
-			k := len(n.rep.present)
-			n.rep.mu.Unlock()
-			if k < 3 {
-				return false
-			}
-		}
-		f1.rep.mu.Lock()
-		defer f1.rep.mu.Unlock()
-		return !f1.rep.lastLeader.IsZero()
-	})
+	waitPresent(t, lead, f1, f2)
 	writers := func(now time.Time) (ids []string, until time.Time) {
 		for _, n := range []*node{f1, f2} {
 			if u, ok := n.rep.ClientQuotaStandIn(now); ok {
@@ -278,19 +266,7 @@ func TestServeBeforeClientQuotas(t *testing.T) {
 	if _, err := f1.rep.Report(quotaproto.Report{Producer: "p", Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every replica heard the others' presence and the leader", func() bool {
-		for _, n := range []*node{lead, f1, f2} {
-			n.rep.mu.Lock()
-			k := len(n.rep.present)
-			n.rep.mu.Unlock()
-			if k < 3 {
-				return false
-			}
-		}
-		f1.rep.mu.Lock()
-		defer f1.rep.mu.Unlock()
-		return !f1.rep.lastLeader.IsZero()
-	})
+	waitPresent(t, lead, f1, f2)
 	lead.stop()
 	waitFor(t, "both followers serve their own sets", func() bool { return f1.rep.sink.isActing() && f2.rep.sink.isActing() })
 	f1.rep.mu.Lock()
@@ -427,4 +403,23 @@ func (c leaderWrites) Put(ctx context.Context, k string, v []byte) error {
 
 func (c leaderWrites) PutAll(ctx context.Context, es []entry) error {
 	return c.kafkaChannel.PutAll(leader.WithEpoch(ctx, 1), es)
+}
+
+// waitPresent waits until each of the three replicas heard the others'
+// presence and f1 read the leader's record.
+func waitPresent(t *testing.T, lead, f1, f2 *node) {
+	t.Helper()
+	waitFor(t, "every replica heard the others' presence and the leader", func() bool {
+		for _, n := range []*node{lead, f1, f2} {
+			n.rep.mu.Lock()
+			k := len(n.rep.present)
+			n.rep.mu.Unlock()
+			if k < 3 {
+				return false
+			}
+		}
+		f1.rep.mu.Lock()
+		defer f1.rep.mu.Unlock()
+		return !f1.rep.lastLeader.IsZero()
+	})
 }
