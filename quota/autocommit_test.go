@@ -208,3 +208,25 @@ func TestSimOneSecondAutoCommit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { tc.checkWithin(t, tc.after, tc.idle) })
 	}
 }
+
+// TestSimRestoreProbesFromConsumed: consumers that commit several times
+// per observation (commit per poll, or a 100-250 ms auto-commit, read
+// every second: their commits are read as they are), through the bench's
+// phases at 2x. Once capacity returns, the consumer drains the slow
+// phase's standing backlog within the first interval (624 msg/s consumed
+// against 404 allowed, commits every 100 ms); the probe stepped up from
+// the rate in force (the law gave 780 of an 800 offer), so the producers
+// were refused for the next interval while the consumer sat idle: 0.85-1.0
+// s after the restore plus one commit and one observation interval (the
+// bench's "after" phase), 99.2-99.8% admitted there. Probing from what the
+// consumer showed (see Controller.probeBase), they are refused for none of it.
+func TestSimRestoreProbesFromConsumed(t *testing.T) {
+	for _, tc := range []autoCommitCase{
+		{name: "commits every 100 ms", interval: time.Second, commit: 100 * time.Millisecond, load: 2},
+		{name: "commits every 100 ms, mid-interval", interval: time.Second, commit: 100 * time.Millisecond, commitAt: 0.55, load: 2},
+		{name: "commits every 250 ms", interval: time.Second, commit: 250 * time.Millisecond, load: 2},
+		{name: "commits every 250 ms, sticky partitioner", interval: time.Second, commit: 250 * time.Millisecond, load: 2, sticky: 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.check(t) })
+	}
+}

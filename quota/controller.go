@@ -1825,7 +1825,7 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		tc.release++
 		return RuleProbe, fmt.Sprintf("caught up, the rate unused since it was adopted from another replica (producers may still be held to its leases or client quotas): keeping %.0f/s", inForce)
 	}
-	tc.rate = max(tc.rate, v.law, inForce*(1+v.probe))
+	tc.rate = max(tc.rate, v.law, c.probeBase(tc, st, v, inForce)*(1+v.probe))
 	if v.blind {
 		tc.rate = min(tc.rate, tc.blindCap)
 	}
@@ -1843,6 +1843,36 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		return RuleRelease, fmt.Sprintf("caught up and the rate unused for %d observations: unlimited", c.cfg.ReleaseAfter)
 	}
 	return RuleProbe, fmt.Sprintf("caught up: probing from %.0f/s", tc.rate)
+}
+
+// probeBase is the rate a probe steps up from: the rate in force, or,
+// when more, what the consumer consumed over the interval (at most the
+// capacity estimate), for a position read from commits made at least about
+// once per observation (read as they are, see commitAge), when that is a
+// step above the capacity estimate before the reading (StepThreshold: a
+// capacity that came back, not a drain at the capacity it had). A
+// consumer that consumed more than it was allowed drained a backlog: it
+// showed that rate over the interval, a lower bound of its capacity, so a
+// probe from it overshoots that capacity by no more than a probe from the
+// rate in force would overshoot the rate in force. Not for a consumer's reports (they
+// move by whole polls: a poll's worth in one interval is no rate), nor
+// for an estimate between commits, nor while the head was past the
+// deadline (a consumer that skips expired messages, the ttl guard,
+// "consumes" them at no cost; see estimateCapacity).
+//
+// Why: once capacity returns, the consumer drains the slow phase's
+// standing backlog within the first interval: at 1 s, 624 msg/s consumed
+// against 404 allowed (the simulator, 2,000 -> 400 -> 2,000 msg/s, 800
+// offered, commits every 100 ms). Probing from the 404 in force (the law
+// gave 780) refused the producers for the next interval while the
+// consumer sat idle; from 624 the probe admits the offer
+// (TestSimRestoreProbesFromConsumed).
+func (c *Controller) probeBase(tc *control, st *lag.State, v *reading, inForce float64) float64 {
+	if !fromCommits(st) || v.cadence > 1.5*v.dt || tc.floor > v.engageWait/2 || !v.measured || tc.headLate ||
+		v.consumed <= (1+c.cfg.StepThreshold)*v.prevCap {
+		return inForce
+	}
+	return max(inForce, min(v.consumed, v.capacity))
 }
 
 // follow is the rule for a limited consumer under the engage threshold
