@@ -1848,9 +1848,13 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 // probeBase is the rate a probe steps up from: the rate in force, or,
 // when more, what the consumer consumed over the interval (at most the
 // capacity estimate), for a position read from commits made at least about
-// once per observation (read as they are, see commitAge), when that is a
-// step above the capacity estimate before the reading (StepThreshold: a
-// capacity that came back, not a drain at the capacity it had). A
+// once per observation (read as they are, see commitAge) that showed no
+// standing wait beyond E/2 (tc.floor, tc.headKept: a 1 s auto-commit read
+// every second shows up to a second of uncommitted work, and its readings
+// alternate between a commit missed and two), when that is a step above
+// the capacity estimate before the reading (StepThreshold: a capacity that
+// came back, not a drain at the capacity it had), and a rate is in force
+// (not right after a drain, where the law re-opens). A
 // consumer that consumed more than it was allowed drained a backlog: it
 // showed that rate over the interval, a lower bound of its capacity, so a
 // probe from it overshoots that capacity by no more than a probe from the
@@ -1868,8 +1872,8 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 // consumer sat idle; from 624 the probe admits the offer
 // (TestSimRestoreProbesFromConsumed).
 func (c *Controller) probeBase(tc *control, st *lag.State, v *reading, inForce float64) float64 {
-	if !fromCommits(st) || v.cadence > 1.5*v.dt || tc.floor > v.engageWait/2 || !v.measured || tc.headLate ||
-		v.consumed <= (1+c.cfg.StepThreshold)*v.prevCap {
+	if !fromCommits(st) || v.cadence > 1.5*v.dt || max(tc.floor, tc.headKept) > v.engageWait/2 || inForce <= 0 ||
+		!v.measured || tc.headLate || v.consumed <= (1+c.cfg.StepThreshold)*v.prevCap {
 		return inForce
 	}
 	return max(inForce, min(v.consumed, v.capacity))
