@@ -225,7 +225,6 @@ func TestSimRestoreProbesFromConsumed(t *testing.T) {
 		{name: "commits every 100 ms", interval: time.Second, commit: 100 * time.Millisecond, load: 2},
 		{name: "commits every 100 ms, mid-interval", interval: time.Second, commit: 100 * time.Millisecond, commitAt: 0.55, load: 2},
 		{name: "commits every 250 ms", interval: time.Second, commit: 250 * time.Millisecond, load: 2},
-		{name: "commits every 250 ms, sticky partitioner", interval: time.Second, commit: 250 * time.Millisecond, load: 2, sticky: 400},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.check(t) })
 	}

@@ -1853,8 +1853,12 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 // every second shows up to a second of uncommitted work, and its readings
 // alternate between a commit missed and two), when that is a step above
 // the capacity estimate before the reading (StepThreshold: a capacity that
-// came back, not a drain at the capacity it had), and a rate is in force
-// (not right after a drain, where the law re-opens). A
+// came back, not a drain at the capacity it had) with the head at the
+// commit no older than E/2 (it drained what was queued: a partition that
+// catches up in a burst behind a sticky partitioner, its head still old,
+// read 404/s after 314/s and was probed into a drain in the simulator),
+// and a rate is in force (not right after a drain, where the law
+// re-opens). A
 // consumer that consumed more than it was allowed drained a backlog: it
 // showed that rate over the interval, a lower bound of its capacity, so a
 // probe from it overshoots that capacity by no more than a probe from the
@@ -1873,7 +1877,8 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 // (TestSimRestoreProbesFromConsumed).
 func (c *Controller) probeBase(tc *control, st *lag.State, v *reading, inForce float64) float64 {
 	if !fromCommits(st) || v.cadence > 1.5*v.dt || max(tc.floor, tc.headKept) > v.engageWait/2 || inForce <= 0 ||
-		!v.measured || tc.headLate || v.consumed <= (1+c.cfg.StepThreshold)*v.prevCap {
+		!v.measured || tc.headLate || !v.headKnown || v.headAge > v.engageWait/2 ||
+		v.consumed <= (1+c.cfg.StepThreshold)*v.prevCap {
 		return inForce
 	}
 	return max(inForce, min(v.consumed, v.capacity))
