@@ -1902,6 +1902,16 @@ func (c *Controller) probeBase(tc *control, st *lag.State, v *reading, inForce f
 // before the drop 1,555/s cut to 1,036/s, wait 6 ms). A consumer really
 // at its limit shows a backlog beyond E next.
 func follow(tc *control, st *lag.State, v *reading, inForce float64) (Rule, string) {
+	if exactPosition(st, v) && v.queued <= v.engageWait/2 && v.binding && inForce > 0 {
+		// The producers use the whole rate and are refused: holding it
+		// refuses them again while the consumer sits idle (lagbridge
+		// bench, kafka/hook/sync/1s at 2x after the restore: 339/s held
+		// for an 800/s offer, consumed 301/s of 336/s, wait 21 ms). A
+		// probe from the rate in force keeps the probe's overshoot
+		// bound; a consumer at its limit shows a backlog beyond E next.
+		tc.rate = max(v.law, inForce*(1+v.probe))
+		return RuleProbe, fmt.Sprintf("backlog near empty (wait %s), consumed %.0f/s of %.0f/s, the rate in use: probing from %.0f/s", secs(v.wait), v.consumed, v.produced, tc.rate)
+	}
 	if exactPosition(st, v) && v.queued <= v.engageWait/2 {
 		tc.rate = max(v.law, inForce)
 		return RuleFollow, fmt.Sprintf("backlog near empty (wait %s), consumed %.0f/s of %.0f/s: keeping %.0f/s", secs(v.wait), v.consumed, v.produced, tc.rate)

@@ -1353,3 +1353,27 @@ func TestControllerNearEmptyFollowHolds(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerNearEmptyBindingProbes: as TestControllerNearEmptyFollowHolds,
+// but the producers use the whole rate in force (they are refused): after
+// the restore in lagbridge bench (kafka/hook/sync/1s at 2x), 339/s in
+// force for an 800/s offer, 336/s produced, 301/s consumed, lag 35 (a
+// wait of 21 ms). Holding the rate refused the producers for another
+// interval while the consumer sat idle; it is probed up.
+func TestControllerNearEmptyBindingProbes(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	c := newCtl(t, ControllerConfig{})
+	c.Step(reported(st(1, 0, 800, 800)), p, leaseT0.Add(time.Second))
+	if d := c.Step(reported(st(2, 1000, 300, 800)), p, leaseT0.Add(2*time.Second)); d.IsUnlimited() {
+		t.Fatalf("not limited by the burst: %s", d.Reason)
+	}
+	for k := 3; k < 6; k++ {
+		c.Step(reported(st(float64(k), 20, 300, 300)), p, leaseT0.Add(time.Duration(k)*time.Second))
+	}
+	tc := c.targets[ordersK]
+	tc.limited, tc.rate, tc.release, tc.capacity = true, 339, 0, 274
+	d := c.Step(reported(st(6, 35, 301, 336)), p, leaseT0.Add(6*time.Second))
+	if d.Rule != RuleProbe || d.Rate < 1.4*339 {
+		t.Fatalf("rule %v at %.0f/s (%s), want a probe from the 339/s in force", d.Rule, d.Rate, d.Reason)
+	}
+}
