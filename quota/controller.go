@@ -715,10 +715,8 @@ type reading struct {
 	// noQueue: measured, and the head at the commit shows no queue
 	// beyond the standing wait (see noQueueAtCommit); caught: measured,
 	// and every commit shows the consumer caught up (see
-	// caughtAtCommits); atCadence: measured, the standing wait not
-	// learned, and the lag is the consumer's own commit cadence's (see
-	// cadenceStanding).
-	noQueue, caught, atCadence bool
+	// caughtAtCommits).
+	noQueue, caught bool
 	// blind: the position is an estimate between the commits of a
 	// consumer that was caught up at its last commit (see
 	// caughtUpAtCommit).
@@ -781,8 +779,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	}
 	v.capacity = tc.capacity
 	v.caught = v.measured && caughtAtCommits(st, v)
-	v.atCadence = v.measured && v.produced <= (1+cfg.StepThreshold)*v.prevCap && cadenceStanding(tc, st, v)
-	v.noQueue = v.measured && (noQueueAtCommit(tc, st, v) || v.caught || idleBefore(tc, v) || v.atCadence)
+	v.noQueue = v.measured && (noQueueAtCommit(tc, st, v) || v.caught || idleBefore(tc, v))
 	tc.othersLag = v.lag
 	if v.measured {
 		c.estimateCapacity(tc, st, p, v)
@@ -989,7 +986,7 @@ func (c *Controller) judge(tc *control, v *reading) {
 		v.keepsUp, v.queued, v.engaged = true, 0, false
 	}
 	if !tc.limited {
-		v.engaged = v.engaged && !v.atCadence && v.queued-unlearnedWait(tc, v) > v.engageWait
+		v.engaged = v.engaged && v.queued-unlearnedWait(tc, v) > v.engageWait
 		if fromCommitsCadence(v) && v.measured && v.headKnown && kept && !v.engaged {
 			tc.headKept = max(v.headAge, tc.headKept*math.Exp(-v.dt/floorMemory))
 		}
@@ -1682,48 +1679,6 @@ func noQueueAtCommit(tc *control, st *lag.State, v *reading) bool {
 		standing = max(standing, min(tc.headKept, floorCap(v)))
 	}
 	return v.headAge <= standing+v.engageWait/2
-}
-
-// cadenceStanding reports whether st reads the commits of an unlimited
-// consumer that commits about once per observation or more often (a
-// cadence, learned or assumed, of at most one and a half intervals), whose
-// standing wait is not learned yet (tc.floorSeen < floorLearn), with a
-// head no older than its cadence (at most one interval while the cadence
-// is not learned; the head's age is taken at the commit, read as it is)
-// and a lag no more than what was produced over the head's age and E/2:
-// every record it holds was written since about its last commit. That is
-// uncommitted work, not a queue: no saturation, and its consume reading
-// (the commits' timing) does not lower the capacity. At a 250 ms
-// observation interval a consumer that commits every 250 ms shows heads
-// of 0.20-0.25 s at every commit, over the engage wait (0.2 s); the
-// standing wait is learned only while the target is unlimited and the
-// first-readings rule (noQueueAtCommit) ends after a count of readings,
-// so a topic limited by its first readings and released later read the
-// next commit as "saturated: capacity 180/s, wait 345ms" and stayed
-// saturated at about the offer (300 msg/s) for a consumer of 12,000
-// msg/s, until partition 0 slowed down and the whole topic stepped down
-// (lagbridge bench --hot-partition --hot-interval 250ms, kfake;
-// TestControllerCadenceHeadNotAQueue). Not while limited: a consumer
-// filling up to its setpoint (one interval at 250 ms) shows the same
-// heads (TestSimHotPartitionLimitedOthersKeepTheirRate). Nor when half an
-// observation interval is the engage wait or more (at 1 s, E is 0.4 s): a
-// queue of up to an interval is then the setpoint's, and a consumer slow
-// from the start was seen an interval later (TestSimStepDrop at 2x). Nor
-// when the producers send more than a step above the capacity estimate
-// (the caller's gate, see measure): after a restore at 10x, at 100 ms, a
-// queue building after the release read as standing, and the simulator's
-// recovery took 1.30 s instead of 0.80 s. A consumer that is saturated
-// unlimited shows a head past its cadence within a reading or two, as in
-// the first readings.
-func cadenceStanding(tc *control, st *lag.State, v *reading) bool {
-	if tc.limited || !fromCommits(st) || !v.headKnown || tc.floorSeen >= floorLearn || v.cadence <= 0 || v.cadence > 1.5*v.dt || v.dt/2 >= v.engageWait {
-		return false
-	}
-	standing := v.dt
-	if v.learned {
-		standing = min(v.cadence, v.budget/2)
-	}
-	return v.headAge <= standing && v.lag <= (v.headAge+v.engageWait/2)*max(v.produced, v.prevProduced)
 }
 
 // commitSpan measures, at each new commit of a consumer whose position is

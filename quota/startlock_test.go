@@ -182,31 +182,3 @@ func TestSimCaughtUpNotHeld(t *testing.T) {
 		})
 	}
 }
-
-// TestControllerCadenceHeadNotAQueue replays lagbridge bench
-// --hot-partition --hot-interval 250ms on kfake (the recording of
-// TestControllerIdleBeforeNotDrained): six partitions, each consumer at
-// 2,000 msg/s committing every 250 ms, read every 250 ms, 300 msg/s of
-// keyless records. Limited by its first readings, the topic is released
-// at decision 25 without its standing wait learned (it is learned only
-// while unlimited), and the first-readings rule of noQueueAtCommit is over
-// by then. Each later commit shows heads of 0.20-0.25 s, the lag what was
-// written since the commit: over the engage wait (0.2 s), that read as
-// "saturated: capacity 281/s, wait 228ms" at about the offer, every
-// decision until partition 0 slowed down at 27.1 (then a step down of the
-// whole topic). A head no older than the consumer's own cadence holding
-// no more than was produced since is its uncommitted work: unlimited.
-func TestControllerCadenceHeadNotAQueue(t *testing.T) {
-	ds := replayStates(t, "hot250-idledrain.jsonl", 250*time.Millisecond)
-	if len(ds) != 50 {
-		t.Fatalf("%d decisions, want 50", len(ds))
-	}
-	if ds[25].Rule != RuleRelease {
-		t.Fatalf("decision 25 (%s): %s, want the release of the recorded run: the case tests nothing", ds[25].At.Format("15:04:05.000"), ds[25].Rule)
-	}
-	for i := 26; i <= 41; i++ {
-		if d := ds[i]; !d.IsUnlimited() {
-			t.Errorf("decision %d (%s): %s at %.0f/s (%s), want unlimited: the consumer holds only its commit cadence's work", i, d.At.Format("15:04:05.000"), d.Rule, d.Rate, d.Reason)
-		}
-	}
-}
