@@ -1858,12 +1858,12 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 // catches up in a burst behind a sticky partitioner, its head still old,
 // read 404/s after 314/s and was probed into a drain in the simulator),
 // and a rate is in force (not right after a drain, where the law
-// re-opens). A
-// consumer that consumed more than it was allowed drained a backlog: it
-// showed that rate over the interval, a lower bound of its capacity, so a
-// probe from it overshoots that capacity by no more than a probe from the
-// rate in force would overshoot the rate in force. Not for a consumer's reports (they
-// move by whole polls: a poll's worth in one interval is no rate), nor
+// re-opens). A consumer that consumed more than it was allowed drained a
+// backlog: it showed that rate over the interval, a lower bound of its
+// capacity, so a probe from it overshoots that capacity by no more than a
+// probe from the rate in force would overshoot the rate in force. Not for
+// a consumer's reports (they move by whole polls: a poll's worth in one
+// interval is no rate), nor
 // for an estimate between commits, nor while the head was past the
 // deadline (a consumer that skips expired messages, the ttl guard,
 // "consumes" them at no cost; see estimateCapacity).
@@ -1902,17 +1902,18 @@ func (c *Controller) probeBase(tc *control, st *lag.State, v *reading, inForce f
 // before the drop 1,555/s cut to 1,036/s, wait 6 ms). A consumer really
 // at its limit shows a backlog beyond E next.
 func follow(tc *control, st *lag.State, v *reading, inForce float64) (Rule, string) {
-	if exactPosition(st, v) && v.queued <= v.engageWait/2 && v.binding && inForce > 0 {
-		// The producers use the whole rate and are refused: holding it
-		// refuses them again while the consumer sits idle (lagbridge
-		// bench, kafka/hook/sync/1s at 2x after the restore: 339/s held
-		// for an 800/s offer, consumed 301/s of 336/s, wait 21 ms). A
-		// probe from the rate in force keeps the probe's overshoot
-		// bound; a consumer at its limit shows a backlog beyond E next.
-		tc.rate = max(v.law, inForce*(1+v.probe))
-		return RuleProbe, fmt.Sprintf("backlog near empty (wait %s), consumed %.0f/s of %.0f/s, the rate in use: probing from %.0f/s", secs(v.wait), v.consumed, v.produced, tc.rate)
-	}
 	if exactPosition(st, v) && v.queued <= v.engageWait/2 {
+		if v.binding && inForce > 0 {
+			// The producers use the whole rate and are refused: holding
+			// it refuses them again while the consumer sits idle
+			// (lagbridge bench, kafka/hook/sync/1s at 2x after the
+			// restore: 339/s held for an 800/s offer, consumed 301/s of
+			// 336/s, wait 21 ms). A probe from the rate in force keeps
+			// the probe's overshoot bound; a consumer at its limit
+			// shows a backlog beyond E next.
+			tc.rate = max(v.law, inForce*(1+v.probe))
+			return RuleProbe, fmt.Sprintf("backlog near empty (wait %s), consumed %.0f/s of %.0f/s, the rate in use: probing from %.0f/s", secs(v.wait), v.consumed, v.produced, tc.rate)
+		}
 		tc.rate = max(v.law, inForce)
 		return RuleFollow, fmt.Sprintf("backlog near empty (wait %s), consumed %.0f/s of %.0f/s: keeping %.0f/s", secs(v.wait), v.consumed, v.produced, tc.rate)
 	}
