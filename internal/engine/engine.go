@@ -5,7 +5,7 @@
 // the quota protocol's hub (push), a NATS KV bucket and Kafka client quotas.
 //
 // The pure parts live in quota/; this package owns the state, the lock and
-// the publishing goroutine.
+// the publishing goroutines (one per publisher).
 package engine
 
 import (
@@ -208,40 +208,67 @@ func New(cfg Config) (*Engine, error) {
 	}, nil
 }
 
-// Start runs the publishing goroutine until Close.
+// Start runs the publishing goroutines until Close: one per publisher,
+// each publishing the newest snapshot when woken, so that one slow to
+// answer never holds another's writes. A broker that took 4.7 s over an
+// AlterClientQuotas (Kafka 4.3.1 on a loaded machine) held the lease
+// replication's writes behind it, which in HA serve the SDK producers
+// their sets (replica.Replicator.Publish): the producers kept a set 4.7 s
+// old while the controller took the rates it had raised meanwhile for
+// unused, and released the topic to unlimited.
 func (e *Engine) Start(ctx context.Context) {
 	if len(e.pubs) == 0 {
 		return
 	}
 	ctx, e.stop = context.WithCancel(ctx)
+	kicks := make([]chan struct{}, len(e.pubs))
+	for i, p := range e.pubs {
+		kicks[i] = make(chan struct{}, 1)
+		e.wg.Go(func() { e.publishing(ctx, p, kicks[i]) })
+	}
 	e.wg.Go(func() {
-		failing := map[string]bool{}
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-e.kick:
 			}
-			snap := e.snapshot()
-			for _, p := range e.pubs {
-				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				err := p.Publish(pctx, snap)
-				cancel()
-				if err != nil && ctx.Err() == nil {
-					if !failing[p.Name()] {
-						e.log.Warn("publishing quotas failed", "publisher", p.Name(), "err", err)
-					}
-					failing[p.Name()] = true
-				} else if failing[p.Name()] {
-					e.log.Info("publishing quotas recovered", "publisher", p.Name())
-					failing[p.Name()] = false
+			for _, k := range kicks {
+				select {
+				case k <- struct{}{}:
+				default: // still publishing: it takes the newest snapshot next
 				}
 			}
 		}
 	})
 }
 
-// Close stops the publishing goroutine and waits for it. Idempotent.
+// publishing runs p on every kick until ctx ends, each call within 10 s;
+// a failure is warned about once per outage and its recovery logged.
+func (e *Engine) publishing(ctx context.Context, p publish.Publisher, kick <-chan struct{}) {
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-kick:
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := p.Publish(pctx, e.snapshot())
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			if !failing {
+				e.log.Warn("publishing quotas failed", "publisher", p.Name(), "err", err)
+			}
+			failing = true
+		} else if failing {
+			e.log.Info("publishing quotas recovered", "publisher", p.Name())
+			failing = false
+		}
+	}
+}
+
+// Close stops the publishing goroutines and waits for them. Idempotent.
 func (e *Engine) Close() {
 	e.stop()
 	e.wg.Wait()

@@ -184,6 +184,95 @@ func TestPublishingGoroutine(t *testing.T) {
 	}
 }
 
+// held is a Publisher that, once armed, blocks in Publish until released:
+// a broker slow to answer (Kafka 4.3.1 took 4.7 s over an AlterClientQuotas
+// on a loaded machine), a fault the test switches at an exact moment.
+type held struct {
+	armed   atomic.Bool
+	blocked chan struct{} // closed when it blocks
+	release chan struct{}
+}
+
+func (h *held) Name() string { return "held" }
+
+func (h *held) Publish(ctx context.Context, _ publish.Snapshot) error {
+	if !h.armed.CompareAndSwap(true, false) {
+		return nil
+	}
+	close(h.blocked)
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// sets is a Publisher that records the producers of each snapshot.
+type sets struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (s *sets) Name() string { return "sets" }
+
+func (s *sets) Publish(_ context.Context, snap publish.Snapshot) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, set := range snap.Sets {
+		s.seen[set.Producer] = true
+	}
+	return nil
+}
+
+func (s *sets) has(p string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen[p]
+}
+
+// TestSlowPublisherHoldsNoOther: while one publisher is held in a write
+// (the Kafka client quotas behind a slow broker), another (in HA the lease
+// replication, whose write serves the SDK producers their sets) still
+// publishes every change. Before each publisher had its own goroutine, the
+// second waited for the first's write, up to its 10 s timeout.
+func TestSlowPublisherHoldsNoOther(t *testing.T) {
+	c := &clock{now: t0}
+	rec := &sets{seen: map[string]bool{}}
+	slow := &held{blocked: make(chan struct{}), release: make(chan struct{})}
+	e, err := New(Config{Hub: quotaserver.NewHub(), Now: c.Now, Logger: slog.New(slog.DiscardHandler),
+		Policies:   []quota.Policy{{Name: "p", MaxAge: 2 * time.Second}},
+		Lease:      quota.LeaseConfig{Interval: time.Second, VersionBase: 100},
+		Publishers: []publish.Publisher{rec, slow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.Start(ctx)
+	defer e.Close()
+	defer close(slow.release)
+
+	w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 100, consume: 200}
+	w.cycles(2)
+	slow.armed.Store(true)
+	if _, err := e.Report(quotaproto.Report{Producer: "checkout", Topics: []quotaproto.TopicDemand{{Topic: "orders", Demand: 50}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "checkout's set published", func() bool { return rec.has("checkout") })
+	select {
+	case <-slow.blocked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the slow publisher was never called")
+	}
+	if _, err := e.Report(quotaproto.Report{Producer: "billing", Topics: []quotaproto.TopicDemand{{Topic: "orders", Demand: 50}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "billing's set published while another publisher is held", func() bool {
+		w.cycles(1)
+		return rec.has("billing")
+	})
+}
+
 // TestReadViews: Rules, ClusterDecisions and budget answer from the
 // policies and the latest cycle.
 func TestReadViews(t *testing.T) {

@@ -18,7 +18,8 @@ import (
 )
 
 // Publisher receives every producer's lease sets after each change. It runs
-// on the engine's publishing goroutine (internal/engine), never on an observation loop.
+// on a publishing goroutine of the engine's own to it (internal/engine: one
+// per publisher, so a slow one holds no other), never on an observation loop.
 type Publisher interface {
 	Publish(ctx context.Context, s Snapshot) error
 	Name() string
