@@ -86,10 +86,14 @@ func overloadClasses() []overloadClass {
 // leader's sets within one interval plus the replication delay; on NATS
 // and on Kafka with a consumer that commits after each poll (the row
 // "commit-per-poll", a changed setting), goodput and dead work from the
-// kill to the stop within 5 points of the undisturbed run's. On Kafka's
-// default row ("kafka": franz-go's 5 s auto-commit) that comparison is
-// logged, not asserted: two deployments without failover differ there by
-// up to 35 points (README, Replicas and failover). Logged: the
+// kill to the stop within 5 points of the undisturbed run's (with a
+// commit per poll two deployments without failover agreed within 2.5
+// points, 8 A/A runs at load 4-11 in session 12, once a slow client quota
+// write no longer held the producers' sets: internal/engine's publishing
+// goroutines). On Kafka's default row ("kafka": franz-go's 5 s
+// auto-commit) that comparison is logged, not asserted: two deployments
+// without failover differ there by 6.9-35 points, the controller blind
+// between commits (README, Replicas and failover). Logged: the
 // producers' samples on the safe quota, unlimited or stop, and with a
 // version below one they held.
 func TestHAFailoverUnderOverload(t *testing.T) {
@@ -103,7 +107,7 @@ func TestHAFailoverUnderOverload(t *testing.T) {
 		},
 		// A row about a setting: the consumer commits after each poll
 		// (commitPerPoll), where two deployments without failover agree
-		// within 1.5 points, so the 5-point check is asserted.
+		// within 2.5 points, so the 5-point check is asserted.
 		"commit-per-poll": func(tb testing.TB) *overloadBroker {
 			return &overloadBroker{kafka: kafkatest.Bootstrap(tb), perPoll: true}
 		},
@@ -147,9 +151,8 @@ func TestHAFailoverUnderOverload(t *testing.T) {
 			// Asserted where two deployments without failover agree
 			// within a few points and failover runs held it (NATS:
 			// acknowledged message by message; Kafka with a commit after
-			// each poll: within 1.5 in A/A runs, and failover runs within
-			// 5 since followers serve their own sets after a sixth of the
-			// session). Kafka's default row, logged: behind franz-go's 5 s
+			// each poll: within 2.5 in 8 A/A and 9 failover runs, session
+			// 12). Kafka's default row, logged: behind franz-go's 5 s
 			// auto-commit two deployments differ by up to 35 points with
 			// no failover at all (the controller's probes and capacity
 			// between commits; README, Replicas and failover).
