@@ -710,8 +710,9 @@ type reading struct {
 	keptTwo bool
 	// lower: the consumption measured is a lower bound of the
 	// consumer's rate (the first commit after first sight, see
-	// consumption).
-	lower bool
+	// consumption); sightCommit: that commit measures nothing, and its
+	// lag is the backlog (not extrapolated from the reading before).
+	lower, sightCommit bool
 	// noQueue: measured, and the head at the commit shows no queue
 	// beyond the standing wait (see noQueueAtCommit); caught: measured,
 	// and every commit shows the consumer caught up (see
@@ -771,6 +772,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 		v.since = st.Uncertainty.Seconds()
 	}
 	v.headAge, v.headKnown = max(st.HeadAge.Seconds()-v.since, 0), st.HeadAgeKnown
+	sight := idleSince(tc, st)
 	v.avoid, v.fewBad = c.lateParts(tc, st, p, v)
 	v.shares = keylessShares(tc, v.avoid, v.produced, len(st.Partitions))
 	leaveOutLate(tc, v)
@@ -779,7 +781,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	}
 	v.capacity = tc.capacity
 	v.caught = v.measured && caughtAtCommits(st, v)
-	v.noQueue = v.measured && (noQueueAtCommit(tc, st, v) || v.caught || idleBefore(tc, v) || idleAtReport(st, v))
+	v.noQueue = v.measured && (noQueueAtCommit(tc, st, v) || v.caught || idleBefore(tc, v) || idleAtReport(st, v) || idleAtSight(v, sight))
 	tc.othersLag = v.lag
 	if v.measured {
 		c.estimateCapacity(tc, st, p, v)
@@ -1066,8 +1068,10 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	produced := tc.spanProduced + v.produced*v.dt // messages since the last move
 	switch {
 	case moved && firstCommit(tc, st) && !behindAtCommit(st, v):
-		// No evidence yet: measure from this commit on.
+		// No evidence yet: measure from this commit on (its lag is the
+		// backlog, see backlog).
 		tc.moveAt, tc.spanProduced, tc.moveLag, tc.sightAt = st.At, 0, st.Lag, time.Time{}
+		v.sightCommit = true
 		return
 	case moved:
 		v.consumed, v.span = st.ConsumeRateInstant*v.dt/span, span
@@ -1571,9 +1575,13 @@ func commitAge(tc *control, st *lag.State, v *reading) float64 {
 // capacity when it was saturated then, or at the produce rate when it was
 // not (then nothing tells whether it still keeps up, and it is taken to:
 // overload shows at the next commit, the blind spell a commit-only
-// observer has).
+// observer has). Not at the first commit after first sight that measures
+// nothing (v.sightCommit): the position moved to it, and the backlog
+// before it was the first-seen lag, which that commit consumed (on kfake,
+// a group idle at first sight read that lag again one reading later:
+// "saturated: capacity 299/s, wait 201ms" for a lag of 7).
 func backlog(tc *control, v *reading, at time.Time) {
-	if v.measured || !v.commits {
+	if v.measured || !v.commits || v.sightCommit {
 		v.backlog = max(v.lag-min(v.capacity, v.produced)*v.since, 0)
 		tc.moveBacklog = v.backlog
 		return
@@ -1650,6 +1658,40 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 // --hot-partition at 250 ms on kfake; TestControllerIdleBeforeNotDrained).
 func idleBefore(tc *control, v *reading) bool {
 	return tc.has && tc.othersLag <= 0 && v.commits && v.headKnown && v.headAge+v.since <= v.dt
+}
+
+// idleSince returns the time, seconds, since the reading a new target's
+// partitions were recorded at (sightParts: its rates not known yet) when
+// none of them had lag then, else -1. Called before lateParts, which
+// replaces that record.
+func idleSince(tc *control, st *lag.State) float64 {
+	if tc.has || tc.partsAt.IsZero() || !st.At.After(tc.partsAt) {
+		return -1
+	}
+	for _, pt := range tc.parts {
+		if pt.lag > 0 {
+			return -1
+		}
+	}
+	return st.At.Sub(tc.partsAt).Seconds()
+}
+
+// idleAtSight reports whether v is the first fresh reading of a target
+// that had no lag at the reading before (idleSince: sight seconds ago)
+// and holds nothing older than that (its head, at the commit, no older
+// than the time since and E/2; its lag no more than was produced over
+// it): every record it holds was written after it was seen caught up, so
+// no queue can have formed, and its consume reading is what its first
+// commits (or reports) moved since, a lower bound of its capacity, as for
+// idleBefore. Read as its capacity, the first fresh reading of a new group
+// committing every 250 ms, read every 250 ms (some partitions not
+// committed yet), 54 msg/s consumed of 313 produced, lag 62, head 0.24 s,
+// limited it: "saturated: capacity 54/s, wait 1.142s", then probes and
+// follows for 3 s (lagbridge bench --hot-partition --hot-interval 250ms on
+// real Kafka; TestControllerIdleAtSightNotAQueue). A consumer slow from
+// the start shows a head past the time since within a reading or two.
+func idleAtSight(v *reading, sight float64) bool {
+	return sight > 0 && v.headKnown && v.headAge <= sight+v.engageWait/2 && v.lag <= (sight+v.engageWait/2)*v.produced
 }
 
 // noQueueAtCommit reports whether st reads the commit of a consumer that

@@ -35,3 +35,33 @@ func TestControllerIdleReportNotAQueue(t *testing.T) {
 		t.Errorf("the capacity drop (2,000 -> 400 msg/s, 800 offered) not limited within two readings: %s, %s", ds[41].Reason, ds[42].Reason)
 	}
 }
+
+// TestControllerIdleAtSightNotAQueue replays the first readings of a new
+// group committing every 250 ms (franz-go's auto-commit at 250 ms), read
+// every 250 ms, 300 msg/s of keyless records, six partitions, each
+// consumer at 2,000 msg/s: lagbridge bench --hot-partition --hot-interval
+// 250ms on real Kafka 4.3.1 (main at 0976c06, before partition 0 slows
+// down), and the same on kfake (hot250-startlock.jsonl, main at 911186f).
+// The group had no lag at its first reading (rates not known yet); at the
+// next, its first commits had moved 54 (60) msg/s of 313 (299) produced,
+// lag 62 (60), head 0.24 (0.25) s: every record written since the first
+// reading. Read as its capacity, "saturated: capacity 54/s, wait 1.142s"
+// (60/s, 1.005s), then probes and follows for 3 s (on kfake, limited in 13
+// of 14 decisions). No queue can have formed since a reading with no
+// lag: unlimited throughout.
+func TestControllerIdleAtSightNotAQueue(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"kafka250-sight.jsonl", 40}, {"hot250-startlock.jsonl", 14}} {
+		ds := replayStates(t, c.name, 250*time.Millisecond)
+		if len(ds) != c.n {
+			t.Fatalf("%s: %d decisions, want %d", c.name, len(ds), c.n)
+		}
+		for i, d := range ds {
+			if !d.IsUnlimited() {
+				t.Errorf("%s: decision %d (%s): %s at %.0f/s (%s), want unlimited: every record held was written since a reading with no lag", c.name, i, d.At.Format("15:04:05.000"), d.Rule, d.Rate, d.Reason)
+			}
+		}
+	}
+}

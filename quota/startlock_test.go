@@ -78,6 +78,13 @@ func replayOneSecondCommits(t *testing.T, cadenceFrom int, healthy [][3]float64)
 // the bench's policy (maxAge 2 s) and returns its decisions.
 func replayStates(t *testing.T, name string, interval time.Duration) []Decision {
 	t.Helper()
+	return replayStatesFrom(t, name, interval, 0)
+}
+
+// replayStatesFrom is replayStates without the first skip readings of the
+// recording.
+func replayStatesFrom(t *testing.T, name string, interval time.Duration, skip int) []Decision {
+	t.Helper()
 	f, err := os.Open(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +102,10 @@ func replayStates(t *testing.T, name string, interval time.Duration) []Decision 
 		}
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatal(err)
+		}
+		if skip > 0 {
+			skip--
+			continue
 		}
 		out = append(out, ctl.Step(r.State, p, r.Now))
 	}
@@ -117,14 +128,18 @@ func replayStates(t *testing.T, name string, interval time.Duration) []Decision 
 // wait however the commit is dated), but a wait of 13 records at the 61
 // msg/s the producers were allowed read as 0.21 s, over the engage wait.
 // Such a reading neither lowers the capacity nor holds the rate: it is
-// probed up, and released once the producers leave it unused.
+// probed up, and released once the producers leave it unused. (Since
+// idleAtSight that first reading is no queue either, when the reading
+// before it, with no lag, is replayed: TestControllerIdleAtSightNotAQueue.
+// Here it is left out, so the first fresh reading limits the topic as it
+// did.)
 func TestControllerCaughtAtCommitsReleases(t *testing.T) {
-	ds := replayStates(t, "hot250-startlock.jsonl", 250*time.Millisecond)
-	if len(ds) != 14 {
-		t.Fatalf("%d decisions, want 14", len(ds))
+	ds := replayStatesFrom(t, "hot250-startlock.jsonl", 250*time.Millisecond, 1)
+	if len(ds) != 13 {
+		t.Fatalf("%d decisions, want 13", len(ds))
 	}
-	if ds[1].IsUnlimited() {
-		t.Fatalf("decision 1 (%s): unlimited, want limited by the first reading: the case tests nothing", ds[1].Reason)
+	if ds[0].IsUnlimited() {
+		t.Fatalf("decision 0 (%s): unlimited, want limited by the first fresh reading: the case tests nothing", ds[0].Reason)
 	}
 	for i, d := range ds[len(ds)-4:] {
 		if !d.IsUnlimited() {
