@@ -18,8 +18,8 @@ import (
 )
 
 // Publisher receives every producer's lease sets after each change. It runs
-// on a publishing goroutine of the engine's own to it (internal/engine: one
-// per publisher, so a slow one holds no other), never on an observation loop.
+// on a publishing goroutine of its own (internal/engine: one per publisher,
+// so a slow one holds no other), never on an observation loop.
 type Publisher interface {
 	Publish(ctx context.Context, s Snapshot) error
 	Name() string
