@@ -124,6 +124,24 @@ func eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// startPublishing returns an engine with one policy, publishing to pubs
+// from its goroutines until the test ends, and the context they run under.
+func startPublishing(t *testing.T, c *clock, log *slog.Logger, pubs ...publish.Publisher) (*Engine, context.Context) {
+	t.Helper()
+	e, err := New(Config{Hub: quotaserver.NewHub(), Now: c.Now, Logger: log,
+		Policies:   []quota.Policy{{Name: "p", MaxAge: 2 * time.Second}},
+		Lease:      quota.LeaseConfig{Interval: time.Second, VersionBase: 100},
+		Publishers: pubs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	e.Start(ctx)
+	t.Cleanup(e.Close)
+	return e, ctx
+}
+
 // TestPublishingGoroutine: Start runs the publishers on every change: a
 // report's set reaches a real NATS KV bucket (embedded nats-server), a
 // publisher that fails is warned about once per outage and its recovery
@@ -135,17 +153,7 @@ func TestPublishingGoroutine(t *testing.T) {
 	down := &outage{}
 	down.down.Store(true)
 	c := &clock{now: t0}
-	e, err := New(Config{Hub: quotaserver.NewHub(), Now: c.Now, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		Policies:   []quota.Policy{{Name: "p", MaxAge: 2 * time.Second}},
-		Lease:      quota.LeaseConfig{Interval: time.Second, VersionBase: 100},
-		Publishers: []publish.Publisher{&publish.KVPublisher{JS: js, Bucket: "engine-test"}, down}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	e.Start(ctx)
-	defer e.Close()
+	e, ctx := startPublishing(t, c, slog.New(slog.NewTextHandler(&logs, nil)), &publish.KVPublisher{JS: js, Bucket: "engine-test"}, down)
 
 	w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 100, consume: 200}
 	w.cycles(2)
@@ -154,6 +162,7 @@ func TestPublishingGoroutine(t *testing.T) {
 	}
 	var kv jetstream.KeyValue
 	eventually(t, 10*time.Second, "the bucket", func() bool {
+		var err error
 		kv, err = js.KeyValue(ctx, "engine-test")
 		return err == nil
 	})
@@ -239,17 +248,7 @@ func TestSlowPublisherHoldsNoOther(t *testing.T) {
 	c := &clock{now: t0}
 	rec := &sets{seen: map[string]bool{}}
 	slow := &held{blocked: make(chan struct{}), release: make(chan struct{})}
-	e, err := New(Config{Hub: quotaserver.NewHub(), Now: c.Now, Logger: slog.New(slog.DiscardHandler),
-		Policies:   []quota.Policy{{Name: "p", MaxAge: 2 * time.Second}},
-		Lease:      quota.LeaseConfig{Interval: time.Second, VersionBase: 100},
-		Publishers: []publish.Publisher{rec, slow}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	e.Start(ctx)
-	defer e.Close()
+	e, _ := startPublishing(t, c, slog.New(slog.DiscardHandler), rec, slow)
 	defer close(slow.release)
 
 	w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 100, consume: 200}
