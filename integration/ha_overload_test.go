@@ -94,9 +94,12 @@ func overloadClasses() []overloadClass {
 // goroutines). On Kafka's default row ("kafka": franz-go's 5 s
 // auto-commit) that comparison is logged, not asserted: two deployments
 // without failover differ there by 6.9-35 points, the controller blind
-// between commits (README, Replicas and failover). Logged: the
-// producers' samples on the safe quota, unlimited or stop, and with a
-// version below one they held.
+// between commits (README, Replicas and failover). On every row, no
+// producer's quota sample from the kill to the stop on the safe quota
+// (its lease expired); where the 5 points are asserted, unlimited or
+// stop in no more of the failover run's samples than the undisturbed
+// run's, within 5 points. Logged: those samples, and with a version
+// below one they held.
 func TestHAFailoverUnderOverload(t *testing.T) {
 	if runtime.GOOS != "linux" && runtime.GOOS != "darwin" {
 		t.Skip("signals")
@@ -157,8 +160,19 @@ func TestHAFailoverUnderOverload(t *testing.T) {
 			// franz-go's 5 s auto-commit two deployments differ by up to 35
 			// points with no failover at all (the controller's probes and
 			// capacity between commits; README, Replicas and failover).
+			// Where that holds, the producers' allowed rate is not sent
+			// to unlimited or stop by the failover either: no more often
+			// than in the undisturbed run, within 5 points of the
+			// samples (0.0% on both sides in every run of these rows in
+			// sessions 11-12 but one NATS run before the follower's
+			// hold of unused rates, 6.7%, which failed the 5 points too;
+			// on the default row a run without failover read 4.7%).
+			judged := b.kafka == "" || b.perPoll
+			if judged && uf > uc+0.05 {
+				t.Errorf("unlimited or stop in %.1f%% of the samples %s vs %.1f%% undisturbed: the failover sent the producers there", 100*uf, second, 100*uc)
+			}
 			if math.Abs(gc-gf) > 0.05 || math.Abs(dc-df) > 0.05 {
-				if b.kafka == "" || b.perPoll {
+				if judged {
 					t.Errorf("goodput %.1f%% vs %.1f%%, dead work %.1f%% vs %.1f%%: %s more than 5 points from the run without failover", 100*gc, 100*gf, 100*dc, 100*df, second)
 				} else {
 					t.Logf("NOT YET: goodput or dead work with failover more than 5 points from the run without (Kafka: not asserted)")
@@ -651,6 +665,11 @@ func checkQuotaSamples(t *testing.T, samples []quotaSample, killed time.Duration
 	for i, name := range []string{"from the kill to the stop", "from the stop on"} {
 		c := phase[i]
 		t.Logf("quota samples %s: %d; on the safe quota %d, served a set version below one served before %d, unlimited %d", name, c.n, c.safe, c.rewound, c.unlimited)
+	}
+	// The safe quota is what a producer falls back to once its lease
+	// expired: the overload in force, some replica always serves sets.
+	if c := phase[0]; c.safe > 0 {
+		t.Errorf("%d of %d quota samples from the kill to the stop on the safe quota: a producer's lease expired", c.safe, c.n)
 	}
 	if !failover {
 		return
