@@ -443,8 +443,17 @@ type control struct {
 	// capLower: the capacity estimate rests on a lower bound of the
 	// consumer's rate (see reading.lower).
 	capLower bool
-	parts    map[int32]partTrack
-	gen      uint64
+	// prevHead is the head at the commit, seconds, of the last measured
+	// reading with a known head (-1: none; see standingUnderCut).
+	prevHead float64
+	// underCut counts the measured readings in a row whose wait may be
+	// the standing wait of the commit cadence (see standingUnderCut);
+	// trialHead is the head at the commit when a probe was let through
+	// to tell (0: none).
+	underCut  int
+	trialHead float64
+	parts     map[int32]partTrack
+	gen       uint64
 	// partsAt: tc.parts was recorded from a reading before the first
 	// fresh one (rates not known yet), at this time (see sightParts);
 	// zero once a fresh reading was decided on.
@@ -718,6 +727,9 @@ type reading struct {
 	// and every commit shows the consumer caught up (see
 	// caughtAtCommits).
 	noQueue, caught bool
+	// trial: a probe is let through to tell a standing wait from a
+	// queue (see trialUnderCut).
+	trial bool
 	// blind: the position is an estimate between the commits of a
 	// consumer that was caught up at its last commit (see
 	// caughtUpAtCommit).
@@ -780,12 +792,10 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 		v.headAge = max(othersHead(st, v.avoid)-v.since, 0)
 	}
 	v.capacity = tc.capacity
-	v.caught = v.measured && caughtAtCommits(st, v)
-	v.noQueue = v.measured && (noQueueAtCommit(tc, st, v) || v.caught || idleBefore(tc, v) || idleAtReport(st, v) || idleAtSight(v, sight))
-	tc.othersLag = v.lag
 	if v.measured {
-		c.estimateCapacity(tc, st, p, v)
+		c.measured(tc, st, p, v, sight)
 	}
+	tc.othersLag = v.lag
 	backlog(tc, v, st.At)
 	v.rawWait = waitOf(v)
 	if v.commits && tc.floor > 0 && v.capacity > 0 {
@@ -811,6 +821,17 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	}
 	c.judge(tc, v)
 	c.saturatedLaw(tc, v)
+}
+
+// measured completes v for a reading that measured the consumption
+// (sight: see idleSince): whether every commit shows the consumer caught
+// up, whether the head shows no queue, a trial probe (trialUnderCut) and
+// the capacity estimate.
+func (c *Controller) measured(tc *control, st *lag.State, p *Policy, v *reading, sight float64) {
+	v.caught = caughtAtCommits(st, v)
+	v.noQueue = noQueueAtCommit(tc, st, v) || v.caught || idleBefore(tc, v) || idleAtReport(st, v) || idleAtSight(v, sight)
+	c.trialUnderCut(tc, v)
+	c.estimateCapacity(tc, st, p, v)
 }
 
 // keepsUpAtCommits reports whether a consumer read through its commits,
@@ -885,6 +906,75 @@ func behindWait(tc *control, v *reading) float64 {
 	return 0
 }
 
+// trialUnderCut tells the standing wait of a commit cadence from a
+// queue for a limited target that has not learned its standing wait
+// (tc.floor) because it was limited before it could: after floorLearn
+// readings in a row that may show either (standingUnderCut), the next
+// such reading lets a probe through (v.trial: capacity to spare), and
+// the reading after it tells. A consumer at its limit queues the probe's
+// surplus: its head at the commit grows (by about half an interval at
+// the x1.5 step). A consumer that commits once per observation and has
+// capacity to spare consumes it: its head stays where it was (within E/4)
+// with no more lag than was produced since it (and E/2), and that head is
+// learned as its standing wait, as healthy readings learn it while the
+// target is unlimited. Without it, such a target read its uncommitted
+// second of work as a queue at every reading, the consumption it showed
+// (all it was allowed) as its capacity, and the law cut the rate below
+// it each time, the consumer idle: 2,000 msg/s held at 27-51 msg/s for a
+// whole lagbridge bench run (kafka/autocommit-1s/sync/1s at 2x, kfake,
+// after a drain at its first fresh reading), and from 1,500 to 104 msg/s
+// over 40 s in the simulator (TestSimFalseDrainNotLocked). The readings
+// alone cannot tell: at a 1 s interval a consumer at its limit read
+// through commits every 100 ms, its estimate high after a drop, or on a
+// slow ramp down, reads the same (TestSimRestoreProbesFromConsumed,
+// TestSimSlowRamp learned a second of standing wait and let the head
+// reach 3.1 s).
+func (c *Controller) trialUnderCut(tc *control, v *reading) {
+	if !v.measured {
+		return
+	}
+	if tc.trialHead > 0 && tc.limited && v.headKnown && v.headAge > v.engageWait && v.headAge <= tc.trialHead+v.engageWait/4 &&
+		v.lag <= (v.headAge+v.engageWait/2)*v.produced {
+		tc.floor = max(tc.floor, min(v.headAge, floorCap(v)))
+	}
+	tc.trialHead = 0
+	switch {
+	case !c.standingUnderCut(tc, v):
+		tc.underCut = 0
+	case tc.underCut+1 >= floorLearn:
+		v.trial, tc.trialHead, tc.underCut = true, v.headAge, 0
+	default:
+		tc.underCut++
+	}
+	tc.prevHead = -1
+	if v.headKnown {
+		tc.prevHead = v.headAge
+	}
+}
+
+// standingUnderCut reports whether v may show a limited target's wait
+// to be the standing wait of its commit cadence (see trialUnderCut): the
+// target has not learned its standing wait, the last measured reading
+// found it saturated and the law has the rate in force below the
+// capacity estimate (by more than twice the keep-up tolerance), the
+// producers used it, and the consumer, read through the commits it makes
+// about once per observation, consumed what was produced over this
+// interval or the one before (within 1-keepUpRatio: its commits may run
+// one observation behind), while the head at its commit, over the engage
+// wait, stayed where it was (within E/4) and no older than its cadence
+// allows (floorCap and E/2). A queue at a consumer at its limit mostly
+// drains under such a cut: the consumer consumes at its capacity, more
+// than was admitted, and the head falls.
+func (c *Controller) standingUnderCut(tc *control, v *reading) bool {
+	if tc.floorSeen >= floorLearn || !tc.limited || !tc.saturated || !v.measured || !v.commits || !v.learned || !v.headKnown || tc.prevHead < 0 ||
+		v.cadence <= v.dt/2 || v.cadence > 1.5*v.dt || !v.binding || tc.rate >= (1-2*(1-keepUpRatio))*v.prevCap {
+		return false
+	}
+	near := func(a, b float64) bool { return b > 0 && math.Abs(a-b) <= (1-keepUpRatio)*b }
+	return (near(v.consumed, v.produced) || near(v.consumed, v.prevProduced)) &&
+		v.headAge > v.engageWait && v.headAge <= floorCap(v)+v.engageWait/2 && math.Abs(v.headAge-tc.prevHead) <= v.engageWait/4
+}
+
 // unlearnedWait is the standing wait, seconds, assumed for an unlimited
 // target read through commits in its first readings, before its own is
 // learned (floorLearn healthy readings; the cadence, from which it is
@@ -955,7 +1045,7 @@ func (c *Controller) judge(tc *control, v *reading) {
 	v.keepsUp = v.keepsUp || (v.measured && (v.backlog <= 0 || c.keepsUpAtCommits(tc, v)))
 	// Limited, and caught up at every commit: the standing wait of its
 	// cadence is no queue, whether or not the producers use the rate.
-	v.spare = v.keepsUp && (v.caught && tc.limited || v.binding && v.consumed < (1-c.cfg.StepThreshold)*tc.ceiling && v.backlog <= v.engageWait*tc.ceiling)
+	v.spare = v.keepsUp && (v.caught && tc.limited || v.trial || v.binding && v.consumed < (1-c.cfg.StepThreshold)*tc.ceiling && v.backlog <= v.engageWait*tc.ceiling)
 	// Whether work is queued: the wait, less the standing wait the
 	// target shows while healthy (tc.floor: what consumed-but-uncommitted
 	// work and messages in flight look like), which no quota can remove.
