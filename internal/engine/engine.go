@@ -134,9 +134,11 @@ type Engine struct {
 	// name may exist on several clusters), sorted.
 	byName map[string][]quota.Topic
 
-	kick chan struct{}
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	// kicks wake the publishing goroutines, one per publisher (capacity 1:
+	// a publisher still publishing takes the newest snapshot next).
+	kicks []chan struct{}
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
 }
 
 // producer is what the engine knows of one reporting producer.
@@ -204,8 +206,17 @@ func New(cfg Config) (*Engine, error) {
 		published: map[string]published{}, version: cfg.Lease.VersionBase,
 		producers: map[string]*producer{}, maxProducers: cmp.Or(cfg.MaxProducers, DefaultMaxProducers),
 		byName: map[string][]quota.Topic{},
-		kick:   make(chan struct{}, 1), stop: func() {},
+		kicks:  kicks(len(cfg.Publishers)), stop: func() {},
 	}, nil
+}
+
+// kicks returns n channels of capacity 1.
+func kicks(n int) []chan struct{} {
+	ks := make([]chan struct{}, n)
+	for i := range ks {
+		ks[i] = make(chan struct{}, 1)
+	}
+	return ks
 }
 
 // Start runs the publishing goroutines until Close: one per publisher,
@@ -221,26 +232,9 @@ func (e *Engine) Start(ctx context.Context) {
 		return
 	}
 	ctx, e.stop = context.WithCancel(ctx)
-	kicks := make([]chan struct{}, len(e.pubs))
 	for i, p := range e.pubs {
-		kicks[i] = make(chan struct{}, 1)
-		e.wg.Go(func() { e.publishing(ctx, p, kicks[i]) })
+		e.wg.Go(func() { e.publishing(ctx, p, e.kicks[i]) })
 	}
-	e.wg.Go(func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-e.kick:
-			}
-			for _, k := range kicks {
-				select {
-				case k <- struct{}{}:
-				default: // still publishing: it takes the newest snapshot next
-				}
-			}
-		}
-	})
 }
 
 // publishing runs p on every kick until ctx ends, each call within 10 s;
@@ -732,12 +726,11 @@ func (e *Engine) Renumber(floor uint64) {
 }
 
 func (e *Engine) kickPublishers() {
-	if len(e.pubs) == 0 {
-		return
-	}
-	select {
-	case e.kick <- struct{}{}:
-	default:
+	for _, k := range e.kicks {
+		select {
+		case k <- struct{}{}:
+		default: // still publishing: it takes the newest snapshot next
+		}
 	}
 }
 
