@@ -1431,7 +1431,15 @@ func idleReported(st *lag.State) bool {
 // idle reports held it for 3-4 s (lagbridge bench, kafka/hook/sync/250ms
 // on kfake; TestControllerIdleReportNotAQueue).
 func idleAtReport(st *lag.State, v *reading) bool {
-	return idleReported(st) && v.headKnown && v.headAge <= v.engageWait/2 && v.lag <= (v.since+v.engageWait/2)*v.produced
+	return idleReported(st) && writtenSince(v, 0, v.since)
+}
+
+// writtenSince reports whether v holds only records written over the
+// last t seconds, within E/2: its head (at the commit or report) no older
+// than head and E/2, and its lag no more than was produced over t and E/2
+// (see idleAtReport, idleAtSight).
+func writtenSince(v *reading, head, t float64) bool {
+	return v.headKnown && v.headAge <= head+v.engageWait/2 && v.lag <= (t+v.engageWait/2)*v.produced
 }
 
 // fromCommits reports whether st's position is the committed one.
@@ -1781,7 +1789,7 @@ func idleSince(tc *control, st *lag.State) float64 {
 // real Kafka; TestControllerIdleAtSightNotAQueue). A consumer slow from
 // the start shows a head past the time since within a reading or two.
 func idleAtSight(v *reading, sight float64) bool {
-	return sight > 0 && v.headKnown && v.headAge <= sight+v.engageWait/2 && v.lag <= (sight+v.engageWait/2)*v.produced
+	return sight > 0 && writtenSince(v, sight, sight)
 }
 
 // noQueueAtCommit reports whether st reads the commit of a consumer that
