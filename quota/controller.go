@@ -387,6 +387,11 @@ type control struct {
 	// moveLag is the lag at moveAt (see reportStill).
 	moveLag  int64
 	interval float64 // smoothed observation interval, seconds
+	// shadowUntil: readings up to this time are in the shadow of an
+	// observer's stall (see observerStall), after a gap of shadowGap
+	// seconds between observations.
+	shadowUntil time.Time
+	shadowGap   float64
 	// paused: the last decision paused admission on a step down.
 	paused bool
 	// headLate: the last observation's head was older than MaxAge.
@@ -739,6 +744,10 @@ type reading struct {
 	// capped: a probe is capped at tc.capCap however the estimate
 	// reads (see blindStep).
 	estimated, capped bool
+	// shadow: the reading is in the shadow of a stall the observer
+	// shared (see observerStall); held: it read a stall of the whole
+	// consumer there, which is not believed yet.
+	shadow, held bool
 }
 
 // measure reads st into v and updates the smoothed interval and capacity
@@ -753,6 +762,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	if tc.has {
 		v.dt = st.At.Sub(tc.lastAt).Seconds()
 	}
+	v.shadow = c.observerStall(tc, st, v)
 	if tc.interval <= 0 {
 		tc.interval = v.dt
 	} else {
@@ -1068,6 +1078,10 @@ func (c *Controller) judge(tc *control, v *reading) {
 	}
 	v.queued = max(queued, 0)
 	v.engaged = v.wait > v.engageWait && !v.spare
+	if v.shadow && (v.engaged || v.measured && !v.keepsUp) {
+		// A stall the observer shared: not believed yet (observerStall).
+		v.held, v.engaged = true, false
+	}
 	// Caught up at its last commit, estimated since: the backlog the
 	// estimate shows is what the producers sent beyond the rate it
 	// consumed before, which was what it was offered, not its capacity.
@@ -1079,10 +1093,10 @@ func (c *Controller) judge(tc *control, v *reading) {
 	}
 	if !tc.limited {
 		v.engaged = v.engaged && v.queued-unlearnedWait(tc, v) > v.engageWait
-		if fromCommitsCadence(v) && v.measured && v.headKnown && kept && !v.engaged {
+		if fromCommitsCadence(v) && v.measured && v.headKnown && kept && !v.engaged && !v.held {
 			tc.headKept = max(v.headAge, tc.headKept*math.Exp(-v.dt/floorMemory))
 		}
-		if v.commits && v.learned && v.measured && kept && !v.engaged {
+		if v.commits && v.learned && v.measured && kept && !v.engaged && !v.held {
 			// Healthy: learn the standing wait (its recent peak, up to
 			// floorCap, forgotten over floorMemory), once the cadence it
 			// comes from is known, from readings that show the consumer
@@ -1092,7 +1106,7 @@ func (c *Controller) judge(tc *control, v *reading) {
 		}
 	}
 	switch {
-	case !v.measured:
+	case !v.measured || v.held:
 	case v.engaged:
 		tc.ceiling, tc.saturated = v.capacity, true
 	default:
@@ -1727,7 +1741,7 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 			span = max(cInst, span)
 		}
 		cInst = span
-	case cInst < tc.capacity && (v.lag < v.engageWait*cInst || v.noQueue):
+	case cInst < tc.capacity && (v.lag < v.engageWait*cInst || v.noQueue || v.shadow):
 		cInst = tc.capacity
 	case v.noQueue:
 		cInst = max(cInst, v.produced)
@@ -1945,6 +1959,8 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 	case st.Status == lag.StatusStopped:
 		tc.limited, tc.rate, tc.release = true, 0, 0
 		return RuleConsumerStopped, "consumer stopped: " + st.Reason
+	case v.held:
+		return heldStall(tc, v)
 	case !tc.limited && !v.engaged:
 		return RuleUnlimited, fmt.Sprintf("wait %s <= engage %s: unlimited", secs(v.wait), secs(v.engageWait))
 	case v.engaged:
@@ -2271,6 +2287,11 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 		// it lists no partition (see polledWait).
 		isLate := ps.Lag > 0 && (head > p.MaxAge.Seconds() || (wait >= budget && head > lateHead && !loop))
 		isLate = isLate || (!loop && had && othersKept && knownSlow(pt, next, head, partCadence(&ps, v), budget, offerShare))
+		if v.shadow && !pt.late && head <= p.MaxAge.Seconds() {
+			// A stall the observer shared lists no partition by its
+			// wait: the listed ones stand (see observerStall).
+			isLate = false
+		}
 		if (isLate || pt.late) && next.rate <= 0 && ps.Lag > 0 && ps.CommitRate > 0 && !math.IsInf(ps.CommitRate, 0) {
 			// Not measured here yet: what the tracker measured from its
 			// commits while it had a backlog.

@@ -52,7 +52,9 @@ const (
 	RuleAvoidPartitions
 	// RuleAwaitCommit: limited, and a consumer that commits less often
 	// than it is observed has not committed since its position last
-	// moved: its capacity is unknown, not 0; the rate in force is kept.
+	// moved, or the reading is in the shadow of a stall the observer
+	// shared (see observerStall): its capacity is unknown, not 0; the
+	// rate in force is kept.
 	RuleAwaitCommit
 )
 

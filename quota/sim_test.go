@@ -139,6 +139,12 @@ type simConfig struct {
 	members func(t float64) int
 	// observeFails makes the observation at t fail (a sample with Err).
 	observeFails func(t float64) bool
+	// machineStall: the machine the observer and the consumer run on
+	// stalls at t (a loaded host, a paused process): the consumer neither
+	// consumes nor commits, and an observation due then is made at the
+	// first tick after the stall (a Go ticker keeps one missed tick);
+	// the producers, elsewhere, go on.
+	machineStall func(t float64) bool
 	// noise: the capacity varies by up to ±noise (relative), drawn once per
 	// interval from a seeded source.
 	noise     float64
@@ -251,17 +257,25 @@ func runSim(tb testing.TB, cfg simConfig) *simResult {
 	perInterval := int(cfg.interval / cfg.tick)
 	total := int(cfg.duration / cfg.tick)
 	noiseF := 1.0
+	pending := false // an observation due during a machine stall
 	for k := 0; k < total; k++ {
 		t := float64(k) * dt
 		if k%perInterval == 0 && cfg.noise > 0 {
 			noiseF = 1 + cfg.noise*(2*s.rng.Float64()-1)
 		}
+		stalled := cfg.machineStall != nil && cfg.machineStall(t)
 		s.deliverLeases()
 		offered, admitted := s.produce(t)
 		s.now = s.now.Add(cfg.tick)
-		spare, good, dead := s.consume(t, max(cfg.capacity(t)*noiseF, 0)*dt)
-		s.poll()
-		s.commit()
+		capacity := max(cfg.capacity(t)*noiseF, 0) * dt
+		if stalled {
+			capacity = 0
+		}
+		spare, good, dead := s.consume(t, capacity)
+		if !stalled {
+			s.poll()
+			s.commit()
+		}
 		t = float64(k+1) * dt
 		r := s.res
 		r.tickT = append(r.tickT, t)
@@ -269,7 +283,9 @@ func runSim(tb testing.TB, cfg simConfig) *simResult {
 		r.tickOffered, r.tickAdmitd = append(r.tickOffered, offered), append(r.tickAdmitd, admitted)
 		r.tickSpare = append(r.tickSpare, spare)
 		r.tickGood, r.tickDead = append(r.tickGood, good), append(r.tickDead, dead)
-		if (k+1)%perInterval == 0 && (cfg.failover == nil || t < cfg.failover.kill) {
+		due := (k+1)%perInterval == 0 || pending
+		pending = due && stalled
+		if due && !stalled && (cfg.failover == nil || t < cfg.failover.kill) {
 			s.observe(t, dt)
 		}
 		if cfg.failover != nil && (k+1)%perInterval == perInterval/2 {
