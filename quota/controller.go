@@ -274,10 +274,31 @@ type Decision struct {
 	// Held is true when the state was stale and this is the last fresh
 	// decision, held (see ControllerConfig.MaxHold).
 	Held bool `json:"held,omitempty"`
+	// Then, on a decision made for a bounded time (a step down pauses
+	// for one interval, a drain until the backlog is back at the target
+	// wait, a probe above the capacity is answered by the next
+	// decision), is what follows it: the rate from Then.At on, should no
+	// newer decision come by then (a leader lost in the meantime). nil
+	// otherwise. See [Plan].
+	Then *Plan `json:"then,omitempty"`
 	// Rule names the rule that decided (see [Rule]); Reason says it in
 	// words, with the figures.
 	Rule   Rule   `json:"rule"`
 	Reason string `json:"reason"`
+}
+
+// Plan is what a decision made for a bounded time says follows it: from
+// At on, Rate (msg/s, finite), unless a newer decision came first. A pause
+// (a step down, a drain: the rate at 0) plans a higher rate; a probe above
+// the capacity the controller works with plans that capacity. The
+// controller sets At one interval after the next decision is due (see
+// planAfter), so that in the normal case that decision, pushed on change,
+// reaches the producers first, also through a follower's replication; the
+// plan takes effect only when no newer decision comes (the leader lost).
+// Leases carry each producer's share of it ([Lease.Then]).
+type Plan struct {
+	At   time.Time `json:"at"`
+	Rate float64   `json:"rate"`
 }
 
 // produceRate is st's smoothed produce rate when it is known and finite,
@@ -748,6 +769,8 @@ type reading struct {
 	// shared (see observerStall); held: it read a stall of the whole
 	// consumer there, which is not believed yet.
 	shadow, held bool
+	// raised: a probe raised the rate in force (see plan).
+	raised bool
 }
 
 // measure reads st into v and updates the smoothed interval and capacity
@@ -2030,6 +2053,7 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		tc.limited, tc.release = false, 0
 		return RuleRelease, fmt.Sprintf("caught up and the rate unused for %d observations: unlimited", c.cfg.ReleaseAfter)
 	}
+	v.raised = tc.rate > inForce
 	return RuleProbe, fmt.Sprintf("caught up: probing from %.0f/s", tc.rate)
 }
 
@@ -2176,6 +2200,72 @@ func (c *Controller) signal(tc *control, d *Decision, st *lag.State, p *Policy, 
 		reason += fmt.Sprintf("; partitions %v late (head older than %s or wait over budget; their lag of %.0f left out of the wait, producers write around them)", avoid, p.MaxAge, v.lateLag)
 	}
 	d.Rule, d.Reason = rule, reason
+	d.Then = plan(d, v, p)
+}
+
+// plan is what follows d, a decision made for a bounded time (see
+// [Plan]): after a pause (a step down, a drain; see planAfter), the rate
+// the law is projected to give; after a probe that raised the rate above
+// the capacity the controller works with, that capacity, two intervals on
+// (the probe is answered by the next decision, due one interval on; a
+// probe that keeps a rate plans nothing, so that a rate kept keeps its
+// lease version). nil for any other decision, a stop, or when the plan
+// would not lower (a probe) or raise (a pause) the rate.
+func plan(d *Decision, v *reading, p *Policy) *Plan {
+	if d.Signal == SignalStop || math.IsInf(d.Rate, 1) {
+		return nil
+	}
+	var r, after float64
+	switch d.Rule {
+	case RuleStepDown, RuleDrain:
+		r, after = planAfter(v)
+	case RuleProbe:
+		if v.raised {
+			r, after = v.capacity, 2*v.dt
+		}
+	}
+	if !(r > 0) || math.IsInf(r, 1) || !(after > 0) {
+		return nil
+	}
+	rate := max(withShares(r, v.shares), p.MinRate)
+	if d.Rule == RuleProbe && rate >= d.Rate || d.Rule != RuleProbe && rate <= d.Rate {
+		return nil
+	}
+	return &Plan{At: d.At.Add(time.Duration(after * float64(time.Second))), Rate: rate}
+}
+
+// planAfter is what follows a pause (a step down or a drain: the law at
+// 0): the rate, msg/s, and in how many seconds it holds. A step down
+// pauses for one interval and decides on the next, clean measurement; a
+// drain admits nothing until the wait is back within the budget, and the
+// law then ramps up to the capacity as the backlog falls to the setpoint.
+// Both are projected at the capacity the decision worked with, but no
+// more than the consumer showed over this interval (which, on a step
+// down, still overstates the new capacity): the backlog then drains at
+// that rate, and the law at the projected backlog is the rate. A step
+// down's rate follows one interval on; a drain's once the projected
+// backlog is back at the setpoint (the law's rate there is the capacity).
+// Each comes one more interval later than that: the next decision is due
+// by then and, pushed on change, reaches the producers before (a
+// follower's replication adds tens of milliseconds), so a plan takes
+// effect only when no newer decision arrived. 0: nothing to plan (no
+// capacity measured, or the law still at 0 after the pause).
+func planAfter(v *reading) (float64, float64) {
+	c := v.capacity
+	if v.consumed > 0 {
+		c = min(c, v.consumed)
+	}
+	if !(c > 0) || math.IsInf(c, 1) || v.dt <= 0 {
+		return 0, 0
+	}
+	hold := v.dt
+	if !v.stepDown {
+		hold = max((v.backlog-v.setWait*c)/c, v.dt)
+	}
+	backlog := max(v.backlog-c*hold, 0)
+	tau := max(v.budget-v.setWait, 2*v.dt)
+	rate := min(max(c+(v.setWait*c-backlog)/tau, 0), c)
+	return rate, hold + v.dt
 }
 
 // withShares is the topic's rate that leaves rate to the partitions

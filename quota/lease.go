@@ -52,6 +52,13 @@ type Lease struct {
 	// the policy refuses unlisted ids, or admits no more on this topic.
 	// Rate is then 0 and Signal stop.
 	Refused bool `json:"refused,omitempty"`
+	// Then is the producer's share of its topic's [Plan] (a decision made
+	// for a bounded time says what follows it), through the same
+	// allocation: from Then.At on, the SDK applies Then's rate and burst
+	// unless a newer lease came first, until Expires. nil when the
+	// decision has no plan, the plan is not within the lease's lifetime,
+	// or the producer's share of it is its share of the decision.
+	Then *LeasePlan `json:"then,omitempty"`
 	// Reason, when set, says why this lease is not simply the producer's
 	// share of its topic's decision (refused, or provisional until the
 	// next allocation). It is not part of the versioned content.
@@ -70,6 +77,14 @@ type Lease struct {
 	// (and so refresh the lease): a third of the lease lifetime, with
 	// jitter so that producers do not come back in lockstep.
 	RefreshAfter time.Duration `json:"refreshAfter"`
+}
+
+// LeasePlan is a producer's share of a [Plan]: what its lease allows from
+// At on (Rate msg/s, finite, with a token bucket of Burst).
+type LeasePlan struct {
+	At    time.Time `json:"at"`
+	Rate  float64   `json:"rate"`
+	Burst int       `json:"burst"`
 }
 
 // IsUnlimited reports whether l.Rate is +Inf.
@@ -108,7 +123,30 @@ func (l *Lease) sameContent(o *Lease, tol float64) bool {
 		!sameShares(l.PartitionShares, o.PartitionShares, tol) {
 		return false
 	}
-	a, b := l.Rate, o.Rate
+	if !samePlan(l.Then, o.Then, tol, planSlack) {
+		return false
+	}
+	return sameRate(l.Rate, o.Rate, tol)
+}
+
+// planSlack is how far a lease plan's time may move without a new version
+// (a drain's plan, re-projected every interval, moves with the noise of
+// the capacity measured).
+const planSlack = 50 * time.Millisecond
+
+// samePlan reports whether a and b are both nil, or plan rates within
+// tol of each other from times at most slack apart.
+func samePlan(a, b *LeasePlan, tol float64, slack time.Duration) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	d := a.At.Sub(b.At)
+	return d <= slack && d >= -slack && sameRate(a.Rate, b.Rate, tol)
+}
+
+// sameRate reports whether rates a and b are equal up to a relative change
+// of at most tol (an unlimited one only to another).
+func sameRate(a, b, tol float64) bool {
 	switch {
 	case math.IsInf(a, 1) || math.IsInf(b, 1):
 		return a == b
@@ -534,6 +572,10 @@ func (b *LeaseBook) store(cur **Lease, next Lease, now time.Time) {
 
 func copyLease(l *Lease) Lease {
 	c := *l
+	if l.Then != nil {
+		t := *l.Then
+		c.Then = &t
+	}
 	c.AvoidPartitions = slices.Clone(l.AvoidPartitions)
 	c.PartitionShares = slices.Clone(l.PartitionShares)
 	return c
@@ -557,9 +599,16 @@ func (b *LeaseBook) allocate(topic Topic, d TopicDecision, p Policy, ms []*membe
 	}
 	SplitFloor(p.MinRate, demands)
 	grants := b.cfg.Allocator(d.Rate, demands)
+	var plans []Grant
+	if b.plans(d, now) {
+		plans = b.cfg.Allocator(d.Then.Rate, demands)
+	}
 	tb := b.topic(topic)
 	for i, g := range grants {
 		next := b.share(g.Producer, topic, d, demands[i].Unlisted, demands[i].Criticality, p, g.Rate)
+		if plans != nil && plans[i].Rate != g.Rate && !math.IsInf(plans[i].Rate, 1) && !math.IsInf(g.Rate, 1) {
+			next.Then = &LeasePlan{At: d.Then.At, Rate: plans[i].Rate, Burst: b.burst(plans[i].Rate)}
+		}
 		if i < len(ms) {
 			b.setLease(ms[i], next, now)
 			continue
@@ -568,6 +617,15 @@ func (b *LeaseBook) allocate(topic Topic, d TopicDecision, p Policy, ms []*membe
 		b.store(&cur, next, now)
 		tb.silent[g.Producer] = cur
 	}
+}
+
+// plans reports whether d's plan goes into the leases allocated at now:
+// it has one, a finite rate other than d's, from a time after now and before
+// the leases expire (a held decision's plan may be due already: its
+// leases say what the decision said, the pause, with no plan).
+func (b *LeaseBook) plans(d TopicDecision, now time.Time) bool {
+	t := d.Then
+	return t != nil && t.Rate >= 0 && t.Rate != d.Rate && !math.IsInf(t.Rate, 0) && t.At.After(now) && t.At.Before(now.Add(b.cfg.Lifetime))
 }
 
 // Leave removes the producer from the topic at once (its report and lease).

@@ -2,8 +2,10 @@ package quota
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/lagbridge/lagbridge/lag"
 )
@@ -63,6 +65,9 @@ func (d *TopicDecision) UnmarshalJSON(b []byte) error { return (*Decision)(d).Un
 //   - gives an avoided partition the smallest of the keyless shares
 //     (PartitionShares) of the groups that list it, and none when one of
 //     them lists it without a share;
+//   - has a Then (see [Plan]) when some of those decisions have one: from
+//     the latest of their times, the lowest of their planned rates and
+//     the others' rates, when that is not the topic's rate;
 //   - has the Rule of the binding decision, and a Reason naming the
 //     binding group.
 //
@@ -127,8 +132,36 @@ func CombineTopic(ds []Decision) TopicDecision {
 	if out.Signal != SignalSlowDown {
 		out.RetryAfter = 0
 	}
+	out.Then = combinePlans(ds, counts, out.Rate)
 	out.Reason = fmt.Sprintf("group %s binds (%d groups): %s", bind.Target.Group, len(ds), bind.Reason)
 	return out
+}
+
+// combinePlans is the topic's [Plan] when some of its groups' decisions
+// that may bind have one: from the latest of their times, the lowest of
+// their planned rates and the other decisions' rates (a group without a
+// plan keeps its rate). nil when none has one, or when that rate is rate,
+// the topic's.
+func combinePlans(ds []Decision, counts func(Decision) bool, rate float64) *Plan {
+	var at time.Time
+	next, planned := Unlimited, false
+	for _, d := range ds {
+		switch {
+		case !counts(d):
+		case d.Then != nil:
+			planned = true
+			if d.Then.At.After(at) {
+				at = d.Then.At
+			}
+			next = min(next, d.Then.Rate)
+		default:
+			next = min(next, d.Rate)
+		}
+	}
+	if !planned || math.IsInf(next, 1) || next == rate {
+		return nil
+	}
+	return &Plan{At: at, Rate: next}
 }
 
 // CombineTopics groups ds by topic ([TopicOf] their targets) and combines
