@@ -67,6 +67,9 @@ const maxRetryAfter = time.Hour
 type decodedLease struct {
 	quotaproto.Lease
 	garbledHint bool
+	// badPlan says why the lease's plan (Then) was dropped; the lease
+	// applies without it.
+	badPlan string
 }
 
 // looseLease decodes a lease whose retryAfterMs may be garbage: the
@@ -74,6 +77,7 @@ type decodedLease struct {
 type looseLease struct {
 	quotaproto.Lease
 	RetryAfterMs json.RawMessage `json:"retryAfterMs"`
+	Then         json.RawMessage `json:"then"`
 }
 
 // decodeLease decodes one JSON lease. A garbled retryAfterMs is not an
@@ -95,6 +99,7 @@ func decodeLease(raw []byte) (decodedLease, error) {
 			d.RetryAfterMs = ms
 		}
 	}
+	d.Then, d.badPlan = decodePlan(l.Then)
 	var errs []string
 	if d.Topic == "" {
 		errs = append(errs, "no topic")
@@ -115,6 +120,28 @@ func decodeLease(raw []byte) (decodedLease, error) {
 		return decodedLease{}, fmt.Errorf("invalid lease for topic %q: %s", d.Topic, strings.Join(errs, ", "))
 	}
 	return d, nil
+}
+
+// decodePlan decodes a lease's plan (protocol 1.2). A plan that is not
+// one (malformed, no time, a negative rate or burst) is dropped, and why
+// is returned: the lease still applies, as from a daemon without plans.
+func decodePlan(raw json.RawMessage) (*quotaproto.LeasePlan, string) {
+	if s := strings.TrimSpace(string(raw)); s == "" || s == "null" {
+		return nil, ""
+	}
+	var p quotaproto.LeasePlan
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, "malformed: " + err.Error()
+	}
+	switch {
+	case p.At.IsZero():
+		return nil, "no time"
+	case bad(p.Rate) || p.Rate < 0:
+		return nil, fmt.Sprintf("rate %v", p.Rate)
+	case p.Burst < 0:
+		return nil, fmt.Sprintf("burst %d", p.Burst)
+	}
+	return &p, ""
 }
 
 // looseSet decodes a LeaseSet lease by lease, so that one bad lease does
@@ -176,10 +203,14 @@ type leaseUpdate struct {
 	isSet   bool
 }
 
-// activeLease is a lease the owner trusts until expiry.
+// activeLease is a lease the owner trusts until expiry. plan, when set,
+// is what the lease allows from plan.At on (see planned), unless a newer
+// lease replaces it first.
 type activeLease struct {
 	view   *quotaView
 	expiry time.Time
+	lease  decodedLease
+	plan   *quotaproto.LeasePlan
 }
 
 // leaseOwner is the one goroutine that owns lease state: it applies
@@ -217,6 +248,7 @@ type leaseOwner struct {
 	garbledHints  atomic.Uint64
 	expiredTotal  atomic.Uint64
 	appliedTotal  atomic.Uint64
+	plannedTotal  atomic.Uint64 // plans that took effect
 	lastErrorUnix atomic.Int64
 }
 
@@ -344,6 +376,7 @@ func (o *leaseOwner) run() {
 			o.apply(u)
 		case <-tm.C():
 			o.expire()
+			o.due()
 		}
 		tm.Stop()
 		if next, ok := o.nextExpiry(); ok {
@@ -422,9 +455,14 @@ func (o *leaseOwner) apply(u leaseUpdate) {
 		if u.isSet && expiry.After(o.setHeld) {
 			o.setHeld = expiry
 		}
-		v := viewOf(d, now, expiry)
-		o.active[d.Topic] = &activeLease{view: v, expiry: expiry}
-		t.setView(v, c.mono.nanos())
+		a := &activeLease{view: viewOf(d, now, expiry), expiry: expiry, lease: d, plan: o.checkPlan(d, expiry)}
+		o.active[d.Topic] = a
+		if a.plan != nil && !a.plan.At.After(now) {
+			// Due already (it arrived late, through a failover): the
+			// lease says what holds from then on.
+			o.planned(d.Topic, a, now)
+		}
+		t.setView(a.view, c.mono.nanos())
 		o.appliedTotal.Add(1)
 	}
 	for _, name := range u.deleted {
@@ -495,14 +533,62 @@ func (o *leaseOwner) expire() {
 	}
 }
 
+// nextExpiry is the next time a lease expires or a plan is due.
 func (o *leaseOwner) nextExpiry() (time.Time, bool) {
 	var next time.Time
 	for _, a := range o.active {
 		if next.IsZero() || a.expiry.Before(next) {
 			next = a.expiry
 		}
+		if a.plan != nil && a.plan.At.Before(next) {
+			next = a.plan.At
+		}
 	}
 	return next, !next.IsZero()
+}
+
+// checkPlan returns d's plan when it can apply: one that decoded well and
+// is due before the lease expires (expiry, as clamped). Otherwise nil,
+// saying why in the log.
+func (o *leaseOwner) checkPlan(d decodedLease, expiry time.Time) *quotaproto.LeasePlan {
+	why := d.badPlan
+	if why == "" && d.Then != nil && !d.Then.At.Before(expiry) {
+		why = "due at " + d.Then.At.UTC().Format(time.RFC3339Nano) + ", not before the lease expires at " + expiry.UTC().Format(time.RFC3339Nano)
+	}
+	if why != "" {
+		o.malformed.Add(1)
+		o.c.cfg.Logger.Warn("lagbridge lease has an invalid plan (then); the lease applies without it", "topic", d.Topic, "problem", why)
+		return nil
+	}
+	return d.Then
+}
+
+// due applies the plans whose time came: no newer lease replaced theirs
+// by then (the daemon's next decision did not come: a leader lost).
+func (o *leaseOwner) due() {
+	now := o.c.clock.Now()
+	for name, a := range o.active {
+		if a.plan != nil && !a.plan.At.After(now) {
+			o.planned(name, a, now)
+			o.c.topic(name).setView(a.view, o.c.mono.nanos())
+		}
+	}
+}
+
+// planned makes a's view its lease's plan, as of now: the plan's rate and
+// burst, everything else the lease's, until the lease expires. The caller
+// publishes the view.
+func (o *leaseOwner) planned(name string, a *activeLease, now time.Time) {
+	d := a.lease
+	r := a.plan.Rate
+	d.Rate, d.Burst, d.Then = &r, a.plan.Burst, nil
+	d.Reason = "planned from " + a.plan.At.UTC().Format(time.RFC3339Nano) + " (no newer lease by then)"
+	if a.lease.Reason != "" {
+		d.Reason += ": " + a.lease.Reason
+	}
+	o.c.cfg.Logger.Info("lagbridge lease plan took effect: no newer lease came by its time", "topic", name, "rate", r, "at", a.plan.At)
+	a.view, a.plan = viewOf(d, now, a.expiry), nil
+	o.plannedTotal.Add(1)
 }
 
 // leaseError records a source error for metrics and logs.

@@ -15,7 +15,7 @@ type collector struct {
 	admitted, rejected, attempts, retries, acked, brokerErrs, advisory     *prometheus.Desc
 	inFlight, quotaRate, quotaSignal, leaseValid, leaseVersion, leaseAge   *prometheus.Desc
 	throttle, budget, leaseErrors, leaseMalformed, leaseExpired, unhandled *prometheus.Desc
-	leaseFailovers                                                         *prometheus.Desc
+	leaseFailovers, leasePlans                                             *prometheus.Desc
 }
 
 func newCollector(c *core) *collector {
@@ -41,17 +41,18 @@ func newCollector(c *core) *collector {
 		throttle:       d("throttle_probability", "Adaptive throttling's current local rejection probability.", "topic"),
 		budget:         d("retry_budget_tokens", "Retries the shared retry budget would allow now."),
 		leaseErrors:    d("lease_errors_total", "Failed requests to the lease source."),
-		leaseMalformed: d("lease_malformed_total", "Leases or lease sets skipped as malformed, stream events over the size cap, lease sets with a garbled version, and leases for new topics beyond 256."),
+		leaseMalformed: d("lease_malformed_total", "Leases or lease sets skipped as malformed, stream events over the size cap, lease sets with a garbled version, leases for new topics beyond 256, and lease plans dropped as invalid."),
 		leaseExpired:   d("lease_expired_total", "Leases that expired without a refresh (the safe quota applied)."),
 		unhandled:      d("unhandled_failures_total", "Async failures with no callback to hand the message to (logged)."),
 		leaseFailovers: d("lease_failovers_total", "Moves to the next daemon URL after the current one stopped working."),
+		leasePlans:     d("lease_plans_total", "Lease plans that took effect: no newer lease came by the time a lease said its rate changes (protocol 1.2)."),
 	}
 }
 
 func (m *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.admitted, m.rejected, m.attempts, m.retries, m.acked, m.brokerErrs,
 		m.advisory, m.inFlight, m.quotaRate, m.quotaSignal, m.leaseValid, m.leaseVersion, m.leaseAge, m.throttle,
-		m.budget, m.leaseErrors, m.leaseMalformed, m.leaseExpired, m.unhandled, m.leaseFailovers} {
+		m.budget, m.leaseErrors, m.leaseMalformed, m.leaseExpired, m.unhandled, m.leaseFailovers, m.leasePlans} {
 		ch <- d
 	}
 }
@@ -100,6 +101,7 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(m.leaseExpired, o.expiredTotal.Load())
 	counter(m.unhandled, c.unhandled.Load())
 	counter(m.leaseFailovers, o.failovers.Load())
+	counter(m.leasePlans, o.plannedTotal.Load())
 }
 
 // Stats is a snapshot of a producer's counters (the same numbers as the
@@ -114,6 +116,9 @@ type Stats struct {
 	// daemon the HTTP lease sources talk to now ("" without one).
 	LeaseFailovers uint64
 	LeaseURL       string
+	// LeasePlans counts lease plans that took effect (no newer lease
+	// came by the time a lease said its rate changes).
+	LeasePlans uint64
 	// UnhandledFailures counts async failures without a callback.
 	UnhandledFailures uint64
 }
@@ -149,7 +154,8 @@ func (c *core) stats() Stats {
 	s := Stats{Topics: map[string]TopicStats{}, RetryBudgetTokens: c.budget.Tokens(),
 		LeaseErrors: c.leases.errorsTotal.Load(), LeaseMalformed: c.leases.malformed.Load(),
 		LeaseExpired: c.leases.expiredTotal.Load(), LeasesApplied: c.leases.appliedTotal.Load(),
-		UnhandledFailures: c.unhandled.Load(), LeaseFailovers: c.leases.failovers.Load()}
+		UnhandledFailures: c.unhandled.Load(), LeaseFailovers: c.leases.failovers.Load(),
+		LeasePlans: c.leases.plannedTotal.Load()}
 	if eps := c.leases.endpoints; len(eps) > 0 {
 		s.LeaseURL = eps[c.leases.current.Load()]
 	}

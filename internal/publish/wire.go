@@ -85,6 +85,9 @@ func Wire(l quota.Lease) quotaproto.Lease {
 		r := l.Rate
 		w.Rate = &r
 	}
+	if t := l.Then; t != nil {
+		w.Then = &quotaproto.LeasePlan{At: t.At, Rate: t.Rate, Burst: t.Burst}
+	}
 	return w
 }
 

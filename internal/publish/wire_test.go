@@ -107,6 +107,11 @@ func TestWire(t *testing.T) {
 	if w := Wire(l); w.Rate != nil {
 		t.Fatalf("unlimited rate on the wire: %v", *w.Rate)
 	}
+	// A plan (protocol 1.2) travels as it is.
+	l.Rate, l.Then = 0, &quota.LeasePlan{At: t0.Add(500 * time.Millisecond), Rate: 40, Burst: 4}
+	if w := Wire(l); w.Then == nil || !w.Then.At.Equal(l.Then.At) || w.Then.Rate != 40 || w.Then.Burst != 4 {
+		t.Fatalf("the plan on the wire: %+v", w.Then)
+	}
 }
 
 // TestFingerprintAndVersions: the fingerprint sees topics and versions,

@@ -140,6 +140,24 @@ type Lease struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 	// Reason explains the lease in words, for logs and errors.
 	Reason string `json:"reason,omitempty"`
+	// Then (protocol 1.2) says what follows a lease that admits less for
+	// a bounded time (a pause while the consumer's capacity is measured
+	// again, or while a backlog drains): from Then.At on, the lease
+	// allows Then.Rate with burst Then.Burst, unless a newer lease came
+	// first; never past ExpiresAt. The daemon sets Then.At later than
+	// its next decision is due, so a plan takes effect only when that
+	// decision did not come (a lost leader). An SDK that does not know
+	// the field keeps the lease as it is until a newer one arrives.
+	Then *LeasePlan `json:"then,omitempty"`
+}
+
+// LeasePlan is what a lease allows from At on (protocol 1.2): Rate in
+// messages per second (finite, not negative) and Burst (0 means
+// max(1, Rate/10)), as in a Lease.
+type LeasePlan struct {
+	At    time.Time `json:"at"`
+	Rate  float64   `json:"rate"`
+	Burst int       `json:"burst"`
 }
 
 // PartitionShare is the fraction, in (0, 1], of a producer's keyless
