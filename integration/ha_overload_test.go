@@ -466,9 +466,21 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 			t.Logf("leadership moved from %s to %s before the kill", first.id, now.id)
 			first = now
 		}
+		var paused string
+		if b.perPoll {
+			// The kill that cost most lands on a step down (the
+			// leader's producers hold a rate of 0 made for one
+			// interval, with work queued for about that long): this
+			// row kills there, to show what the lease plan does.
+			paused = awaitPause(ctx, first, topic, prods[0].quota, 8*time.Second)
+			t.Logf("the kill lands on a step down (%q: none within 8s)", paused)
+		}
 		killed = since()
 		if err := first.cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
+		}
+		if paused != "" {
+			defer func() { checkPauseHeld(t, run.samples, prods[0].id, killed) }()
 		}
 		second = byID[waitOneLeader(t, asReplicas(ps, first), cluster, overloadStop-overloadKill)]
 		tookOver = time.Now()
@@ -502,9 +514,12 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 	wg.Wait()
 	consume()
 	for _, p := range prods {
-		if s := p.stats(); s.LeaseExpired != 0 {
+		s := p.stats()
+		if s.LeaseExpired != 0 {
 			t.Logf("NOT YET: %s: %d leases expired (the safe quota applied)", p.id, s.LeaseExpired)
 		}
+		// A plan takes effect only when no newer lease came by its time.
+		t.Logf("%s: %d lease plans took effect", p.id, s.LeasePlans)
 	}
 	checkQuotaSamples(t, run.samples, killed, failover)
 	if !failover {
@@ -535,6 +550,60 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 		checkClientQuotaWriters(t, ps, first, run.start.Add(killed), tookOver, quotaLog)
 	}
 	return run
+}
+
+// awaitPause waits, for at most limit, until leader's decision on topic is
+// a step down (rate 0) and the producer holds a rate of
+// 0 (quota), and returns what the leader decided, or "" at limit.
+func awaitPause(ctx context.Context, leader *haProcess, topic string, quota func() (producerclient.Quota, bool), limit time.Duration) string {
+	end := time.Now().Add(limit)
+	for ctx.Err() == nil && time.Now().Before(end) {
+		if q, ok := quota(); ok && q.FromLease && q.Rate == 0 {
+			var body struct {
+				Targets []struct {
+					Target struct {
+						Topic string `json:"topic"`
+					} `json:"target"`
+					Rule   string   `json:"rule"`
+					Rate   *float64 `json:"rate"`
+					Reason string   `json:"reason"`
+				} `json:"targets"`
+			}
+			if resp, err := probe.Get(leader.base + "/v1/quotas"); err == nil {
+				_ = json.NewDecoder(resp.Body).Decode(&body)
+				resp.Body.Close()
+			}
+			for _, d := range body.Targets {
+				if d.Target.Topic == topic && d.Rule == "step-down" && d.Rate != nil && *d.Rate == 0 {
+					return d.Rule + ": " + d.Reason
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // polling the leader and the producer
+	}
+	return ""
+}
+
+// checkPauseHeld: a leader killed on a step down (producer held a rate of
+// 0) leaves the producer at 0 no longer than the pause's plan says (the
+// lease's Then, two intervals after the step down was decided) plus a
+// sample: without the plan it stayed there until a follower served its own
+// sets, a sixth of the session (1 s) after the leader's last record.
+// Bound: three intervals.
+func checkPauseHeld(t *testing.T, samples []quotaSample, producer string, killed time.Duration) {
+	t.Helper()
+	for _, s := range samples {
+		if s.producer != producer || s.at < killed || s.q.Rate == 0 {
+			continue
+		}
+		held := s.at - killed
+		t.Logf("killed on a step down: %s left the rate of 0 %v after the kill (%s)", producer, held.Round(time.Millisecond), s.q.Reason)
+		if held > 3*haInterval {
+			t.Errorf("killed on a step down: %s held the lost leader's rate of 0 for %v after the kill, want within 3 intervals (%v): the lease's plan", producer, held, 3*haInterval)
+		}
+		return
+	}
+	t.Errorf("killed on a step down: %s never left the rate of 0", producer)
 }
 
 // checkClientQuotaWriters: over the whole run no two replicas wrote
@@ -976,7 +1045,8 @@ func traceOverload(t *testing.T, ctx context.Context, wg *sync.WaitGroup, cancel
 		}
 		var sb strings.Builder
 		for _, s := range run.samples {
-			b, _ := json.Marshal(map[string]any{"t": s.at.Seconds(), "producer": s.producer, "rate": fmt.Sprint(s.q.Rate), "signal": s.q.Signal, "set": s.set, "lease": s.q.FromLease})
+			b, _ := json.Marshal(map[string]any{"t": s.at.Seconds(), "producer": s.producer, "rate": fmt.Sprint(s.q.Rate), "signal": s.q.Signal, "set": s.set, "lease": s.q.FromLease,
+				"version": s.q.Version, "planned": strings.HasPrefix(s.q.Reason, "planned from")})
 			sb.Write(append(b, '\n'))
 		}
 		_ = os.WriteFile(prefix+"-samples.jsonl", []byte(sb.String()), 0o644)
