@@ -83,20 +83,23 @@ func overloadClasses() []overloadClass {
 // broker's client quotas, polled), the one that took over keeps leading,
 // and over the whole run no two replicas write client quotas within one
 // interval (their logs); a follower serves the
-// leader's sets within one interval plus the replication delay; on NATS,
-// goodput and dead work from the kill to the stop within 5 points of the
-// undisturbed run's. On Kafka that comparison is logged, not asserted: on
-// the default row ("kafka": franz-go's 5 s auto-commit) two deployments
-// without failover differ by 6.9-35 points, the controller blind between
-// commits; on the row "commit-per-poll" (a changed setting: the consumer
-// commits after each poll) 26 of 27 runs of session 12 kept within 2.5
-// points, but a fresh-clone CI run failed it at 5.0 points of goodput (a
-// kill on a step down idles the consumer until a follower serves; README,
-// Replicas and failover). On every row, no producer's quota sample from
-// the kill to the stop on the safe quota (its lease expired); on NATS and
-// with a commit per poll, unlimited or stop in no more of the failover
-// run's samples than the undisturbed run's, within 5 points. Logged: those
-// samples, and with a version below one they held.
+// leader's sets within one interval plus the replication delay; on NATS
+// and on the row "commit-per-poll" (a changed setting: the consumer
+// commits after each poll), goodput and dead work from the kill to the
+// stop within 5 points of the undisturbed run's. That row kills the leader
+// on a step down (its producers hold 0 for the interval: the kill that
+// cost most, 1.0-1.2 s of 0 and up to 4.4 points of goodput before the
+// lease plan), and asserts the producers leave 0 within 3 intervals (the
+// plan says two). Observed in session 13 (load 5.8-11): 8 failover runs
+// within 2.7 points (held 0 for 427-561 ms after the kill), 5 A/A runs
+// within 0.8. On Kafka's default row ("kafka": franz-go's 5 s
+// auto-commit) the comparison is logged, not asserted: two deployments
+// without failover differ there by 6.9-35 points, the controller blind
+// between commits (README, Replicas and failover). On every row, no
+// producer's quota sample from the kill to the stop on the safe quota (its
+// lease expired); where the 5 points are asserted, unlimited or stop in no
+// more of the failover run's samples than the undisturbed run's, within 5
+// points. Logged: those samples, and with a version below one they held.
 func TestHAFailoverUnderOverload(t *testing.T) {
 	if runtime.GOOS != "linux" && runtime.GOOS != "darwin" {
 		t.Skip("signals")
@@ -108,7 +111,8 @@ func TestHAFailoverUnderOverload(t *testing.T) {
 		},
 		// A row about a setting: the consumer commits after each poll
 		// (commitPerPoll), where two deployments without failover agree
-		// within 2.5 points, so the 5-point check is asserted.
+		// within 2.5 points, so the 5-point check is asserted; its
+		// leader is killed on a step down.
 		"commit-per-poll": func(tb testing.TB) *overloadBroker {
 			return &overloadBroker{kafka: kafkatest.Bootstrap(tb), perPoll: true}
 		},
@@ -151,28 +155,31 @@ func TestHAFailoverUnderOverload(t *testing.T) {
 			t.Logf("%s: unlimited or stop in %.1f%% of the producers' quota samples over [%v, %v) undisturbed, %.1f%% %s", name, 100*uc, overloadKill, overloadStop, 100*uf, second)
 			// The 5 points, asserted on NATS (acknowledged message by
 			// message: two deployments without failover agree within a
-			// few points and failover runs held it). On Kafka, logged:
+			// few points and failover runs held it) and with a commit
+			// after each poll: within 2.5 in 26 of 27 A/A and failover
+			// runs at load 4-14 in session 12, then a fresh-clone CI run
+			// failed it at 100.0 vs 95.0% goodput (dead work 0 vs 0): a
+			// kill on a step down held the producers at 0 until a
+			// follower served (1.0-1.2 s, up to 4.4 points in session
+			// 13's runs killed there on purpose). With the lease plan
+			// (protocol 1.2) they leave 0 after two intervals: 8 runs
+			// killed on a step down within 2.7 points, 5 A/A within 0.8
+			// (session 13, load 5.8-11). Kafka's default row, logged:
 			// behind franz-go's 5 s auto-commit two deployments differ by
 			// up to 35 points with no failover at all (the controller
-			// between commits); with a commit after each poll within 2.5
-			// in 26 of 27 A/A and failover runs at load 4-14 in session
-			// 12, but a fresh-clone CI run then failed the check at
-			// 100.0 vs 95.0% goodput (dead work 0 vs 0; 1,816 more
-			// refused with the failover): a kill that lands on a step down
-			// still idles the consumer until a follower serves (README,
-			// Replicas and failover). Where the goodput holds to 5 points
-			// (NATS) and with a commit per poll, the producers' allowed
-			// rate is not sent to unlimited or stop by the failover: no
-			// more often than in the undisturbed run, within 5 points of
-			// the samples (0.0% on both sides in every run of these rows
-			// in sessions 11-12 but one NATS run before the follower's
-			// hold of unused rates, 6.7%, which failed the 5 points too;
-			// on the default row a run without failover read 4.7%).
+			// between commits; README, Replicas and failover). Where the
+			// 5 points are asserted, the producers' allowed rate is not
+			// sent to unlimited or stop by the failover: no more often
+			// than in the undisturbed run, within 5 points of the samples
+			// (0.0% on both sides in every run of these rows in sessions
+			// 11-13 but one NATS run before the follower's hold of unused
+			// rates, 6.7%, which failed the 5 points too; on the default
+			// row a run without failover read 4.7%).
 			if (b.kafka == "" || b.perPoll) && uf > uc+0.05 {
 				t.Errorf("unlimited or stop in %.1f%% of the samples %s vs %.1f%% undisturbed: the failover sent the producers there", 100*uf, second, 100*uc)
 			}
 			if math.Abs(gc-gf) > 0.05 || math.Abs(dc-df) > 0.05 {
-				if b.kafka == "" {
+				if b.kafka == "" || b.perPoll {
 					t.Errorf("goodput %.1f%% vs %.1f%%, dead work %.1f%% vs %.1f%%: %s more than 5 points from the run without failover", 100*gc, 100*gf, 100*dc, 100*df, second)
 				} else {
 					t.Logf("NOT YET: goodput or dead work with failover more than 5 points from the run without (Kafka: not asserted)")
