@@ -479,8 +479,12 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 			// leader's producers hold a rate of 0 made for one
 			// interval, with work queued for about that long): this
 			// row kills there, to show what the lease plan does.
-			paused = awaitPause(ctx, first, topic, prods[0].quota, 8*time.Second)
-			t.Logf("the kill lands on a step down (%q: none within 8s)", paused)
+			var unplanned int
+			paused, unplanned = awaitPause(ctx, first, topic, prods[0].quota, 8*time.Second)
+			t.Logf("the kill lands on a step down (%q: none within 8s; %d seen without a plan before)", paused, unplanned)
+			if paused == "" && unplanned > 0 {
+				t.Errorf("%d step downs within 8s, none with a plan (then): what follows a pause is not said", unplanned)
+			}
 		}
 		killed = since()
 		if err := first.cmd.Process.Kill(); err != nil {
@@ -560,10 +564,15 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 }
 
 // awaitPause waits, for at most limit, until leader's decision on topic is
-// a step down (rate 0) and the producer holds a rate of
-// 0 (quota), and returns what the leader decided, or "" at limit.
-func awaitPause(ctx context.Context, leader *haProcess, topic string, quota func() (producerclient.Quota, bool), limit time.Duration) string {
+// a step down (rate 0) that says what follows it (its plan, Then) and the
+// producer holds a rate of 0 (quota), and returns what the leader decided,
+// or "" at limit, with the number of step downs it saw without a plan
+// before. (Not every step down has one: when the backlog projected one
+// interval on still holds the budget's wait at the rate just seen, the law
+// stays at 0 and nothing is planned; the producers then rightly wait.)
+func awaitPause(ctx context.Context, leader *haProcess, topic string, quota func() (producerclient.Quota, bool), limit time.Duration) (string, int) {
 	end := time.Now().Add(limit)
+	seen := map[string]bool{}
 	for ctx.Err() == nil && time.Now().Before(end) {
 		if q, ok := quota(); ok && q.FromLease && q.Rate == 0 {
 			var body struct {
@@ -571,9 +580,11 @@ func awaitPause(ctx context.Context, leader *haProcess, topic string, quota func
 					Target struct {
 						Topic string `json:"topic"`
 					} `json:"target"`
-					Rule   string   `json:"rule"`
-					Rate   *float64 `json:"rate"`
-					Reason string   `json:"reason"`
+					At     string          `json:"at"`
+					Rule   string          `json:"rule"`
+					Rate   *float64        `json:"rate"`
+					Reason string          `json:"reason"`
+					Then   json.RawMessage `json:"then"`
 				} `json:"targets"`
 			}
 			if resp, err := probe.Get(leader.base + "/v1/quotas"); err == nil {
@@ -581,14 +592,18 @@ func awaitPause(ctx context.Context, leader *haProcess, topic string, quota func
 				resp.Body.Close()
 			}
 			for _, d := range body.Targets {
-				if d.Target.Topic == topic && d.Rule == "step-down" && d.Rate != nil && *d.Rate == 0 {
-					return d.Rule + ": " + d.Reason
+				if d.Target.Topic != topic || d.Rule != "step-down" || d.Rate == nil || *d.Rate != 0 {
+					continue
 				}
+				if len(d.Then) > 0 && string(d.Then) != "null" {
+					return d.Rule + ": " + d.Reason, len(seen)
+				}
+				seen[d.At] = true
 			}
 		}
 		time.Sleep(10 * time.Millisecond) // polling the leader and the producer
 	}
-	return ""
+	return "", len(seen)
 }
 
 // checkPauseHeld: a leader killed on a step down (producer held a rate of
