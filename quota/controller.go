@@ -1101,7 +1101,7 @@ func (c *Controller) judge(tc *control, v *reading) {
 	}
 	v.queued = max(queued, 0)
 	v.engaged = v.wait > v.engageWait && !v.spare
-	if v.shadow && (v.engaged || v.measured && !v.keepsUp) {
+	if v.shadow && (v.engaged || v.measured && !v.keepsUp) && shadowExplains(v) {
 		// A stall the observer shared: not believed yet (observerStall).
 		v.held, v.engaged = true, false
 	}

@@ -147,3 +147,27 @@ func TestSimConsumerStallBelieved(t *testing.T) {
 		t.Errorf("consumer stalled with the observer's gap: slowed at %.2f s, want by %.2f s", withGap, want)
 	}
 }
+
+// TestControllerShadowKeepsRealBacklog: a reading after the observer's own
+// gap whose backlog no stall of that length explains is read as it is. A
+// replica resumed after a 2.6 s pause (TestHAShards/nats, SIGSTOP of a
+// shard owner) read a consumer at 20 msg/s of 100 offered with a wait
+// over a minute in the shadow, and served its producers unlimited.
+func TestControllerShadowKeepsRealBacklog(t *testing.T) {
+	c := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+	p := Policy{Name: "p", MaxAge: 10 * time.Second}
+	var d Decision
+	for i := range 8 { // healthy, every 250 ms
+		s := st(0.25*float64(i+1), 0, 100, 100)
+		d = c.Step(s, p, s.At)
+	}
+	if !d.IsUnlimited() {
+		t.Fatalf("healthy: %s %s", d.Rule, d.Reason)
+	}
+	late := st(2+2.6, 1600, 20, 100) // 2.6 s later: 1,600 queued, 16 s at the 100/s measured before
+	late.HeadAge, late.HeadAgeKnown = 79*time.Second, true
+	d = c.Step(late, p, late.At)
+	if d.IsUnlimited() || d.Signal == SignalOK {
+		t.Errorf("after a 2.6 s gap, 1,600 queued at 20/s: %s %s at %v, want limited (%s)", d.Rule, d.Signal, d.Rate, d.Reason)
+	}
+}
