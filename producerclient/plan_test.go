@@ -8,17 +8,24 @@ import (
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
 
+// planProducer is producer svc-a on kfake topic orders, on a fake clock,
+// its leases from a fake daemon that reports only once an hour.
+func planProducer(t *testing.T) (*fakeDaemon, *fakeClock, *KafkaProducer) {
+	t.Helper()
+	d := newFakeDaemon(t)
+	clk := newFakeClock()
+	p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"}, Clock: clk, Mode: Drop,
+		Leases: LeaseConfig{URL: d.srv.URL, ReportInterval: time.Hour}})
+	return d, clk, p
+}
+
 // TestLeasePlan: a lease that pauses (rate 0) with a plan (protocol 1.2,
 // Then) switches to the plan's rate at its time when no newer lease came,
 // on the producer's own clock (the daemon is gone: a leader lost); a newer
 // lease always wins over the plan; a plan due already on arrival applies
 // at once. Without plans the producer stayed at 0 until the next lease.
 func TestLeasePlan(t *testing.T) {
-	d := newFakeDaemon(t)
-	c := newKfake(t, 1, "orders")
-	clk := newFakeClock()
-	p := newKafkaProducer(t, newKgo(t, c), Config{Producer: "svc-a", Topics: []string{"orders"}, Clock: clk, Mode: Drop,
-		Leases: LeaseConfig{URL: d.srv.URL, ReportInterval: time.Hour}})
+	d, clk, p := planProducer(t)
 	exp := clk.Now().Add(30 * time.Second)
 	plan := func(after time.Duration, rate float64) *quotaproto.LeasePlan {
 		return &quotaproto.LeasePlan{At: clk.Now().Add(after), Rate: rate, Burst: 4}
@@ -55,11 +62,7 @@ func TestLeasePlan(t *testing.T) {
 // TestLeasePlanNewerWins: a newer lease arriving before the plan's time
 // replaces the lease and its plan: the plan never applies.
 func TestLeasePlanNewerWins(t *testing.T) {
-	d := newFakeDaemon(t)
-	c := newKfake(t, 1, "orders")
-	clk := newFakeClock()
-	p := newKafkaProducer(t, newKgo(t, c), Config{Producer: "svc-a", Topics: []string{"orders"}, Clock: clk, Mode: Drop,
-		Leases: LeaseConfig{URL: d.srv.URL, ReportInterval: time.Hour}})
+	d, clk, p := planProducer(t)
 	exp := clk.Now().Add(30 * time.Second)
 	d.set(leaseSet("svc-a", 2, quotaproto.Lease{Topic: "orders", Rate: ptr(0.0), Signal: "slow-down", Version: 5, ExpiresAt: exp,
 		Then: &quotaproto.LeasePlan{At: clk.Now().Add(500 * time.Millisecond), Rate: 40}}))
@@ -115,11 +118,7 @@ func TestLeasePlanInvalid(t *testing.T) {
 	}
 
 	// End to end: a plan due after the lease expires is dropped.
-	dm := newFakeDaemon(t)
-	c := newKfake(t, 1, "orders")
-	clk := newFakeClock()
-	p := newKafkaProducer(t, newKgo(t, c), Config{Producer: "svc-a", Topics: []string{"orders"}, Clock: clk, Mode: Drop,
-		Leases: LeaseConfig{URL: dm.srv.URL, ReportInterval: time.Hour}})
+	dm, clk, p := planProducer(t)
 	exp := clk.Now().Add(10 * time.Second)
 	dm.set(leaseSet("svc-a", 2, quotaproto.Lease{Topic: "orders", Rate: ptr(0.0), Signal: "slow-down", Version: 5, ExpiresAt: exp,
 		Then: &quotaproto.LeasePlan{At: exp, Rate: 40}}))
