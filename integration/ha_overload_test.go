@@ -481,7 +481,11 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 			// row kills there, to show what the lease plan does.
 			var unplanned int
 			paused, unplanned = awaitPause(ctx, first, topic, prods[0].quota, 8*time.Second)
-			t.Logf("the kill lands on a step down (%q: none within 8s; %d seen without a plan before)", paused, unplanned)
+			if paused != "" {
+				t.Logf("the kill lands on a step down with a plan (%d seen without one before): %s", unplanned, paused)
+			} else {
+				t.Logf("no step down with a plan within 8s (%d without one): the kill lands where it falls", unplanned)
+			}
 			if paused == "" && unplanned > 0 {
 				t.Errorf("%d step downs within 8s, none with a plan (then): what follows a pause is not said", unplanned)
 			}
