@@ -3,10 +3,10 @@ package integration
 import (
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -24,16 +24,9 @@ type haProcess struct {
 	base string
 	cmd  *exec.Cmd
 	logs string // the file of its output
-}
-
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	// exited is closed when the process ended, with err of its Wait.
+	exited chan struct{}
+	err    error
 }
 
 // TestHAProcesses runs three lagbridge processes on one cluster (NATS,
@@ -76,12 +69,16 @@ func buildLagbridge(tb testing.TB) string {
 // startProcess runs bin as replica id with the config yaml (without
 // listen: and ha.id:, which it adds), writing its config in dir; its
 // output goes to dir/<id>.log (and to stderr with LAGBRIDGE_TEST_LOGS).
-// The process is killed (after SIGCONT) when the test ends.
+// It returns once the process listens, at the address it logged: it
+// listens on port 0, as a port picked here and closed before the process
+// binds it may be handed out again meanwhile (to a sibling replica, which
+// then fails to start while its URL reaches the other one: a replica read
+// twice, "two leaders at once"). The process is killed (after SIGCONT)
+// when the test ends.
 func startProcess(tb testing.TB, bin, dir, id, yaml string) *haProcess {
 	tb.Helper()
-	port := freePort(tb)
 	cfg := filepath.Join(dir, id+".yaml")
-	yaml = fmt.Sprintf("listen: \"127.0.0.1:%d\"\n%s", port, strings.Replace(yaml, "ha:\n", "ha:\n  id: "+id+"\n", 1))
+	yaml = "listen: \"127.0.0.1:0\"\n" + strings.Replace(yaml, "ha:\n", "ha:\n  id: "+id+"\n", 1)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		tb.Fatal(err)
 	}
@@ -98,13 +95,46 @@ func startProcess(tb testing.TB, bin, dir, id, yaml string) *haProcess {
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	p := &haProcess{id: id, base: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd, logs: logs.Name()}
+	p := &haProcess{id: id, cmd: cmd, logs: logs.Name(), exited: make(chan struct{})}
+	go func() { // ends when the process does: at the latest at the cleanup's Kill
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
 	tb.Cleanup(func() {
 		_ = p.cmd.Process.Signal(syscall.SIGCONT)
 		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
+		<-p.exited
 	})
+	p.base = "http://" + p.listening(tb, 30*time.Second)
 	return p
+}
+
+// listenLog finds the address in the daemon's "lagbridge running" line,
+// in its JSON or text log format (followed by a quote or a space: all of
+// it written).
+var listenLog = regexp.MustCompile(`lagbridge running.*listen"?[=:]"?([0-9.]+:[0-9]+)["\s]`)
+
+// listening waits, at most d, for the process to log that it runs and
+// returns the address it listens on; it fails the test if the process
+// exits first.
+func (p *haProcess) listening(tb testing.TB, d time.Duration) string {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		b, _ := os.ReadFile(p.logs)
+		if m := listenLog.FindSubmatch(b); m != nil {
+			return string(m[1])
+		}
+		select {
+		case <-p.exited:
+			b, _ := os.ReadFile(p.logs)
+			tb.Fatalf("replica %s exited before listening (%v):\n%s", p.id, p.err, b)
+		case <-time.After(10 * time.Millisecond): // polling its log
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("replica %s: not listening after %v", p.id, d)
+		}
+	}
 }
 
 // asReplicas returns ps, but those in except, as replicas to poll.

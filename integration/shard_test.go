@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -213,36 +212,18 @@ func haShards(t *testing.T, bin, name, cluster string, topics []string) {
 	var ps []*haProcess
 	for i := range 3 {
 		id := fmt.Sprintf("p%d", i)
-		port := freePort(t)
-		cfg := filepath.Join(dir, id+".yaml")
-		yaml := fmt.Sprintf(`listen: "127.0.0.1:%d"
-interval: %s
+		yaml := fmt.Sprintf(`interval: %s
 %squota:
   policies:
     - name: p
       maxAge: 2s
 ha:
   enabled: true
-  id: %s
   name: %s
   sessionTimeout: %s
   shards: 4
-`, port, interval, cluster, id, name, session)
-		if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "run", "--config", cfg)
-		if os.Getenv("LAGBRIDGE_TEST_LOGS") != "" {
-			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		p := &haProcess{id: id, base: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd}
-		t.Cleanup(func() {
-			_ = p.cmd.Process.Kill()
-			_ = p.cmd.Wait()
-		})
+`, interval, cluster, name, session)
+		p := startProcess(t, bin, dir, id, yaml)
 		ps = append(ps, p)
 	}
 	replicas := func(except ...*haProcess) []*haReplica {
