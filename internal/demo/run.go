@@ -24,8 +24,10 @@ import (
 // Options configure a demo run. The zero value of each field means its
 // default.
 type Options struct {
-	// Duration ends the demo by itself; 0 runs until ctx is done. The
-	// consumer's slow phase is scaled to it (default 60s when 0).
+	// Duration ends the demo by itself, counted from when its workload
+	// starts (the brokers and the daemon are up); 0 runs until ctx is
+	// done. The consumer's slow phase is scaled to it (default 60s when
+	// 0).
 	Duration time.Duration
 	// Listen is the daemon's HTTP address. Default 127.0.0.1:9464. An
 	// address beyond loopback needs NoAuth.
@@ -90,11 +92,11 @@ func Run(ctx context.Context, o Options) error {
 	if !o.NoAuth && !quotaserver.Loopback(o.Listen) {
 		return fmt.Errorf("--listen %s is beyond loopback, where the quota protocol needs tokens the demo's producers do not have; pass --no-auth to serve it without authentication to anyone who can reach it", o.Listen)
 	}
-	if o.Duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.Duration)
-		defer cancel()
-	}
+	// The duration counts from when the story starts, not from when the
+	// brokers did: on a loaded machine their start took most of a short
+	// run, and the demo then ended before it printed anything.
+	runCtx, end := context.WithCancel(ctx)
+	defer end()
 	dir, err := os.MkdirTemp("", "lagbridge-demo-")
 	if err != nil {
 		return err
@@ -113,7 +115,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	a, err := app.New(ctx, cfg, o.Log)
+	a, err := app.New(runCtx, cfg, o.Log)
 	if err != nil {
 		return err
 	}
@@ -123,12 +125,16 @@ func Run(ctx context.Context, o Options) error {
 	}
 	base := "http://" + a.Addr()
 	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	go func() { done <- a.Run(runCtx) }()
 	st, err := StartStory(b, base, StepProfile(story, o.Normal, o.Slow))
 	if err != nil {
-		<-ctx.Done()
+		end()
 		<-done
 		return err
+	}
+	if o.Duration > 0 {
+		timer := time.AfterFunc(o.Duration, end)
+		defer timer.Stop()
 	}
 
 	fmt.Fprintf(o.Out, "lagbridge demo: embedded Kafka %s, NATS %s\n", strings.Join(b.KafkaAddrs(), ","), b.NATSURL())
@@ -145,6 +151,9 @@ func Run(ctx context.Context, o Options) error {
 		case err := <-done:
 			st.Close()
 			Report(o.Out, time.Since(start), st, maxHead, o)
+			if runCtx.Err() != nil {
+				return nil // the duration passed, or ctx ended
+			}
 			return err
 		case <-t.C:
 			states := a.Store.States()
