@@ -31,6 +31,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/producerclient"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+	"github.com/lagbridge/lagbridge/quota"
 	"github.com/lagbridge/lagbridge/ttl"
 )
 
@@ -480,7 +481,7 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 			// interval, with work queued for about that long): this
 			// row kills there, to show what the lease plan does.
 			var unplanned int
-			paused, unplanned = awaitPause(ctx, first, topic, prods[0].quota, 8*time.Second)
+			paused, unplanned = awaitPause(ctx, t, first, cluster, topic, prods[0].quota, 8*time.Second)
 			if paused != "" {
 				t.Logf("the kill lands on a step down with a plan (%d seen without one before): %s", unplanned, paused)
 			} else {
@@ -569,38 +570,20 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 
 // awaitPause waits, for at most limit, until leader's decision on topic is
 // a step down (rate 0) that says what follows it (its plan, Then) and the
-// producer holds a rate of 0 (quota), and returns what the leader decided,
+// producer holds a rate of 0 (held), and returns what the leader decided,
 // or "" at limit, with the number of step downs it saw without a plan
 // before. (Not every step down has one: when the backlog projected one
 // interval on still holds the budget's wait at the rate just seen, the law
 // stays at 0 and nothing is planned; the producers then rightly wait.)
-func awaitPause(ctx context.Context, leader *haProcess, topic string, quota func() (producerclient.Quota, bool), limit time.Duration) (string, int) {
+func awaitPause(ctx context.Context, t testing.TB, leader *haProcess, cluster, topic string, held func() (producerclient.Quota, bool), limit time.Duration) (string, int) {
 	end := time.Now().Add(limit)
-	seen := map[string]bool{}
+	seen := map[time.Time]bool{}
 	for ctx.Err() == nil && time.Now().Before(end) {
-		if q, ok := quota(); ok && q.FromLease && q.Rate == 0 {
-			var body struct {
-				Targets []struct {
-					Target struct {
-						Topic string `json:"topic"`
-					} `json:"target"`
-					At     string          `json:"at"`
-					Rule   string          `json:"rule"`
-					Rate   *float64        `json:"rate"`
-					Reason string          `json:"reason"`
-					Then   json.RawMessage `json:"then"`
-				} `json:"targets"`
-			}
-			if resp, err := probe.Get(leader.base + "/v1/quotas"); err == nil {
-				_ = json.NewDecoder(resp.Body).Decode(&body)
-				resp.Body.Close()
-			}
-			for _, d := range body.Targets {
-				if d.Target.Topic != topic || d.Rule != "step-down" || d.Rate == nil || *d.Rate != 0 {
-					continue
-				}
-				if len(d.Then) > 0 && string(d.Then) != "null" {
-					return d.Rule + ": " + d.Reason, len(seen)
+		if q, ok := held(); ok && q.FromLease && q.Rate == 0 {
+			d, ok := decisionOf(t, leader.base, cluster, topic, topic) // the group is named as its topic
+			if ok && d.Rule == quota.RuleStepDown && d.Rate == 0 {
+				if d.Then != nil {
+					return fmt.Sprintf("%s: %s", d.Rule, d.Reason), len(seen)
 				}
 				seen[d.At] = true
 			}
