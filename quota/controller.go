@@ -1940,7 +1940,7 @@ func (c *Controller) commitSpan(tc *control, st *lag.State, v *reading) (float64
 // capacity.
 func (c *Controller) saturatedLaw(tc *control, v *reading) {
 	cfg := &c.cfg
-	tau := max(v.budget-v.setWait, 2*v.dt)
+	tau := lawTau(v)
 	tauFill := max(tau, (v.setWait-v.engageWait)/maxFill)
 	v.setBacklog = v.setWait * v.capacity
 	law := v.capacity + (v.setBacklog-v.backlog)/tau
@@ -1966,6 +1966,11 @@ func (c *Controller) saturatedLaw(tc *control, v *reading) {
 	v.law = max(law, 0)
 	v.probe = c.probeStep(v)
 }
+
+// lawTau is the time, seconds, in which the law drains a backlog above
+// the setpoint: the budget's slack over the target wait, at least two
+// intervals.
+func lawTau(v *reading) float64 { return max(v.budget-v.setWait, 2*v.dt) }
 
 // probeStep is the relative step of a probe. Probing overshoots by at most
 // Probe x rate x dt messages per interval; keep that within half the slack
@@ -2263,8 +2268,7 @@ func planAfter(v *reading) (float64, float64) {
 		hold = max((v.backlog-v.setWait*c)/c, v.dt)
 	}
 	backlog := max(v.backlog-c*hold, 0)
-	tau := max(v.budget-v.setWait, 2*v.dt)
-	rate := min(max(c+(v.setWait*c-backlog)/tau, 0), c)
+	rate := min(max(c+(v.setWait*c-backlog)/lawTau(v), 0), c)
 	return rate, hold + v.dt
 }
 
