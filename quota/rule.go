@@ -52,10 +52,13 @@ const (
 	RuleAvoidPartitions
 	// RuleAwaitCommit: limited, and a consumer that commits less often
 	// than it is observed has not committed since its position last
-	// moved, or the reading is in the shadow of a stall the observer
-	// shared (see observerStall): its capacity is unknown, not 0; the
-	// rate in force is kept.
+	// moved: its capacity is unknown, not 0; the rate in force is kept.
 	RuleAwaitCommit
+	// RuleObserverStall: a stall of the whole consumer read in the shadow
+	// of a stall the observer shared (see observerStall) is not believed
+	// yet: an unlimited target stays unlimited, a limited one keeps the
+	// rate in force.
+	RuleObserverStall
 )
 
 var ruleNames = [...]string{
@@ -76,6 +79,7 @@ var ruleNames = [...]string{
 	RuleRelease:         "release",
 	RuleAvoidPartitions: "avoid-partitions",
 	RuleAwaitCommit:     "await-commit",
+	RuleObserverStall:   "observer-stall",
 }
 
 // String returns the rule's name ("drain", "probe", ...), or "Rule(n)".

@@ -52,14 +52,15 @@ func (c *Controller) observerStall(tc *control, st *lag.State, v *reading) bool 
 }
 
 // heldStall decides on a reading in the shadow of an observer's stall
-// that reads a stall of the whole consumer (v.held, see observerStall):
-// unlimited stays unlimited, a limited target keeps the rate in force.
+// that reads a stall of the whole consumer (v.held, see observerStall),
+// with a rule of its own (RuleObserverStall): unlimited stays unlimited,
+// a limited target keeps the rate in force.
 func heldStall(tc *control, v *reading) (Rule, string) {
 	why := fmt.Sprintf("wait %s, consumed %.0f/s of %.0f/s in the shadow of a gap of %s between observations: a stall the observer shared is not believed before it outlasts the observer's own", secs(v.wait), v.consumed, v.produced, secs(tc.shadowGap))
 	if !tc.limited {
-		return RuleUnlimited, why + ": unlimited"
+		return RuleObserverStall, why + ": unlimited"
 	}
-	return RuleAwaitCommit, fmt.Sprintf("%s: capacity not measured, keeping %.0f/s", why, tc.rate)
+	return RuleObserverStall, fmt.Sprintf("%s: capacity not measured, keeping %.0f/s", why, tc.rate)
 }
 
 // shadowExplains reports whether a reading in the shadow of an observer's

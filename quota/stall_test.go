@@ -171,3 +171,42 @@ func TestControllerShadowKeepsRealBacklog(t *testing.T) {
 		t.Errorf("after a 2.6 s gap, 1,600 queued at 20/s: %s %s at %v, want limited (%s)", d.Rule, d.Signal, d.Rate, d.Reason)
 	}
 }
+
+// TestControllerObserverStallRule: a stall of the whole consumer read in
+// the shadow of the observer's own gap is decided by a rule of its own,
+// observer-stall, not by unlimited or await-commit, whose conditions the
+// reading does not meet: unlimited stays unlimited, and a limited target
+// keeps the rate in force.
+func TestControllerObserverStallRule(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 10 * time.Second}
+	healthy := func(c *Controller) {
+		for i := range 8 {
+			s := st(0.25*float64(i+1), 0, 300, 300)
+			c.Step(s, p, s.At)
+		}
+	}
+	stalled := st(2+0.6, 150, 55, 300) // 0.6 s late: 55/s consumed of 300, 150 queued
+	stalled.HeadAge, stalled.HeadAgeKnown = 400*time.Millisecond, true
+
+	c := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+	healthy(c)
+	if d := c.Step(stalled, p, stalled.At); d.Rule != RuleObserverStall || !d.IsUnlimited() {
+		t.Errorf("unlimited, then a stall in the observer's shadow: %s at %v, want observer-stall, unlimited (%s)", d.Rule, d.Rate, d.Reason)
+	}
+
+	c = newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+	var d Decision
+	for i := range 12 { // a consumer of 100/s under 300/s offered: limited
+		s := st(0.25*float64(i+1), int64(50*(i+1)), 100, 300)
+		d = c.Step(s, p, s.At)
+	}
+	if d.IsUnlimited() {
+		t.Fatalf("overloaded: %s %s, want limited", d.Rule, d.Reason)
+	}
+	inForce := d.Rate
+	late := st(3+0.6, 650, 20, 100) // 0.6 s late, 20/s consumed over the stretched interval
+	late.HeadAge, late.HeadAgeKnown = time.Second, true
+	if d = c.Step(late, p, late.At); d.Rule != RuleObserverStall || d.Rate != inForce {
+		t.Errorf("limited at %v, then a stall in the observer's shadow: %s at %v, want observer-stall at %v (%s)", inForce, d.Rule, d.Rate, inForce, d.Reason)
+	}
+}
