@@ -412,6 +412,10 @@ func TestCommandFlags(t *testing.T) {
 		{"bad load", []string{"--loads", "2,x"}, 2, `"x" is not a number`},
 		// Invalid values are reported before anything runs.
 		{"invalid", []string{"--loads", "0", "--brokers", "rabbit"}, 2, "rabbit"},
+		// --help names the hot-partition scenario's keying selection.
+		{"help hot keys", []string{"--help"}, 0, "--hot-keys string"},
+		// A keying that is not one is refused before anything runs.
+		{"bad hot keys", []string{"--hot-partition", "--hot-keys", "keyd"}, 2, `keys must be keyless, keyed or both, got "keyd"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

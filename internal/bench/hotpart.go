@@ -54,6 +54,9 @@ type HotOptions struct {
 	// (franz-go's autocommit of marked records, kgo.AutoCommitInterval);
 	// zero means 250ms. 5s is franz-go's (and Java's) default interval.
 	CommitEvery time.Duration
+	// Keys selects the runs by keying: HotKeyless, HotKeyed or HotBoth;
+	// empty means HotBoth (keyless, then keyed).
+	Keys string
 	// KafkaBrokers, when set, runs on this real cluster (seed addresses)
 	// instead of an embedded kfake, with a topic and group of its own per
 	// run, deleted at the end.
@@ -64,7 +67,31 @@ type HotOptions struct {
 	Log *slog.Logger
 }
 
+// The keyings [HotOptions].Keys selects.
+const (
+	HotKeyless = "keyless" // keyless records only (franz-go's sticky partitioner)
+	HotKeyed   = "keyed"   // keyed records only, keys spread over all partitions
+	HotBoth    = "both"    // keyless, then keyed
+)
+
+// keyings is the keyed flag of each keying k runs, in order; nil for an
+// unknown k.
+func keyings(k string) []bool {
+	switch k {
+	case HotKeyless:
+		return []bool{false}
+	case HotKeyed:
+		return []bool{true}
+	case HotBoth:
+		return []bool{false, true}
+	}
+	return nil
+}
+
 func (o HotOptions) withDefaults() HotOptions {
+	if o.Keys == "" {
+		o.Keys = HotBoth
+	}
 	if o.Duration == 0 {
 		o.Duration = time.Minute
 	}
@@ -116,6 +143,9 @@ func (o HotOptions) Validate() error {
 	}
 	if o.SlowAfter < 0 || o.SlowAfter >= o.Duration {
 		add("slow-after must be in [0, duration %v), got %v", o.Duration, o.SlowAfter)
+	}
+	if keyings(o.Keys) == nil {
+		add("keys must be %s, %s or %s, got %q", HotKeyless, HotKeyed, HotBoth, o.Keys)
 	}
 	if o.Deadline < 0 || o.Interval < 0 || o.CommitEvery < 0 {
 		add("deadline, interval and commit interval must be > 0, got %v, %v, %v", o.Deadline, o.Interval, o.CommitEvery)
@@ -177,7 +207,7 @@ func share(a, b int64) float64 {
 const hotID = "hot"
 
 // RunHot runs the hot-partition scenario on Kafka (kfake, or
-// o.KafkaBrokers): keyless then keyed records, each naive (plain franz-go
+// o.KafkaBrokers): keyless then keyed records (o.Keys), each naive (plain franz-go
 // producers, no lagbridge) and through the SDK under the daemon, side by
 // side. Six partitions; partition 0's consumer processes
 // Capacity/Slower msg/s, the others Capacity; one producer id offers
@@ -196,11 +226,11 @@ func RunHot(ctx context.Context, o HotOptions) ([]HotResult, error) {
 		partitions, num(o.Capacity/o.Slower), dur(o.SlowAfter), num(o.Capacity), num(o.Offered), dur(o.Duration), dur(o.Deadline))
 	id := strconv.FormatInt(time.Now().Unix()%1_000_000, 10)
 	var out []HotResult
-	n := 0
-	for _, keyed := range []bool{false, true} {
+	n, kk := 0, keyings(o.Keys)
+	for _, keyed := range kk {
 		for _, mode := range []string{ModeNaive, ModeLagbridge} {
 			n++
-			fmt.Fprintf(o.Out, "\n[hot %d/4] %s, %s\n", n, keyName(keyed), mode)
+			fmt.Fprintf(o.Out, "\n[hot %d/%d] %s, %s\n", n, 2*len(kk), keyName(keyed), mode)
 			r, err := runHot(ctx, o, keyed, mode, fmt.Sprintf("hot%s-%d", id, n))
 			if err != nil {
 				return out, fmt.Errorf("hot partition, %s, %s: %w", keyName(keyed), mode, err)

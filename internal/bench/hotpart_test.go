@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,8 +111,33 @@ func TestHotOptionsValidate(t *testing.T) {
 	if err := (HotOptions{}).Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	err := HotOptions{Offered: -1, SlowAfter: 2 * time.Minute, Deadline: -time.Second}.Validate()
-	if !errors.Is(err, ErrInvalidOptions) || strings.Count(err.Error(), "\n") != 2 {
-		t.Fatalf("%v: want three problems", err)
+	err := HotOptions{Offered: -1, SlowAfter: 2 * time.Minute, Deadline: -time.Second, Keys: "Keyed"}.Validate()
+	if !errors.Is(err, ErrInvalidOptions) || strings.Count(err.Error(), "\n") != 3 || !strings.Contains(err.Error(), `keys must be keyless, keyed or both, got "Keyed"`) {
+		t.Fatalf("%v: want four problems, the keys' among them", err)
+	}
+}
+
+// TestHotKeyings: --hot-keys picks the runs, keyless before keyed, and
+// nothing else is a keying.
+func TestHotKeyings(t *testing.T) {
+	cases := []struct {
+		keys string
+		want []bool // nil: invalid
+	}{
+		{"", []bool{false, true}}, // the default: both
+		{HotBoth, []bool{false, true}},
+		{HotKeyless, []bool{false}},
+		{HotKeyed, []bool{true}},
+		{"none", nil},
+		{"KEYED", nil}, // case matters, as for --brokers
+	}
+	for _, c := range cases {
+		got := keyings(HotOptions{Keys: c.keys}.withDefaults().Keys)
+		if !slices.Equal(got, c.want) || (got == nil) != (c.want == nil) {
+			t.Errorf("keys %q: runs %v, want %v", c.keys, got, c.want)
+		}
+		if err := (HotOptions{Keys: c.keys}).Validate(); (err == nil) != (c.want != nil) {
+			t.Errorf("keys %q: Validate %v", c.keys, err)
+		}
 	}
 }
