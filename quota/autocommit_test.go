@@ -53,7 +53,7 @@ func runAutoCommit(tb testing.TB, tc autoCommitCase, commit time.Duration, offer
 		capacity:      capacityDropped(benchDrop, benchRestore),
 		policy:        drainPolicy(),
 		producers:     producersOffering(3, offered),
-		seed:          12,
+		seed:          cmp.Or(tc.seed, 12),
 		open:          open,
 		sticky:        tc.sticky,
 	})
@@ -139,6 +139,7 @@ type autoCommitCase struct {
 	sticky   float64 // simConfig.sticky
 	steady   bool    // simConfig.steadyCommits
 	polls    bool    // simConfig.pollCommits
+	seed     uint64  // simConfig.seed; 0: 12
 }
 
 // check runs tc and checks the targets of #12: never worse than naive; at

@@ -478,8 +478,20 @@ type control struct {
 	// to tell (0: none).
 	underCut  int
 	trialHead float64
-	parts     map[int32]partTrack
-	gen       uint64
+	// staleSeen counts the measured readings in a row whose head at the
+	// commit may be a standing wait the learned one (tc.floor) no longer
+	// fits (see relearnStanding); staleHead is the head at the commit
+	// when a probe was let through to tell (0: none), staleTell the
+	// readings since.
+	staleSeen int
+	staleHead float64
+	staleTell int
+	// skipAt is the State.At of the last reading in which a consumer
+	// that commits about once per observation had not committed (see
+	// staleStanding): its commit timer's phase crossed the observations'.
+	skipAt time.Time
+	parts  map[int32]partTrack
+	gen    uint64
 	// partsAt: tc.parts was recorded from a reading before the first
 	// fresh one (rates not known yet), at this time (see sightParts);
 	// zero once a fresh reading was decided on.
@@ -756,6 +768,10 @@ type reading struct {
 	// trial: a probe is let through to tell a standing wait from a
 	// queue (see trialUnderCut).
 	trial bool
+	// relearn: that probe is relearnStanding's (RuleRelearn);
+	// phaseMoved: within floorMemory a consumer that commits about once
+	// per observation was seen not to commit in one (tc.skipAt).
+	relearn, phaseMoved bool
 	// blind: the position is an estimate between the commits of a
 	// consumer that was caught up at its last commit (see
 	// caughtUpAtCommit).
@@ -805,6 +821,10 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	c.caughtUpAtCommit(tc, st, v)
 	v.learned = st.CommitInterval > 0
 	v.commits = fromCommits(st) && (v.learned || (v.cadence > 0 && tc.still))
+	if !v.measured && v.commits && v.learned && v.cadence > v.dt/2 && v.cadence <= 1.5*v.dt && st.Lag > 0 {
+		tc.skipAt = st.At
+	}
+	v.phaseMoved = !tc.skipAt.IsZero() && st.At.Sub(tc.skipAt).Seconds() <= floorMemory
 	switch {
 	case v.commits:
 		v.since = commitAge(tc, st, v)
@@ -979,6 +999,7 @@ func (c *Controller) trialUnderCut(tc *control, v *reading) {
 	default:
 		tc.underCut++
 	}
+	relearnStanding(tc, v)
 	tc.prevHead = -1
 	if v.headKnown {
 		tc.prevHead = v.headAge
@@ -1006,6 +1027,76 @@ func (c *Controller) standingUnderCut(tc *control, v *reading) bool {
 	near := func(a, b float64) bool { return b > 0 && math.Abs(a-b) <= (1-keepUpRatio)*b }
 	return (near(v.consumed, v.produced) || near(v.consumed, v.prevProduced)) &&
 		v.headAge > v.engageWait && v.headAge <= floorCap(v)+v.engageWait/2 && math.Abs(v.headAge-tc.prevHead) <= v.engageWait/4
+}
+
+// relearnStanding is trialUnderCut for a standing wait learned while
+// healthy (tc.floor) that the commits no longer fit. A consumer that
+// commits about once per observation on a timer that drifts (Java's and
+// franz-go's auto-commit) shows anything from none to a whole commit of
+// uncommitted work, as its timer's phase against the observations moves,
+// and the standing wait is learned only while the target is unlimited.
+// Limited across a capacity drop and its restore, the phase moved (0.4 s
+// learned, 0.8-0.9 s shown): the law read the difference as its
+// setpoint's queue and held the rate at what the idle consumer was
+// allowed for the rest of the run (the simulator, 1 s auto-commit read
+// every second at 2x: 13 of 40 runs refused 1.1-13 s while the consumer
+// idled; lagbridge bench on a loaded machine: 108-463 msg/s held for an
+// 800 msg/s offer). No reading tells that standing wait from a queue the
+// law holds at its setpoint, so after floorLearn readings in a row that
+// may show either (staleStanding) one probe is let through (v.trial,
+// RuleRelearn) and the next measured readings tell: a consumer with
+// capacity to spare consumed what the probe admitted (in that reading,
+// or over it and the next: its commits may run one observation behind)
+// while its head at the commit stayed where it was (within E/4), and that
+// head is learned as its standing wait; a consumer at its limit queued
+// the surplus (its head grows, or it consumed less than was produced),
+// and the law drains it.
+func relearnStanding(tc *control, v *reading) {
+	if tc.staleHead > 0 {
+		tc.staleTell++
+		held := tc.limited && v.headKnown && v.headAge <= tc.staleHead+v.engageWait/4 && v.lag <= (v.headAge+v.engageWait/2)*v.produced
+		switch {
+		case held && (v.consumed >= keepUpRatio*v.produced || tc.staleTell >= 2 && v.keptTwo):
+			tc.floor = max(tc.floor, min(v.headAge, floorCap(v)))
+		case held && tc.staleTell < 2:
+			return
+		}
+		tc.staleHead, tc.staleSeen, tc.staleTell = 0, 0, 0
+		return
+	}
+	switch {
+	case v.trial || !staleStanding(tc, v):
+		tc.staleSeen = 0
+	case tc.staleSeen+1 >= floorLearn:
+		v.trial, v.relearn, tc.staleHead, tc.staleSeen = true, true, v.headAge, 0
+	default:
+		tc.staleSeen++
+	}
+}
+
+// staleStanding reports whether v may show a limited target's wait to be
+// a standing wait of its commit cadence that the one learned (tc.floor)
+// no longer fits (see relearnStanding): the producers use the rate in
+// force, and the consumer, read through the commits it makes about once
+// per observation, consumed what was produced (over this interval or the
+// one before, within 1-keepUpRatio, or over two moves), while its head at
+// the commit, past the learned standing wait by more than E/2 and no
+// older than its cadence allows (floorCap and E/2), stayed where it was
+// (within E/4). Only for a consumer whose commit timer's phase is seen
+// to matter: the standing wait learned is over E/2 (more than messages
+// in flight and commits several times per observation leave), or within
+// floorMemory it was seen not to commit in an observation (v.phaseMoved).
+// Consumers that commit as they consume, held at their setpoint, read
+// the same, and a trial every few readings broke their steady overload
+// (TestSimSlowRamp).
+func staleStanding(tc *control, v *reading) bool {
+	if tc.floorSeen < floorLearn || !tc.limited || !v.measured || !v.binding || !(v.phaseMoved || tc.floor > v.engageWait/2) ||
+		!v.commits || !v.learned || !v.headKnown || tc.prevHead < 0 || v.cadence <= v.dt/2 || v.cadence > 1.5*v.dt {
+		return false
+	}
+	near := func(a, b float64) bool { return b > 0 && math.Abs(a-b) <= (1-keepUpRatio)*b }
+	return (near(v.consumed, v.produced) || near(v.consumed, v.prevProduced) || v.keptTwo) &&
+		v.headAge > tc.floor+v.engageWait/2 && v.headAge <= floorCap(v)+v.engageWait/2 && math.Abs(v.headAge-tc.prevHead) <= v.engageWait/4
 }
 
 // unlearnedWait is the standing wait, seconds, assumed for an unlimited
@@ -2059,6 +2150,10 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		return RuleRelease, fmt.Sprintf("caught up and the rate unused for %d observations: unlimited", c.cfg.ReleaseAfter)
 	}
 	v.raised = tc.rate > inForce
+	if v.relearn {
+		return RuleRelearn, fmt.Sprintf("head at the commit held at %s for %d readings, past the standing wait learned (%s): a probe to %.0f/s tells a standing wait its commit timer moved to from a queue",
+			secs(v.headAge), floorLearn, secs(tc.floor), tc.rate)
+	}
 	return RuleProbe, fmt.Sprintf("caught up: probing from %.0f/s", tc.rate)
 }
 

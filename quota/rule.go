@@ -59,6 +59,12 @@ const (
 	// yet: an unlimited target stays unlimited, a limited one keeps the
 	// rate in force.
 	RuleObserverStall
+	// RuleRelearn: limited, and the head at the commit of a consumer that
+	// commits about once per observation stayed past the standing wait
+	// learned while healthy: a probe is let through to tell a standing
+	// wait its commit timer's phase moved to from a queue (see
+	// relearnStanding).
+	RuleRelearn
 )
 
 var ruleNames = [...]string{
@@ -80,6 +86,7 @@ var ruleNames = [...]string{
 	RuleAvoidPartitions: "avoid-partitions",
 	RuleAwaitCommit:     "await-commit",
 	RuleObserverStall:   "observer-stall",
+	RuleRelearn:         "relearn",
 }
 
 // String returns the rule's name ("drain", "probe", ...), or "Rule(n)".

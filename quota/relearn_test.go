@@ -1,0 +1,75 @@
+package quota
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestSimOneSecondAutoCommitPhaseMoved: a consumer that auto-commits every
+// second on a timer that drifts (Java's and franz-go's), read every
+// second, through the bench's phases at 2x, over 8 seeds of the drift and
+// 5 phases of its first commit. The standing wait its commits leave is
+// anything from none to a second, as the timer's phase against the
+// observations moves; it is learned before the drop (0.4 s in the first
+// case) and the phase moved while the target was limited (0.8-0.9 s after
+// the restore). Before relearnStanding (RuleRelearn) the law read the
+// difference as its setpoint's queue and held the rate at what the idle
+// consumer was allowed: 13 s refused while the consumer idled in each of
+// the two cases below (53.6% and 62.3% of the offer admitted after the
+// restore), 99.95 s over the 40 runs, 13 of them over 0.15 s. Now 2.10 s
+// and 1.10 s (a trial at the restore's first readings, then the probe's
+// climb), 43.64 s over the 40 runs. What is left: runs whose standing
+// wait learned was under E/2 with no skipped commit to show the phase
+// moving (seed 2, first commit at 0.02 s: 10.1 s), and probe climbs cut
+// back by lumpy commits.
+func TestSimOneSecondAutoCommitPhaseMoved(t *testing.T) {
+	for _, tc := range []struct {
+		autoCommitCase
+		after, idle float64
+	}{
+		{autoCommitCase{name: "seed 2, first commit at 0.6s", interval: time.Second, commit: time.Second, commitAt: 0.6, seed: 2, load: 2}, 0.92, 2.1},
+		{autoCommitCase{name: "seed 3, first commit at 0.6s", interval: time.Second, commit: time.Second, commitAt: 0.6, seed: 3, load: 2}, 0.99, 1.1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.checkWithin(t, tc.after, tc.idle)
+			res := runSim(t, simConfig{
+				interval: time.Second, commitEvery: time.Second, commitAt: tc.commitAt, partitions: 6, learnCadence: true,
+				duration: time.Duration(benchEnd * float64(time.Second)), capacity: capacityDropped(benchDrop, benchRestore),
+				policy: drainPolicy(), producers: producersOffering(3, tc.load*lowCap), seed: tc.seed,
+			})
+			var relearn []string
+			for _, s := range res.steps {
+				if s.dec.Rule == RuleRelearn {
+					relearn = append(relearn, fmt.Sprintf("t=%.0f", s.t))
+				}
+			}
+			t.Logf("relearn trials at %v", relearn)
+			if len(relearn) == 0 {
+				t.Errorf("no %s decision", RuleRelearn)
+			}
+		})
+	}
+	t.Run("8 seeds x 5 phases", func(t *testing.T) {
+		var idle float64
+		var long int
+		for seed := uint64(1); seed <= 8; seed++ {
+			for _, at := range []float64{0.02, 0.2, 0.43, 0.6, 0.8} {
+				tc := autoCommitCase{interval: time.Second, commitAt: at, seed: seed, load: 2}
+				naive := runAutoCommit(t, tc, time.Second, tc.load*lowCap, true)
+				lb := runAutoCommit(t, tc, time.Second, tc.load*lowCap, false)
+				if lb.good < naive.good || lb.deadShare() > naive.deadShare() {
+					t.Errorf("seed %d, first commit at %.2fs: lagbridge %v; naive %v: want goodput >= naive's, dead work <= naive's", seed, at, lb, naive)
+				}
+				idle += lb.idleRefused
+				if lb.idleRefused > 0.15 {
+					long++
+				}
+			}
+		}
+		t.Logf("refused while the consumer idled after the restore: %.2fs in all, %d runs of 40 over 0.15s", idle, long)
+		if idle > 45 {
+			t.Errorf("refused while idle %.2fs in all, want <= 45s", idle)
+		}
+	})
+}
