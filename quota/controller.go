@@ -2319,7 +2319,7 @@ func plan(d *Decision, v *reading, p *Policy) *Plan {
 	switch d.Rule {
 	case RuleStepDown, RuleDrain:
 		r, after = planAfter(v)
-	case RuleProbe:
+	case RuleProbe, RuleRelearn:
 		if v.raised {
 			r, after = v.capacity, 2*v.dt
 		}
@@ -2328,7 +2328,8 @@ func plan(d *Decision, v *reading, p *Policy) *Plan {
 		return nil
 	}
 	rate := max(withShares(r, v.shares), p.MinRate)
-	if d.Rule == RuleProbe && rate >= d.Rate || d.Rule != RuleProbe && rate <= d.Rate {
+	probe := d.Rule == RuleProbe || d.Rule == RuleRelearn
+	if probe && rate >= d.Rate || !probe && rate <= d.Rate {
 		return nil
 	}
 	return &Plan{At: d.At.Add(time.Duration(after * float64(time.Second))), Rate: rate}

@@ -42,6 +42,11 @@ func TestSimOneSecondAutoCommitPhaseMoved(t *testing.T) {
 			for _, s := range res.steps {
 				if s.dec.Rule == RuleRelearn {
 					relearn = append(relearn, fmt.Sprintf("t=%.0f", s.t))
+					// A trial is a probe: above the capacity it plans
+					// the way back to it, as a probe does (see plan).
+					if s.dec.Then == nil || s.dec.Then.Rate >= s.dec.Rate {
+						t.Errorf("t=%.0f: relearn trial at %.0f/s plans %v, want a lower rate planned", s.t, s.dec.Rate, s.dec.Then)
+					}
 				}
 			}
 			t.Logf("relearn trials at %v", relearn)
