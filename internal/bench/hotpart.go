@@ -224,7 +224,7 @@ func RunHot(ctx context.Context, o HotOptions) ([]HotResult, error) {
 	o = o.withDefaults()
 	fmt.Fprintf(o.Out, "lagbridge bench, hot partition: %d partitions, partition 0 processed at %s msg/s (from %s), the others at %s; %s msg/s offered; runs of %s; deadline %s\n",
 		partitions, num(o.Capacity/o.Slower), dur(o.SlowAfter), num(o.Capacity), num(o.Offered), dur(o.Duration), dur(o.Deadline))
-	id := strconv.FormatInt(time.Now().Unix()%1_000_000, 10)
+	id := runID(time.Now())
 	var out []HotResult
 	n, kk := 0, keyings(o.Keys)
 	for _, keyed := range kk {

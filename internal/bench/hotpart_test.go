@@ -141,3 +141,18 @@ func TestHotKeyings(t *testing.T) {
 		}
 	}
 }
+
+// TestRunID: two bench invocations started in the same second (main and
+// a change side by side) name different topics and groups; before, both
+// read the time in seconds, and two hot-partition runs started together
+// wrote to one topic through one consumer group.
+func TestRunID(t *testing.T) {
+	now := time.Unix(1_764_660_000, 0)
+	a, b := runID(now), runID(now)
+	if a == b {
+		t.Fatalf("two ids in the same second: %q and %q", a, b)
+	}
+	if !strings.HasPrefix(a, "660000") || len(a) != 12 {
+		t.Errorf("id %q: want the second (660000) and six random digits", a)
+	}
+}

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,7 +41,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		len(o.Rows), len(o.Loads), dur(base.Duration()), num(base.Normal), num(base.Slow), dur(base.DropAt()), dur(base.RecoverAt()), dur(base.Deadline))
 	var results []Result
 	var runErr error
-	id := strconv.FormatInt(time.Now().Unix()%1_000_000, 10)
+	id := runID(time.Now())
 	naive := map[string]Result{}
 	n := 0
 loop:
@@ -330,4 +330,12 @@ func secStr(v float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2fs", v)
+}
+
+// runID names one bench invocation's topics, groups and streams: the
+// time, seconds, and a random suffix, so that two invocations started in
+// the same second on one cluster (side by side, as comparisons are run)
+// do not share a topic and a consumer group.
+func runID(now time.Time) string {
+	return fmt.Sprintf("%d%06d", now.Unix()%1_000_000, rand.IntN(1_000_000))
 }
