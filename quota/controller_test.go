@@ -532,7 +532,8 @@ func TestControllerSkipBurstAsHeadTurnsLate(t *testing.T) {
 }
 
 // TestRuleText: every rule has a distinct name that round-trips through
-// MarshalText/UnmarshalText; an unknown name is an error.
+// MarshalText/UnmarshalText; a name this version does not know (a newer
+// replica's) reads as RuleNone, an empty one is an error.
 func TestRuleText(t *testing.T) {
 	seen := map[string]bool{}
 	for r := RuleNone; int(r) < len(ruleNames); r++ {
@@ -546,9 +547,16 @@ func TestRuleText(t *testing.T) {
 			t.Fatalf("%q -> %v, %v", b, back, err)
 		}
 	}
-	var r Rule
-	if err := r.UnmarshalText([]byte("sideways")); err == nil {
-		t.Fatal("unknown rule accepted")
+	r := RuleDrain
+	if err := r.UnmarshalText([]byte("sideways")); err != nil || r != RuleNone {
+		t.Fatalf("a rule of a newer version: %v, %v, want none, no error", r, err)
+	}
+	if err := r.UnmarshalText(nil); err == nil {
+		t.Fatal("empty rule name accepted")
+	}
+	var d Decision
+	if err := json.Unmarshal([]byte(`{"rule":"from-a-newer-version","rate":5}`), &d); err != nil || d.Rule != RuleNone {
+		t.Fatalf("a decision with a newer version's rule: %v, %v, want decoded with rule none", d.Rule, err)
 	}
 }
 

@@ -101,13 +101,21 @@ func (r Rule) String() string {
 func (r Rule) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
 // UnmarshalText implements encoding.TextUnmarshaler for the names String
-// returns.
+// returns. A name this version does not know reads as RuleNone: a rule
+// explains a decision, and the decisions replicas exchange (shard
+// records) may come from a newer version with rules of its own, which
+// must not make this one refuse the whole record in a rolling upgrade.
+// An empty name is an error.
 func (r *Rule) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		return fmt.Errorf("quota: empty rule name")
+	}
 	for i, n := range ruleNames {
 		if n == string(b) {
 			*r = Rule(i)
 			return nil
 		}
 	}
-	return fmt.Errorf("quota: unknown rule %q", b)
+	*r = RuleNone
+	return nil
 }
