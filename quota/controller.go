@@ -627,6 +627,11 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	var v reading
 	c.measure(tc, &st, &p, &v)
 	rule, reason := c.regime(tc, &st, &v)
+	if v.relearn && rule != RuleRelearn {
+		// The trial did not go through (another rule decided): nothing
+		// to tell from the next reading; the next qualifying one tries.
+		tc.staleHead, tc.staleSeen = 0, floorLearn-1
+	}
 	c.signal(tc, &d, &st, &p, &v, rule, reason)
 	tc.has, tc.last, tc.lastAt, tc.lastFresh = true, d, st.At, now
 	tc.headLate = v.headAge > p.MaxAge.Seconds()
@@ -1050,7 +1055,11 @@ func (c *Controller) standingUnderCut(tc *control, v *reading) bool {
 // while its head at the commit stayed where it was (within E/4), and that
 // head is learned as its standing wait; a consumer at its limit queued
 // the surplus (its head grows, or it consumed less than was produced),
-// and the law drains it.
+// and the law drains it. Only a trial that went through (the decision's
+// rule is RuleRelearn) is told: a reading in which another rule decided
+// (the consumer seen not to keep up) admitted nothing more, and learning
+// from it relearned the standing wait with no probe and no decision to
+// show it (Step cancels it; the next qualifying reading tries).
 func relearnStanding(tc *control, v *reading) {
 	if tc.staleHead > 0 {
 		tc.staleTell++
