@@ -486,6 +486,10 @@ type control struct {
 	staleSeen int
 	staleHead float64
 	staleTell int
+	// staleSpent: while limited, a trial of a consumer whose commit
+	// phase is not seen to matter (see phaseShown) found a queue; no
+	// other is let through until the target is unlimited again.
+	staleSpent bool
 	// skipAt is the State.At of the last reading in which a consumer
 	// that commits about once per observation had not committed (see
 	// staleStanding): its commit timer's phase crossed the observations'.
@@ -1061,6 +1065,9 @@ func (c *Controller) standingUnderCut(tc *control, v *reading) bool {
 // from it relearned the standing wait with no probe and no decision to
 // show it (Step cancels it; the next qualifying reading tries).
 func relearnStanding(tc *control, v *reading) {
+	if !tc.limited {
+		tc.staleSpent = false
+	}
 	if tc.staleHead > 0 {
 		tc.staleTell++
 		held := tc.limited && v.headKnown && v.headAge <= tc.staleHead+v.engageWait/4 && v.lag <= (v.headAge+v.engageWait/2)*v.produced
@@ -1069,6 +1076,8 @@ func relearnStanding(tc *control, v *reading) {
 			tc.floor = max(tc.floor, min(v.headAge, floorCap(v)))
 		case held && tc.staleTell < 2:
 			return
+		default:
+			tc.staleSpent = tc.staleSpent || !phaseShown(tc, v)
 		}
 		tc.staleHead, tc.staleSeen, tc.staleTell = 0, 0, 0
 		return
@@ -1099,7 +1108,7 @@ func relearnStanding(tc *control, v *reading) {
 // the same, and a trial every few readings broke their steady overload
 // (TestSimSlowRamp).
 func staleStanding(tc *control, v *reading) bool {
-	if tc.floorSeen < floorLearn || !tc.limited || !v.measured || !v.binding || !(v.phaseMoved || tc.floor > v.engageWait/2) ||
+	if tc.floorSeen < floorLearn || !tc.limited || !v.measured || !v.binding || !phaseShown(tc, v) && tc.staleSpent ||
 		!v.commits || !v.learned || !v.headKnown || tc.prevHead < 0 || v.cadence <= v.dt/2 || v.cadence > 1.5*v.dt {
 		return false
 	}
@@ -1107,6 +1116,11 @@ func staleStanding(tc *control, v *reading) bool {
 	return (near(v.consumed, v.produced) || near(v.consumed, v.prevProduced) || v.keptTwo) &&
 		v.headAge > tc.floor+v.engageWait/2 && v.headAge <= floorCap(v)+v.engageWait/2 && math.Abs(v.headAge-tc.prevHead) <= v.engageWait/4
 }
+
+// phaseShown reports whether a consumer's commit phase is seen to matter
+// (see staleStanding): its learned standing wait is over E/2, or within
+// floorMemory it was seen not to commit in an observation.
+func phaseShown(tc *control, v *reading) bool { return v.phaseMoved || tc.floor > v.engageWait/2 }
 
 // unlearnedWait is the standing wait, seconds, assumed for an unlimited
 // target read through commits in its first readings, before its own is
