@@ -830,10 +830,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	c.caughtUpAtCommit(tc, st, v)
 	v.learned = st.CommitInterval > 0
 	v.commits = fromCommits(st) && (v.learned || (v.cadence > 0 && tc.still))
-	if !v.measured && v.commits && v.learned && v.cadence > v.dt/2 && v.cadence <= 1.5*v.dt && st.Lag > 0 {
-		tc.skipAt = st.At
-	}
-	v.phaseMoved = !tc.skipAt.IsZero() && st.At.Sub(tc.skipAt).Seconds() <= floorMemory
+	commitPhase(tc, st, v)
 	switch {
 	case v.commits:
 		v.since = commitAge(tc, st, v)
@@ -860,19 +857,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	tc.othersLag = v.lag
 	backlog(tc, v, st.At)
 	v.rawWait = waitOf(v)
-	if v.commits && tc.floor > 0 && v.capacity > 0 {
-		// The standing wait a consumer read through its commits shows
-		// while healthy (uncommitted work, messages in flight) is no
-		// work waiting: the law steers the backlog beyond it. It is
-		// work consumed at the rate produced while the head shows no
-		// queue beyond it (the consumer was caught up at its commit),
-		// else at most at the capacity.
-		rate := min(v.capacity, v.produced)
-		if v.headKnown && v.headAge+v.since <= tc.floor+v.engageWait/2 {
-			rate = v.produced
-		}
-		v.backlog = max(v.backlog-tc.floor*rate, 0)
-	}
+	beyondStanding(tc, v)
 	v.wait = waitOf(v)
 	v.unlearned = fromCommits(st) && !v.learned && v.cadence > 0
 	if v.measured {
@@ -883,6 +868,39 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	}
 	c.judge(tc, v)
 	c.saturatedLaw(tc, v)
+}
+
+// commitPhase records a reading in which a consumer that commits about
+// once per observation had not committed (tc.skipAt: its commit timer's
+// phase crossed the observations') and sets v.phaseMoved when that was
+// within floorMemory (see staleStanding). A reading in the shadow of the
+// observer's own stall (v.shadow) is not one: the machine, not the
+// consumer's timer, held that commit back, and any consumer that commits
+// once per observation or more often (NATS acks too: lag/ rounds the
+// cadence to the interval) would have read as one whose phase matters
+// for floorMemory after it.
+func commitPhase(tc *control, st *lag.State, v *reading) {
+	if !v.measured && !v.shadow && v.commits && v.learned && v.cadence > v.dt/2 && v.cadence <= 1.5*v.dt && st.Lag > 0 {
+		tc.skipAt = st.At
+	}
+	v.phaseMoved = !tc.skipAt.IsZero() && st.At.Sub(tc.skipAt).Seconds() <= floorMemory
+}
+
+// beyondStanding takes the standing wait a consumer read through its
+// commits shows while healthy (tc.floor: uncommitted work, messages in
+// flight) out of v.backlog: it is no work waiting, and the law steers the
+// backlog beyond it. It is work consumed at the rate produced while the
+// head shows no queue beyond it (the consumer was caught up at its
+// commit), else at most at the capacity.
+func beyondStanding(tc *control, v *reading) {
+	if !v.commits || tc.floor <= 0 || v.capacity <= 0 {
+		return
+	}
+	rate := min(v.capacity, v.produced)
+	if v.headKnown && v.headAge+v.since <= tc.floor+v.engageWait/2 {
+		rate = v.produced
+	}
+	v.backlog = max(v.backlog-tc.floor*rate, 0)
 }
 
 // measured completes v for a reading that measured the consumption
@@ -2137,10 +2155,15 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		tc.rate, tc.release = v.law, 0
 		return RuleFollow, fmt.Sprintf("estimated between commits, the last one behind after a probe (wait %s): no probe until a commit shows the consumer caught up, capacity %.0f/s", secs(v.wait), v.capacity)
 	}
-	// Limited and caught up, or with capacity to spare: the capacity is
-	// invisible, so never cut; probe upward (multiplicative increase)
-	// while the consumer keeps up; release once the producers leave the
-	// rate unused. Standing in, a rate unused is no evidence: hold it.
+	return c.caughtUp(tc, st, v, inForce)
+}
+
+// caughtUp is regime for a limited target that is caught up, or has
+// capacity to spare: the capacity is invisible, so never cut; probe
+// upward (multiplicative increase) while the consumer keeps up; release
+// once the producers leave the rate in force (inForce) unused. Standing
+// in, a rate unused is no evidence: hold it.
+func (c *Controller) caughtUp(tc *control, st *lag.State, v *reading, inForce float64) (Rule, string) {
 	if c.standIn && inForce > 0 && v.produced < c.cfg.ReleaseRatio*inForce {
 		tc.release = 0
 		return RuleProbe, fmt.Sprintf("caught up, the rate unused while standing in for a silent leader (producers may hold its leases): keeping %.0f/s", inForce)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
 )
 
 // TestSimOneSecondAutoCommitPhaseMoved: a consumer that auto-commits every
@@ -82,4 +84,22 @@ func TestSimOneSecondAutoCommitPhaseMoved(t *testing.T) {
 			t.Errorf("refused while idle %.2fs in all, want <= 50s", idle)
 		}
 	})
+}
+
+// TestCommitPhaseNotFromShadow: a reading without a commit of a consumer
+// that commits about once per observation marks its commit phase as one
+// that matters (relearn may try it for floorMemory after), unless the
+// reading is in the shadow of the observer's own stall: the machine held
+// that commit back, not the consumer's timer.
+func TestCommitPhaseNotFromShadow(t *testing.T) {
+	at := leaseT0.Add(30 * time.Second)
+	st := lag.State{At: at, Lag: 400}
+	for _, shadow := range []bool{false, true} {
+		tc := &control{}
+		v := &reading{shadow: shadow, commits: true, learned: true, cadence: 1, dt: 1}
+		commitPhase(tc, &st, v)
+		if v.phaseMoved == shadow || tc.skipAt.IsZero() == !shadow {
+			t.Errorf("no commit in an observation, shadow %v: phase moved %v (skipAt %v), want %v", shadow, v.phaseMoved, tc.skipAt, !shadow)
+		}
+	}
 }
