@@ -2483,14 +2483,8 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 //
 // Head ages are taken at the commit (less v.since), as for the target.
 func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading) (late []int32, fewBad bool) {
-	dt, setWait, havePrev := v.dt, v.setWait, tc.has
-	if !tc.has && !tc.partsAt.IsZero() && st.At.After(tc.partsAt) {
-		// The first fresh decision, with the partitions recorded at the
-		// reading before it (see sightParts).
-		dt, havePrev = st.At.Sub(tc.partsAt).Seconds(), true
-	}
-	tc.partsAt = time.Time{}
-	budget := p.Budget().Seconds()
+	dt, havePrev := partsSpan(tc, st, v)
+	setWait, budget := v.setWait, p.Budget().Seconds()
 	// A partition whose oldest message waited less than the setpoint's
 	// share of the budget is not late, whatever its predicted wait says:
 	// a healthy partition read through commits every few hundred
@@ -2553,19 +2547,40 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 			others = true
 		}
 	}
-	if len(tc.parts) > len(st.Partitions) {
-		for id, pt := range tc.parts {
-			if pt.gen != tc.gen {
-				delete(tc.parts, id)
-			}
-		}
-	}
+	pruneParts(tc, len(st.Partitions))
 	n := len(st.Partitions)
 	if n < 2 || len(late) == 0 || !others || float64(len(late)) >= c.cfg.AvoidBelow*float64(n) {
 		return nil, false
 	}
 	slices.Sort(late)
 	return late, true
+}
+
+// partsSpan is the span, seconds, the partitions' rates of st are
+// measured over, and whether an earlier reading of them is at hand: the
+// interval, or for the first fresh decision the span since the
+// partitions were recorded at the reading before it (see sightParts),
+// which it consumes.
+func partsSpan(tc *control, st *lag.State, v *reading) (dt float64, havePrev bool) {
+	dt, havePrev = v.dt, tc.has
+	if !tc.has && !tc.partsAt.IsZero() && st.At.After(tc.partsAt) {
+		dt, havePrev = st.At.Sub(tc.partsAt).Seconds(), true
+	}
+	tc.partsAt = time.Time{}
+	return dt, havePrev
+}
+
+// pruneParts forgets the partitions the reading of generation tc.gen did
+// not show (it showed n).
+func pruneParts(tc *control, n int) {
+	if len(tc.parts) <= n {
+		return
+	}
+	for id, pt := range tc.parts {
+		if pt.gen != tc.gen {
+			delete(tc.parts, id)
+		}
+	}
 }
 
 // knownSlow reports whether a partition is late by its own drain whatever
