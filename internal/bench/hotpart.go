@@ -162,8 +162,11 @@ type HotResult struct {
 	// Offered is how many records the producers were asked to send;
 	// Stored how many the broker acknowledged; Refused how many the SDK
 	// refused (never the naive side); Failed how many failed otherwise
-	// (a deadline passed, the broker failed them after the retries).
-	Offered, Stored, Refused, Failed int64
+	// (a deadline passed, the broker failed them after the retries);
+	// Unfinished how many calls the run's end cut short (the handlers
+	// stopped, a record still waiting in the SDK or the client): neither
+	// refused nor failed.
+	Offered, Stored, Refused, Failed, Unfinished int64
 	// StoredBy counts the stored records per partition.
 	StoredBy [partitions]int64
 	// RefusedBy counts the refused records per partition they were bound
@@ -251,9 +254,13 @@ func keyName(keyed bool) string {
 }
 
 func hotLine(r HotResult) string {
-	return fmt.Sprintf("stored %d of %d, refused %s (p0 %d, others %d, keyless %d), share to p0 %s, p0 head age p50 %s p99 %s, p0 dead work %s",
+	line := fmt.Sprintf("stored %d of %d, refused %s (p0 %d, others %d, keyless %d), share to p0 %s, p0 head age p50 %s p99 %s, p0 dead work %s",
 		r.Stored, r.Offered, pct(r.RefusedShare()), r.RefusedBy[0], sum(r.RefusedBy[1:]), r.RefusedAny, pct(r.ShareTo(0)),
 		dur(secsDur(r.HeadP50[0])), dur(secsDur(r.HeadP99[0])), pct(r.DeadShare(0)))
+	if r.Unfinished > 0 {
+		line += fmt.Sprintf(", %d unfinished at the end", r.Unfinished)
+	}
+	return line
 }
 
 func secsDur(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
@@ -394,8 +401,8 @@ type hotProducer struct {
 	wg     sync.WaitGroup
 	closed bool
 
-	offered, stored, refused, failed, refusedAny atomic.Int64
-	storedBy, refusedBy                          [partitions]atomic.Int64
+	offered, stored, refused, failed, refusedAny, unfinished atomic.Int64
+	storedBy, refusedBy                                      [partitions]atomic.Int64
 }
 
 func newHotProducer(o HotOptions, w *world, base, mode string, keyed bool) (*hotProducer, error) {
@@ -502,6 +509,11 @@ func (p *hotProducer) count(r *kgo.Record, bound int32, err error) {
 		if r.Partition >= 0 && r.Partition < partitions {
 			p.storedBy[r.Partition].Add(1)
 		}
+	case p.ctx.Err() != nil && errors.Is(err, context.Canceled):
+		// The run ended (close cancels the handlers' contexts) with the
+		// record still waiting: the SDK reports "context done before
+		// sending", which is no refusal by a quota.
+		p.unfinished.Add(1)
 	case errors.As(err, &rej) && rej.Attempts == 0:
 		// Refused before it was sent.
 		p.refused.Add(1)
@@ -531,6 +543,7 @@ func (p *hotProducer) close() {
 
 func (p *hotProducer) fill(r *HotResult) {
 	r.Offered, r.Stored, r.Refused, r.Failed, r.RefusedAny = p.offered.Load(), p.stored.Load(), p.refused.Load(), p.failed.Load(), p.refusedAny.Load()
+	r.Unfinished = p.unfinished.Load()
 	for i := range partitions {
 		r.StoredBy[i], r.RefusedBy[i] = p.storedBy[i].Load(), p.refusedBy[i].Load()
 	}

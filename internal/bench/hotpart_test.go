@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/producerclient"
 )
 
 // TestHotKeys: the keys cover every partition evenly, and each is where
@@ -154,5 +156,26 @@ func TestRunID(t *testing.T) {
 	}
 	if !strings.HasPrefix(a, "660000") || len(a) != 12 {
 		t.Errorf("id %q: want the second (660000) and six random digits", a)
+	}
+}
+
+// TestHotCountUnfinished: a record the SDK still held when the run ended
+// (close cancels the handlers' contexts: "context done before sending")
+// is counted as unfinished, not as refused; one whose own deadline ended
+// it while the run went on stays refused.
+func TestHotCountUnfinished(t *testing.T) {
+	rec := &kgo.Record{Partition: -1}
+	waiting := errors.Join(&producerclient.RejectError{Attempts: 0}, context.Canceled)
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	p := &hotProducer{ctx: stopped}
+	p.count(rec, 1, waiting)
+	if p.unfinished.Load() != 1 || p.refused.Load() != 0 || p.refusedBy[1].Load() != 0 {
+		t.Errorf("after the run's end: unfinished %d, refused %d (p1 %d), want 1, 0, 0", p.unfinished.Load(), p.refused.Load(), p.refusedBy[1].Load())
+	}
+	p = &hotProducer{ctx: context.Background()}
+	p.count(rec, 1, errors.Join(&producerclient.RejectError{Attempts: 0}, context.DeadlineExceeded))
+	if p.unfinished.Load() != 0 || p.refused.Load() != 1 || p.refusedBy[1].Load() != 1 {
+		t.Errorf("a deadline, the run going on: unfinished %d, refused %d (p1 %d), want 0, 1, 1", p.unfinished.Load(), p.refused.Load(), p.refusedBy[1].Load())
 	}
 }
