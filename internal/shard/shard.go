@@ -104,6 +104,7 @@ type owned struct {
 	until  time.Time // zero: no expiry (Kafka: the group says when it ends)
 	notify func([]int)
 	last   []int
+	told   bool // notify was called once since the first answer
 }
 
 // Cluster implements Assigner.
@@ -136,12 +137,16 @@ func (o *owned) store(shards []int, owners []string, until time.Time) {
 }
 
 // changed calls notify when the shards owned at now differ from the last
-// ones notified.
+// ones notified, and at the first answer of the assignment whatever it
+// says: a replica assigned no shard from the start is told so (an empty
+// set equals the nil it started from), and lagbridge_ha_shards_owned
+// reads 0 instead of the -1 of "not answered yet" for as long as it runs.
 func (o *owned) changed(now time.Time) {
-	cur, _ := o.get(now)
+	cur, synced := o.get(now)
 	o.mu.Lock()
-	f, diff := o.notify, !slices.Equal(cur, o.last)
+	f, diff := o.notify, !slices.Equal(cur, o.last) || synced && !o.told
 	o.last = cur
+	o.told = o.told || synced
 	o.mu.Unlock()
 	if diff && f != nil {
 		f(cur)

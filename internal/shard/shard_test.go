@@ -254,3 +254,30 @@ func TestRunEndsOnRelease(t *testing.T) {
 		})
 	}
 }
+
+// TestChangedFirstAnswerEmpty: a replica whose first answer from the
+// assignment gives it no shard is told so once (OnChange with none, so
+// lagbridge_ha_shards_owned reads 0, not the -1 of "not answered yet");
+// nothing is told before the first answer, and an answer that changes
+// nothing is not told again. TestHAShards/kafka read -1 from a replica
+// that joined last and was assigned nothing.
+func TestChangedFirstAnswerEmpty(t *testing.T) {
+	var told [][]int
+	o := &owned{notify: func(s []int) { told = append(told, s) }}
+	now := time.Now()
+	o.changed(now)
+	if len(told) != 0 {
+		t.Fatalf("before the first answer: told %v, want nothing", told)
+	}
+	o.store([]int{}, []string{"a", "b"}, time.Time{})
+	o.changed(now)
+	o.changed(now)
+	if len(told) != 1 || len(told[0]) != 0 {
+		t.Fatalf("first answer, no shard: told %v, want [[]] once", told)
+	}
+	o.store([]int{1}, []string{"a", "me"}, time.Time{})
+	o.changed(now)
+	if len(told) != 2 || !slices.Equal(told[1], []int{1}) {
+		t.Fatalf("then shard 1: told %v, want [[] [1]]", told)
+	}
+}
