@@ -1047,13 +1047,30 @@ func (c *Controller) trialUnderCut(tc *control, v *reading) {
 // drains under such a cut: the consumer consumes at its capacity, more
 // than was admitted, and the head falls.
 func (c *Controller) standingUnderCut(tc *control, v *reading) bool {
-	if tc.floorSeen >= floorLearn || !tc.limited || !tc.saturated || !v.measured || !v.commits || !v.learned || !v.headKnown || tc.prevHead < 0 ||
-		v.cadence <= v.dt/2 || v.cadence > 1.5*v.dt || !v.binding || tc.rate >= (1-2*(1-keepUpRatio))*v.prevCap {
+	if tc.floorSeen >= floorLearn || !tc.limited || !tc.saturated || tc.rate >= (1-2*(1-keepUpRatio))*v.prevCap {
 		return false
 	}
+	return cadenceHeld(tc, v) && consumedProduced(v) && v.headAge > v.engageWait
+}
+
+// cadenceHeld reports whether v reads a consumer that commits about once
+// per observation, through those commits, while the producers use the
+// rate in force (v.binding), with its head at the commit held where it was
+// (within E/4) and no older than its cadence allows (floorCap and E/2):
+// what both a standing wait of its commit cadence and a queue the law
+// holds at its setpoint show (see standingUnderCut, staleStanding).
+func cadenceHeld(tc *control, v *reading) bool {
+	return v.measured && v.commits && v.learned && v.headKnown && tc.prevHead >= 0 && v.binding &&
+		v.cadence > v.dt/2 && v.cadence <= 1.5*v.dt &&
+		v.headAge <= floorCap(v)+v.engageWait/2 && math.Abs(v.headAge-tc.prevHead) <= v.engageWait/4
+}
+
+// consumedProduced reports whether the consumer consumed what was
+// produced over this interval or the one before (within 1-keepUpRatio:
+// its commits may run one observation behind).
+func consumedProduced(v *reading) bool {
 	near := func(a, b float64) bool { return b > 0 && math.Abs(a-b) <= (1-keepUpRatio)*b }
-	return (near(v.consumed, v.produced) || near(v.consumed, v.prevProduced)) &&
-		v.headAge > v.engageWait && v.headAge <= floorCap(v)+v.engageWait/2 && math.Abs(v.headAge-tc.prevHead) <= v.engageWait/4
+	return near(v.consumed, v.produced) || near(v.consumed, v.prevProduced)
 }
 
 // relearnStanding is trialUnderCut for a standing wait learned while
@@ -1126,13 +1143,10 @@ func relearnStanding(tc *control, v *reading) {
 // the same, and a trial every few readings broke their steady overload
 // (TestSimSlowRamp).
 func staleStanding(tc *control, v *reading) bool {
-	if tc.floorSeen < floorLearn || !tc.limited || !v.measured || !v.binding || !phaseShown(tc, v) && tc.staleSpent ||
-		!v.commits || !v.learned || !v.headKnown || tc.prevHead < 0 || v.cadence <= v.dt/2 || v.cadence > 1.5*v.dt {
+	if tc.floorSeen < floorLearn || !tc.limited || !phaseShown(tc, v) && tc.staleSpent {
 		return false
 	}
-	near := func(a, b float64) bool { return b > 0 && math.Abs(a-b) <= (1-keepUpRatio)*b }
-	return (near(v.consumed, v.produced) || near(v.consumed, v.prevProduced) || v.keptTwo) &&
-		v.headAge > tc.floor+v.engageWait/2 && v.headAge <= floorCap(v)+v.engageWait/2 && math.Abs(v.headAge-tc.prevHead) <= v.engageWait/4
+	return cadenceHeld(tc, v) && (consumedProduced(v) || v.keptTwo) && v.headAge > tc.floor+v.engageWait/2
 }
 
 // phaseShown reports whether a consumer's commit phase is seen to matter
