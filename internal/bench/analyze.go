@@ -22,6 +22,11 @@ type Totals struct {
 	// Overflow counts the requests of Sync and Batch producers that found
 	// their handlers' queue full and were lost before reaching a client.
 	Overflow int64
+	// Expired counts the requests of Sync producers whose deadline passed
+	// while they waited in their handlers' queue (every handler busy for
+	// the whole deadline, as on a machine that stalled): lost before
+	// reaching a client, on either side, and no refusal of the SDK.
+	Expired int64
 	// Shed counts the messages the SDK refused locally (never sent), by
 	// reason (rate, throttled, stop, expired, ...).
 	Shed map[string]int64

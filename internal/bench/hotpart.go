@@ -165,8 +165,11 @@ type HotResult struct {
 	// (a deadline passed, the broker failed them after the retries);
 	// Unfinished how many calls the run's end cut short (the handlers
 	// stopped, a record still waiting in the SDK or the client): neither
-	// refused nor failed.
-	Offered, Stored, Refused, Failed, Unfinished int64
+	// refused nor failed; Expired how many waited for a handler past
+	// their deadline and were never handed to a producer (every handler
+	// busy, as on a machine that stalled): lost, on either side, and no
+	// refusal of the SDK.
+	Offered, Stored, Refused, Failed, Unfinished, Expired int64
 	// StoredBy counts the stored records per partition.
 	StoredBy [partitions]int64
 	// RefusedBy counts the refused records per partition they were bound
@@ -259,6 +262,9 @@ func hotLine(r HotResult) string {
 		dur(secsDur(r.HeadP50[0])), dur(secsDur(r.HeadP99[0])), pct(r.DeadShare(0)))
 	if r.Unfinished > 0 {
 		line += fmt.Sprintf(", %d unfinished at the end", r.Unfinished)
+	}
+	if r.Expired > 0 {
+		line += fmt.Sprintf(", %d expired waiting for a handler", r.Expired)
 	}
 	return line
 }
@@ -401,8 +407,8 @@ type hotProducer struct {
 	wg     sync.WaitGroup
 	closed bool
 
-	offered, stored, refused, failed, refusedAny, unfinished atomic.Int64
-	storedBy, refusedBy                                      [partitions]atomic.Int64
+	offered, stored, refused, failed, refusedAny, unfinished, expired atomic.Int64
+	storedBy, refusedBy                                               [partitions]atomic.Int64
 }
 
 func newHotProducer(o HotOptions, w *world, base, mode string, keyed bool) (*hotProducer, error) {
@@ -441,6 +447,14 @@ func newHotProducer(o HotOptions, w *world, base, mode string, keyed bool) (*hot
 				case <-ctx.Done():
 					return
 				case created := <-p.reqs:
+					if time.Since(created) >= o.Deadline {
+						// Its caller gave up while it waited for a
+						// handler (see fleet.handle).
+						if !created.Before(p.from) {
+							p.expired.Add(1)
+						}
+						continue
+					}
 					rctx, cancel := context.WithDeadline(ctx, created.Add(o.Deadline))
 					p.send(rctx, created)
 					cancel()
@@ -543,7 +557,7 @@ func (p *hotProducer) close() {
 
 func (p *hotProducer) fill(r *HotResult) {
 	r.Offered, r.Stored, r.Refused, r.Failed, r.RefusedAny = p.offered.Load(), p.stored.Load(), p.refused.Load(), p.failed.Load(), p.refusedAny.Load()
-	r.Unfinished = p.unfinished.Load()
+	r.Unfinished, r.Expired = p.unfinished.Load(), p.expired.Load()
 	for i := range partitions {
 		r.StoredBy[i], r.RefusedBy[i] = p.storedBy[i].Load(), p.refusedBy[i].Load()
 	}

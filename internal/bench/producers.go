@@ -558,6 +558,14 @@ func (f *fleet) handle(class int, ch <-chan time.Time) {
 		case <-f.ctx.Done():
 			return
 		case created := <-ch:
+			if time.Since(created) >= f.deadline {
+				// Its caller gave up while it waited for a handler:
+				// nothing the producer did, so it is not handed to it
+				// (the SDK would report a done context as a refusal,
+				// a naive client as a failure).
+				f.rec.expired.Add(1)
+				continue
+			}
 			rctx, cancel := context.WithDeadline(f.ctx, created.Add(f.deadline))
 			f.s.sync(rctx, class, created)
 			cancel()
@@ -597,7 +605,7 @@ func (f *fleet) close() Totals {
 	f.stop()
 	f.wg.Wait()
 	tot := f.s.close()
-	tot.Overflow = f.rec.overflow.Load()
+	tot.Overflow, tot.Expired = f.rec.overflow.Load(), f.rec.expired.Load()
 	return tot
 }
 

@@ -87,7 +87,7 @@ type recorder struct {
 	offer        []float64
 	ages         []atomic.Int64
 	// Totals the bins do not need.
-	attempts, retries, failed, overflow atomic.Int64
+	attempts, retries, failed, overflow, expired atomic.Int64
 	// sampled: written by the sampler, read by the progress printer,
 	// under mu.
 	mu                             sync.Mutex

@@ -282,7 +282,9 @@ func detail(b *strings.Builder, scn Scenario, cols []Result) {
 	row("broker attempts / requested", func(r Result) string {
 		return fmt.Sprintf("%.2f (%d retries)", r.Amplification, r.Totals.Retries)
 	})
-	row("requests lost at full handler queues", func(r Result) string { return fmt.Sprint(r.Totals.Overflow) })
+	row("requests lost at full handler queues / expired in them", func(r Result) string {
+		return fmt.Sprintf("%d / %d", r.Totals.Overflow, r.Totals.Expired)
+	})
 	row("longest broker throttle (throttle_time_ms) / longest consumer idle with demand held", func(r Result) string {
 		return dur(r.Totals.MaxThrottle) + " / " + dur(longestIdle(r.Series))
 	})
