@@ -97,7 +97,8 @@ func waitOneLeader(tb testing.TB, rs []*haReplica, cluster string, d time.Durati
 }
 
 // TestHAReplicas: three replicas on one cluster elect one leader, which
-// /readyz and lagbridge_ha_leader name; the others follow. The leader
+// /readyz (with its epoch, as lagbridge_ha_epoch) and lagbridge_ha_leader
+// name; the others follow. The leader
 // stops gracefully: another one leads within one session timeout (it
 // released, so well before), in a higher epoch.
 func TestHAReplicas(t *testing.T) {
@@ -134,6 +135,9 @@ func TestHAReplicas(t *testing.T) {
 				}
 			}
 			epoch1 := metricValues(t, byID[first].base, "lagbridge_ha_epoch")[cluster+"//"]
+			if _, body := get(t, byID[first].base+"/readyz"); !strings.Contains(body, fmt.Sprintf("leader of %s (epoch %d)", cluster, int64(epoch1))) {
+				t.Errorf("%s: /readyz %q does not name the epoch lagbridge_ha_epoch says, %v", first, body, epoch1)
+			}
 
 			stopped := time.Now()
 			byID[first].stop(t)

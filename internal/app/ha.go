@@ -162,13 +162,19 @@ func (el *elections) release(ctx context.Context) {
 }
 
 // ready reports whether every election has answered, and the replica's
-// role per cluster ("leader of a; follower of b").
+// role per cluster, with the epoch it leads in ("leader of a (epoch 7);
+// follower of b"), so that an operator comparing replicas sees which
+// leadership is the newest without reading /metrics.
 func (el *elections) ready() (string, bool) {
 	now := time.Now()
 	roles := map[leader.Role][]string{}
 	for _, c := range el.order {
-		r := el.byCluster[c].Role(now)
-		roles[r] = append(roles[r], c)
+		e := el.byCluster[c]
+		r, name := e.Role(now), c
+		if epoch, ok := e.Leading(now); ok && r == leader.RoleLeader {
+			name = fmt.Sprintf("%s (epoch %d)", c, epoch)
+		}
+		roles[r] = append(roles[r], name)
 	}
 	var parts []string
 	for _, r := range []leader.Role{leader.RoleLeader, leader.RoleFollower, leader.RoleUnknown} {

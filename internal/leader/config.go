@@ -29,8 +29,8 @@ type Config struct {
 	// (LegacyBucket): while it exists a leader also holds its key there.
 	// "" skips it. Ignored on Kafka.
 	LegacyBucket string
-	// OnRole, when set, is called on every change of role (from the
-	// elector's goroutine) with the epoch.
+	// OnRole, when set, is called on every change of role, and of the
+	// epoch while leading (from the elector's goroutine), with the epoch.
 	OnRole func(Role, int64)
 	// Log receives leadership changes; nil means slog.Default().
 	Log *slog.Logger

@@ -95,8 +95,9 @@ type lease struct {
 	held   bool
 	epoch  int64
 	until  time.Time
-	onRole func(Role, int64) // called, outside mu, when the role changes; may be nil
+	onRole func(Role, int64) // called, outside mu, when the role changes (or the epoch, leading); may be nil
 	last   Role
+	lastEp int64 // the epoch last notified
 }
 
 // confirm records that the broker confirmed, at sent (when the request
@@ -140,7 +141,9 @@ func (l *lease) role(now time.Time) Role {
 }
 
 // notify calls onRole when the role at now differs from the last one
-// notified.
+// notified, or when this replica still leads but in another epoch (a
+// Kafka group generation moves at every rebalance, and a leader that
+// keeps partition 0 through one leads on in the new generation).
 func (l *lease) notify(now time.Time) {
 	l.mu.Lock()
 	r := RoleFollower
@@ -150,8 +153,8 @@ func (l *lease) notify(now time.Time) {
 	case l.held && now.Before(l.until):
 		r = RoleLeader
 	}
-	changed, epoch, f := r != l.last, l.epoch, l.onRole
-	l.last = r
+	changed, epoch, f := r != l.last || (r == RoleLeader && l.epoch != l.lastEp), l.epoch, l.onRole
+	l.last, l.lastEp = r, l.epoch
 	l.mu.Unlock()
 	if changed && f != nil {
 		f(r, epoch)

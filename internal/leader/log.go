@@ -1,6 +1,7 @@
 package leader
 
-// logRole logs every change of role and passes it to cfg.OnRole.
+// logRole logs every change of role (and of the epoch while leading) and
+// passes it to cfg.OnRole.
 func logRole(cfg Config) func(Role, int64) {
 	return func(r Role, epoch int64) {
 		switch r {
