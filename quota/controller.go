@@ -486,6 +486,9 @@ type control struct {
 	staleSeen int
 	staleHead float64
 	staleTell int
+	// staleAt is the State.At of the reading that let that probe
+	// through: a verdict not told by staleDue after it is dropped.
+	staleAt time.Time
 	// staleSpent: while limited, a trial of a consumer whose commit
 	// phase is not seen to matter (see phaseShown) found a queue; no
 	// other is let through until the target is unlimited again.
@@ -781,6 +784,8 @@ type reading struct {
 	// phaseMoved: within floorMemory a consumer that commits about once
 	// per observation was seen not to commit in one (tc.skipAt).
 	relearn, phaseMoved bool
+	// at: the State.At of the reading.
+	at time.Time
 	// blind: the position is an estimate between the commits of a
 	// consumer that was caught up at its last commit (see
 	// caughtUpAtCommit).
@@ -802,7 +807,7 @@ type reading struct {
 // of tc.
 func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) {
 	cfg := &c.cfg
-	v.budget, v.produced, v.lag = p.Budget().Seconds(), st.ProduceRateInstant, float64(st.Lag)
+	v.budget, v.produced, v.lag, v.at = p.Budget().Seconds(), st.ProduceRateInstant, float64(st.Lag), st.At
 	v.binding = tc.limited && v.produced >= bindRatio*tc.rate
 	// The observation interval, as measured, and its smoothed value, the
 	// delay of the feedback loop.
@@ -1103,6 +1108,11 @@ func relearnStanding(tc *control, v *reading) {
 	if !tc.limited {
 		tc.staleSpent = false
 	}
+	if tc.staleHead > 0 && staleDue(tc, v) {
+		// Not told in time (no commit came, or none measured): what a
+		// later reading shows is no longer the probe's doing.
+		tc.staleHead, tc.staleSeen, tc.staleTell = 0, 0, 0
+	}
 	if tc.staleHead > 0 {
 		tc.staleTell++
 		held := tc.limited && v.headKnown && v.headAge <= tc.staleHead+v.engageWait/4 && v.lag <= (v.headAge+v.engageWait/2)*v.produced
@@ -1121,10 +1131,22 @@ func relearnStanding(tc *control, v *reading) {
 	case v.trial || !staleStanding(tc, v):
 		tc.staleSeen = 0
 	case tc.staleSeen+1 >= floorLearn:
-		v.trial, v.relearn, tc.staleHead, tc.staleSeen = true, true, v.headAge, 0
+		v.trial, v.relearn, tc.staleHead, tc.staleSeen, tc.staleAt = true, true, v.headAge, 0, v.at
 	default:
 		tc.staleSeen++
 	}
+}
+
+// staleDue reports whether a relearn trial let through at tc.staleAt is
+// past the time its verdict is due by: the two readings after it
+// (relearnStanding tells at the first or the second), with a commit
+// that may come half a cadence late (lag/'s overdue bound) between. A
+// trial without a verdict by then (readings that measured nothing, a
+// consumer that stopped committing) told nothing, and a head read later
+// is not the probe's: before, the pending trial was told by whichever
+// measured reading came next, however late.
+func staleDue(tc *control, v *reading) bool {
+	return v.at.Sub(tc.staleAt).Seconds() > 2*max(tc.interval, v.dt)+1.5*max(v.cadence, v.dt)
 }
 
 // staleStanding reports whether v may show a limited target's wait to be
@@ -2210,7 +2232,11 @@ func (c *Controller) caughtUp(tc *control, st *lag.State, v *reading, inForce fl
 		return RuleRelease, fmt.Sprintf("caught up and the rate unused for %d observations: unlimited", c.cfg.ReleaseAfter)
 	}
 	v.raised = tc.rate > inForce
-	if v.relearn {
+	if v.relearn && v.raised {
+		// A trial is a probe that went through: one capped at the rate
+		// in force (blindStep, the probe cap) let nothing more in and
+		// tells nothing; Step drops it and the next qualifying reading
+		// tries.
 		return RuleRelearn, fmt.Sprintf("head at the commit held at %s for %d readings, past the standing wait learned (%s): a probe to %.0f/s tells a standing wait its commit timer moved to from a queue",
 			secs(v.headAge), floorLearn, secs(tc.floor), tc.rate)
 	}
