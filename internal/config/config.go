@@ -289,24 +289,48 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 		WeaklyTypedInput: true,
 		ErrorUnused:      true,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
-			mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","),
+			unitlessDurationHook, mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","),
 			mapstructure.TextUnmarshallerHookFunc(), intRangeHook),
 	})
 	if err != nil {
 		return Config{}, err
 	}
 	if err := dec.Decode(settings); err != nil {
-		errs = append(errs, decodeErrors(err)...)
+		for _, e := range decodeErrors(err) {
+			if path, _, ok := strings.Cut(e.Error(), ": "); ok {
+				unread[path] = true
+			}
+			errs = append(errs, e)
+		}
 	}
 	for _, e := range split(c.Validate()) {
-		// A secret whose file could not be read is reported once, as such,
-		// not also as missing.
+		// A secret whose file could not be read, or a value that could not
+		// be decoded, is reported once, as such, not also as missing.
 		if path, _, ok := strings.Cut(e.Error(), ": "); ok && unread[path] {
 			continue
 		}
 		errs = append(errs, e)
 	}
 	return c, errors.Join(errs...)
+}
+
+// unitlessDurationHook refuses a number without a unit for a duration
+// setting: YAML reads `requestTimeout: 5` as the integer 5, which
+// mapstructure would take for 5 nanoseconds (every Kafka request would then
+// time out, with nothing said). 0 stays accepted: it means the default.
+func unitlessDurationHook(from, to reflect.Value) (any, error) {
+	if !from.IsValid() || !to.IsValid() || to.Type() != reflect.TypeFor[time.Duration]() || from.Type() == to.Type() {
+		return from.Interface(), nil
+	}
+	switch from.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		if !from.IsZero() {
+			return nil, fmt.Errorf("%v has no unit: write a duration such as %vs or %vms", from.Interface(), from.Interface(), from.Interface())
+		}
+	}
+	return from.Interface(), nil
 }
 
 // intRangeHook reports a number that does not fit the integer setting it

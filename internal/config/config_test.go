@@ -386,6 +386,41 @@ nats:
 	}
 }
 
+// TestDurationWithoutUnit pins that a bare number for a duration setting
+// is refused with its name and a hint, once, instead of being read as
+// nanoseconds (requestTimeout: 5 made every Kafka request time out, and
+// check said the config was fine); 0, the default, stays accepted.
+func TestDurationWithoutUnit(t *testing.T) {
+	body := `
+interval: 1
+listen: 127.0.0.1:9464
+kafka:
+  - {cluster: k, brokers: ['127.0.0.1:9092'], requestTimeout: 5}
+quota: {policies: [{name: a, maxAge: 2.5, hardAge: 0}]}
+`
+	_, err := load(t, "--config", writeFile(t, body))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		"interval: 1 has no unit: write a duration such as 1s or 1ms",
+		"kafka[0].requestTimeout: 5 has no unit",
+		"quota.policies[0].maxAge: 2.5 has no unit",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	if n := strings.Count(err.Error(), "interval:"); n != 1 {
+		t.Errorf("interval reported %d times:\n%v", n, err)
+	}
+	body = "listen: 127.0.0.1:9464\nkafka: [{cluster: k, brokers: ['127.0.0.1:9092'], requestTimeout: 0}]\n"
+	c, err := load(t, "--config", writeFile(t, body), "--interval", "2s")
+	if err != nil || c.Interval != 2*time.Second || c.Kafka[0].RequestTimeout != 0 {
+		t.Fatalf("0 and --interval 2s: %v %v %v", err, c.Interval, c.Kafka[0].RequestTimeout)
+	}
+}
+
 // TestDuplicatePolicyBesideOtherProblems: `lagbridge check` names a
 // duplicate policy even while the first policy of that name is invalid.
 func TestDuplicatePolicyBesideOtherProblems(t *testing.T) {
