@@ -114,6 +114,9 @@ func TestHTTP(t *testing.T) {
 		// A typo in a query parameter is an error, not an empty answer.
 		{"unknown param", "/v1/lag?grup=x", 400, "unknown query parameter"},
 		{"bad partitions", "/v1/lag?partitions=maybe", 400, "true or false"},
+		// So is a status no target can have (a typo, or a capital).
+		{"bad status", "/v1/lag?status=Lagging", 400, "not one of ok, lagging"},
+		{"status filter", "/v1/lag?status=stalled", 200, `"targets": []`},
 		{"metrics", "/metrics", 200, ""},
 	}
 	for _, c := range cases {

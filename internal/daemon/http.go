@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -257,6 +258,10 @@ func (h *Handler) lag(w http.ResponseWriter, r *http.Request) {
 			httpError(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q (known: cluster, topic, group, status, partitions)", k))
 			return
 		}
+	}
+	if st := q.Get("status"); st != "" && !slices.Contains(allStatuses, lag.Status(st)) {
+		httpError(w, http.StatusBadRequest, fmt.Sprintf("status: %q is not one of ok, lagging, stalled, stopped, stale, abandoned", st))
+		return
 	}
 	withParts := true
 	switch q.Get("partitions") {

@@ -39,7 +39,9 @@ type Loop struct {
 	Rules   func(lag.Target) lag.Rules
 	Store   *Store
 	Metrics *Metrics
-	Logger  *slog.Logger
+	// Logger carries the cluster's name (the daemon's: cluster=NAME); nil:
+	// slog.Default() with it.
+	Logger *slog.Logger
 	// Now is the clock; nil means time.Now. Tests may inject one.
 	Now func() time.Time
 	// OnCycle, when set, runs after each cycle with the new states (the
@@ -76,7 +78,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 	log := l.Logger
 	if log == nil {
-		log = slog.Default()
+		log = slog.Default().With("cluster", l.Name)
 	}
 	timeout := l.Timeout
 	if timeout <= 0 {
@@ -104,12 +106,12 @@ func (l *Loop) Run(ctx context.Context) error {
 		if err != nil {
 			status.Err = err.Error()
 			if !failing {
-				log.Warn("observation failed", "cluster", l.Name, "err", err, "samples", len(samples))
+				log.Warn("observation failed", "err", err, "samples", len(samples))
 			}
 			failing = true
 		} else {
 			if failing {
-				log.Info("observation recovered", "cluster", l.Name)
+				log.Info("observation recovered")
 			}
 			failing = false
 			status.Err = ""
