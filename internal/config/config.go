@@ -306,8 +306,14 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	for _, e := range split(c.Validate()) {
 		// A secret whose file could not be read, or a value that could not
 		// be decoded, is reported once, as such, not also as missing.
-		if path, _, ok := strings.Cut(e.Error(), ": "); ok && unread[path] {
+		path, _, _ := strings.Cut(e.Error(), ": ")
+		if unread[path] {
 			continue
+		}
+		if path == "kafka, nats" && file == "" && len(c.Kafka)+len(c.NATS) == 0 {
+			// Environment variables cannot reach lists: without a file
+			// there is no cluster, and what is missing is the file.
+			e = errors.New("kafka, nats: no cluster to watch, and no config file given: pass --config FILE (or set LAGBRIDGE_CONFIG); clusters are configured in the file only")
 		}
 		errs = append(errs, e)
 	}

@@ -145,6 +145,20 @@ func TestPrecedence(t *testing.T) {
 	}
 }
 
+// TestNoFileSaysSo: run without --config names the missing file, not
+// only the missing clusters it would hold.
+func TestNoFileSaysSo(t *testing.T) {
+	t.Setenv("LAGBRIDGE_CONFIG", "")
+	_, err := load(t, "--listen", "127.0.0.1:9464")
+	if err == nil || !strings.Contains(err.Error(), "no config file given: pass --config FILE (or set LAGBRIDGE_CONFIG)") {
+		t.Fatalf("got %v", err)
+	}
+	_, err = load(t, "--config", writeFile(t, "listen: 127.0.0.1:9464\n"))
+	if err == nil || !strings.Contains(err.Error(), "no cluster to watch: configure at least one") {
+		t.Fatalf("with a file: %v", err)
+	}
+}
+
 func TestMissingFile(t *testing.T) {
 	_, err := load(t, "--config", filepath.Join(t.TempDir(), "nope.yaml"))
 	if err == nil || !strings.Contains(err.Error(), "nope.yaml") {
