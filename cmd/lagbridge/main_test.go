@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,6 +52,23 @@ func TestCommands(t *testing.T) {
 	for _, c := range cases {
 		if code, out, _ := runCLI(c.args...); code != c.code || !strings.Contains(out, c.out) {
 			t.Errorf("%v: exit %d out %q, want %d containing %q", c.args, code, out, c.code, c.out)
+		}
+	}
+}
+
+// TestConsoleNoDaemon: status and why with no daemon at the address say
+// where they looked and how to point them elsewhere.
+func TestConsoleNoDaemon(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	for _, args := range [][]string{{"status", "--url", addr}, {"why", "--producer", "p", "--url", addr}} {
+		code, _, stderr := runCLI(args...)
+		if code != 1 || !strings.Contains(stderr, addr) || !strings.Contains(stderr, "--url or LAGBRIDGE_URL") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
 		}
 	}
 }

@@ -71,7 +71,7 @@ func (c *Client) get(ctx context.Context, path string, v any) error {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (is a lagbridge daemon running there? --url or LAGBRIDGE_URL says where)", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
