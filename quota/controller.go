@@ -1187,12 +1187,25 @@ func phaseShown(tc *control, v *reading) bool { return v.phaseMoved || tc.floor 
 // and limiting it for that locks the rate before the standing wait is
 // known. Only while the consumer keeps up (consumed at least keepUpRatio
 // of what was produced): a queue that builds from the start is no
-// standing wait.
+// standing wait. A reading that measured nothing (no commit since the
+// last move) of a consumer that commits about once per observation tells
+// neither: one commit fell just after the observation, and the next
+// reading measures two. Before, such a reading got no allowance, its
+// second of uncommitted work read as a queue at the capacity measured the
+// reading before, and the target was limited at its second fresh reading
+// ("saturated: capacity 686/s, wait 1.11s", 800 msg/s offered to a
+// consumer of 2,000), never learned its standing wait, and cycled through
+// saturated, step-down and a probe from 0 until the drop (lagbridge bench
+// kafka/autocommit-1s/sync/1s at 2x on Kafka 4.3.1: 9 false-throttle
+// seconds before the drop; TestControllerStartupUnmeasuredNotAQueue). A
+// consumer slow from the start shows it at the next reading, which
+// measures. A consumer that commits less often (5 s) misses most readings'
+// commits, so for it a reading that measured nothing gets no allowance.
 func unlearnedWait(tc *control, v *reading) float64 {
 	if !startupAtCommits(tc) {
 		return 0
 	}
-	if !v.noQueue && (!(v.keepsUp || v.keptTwo) || !fromCommitsCadence(v)) {
+	if !v.noQueue && ((v.measured || !onceObs(v)) && !(v.keepsUp || v.keptTwo) || !fromCommitsCadence(v)) {
 		return 0
 	}
 	return max(max(v.engageWait, v.dt)-tc.floor, 0)
@@ -2930,3 +2943,8 @@ func (c *Controller) Adopt(d Decision) {
 		}
 	}
 }
+
+// onceObs reports whether v reads a consumer that commits about once per
+// observation (a cadence of more than half an interval, at most one and a
+// half).
+func onceObs(v *reading) bool { return v.cadence > v.dt/2 && v.cadence <= 1.5*v.dt }

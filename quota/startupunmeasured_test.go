@@ -1,0 +1,37 @@
+package quota
+
+import (
+	"testing"
+	"time"
+)
+
+// TestControllerStartupUnmeasuredNotAQueue replays the first readings of
+// a lagbridge bench run of kafka/autocommit-1s/sync/1s at 2x on Kafka 4.3.1
+// (580edb2's code, 800 msg/s offered to a consumer of 2,000 that franz-go
+// auto-commits every second, read every second, the capacity dropping to
+// 400 msg/s at 10 s). Its second fresh reading measured nothing (no commit
+// since the one before: lag 761, head at the commit 0.96 s, the cadence
+// just learned) and got no startup allowance for the second of
+// uncommitted work: "saturated: capacity 686/s, wait 1.11s", then
+// saturated, step-down and a probe in turn until the drop, 9 seconds in
+// which producers were refused while the consumer idled. Such a reading
+// tells neither way (see unlearnedWait): the target stays unlimited until
+// the drop shows.
+func TestControllerStartupUnmeasuredNotAQueue(t *testing.T) {
+	ds := replayStates(t, "ac1s1s-kafka-startup.jsonl", time.Second)
+	// Readings 0-9 are before the drop reaches the commits (the drop is
+	// at the bench's 10 s, the daemon's first reading about 1 s in).
+	for i, d := range ds[:10] {
+		if !d.IsUnlimited() {
+			t.Errorf("reading %d (lag %d, head %s): %s at %.0f/s (%s), want unlimited before the drop", i, d.Lag, d.HeadAge, d.Rule, d.Rate, d.Reason)
+		}
+	}
+	// The drop still limits it.
+	limited := false
+	for _, d := range ds[10:16] {
+		limited = limited || !d.IsUnlimited()
+	}
+	if !limited {
+		t.Errorf("not limited within 6 readings of the drop")
+	}
+}
