@@ -290,6 +290,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	if cfg.TTL.StreamCheckInterval > 0 {
 		a.ttl.StreamEvery = cfg.TTL.StreamCheckInterval
 	}
+	um := newUnmatched(pols, cfg.Quota.Policies, a.Store, log.With("component", "quota"))
+	um.done = um.done || cfg.HA.Shards > 1
 	rules := eng.Rules(cfg.Lag())
 	consumers := quotaserver.NewConsumers(quotaserver.ConsumersConfig{Fresh: cfg.Lag().ReportFresh}, a.Registry)
 	for _, sc := range sources {
@@ -299,6 +301,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 				eng.OnCycle(sc.name, now, states)
 				a.sh.offer(sc.name, now)
 				a.History.Record(now, states, eng.ClusterDecisions(sc.name))
+				um.cycle()
 				// TTL enforcement writes to the brokers: the leader's, or
 				// with shards each shard's owner's (states are its own).
 				if a.el.leading(sc.name) || a.sh.sharded(sc.name) {

@@ -1,0 +1,96 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/brokers/kafka"
+	"github.com/lagbridge/lagbridge/internal/config"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// syncBuffer is a bytes.Buffer the daemon's goroutines may log into.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestWarnsPolicyWithoutTarget: a policy naming a topic that does not
+// exist is named in a warning once the cluster was observed, and a policy
+// that has its target is not; before, neither said anything.
+func TestWarnsPolicyWithoutTarget(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "orders", Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var offs kadm.Offsets
+	offs.AddOffset("orders", 0, 1, -1)
+	if _, err := kadm.NewClient(cl).CommitOffsets(ctx, "billing", offs); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := config.Config{Listen: "127.0.0.1:0", Interval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+		Log: config.Log{Level: "info", Format: "text"}, Kafka: []kafka.Config{{Cluster: "k", Brokers: c.ListenAddrs()}}}
+	cfg.Quota.Policies = []quota.Policy{
+		{Name: "real", Match: quota.Match{Topic: "orders"}, MaxAge: 2 * time.Second},
+		{Name: "ghost", Match: quota.Match{Topic: "orderz"}, MaxAge: 2 * time.Second},
+	}
+	var logs syncBuffer
+	a, err := New(ctx, cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	for !strings.Contains(logs.String(), "quota policy applies to no target") {
+		if ctx.Err() != nil {
+			t.Fatalf("no warning about policy ghost; logs:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // a few more cycles: said once
+	var warned []string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "quota policy applies to no target") {
+			warned = append(warned, line)
+		}
+	}
+	if len(warned) != 1 || !strings.Contains(warned[0], "policy=ghost") {
+		t.Fatalf("want one warning, for ghost only; got:\n%s", strings.Join(warned, "\n"))
+	}
+}
