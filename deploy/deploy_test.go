@@ -45,7 +45,7 @@ func update() bool { return os.Getenv("LAGBRIDGE_UPDATE") == "1" }
 
 // mountedFile is a path the examples and the chart read from a mounted
 // Secret: tokens and TLS material.
-var mountedFile = regexp.MustCompile(`/etc/lagbridge/(secrets|tokens|tls)/[A-Za-z0-9._-]+`)
+var mountedFile = regexp.MustCompile(`/etc/lagbridge/(?:(?:secrets|tokens|tls|nats)/[A-Za-z0-9._-]+|[A-Za-z0-9._-]+\.creds)`)
 
 // withMounts returns body with every mounted file replaced by a file in a
 // temporary directory holding what a real one would: a token of its own

@@ -430,6 +430,10 @@ func TestValidate(t *testing.T) {
 		{"bad consumer re", func(c *Config) { c.Consumers.Exclude = []string{"ok", "[z-a]"} }, "nats.consumers.exclude[1]: "}, // regexp error
 		{"half mTLS", func(c *Config) { c.TLS.CertFile = "c.pem" }, "nats.tls.keyFile: required with nats.tls.certFile"},      // key missing
 		{"two auth", func(c *Config) { c.Token, c.CredsFile = "t", "f" }, "nats.auth: at most one authentication method may be set, got credsFile, token"},
+		// Files the config names are read, so that check names a missing one.
+		{"missing creds", func(c *Config) { c.CredsFile = "/nonexistent/lb.creds" }, "nats.credsFile: stat /nonexistent/lb.creds: no such file"},
+		{"missing nkey", func(c *Config) { c.NKeyFile = "/nonexistent/lb.nk" }, "nats.nkeyFile: "},
+		{"missing ca", func(c *Config) { c.TLS.CAFile = "/nonexistent/ca.pem" }, "nats.tls.caFile: open /nonexistent/ca.pem"},
 		{"password alone", func(c *Config) { c.Password = "p" }, "nats.user: required when password is set"},       // password needs user
 		{"negative interval", func(c *Config) { c.InfoInterval = -1 }, "nats.infoInterval: must not be negative"},  // negative duration
 		{"jitter above 1", func(c *Config) { c.Jitter = 1.5 }, "nats.jitter: must be at most 1"},                   // fraction

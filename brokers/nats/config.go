@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"time"
+
+	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/lagbridge/lagbridge/brokers"
 )
@@ -114,8 +117,10 @@ var ErrInvalidConfig = brokers.ErrInvalidConfig
 type ConfigError = brokers.ConfigError
 
 // Validate reports every problem of c at once, joined with errors.Join; each
-// is a *[ConfigError] wrapping [ErrInvalidConfig]. It does no I/O: files
-// named by the config are read by New.
+// is a *[ConfigError] wrapping [ErrInvalidConfig]. It reads the files the
+// config names (TLS, credsFile, nkeyFile), as kafka's Validate does, so that
+// `lagbridge check` names one that is missing or unreadable; New reads them
+// again.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
@@ -139,6 +144,19 @@ func (c Config) Validate() error {
 	errs = append(errs, c.Consumers.Check("nats", "consumers")...)
 	if err := c.TLS.CheckPair("nats"); err != nil {
 		errs = append(errs, err)
+	} else if c.TLS.Set() {
+		_, tlsErrs := c.TLS.Load("nats")
+		errs = append(errs, tlsErrs...)
+	}
+	if c.CredsFile != "" {
+		if _, err := os.Stat(c.CredsFile); err != nil {
+			bad("credsFile", "%v", err)
+		}
+	}
+	if c.NKeyFile != "" {
+		if _, err := natsgo.NkeyOptionFromSeed(c.NKeyFile); err != nil {
+			bad("nkeyFile", "%v", err)
+		}
 	}
 
 	var methods []string
