@@ -295,19 +295,23 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	var undecoded []string
 	if err := dec.Decode(settings); err != nil {
 		for _, e := range decodeErrors(err) {
 			if path, _, ok := strings.Cut(e.Error(), ": "); ok {
-				unread[path] = true
+				undecoded = append(undecoded, path)
 			}
 			errs = append(errs, e)
 		}
 	}
 	for _, e := range split(c.Validate()) {
 		// A secret whose file could not be read, or a value that could not
-		// be decoded, is reported once, as such, not also as missing.
+		// be decoded (or a part of it), is reported once, as such, not also
+		// as missing.
 		path, _, _ := strings.Cut(e.Error(), ": ")
-		if unread[path] {
+		if unread[path] || slices.ContainsFunc(undecoded, func(u string) bool {
+			return path == u || strings.HasPrefix(path, u+".") || strings.HasPrefix(path, u+"[")
+		}) {
 			continue
 		}
 		if path == "kafka, nats" && file == "" && len(c.Kafka)+len(c.NATS) == 0 {
@@ -408,7 +412,14 @@ func decodeErrors(err error) []error {
 			continue
 		}
 		if m := quotedPath.FindStringSubmatch(line); m != nil {
-			errs = append(errs, fmt.Errorf("%s: %s", fileSpelling(m[1]), m[2]))
+			path, problem := fileSpelling(m[1]), m[2]
+			if strings.HasPrefix(problem, "expected a map or struct, got ") {
+				problem = "expected a map (key: value), got " + strings.Trim(strings.TrimPrefix(problem, "expected a map or struct, got "), `"`)
+				if producerEntry.MatchString(path) {
+					problem += ": a producer is written {id: NAME, criticality: CRITICAL}"
+				}
+			}
+			errs = append(errs, fmt.Errorf("%s: %s", path, problem))
 			continue
 		}
 		errs = append(errs, errors.New("config: "+line))
@@ -440,8 +451,9 @@ func fileSpelling(path string) string {
 }
 
 var (
-	invalidKeys = regexp.MustCompile(`^'([^']*)' has invalid keys: (.+)$`)
-	quotedPath  = regexp.MustCompile(`^'([^']+)' (.+)$`)
+	producerEntry = regexp.MustCompile(`^quota\.policies\[\d+\]\.producers\[\d+\]$`)
+	invalidKeys   = regexp.MustCompile(`^'([^']*)' has invalid keys: (.+)$`)
+	quotedPath    = regexp.MustCompile(`^'([^']+)' (.+)$`)
 )
 
 // Validate reports every problem at once, joined; nil when c is valid.

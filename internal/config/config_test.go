@@ -435,6 +435,17 @@ quota: {policies: [{name: a, maxAge: 2.5, hardAge: 0}]}
 	}
 }
 
+// TestProducerAsString: `producers: [checkout]` is reported once, with how
+// a producer is written, not also as a producer without an id.
+func TestProducerAsString(t *testing.T) {
+	body := "listen: 127.0.0.1:9464\nkafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]\nquota: {policies: [{name: a, maxAge: 2s, producers: [checkout]}]}\n"
+	_, err := load(t, "--config", writeFile(t, body))
+	want := "quota.policies[0].producers[0]: expected a map (key: value), got string: a producer is written {id: NAME, criticality: CRITICAL}"
+	if err == nil || err.Error() != want {
+		t.Fatalf("got:\n%v\nwant:\n%s", err, want)
+	}
+}
+
 // TestDuplicatePolicyBesideOtherProblems: `lagbridge check` names a
 // duplicate policy even while the first policy of that name is invalid.
 func TestDuplicatePolicyBesideOtherProblems(t *testing.T) {
