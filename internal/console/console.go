@@ -34,6 +34,18 @@ import (
 // or wants one and got none.
 var ErrUnauthorized = errors.New("the daemon refused the request: give a token with --token or LAGBRIDGE_TOKEN")
 
+// ErrForbidden is returned (wrapped) when the daemon knows the token but
+// does not let it read (a producer's token). It matches ErrUnauthorized.
+var ErrForbidden error = forbidden{}
+
+type forbidden struct{}
+
+func (forbidden) Error() string {
+	return "the daemon refused this token: status and why need a read or admin token (quota.auth.readTokens or adminTokens)"
+}
+
+func (forbidden) Is(target error) bool { return target == ErrUnauthorized }
+
 // Client reads a daemon's API. The zero HTTP means a client with a 10 s
 // timeout. Safe for concurrent use.
 type Client struct {
@@ -78,8 +90,11 @@ func (c *Client) get(ctx context.Context, path string, v any) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+	if resp.StatusCode == http.StatusUnauthorized {
 		return fmt.Errorf("%s: HTTP %d: %w", path, resp.StatusCode, ErrUnauthorized)
+	}
+	if resp.StatusCode == http.StatusForbidden {
+		return fmt.Errorf("%s: HTTP %d: %w", path, resp.StatusCode, ErrForbidden)
 	}
 	if resp.StatusCode/100 != 2 {
 		var e struct {
@@ -118,7 +133,7 @@ func Status(ctx context.Context, c *Client, w io.Writer) error {
 	switch {
 	case qerr == nil:
 	case errors.Is(qerr, ErrUnauthorized):
-		qerr = errors.New("quotas: not shown, /v1/quotas needs an admin token (--token)")
+		qerr = errors.New("quotas: not shown, /v1/quotas needs an admin or read token (--token)")
 	case errors.As(qerr, &status) && status.Code == http.StatusNotFound:
 		qerr = errors.New("quotas: this daemon has no quota engine")
 	}

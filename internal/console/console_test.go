@@ -43,6 +43,10 @@ func server(tb testing.TB, token string) string {
 		func(string) time.Duration { return 2 * time.Second })
 	(&history.API{Store: history.NewStore(history.Config{}, time.Second, now.Add(-time.Hour)), Log: log}).Register(h.Mux, nil, nil)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer producer-token" {
+			http.Error(w, `{"error":"a producer token may not read this"}`, http.StatusForbidden)
+			return
+		}
 		if r.Header.Get("Authorization") != "Bearer "+token {
 			http.Error(w, `{"error":"a token is required"}`, http.StatusUnauthorized)
 			return
@@ -99,6 +103,12 @@ func TestWhyAndStatus(t *testing.T) {
 				}
 			}
 		})
+	}
+	// A token the daemon knows but that may not read (a producer's) is
+	// told apart from a missing one: giving "a token" would not help.
+	err := Status(ctx, &Client{BaseURL: base, Token: "producer-token"}, &bytes.Buffer{})
+	if !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "HTTP 403: the daemon refused this token: status and why need a read or admin token") {
+		t.Errorf("status with a producer token: %v", err)
 	}
 	// A missing producer is refused before any request.
 	if err := Why(ctx, &Client{BaseURL: base}, &bytes.Buffer{}, "", 0); err == nil {
