@@ -290,7 +290,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 		ErrorUnused:      true,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
 			unitlessDurationHook, mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","),
-			mapstructure.TextUnmarshallerHookFunc(), intRangeHook),
+			mapstructure.TextUnmarshallerHookFunc(), scalarStringHook, intRangeHook),
 	})
 	if err != nil {
 		return Config{}, err
@@ -341,6 +341,41 @@ func unitlessDurationHook(from, to reflect.Value) (any, error) {
 		}
 	}
 	return from.Interface(), nil
+}
+
+// scalarStringHook parses a string given for a number or a boolean (a
+// YAML value such as `lots`, or any environment variable) and, when it is
+// not one, says so with the value: mapstructure's own message, "cannot parse
+// value as 'int': strconv.ParseInt: invalid syntax", shows neither. Types
+// that parse text themselves are decoded by the hooks before this one.
+func scalarStringHook(from, to reflect.Value) (any, error) {
+	if !from.IsValid() || !to.IsValid() || from.Kind() != reflect.String {
+		return from.Interface(), nil
+	}
+	raw := from.String()
+	s := strings.TrimSpace(raw)
+	if s == "" {
+		return raw, nil // mapstructure's weak decoding: the zero value
+	}
+	switch to.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if _, err := strconv.ParseInt(s, 0, 64); err != nil {
+			return nil, fmt.Errorf("%q is not a whole number", raw)
+		}
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if _, err := strconv.ParseUint(s, 0, 64); err != nil {
+			return nil, fmt.Errorf("%q is not a whole number >= 0", raw)
+		}
+	case reflect.Float32, reflect.Float64:
+		if _, err := strconv.ParseFloat(s, 64); err != nil {
+			return nil, fmt.Errorf("%q is not a number", raw)
+		}
+	case reflect.Bool:
+		if _, err := strconv.ParseBool(s); err != nil {
+			return nil, fmt.Errorf("%q is not true or false", raw)
+		}
+	}
+	return raw, nil
 }
 
 // intRangeHook reports a number that does not fit the integer setting it

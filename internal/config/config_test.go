@@ -446,6 +446,42 @@ func TestProducerAsString(t *testing.T) {
 	}
 }
 
+// TestNotANumber: a word where a number or a boolean goes is reported
+// with the word, from the file and from the environment; numbers written
+// as strings still decode.
+func TestNotANumber(t *testing.T) {
+	t.Setenv("LAGBRIDGE_HA_SHARDS", "abc")
+	body := `
+listen: 127.0.0.1:9464
+kafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]
+quota: {maxProducers: lots, policies: [{name: a, maxAge: 2s, minRate: fast, producers: [{id: c, weight: "2"}]}]}
+ha: {enabled: maybe}
+`
+	_, err := load(t, "--config", writeFile(t, body))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		`quota.maxProducers: "lots" is not a whole number`,
+		`quota.policies[0].minRate: "fast" is not a number`,
+		`ha.enabled: "maybe" is not true or false`,
+		`ha.shards: "abc" is not a whole number`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "weight") {
+		t.Errorf("weight \"2\" refused:\n%v", err)
+	}
+	t.Setenv("LAGBRIDGE_HA_SHARDS", "")
+	t.Setenv("LAGBRIDGE_HISTORY_EVENTS", "300")
+	c, err := load(t, "--config", writeFile(t, "listen: 127.0.0.1:9464\nkafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]\n"))
+	if err != nil || c.History.Events != 300 {
+		t.Fatalf("env number: %v, events %d", err, c.History.Events)
+	}
+}
+
 // TestDuplicatePolicyBesideOtherProblems: `lagbridge check` names a
 // duplicate policy even while the first policy of that name is invalid.
 func TestDuplicatePolicyBesideOtherProblems(t *testing.T) {
