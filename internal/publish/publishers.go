@@ -204,6 +204,7 @@ type ClientQuotaSweeper struct {
 	done    bool
 	wait    int // publishes to skip before the next attempt
 	backoff int
+	err     error // the last attempt's, returned while waiting
 }
 
 // Name implements Publisher.
@@ -215,15 +216,19 @@ func (p *ClientQuotaSweeper) Publish(ctx context.Context, _ Snapshot) error {
 		return nil
 	}
 	if p.wait > 0 {
+		// Still failing, not recovered: the engine logs a recovery when
+		// a publish after a failure returns nil.
 		p.wait--
-		return nil
+		return p.err
 	}
 	res, err := p.Quotas.Apply(ctx, nil)
 	if err != nil {
 		p.backoff = min(max(2*p.backoff, 1), 64)
 		p.wait = p.backoff
-		return fmt.Errorf("cluster %s: clearing client quotas an earlier run left: %w", p.Cluster, err)
+		p.err = fmt.Errorf("cluster %s: clearing client quotas an earlier run left: %w", p.Cluster, err)
+		return p.err
 	}
+	p.err = nil
 	p.done = true
 	if len(res.Removed) > 0 && p.Log != nil {
 		p.Log.Info("cleared client quotas an earlier run set (no policy has kafkaClientQuota)", "cluster", p.Cluster, "client_ids", res.Removed)
