@@ -394,6 +394,10 @@ type control struct {
 	// keeping up (on their own or over two moves), forgotten over
 	// floorMemory, learned before its cadence is (see noQueueAtCommit).
 	headKept float64
+	// keptRate: the highest produce rate a consumer read through its
+	// commits kept up with while unlimited, forgotten over floorMemory,
+	// msg/s (see drainedAtCommits).
+	keptRate float64
 	// learnedSeen counts the measured readings with a learned cadence,
 	// measuredSeen all measured readings.
 	learnedSeen, measuredSeen int
@@ -1299,6 +1303,7 @@ func (c *Controller) judge(tc *control, v *reading) {
 		v.engaged = v.engaged && v.queued-unlearnedWait(tc, v) > v.engageWait
 		if fromCommitsCadence(v) && v.measured && v.headKnown && kept && !v.engaged && !v.held {
 			tc.headKept = max(v.headAge, tc.headKept*math.Exp(-v.dt/floorMemory))
+			tc.keptRate = max(v.produced, tc.keptRate*math.Exp(-v.dt/floorMemory))
 		}
 		if v.commits && v.learned && v.measured && kept && !v.engaged && !v.held {
 			// Healthy: learn the standing wait (its recent peak, up to
@@ -1961,8 +1966,14 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 		// drain what is late, since the quota keeps new work out). An
 		// estimate that is only a lower bound (tc.capLower: from a first
 		// commit, see consumption) is not held: the next reading
-		// measures the rate from commit to commit.
-		cInst = tc.capacity
+		// measures the rate from commit to commit. A consumer that has
+		// drained what it held (drainedAtCommits) is taken up to the
+		// rate it kept up with while unlimited, no further.
+		if drainedAtCommits(tc, v) {
+			cInst = min(cInst, max(tc.capacity, tc.keptRate))
+		} else {
+			cInst = tc.capacity
+		}
 	}
 	if !tc.has || tc.capacity <= 0 || math.Abs(cInst-tc.capacity) > c.cfg.StepThreshold*tc.capacity {
 		tc.capacity = cInst
@@ -2256,6 +2267,41 @@ func (c *Controller) caughtUp(tc *control, st *lag.State, v *reading, inForce fl
 	return RuleProbe, fmt.Sprintf("caught up: probing from %.0f/s", tc.rate)
 }
 
+// keptBack is the share of the rate a consumer kept up with while
+// unlimited (tc.keptRate) that it must drain at for drainedAtCommits.
+const keptBack = 0.9
+
+// drainedAtCommits reports whether v reads the commits of a consumer that
+// commits about once per observation, kept up with a known rate while
+// unlimited (tc.keptRate), and has drained what it held at keptBack of
+// that rate or more: the head at its commit shows no queue (v.noQueue, no
+// older than its cadence allows), its lag is no more than was produced
+// over that head (and E/2), and it consumed at least keptBack x keptRate.
+//
+// Such a reading right after a drain, or after a head past the deadline,
+// is how a capacity that came back first shows through commits made once
+// a second: the consumer drained the backlog the drain left (lagbridge
+// bench, kafka/autocommit-1s/sync/1s at 2x on kfake: 770 and 1,337 msg/s
+// over the interval, lag 0, the head at the reading before 2.72 s and
+// 2.20 s). Held as a skip burst (see estimateCapacity) and stepped from
+// the drain's 0 (see probeBase), the law re-opened at 207 and 332 msg/s
+// and the probe climbed from there while the consumer idled: producers
+// refused for 1-3 s of the judged window in 5 of 12 runs
+// (TestControllerRestoreAfterDrainReopens). Without keptBack the slow
+// phase's own drains re-opened the same way (lumpy commits read 450-592
+// msg/s for a consumer of 400) and dead work rose in every kfake pair;
+// a consumer that drained at the rate it kept up with before its overload
+// shows that capacity back. Up to that rate, what it drained is no skip
+// burst's gift: a consumer behind the ttl guard whose capacity did not come back
+// re-opens at most to where it was before its overload, and its next
+// commit shows the queue; the guard and the hook (commits per poll,
+// reports) are not read this way.
+func drainedAtCommits(tc *control, v *reading) bool {
+	return v.commits && v.measured && v.headKnown && v.noQueue && tc.keptRate > 0 && v.consumed >= keptBack*tc.keptRate &&
+		v.cadence > v.dt/2 && v.cadence <= 1.5*v.dt && v.headAge <= floorCap(v)+v.engageWait/2 &&
+		v.lag <= (v.headAge+v.engageWait/2)*max(v.produced, v.prevProduced)
+}
+
 // probeBase is the rate a probe steps up from: the rate in force, or,
 // when more, what the consumer consumed over the interval (at most the
 // capacity estimate), for a position read from commits made at least about
@@ -2270,7 +2316,8 @@ func (c *Controller) caughtUp(tc *control, st *lag.State, v *reading, inForce fl
 // partitioner, its head still old, read 404/s after 314/s and was probed
 // into a drain in the simulator; a consumer held at its setpoint W* > E/2
 // shows a head that much older), and a rate is in force (not right after
-// a drain, where the law re-opens). A consumer that consumed more than it was allowed drained a
+// a drain, where the law re-opens, unless the consumer drained what it
+// held, see drainedAtCommits). A consumer that consumed more than it was allowed drained a
 // backlog: it showed that rate over the interval, a lower bound of its
 // capacity, so a probe from it overshoots that capacity by no more than a
 // probe from the rate in force would overshoot the rate in force. Not for
@@ -2278,7 +2325,9 @@ func (c *Controller) caughtUp(tc *control, st *lag.State, v *reading, inForce fl
 // interval is no rate), nor
 // for an estimate between commits, nor while the head was past the
 // deadline (a consumer that skips expired messages, the ttl guard,
-// "consumes" them at no cost; see estimateCapacity).
+// "consumes" them at no cost; see estimateCapacity), again unless
+// drainedAtCommits (the capacity estimate then bounds the step's base at
+// the rate the consumer kept up with while unlimited).
 //
 // Why: once capacity returns, the consumer drains the slow phase's
 // standing backlog within the first interval: at 1 s, 624 msg/s consumed
@@ -2294,8 +2343,9 @@ func (c *Controller) caughtUp(tc *control, st *lag.State, v *reading, inForce fl
 // interval (TestSimOneSecondAutoCommit).
 func (c *Controller) probeBase(tc *control, st *lag.State, v *reading, inForce float64) float64 {
 	standing := behindWait(tc, v)
-	if !fromCommits(st) || v.cadence > 1.5*v.dt || max(tc.floor, tc.headKept) > standing+v.engageWait/2 || inForce <= 0 ||
-		!v.measured || tc.headLate || !v.headKnown || v.headAge > standing+v.engageWait/2 ||
+	if !fromCommits(st) || v.cadence > 1.5*v.dt || max(tc.floor, tc.headKept) > standing+v.engageWait/2 ||
+		(inForce <= 0 || tc.headLate) && !drainedAtCommits(tc, v) ||
+		!v.measured || !v.headKnown || v.headAge > standing+v.engageWait/2 ||
 		v.consumed <= (1+c.cfg.StepThreshold)*v.prevCap {
 		return inForce
 	}

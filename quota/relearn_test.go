@@ -21,7 +21,8 @@ import (
 // the two cases below (53.6% and 62.3% of the offer admitted after the
 // restore), 99.95 s over the 40 runs, 13 of them over 0.15 s. Now 2.10 s
 // and 1.10 s (a trial at the restore's first readings, then the probe's
-// climb), 49.73 s over the 40 runs. What is left: runs whose standing
+// climb), 49.73 s over the 40 runs (46.63 s since drainedAtCommits re-opens a
+// consumer that drained at its old rate). What is left: runs whose standing
 // wait learned was under E/2 with no skipped commit to show the phase
 // moving (seed 2, first commit at 0.02 s: 10.1 s), and probe climbs cut
 // back by lumpy commits.
