@@ -301,7 +301,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 				eng.OnCycle(sc.name, now, states)
 				a.sh.offer(sc.name, now)
 				a.History.Record(now, states, eng.ClusterDecisions(sc.name))
-				um.cycle()
+				um.cycle(sc.name, len(sources))
 				// TTL enforcement writes to the brokers: the leader's, or
 				// with shards each shard's owner's (states are its own).
 				if a.el.leading(sc.name) || a.sh.sharded(sc.name) {

@@ -8,8 +8,9 @@ import (
 	"github.com/lagbridge/lagbridge/quota"
 )
 
-// unmatchedCycles is how many cycles, every cluster observed, the daemon
-// waits before it names the quota policies that match no target.
+// unmatchedCycles is how many cycles of each cluster, every cluster
+// observed, the daemon waits before it names the quota policies that match
+// no target.
 const unmatchedCycles = 3
 
 // unmatched warns, once, about the quota policies that match none of the
@@ -25,20 +26,22 @@ type unmatched struct {
 	store  *daemon.Store
 	log    *slog.Logger
 	seen   map[string]bool
-	cycles int
+	cycles map[string]int // per cluster, since every cluster was observed
 	done   bool
 }
 
 func newUnmatched(pols *quota.Policies, specs []quota.Policy, store *daemon.Store, log *slog.Logger) *unmatched {
-	u := &unmatched{pols: pols, store: store, log: log, seen: map[string]bool{}, done: len(specs) == 0}
+	u := &unmatched{pols: pols, store: store, log: log, seen: map[string]bool{}, cycles: map[string]int{}, done: len(specs) == 0}
 	for _, p := range specs {
 		u.names = append(u.names, p.Name)
 	}
 	return u
 }
 
-// cycle runs after a cluster's cycle.
-func (u *unmatched) cycle() {
+// cycle runs after a cycle of cluster, one of clusters (every cluster the
+// daemon observes): the warning waits for unmatchedCycles of each, so that
+// a fast cluster's cycles do not speak for a slow one's targets.
+func (u *unmatched) cycle(cluster string, clusters int) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.done {
@@ -52,8 +55,14 @@ func (u *unmatched) cycle() {
 			u.seen[p.Name] = true
 		}
 	}
-	if u.cycles++; u.cycles < unmatchedCycles {
+	u.cycles[cluster]++
+	if len(u.cycles) < clusters {
 		return
+	}
+	for _, n := range u.cycles {
+		if n < unmatchedCycles {
+			return
+		}
 	}
 	u.done = true
 	for _, n := range u.names {

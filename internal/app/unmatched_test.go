@@ -15,6 +15,8 @@ import (
 
 	"github.com/lagbridge/lagbridge/brokers/kafka"
 	"github.com/lagbridge/lagbridge/internal/config"
+	"github.com/lagbridge/lagbridge/internal/daemon"
+	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
 )
 
@@ -92,5 +94,43 @@ func TestWarnsPolicyWithoutTarget(t *testing.T) {
 	}
 	if len(warned) != 1 || !strings.Contains(warned[0], "policy=ghost") {
 		t.Fatalf("want one warning, for ghost only; got:\n%s", strings.Join(warned, "\n"))
+	}
+}
+
+// TestUnmatchedWaitsForEveryCluster: the cycles a policy's warning waits
+// for are counted per cluster, so that a fast cluster's cycles do not speak
+// for a slow one whose target (here a consumer group created just after
+// the start) appears at its second cycle; before, three cycles of any
+// clusters warned about it.
+func TestUnmatchedWaitsForEveryCluster(t *testing.T) {
+	store := daemon.NewStore(map[string]lag.Kind{"fast": lag.KindKafka, "slow": lag.KindKafka})
+	specs := []quota.Policy{
+		{Name: "orders", Match: quota.Match{Topic: "orders"}, MaxAge: 2 * time.Second},
+		{Name: "events", Match: quota.Match{Topic: "events"}, MaxAge: 2 * time.Second},
+	}
+	pols, err := quota.NewPolicies(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	u := newUnmatched(pols, specs, store, slog.New(slog.NewTextHandler(&logs, nil)))
+	state := func(cluster, topic string) lag.State {
+		return lag.State{Target: lag.Target{Kind: lag.KindKafka, Cluster: cluster, Topic: topic, Group: "g"}}
+	}
+	update := func(cluster string, states ...lag.State) {
+		store.Update(daemon.ClusterStatus{Name: cluster, Kind: lag.KindKafka, Observed: true}, states)
+		u.cycle(cluster, 2)
+	}
+	update("slow") // no group on its topic yet
+	for range unmatchedCycles + 1 {
+		update("fast", state("fast", "orders"))
+	}
+	update("slow", state("slow", "events"))
+	for range unmatchedCycles {
+		update("fast", state("fast", "orders"))
+		update("slow", state("slow", "events"))
+	}
+	if strings.Contains(logs.String(), "applies to no target") {
+		t.Fatalf("warned before the slow cluster's cycles were in:\n%s", logs.String())
 	}
 }
