@@ -8,15 +8,18 @@ import (
 )
 
 // slowSender's sync calls each take hold whatever their context, as a
-// producer on a machine that stalled; it counts the calls it was given.
+// producer on a machine that stalled; it counts the calls it was given
+// and tells each on started.
 type slowSender struct {
-	hold  time.Duration
-	calls atomic.Int64
+	hold    time.Duration
+	calls   atomic.Int64
+	started chan struct{}
 }
 
 func (s *slowSender) async(context.Context, int, time.Time) {}
 func (s *slowSender) sync(context.Context, int, time.Time) {
 	s.calls.Add(1)
+	s.started <- struct{}{}
 	time.Sleep(s.hold)
 }
 func (s *slowSender) batch(context.Context, int, []time.Time) {}
@@ -29,12 +32,14 @@ func (s *slowSender) close() Totals                           { return Totals{} 
 // done) and a naive client as failed.
 func TestFleetExpiredInQueue(t *testing.T) {
 	const deadline = 100 * time.Millisecond
-	s := &slowSender{hold: 3 * deadline}
+	s := &slowSender{hold: 3 * deadline, started: make(chan struct{}, syncHandlers)}
 	scn := Scenario{Deadline: deadline, Classes: []Class{{Share: 1}}}
 	f := newFleet(Sync, s, scn, newRecorder(1, time.Minute, time.Second))
-	now := time.Now()
 	for range syncHandlers {
-		f.send(context.Background(), 0, now)
+		f.send(context.Background(), 0, time.Now())
+	}
+	for range syncHandlers {
+		<-s.started
 	}
 	// Every handler now holds a request for three deadlines; the next
 	// ones wait in the queue past theirs.
