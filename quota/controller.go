@@ -490,9 +490,9 @@ type control struct {
 	staleSeen int
 	staleHead float64
 	staleTell int
-	// staleAt is the State.At of the reading that let that probe
-	// through: a verdict not told by staleDue after it is dropped.
-	staleAt time.Time
+	// staleBy is when the verdict of that probe is due (see
+	// staleDue): one not told by then is dropped.
+	staleBy time.Time
 	// staleSpent: while limited, a trial of a consumer whose commit
 	// phase is not seen to matter (see phaseShown) found a queue; no
 	// other is let through until the target is unlimited again.
@@ -1112,7 +1112,7 @@ func relearnStanding(tc *control, v *reading) {
 	if !tc.limited {
 		tc.staleSpent = false
 	}
-	if tc.staleHead > 0 && staleDue(tc, v) {
+	if tc.staleHead > 0 && v.at.After(tc.staleBy) {
 		// Not told in time (no commit came, or none measured): what a
 		// later reading shows is no longer the probe's doing.
 		tc.staleHead, tc.staleSeen, tc.staleTell = 0, 0, 0
@@ -1135,22 +1135,25 @@ func relearnStanding(tc *control, v *reading) {
 	case v.trial || !staleStanding(tc, v):
 		tc.staleSeen = 0
 	case tc.staleSeen+1 >= floorLearn:
-		v.trial, v.relearn, tc.staleHead, tc.staleSeen, tc.staleAt = true, true, v.headAge, 0, v.at
+		v.trial, v.relearn, tc.staleHead, tc.staleSeen, tc.staleBy = true, true, v.headAge, 0, staleDue(tc, v)
 	default:
 		tc.staleSeen++
 	}
 }
 
-// staleDue reports whether a relearn trial let through at tc.staleAt is
-// past the time its verdict is due by: the two readings after it
-// (relearnStanding tells at the first or the second), with a commit
-// that may come half a cadence late (lag/'s overdue bound) between. A
-// trial without a verdict by then (readings that measured nothing, a
-// consumer that stopped committing) told nothing, and a head read later
-// is not the probe's: before, the pending trial was told by whichever
-// measured reading came next, however late.
-func staleDue(tc *control, v *reading) bool {
-	return v.at.Sub(tc.staleAt).Seconds() > 2*max(tc.interval, v.dt)+1.5*max(v.cadence, v.dt)
+// staleDue returns when the verdict of a relearn trial let through at
+// reading v is due: the two readings after it (relearnStanding tells at
+// the first or the second), with a commit that may come half a cadence
+// late (lag/'s overdue bound) between, from the interval and cadence of
+// the trial's reading. A trial without a verdict by then (readings that
+// measured nothing, a consumer that stopped committing, observations that
+// failed for a while) told nothing, and a head read later is not the
+// probe's: before, the pending trial was told by whichever measured
+// reading came next, however late. The due time is fixed at the trial: a
+// bound from the reading that tells grew with the gap it came after.
+func staleDue(tc *control, v *reading) time.Time {
+	due := 2*max(tc.interval, v.dt) + 1.5*max(v.cadence, v.dt)
+	return v.at.Add(time.Duration(due * float64(time.Second)))
 }
 
 // staleStanding reports whether v may show a limited target's wait to be

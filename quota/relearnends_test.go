@@ -20,17 +20,24 @@ func TestRelearnTrialDue(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		after time.Duration
+		dt    float64 // the interval the telling reading came after
 		learn bool
 	}{
 		// The reading after the trial tells: the head held, the probe
 		// consumed, so that head is the standing wait.
-		{"the next reading", time.Second, true},
+		{"the next reading", time.Second, 1, true},
 		// Ten readings later (none measured between): dropped.
-		{"10 s later", 10 * time.Second, false},
+		{"10 s later", 10 * time.Second, 1, false},
+		// The next reading, after 10 s of failed observations: its dt
+		// is the whole gap, and it is not the probe's verdict either.
+		{"10 s later after a gap", 10 * time.Second, 10, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctl := &control{limited: true, interval: 1, floor: 0.1, floorSeen: floorLearn, staleHead: 0.8, staleAt: at}
-			v := &reading{at: at.Add(tc.after), dt: 1, budget: 2, engageWait: 0.4, cadence: 1, headKnown: true, headAge: 0.8,
+			trial := &reading{at: at, dt: 1, cadence: 1}
+			ctl := &control{limited: true, interval: 1, floor: 0.1, floorSeen: floorLearn, staleHead: 0.8}
+			ctl.staleBy = staleDue(ctl, trial)
+			ctl.interval = 1 + 0.25*(tc.dt-1) // smoothed as measure does
+			v := &reading{at: at.Add(tc.after), dt: tc.dt, budget: 2, engageWait: 0.4, cadence: 1, headKnown: true, headAge: 0.8,
 				lag: 600, produced: 800, consumed: 800}
 			relearnStanding(ctl, v)
 			if learned := ctl.floor >= 0.8; learned != tc.learn {
