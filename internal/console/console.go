@@ -16,6 +16,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -67,6 +68,16 @@ func (e *HTTPStatusError) Error() string {
 	return fmt.Sprintf("%s: HTTP %d: %s", e.Path, e.Code, e.Message)
 }
 
+// noDaemon reports whether err says that nothing answers at the address
+// (a refused or failed connection, a name that does not resolve), where
+// pointing at another daemon helps; a timeout of a daemon that hangs, a
+// TLS failure or a cancel is not.
+func noDaemon(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial" && !op.Timeout()
+}
+
 // get decodes the JSON answer of GET path into v.
 func (c *Client) get(ctx context.Context, path string, v any) error {
 	hc := c.HTTP
@@ -83,7 +94,10 @@ func (c *Client) get(ctx context.Context, path string, v any) error {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w (is a lagbridge daemon running there? --url or LAGBRIDGE_URL says where)", err)
+		if noDaemon(err) {
+			return fmt.Errorf("%w (is a lagbridge daemon running there? --url or LAGBRIDGE_URL says where)", err)
+		}
+		return err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -120,8 +134,8 @@ type quotas struct {
 
 // Status writes a compact view of the daemon: its clusters, every target
 // with status, lag, head age, rates, allowed rate and signal, and every
-// producer's grants. Without access to /v1/quotas (an admin token) it
-// says so and shows the rest.
+// producer's grants. Without access to /v1/quotas (a read or admin
+// token) it says so and shows the rest.
 func Status(ctx context.Context, c *Client, w io.Writer) error {
 	var lagResp daemon.LagResponse
 	if err := c.get(ctx, "/v1/lag?partitions=false", &lagResp); err != nil {

@@ -131,3 +131,39 @@ func TestFormats(t *testing.T) {
 		}
 	}
 }
+
+// TestNoDaemonHint: only an address where nothing answers gets the hint
+// to point the command at another daemon; a daemon that hangs (a
+// timeout) does not, since the address is right.
+func TestNoDaemonHint(t *testing.T) {
+	const hint = "is a lagbridge daemon running there?"
+	release := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer hung.Close()
+	defer close(release)
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	for _, tc := range []struct {
+		name, url string
+		hint      bool
+	}{
+		{"nothing listens", closed.URL, true},
+		{"a daemon that hangs", hung.URL, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Client{BaseURL: tc.url, HTTP: &http.Client{Timeout: 200 * time.Millisecond}}
+			err := Status(context.Background(), c, &bytes.Buffer{})
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if got := strings.Contains(err.Error(), hint); got != tc.hint {
+				t.Errorf("hint %v, want %v: %v", got, tc.hint, err)
+			}
+		})
+	}
+}
