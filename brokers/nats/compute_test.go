@@ -2,6 +2,7 @@ package nats
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -431,7 +432,8 @@ func TestValidate(t *testing.T) {
 		{"half mTLS", func(c *Config) { c.TLS.CertFile = "c.pem" }, "nats.tls.keyFile: required with nats.tls.certFile"},      // key missing
 		{"two auth", func(c *Config) { c.Token, c.CredsFile = "t", "f" }, "nats.auth: at most one authentication method may be set, got credsFile, token"},
 		// Files the config names are read, so that check names a missing one.
-		{"missing creds", func(c *Config) { c.CredsFile = "/nonexistent/lb.creds" }, "nats.credsFile: stat /nonexistent/lb.creds: no such file"},
+		{"missing creds", func(c *Config) { c.CredsFile = "/nonexistent/lb.creds" }, "nats.credsFile: open /nonexistent/lb.creds: no such file"},
+		{"creds a directory", func(c *Config) { c.CredsFile = os.TempDir() }, "nats.credsFile: " + os.TempDir() + " is not a regular file"},
 		{"missing nkey", func(c *Config) { c.NKeyFile = "/nonexistent/lb.nk" }, "nats.nkeyFile: "},
 		{"missing ca", func(c *Config) { c.TLS.CAFile = "/nonexistent/ca.pem" }, "nats.tls.caFile: open /nonexistent/ca.pem"},
 		{"password alone", func(c *Config) { c.Password = "p" }, "nats.user: required when password is set"},       // password needs user

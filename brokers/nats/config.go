@@ -149,7 +149,7 @@ func (c Config) Validate() error {
 		errs = append(errs, tlsErrs...)
 	}
 	if c.CredsFile != "" {
-		if _, err := os.Stat(c.CredsFile); err != nil {
+		if err := readable(c.CredsFile); err != nil {
 			bad("credsFile", "%v", err)
 		}
 	}
@@ -277,4 +277,23 @@ func (c Config) WithDefaults() Config {
 func (c Config) MaxReadingAge() time.Duration {
 	c = c.WithDefaults()
 	return time.Duration(float64(c.InfoInterval)*(1+c.Jitter)) + c.Interval
+}
+
+// readable reports why path is not a file this process can read: missing,
+// a directory, or unreadable (permissions), so that check names it
+// before the daemon fails to connect with it.
+func readable(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !info.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", path)
+	}
+	return nil
 }
