@@ -324,10 +324,12 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	return c, errors.Join(errs...)
 }
 
-// unitlessDurationHook refuses a number without a unit for a duration
-// setting: YAML reads `requestTimeout: 5` as the integer 5, which
-// mapstructure would take for 5 nanoseconds (every Kafka request would then
-// time out, with nothing said). 0 stays accepted: it means the default.
+// unitlessDurationHook refuses a number without a unit, or a boolean, for
+// a duration setting: YAML reads `requestTimeout: 5` as the integer 5 (and
+// `requestTimeout: true` as a boolean), which mapstructure would take for
+// 5 nanoseconds (or 1: every Kafka request would then time out, with
+// nothing said). A bare 0 passes here: where 0 means the default it is
+// accepted, and where it is not allowed Validate says so.
 func unitlessDurationHook(from, to reflect.Value) (any, error) {
 	if !from.IsValid() || !to.IsValid() || to.Type() != reflect.TypeFor[time.Duration]() || from.Type() == to.Type() {
 		return from.Interface(), nil
@@ -339,6 +341,8 @@ func unitlessDurationHook(from, to reflect.Value) (any, error) {
 		if !from.IsZero() {
 			return nil, fmt.Errorf("%v has no unit: write a duration such as %vs or %vms", from.Interface(), from.Interface(), from.Interface())
 		}
+	case reflect.Bool:
+		return nil, fmt.Errorf("%v is not a duration: write one such as 5s or 500ms", from.Interface())
 	}
 	return from.Interface(), nil
 }

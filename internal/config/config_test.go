@@ -407,6 +407,7 @@ nats:
 func TestDurationWithoutUnit(t *testing.T) {
 	body := `
 interval: 1
+shutdownTimeout: true
 listen: 127.0.0.1:9464
 kafka:
   - {cluster: k, brokers: ['127.0.0.1:9092'], requestTimeout: 5}
@@ -419,6 +420,7 @@ quota: {policies: [{name: a, maxAge: 2.5, hardAge: 0}]}
 	for _, want := range []string{
 		"interval: 1 has no unit: write a duration such as 1s or 1ms",
 		"kafka[0].requestTimeout: 5 has no unit",
+		"shutdownTimeout: true is not a duration",
 		"quota.policies[0].maxAge: 2.5 has no unit",
 	} {
 		if !strings.Contains(err.Error(), want) {
