@@ -2301,7 +2301,7 @@ const keptBack = 0.9
 // reports) are not read this way.
 func drainedAtCommits(tc *control, v *reading) bool {
 	return v.commits && v.measured && v.headKnown && v.noQueue && tc.keptRate > 0 && v.consumed >= keptBack*tc.keptRate &&
-		v.cadence > v.dt/2 && v.cadence <= 1.5*v.dt && v.headAge <= floorCap(v)+v.engageWait/2 &&
+		onceObs(v) && v.headAge <= floorCap(v)+v.engageWait/2 &&
 		v.lag <= (v.headAge+v.engageWait/2)*max(v.produced, v.prevProduced)
 }
 
