@@ -73,7 +73,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "status", "why":
 		return cmdConsole(ctx, args[0], args[1:], stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintln(stdout, "lagbridge", app.Version)
+		fmt.Fprintln(stdout, "lagbridge", app.VersionString())
 		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

@@ -37,9 +37,6 @@ import (
 	"github.com/lagbridge/lagbridge/quota"
 )
 
-// Version is set at build time with -ldflags "-X ...app.Version=v1.2.3".
-var Version = "dev"
-
 // App is a configured daemon, connected but not yet running.
 type App struct {
 	cfg      config.Config
