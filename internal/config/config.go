@@ -283,6 +283,9 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	// What viper.Unmarshal does, with the secret files read in between.
 	settings := v.AllSettings()
 	errs, unread := resolveSecrets(settings)
+	if file != "" {
+		errs = append(errs, caseTwins(file)...)
+	}
 	var c Config
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
 		Result:           &c,

@@ -634,3 +634,23 @@ func TestServerTLSSettings(t *testing.T) {
 		t.Errorf("TLS settings without a certificate accepted: %v", err)
 	}
 }
+
+// TestCaseTwinKeys: two keys of one mapping that differ only in case name
+// one setting (keys are not case-sensitive); the file is refused with
+// both named instead of one value being dropped silently.
+func TestCaseTwinKeys(t *testing.T) {
+	body := `
+listen: 127.0.0.1:9464
+kafka:
+  - {cluster: k, brokers: ['127.0.0.1:9092']}
+quota:
+  policies:
+    - name: a
+      maxAge: 2s
+      maxage: 20s
+`
+	_, err := load(t, "--config", writeFile(t, body))
+	if err == nil || !strings.Contains(err.Error(), `quota.policies[0].maxage: "maxAge" and "maxage" name the same setting`) {
+		t.Fatalf("err %v", err)
+	}
+}
