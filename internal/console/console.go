@@ -329,9 +329,16 @@ func Line(e history.Event) string {
 	if in.WaitSeconds < 0 {
 		wait = "never drains"
 	}
-	return fmt.Sprintf("%s %-7s %s  %s  rule %s: lag %d, head age %s, capacity %s, predicted wait %s, budget %s",
+	line := fmt.Sprintf("%s %-7s %s  %s  rule %s: lag %d, head age %s, capacity %s, predicted wait %s, budget %s",
 		e.At.Local().Format("15:04:05.000"), e.Kind, e.Topic, what, e.Rule, in.Lag, secs(in.HeadAgeSeconds), capacity, wait,
 		secs(in.BudgetSeconds))
+	if e.Rule == quota.RuleHardAge && e.Reason != "" {
+		// The hard age is not among the inputs, and a stop for it with
+		// the head well under it (the predicted wait is past it) reads as
+		// wrong without the controller's words.
+		line += " (" + e.Reason + ")"
+	}
+	return line
 }
 
 // rate is msg/s for humans: "unlimited", "1000/s", "12.5/s".

@@ -167,3 +167,19 @@ func TestNoDaemonHint(t *testing.T) {
 		})
 	}
 }
+
+// TestLineHardAge: a stop for the hard age says which hard age and why,
+// since its inputs alone (head age 3.46s) look under it; other rules'
+// lines stay as they were.
+func TestLineHardAge(t *testing.T) {
+	reason := "hard age 10s exceeded (wait 11.81s + processing, head age 3.46s): backlog over budget"
+	e := history.Event{Kind: history.KindSignal, Rule: quota.RuleHardAge, Signal: "stop", Reason: reason,
+		Inputs: history.Inputs{HeadAgeSeconds: 3.46, WaitSeconds: 11.81, BudgetSeconds: 2}}
+	if got := Line(e); !strings.Contains(got, "("+reason+")") {
+		t.Errorf("hard-age line %q lacks the reason", got)
+	}
+	e.Rule = quota.RuleDrain
+	if got := Line(e); strings.Contains(got, reason) {
+		t.Errorf("drain line %q carries the reason", got)
+	}
+}
