@@ -1,36 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/lagbridge/lagbridge/internal/console"
 	"github.com/lagbridge/lagbridge/internal/history"
+	"github.com/lagbridge/lagbridge/internal/testutil"
 )
-
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestWhyDuringDemo is the acceptance test of the decision log: during
 // `lagbridge demo`, once the consumers slowed and recovered,
@@ -42,7 +23,7 @@ func TestWhyDuringDemo(t *testing.T) {
 		t.Skip("runs the demo for 30s")
 	}
 	const story = 30 * time.Second // slowed from 7.5s to 18s
-	var demoOut, demoErr syncBuffer
+	var demoOut, demoErr testutil.Buffer
 	done := make(chan int, 1)
 	start := time.Now()
 	go func() {

@@ -1,11 +1,9 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,27 +14,10 @@ import (
 	"github.com/lagbridge/lagbridge/brokers/kafka"
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/daemon"
+	"github.com/lagbridge/lagbridge/internal/testutil"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
 )
-
-// syncBuffer is a bytes.Buffer the daemon's goroutines may log into.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestWarnsPolicyWithoutTarget: a policy naming a topic that does not
 // exist is named in a warning once the cluster was observed, and a policy
@@ -69,7 +50,7 @@ func TestWarnsPolicyWithoutTarget(t *testing.T) {
 		{Name: "real", Match: quota.Match{Topic: "orders"}, MaxAge: 2 * time.Second},
 		{Name: "ghost", Match: quota.Match{Topic: "orderz"}, MaxAge: 2 * time.Second},
 	}
-	var logs syncBuffer
+	var logs testutil.Buffer
 	a, err := New(ctx, cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +93,7 @@ func TestUnmatchedWaitsForEveryCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testutil.Buffer
 	u := newUnmatched(pols, specs, store, slog.New(slog.NewTextHandler(&logs, nil)))
 	state := func(cluster, topic string) lag.State {
 		return lag.State{Target: lag.Target{Kind: lag.KindKafka, Cluster: cluster, Topic: topic, Group: "g"}}

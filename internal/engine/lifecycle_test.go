@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/importcheck"
 	"github.com/lagbridge/lagbridge/internal/publish"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/internal/testutil"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 	"github.com/lagbridge/lagbridge/quota"
@@ -75,27 +75,6 @@ func TestNew(t *testing.T) {
 	e.Close()
 }
 
-// syncBuffer is a log sink the publishing goroutine writes while the test
-// reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) count(sub string) int { return strings.Count(s.String(), sub) }
-
 // outage is a Publisher that fails while down is set, a fault the test
 // switches at an exact moment; it counts its calls.
 type outage struct {
@@ -149,7 +128,7 @@ func startPublishing(t *testing.T, c *clock, log *slog.Logger, pubs ...publish.P
 // published after it.
 func TestPublishingGoroutine(t *testing.T) {
 	js := embedded.JetStreamTest(t)
-	var logs syncBuffer
+	var logs testutil.Buffer
 	down := &outage{}
 	down.down.Store(true)
 	c := &clock{now: t0}
@@ -177,12 +156,12 @@ func TestPublishingGoroutine(t *testing.T) {
 		w.cycles(1)
 		return down.calls.Load() >= 3
 	})
-	if n := logs.count("publishing quotas failed"); n != 1 {
+	if n := strings.Count(logs.String(), "publishing quotas failed"); n != 1 {
 		t.Fatalf("%d warnings for one outage, want 1:\n%s", n, &logs)
 	}
 	down.down.Store(false)
 	w.cycles(1)
-	eventually(t, 10*time.Second, "the recovery logged", func() bool { return logs.count("publishing quotas recovered") == 1 })
+	eventually(t, 10*time.Second, "the recovery logged", func() bool { return strings.Count(logs.String(), "publishing quotas recovered") == 1 })
 
 	e.Close()
 	e.Close()
