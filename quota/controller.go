@@ -889,7 +889,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 // cadence to the interval) would have read as one whose phase matters
 // for floorMemory after it.
 func commitPhase(tc *control, st *lag.State, v *reading) {
-	if !v.measured && !v.shadow && v.commits && v.learned && v.cadence > v.dt/2 && v.cadence <= 1.5*v.dt && st.Lag > 0 {
+	if !v.measured && !v.shadow && v.commits && v.learned && onceObs(v) && st.Lag > 0 {
 		tc.skipAt = st.At
 	}
 	v.phaseMoved = !tc.skipAt.IsZero() && st.At.Sub(tc.skipAt).Seconds() <= floorMemory
@@ -1070,7 +1070,7 @@ func (c *Controller) standingUnderCut(tc *control, v *reading) bool {
 // holds at its setpoint show (see standingUnderCut, staleStanding).
 func cadenceHeld(tc *control, v *reading) bool {
 	return v.measured && v.commits && v.learned && v.headKnown && tc.prevHead >= 0 && v.binding &&
-		v.cadence > v.dt/2 && v.cadence <= 1.5*v.dt &&
+		onceObs(v) &&
 		v.headAge <= floorCap(v)+v.engageWait/2 && math.Abs(v.headAge-tc.prevHead) <= v.engageWait/4
 }
 
@@ -2058,7 +2058,7 @@ func noQueueAtCommit(tc *control, st *lag.State, v *reading) bool {
 	if !fromCommits(st) || !v.headKnown {
 		return false
 	}
-	perObs := v.cadence > v.dt/2 && v.cadence <= 1.5*v.dt
+	perObs := onceObs(v)
 	if startupAtCommits(tc) && (!v.learned || perObs) {
 		// The first readings, the standing wait not learned and the
 		// cadence perhaps not either: a head at most one interval old

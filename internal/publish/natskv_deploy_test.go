@@ -1,12 +1,10 @@
 package publish
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 
 	"github.com/lagbridge/lagbridge/internal/embedded"
 	"github.com/lagbridge/lagbridge/internal/leader"
+	"github.com/lagbridge/lagbridge/internal/testutil"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
 
@@ -62,24 +61,6 @@ func leases(version uint64, producer string, topics ...string) quotaproto.LeaseS
 	return s
 }
 
-// syncBuffer is a log sink safe for the race detector.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) count(sub string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.b.String(), sub)
-}
-
 // TestKVDeployments: two deployments publish to one quota KV bucket. Each
 // deletes only its own keys, at its first publish after a start as at
 // every later one; a key another deployment leases is left alone (and
@@ -89,7 +70,7 @@ func (s *syncBuffer) count(sub string) int {
 // second deployment to start deleted the first one's keys.
 func TestKVDeployments(t *testing.T) {
 	js := embedded.JetStreamTest(t)
-	var logs syncBuffer
+	var logs testutil.Buffer
 	newKV := func(name string) *KV {
 		kv, err := NewKV(ctx(t), js, KVConfig{Deployment: name, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
@@ -121,7 +102,7 @@ func TestKVDeployments(t *testing.T) {
 		t.Errorf("b's pb.orders: %+v (present %v)", l, ok)
 	}
 	publish(b, leases(3, "pb", "orders"), leases(3, "shared", "orders"))
-	if n := logs.count("another deployment"); n != 1 {
+	if n := strings.Count(logs.String(), "another deployment"); n != 1 {
 		t.Errorf("the conflict on shared.orders logged %d times in two publishes, want once", n)
 	}
 	// a drops events and restarts: it deletes its own key, never b's.
