@@ -64,25 +64,13 @@ func TestSimOneSecondAutoCommitPhaseMoved(t *testing.T) {
 		})
 	}
 	t.Run("8 seeds x 5 phases", func(t *testing.T) {
-		var idle float64
-		var long int
-		for seed := uint64(1); seed <= 8; seed++ {
-			for _, at := range []float64{0.02, 0.2, 0.43, 0.6, 0.8} {
-				tc := autoCommitCase{interval: time.Second, commitAt: at, seed: seed, load: 2}
-				naive := runAutoCommit(t, tc, time.Second, tc.load*lowCap, true)
-				lb := runAutoCommit(t, tc, time.Second, tc.load*lowCap, false)
-				if lb.good < naive.good || lb.deadShare() > naive.deadShare() {
-					t.Errorf("seed %d, first commit at %.2fs: lagbridge %v; naive %v: want goodput >= naive's, dead work <= naive's", seed, at, lb, naive)
-				}
-				idle += lb.idleRefused
-				if lb.idleRefused > 0.15 {
-					long++
-				}
-			}
+		r := runGrid(t, 2, false)
+		for _, w := range r.worse {
+			t.Errorf("%s: want goodput >= naive's, dead work <= naive's", w)
 		}
-		t.Logf("refused while the consumer idled after the restore: %.2fs in all, %d runs of 40 over 0.15s", idle, long)
-		if idle > 50 {
-			t.Errorf("refused while idle %.2fs in all, want <= 50s", idle)
+		t.Logf("refused while the consumer idled after the restore: %.2fs in all, %d runs of %d over 0.15s", r.idle, r.over, len(gridSeeds)*len(gridPhases))
+		if r.idle > 50 {
+			t.Errorf("refused while idle %.2fs in all, want <= 50s", r.idle)
 		}
 	})
 }
