@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"math"
 	"sort"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -152,6 +153,10 @@ func (c *ClientQuotas) Apply(ctx context.Context, want map[string]float64) (Resu
 	if len(entries) == 0 {
 		return res, nil
 	}
+	// The log lines below are written when the answer is read; sent is
+	// when the write left, which is what orders it against a lease lost
+	// or a process paused in between.
+	sent := time.Now()
 	altered, err := c.adm.AlterClientQuotas(ctx, entries)
 	if err != nil {
 		return Result{Conflicts: res.Conflicts}, fmt.Errorf("alter client quotas: %w", err)
@@ -163,10 +168,10 @@ func (c *ClientQuotas) Apply(ctx context.Context, want map[string]float64) (Resu
 		}
 	}
 	for _, id := range res.Set {
-		c.log.Info("kafka client quota set", "client_id", id, QuotaKey, Marked(want[id]), "wanted", math.Floor(want[id]))
+		c.log.Info("kafka client quota set", "client_id", id, QuotaKey, Marked(want[id]), "wanted", math.Floor(want[id]), "sent", sent)
 	}
 	for _, id := range res.Removed {
-		c.log.Info("kafka client quota cleared", "client_id", id)
+		c.log.Info("kafka client quota cleared", "client_id", id, "sent", sent)
 	}
 	return res, errors.Join(errs...)
 }
