@@ -127,7 +127,7 @@ cmd_fetch() {
     write_configs
     return 0
   fi
-  note "resolving Kafka $KAFKA_VERSION jars with Maven (first run downloads ~55 MB)..."
+  note "resolving Kafka $KAFKA_VERSION jars with Maven (a fresh machine downloads ~80 MB: 54 MB of jars, the rest Maven's own plugins)..."
   local tmp
   tmp=$(mktemp -d "$CACHE_DIR/.libs.XXXXXX")
   # shellcheck disable=SC2086
