@@ -398,6 +398,10 @@ type control struct {
 	// commits kept up with while unlimited, forgotten over floorMemory,
 	// msg/s (see drainedAtCommits).
 	keptRate float64
+	// satCap is the highest capacity estimate of the readings the law
+	// decided as saturated (RuleSaturated) since the target was last
+	// unlimited, msg/s; 0 while unlimited (see restoredProbe).
+	satCap float64
 	// learnedSeen counts the measured readings with a learned cadence,
 	// measuredSeen all measured readings.
 	learnedSeen, measuredSeen int
@@ -1303,6 +1307,7 @@ func (c *Controller) judge(tc *control, v *reading) {
 		v.keepsUp, v.queued, v.engaged = true, 0, false
 	}
 	if !tc.limited {
+		tc.satCap = 0
 		v.engaged = v.engaged && v.queued-unlearnedWait(tc, v) > v.engageWait
 		if fromCommitsCadence(v) && v.measured && v.headKnown && kept && !v.engaged && !v.held {
 			tc.headKept = max(v.headAge, tc.headKept*math.Exp(-v.dt/floorMemory))
@@ -2196,6 +2201,7 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		case v.stepDown:
 			return RuleStepDown, fmt.Sprintf("capacity fell from %.0f/s to at most %.0f/s during the interval: admitting nothing until the next observation measures it (wait %s)", v.prevCap, v.consumed, secs(v.wait))
 		}
+		tc.satCap = max(tc.satCap, v.capacity)
 		return RuleSaturated, fmt.Sprintf("saturated: capacity %.0f/s, wait %s, target %s", v.capacity, secs(v.wait), secs(v.setWait))
 	case !v.measured && st.Source == lag.SourceConsumer:
 		// Limited, and the consumer reports a poll in hand (or nothing
@@ -2241,12 +2247,14 @@ func (c *Controller) caughtUp(tc *control, st *lag.State, v *reading, inForce fl
 		tc.release++
 		return RuleProbe, fmt.Sprintf("caught up, the rate unused since it was adopted from another replica (producers may still be held to its leases or client quotas): keeping %.0f/s", inForce)
 	}
-	tc.rate = max(tc.rate, v.law, c.probeBase(tc, st, v, inForce)*(1+v.probe))
+	base := c.probeBase(tc, st, v, inForce)
+	probed := max(tc.rate, v.law, base*(1+v.probe))
+	tc.rate = max(probed, c.restoredProbe(tc, v, base))
 	if v.blind {
-		tc.rate = min(tc.rate, tc.blindCap)
+		tc.rate, probed = min(tc.rate, tc.blindCap), min(probed, tc.blindCap)
 	}
 	if v.capped {
-		tc.rate = min(tc.rate, tc.capCap)
+		tc.rate, probed = min(tc.rate, tc.capCap), min(probed, tc.capCap)
 	}
 	if v.produced < c.cfg.ReleaseRatio*inForce || inForce <= 0 {
 		// (A rate of 0 cannot be probed up: caught up, it is released.)
@@ -2259,6 +2267,10 @@ func (c *Controller) caughtUp(tc *control, st *lag.State, v *reading, inForce fl
 		return RuleRelease, fmt.Sprintf("caught up and the rate unused for %d observations: unlimited", c.cfg.ReleaseAfter)
 	}
 	v.raised = tc.rate > inForce
+	if tc.rate > probed && !v.relearn {
+		return RuleProbeRestored, fmt.Sprintf("caught up, and kept up over two moves with %.0f/s, a step above the %.0f/s it showed saturated: a capacity that came back, probing from %.0f/s to %.0f/s",
+			(v.produced+v.prevProduced)/2, tc.satCap, base, tc.rate)
+	}
 	if v.relearn && v.raised {
 		// A trial is a probe that went through: one capped at the rate
 		// in force (blindStep, the probe cap) let nothing more in and
@@ -2268,6 +2280,55 @@ func (c *Controller) caughtUp(tc *control, st *lag.State, v *reading, inForce fl
 			secs(v.headAge), floorLearn, secs(tc.floor), tc.rate)
 	}
 	return RuleProbe, fmt.Sprintf("caught up: probing from %.0f/s", tc.rate)
+}
+
+// restoreStep is the relative step of a restoredProbe: x3, against the
+// probe's x1.5.
+const restoreStep = 2.0
+
+// restoredProbe returns the rate a probe from base may step to when v
+// shows a capacity that came back (0: none; the probe's own step applies).
+//
+// A consumer limited through a capacity drop and caught up after the
+// restore is probed up x1.5 a reading from where the law re-opened, which
+// after a drain at the restore can be a few hundred msg/s or less: at 5x
+// (2,000 msg/s offered to a consumer back at 2,000; lagbridge bench
+// kafka/autocommit-1s/sync/1s on kfake) 22 -> 327 -> 490 -> 736 -> 1,103
+// -> 1,655 -> 2,483 msg/s in one run, 453 -> 550 -> 825 -> 1,238 -> 1,857
+// -> 2,785 in another, the consumer caught up at every commit all along:
+// the producers were refused for 2-4 s of the judged window (from the
+// restore plus a commit and an observation) while it idled
+// (TestControllerRestoredClimb). The step is x3 instead when the last
+// decision was a probe, the producers use the rate in force, and the
+// consumer kept up with it over this move and the one before
+// (keepUpRatio, also of what was produced the interval before: its
+// commits may run one observation behind) at a produce rate over the two
+// a step (StepThreshold) above the highest capacity the law found it
+// saturated at in this limited episode (tc.satCap): a consumer still at
+// that capacity cannot keep up with that much for two moves, however its
+// commits are dated; lumpy commits that read a consumer of 400 msg/s at
+// 450-592 msg/s for one move do not, nor do the slow phase's probes that
+// it kept up with (630-1,007 msg/s, the highest saturated capacity 742
+// msg/s). The highest, not the last: a lumpy commit read "saturated:
+// capacity 222/s" for a consumer of 400 in the simulator, and a step from
+// the last one overshot it x3 into a drain. With a rate the consumer kept
+// up with while unlimited (tc.keptRate) the step stops one probe step
+// above it. What it costs when wrong: a capacity that came back only part
+// way is overshot by up to x3 for an interval and a commit, and the law
+// drains it (the simulator, 2,000 -> 400 -> 600 msg/s at 5x over the
+// grid's 40 runs: dead work 7.63 -> 7.78%).
+func (c *Controller) restoredProbe(tc *control, v *reading, base float64) float64 {
+	if tc.satCap <= 0 || base <= 0 || !v.binding || !v.keepsUp || !v.keptTwo ||
+		(tc.last.Rule != RuleProbe && tc.last.Rule != RuleProbeRestored) ||
+		v.consumed < keepUpRatio*v.prevProduced ||
+		v.produced+v.prevProduced < 2*(1+c.cfg.StepThreshold)*tc.satCap {
+		return 0
+	}
+	r := base * (1 + restoreStep)
+	if tc.keptRate > 0 {
+		r = min(r, max(base, tc.keptRate)*(1+v.probe))
+	}
+	return r
 }
 
 // keptBack is the share of the rate a consumer kept up with while
@@ -2471,7 +2532,7 @@ func plan(d *Decision, v *reading, p *Policy) *Plan {
 	switch d.Rule {
 	case RuleStepDown, RuleDrain:
 		r, after = planAfter(v)
-	case RuleProbe, RuleRelearn:
+	case RuleProbe, RuleRelearn, RuleProbeRestored:
 		if v.raised {
 			r, after = v.capacity, 2*v.dt
 		}
@@ -2480,7 +2541,7 @@ func plan(d *Decision, v *reading, p *Policy) *Plan {
 		return nil
 	}
 	rate := max(withShares(r, v.shares), p.MinRate)
-	probe := d.Rule == RuleProbe || d.Rule == RuleRelearn
+	probe := d.Rule == RuleProbe || d.Rule == RuleRelearn || d.Rule == RuleProbeRestored
 	if probe && rate >= d.Rate || !probe && rate <= d.Rate {
 		return nil
 	}

@@ -65,6 +65,12 @@ const (
 	// wait its commit timer's phase moved to from a queue (see
 	// relearnStanding).
 	RuleRelearn
+	// RuleProbeRestored: limited, caught up, and the consumer kept up
+	// over two moves with a produce rate a step above the capacity it
+	// showed when last saturated, after a probe: a capacity that came
+	// back, probed x3, up to the rate it kept up with while unlimited
+	// (see Controller.restoredProbe).
+	RuleProbeRestored
 )
 
 var ruleNames = [...]string{
@@ -87,6 +93,7 @@ var ruleNames = [...]string{
 	RuleAwaitCommit:     "await-commit",
 	RuleObserverStall:   "observer-stall",
 	RuleRelearn:         "relearn",
+	RuleProbeRestored:   "probe-restored",
 }
 
 // String returns the rule's name ("drain", "probe", ...), or "Rule(n)".

@@ -1,0 +1,51 @@
+package quota
+
+import (
+	"testing"
+	"time"
+)
+
+// TestControllerRestoredClimb replays two lagbridge bench runs of
+// kafka/autocommit-1s/sync/1s at 5x (kfake, main at e5339ee with each
+// lag.State the controller stepped on recorded; 2,000 msg/s offered,
+// capacity 2,000 -> 400 -> 2,000 msg/s, franz-go auto-committing every
+// second, read every second). After the restore (30 s) the consumer was
+// caught up at every commit (lag 38-176, head at most 0.1 s) and the
+// probe climbed x1.5 a reading from where the law re-opened: 453, 550,
+// 825, 1,238, 1,857, 2,785 msg/s and 810, 1,215, 1,823, 2,734 msg/s, so
+// the producers were refused for 2-3 s of the judged window (from 32 s)
+// while the consumer idled. Once it kept up over two moves with a produce
+// rate a step above the capacity it showed saturated (742 and 446 msg/s),
+// the probe steps x3 (restoredProbe): 2,000 msg/s is allowed one reading
+// earlier. In the slow phase, probes that the consumer kept up with
+// (630, 819, 1,007 msg/s, lumpy commits) never read as a restore.
+func TestControllerRestoredClimb(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		at   int // the first reading at which 2,000 msg/s is allowed
+	}{
+		{"ac1s1s-5x-climb.jsonl", 33},
+		{"ac1s1s-5x-climb2.jsonl", 32},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			ds := replayStates(t, tc.file, time.Second)
+			for i, d := range ds[:30] {
+				if d.Rule == RuleProbeRestored {
+					t.Errorf("reading %d, before the restore: %s at %.0f/s (%s)", i, d.Rule, d.Rate, d.Reason)
+				}
+			}
+			first := -1
+			for i := 30; i < len(ds) && first < 0; i++ {
+				if ds[i].Rate >= 2000 {
+					first = i
+				}
+			}
+			if first != tc.at {
+				t.Errorf("2,000 msg/s first allowed after the restore at reading %d, want %d", first, tc.at)
+			}
+			if d := ds[tc.at]; d.Rule != RuleProbeRestored {
+				t.Errorf("reading %d: %s at %.0f/s (%s), want %s", tc.at, d.Rule, d.Rate, d.Reason, RuleProbeRestored)
+			}
+		})
+	}
+}
