@@ -371,6 +371,10 @@ type Controller struct {
 	// standIn: the decisions are served by a replica standing in for a
 	// silent leader (see StandIn).
 	standIn bool
+	// sightAsIs: a partition without a commit is read as lag/ gives it
+	// (no committedSight). Only tests set it, to replay recordings whose
+	// case arose from that reading.
+	sightAsIs bool
 }
 
 type control struct {
@@ -639,6 +643,9 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 		r.At = now
 		return r
 	}
+	if !c.sightAsIs {
+		committedSight(&st)
+	}
 	var v reading
 	c.measure(tc, &st, &p, &v)
 	rule, reason := c.regime(tc, &st, &v)
@@ -652,6 +659,49 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	tc.headLate = v.headAge > p.MaxAge.Seconds()
 	tc.paused = v.stepDown && v.engaged && st.Status != lag.StatusStopped
 	return d
+}
+
+// committedSight reads st from its commits when the only partitions that
+// make it lag.SourceFirstSight are ones its group has not committed yet
+// while it commits the others: a group whose every other partition with a
+// position is read from its commits (lag.SourceCommits), at least one of
+// them with a commit. Such a partition had nothing to consume when the
+// group was first seen (its end was its first-sight position: a sticky
+// partitioner had sent nothing there yet) and its first records came
+// since; the consumer has had nothing to commit there before them, so its
+// position is what the group commits, at the group's cadence. Read as a
+// group without a commit (lag/ takes a target's source from its least
+// exact partition with lag), every commit-aware reading (the commit
+// slack, the standing wait, a first reading of uncommitted work) was off
+// for the whole target, and a healthy consumer was limited at its
+// learned cadence's standing wait: "saturated: capacity 801/s, wait
+// 943ms" at the third fresh reading of a franz-go 1 s auto-commit read
+// every second (800 msg/s offered, 2,000 of capacity), held at 620/s
+// until the drop, the source flipping between first-seen and commits as
+// the sticky partitioner reached partitions empty at first sight
+// (lagbridge bench kafka/autocommit-1s/sync/1s on Kafka 4.3.1;
+// TestControllerUncommittedPartitionOfCommittingGroup). A partition its
+// consumer does not consume still shows: its head ages past the
+// interval, as on a committed partition. The state's Uncertainty, the
+// time since first sight on such a partition, is that of the committed
+// partitions (none for commits).
+func committedSight(st *lag.State) {
+	if st.Source != lag.SourceFirstSight {
+		return
+	}
+	committed := false
+	for i := range st.Partitions {
+		switch ps := &st.Partitions[i]; ps.Source {
+		case lag.SourceFirstSight, "":
+		case lag.SourceCommits:
+			committed = committed || ps.Committed >= 0
+		default:
+			return
+		}
+	}
+	if committed {
+		st.Source, st.Uncertainty = lag.SourceCommits, 0
+	}
 }
 
 // unfresh decides on a state without fresh rates: the last fresh decision,

@@ -85,12 +85,28 @@ func replayStates(t *testing.T, name string, interval time.Duration) []Decision 
 // recording.
 func replayStatesFrom(t *testing.T, name string, interval time.Duration, skip int) []Decision {
 	t.Helper()
+	return replayWith(t, name, skip, newCtl(t, ControllerConfig{Interval: interval}))
+}
+
+// replayAsSeen is replayStatesFrom with a controller that reads a
+// partition without a commit as lag/ gives it (Controller.sightAsIs), as
+// every controller did before committedSight: for recordings whose case
+// arose from that reading of a new group's first readings.
+func replayAsSeen(t *testing.T, name string, interval time.Duration, skip int) []Decision {
+	t.Helper()
+	ctl := newCtl(t, ControllerConfig{Interval: interval})
+	ctl.sightAsIs = true
+	return replayWith(t, name, skip, ctl)
+}
+
+// replayWith replays the recording name through ctl (see replayStatesFrom).
+func replayWith(t *testing.T, name string, skip int, ctl *Controller) []Decision {
+	t.Helper()
 	f, err := os.Open(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	ctl := newCtl(t, ControllerConfig{Interval: interval})
 	p := Policy{Name: "bench", MaxAge: 2 * time.Second}
 	var out []Decision
 	sc := bufio.NewScanner(f)
@@ -131,10 +147,18 @@ func replayStatesFrom(t *testing.T, name string, interval time.Duration, skip in
 // probed up, and released once the producers leave it unused. (Since
 // idleAtSight that first reading is no queue either, when the reading
 // before it, with no lag, is replayed: TestControllerIdleAtSightNotAQueue.
-// Here it is left out, so the first fresh reading limits the topic as it
-// did.)
+// Here it is left out, and the recording is replayed with partitions
+// without a commit read as lag/ gives them, as before committedSight, so
+// the first fresh reading limits the topic as it did: some of its
+// partitions had no commit yet, and since committedSight the recording is
+// not limited at all.)
 func TestControllerCaughtAtCommitsReleases(t *testing.T) {
-	ds := replayStatesFrom(t, "hot250-startlock.jsonl", 250*time.Millisecond, 1)
+	for i, d := range replayStatesFrom(t, "hot250-startlock.jsonl", 250*time.Millisecond, 1) {
+		if !d.IsUnlimited() {
+			t.Errorf("decision %d (%s): %s at %.0f/s (%s), want unlimited: a partition its group has not committed yet is read at the group's commits", i, d.At.Format("15:04:05.000"), d.Rule, d.Rate, d.Reason)
+		}
+	}
+	ds := replayAsSeen(t, "hot250-startlock.jsonl", 250*time.Millisecond, 1)
 	if len(ds) != 13 {
 		t.Fatalf("%d decisions, want 13", len(ds))
 	}
