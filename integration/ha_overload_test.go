@@ -466,7 +466,7 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 	limit.SetLimit(overloadSlow)
 
 	var second, third *haProcess
-	var killed, resumed time.Duration
+	var killed, stopped, resumed time.Duration
 	var tookOver time.Time
 	if failover {
 		at(overloadKill)
@@ -510,7 +510,7 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 			t.Errorf("new leader after %v, want within session %v + interval %v (+1s of polling and scheduling)", took, haSession, haInterval)
 		}
 		at(overloadStop)
-		stopped := since()
+		stopped = since()
 		if err := second.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
@@ -565,7 +565,7 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 		}
 		return run
 	}
-	checkResumedWroteNothing(t, second, third, run.start.Add(resumed), quotaLog)
+	checkResumedWroteNothing(t, second, third, run.start.Add(stopped), run.start.Add(resumed), quotaLog)
 	if b.kafka != "" && !noClientQuotas {
 		checkClientQuotaWriters(t, ps, first, run.start.Add(killed), tookOver, quotaLog)
 	}
@@ -857,12 +857,15 @@ type logLine struct {
 	Msg      string    `json:"msg"`
 	ClientID string    `json:"client_id"`
 	Rate     float64   `json:"producer_byte_rate"`
-	Sent     time.Time `json:"sent"`
+	Issued   time.Time `json:"issued"`
+	// Logged is the line's own time (Time is set to Issued by quotaWrites).
+	Logged time.Time `json:"-"`
 }
 
 // quotaWrites returns the client quotas p's log says it set, each at the
-// time its write was sent (the line is logged when the answer is read: a
-// write sent just before a SIGSTOP is logged after the SIGCONT).
+// time its write was issued (Time; the line is logged when the answer is
+// read, Logged: a write issued just before a SIGSTOP is logged after the
+// SIGCONT).
 func quotaWrites(tb testing.TB, p *haProcess) []logLine {
 	tb.Helper()
 	f, err := os.Open(p.logs)
@@ -876,21 +879,23 @@ func quotaWrites(tb testing.TB, p *haProcess) []logLine {
 	for sc.Scan() {
 		var l logLine
 		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "kafka client quota set" {
-			if l.Sent.IsZero() {
-				tb.Fatalf("%s: a client quota write without the time it was sent: %s", p.id, sc.Text())
+			if l.Issued.IsZero() {
+				tb.Fatalf("%s: a client quota write without the time it was issued: %s", p.id, sc.Text())
 			}
-			l.Time = l.Sent
+			l.Logged, l.Time = l.Time, l.Issued
 			out = append(out, l)
 		}
 	}
 	return out
 }
 
-// checkResumedWroteNothing: the replica resumed at resumed logs no client
-// quota write from then on; on Kafka, every client quota the broker
-// showed after it resumed is one the replica leading then wrote, and no
-// two replicas wrote client quotas within one interval of each other.
-func checkResumedWroteNothing(t *testing.T, resumedP, leader *haProcess, resumed time.Time, seen []quotaChange) {
+// checkResumedWroteNothing: the replica paused at paused and resumed at
+// resumed issues no client quota write from then on; on Kafka, every
+// client quota the broker showed after it resumed is one the replica
+// leading then wrote (or a write in flight across the pause, which the
+// leader's value follows), and no two replicas wrote client quotas within
+// one interval of each other.
+func checkResumedWroteNothing(t *testing.T, resumedP, leader *haProcess, paused, resumed time.Time, seen []quotaChange) {
 	t.Helper()
 	mine := quotaWrites(t, resumedP)
 	for _, l := range mine {
@@ -904,18 +909,20 @@ func checkResumedWroteNothing(t *testing.T, resumedP, leader *haProcess, resumed
 			continue
 		}
 		same := func(l logLine) bool { return l.ClientID == c.clientID && l.Rate == c.value }
-		if slices.ContainsFunc(theirs, same) {
+		if slices.ContainsFunc(theirs, func(l logLine) bool { return same(l) && l.Time.Before(c.at) }) {
 			continue
 		}
 		// Kafka does not fence AlterClientQuotas: a write the paused
-		// replica sent just before SIGSTOP (franz-go had it queued, not
-		// yet on the socket) can land after SIGCONT. It is no write made
-		// after resuming (checked above) as long as the leader's value
+		// replica issued under its lease just before SIGSTOP (franz-go
+		// had it queued, not yet on the socket) can land after SIGCONT.
+		// It is no write made after resuming as long as it was issued
+		// before the pause and answered after it, and the leader's value
 		// stands again within two intervals and a second (its next
 		// cycle reads the broker and sets what it wants), or the leader's
 		// own value is within the 2% a write leaves alone.
-		if slices.ContainsFunc(mine, same) && restored(c, seen[i+1:], theirs, 2*haInterval+time.Second) {
-			t.Logf("the broker showed %s = %v at %s, a write %s sent before its pause, and then the leader's value again", c.clientID, c.value, c.at.Format(time.StampMilli), resumedP.id)
+		inFlight := func(l logLine) bool { return same(l) && l.Time.Before(paused) && !l.Logged.Before(resumed) }
+		if slices.ContainsFunc(mine, inFlight) && restored(c, seen[i+1:], theirs, paused, 2*haInterval+time.Second) {
+			t.Logf("the broker showed %s = %v at %s, a write %s issued before its pause, and then the leader's value again", c.clientID, c.value, c.at.Format(time.StampMilli), resumedP.id)
 			continue
 		}
 		t.Errorf("the broker showed %s = %v at %s, which leader %s never set", c.clientID, c.value, c.at.Format(time.StampMilli), leader.id)
@@ -940,15 +947,21 @@ func checkResumedWroteNothing(t *testing.T, resumedP, leader *haProcess, resumed
 	t.Logf("client quota writes: %s %d (none after resuming), %s %d; the broker showed %d changes", resumedP.id, len(mine), leader.id, len(theirs), len(seen))
 }
 
-// restored: after c (a value the leader did not write), the broker showed
-// one the leader wrote for that client-id within within, or the leader's
-// last write for it before c was within 2% of c's value.
-func restored(c quotaChange, later []quotaChange, leaderWrites []logLine, within time.Duration) bool {
+// restored: after c (a value the leader did not write), the broker's next
+// value for that client-id, within within, is one the leader issued after
+// paused, or the leader's last write for it before c was within 2% of c's
+// value (a write the leader then leaves alone).
+func restored(c quotaChange, later []quotaChange, leaderWrites []logLine, paused time.Time, within time.Duration) bool {
 	for _, n := range later {
 		if n.clientID != c.clientID {
 			continue
 		}
-		return n.at.Sub(c.at) <= within && slices.ContainsFunc(leaderWrites, func(l logLine) bool { return l.ClientID == n.clientID && l.Rate == n.value })
+		if n.at.Sub(c.at) <= within && slices.ContainsFunc(leaderWrites, func(l logLine) bool {
+			return l.ClientID == n.clientID && l.Rate == n.value && l.Time.After(paused)
+		}) {
+			return true
+		}
+		break
 	}
 	var last *logLine
 	for i := range leaderWrites {

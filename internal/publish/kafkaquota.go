@@ -153,10 +153,11 @@ func (c *ClientQuotas) Apply(ctx context.Context, want map[string]float64) (Resu
 	if len(entries) == 0 {
 		return res, nil
 	}
-	// The log lines below are written when the answer is read; sent is
-	// when the write left, which is what orders it against a lease lost
-	// or a process paused in between.
-	sent := time.Now()
+	// The log lines below are written when the answer is read; issued is
+	// when the write was handed to the client (under the lease's fence,
+	// see internal/app's gated), which is what orders it against a lease
+	// lost or a process paused in between.
+	issued := time.Now()
 	altered, err := c.adm.AlterClientQuotas(ctx, entries)
 	if err != nil {
 		return Result{Conflicts: res.Conflicts}, fmt.Errorf("alter client quotas: %w", err)
@@ -168,10 +169,10 @@ func (c *ClientQuotas) Apply(ctx context.Context, want map[string]float64) (Resu
 		}
 	}
 	for _, id := range res.Set {
-		c.log.Info("kafka client quota set", "client_id", id, QuotaKey, Marked(want[id]), "wanted", math.Floor(want[id]), "sent", sent)
+		c.log.Info("kafka client quota set", "client_id", id, QuotaKey, Marked(want[id]), "wanted", math.Floor(want[id]), "issued", issued)
 	}
 	for _, id := range res.Removed {
-		c.log.Info("kafka client quota cleared", "client_id", id, "sent", sent)
+		c.log.Info("kafka client quota cleared", "client_id", id, "issued", issued)
 	}
 	return res, errors.Join(errs...)
 }
