@@ -30,6 +30,11 @@ type autoCommitFigures struct {
 	// idleRefused: seconds (ticks) of the after phase in which producers
 	// were refused while the consumer had capacity to spare.
 	idleRefused float64
+	// slowRestored lists the probe-restored decisions made in the slow
+	// phase, from the drop plus one commit and one observation interval
+	// to the restore: the capacity had not come back (see
+	// Controller.restoredProbe).
+	slowRestored []string
 }
 
 func (f autoCommitFigures) deadShare() float64 { return f.dead / max(f.good+f.dead, 1) }
@@ -59,6 +64,11 @@ func runAutoCommit(tb testing.TB, tc autoCommitCase, commit time.Duration, offer
 	})
 	after := benchRestore + commit.Seconds() + tc.interval.Seconds()
 	var f autoCommitFigures
+	for _, st := range res.steps {
+		if st.dec.Rule == RuleProbeRestored && st.t > benchDrop+commit.Seconds()+tc.interval.Seconds() && st.t <= benchRestore {
+			f.slowRestored = append(f.slowRestored, fmt.Sprintf("t=%.2fs %.0f/s (%s)", st.t, st.dec.Rate, st.dec.Reason))
+		}
+	}
 	var offB, admB, offA, admA float64
 	for i, t := range res.tickT {
 		f.good += res.tickGood[i]

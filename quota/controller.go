@@ -51,7 +51,9 @@ type ControllerConfig struct {
 	// spare (docs/quota-control.md): rate x (1 + Probe). It is capped
 	// per target so that one interval of probing cannot overshoot by
 	// more than half the slack between the setpoint and the budget.
-	// Default 0.5; > 0.
+	// A probe right after a probe that shows a capacity that came back
+	// (the rule probe-restored) steps rate x (1 + 4p) instead, p the
+	// capped probe: x3 at the default. Default 0.5; > 0.
 	Probe float64
 	// Smoothing is the time constant of the controller's own smoothing
 	// of the consume rate (an exponentially weighted average of the
@@ -404,8 +406,11 @@ type control struct {
 	keptRate float64
 	// satCap is the highest capacity estimate of the readings the law
 	// decided as saturated (RuleSaturated) since the target was last
-	// unlimited, msg/s; 0 while unlimited (see restoredProbe).
-	satCap float64
+	// judged unlimited or adopted unlimited, msg/s (see restoredProbe).
+	// restored: a probe-restored step was taken since then (restoredProbe
+	// takes one an episode when keptRate is not known).
+	satCap   float64
+	restored bool
 	// learnedSeen counts the measured readings with a learned cadence,
 	// measuredSeen all measured readings.
 	learnedSeen, measuredSeen int
@@ -1357,7 +1362,7 @@ func (c *Controller) judge(tc *control, v *reading) {
 		v.keepsUp, v.queued, v.engaged = true, 0, false
 	}
 	if !tc.limited {
-		tc.satCap = 0
+		tc.satCap, tc.restored = 0, false
 		v.engaged = v.engaged && v.queued-unlearnedWait(tc, v) > v.engageWait
 		if fromCommitsCadence(v) && v.measured && v.headKnown && kept && !v.engaged && !v.held {
 			tc.headKept = max(v.headAge, tc.headKept*math.Exp(-v.dt/floorMemory))
@@ -2317,7 +2322,8 @@ func (c *Controller) caughtUp(tc *control, st *lag.State, v *reading, inForce fl
 		return RuleRelease, fmt.Sprintf("caught up and the rate unused for %d observations: unlimited", c.cfg.ReleaseAfter)
 	}
 	v.raised = tc.rate > inForce
-	if tc.rate > probed && !v.relearn {
+	if tc.rate > probed {
+		tc.restored = true
 		return RuleProbeRestored, fmt.Sprintf("caught up, and kept up over two moves with %.0f/s, a step above the %.0f/s it showed saturated: a capacity that came back, probing from %.0f/s to %.0f/s",
 			(v.produced+v.prevProduced)/2, tc.satCap, base, tc.rate)
 	}
@@ -2332,9 +2338,11 @@ func (c *Controller) caughtUp(tc *control, st *lag.State, v *reading, inForce fl
 	return RuleProbe, fmt.Sprintf("caught up: probing from %.0f/s", tc.rate)
 }
 
-// restoreStep is the relative step of a restoredProbe: x3, against the
-// probe's x1.5.
-const restoreStep = 2.0
+// restoreSteps is the step of a restoredProbe in probe steps: 1+4p, x3
+// at the default probe (p = 0.5) against the probe's x1.5, and smaller
+// with a smaller ControllerConfig.Probe or a budget that caps the probe
+// (probeStep).
+const restoreSteps = 4.0
 
 // restoredProbe returns the rate a probe from base may step to when v
 // shows a capacity that came back (0: none; the probe's own step applies).
@@ -2348,33 +2356,50 @@ const restoreStep = 2.0
 // -> 2,785 in another, the consumer caught up at every commit all along:
 // the producers were refused for 2-4 s of the judged window (from the
 // restore plus a commit and an observation) while it idled
-// (TestControllerRestoredClimb). The step is x3 instead when the last
-// decision was a probe, the producers use the rate in force, and the
-// consumer kept up with it over this move and the one before
-// (keepUpRatio, also of what was produced the interval before: its
-// commits may run one observation behind) at a produce rate over the two
-// a step (StepThreshold) above the highest capacity the law found it
-// saturated at in this limited episode (tc.satCap): a consumer still at
-// that capacity cannot keep up with that much for two moves, however its
-// commits are dated; lumpy commits that read a consumer of 400 msg/s at
-// 450-592 msg/s for one move do not, nor do the slow phase's probes that
-// it kept up with (630-1,007 msg/s, the highest saturated capacity 742
-// msg/s). The highest, not the last: a lumpy commit read "saturated:
-// capacity 222/s" for a consumer of 400 in the simulator, and a step from
-// the last one overshot it x3 into a drain. With a rate the consumer kept
-// up with while unlimited (tc.keptRate) the step stops one probe step
-// above it. What it costs when wrong: a capacity that came back only part
+// (TestControllerRestoredClimb).
+//
+// The step is larger when the last decision was a probe (or a
+// probe-restored), this one is a probe and not a relearn trial, the
+// producers use the rate in force (v.binding), and the consumer kept up
+// over this move and the one before (keepUpRatio, also of what was
+// produced the interval before: its commits may run one observation
+// behind) at a produce rate over the two a step (StepThreshold) above the
+// highest capacity estimate of the readings the law decided as saturated
+// in this limited episode (tc.satCap), consumed no more than a step above
+// what was produced in this move, and its head at the commit is at most
+// the engage wait old. keptTwo is known only for positions read from
+// commits with a learned cadence (twoMoves): the rule is inert for
+// positions the consumer reports and before the cadence is learned. The
+// last two conditions are what a consumer whose capacity has not come
+// back still shows when its saturated estimates were low: lumpy commits of
+// the previous poll read "saturated: capacity 228-326/s" for a consumer of
+// 400 in the simulator's slow phase, which then kept up with 336-426
+// msg/s over two moves, 1.31-1.47 times that, while it consumed 1.5 times
+// what was produced (the backlog the move before left) or its head at the
+// commit was 0.92 s old (TestSimOneSecondGrid's 2x previous-poll row,
+// seeds 1, 4 and 8); after the restore a consumer caught up consumed
+// 0.6-1.05 times what was produced, its head 0.0-0.7 s (0.05-0.09 s in the
+// kfake recordings). The step is then 1+4p probe steps (restoreSteps: x3
+// at the default probe of 0.5, less with a smaller ControllerConfig.Probe
+// or a budget that caps the probe), at most one probe step above the rate
+// the consumer kept up with while unlimited (tc.keptRate) when that is
+// known; when it is not (a start or a takeover mid-overload learns none),
+// once in a limited episode: repeated, x3 a reading compounds past any
+// capacity. What it costs when wrong: a capacity that came back only part
 // way is overshot by up to x3 for an interval and a commit, and the law
 // drains it (the simulator, 2,000 -> 400 -> 600 msg/s at 5x over the
-// grid's 40 runs: dead work 7.63 -> 7.78%).
+// grid's 40 runs: dead work 7.63 -> 7.78%, session 16, before the last
+// two conditions).
 func (c *Controller) restoredProbe(tc *control, v *reading, base float64) float64 {
-	if tc.satCap <= 0 || base <= 0 || !v.binding || !v.keepsUp || !v.keptTwo ||
+	if tc.satCap <= 0 || base <= 0 || !v.binding || !v.keepsUp || !v.keptTwo || v.relearn || v.trial ||
 		(tc.last.Rule != RuleProbe && tc.last.Rule != RuleProbeRestored) ||
 		v.consumed < keepUpRatio*v.prevProduced ||
-		v.produced+v.prevProduced < 2*(1+c.cfg.StepThreshold)*tc.satCap {
+		v.produced+v.prevProduced < 2*(1+c.cfg.StepThreshold)*tc.satCap ||
+		tc.keptRate <= 0 && tc.restored ||
+		v.consumed > (1+c.cfg.StepThreshold)*v.produced || v.headAge > v.engageWait {
 		return 0
 	}
-	r := base * (1 + restoreStep)
+	r := base * (1 + restoreSteps*v.probe)
 	if tc.keptRate > 0 {
 		r = min(r, max(base, tc.keptRate)*(1+v.probe))
 	}
@@ -3099,6 +3124,11 @@ func (c *Controller) Adopt(d Decision) {
 	}
 	tc.release = -c.cfg.ReleaseAfter
 	tc.limited = !d.IsUnlimited() && !math.IsNaN(d.Rate) && d.Rate >= 0
+	if !tc.limited {
+		// A release the leader decided between two of this follower's
+		// readings ends the episode restoredProbe reads (satCap).
+		tc.satCap, tc.restored = 0, false
+	}
 	if tc.limited {
 		// The rate of the partitions not avoided (see withShares).
 		tc.rate = d.Rate * (1 - min(sumShares(d.PartitionShares), 0.5))

@@ -65,11 +65,15 @@ const (
 	// wait its commit timer's phase moved to from a queue (see
 	// relearnStanding).
 	RuleRelearn
-	// RuleProbeRestored: limited, caught up, and the consumer kept up
-	// over two moves with a produce rate a step above the capacity it
-	// showed when last saturated, after a probe: a capacity that came
-	// back, probed x3, up to the rate it kept up with while unlimited
-	// (see Controller.restoredProbe).
+	// RuleProbeRestored: limited, caught up right after a probe, the
+	// producers using the rate, and the consumer (its positions read
+	// from commits with a learned cadence) kept up over two moves with a
+	// produce rate a step above the highest capacity the law found it
+	// saturated at in this limited episode, consuming no backlog, its
+	// head at the commit within the engage wait: a capacity that came
+	// back, probed 1+4p probe steps (x3 at the default), at most one
+	// probe step above the rate it kept up with while unlimited when
+	// that is known, else once an episode (see Controller.restoredProbe).
 	RuleProbeRestored
 )
 
