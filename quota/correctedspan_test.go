@@ -21,11 +21,7 @@ import (
 // at the rate its commits show.
 func TestControllerCorrectedCommitMeasures(t *testing.T) {
 	ds := replayStates(t, "ac1s1s-corrected.jsonl", time.Second)
-	for i, d := range ds[:11] {
-		if !d.IsUnlimited() {
-			t.Errorf("reading %d (lag %d, head %s): %s at %.0f/s (%s), want unlimited before the drop", i, d.Lag, d.HeadAge, d.Rule, d.Rate, d.Reason)
-		}
-	}
+	wantUnlimitedBefore(t, ds, 11)
 	for i := 11; i <= 12; i++ {
 		d := ds[i]
 		if d.IsUnlimited() || d.Rate > 400 || d.Capacity > 600 {

@@ -21,11 +21,7 @@ func TestControllerStartupUnmeasuredNotAQueue(t *testing.T) {
 	ds := replayStates(t, "ac1s1s-kafka-startup.jsonl", time.Second)
 	// Readings 0-9 are before the drop reaches the commits (the drop is
 	// at the bench's 10 s, the daemon's first reading about 1 s in).
-	for i, d := range ds[:10] {
-		if !d.IsUnlimited() {
-			t.Errorf("reading %d (lag %d, head %s): %s at %.0f/s (%s), want unlimited before the drop", i, d.Lag, d.HeadAge, d.Rule, d.Rate, d.Reason)
-		}
-	}
+	wantUnlimitedBefore(t, ds, 10)
 	// The drop still limits it.
 	limited := false
 	for _, d := range ds[10:16] {
@@ -33,5 +29,16 @@ func TestControllerStartupUnmeasuredNotAQueue(t *testing.T) {
 	}
 	if !limited {
 		t.Errorf("not limited within 6 readings of the drop")
+	}
+}
+
+// wantUnlimitedBefore checks that the first n decisions of a replay left
+// the target unlimited (readings before the drop reached the commits).
+func wantUnlimitedBefore(t *testing.T, ds []Decision, n int) {
+	t.Helper()
+	for i, d := range ds[:n] {
+		if !d.IsUnlimited() {
+			t.Errorf("reading %d (lag %d, head %s): %s at %.0f/s (%s), want unlimited before the drop", i, d.Lag, d.HeadAge, d.Rule, d.Rate, d.Reason)
+		}
 	}
 }
