@@ -309,8 +309,11 @@ func (t *avoidTopic) redirect(r *kgo.Record, i, n int) int {
 }
 
 // maxRun is how long a run of keyless records may stay on one partition,
-// by the records' timestamps (see bounded).
-const maxRun = 100 * time.Millisecond
+// by the records' timestamps (see bounded): 2.5 times franz-go's default
+// linger (kgo.ProducerLinger, 10ms), so that a run still fills its
+// batches, and short enough that a partition's records come about evenly
+// (a run every 150 ms of six partitions).
+const maxRun = 25 * time.Millisecond
 
 // bounded ends base's sticky runs of keyless records after maxRun: i is
 // base's choice among n; while base stays on it, the records go to the
@@ -327,7 +330,14 @@ const maxRun = 100 * time.Millisecond
 // partition as the one before last one time in n-1, and a partition that
 // had just slowed down got two runs within 0.3 s (lagbridge bench
 // --hot-partition on kfake: 57 records, 2.9 s of its consumer's work,
-// before the daemon could list it). Batching is
+// before the daemon could list it). In runs of 100 ms through the cycle,
+// a partition took 30 records at once, and the next 30 0.6 s later: one
+// whose consumer had slowed to 20 msg/s was listed 0.85 s after its
+// slowdown, by when the second run's last records waited more than 2 s
+// (lagbridge bench --hot-partition --hot-interval 250ms on kfake); in
+// runs of 25 ms it gets its 50 msg/s about evenly, and its backlog
+// reaches 2 s of its work 1.3 s after its slowdown, not 0.6 s
+// (TestKafkaKeylessRunsSmooth). Batching is
 // unchanged while runs outlast the linger (kgo.ProducerLinger, 10ms by
 // default) or fill 64 KiB first, which they do at any rate where batches
 // fill. Records without a timestamp start a new run with base's choice

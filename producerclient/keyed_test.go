@@ -246,6 +246,52 @@ func TestKafkaKeylessRunsCycle(t *testing.T) {
 	}
 }
 
+// TestKafkaKeylessRunsSmooth: through the SDK, a partition gets its
+// keyless records in runs short enough that no 0.7 s of them holds much
+// more than its even share: 300 msg/s over six partitions (50 msg/s each,
+// 35 in 0.7 s), at most 1.5 times that. 0.7 s is about what a partition
+// whose consumer just slowed takes to be listed at a 250 ms interval
+// (two readings, and the lease's push). In runs of 100 ms, one 0.7 s
+// held two whole runs, 60 records, on one partition: on one drained at
+// 20 msg/s the second run's last 8 records wait more than 2 s (lagbridge
+// bench --hot-partition --hot-interval 250ms --hot-slow-after 10s on
+// kfake: 11 of partition 0's records dead, all created 0.66-0.70 s after
+// its slowdown, its listing at 0.85 s).
+func TestKafkaKeylessRunsSmooth(t *testing.T) {
+	const (
+		n      = 6
+		rate   = 300.0
+		window = 700 * time.Millisecond
+	)
+	c := newKfake(t, n, "orders")
+	ctx := ctxFor(t, 30*time.Second)
+	p := newKafkaProducer(t, newKgo(t, c), Config{})
+	t0 := time.Now()
+	var at [n][]time.Time
+	for i := range 900 {
+		r := &kgo.Record{Topic: "orders", Value: []byte("x"), Timestamp: t0.Add(time.Duration(float64(i) / rate * float64(time.Second)))}
+		if err := p.Produce(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		at[r.Partition] = append(at[r.Partition], r.Timestamp)
+	}
+	limit := 1.5 * rate / n * window.Seconds()
+	for part, ts := range at {
+		most := 0
+		for i := range ts {
+			j := i
+			for j < len(ts) && ts[j].Sub(ts[i]) < window {
+				j++
+			}
+			most = max(most, j-i)
+		}
+		t.Logf("partition %d: %d records, at most %d in %s", part, len(ts), most, window)
+		if float64(most) > limit {
+			t.Errorf("partition %d got %d records within %s, want at most %.0f (1.5 times its even share)", part, most, window, limit)
+		}
+	}
+}
+
 // TestQuotaAvoidPartitionsIsACopy: the list Quota returns is the
 // caller's: changing it does not change which partitions the producer
 // avoids (it is read concurrently by every record's placement).
