@@ -916,7 +916,12 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	v.headAge, v.headKnown = max(st.HeadAge.Seconds()-v.since, 0), st.HeadAgeKnown
 	sight := idleSince(tc, st)
 	v.avoid, v.fewBad = c.lateParts(tc, st, p, v)
-	v.shares = keylessShares(tc, v.avoid, v.produced, len(st.Partitions))
+	// A share is of what the producers send next: over the larger of the
+	// interval's produce rate and the smoothed one, so that an interval
+	// they sent little in (a stall of the machine, a reading that came
+	// early) does not hand a listed partition its whole share
+	// (TestControllerKeylessShareRate).
+	v.shares = keylessShares(tc, v.avoid, max(v.produced, produceRate(*st)), len(st.Partitions))
 	leaveOutLate(tc, v)
 	if len(v.avoid) > 0 {
 		v.headAge = max(othersHead(st, v.avoid)-v.since, 0)

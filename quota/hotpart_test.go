@@ -935,3 +935,38 @@ func TestControllerIdleBeforeNotDrained(t *testing.T) {
 		}
 	}
 }
+
+// TestControllerKeylessShareRate replays lagbridge bench --hot-partition
+// --hot-interval 250ms --hot-slow-after 10s, keyless, on real Kafka 4.3.1
+// at load average 30-34 (the readings 0.1-0.9 s apart), from its start to
+// 5.5 s past partition 0's slowdown to 20 msg/s at 14:16:54.5. A listed
+// partition's keyless share is its rate over the topic's produce rate;
+// over the produce rate of one short or stalled interval (260-310 msg/s
+// smoothed, much less in the interval), partition 0 was given its whole
+// share, 1/6 (50 msg/s of the 300 offered, for a consumer of 20), in 2 of
+// the 12 decisions that listed it from its slowdown on. Over the larger
+// of the interval's and the smoothed produce rate, it never is. (Before
+// the slowdown, at the machine's stalls, it was listed with the topic
+// limited to 92-169 msg/s: a whole share there is 15-28 msg/s, and
+// stays.)
+func TestControllerKeylessShareRate(t *testing.T) {
+	ds := replayStates(t, "hot250-kafka-loaded.jsonl", 250*time.Millisecond)
+	if len(ds) != 37 {
+		t.Fatalf("%d decisions, want 37", len(ds))
+	}
+	slowed := time.Date(2026, 12, 2, 14, 16, 54, 516e6, time.UTC)
+	listed := 0
+	for i, d := range ds {
+		if d.At.Before(slowed) || !slices.Contains(d.AvoidPartitions, 0) {
+			continue
+		}
+		listed++
+		if s := shareOf(d.PartitionShares, 0); s >= 0.99/6 {
+			t.Errorf("decision %d (%s): partition 0 given its whole share, %.3f (%.0f msg/s at the smoothed %.0f msg/s): want less", i, d.At.Format("15:04:05.000"), s, s*d.ProduceRate, d.ProduceRate)
+		}
+	}
+	t.Logf("partition 0 listed in %d decisions from its slowdown", listed)
+	if listed < 8 {
+		t.Fatalf("partition 0 listed in %d decisions from its slowdown: the case tests nothing", listed)
+	}
+}
