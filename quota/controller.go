@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lagbridge/lagbridge/lag"
@@ -799,11 +800,15 @@ type reading struct {
 	// or, limited, it keeps up and is caught up at every commit (see
 	// caughtAtCommits): it has capacity to spare, whatever standing lag
 	// it shows.
-	spare    bool
-	engaged  bool    // W > E and no spare capacity: the consumer is saturated
-	stepDown bool    // capacity fell during the interval: pause
-	law      float64 // the saturated law's rate (0 while draining dead work)
-	probe    float64 // the multiplicative step of a probe
+	spare   bool
+	engaged bool // W > E and no spare capacity: the consumer is saturated
+	// standing and allowance are the standing wait (tc.floor) and the
+	// startup allowance (unlearnedWait) the engage test took off the
+	// wait, seconds, as they were then (unlimitedReason).
+	standing, allowance float64
+	stepDown            bool    // capacity fell during the interval: pause
+	law                 float64 // the saturated law's rate (0 while draining dead work)
+	probe               float64 // the multiplicative step of a probe
 	// wasSaturated: the last measured observation found the consumer
 	// saturated.
 	wasSaturated bool
@@ -1346,6 +1351,7 @@ func (c *Controller) judge(tc *control, v *reading) {
 	// one interval is believed: the head age lags the wait by the time
 	// the queue took to form.)
 	queued, raw := v.wait, v.rawWait
+	v.standing = tc.floor
 	if v.commits && v.headKnown && (v.keepsUp || v.keptTwo || v.span > 1.5*v.dt) {
 		queued, raw = min(queued, v.headAge-tc.floor), min(raw, v.headAge)
 	}
@@ -1371,7 +1377,8 @@ func (c *Controller) judge(tc *control, v *reading) {
 	}
 	if !tc.limited {
 		tc.satCap, tc.restored = 0, false
-		v.engaged = v.engaged && v.queued-unlearnedWait(tc, v) > v.engageWait
+		v.allowance = unlearnedWait(tc, v)
+		v.engaged = v.engaged && v.queued-v.allowance > v.engageWait
 		if fromCommitsCadence(v) && v.measured && v.headKnown && kept && !v.engaged && !v.held {
 			tc.headKept = max(v.headAge, tc.headKept*math.Exp(-v.dt/floorMemory))
 			tc.keptRate = max(v.produced, tc.keptRate*math.Exp(-v.dt/floorMemory))
@@ -2262,6 +2269,34 @@ func (c *Controller) saturatedLaw(tc *control, v *reading) {
 // intervals.
 func lawTau(v *reading) float64 { return max(v.budget-v.setWait, 2*v.dt) }
 
+// unlimitedReason says why an unlimited target stays so: the wait within
+// the engage wait, or, when the wait is over it, what the controller read
+// as no queue (the consumer keeping up with spare capacity, an estimate
+// since a commit it caught up at, or the part of the wait over the
+// standing wait and the startup allowance, which engage compares). Printed
+// alone, "wait 1.447s <= engage 400ms" read as a contradiction (session
+// 16, a 1 s auto-commit row on kfake).
+func unlimitedReason(v *reading) string {
+	switch {
+	case v.wait <= v.engageWait:
+		return fmt.Sprintf("wait %s <= engage %s: unlimited", secs(v.wait), secs(v.engageWait))
+	case v.spare:
+		return fmt.Sprintf("wait %s, but the consumer keeps up with capacity to spare: unlimited", secs(v.wait))
+	case v.blind:
+		return fmt.Sprintf("wait %s estimated since a commit it caught up at, no queue until a commit says so: unlimited", secs(v.wait))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "wait %s, queued %s", secs(v.wait), secs(v.queued))
+	if v.queued < v.wait {
+		fmt.Fprintf(&b, " (the head at the commit less the standing wait %s)", secs(v.standing))
+	}
+	if v.allowance > 0 {
+		fmt.Fprintf(&b, " less %s of startup allowance (the standing wait not learned yet)", secs(v.allowance))
+	}
+	fmt.Fprintf(&b, " <= engage %s: unlimited", secs(v.engageWait))
+	return b.String()
+}
+
 // probeStep is the relative step of a probe. Probing overshoots by at most
 // Probe x rate x dt messages per interval; keep that within half the slack
 // of the budget.
@@ -2280,7 +2315,7 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 	case v.held:
 		return heldStall(tc, v)
 	case !tc.limited && !v.engaged:
-		return RuleUnlimited, fmt.Sprintf("wait %s <= engage %s: unlimited", secs(v.wait), secs(v.engageWait))
+		return RuleUnlimited, unlimitedReason(v)
 	case v.engaged:
 		tc.limited = true
 		tc.rate, tc.release = v.law, 0
