@@ -1422,7 +1422,9 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	}
 	if st.Corrected && tc.sightAt.IsZero() {
 		// A commit corrected the estimate: this interval's consume
-		// rate counts nothing; measure from here. (A first commit
+		// rate counts nothing; measure from here, unless the commit
+		// found the consumer behind, when the commits measure it
+		// (correctedSpan). (A first commit
 		// behind the position a group without one was first seen at
 		// is no fresh start: the span runs on from first sight.)
 		tc.moveAt, tc.spanProduced = st.At, 0
@@ -2216,11 +2218,16 @@ func (c *Controller) commitSpan(tc *control, st *lag.State, v *reading) (float64
 // row, "saturated: capacity 1599/s, wait 475ms", and 1,600 messages were
 // admitted after the drop, twice the bound (lagbridge bench
 // kafka/autocommit-1s/sync/1s at 2x on kfake, dead work 5.4%;
-// TestControllerCorrectedCommitMeasures).
+// TestControllerCorrectedCommitMeasures). A corrected commit it does not
+// measure leaves the span where it was (commitSpan moves it on), so the
+// next measured reading spans it, as before correctedSpan: a commit that
+// found the consumer behind after a gap still lowers the capacity there.
+// (commitSpan finds nothing behind without a previous commit.)
 func (c *Controller) correctedSpan(tc *control, st *lag.State, v *reading) {
-	prevAt := tc.spanAt
+	prevAt, prevPos := tc.spanAt, tc.spanPos
 	rate, behind := c.commitSpan(tc, st, v)
-	if !behind || prevAt.IsZero() || tc.spanAt.Sub(prevAt).Seconds() > 2*max(v.cadence, v.dt) {
+	if !behind || tc.spanAt.Sub(prevAt).Seconds() > 2*max(v.cadence, v.dt) {
+		tc.spanAt, tc.spanPos = prevAt, prevPos
 		return
 	}
 	v.consumed, v.span, v.measured, v.spanMeasured = rate, v.dt, true, true
