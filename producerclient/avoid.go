@@ -26,7 +26,7 @@ import (
 // partitioner must place consistently, keep their partition: moving them
 // would break per-key ordering (the producer refuses a keyed record bound
 // for an avoided partition instead, see PartitionBusyError). A run of
-// keyless records on one partition lasts at most 100ms of their
+// keyless records on one partition lasts at most maxRun (25 ms) of their
 // timestamps (franz-go's default partitioner stays until 64 KiB went to
 // the partition; see bounded).
 //

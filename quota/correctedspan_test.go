@@ -21,7 +21,7 @@ import (
 // at the rate its commits show.
 func TestControllerCorrectedCommitMeasures(t *testing.T) {
 	ds := replayStates(t, "ac1s1s-corrected.jsonl", time.Second)
-	wantUnlimitedBefore(t, ds, 11)
+	wantUnlimitedBefore(t, ds, 11, "before the drop")
 	for i := 11; i <= 12; i++ {
 		d := ds[i]
 		if d.IsUnlimited() || d.Rate > 400 || d.Capacity > 600 {

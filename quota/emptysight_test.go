@@ -27,18 +27,8 @@ func TestControllerUncommittedPartitionOfCommittingGroup(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ds := replayStates(t, name, time.Second)
 			// Readings 0-10 are before the drop shows at a commit.
-			for i, d := range ds[:11] {
-				if !d.IsUnlimited() {
-					t.Errorf("reading %d (%s, lag %d, head %s): %s at %.0f/s (%s), want unlimited before the drop", i, d.At.Format("15:04:05.000"), d.Lag, d.HeadAge, d.Rule, d.Rate, d.Reason)
-				}
-			}
-			limited := false
-			for _, d := range ds[11:14] {
-				limited = limited || !d.IsUnlimited()
-			}
-			if !limited {
-				t.Errorf("not limited within 3 readings of the drop")
-			}
+			wantUnlimitedBefore(t, ds, 11, "before the drop")
+			wantLimitedWithin(t, ds, 11, 3)
 		})
 	}
 }

@@ -917,11 +917,7 @@ func TestControllerSlowPartitionListedByItsDrain(t *testing.T) {
 // the group's commits: never limited before partition 0 is listed), so
 // the recording is replayed without it (replayAsSeen).
 func TestControllerIdleBeforeNotDrained(t *testing.T) {
-	for i, d := range replayStatesFrom(t, "hot250-idledrain.jsonl", 250*time.Millisecond, 1)[:41] {
-		if !d.IsUnlimited() {
-			t.Errorf("decision %d (%s): %s at %.0f/s (%s), want unlimited: a partition its group has not committed yet is read at the group's commits", i, d.At.Format("15:04:05.000"), d.Rule, d.Rate, d.Reason)
-		}
-	}
+	wantUnlimitedBefore(t, replayStatesFrom(t, "hot250-idledrain.jsonl", 250*time.Millisecond, 1), 41, sightRead)
 	ds := replayAsSeen(t, "hot250-idledrain.jsonl", 250*time.Millisecond, 1)
 	if len(ds) != 49 {
 		t.Fatalf("%d decisions, want 49", len(ds))

@@ -21,24 +21,34 @@ func TestControllerStartupUnmeasuredNotAQueue(t *testing.T) {
 	ds := replayStates(t, "ac1s1s-kafka-startup.jsonl", time.Second)
 	// Readings 0-9 are before the drop reaches the commits (the drop is
 	// at the bench's 10 s, the daemon's first reading about 1 s in).
-	wantUnlimitedBefore(t, ds, 10)
+	wantUnlimitedBefore(t, ds, 10, "before the drop")
 	// The drop still limits it.
-	limited := false
-	for _, d := range ds[10:16] {
-		limited = limited || !d.IsUnlimited()
-	}
-	if !limited {
-		t.Errorf("not limited within 6 readings of the drop")
-	}
+	wantLimitedWithin(t, ds, 10, 6)
 }
 
 // wantUnlimitedBefore checks that the first n decisions of a replay left
 // the target unlimited (readings before the drop reached the commits).
-func wantUnlimitedBefore(t *testing.T, ds []Decision, n int) {
+func wantUnlimitedBefore(t *testing.T, ds []Decision, n int, why string) {
 	t.Helper()
 	for i, d := range ds[:n] {
 		if !d.IsUnlimited() {
-			t.Errorf("reading %d (lag %d, head %s): %s at %.0f/s (%s), want unlimited before the drop", i, d.Lag, d.HeadAge, d.Rule, d.Rate, d.Reason)
+			t.Errorf("reading %d (%s, lag %d, head %s): %s at %.0f/s (%s), want unlimited: %s", i, d.At.Format("15:04:05.000"), d.Lag, d.HeadAge, d.Rule, d.Rate, d.Reason, why)
 		}
 	}
+}
+
+// sightRead is why a recording whose first readings had partitions
+// without a commit stays unlimited since committedSight.
+const sightRead = "a partition its group has not committed yet is read at the group's commits"
+
+// wantLimitedWithin: one of the n decisions from ds[from] on (the
+// readings after a drop) is limited.
+func wantLimitedWithin(t *testing.T, ds []Decision, from, n int) {
+	t.Helper()
+	for _, d := range ds[from : from+n] {
+		if !d.IsUnlimited() {
+			return
+		}
+	}
+	t.Errorf("not limited within %d readings of the drop", n)
 }
