@@ -65,14 +65,16 @@ type partTrack struct {
 	// behind: the newest move landed behind the position estimated at
 	// the reading before it.
 	behind bool
-	// between counts the readings since the newest move, and lagBetween
-	// is whether all of them saw lag (see fold).
-	between    int
-	lagBetween bool
-	intervals  [numIntervals]time.Duration
-	nInt       int           // intervals recorded, up to numIntervals
-	ci         time.Duration // median of intervals; 0 while none
-	ends       []endPoint
+	// between counts the readings since the newest move, lagBetween is
+	// whether all of them saw lag, and prodBetween whether the end grew
+	// from each reading to the next since the newest move (see fold).
+	between     int
+	lagBetween  bool
+	prodBetween bool
+	intervals   [numIntervals]time.Duration
+	nInt        int           // intervals recorded, up to numIntervals
+	ci          time.Duration // median of intervals; 0 while none
+	ends        []endPoint
 
 	// counted is the best position at the newest reading, never moving
 	// back except on an offset reset: the consumed counter of the rates.
@@ -140,8 +142,15 @@ func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, g
 			// The interval is the consumer's cadence when it had work to
 			// commit throughout: lag at the move that started it, or at
 			// every reading since (a consumer that caught up at its commit
-			// while its producers were held back, then was given work).
-			if n := len(pt.moves); n > 0 && (pt.lagAtMove || (pt.between > 0 && pt.lagBetween)) {
+			// while its producers were held back, then was given work),
+			// or, once a cadence is known, records written from each
+			// reading to the next since it (a consumer caught up at every
+			// commit that keeps up: its moves show its cadence, and a
+			// cadence mislearned from a commit seen a reading late is
+			// relearned from them). A consumer never seen with work at a
+			// move keeps its cadence unknown and is read from its commits.
+			prod := pt.ci > 0 && pt.prodBetween && p.End > prevEnd
+			if n := len(pt.moves); n > 0 && (pt.lagAtMove || (pt.between > 0 && pt.lagBetween) || prod) {
 				pt.addInterval(time.Duration(mid - pt.moves[n-1].at))
 			}
 			pt.spanRate = 0
@@ -167,11 +176,12 @@ func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, g
 				pt.emptyAt = 0
 			}
 			pt.lagAtMove = p.Lag > 0
-			pt.between, pt.lagBetween = 0, true
+			pt.between, pt.lagBetween, pt.prodBetween = 0, true, true
 			pt.caught, pt.behind = caught, pos < pt.counted
 		case pos == pt.lastPos:
 			pt.between++
 			pt.lagBetween = pt.lagBetween && p.Lag > 0
+			pt.prodBetween = pt.prodBetween && p.End > prevEnd
 		case pos < pt.lastPos:
 			// An offset reset to earlier: the old commits say nothing
 			// of the rate from here.

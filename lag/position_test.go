@@ -734,3 +734,57 @@ func TestEstimateBetweenCommits(t *testing.T) {
 		}
 	})
 }
+
+// TestCadenceRelearnedWhileCaughtUp replays the first eleven readings of a
+// kfake run (quota/testdata/ac1s1s-corrected.jsonl): a consumer that
+// auto-commits every 1 s, read every 1 s, written to at 800/s over six
+// partitions. Its commits land about when the readings are taken, so two
+// of its first three intervals read 2 s (a commit just after a reading is
+// seen one reading late). From the fourth reading on it is caught up at
+// every commit and its committed offsets move at every reading while
+// records keep coming: those moves show a 1 s cadence. Before, they were
+// not counted (no lag at the move, none between), the 2 s stuck, and
+// the eleventh reading estimated lag 0 where the commits showed 441.
+func TestCadenceRelearnedWhileCaughtUp(t *testing.T) {
+	// Per reading: the offset in ms after t0, then end and committed per
+	// partition (-1: no commit yet).
+	readings := []struct {
+		ms    int
+		parts [6][2]int64
+	}{
+		{285, [6][2]int64{{160, -1}, {123, -1}, {88, -1}, {145, -1}, {124, -1}, {139, -1}}},
+		{1286, [6][2]int64{{265, 265}, {264, 264}, {194, 192}, {287, 286}, {249, 249}, {321, 321}}},
+		{2285, [6][2]int64{{425, 265}, {380, 264}, {341, 192}, {418, 286}, {396, 249}, {420, 321}}},
+		{3286, [6][2]int64{{531, 425}, {530, 380}, {495, 341}, {514, 418}, {545, 396}, {565, 420}}},
+		{4287, [6][2]int64{{705, 705}, {658, 658}, {589, 589}, {629, 629}, {695, 695}, {704, 704}}},
+		{5286, [6][2]int64{{867, 705}, {770, 658}, {741, 589}, {788, 629}, {802, 695}, {812, 704}}},
+		{6288, [6][2]int64{{989, 989}, {915, 915}, {849, 849}, {946, 946}, {951, 951}, {930, 930}}},
+		{7288, [6][2]int64{{1147, 1147}, {1013, 1013}, {980, 980}, {1052, 1052}, {1064, 1064}, {1124, 1124}}},
+		{8289, [6][2]int64{{1232, 1232}, {1163, 1160}, {1139, 1138}, {1212, 1212}, {1188, 1188}, {1248, 1248}}},
+		{9290, [6][2]int64{{1438, 1438}, {1257, 1257}, {1294, 1294}, {1322, 1322}, {1310, 1310}, {1362, 1359}}},
+		{10291, [6][2]int64{{1533, 1466}, {1417, 1337}, {1434, 1375}, {1459, 1378}, {1456, 1375}, {1484, 1411}}},
+	}
+	tr := NewTracker(func(Target) Rules { return Rules{LagAge: 2 * time.Second} })
+	var st State
+	for _, rd := range readings {
+		now := t0.Add(time.Duration(rd.ms) * time.Millisecond)
+		var ps []PartitionSample
+		for i, ec := range rd.parts {
+			p := PartitionSample{Partition: int32(i), End: ec[0], Committed: ec[1], HeadKnown: true}
+			if ec[1] >= 0 {
+				p.Lag = ec[0] - ec[1]
+			}
+			if p.Lag > 0 {
+				p.HeadTime = now.Add(-500 * time.Millisecond)
+			}
+			ps = append(ps, p)
+		}
+		st = tr.Observe(sample(now, 1, ps...), now)
+	}
+	if st.CommitInterval > 1500*time.Millisecond {
+		t.Errorf("commit interval %v, want about 1s", st.CommitInterval)
+	}
+	if st.CommittedLag != 441 || st.Lag != st.CommittedLag {
+		t.Errorf("lag %d (source %s) where the commits show %d: want the commits as they are", st.Lag, st.Source, st.CommittedLag)
+	}
+}

@@ -253,8 +253,10 @@ type PartitionState struct {
 	CommittedLag     int64         `json:"committedLag"`
 	CommittedHeadAge time.Duration `json:"committedHeadAge"`
 	// CommitInterval is the learned time between moves of this
-	// partition's committed position (the median of the last 8 that
-	// started with lag), at the resolution of the observation interval;
+	// partition's committed position (the median of the last 8 over
+	// which the consumer had work: lag at the move that started it, lag
+	// at every reading since, or records written between every two
+	// readings since), at the resolution of the observation interval;
 	// 0 while unknown.
 	CommitInterval time.Duration `json:"commitInterval,omitempty"`
 	// LastCommit is when the committed position last moved, as dated by
@@ -292,7 +294,8 @@ type PartitionState struct {
 // they are. The extrapolation stops one commit interval (plus one
 // observation) after the last commit: a consumer that misses its commit
 // is not assumed to progress. No estimate is made before the cadence is
-// known (two moves that started with lag).
+// known (two moves with work between them: lag at the first or at every
+// reading between, or records written between every two readings).
 //
 // The rate from commit to commit is the consumer's capacity only when it
 // was behind; a consumer caught up at its commit (it had consumed every
