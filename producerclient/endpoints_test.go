@@ -258,3 +258,44 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestLeaseWatchFailoverTellsApplied: the watch tells the next daemon the
+// newest set the producer applied, also one the report brought. The first
+// daemon answers the report with version 2 and its watches with version 1
+// (a replica behind); killed, the producer moves to the second, which must
+// hear version 2, not the 1 the watch last handed over (nor the 0 of a
+// watcher that started before the owner applied the report's set, the
+// TestLeaseFailover flake).
+func TestLeaseWatchFailoverTellsApplied(t *testing.T) {
+	ds := []*fakeDaemon{newFakeDaemon(t), newFakeDaemon(t)}
+	exp := time.Now().Add(time.Hour)
+	set := func(v uint64, rate float64) quotaproto.LeaseSet {
+		return leaseSet("svc-a", v, quotaproto.Lease{Topic: "orders", Rate: ptr(rate), Signal: "ok", Version: v, ExpiresAt: exp})
+	}
+	for _, d := range ds {
+		d.set(set(2, 10))
+	}
+	behind := set(1, 5)
+	ds[0].watchSet = &behind
+	p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"},
+		Leases: LeaseConfig{URLs: []string{ds[0].srv.URL, ds[1].srv.URL}, Transport: LongPoll,
+			ReportInterval: time.Hour, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}})
+	eventually(t, 10*time.Second, "version 2 applied and watches on the first daemon", func() bool {
+		return p.c.leases.version.Load() == 2 && len(ds[0].watches()) > 1
+	})
+	if q, _ := p.Quota("orders"); q.Rate != 10 {
+		t.Fatalf("rate %v: the older set from the watch was applied over version 2", q.Rate)
+	}
+	// Answered at once with an older set, the watch pauses as after an
+	// error (MinBackoff 10 ms) instead of spinning.
+	n := len(ds[0].watches())
+	time.Sleep(300 * time.Millisecond)
+	if k := len(ds[0].watches()) - n; k > 60 {
+		t.Fatalf("%d watches in 300ms against a daemon behind: the watch spins", k)
+	}
+	ds[0].kill()
+	eventually(t, 10*time.Second, "a watch on the second daemon", func() bool { return len(ds[1].watches()) > 0 })
+	if got := ds[1].watches()[0]; got != 2 {
+		t.Fatalf("the second daemon was first told version %d is held, want 2", got)
+	}
+}

@@ -37,6 +37,10 @@ type fakeDaemon struct {
 	retryHdr string // Retry-After of injected failures
 	garbage  bool   // answer 200 with a body that is not JSON
 	forget   bool   // answer watch and stream with 404 (producer unknown)
+	// watchSet, when set, is the set every watch is answered from (a
+	// replica behind the one that answered the report).
+	watchSet  *quotaproto.LeaseSet
+	watchHeld []uint64 // the version each watch said is held, in order
 	// paused: requests are accepted and never answered (a SIGSTOPped
 	// daemon) until the daemon is killed.
 	paused atomic.Bool
@@ -180,6 +184,17 @@ func (d *fakeDaemon) current(p string) (quotaproto.LeaseSet, <-chan struct{}, bo
 	return s, d.changed, ok && !d.forget
 }
 
+// watched is current as a watch sees it (watchSet when set).
+func (d *fakeDaemon) watched(p string) (quotaproto.LeaseSet, <-chan struct{}, bool) {
+	s, changed, ok := d.current(p)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.watchSet != nil {
+		s = *d.watchSet
+	}
+	return s, changed, ok
+}
+
 func (d *fakeDaemon) watch(w http.ResponseWriter, r *http.Request) {
 	if d.fault(w, r) {
 		return
@@ -187,12 +202,15 @@ func (d *fakeDaemon) watch(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	since, _ := strconv.ParseUint(q.Get("version"), 10, 64)
 	d.held.Store(since)
+	d.mu.Lock()
+	d.watchHeld = append(d.watchHeld, since)
+	d.mu.Unlock()
 	wait, err := time.ParseDuration(q.Get("timeout"))
 	if err != nil || wait > quotaproto.MaxWatchWait {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	s, changed, ok := d.current(q.Get("producer"))
+	s, changed, ok := d.watched(q.Get("producer"))
 	if !ok {
 		w.WriteHeader(http.StatusNotFound)
 		_ = json.NewEncoder(w).Encode(quotaproto.ErrorBody{Error: "unknown producer"})
@@ -210,7 +228,7 @@ func (d *fakeDaemon) watch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		t.Stop()
-		s, _, _ = d.current(q.Get("producer"))
+		s, _, _ = d.watched(q.Get("producer"))
 	}
 	_ = json.NewEncoder(w).Encode(s)
 }
@@ -788,4 +806,11 @@ func TestLeasePausedDaemonFailsOver(t *testing.T) {
 	if s := p.Stats(); s.LeaseFailovers < 1 || s.LeaseExpired != 0 {
 		t.Fatalf("failovers %d, expired %d: want a failover and no lease lost", s.LeaseFailovers, s.LeaseExpired)
 	}
+}
+
+// watches returns the versions the watches said are held, in order.
+func (d *fakeDaemon) watches() []uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]uint64(nil), d.watchHeld...)
 }

@@ -429,10 +429,13 @@ func (o *leaseOwner) watcher() {
 	b := o.newBackoff()
 	wait := c.cfg.Leases.WatchWait
 	// since is the version of the last set this watcher handed over (the
-	// owner may not have applied it yet); a newer one from the reporter
-	// just makes the daemon answer at once.
-	since := o.version.Load()
+	// owner may not have applied it yet), or the newest the owner applied
+	// (a report's answer, a set applied after this watcher started) when
+	// that is newer: the daemon asked next, perhaps another replica, is
+	// told the newest set held.
+	var since uint64
 	for {
+		since = max(since, o.version.Load())
 		q := url.Values{
 			"producer": {c.cfg.Producer},
 			"version":  {strconv.FormatUint(since, 10)},
@@ -462,9 +465,10 @@ func (o *leaseOwner) watcher() {
 			return
 		}
 		since = ds.version
-		// A daemon that answers at once with an unchanged set would make
-		// this loop spin: pause as after an error.
-		if ds.version == asked && time.Since(start) < wait/10 {
+		// A daemon that answers at once with an unchanged set, or an older
+		// one than held (a replica behind), would make this loop spin:
+		// pause as after an error.
+		if ds.version <= asked && time.Since(start) < wait/10 {
 			if !o.pause(b.next()) {
 				return
 			}
