@@ -396,6 +396,13 @@ type control struct {
 	// seconds; floorSeen counts the readings it was learned from.
 	floor     float64
 	floorSeen int
+	// floorEarly: tc.floor holds a standing wait learned from the first
+	// floorLearn readings (see learnFloor); floorLess counts the healthy
+	// readings since that showed a much smaller one, floorLow the largest
+	// of them, seconds.
+	floorEarly bool
+	floorLess  int
+	floorLow   float64
 	// headKept is the oldest head at the commit, seconds, of the healthy
 	// readings of a consumer read through its commits that showed it
 	// keeping up (on their own or over two moves), forgotten over
@@ -1096,7 +1103,7 @@ func (c *Controller) trialUnderCut(tc *control, v *reading) {
 	}
 	if tc.trialHead > 0 && tc.limited && v.headKnown && v.headAge > v.engageWait && v.headAge <= tc.trialHead+v.engageWait/4 &&
 		v.lag <= (v.headAge+v.engageWait/2)*v.produced {
-		tc.floor = max(tc.floor, min(v.headAge, floorCap(v)))
+		raiseFloor(tc, v)
 	}
 	tc.trialHead = 0
 	switch {
@@ -1194,7 +1201,7 @@ func relearnStanding(tc *control, v *reading) {
 		held := tc.limited && v.headKnown && v.headAge <= tc.staleHead+v.engageWait/4 && v.lag <= (v.headAge+v.engageWait/2)*v.produced
 		switch {
 		case held && (v.consumed >= keepUpRatio*v.produced || tc.staleTell >= 2 && v.keptTwo):
-			tc.floor = max(tc.floor, min(v.headAge, floorCap(v)))
+			raiseFloor(tc, v)
 		case held && tc.staleTell < 2:
 			return
 		default:
@@ -1388,8 +1395,7 @@ func (c *Controller) judge(tc *control, v *reading) {
 			// floorCap, forgotten over floorMemory), once the cadence it
 			// comes from is known, from readings that show the consumer
 			// keeping up (a queue that builds is no standing wait).
-			tc.floor = max(min(raw, floorCap(v)), tc.floor*math.Exp(-v.dt/floorMemory))
-			tc.floorSeen++
+			learnFloor(tc, v, min(raw, floorCap(v)))
 		}
 	}
 	switch {
@@ -1399,6 +1405,49 @@ func (c *Controller) judge(tc *control, v *reading) {
 	default:
 		tc.ceiling, tc.saturated = max(tc.ceiling, v.consumed), false
 	}
+}
+
+// learnFloor learns the standing wait w, seconds, from a healthy reading:
+// tc.floor is its recent peak, forgotten over floorMemory. A standing wait
+// learned from the first floorLearn readings (tc.floorEarly) may be the
+// startup's, not the cadence's: a first commit that spans the startup, or
+// a commit timer in phase with the observations then that has drifted
+// since. Once floorLearn healthy readings after them all show one smaller
+// by more than E/2, the peak is what they showed (and the oldest head kept,
+// tc.headKept, at most that); one that shows it again makes it the
+// cadence's. Held for floorMemory, a 1 s auto-commit read
+// every second that showed 0.82-0.95 s in its first readings and 0.002 s
+// in every one after hid a capacity drop for two readings: its head at the
+// commit, 0.52 s, was within the standing wait, the queue beyond it 0.25 s
+// at the next (lagbridge bench kafka/autocommit-1s/sync/1s at 2x on kfake,
+// excess after the drop 1.49x its bound; TestControllerEarlyFloorForgotten).
+func learnFloor(tc *control, v *reading, w float64) {
+	held := tc.floor * math.Exp(-v.dt/floorMemory)
+	tc.floor = max(w, held)
+	switch {
+	case tc.floorSeen < floorLearn:
+		tc.floorEarly = tc.floorEarly || w > 0 && w >= held
+	case !tc.floorEarly:
+	case w+v.engageWait/2 >= held:
+		tc.floorEarly = false
+	default:
+		tc.floorLess++
+		tc.floorLow = max(tc.floorLow, w)
+		if tc.floorLess >= floorLearn {
+			tc.floor, tc.headKept, tc.floorEarly = tc.floorLow, min(tc.headKept, tc.floorLow), false
+		}
+	}
+	if !tc.floorEarly {
+		tc.floorLess, tc.floorLow = 0, 0
+	}
+	tc.floorSeen++
+}
+
+// raiseFloor learns the head at the commit as the standing wait (up to
+// floorCap) when a trial told it is one (see trialUnderCut,
+// relearnStanding): the cadence's, not the startup's.
+func raiseFloor(tc *control, v *reading) {
+	tc.floor, tc.floorEarly = max(tc.floor, min(v.headAge, floorCap(v))), false
 }
 
 // consumption sets v.consumed, v.span, v.measured and v.keepsUp, aware of
