@@ -22,7 +22,15 @@ import (
 func TestControllerCorrectedCommitMeasures(t *testing.T) {
 	ds := replayStates(t, "ac1s1s-corrected.jsonl", time.Second)
 	wantUnlimitedBefore(t, ds, 11, "before the drop")
-	for i := 11; i <= 12; i++ {
+	wantLimitedAtDrop(t, ds, 11, 12)
+}
+
+// wantLimitedAtDrop checks that decisions from to last (inclusive) of a
+// replayed 1 s auto-commit run at 2x (800 msg/s offered, capacity 400 msg/s
+// after the drop) limit at most to 400/s on a capacity of at most 600/s.
+func wantLimitedAtDrop(t *testing.T, ds []Decision, from, last int) {
+	t.Helper()
+	for i := from; i <= last; i++ {
 		d := ds[i]
 		if d.IsUnlimited() || d.Rate > 400 || d.Capacity > 600 {
 			t.Errorf("reading %d (lag %d, head %s): %s at %.0f/s, capacity %.0f/s (%s), want at most 400/s on a capacity of at most 600/s", i, d.Lag, d.HeadAge, d.Rule, d.Rate, d.Capacity, d.Reason)

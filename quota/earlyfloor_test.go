@@ -21,10 +21,5 @@ import (
 func TestControllerEarlyFloorForgotten(t *testing.T) {
 	ds := replayStates(t, "ac1s1s-stalefloor.jsonl", time.Second)
 	wantUnlimitedBefore(t, ds, 10, "before the drop")
-	for i := 10; i <= 11; i++ {
-		d := ds[i]
-		if d.IsUnlimited() || d.Rate > 400 || d.Capacity > 600 {
-			t.Errorf("reading %d (lag %d, head %s): %s at %.0f/s, capacity %.0f/s (%s), want at most 400/s on a capacity of at most 600/s", i, d.Lag, d.HeadAge, d.Rule, d.Rate, d.Capacity, d.Reason)
-		}
-	}
+	wantLimitedAtDrop(t, ds, 10, 11)
 }
