@@ -514,6 +514,9 @@ type control struct {
 	// staleBy is when the verdict of that probe is due (see
 	// staleDue): one not told by then is dropped.
 	staleBy time.Time
+	// shown is the highest consume rate measured while limited (from
+	// the first reading after the cut on), msg/s (see unlearnedStale).
+	shown float64
 	// staleSpent: while limited, a trial of a consumer whose commit
 	// phase is not seen to matter (see phaseShown) found a queue; no
 	// other is let through until the target is unlimited again.
@@ -948,6 +951,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	beyondStanding(tc, v)
 	v.wait = waitOf(v)
 	v.unlearned = fromCommits(st) && !v.learned && v.cadence > 0
+	noteShown(tc, v)
 	if v.measured {
 		tc.measuredSeen++
 		if v.learned {
@@ -956,6 +960,22 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	}
 	c.judge(tc, v)
 	c.saturatedLaw(tc, v)
+}
+
+// noteShown keeps tc.shown, the highest consume rate measured while
+// limited (see unlearnedStale): forgotten while unlimited, and restarted
+// from v's at a head older than any standing wait explains (floorCap and
+// E/2): a queue, the consumer at its capacity now, whatever it consumed
+// before (a capacity drop).
+func noteShown(tc *control, v *reading) {
+	switch {
+	case !tc.limited:
+		tc.shown = 0
+	case v.measured && v.headKnown && v.headAge > floorCap(v)+v.engageWait/2:
+		tc.shown = v.consumed
+	case v.measured:
+		tc.shown = max(tc.shown, v.consumed)
+	}
 }
 
 // commitPhase records a reading in which a consumer that commits about
@@ -1114,7 +1134,7 @@ func (c *Controller) trialUnderCut(tc *control, v *reading) {
 	default:
 		tc.underCut++
 	}
-	relearnStanding(tc, v)
+	relearnStanding(tc, v, c.probeStep(v))
 	tc.prevHead = -1
 	if v.headKnown {
 		tc.prevHead = v.headAge
@@ -1187,7 +1207,7 @@ func consumedProduced(v *reading) bool {
 // (the consumer seen not to keep up) admitted nothing more, and learning
 // from it relearned the standing wait with no probe and no decision to
 // show it (Step cancels it; the next qualifying reading tries).
-func relearnStanding(tc *control, v *reading) {
+func relearnStanding(tc *control, v *reading, step float64) {
 	if !tc.limited {
 		tc.staleSpent = false
 	}
@@ -1205,13 +1225,13 @@ func relearnStanding(tc *control, v *reading) {
 		case held && tc.staleTell < 2:
 			return
 		default:
-			tc.staleSpent = tc.staleSpent || !phaseShown(tc, v)
+			tc.staleSpent = tc.staleSpent || !phaseShown(tc, v) || unlearnedFloor(tc)
 		}
 		tc.staleHead, tc.staleSeen, tc.staleTell = 0, 0, 0
 		return
 	}
 	switch {
-	case v.trial || !staleStanding(tc, v):
+	case v.trial || !staleStanding(tc, v, step):
 		tc.staleSeen = 0
 	case tc.staleSeen+1 >= floorLearn:
 		v.trial, v.relearn, tc.staleHead, tc.staleSeen, tc.staleBy = true, true, v.headAge, 0, staleDue(tc, v)
@@ -1250,11 +1270,38 @@ func staleDue(tc *control, v *reading) time.Time {
 // Consumers that commit as they consume, held at their setpoint, read
 // the same, and a trial every few readings broke their steady overload
 // (TestSimSlowRamp).
-func staleStanding(tc *control, v *reading) bool {
-	if tc.floorSeen < floorLearn || !tc.limited || !phaseShown(tc, v) && tc.staleSpent {
+func staleStanding(tc *control, v *reading, step float64) bool {
+	if !tc.limited || !phaseShown(tc, v) && tc.staleSpent || unlearnedFloor(tc) && !unlearnedStale(tc, v, step) {
 		return false
 	}
 	return cadenceHeld(tc, v) && (consumedProduced(v) || v.keptTwo) && v.headAge > tc.floor+v.engageWait/2
+}
+
+// unlearnedFloor reports whether tc has no standing wait: not learned
+// while healthy (floorLearn readings) nor by a trial.
+func unlearnedFloor(tc *control) bool { return tc.floorSeen < floorLearn && tc.floor <= 0 }
+
+// unlearnedStale reports whether a limited target that has no standing
+// wait (unlearnedFloor) may have its wait tried as one (see
+// staleStanding): no trial failed since it was last unlimited, and the
+// consumer once consumed more than the probe would admit (the capacity
+// estimate before this reading, one probe step up). A consumer that
+// commits about once per observation shows half a commit of uncommitted
+// work on average, about the law's setpoint at a 1 s interval, so a
+// target limited before its standing wait was learned read that as the
+// queue the law holds, and the consumption it was allowed as its
+// capacity, however fast the consumer: a first fresh reading inside a
+// machine stall drained the target and learned 103-181 msg/s, held at
+// 150-250 msg/s for the rest of the run with a consumer of 2,000 that
+// had consumed 864 msg/s in that stall (lagbridge bench
+// kafka/autocommit-1s/sync/1s at 2x on Kafka 4.3.1, load 14;
+// TestControllerStallStartRelearns). A consumer held at its setpoint at
+// its capacity from the start shows the same readings but no higher
+// rate: no trial (TestSimHardAgeStop). One that had shown more and lost
+// it (a capacity drop) queues the trial's surplus, and gets no other
+// until it is unlimited again.
+func unlearnedStale(tc *control, v *reading, step float64) bool {
+	return !tc.staleSpent && v.prevCap > 0 && tc.shown >= (1+step)*v.prevCap
 }
 
 // phaseShown reports whether a consumer's commit phase is seen to matter
@@ -2458,6 +2505,10 @@ func (c *Controller) caughtUp(tc *control, st *lag.State, v *reading, inForce fl
 		// in force (blindStep, the probe cap) let nothing more in and
 		// tells nothing; Step drops it and the next qualifying reading
 		// tries.
+		if unlearnedFloor(tc) {
+			return RuleRelearn, fmt.Sprintf("head at the commit held at %s for %d readings, no standing wait learned, %.0f/s consumed while limited: a probe to %.0f/s tells a standing wait of its commit cadence from a queue",
+				secs(v.headAge), floorLearn, tc.shown, tc.rate)
+		}
 		return RuleRelearn, fmt.Sprintf("head at the commit held at %s for %d readings, past the standing wait learned (%s): a probe to %.0f/s tells a standing wait its commit timer moved to from a queue",
 			secs(v.headAge), floorLearn, secs(tc.floor), tc.rate)
 	}

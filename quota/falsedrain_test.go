@@ -25,17 +25,27 @@ import (
 // the standing wait (Controller.trialUnderCut): the offer is admitted from
 // t=11 on, the target released at t=16.
 func TestSimFalseDrainNotLocked(t *testing.T) {
+	wantSlowStartAdmitted(t, 1.05, 2.1)
+}
+
+// wantSlowStartAdmitted runs a new group that auto-commits every second,
+// read every second (its first commit at firstCommit s), that consumes
+// 40 msg/s until slowUntil s, then 2,000 msg/s, against 800 msg/s
+// offered, and wants it drained at least once and 99% of the offer
+// admitted from t=12 on.
+func wantSlowStartAdmitted(t *testing.T, firstCommit, slowUntil float64) {
+	t.Helper()
 	ps := producersOffering(3, 800)
 	res := runSim(t, simConfig{
 		interval:      time.Second,
 		commitEvery:   time.Second,
-		firstCommit:   1.05,
+		firstCommit:   firstCommit,
 		steadyCommits: true,
 		learnCadence:  true,
 		partitions:    6,
 		duration:      45 * time.Second,
 		capacity: func(t float64) float64 {
-			if t < 2.1 {
+			if t < slowUntil {
 				return 40
 			}
 			return highCap

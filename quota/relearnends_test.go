@@ -39,7 +39,7 @@ func TestRelearnTrialDue(t *testing.T) {
 			ctl.interval = 1 + 0.25*(tc.dt-1) // smoothed as measure does
 			v := &reading{at: at.Add(tc.after), dt: tc.dt, budget: 2, engageWait: 0.4, cadence: 1, headKnown: true, headAge: 0.8,
 				lag: 600, produced: 800, consumed: 800}
-			relearnStanding(ctl, v)
+			relearnStanding(ctl, v, 0.5)
 			if learned := ctl.floor >= 0.8; learned != tc.learn {
 				t.Errorf("standing wait %.2fs after a verdict %s after the trial: learned %v, want %v", ctl.floor, tc.after, learned, tc.learn)
 			}
