@@ -396,9 +396,12 @@ type control struct {
 	// seconds; floorSeen counts the readings it was learned from.
 	floor     float64
 	floorSeen int
+	// floorTold: a trial told tc.floor a standing wait (see raiseFloor).
+	floorTold bool
 	// floorEarly: tc.floor holds a standing wait learned from the first
 	// floorLearn readings (see learnFloor); floorLess counts the healthy
-	// readings since that showed a much smaller one, floorLow the largest
+	// readings since that showed a much smaller one (limited episodes between
+	// them do not break the count), floorLow the largest
 	// of them, seconds.
 	floorEarly bool
 	floorLess  int
@@ -1269,7 +1272,9 @@ func staleDue(tc *control, v *reading) time.Time {
 // floorMemory it was seen not to commit in an observation (v.phaseMoved).
 // Consumers that commit as they consume, held at their setpoint, read
 // the same, and a trial every few readings broke their steady overload
-// (TestSimSlowRamp).
+// (TestSimSlowRamp). A target with no standing wait learned
+// (unlearnedFloor) is tried only as unlearnedStale allows, once until it
+// is unlimited again.
 func staleStanding(tc *control, v *reading, step float64) bool {
 	if !tc.limited || !phaseShown(tc, v) && tc.staleSpent || unlearnedFloor(tc) && !unlearnedStale(tc, v, step) {
 		return false
@@ -1278,8 +1283,11 @@ func staleStanding(tc *control, v *reading, step float64) bool {
 }
 
 // unlearnedFloor reports whether tc has no standing wait: not learned
-// while healthy (floorLearn readings) nor by a trial.
-func unlearnedFloor(tc *control) bool { return tc.floorSeen < floorLearn && tc.floor <= 0 }
+// while healthy (floorLearn readings) nor by a trial. What fewer healthy
+// readings showed is a lower bound on it, not a learned one: a consumer
+// limited after one or two healthy readings and held at its capacity is
+// still tried only as unlearnedStale allows (TestUnlearnedFloorPartial).
+func unlearnedFloor(tc *control) bool { return tc.floorSeen < floorLearn && !tc.floorTold }
 
 // unlearnedStale reports whether a limited target that has no standing
 // wait (unlearnedFloor) may have its wait tried as one (see
@@ -1494,7 +1502,7 @@ func learnFloor(tc *control, v *reading, w float64) {
 // floorCap) when a trial told it is one (see trialUnderCut,
 // relearnStanding): the cadence's, not the startup's.
 func raiseFloor(tc *control, v *reading) {
-	tc.floor, tc.floorEarly = max(tc.floor, min(v.headAge, floorCap(v))), false
+	tc.floor, tc.floorEarly, tc.floorTold = max(tc.floor, min(v.headAge, floorCap(v))), false, true
 }
 
 // consumption sets v.consumed, v.span, v.measured and v.keepsUp, aware of

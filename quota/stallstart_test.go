@@ -87,3 +87,32 @@ func wantRelearnWithin(t *testing.T, ds []Decision, from, n int) {
 func TestSimStallStartRelearns(t *testing.T) {
 	wantSlowStartAdmitted(t, 0.3, 1.5)
 }
+
+// TestUnlearnedFloorPartial: a target limited after two healthy readings
+// (a small standing wait seen, not learned) whose consumer is held at its
+// capacity, its head at the commit steady at 0.6 s, gets no relearn trial
+// unless it once consumed a probe step above the capacity estimate, as a
+// target that saw none; a standing wait told by a trial is learned.
+func TestUnlearnedFloorPartial(t *testing.T) {
+	v := &reading{measured: true, commits: true, learned: true, headKnown: true, binding: true,
+		dt: 1, cadence: 1, budget: 2, engageWait: 0.4, headAge: 0.6,
+		consumed: 400, produced: 400, prevProduced: 400, prevCap: 400}
+	base := control{limited: true, floorSeen: 2, floor: 0.05, prevHead: 0.6}
+	const step = 0.5
+	for _, tc := range []struct {
+		name  string
+		shown float64
+		told  bool
+		want  bool
+	}{
+		{"consumed no more than allowed", 0, false, false},
+		{"consumed a step above the estimate", 640, false, true},
+		{"a standing wait told by a trial", 0, true, true},
+	} {
+		c := base
+		c.shown, c.floorTold = tc.shown, tc.told
+		if got := staleStanding(&c, v, step); got != tc.want {
+			t.Errorf("%s: staleStanding = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
