@@ -2741,10 +2741,7 @@ func (c *Controller) signal(tc *control, d *Decision, st *lag.State, p *Policy, 
 
 	d.Capacity, d.CapacityKnown = v.capacity, v.engaged && (v.measured || tc.saturated)
 	d.TargetWait = time.Duration(v.setWait * float64(time.Second))
-	d.Wait = lag.Never
-	if !math.IsInf(v.wait, 1) {
-		d.Wait = time.Duration(v.wait * float64(time.Second))
-	}
+	d.Wait = waitDuration(v.wait)
 	d.AvoidPartitions, d.PartitionShares = avoid, v.shares
 	// others: the rate the partitions not avoided get (see withShares).
 	others := d.Rate
@@ -3258,10 +3255,21 @@ func partCadence(ps *lag.PartitionState, v *reading) float64 {
 }
 
 func secs(s float64) string {
-	if math.IsInf(s, 1) {
-		return "unbounded"
+	if d := waitDuration(s); d != lag.Never || s < 0 {
+		return d.Round(time.Millisecond).String()
 	}
-	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+	return "unbounded"
+}
+
+// waitDuration is a wait in seconds as a Decision's Wait: lag.Never when
+// it is unbounded, not a number, or beyond what a Duration holds (a
+// backlog over a capacity estimate near 0: converted as it was, the wait
+// read -2562047h47m16.854775808s in a hard-age reason of the demo).
+func waitDuration(s float64) time.Duration {
+	if math.IsNaN(s) || s >= float64(math.MaxInt64)/float64(time.Second) {
+		return lag.Never
+	}
+	return time.Duration(s * float64(time.Second))
 }
 
 func orDash(s string) string {
