@@ -3255,10 +3255,16 @@ func partCadence(ps *lag.PartitionState, v *reading) float64 {
 }
 
 func secs(s float64) string {
-	if d := waitDuration(s); d != lag.Never || s < 0 {
-		return d.Round(time.Millisecond).String()
+	if unbounded(s) {
+		return "unbounded"
 	}
-	return "unbounded"
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+}
+
+// unbounded reports whether a wait of s seconds is infinite, not a
+// number, or beyond what a Duration holds.
+func unbounded(s float64) bool {
+	return math.IsNaN(s) || s >= float64(math.MaxInt64)/float64(time.Second)
 }
 
 // waitDuration is a wait in seconds as a Decision's Wait: lag.Never when
@@ -3266,7 +3272,7 @@ func secs(s float64) string {
 // backlog over a capacity estimate near 0: converted as it was, the wait
 // read -2562047h47m16.854775808s in a hard-age reason of the demo).
 func waitDuration(s float64) time.Duration {
-	if math.IsNaN(s) || s >= float64(math.MaxInt64)/float64(time.Second) {
+	if unbounded(s) {
 		return lag.Never
 	}
 	return time.Duration(s * float64(time.Second))
