@@ -393,7 +393,8 @@ func TestKafkaKilledLeaderOpenTxn(t *testing.T) {
 			t.Logf("after the kill, read: the first report written after it %v, the next leader's decisions record %v, its sets (written after %v) %v",
 				got.report.Round(time.Millisecond), got.decisions.Round(time.Millisecond), next, got.sets.Round(time.Millisecond))
 			if got.report > time.Second || got.decisions > time.Second {
-				t.Errorf("reports read again %v after the kill, the decisions record %v: want at once", got.report, got.decisions)
+				t.Errorf("reports read again %v after the kill, the decisions record %v: want at once (the reports written to partition %d, the slowest report's write took %v)",
+					got.report, got.decisions, got.reportPart, got.slowestTick)
 			}
 			if got.sets < next || got.sets > next+time.Second {
 				t.Errorf("the next leader's sets read %v after the kill, want within a second of its write (%v)", got.sets, next)
@@ -404,8 +405,14 @@ func TestKafkaKilledLeaderOpenTxn(t *testing.T) {
 
 // stalls are how long after a leader's kill a follower first read a
 // report written after it, the next leader's decisions record (written
-// at once) and its sets.
-type stalls struct{ report, decisions, sets time.Duration }
+// at once) and its sets; and, to tell a report hidden from the reader
+// from one slow to be written, the partition the reports were written
+// to and the longest a report's write took after the kill.
+type stalls struct {
+	report, decisions, sets time.Duration
+	reportPart              int32
+	slowestTick             time.Duration
+}
 
 // killedLeaderStall kills a leader between its produce and its commit;
 // the next leader writes its decisions record at once and its sets after
@@ -448,22 +455,25 @@ func killedLeaderStall(t *testing.T, opts []kgo.Opt, topic string, next time.Dur
 	reporter := NewKafka(opts, topic)
 	defer reporter.Close()
 	stamp := func() []byte { return fmt.Appendf(nil, "%d", time.Now().UnixNano()) }
+	var got stalls
 	tick := func() {
+		start := time.Now()
 		if err := reporter.Put(ctx, key(kindReport, "tick"), stamp()); err != nil {
 			t.Error(err)
 		}
+		got.slowestTick = max(got.slowestTick, time.Since(start))
 	}
 	tick()
 	if err := dead.Put(leader.WithEpoch(ctx, 4), set, []byte("killed")); err == nil {
 		t.Fatal("the killed leader's write succeeded")
 	}
 	k := killed.Load()
+	got.slowestTick, got.reportPart = 0, reporter.(*kafkaChannel).partition(partPlain)
 	nextLeader := NewKafka(opts, topic).(*kafkaChannel)
 	defer nextLeader.Close()
 	if err := nextLeader.Put(leader.WithEpoch(ctx, 7), decisionsKey, stamp()); err != nil {
 		t.Fatal(err)
 	}
-	var got stalls
 	wrote := false
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && (got.report == 0 || got.decisions == 0 || got.sets == 0); {
 		if next > 0 && !wrote && time.Since(time.Unix(0, k)) >= next {
