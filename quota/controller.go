@@ -497,6 +497,10 @@ type control struct {
 	// capLower: the capacity estimate rests on a lower bound of the
 	// consumer's rate (see reading.lower).
 	capLower bool
+	// stalled: the last reading that measured the consumption consumed
+	// nothing with work waiting; the estimate was kept from before it
+	// (see estimateCapacity).
+	stalled bool
 	// prevHead is the head at the commit, seconds, of the last measured
 	// reading with a known head (-1: none; see standingUnderCut).
 	prevHead float64
@@ -1456,7 +1460,9 @@ func (c *Controller) judge(tc *control, v *reading) {
 	switch {
 	case !v.measured || v.held:
 	case v.engaged:
-		tc.ceiling, tc.saturated = v.capacity, true
+		// tc.capacity: a stall reading's own capacity is 0, its
+		// estimate kept (see estimateCapacity).
+		tc.ceiling, tc.saturated = tc.capacity, true
 	default:
 		tc.ceiling, tc.saturated = max(tc.ceiling, v.consumed), false
 	}
@@ -2119,9 +2125,12 @@ func backlog(tc *control, v *reading, at time.Time) {
 // is under way: react now, not one time constant later).
 //
 // A reading lowers the estimate only when it measures the capacity: one
-// with work queued (a lag of at least the engage wait at the rate it
+// with work queued (a lag, and of at least the engage wait at the rate it
 // consumed; with less, the consumer consumed what it was given, a lower
-// bound), and, for a position estimated between commits (a model of the
+// bound: with no lag, nothing consumed of nothing produced read as a
+// capacity of 0 at a caught-up reading), in which the consumer consumed
+// something (nothing consumed is a stall, see below), and, for a position
+// estimated between commits (a model of the
 // consumer, not a measure of it), only a commit that found the consumer
 // behind (see commitSpan). Without these, the estimate followed the rate
 // admitted while a backlog drained and the quota followed the estimate:
@@ -2135,7 +2144,7 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 			span = max(cInst, span)
 		}
 		cInst = span
-	case cInst < tc.capacity && (v.lag < v.engageWait*cInst || v.noQueue || v.shadow):
+	case cInst < tc.capacity && (v.lag <= 0 || v.lag < v.engageWait*cInst || v.noQueue || v.shadow):
 		cInst = tc.capacity
 	case v.noQueue:
 		cInst = max(cInst, v.produced)
@@ -2143,7 +2152,31 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 	if v.lower {
 		cInst = max(cInst, tc.capacity)
 	}
-	if tc.has && (tc.headLate || v.headAge > p.MaxAge.Seconds()) && tc.capacity > 0 && cInst > tc.capacity && !tc.capLower {
+	if cInst <= 0 && v.lag > 0 && tc.capacity > 0 {
+		// Nothing consumed with work waiting: a stall (of the machine,
+		// or of the partitions not avoided while the consumer drained
+		// the late ones), not a capacity, as for a report that stands
+		// still (see reportStill). This reading's wait is unbounded (a
+		// consumer that stopped is at the floor one interval on, as
+		// before); the estimate is kept for the readings after it.
+		// Taken as the estimate, one such reading in a drain set it to
+		// 0: once the consumer had drained the backlog and sat caught
+		// up, the law re-opened from what the producers were allowed
+		// (0, then about 1 msg/s) and the probe climbed x1.5 a reading
+		// from there (lagbridge demo under machine load, session 17
+		// CI: no release of batch-export in the demo's 30 s;
+		// TestControllerStallNotCapacity). The next reading that
+		// measures the capacity restarts the estimate, as it did from 0
+		// (tc.stalled): a rise is not held as a skip burst at the
+		// estimate from before the stall (held, a consumer back after
+		// 40 s stopped, TestSimStoppedConsumer, re-opened from the 500/s
+		// of the interval it stopped in, not from the 1,500/s it
+		// consumed); only a reading that is no measure of it (no lag, a
+		// lower bound) keeps it.
+		v.capacity, tc.stalled = 0, true
+		return
+	}
+	if tc.has && (tc.headLate || v.headAge > p.MaxAge.Seconds()) && tc.capacity > 0 && cInst > tc.capacity && !tc.capLower && !tc.stalled {
 		// The head was past the deadline: consumers that skip expired
 		// messages (the ttl guard) or retention then "consume" in bursts
 		// that cost them nothing. A rise seen now is not capacity; hold
@@ -2160,12 +2193,12 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 			cInst = tc.capacity
 		}
 	}
-	if !tc.has || tc.capacity <= 0 || math.Abs(cInst-tc.capacity) > c.cfg.StepThreshold*tc.capacity {
+	if !tc.has || tc.capacity <= 0 || tc.stalled || math.Abs(cInst-tc.capacity) > c.cfg.StepThreshold*tc.capacity {
 		tc.capacity = cInst
 	} else {
 		tc.capacity += (1 - math.Exp(-v.dt/c.cfg.Smoothing.Seconds())) * (cInst - tc.capacity)
 	}
-	tc.capLower = v.lower
+	tc.capLower, tc.stalled = v.lower, false
 	v.capacity = tc.capacity
 }
 
