@@ -948,7 +948,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	if len(v.avoid) > 0 {
 		v.headAge = max(othersHead(st, v.avoid)-v.since, 0)
 	}
-	v.capacity = tc.capacity
+	v.capacity = readCapacity(tc)
 	if v.measured {
 		c.measured(tc, st, p, v, sight)
 	}
@@ -1460,9 +1460,12 @@ func (c *Controller) judge(tc *control, v *reading) {
 	switch {
 	case !v.measured || v.held:
 	case v.engaged:
-		// tc.capacity: a stall reading's own capacity is 0, its
-		// estimate kept (see estimateCapacity).
-		tc.ceiling, tc.saturated = tc.capacity, true
+		// v.capacity: a stall reading's own, 0 (see estimateCapacity).
+		// Kept at the estimate from before the stall, the ceiling made
+		// a hung consumer with a small backlog "spare" (consumed 0 of
+		// a ceiling it no longer has) and released it
+		// (TestControllerStallHungNotSpare).
+		tc.ceiling, tc.saturated = v.capacity, true
 	default:
 		tc.ceiling, tc.saturated = max(tc.ceiling, v.consumed), false
 	}
@@ -2120,19 +2123,29 @@ func backlog(tc *control, v *reading, at time.Time) {
 	v.backlog = max(tc.moveBacklog+tc.spanProduced-drained, 0)
 }
 
+// readCapacity is the capacity a reading starts from: the estimate, or 0
+// when nothing was measured since a stall (see estimateCapacity): the
+// estimate kept from before it is for the reading that measures again, not
+// a capacity to read a wait at meanwhile (TestControllerStallUnmeasuredAfter).
+func readCapacity(tc *control) float64 {
+	if tc.stalled {
+		return 0
+	}
+	return tc.capacity
+}
+
 // estimateCapacity sets v.capacity: the smoothed consume rate, restarted
 // from the instant one when they differ by more than StepThreshold (a step
 // is under way: react now, not one time constant later).
 //
 // A reading lowers the estimate only when it measures the capacity: one
-// with work queued (a lag, and of at least the engage wait at the rate it
-// consumed; with less, the consumer consumed what it was given, a lower
-// bound: with no lag, nothing consumed of nothing produced read as a
-// capacity of 0 at a caught-up reading), in which the consumer consumed
-// something (nothing consumed is a stall, see below), and, for a position
-// estimated between commits (a model of the
-// consumer, not a measure of it), only a commit that found the consumer
-// behind (see commitSpan). Without these, the estimate followed the rate
+// with work queued (a lag of at least the engage wait at the rate it
+// consumed; with less, or none, the consumer consumed what it was given,
+// a lower bound: nothing consumed of nothing produced is no capacity of
+// 0), in which the consumer consumed something (nothing consumed is a
+// stall, see below), and, for a position estimated between commits (a
+// model of the consumer, not a measure of it), only a commit that found
+// the consumer behind (see commitSpan). Without these, the estimate followed the rate
 // admitted while a backlog drained and the quota followed the estimate:
 // down to a few messages a second for a consumer of 2,000.
 func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *reading) {
@@ -2158,7 +2171,9 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 		// the late ones), not a capacity, as for a report that stands
 		// still (see reportStill). This reading's wait is unbounded (a
 		// consumer that stopped is at the floor one interval on, as
-		// before); the estimate is kept for the readings after it.
+		// before); the estimate is kept for the next reading that
+		// measures the capacity (until then, and as the ceiling, the
+		// capacity is this reading's 0: see judge and readCapacity).
 		// Taken as the estimate, one such reading in a drain set it to
 		// 0: once the consumer had drained the backlog and sat caught
 		// up, the law re-opened from what the producers were allowed

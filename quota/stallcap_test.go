@@ -3,6 +3,8 @@ package quota
 import (
 	"testing"
 	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
 )
 
 // TestControllerStallNotCapacity replays readings shaped like the episode
@@ -108,6 +110,61 @@ func TestControllerStallStaysStopped(t *testing.T) {
 		d := c.Step(st(float64(k), 600+int64(k), 0, 1), p, at(k))
 		if d.Rate != 0 {
 			t.Fatalf("reading %d, nothing consumed, lag %d: %s at %.1f/s (%s), want 0/s", k, d.Lag, d.Rule, d.Rate, d.Reason)
+		}
+	}
+}
+
+// TestControllerStallHungNotSpare: a consumer that hangs with a small
+// backlog once the producers obey a drain (nothing produced) is held at
+// 0/s at every reading. With the ceiling kept at the estimate from before
+// the stall, consumed 0 of it with a backlog under E x that ceiling read
+// as capacity to spare: the probe from 0/s, then release to unlimited every
+// four readings while the consumer was hung (red before: unlimited at
+// readings 7 and 11, at 400 and at 2,000 msg/s).
+func TestControllerStallHungNotSpare(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		before  []lag.State
+		waiting int64
+	}{
+		{"400 msg/s, 150 waiting", []lag.State{st(1, 50, 800, 800), st(2, 600, 400, 800), st(3, 150, 450, 0), st(4, 150, 0, 10)}, 150},
+		{"2,000 msg/s, 500 waiting", []lag.State{st(1, 100, 1800, 1800), st(2, 3000, 2000, 4000), st(3, 500, 2500, 0), st(4, 500, 0, 20)}, 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Policy{Name: "p", MaxAge: 2 * time.Second}
+			c := newCtl(t, ControllerConfig{})
+			for _, s := range tc.before {
+				c.Step(s, p, s.At)
+			}
+			for k := 5; k < 12; k++ {
+				s := st(float64(k), tc.waiting, 0, 0)
+				if d := c.Step(s, p, s.At); d.Rate != 0 {
+					t.Errorf("reading %d, hung with %d waiting: %s at %.1f/s (%s), want 0/s", k, tc.waiting, d.Rule, d.Rate, d.Reason)
+				}
+			}
+		})
+	}
+}
+
+// TestControllerStallUnmeasuredAfter: a reading that measures nothing
+// after a stall (no commit yet) reads no wait at the estimate kept from
+// before the stall: that estimate is for the reading that measures again.
+// Red before: saturated at 400/s, then kept. A stall reading whose position
+// moved (all of it on avoided partitions, see leaveOutLate) is set up by
+// dating the last move at it.
+func TestControllerStallUnmeasuredAfter(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	c := newCtl(t, ControllerConfig{})
+	c.Step(st(1, 50, 800, 800), p, st(1, 0, 0, 0).At)
+	c.Step(st(2, 600, 400, 800), p, st(2, 0, 0, 0).At)
+	stall := st(3, 600, 0, 10)
+	c.Step(stall, p, stall.At)
+	c.targets[ordersK].moveAt = stall.At
+	for k := 4; k < 6; k++ {
+		s := st(float64(k), 600, 0, 0)
+		s.CommitInterval = 3 * time.Second
+		if d := c.Step(s, p, s.At); d.Rate != 0 {
+			t.Errorf("reading %d, nothing measured since the stall: %s at %.1f/s (%s), want 0/s", k, d.Rule, d.Rate, d.Reason)
 		}
 	}
 }
