@@ -582,6 +582,8 @@ type partTrack struct {
 	// full: rate was measured between two moves that left work behind
 	// (the consumer's capacity; see knownSlow).
 	full bool
+	// head is its HeadAge at this observation, seconds (see sharedRise).
+	head float64
 }
 
 // avoidCalm is how many observations in a row a listed partition must be
@@ -887,6 +889,10 @@ type reading struct {
 	// shared (see observerStall); held: it read a stall of the whole
 	// consumer there, which is not believed yet.
 	shadow, held bool
+	// rise: every partition not listed showed its head rise together
+	// while some are listed (see sharedRise): a stall of the whole
+	// consumer, not believed yet either.
+	rise bool
 	// raised: a probe raised the rate in force (see plan).
 	raised bool
 }
@@ -1428,8 +1434,9 @@ func (c *Controller) judge(tc *control, v *reading) {
 	}
 	v.queued = max(queued, 0)
 	v.engaged = v.wait > v.engageWait && !v.spare
-	if v.shadow && (v.engaged || v.measured && !v.keepsUp) && shadowExplains(v) {
-		// A stall the observer shared: not believed yet (observerStall).
+	if (v.shadow && shadowExplains(v) || v.rise) && (v.engaged || v.measured && !v.keepsUp) {
+		// A stall the observer shared, or one every partition's head
+		// shows: not believed yet (observerStall, sharedRise).
 		v.held, v.engaged = true, false
 	}
 	// Caught up at its last commit, estimated since: the backlog the
@@ -2157,7 +2164,7 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 			span = max(cInst, span)
 		}
 		cInst = span
-	case cInst < tc.capacity && (v.lag <= 0 || v.lag < v.engageWait*cInst || v.noQueue || v.shadow):
+	case cInst < tc.capacity && (v.lag <= 0 || v.lag < v.engageWait*cInst || v.noQueue || v.shadow || v.rise):
 		cInst = tc.capacity
 	case v.noQueue:
 		cInst = max(cInst, v.produced)
@@ -2978,6 +2985,7 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 	offerShare := max(v.produced, st.ProduceRate) / float64(max(len(st.Partitions)-listed, 1))
 	tc.gen++
 	othersKept := keptUpSomewhere(tc, st)
+	v.rise = sharedRise(tc, st, v, dt)
 	others := false // a partition not late was written to
 	for _, ps := range st.Partitions {
 		pt, had := tc.parts[ps.Partition]
@@ -2989,10 +2997,14 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 		// it lists no partition (see polledWait).
 		isLate := ps.Lag > 0 && (head > p.MaxAge.Seconds() || (wait >= budget && head > lateHead && !loop))
 		isLate = isLate || (!loop && had && othersKept && knownSlow(pt, next, head, partCadence(&ps, v), budget, offerShare))
-		if v.shadow && !pt.late && head <= p.MaxAge.Seconds() {
-			// A stall the observer shared lists no partition by its
-			// wait: the listed ones stand (see observerStall).
+		if (v.shadow || v.rise) && !pt.late && head <= p.MaxAge.Seconds() {
+			// A stall the observer shared, or one every partition's
+			// head shows, lists no partition by its wait: the listed
+			// ones stand (see observerStall, sharedRise).
 			isLate = false
+		}
+		if v.rise && !pt.late {
+			next.rate, next.full = pt.rate, pt.full // nothing learned
 		}
 		if (isLate || pt.late) && next.rate <= 0 && ps.Lag > 0 && ps.CommitRate > 0 && !math.IsInf(ps.CommitRate, 0) {
 			// Not measured here yet: what the tracker measured from its
@@ -3026,6 +3038,52 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 	}
 	slices.Sort(late)
 	return late, true
+}
+
+// sharedRise reports whether st shows a stall of the whole consumer while
+// some partition is listed (at the last decision): the interval measured
+// a commit (v.measured), and every partition not listed has lag, a known
+// head older than at the observation before but not past half the
+// budget, and drained less than half the rate its consumer was seen to
+// drain it at (a saturated consumer drains at its rate; a stalled one
+// does not). A loaded machine stalls the consumer of every partition at
+// once, the observer on time (no observerStall's shadow): each healthy
+// partition's head rose with the clock while its consumer drained 1-14
+// records (at most 0.41 of its rate seen before), which read as a wait
+// over the budget or a slow drain (knownSlow), and listed two to five healthy
+// partitions beside the slow one. With half the partitions listed or
+// more the list was dropped (AvoidBelow), the slow partition's backlog
+// went back into the topic's wait, and the hysteresis held the healthy
+// ones listed for seconds after the stall (lagbridge bench
+// --hot-partition on real Kafka 4.3.1 at load 11-15: the topic drained,
+// saturated, stepped down or probed in 8-49 decisions of a run;
+// TestControllerSharedRiseKeepsList). Such a reading lists no partition
+// by its wait or its drain (one whose head is past MaxAge is), teaches
+// no partition not listed a consume rate, and the topic's law does not
+// believe it, as in the observer's shadow (v.held, RuleObserverStall):
+// the capacity is not lowered and the target is not engaged. The listed
+// partitions stand on their own evidence. A whole consumer that keeps
+// slowing is read as it is once its heads pass half the budget.
+func sharedRise(tc *control, st *lag.State, v *reading, dt float64) bool {
+	if len(tc.last.AvoidPartitions) == 0 || dt <= 0 || !v.measured {
+		return false
+	}
+	others := false
+	for i := range st.Partitions {
+		ps := &st.Partitions[i]
+		pt, had := tc.parts[ps.Partition]
+		drained := float64(ps.End-ps.Lag-pt.pos) / dt
+		switch h := ps.HeadAge.Seconds(); {
+		case !had:
+			return false
+		case slices.Contains(tc.last.AvoidPartitions, ps.Partition):
+		case ps.Stale || !ps.HeadKnown || ps.Lag <= 0 || h <= pt.head || h > v.budget/2 || drained >= pt.rate/2:
+			return false
+		default:
+			others = true
+		}
+	}
+	return others
 }
 
 // partsSpan is the span, seconds, the partitions' rates of st are
@@ -3100,7 +3158,7 @@ func keptUpSomewhere(tc *control, st *lag.State) bool {
 // (out) over the last interval.
 func trackPart(pt partTrack, had bool, ps *lag.PartitionState, st *lag.State, dt float64) partTrack {
 	pos := ps.End - ps.Lag
-	next := partTrack{full: pt.full, pos: pos, lag: ps.Lag, rate: pt.rate, movePos: pt.movePos, moveAt: pt.moveAt, moveLag: pt.moveLag, probe: pt.probe, limit: pt.limit}
+	next := partTrack{full: pt.full, pos: pos, lag: ps.Lag, rate: pt.rate, movePos: pt.movePos, moveAt: pt.moveAt, moveLag: pt.moveLag, probe: pt.probe, limit: pt.limit, head: ps.HeadAge.Seconds()}
 	switch {
 	case ps.Source != lag.SourceConsumer || ps.Reported.HeadTime.IsZero() || ps.Lag <= 0:
 		// Nothing in hand: the next poll comes after this observation.
