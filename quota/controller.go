@@ -891,7 +891,7 @@ type reading struct {
 	shadow, held bool
 	// rise: every partition not listed showed its head rise together
 	// while some are listed (see sharedRise): a stall of the whole
-	// consumer, not believed yet either.
+	// consumer, the topic's law's evidence and no partition's.
 	rise bool
 	// raised: a probe raised the rate in force (see plan).
 	raised bool
@@ -1434,9 +1434,8 @@ func (c *Controller) judge(tc *control, v *reading) {
 	}
 	v.queued = max(queued, 0)
 	v.engaged = v.wait > v.engageWait && !v.spare
-	if (v.shadow && shadowExplains(v) || v.rise) && (v.engaged || v.measured && !v.keepsUp) {
-		// A stall the observer shared, or one every partition's head
-		// shows: not believed yet (observerStall, sharedRise).
+	if v.shadow && shadowExplains(v) && (v.engaged || v.measured && !v.keepsUp) {
+		// A stall the observer shared: not believed yet (observerStall).
 		v.held, v.engaged = true, false
 	}
 	// Caught up at its last commit, estimated since: the backlog the
@@ -2164,7 +2163,7 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 			span = max(cInst, span)
 		}
 		cInst = span
-	case cInst < tc.capacity && (v.lag <= 0 || v.lag < v.engageWait*cInst || v.noQueue || v.shadow || v.rise):
+	case cInst < tc.capacity && (v.lag <= 0 || v.lag < v.engageWait*cInst || v.noQueue || v.shadow):
 		cInst = tc.capacity
 	case v.noQueue:
 		cInst = max(cInst, v.produced)
@@ -3043,8 +3042,8 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 // sharedRise reports whether st shows a stall of the whole consumer while
 // some partition is listed (at the last decision): the interval measured
 // a commit (v.measured), and every partition not listed has lag, a known
-// head older than at the observation before but not past half the
-// budget, and drained less than half the rate its consumer was seen to
+// head older than at the observation before (0 if it had no lag then)
+// but not past half the budget, and drained less than half the rate its consumer was seen to
 // drain it at (a saturated consumer drains at its rate; a stalled one
 // does not). A loaded machine stalls the consumer of every partition at
 // once, the observer on time (no observerStall's shadow): each healthy
@@ -3058,12 +3057,18 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 // --hot-partition on real Kafka 4.3.1 at load 11-15: the topic drained,
 // saturated, stepped down or probed in 8-49 decisions of a run;
 // TestControllerSharedRiseKeepsList). Such a reading lists no partition
-// by its wait or its drain (one whose head is past MaxAge is), teaches
-// no partition not listed a consume rate, and the topic's law does not
-// believe it, as in the observer's shadow (v.held, RuleObserverStall):
-// the capacity is not lowered and the target is not engaged. The listed
-// partitions stand on their own evidence. A whole consumer that keeps
-// slowing is read as it is once its heads pass half the budget.
+// by its wait or its drain (one whose head is past MaxAge is) and teaches
+// no partition not listed a consume rate: the listed partitions stand on
+// their own evidence, and what every partition shows is the topic's law's
+// to read, as it is (a stall of the consumer is believed at once, see
+// observerStall). A first form also held the topic's law (capacity kept,
+// the rate in force kept) until those heads passed half the budget: a
+// real drop of the whole consumer's capacity while a partition was listed
+// was then believed only once a new message would be dead on arrival (at
+// 250 ms, 15 msg/s a partition: limited 1 s later than without the rule,
+// 244 messages dead in 10 s against 0; TestControllerSharedRiseDropBelieved).
+// A whole consumer that keeps slowing lists its partitions by their wait
+// once their heads pass half the budget.
 func sharedRise(tc *control, st *lag.State, v *reading, dt float64) bool {
 	if len(tc.last.AvoidPartitions) == 0 || dt <= 0 || !v.measured {
 		return false

@@ -57,9 +57,6 @@ func (c *Controller) observerStall(tc *control, st *lag.State, v *reading) bool 
 // a limited target keeps the rate in force.
 func heldStall(tc *control, v *reading) (Rule, string) {
 	why := fmt.Sprintf("wait %s, consumed %.0f/s of %.0f/s in the shadow of a gap of %s between observations: a stall the observer shared is not believed before it outlasts the observer's own", secs(v.wait), v.consumed, v.produced, secs(tc.shadowGap))
-	if !v.shadow {
-		why = fmt.Sprintf("wait %s, consumed %.0f/s of %.0f/s, every head not listed rose together (to %s): a stall of the whole consumer while partitions %v are listed is not believed before those heads pass half the budget", secs(v.wait), v.consumed, v.produced, secs(v.headAge), v.avoid)
-	}
 	if !tc.limited {
 		return RuleObserverStall, why + ": unlimited"
 	}
