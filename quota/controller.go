@@ -3043,17 +3043,17 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 // some partition is listed (at the last decision): the interval measured
 // a commit (v.measured), and every partition not listed has lag, a known
 // head older than at the observation before (0 if it had no lag then)
-// but not past half the budget, and drained less than half the rate its consumer was seen to
-// drain it at (a saturated consumer drains at its rate; a stalled one
-// does not). A loaded machine stalls the consumer of every partition at
-// once, the observer on time (no observerStall's shadow): each healthy
-// partition's head rose with the clock while its consumer drained 1-14
-// records (at most 0.41 of its rate seen before), which read as a wait
-// over the budget or a slow drain (knownSlow), and listed two to five healthy
+// but not past half the budget, and drained less than half the rate its
+// consumer was seen to drain it at (a saturated consumer drains at its
+// rate; a stalled one does not). A loaded machine stalls the consumer of
+// every partition at once, the observer on time (no observerStall's
+// shadow): each healthy partition's head rose with the clock while its
+// consumer drained 1-14 records (at most 0.41 of its rate seen before),
+// which read as a wait over the budget or a slow drain (knownSlow), at
+// once or from the rate learned there, and listed one to five healthy
 // partitions beside the slow one. With half the partitions listed or
-// more the list was dropped (AvoidBelow), the slow partition's backlog
-// went back into the topic's wait, and the hysteresis held the healthy
-// ones listed for seconds after the stall (lagbridge bench
+// more the list was dropped (AvoidBelow), and the hysteresis held the
+// healthy ones listed for seconds after the stall (lagbridge bench
 // --hot-partition on real Kafka 4.3.1 at load 11-15: the topic drained,
 // saturated, stepped down or probed in 8-49 decisions of a run;
 // TestControllerSharedRiseKeepsList). Such a reading lists no partition

@@ -8,9 +8,9 @@ import (
 	"github.com/lagbridge/lagbridge/lag"
 )
 
-// TestControllerSharedRiseKeepsList replays two runs of lagbridge bench
+// TestControllerSharedRiseKeepsList replays three runs of lagbridge bench
 // --hot-partition --hot-interval 250ms --hot-slow-after 10s on real Kafka
-// 4.3.1 on a loaded machine (load average 13-15; session 17's traced
+// 4.3.1 on a loaded machine (load average 13-20; session 17's traced
 // pairs, main at fc878bc), from the group's first reading to a few seconds
 // after a stall of the whole consumer that came with the observer on time
 // (0.24-0.41 s after the reading before, so no observerStall's shadow):
@@ -29,6 +29,13 @@ import (
 //     six), and partition 0's backlog back in the topic's wait read
 //     "saturated: capacity 189/s": the topic limited in 11 decisions, and
 //     partition 0's lag grew to 67 records before it was listed again.
+//   - keyless (pair 5, main's run): at 17:29:58.252 the healthy
+//     partitions' heads rose from 0.20-0.32 s to 0.33-0.34 s with 7-11
+//     records drained each. Nothing was listed at that reading, but, read
+//     as it looked, partitions 1 and 2 learned a consume rate of 34 and
+//     48 msg/s from it (94 and 103 before), and partition 3 was listed
+//     beside partition 0 by its drain (knownSlow) 1.3 s later, for five
+//     decisions.
 //
 // Such a reading is a stall every partition shared (sharedRise): it lists
 // no partition and teaches none a rate. Partition 0 stays listed, alone,
@@ -43,6 +50,7 @@ func TestControllerSharedRiseKeepsList(t *testing.T) {
 	}{
 		{"keyed, five healthy partitions listed by their wait", "hot250-kafka-sharedrise.jsonl", 108, 97},
 		{"keyless, two healthy partitions listed by their drain", "hot250-kafka-sharedrise2.jsonl", 56, 45},
+		{"keyless, a healthy partition listed by the drain learned in the stall", "hot250-kafka-sharedrise3.jsonl", 66, 51},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
