@@ -31,8 +31,9 @@ import (
 	"github.com/lagbridge/lagbridge/quota"
 )
 
-// ErrUnauthorized is returned (wrapped) when the daemon refuses the token,
-// or wants one and got none.
+// ErrUnauthorized is returned (wrapped) when the daemon wants a token and
+// got none; ErrUnknownToken and ErrForbidden, which refuse a token given,
+// match it too.
 var ErrUnauthorized = errors.New("the daemon refused the request: give a token with --token or LAGBRIDGE_TOKEN")
 
 // ErrForbidden is returned (wrapped) when the daemon knows the token but
@@ -46,6 +47,20 @@ func (forbidden) Error() string {
 }
 
 func (forbidden) Is(target error) bool { return target == ErrUnauthorized }
+
+// ErrUnknownToken is returned (wrapped) when the daemon answers 401 to a
+// request that carried a token: it does not know that token (a typo, a
+// token of another deployment, one rotated away). It matches
+// ErrUnauthorized.
+var ErrUnknownToken error = unknownToken{}
+
+type unknownToken struct{}
+
+func (unknownToken) Error() string {
+	return "the daemon does not know this token: check --token or LAGBRIDGE_TOKEN (status and why need a read or admin token)"
+}
+
+func (unknownToken) Is(target error) bool { return target == ErrUnauthorized }
 
 // Client reads a daemon's API. The zero HTTP means a client with a 10 s
 // timeout. Safe for concurrent use.
@@ -105,6 +120,9 @@ func (c *Client) get(ctx context.Context, path string, v any) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
+		if c.Token != "" {
+			return fmt.Errorf("%s: HTTP %d: %w", path, resp.StatusCode, ErrUnknownToken)
+		}
 		return fmt.Errorf("%s: HTTP %d: %w", path, resp.StatusCode, ErrUnauthorized)
 	}
 	if resp.StatusCode == http.StatusForbidden {

@@ -110,6 +110,18 @@ func TestWhyAndStatus(t *testing.T) {
 	if !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "HTTP 403: the daemon refused this token: status and why need a read or admin token") {
 		t.Errorf("status with a producer token: %v", err)
 	}
+	// A token the daemon does not know (401 with a token given) says
+	// so: asking the user to give a token they gave does not help.
+	err = Status(ctx, &Client{BaseURL: base, Token: "wrong"}, &bytes.Buffer{})
+	if !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "HTTP 401: the daemon does not know this token") ||
+		strings.Contains(err.Error(), "give a token") {
+		t.Errorf("status with an unknown token: %v", err)
+	}
+	// Without a token, the error still says how to give one.
+	err = Status(ctx, &Client{BaseURL: base}, &bytes.Buffer{})
+	if !strings.Contains(err.Error(), "give a token with --token or LAGBRIDGE_TOKEN") {
+		t.Errorf("status without a token: %v", err)
+	}
 	// A missing producer is refused before any request.
 	if err := Why(ctx, &Client{BaseURL: base}, &bytes.Buffer{}, "", 0); err == nil {
 		t.Error("why without a producer: no error")
