@@ -115,3 +115,49 @@ func TestUnmatchedWaitsForEveryCluster(t *testing.T) {
 		t.Fatalf("warned before the slow cluster's cycles were in:\n%s", logs.String())
 	}
 }
+
+// TestUnmatchedPolicyAppliesLater: a policy warned about because its
+// consumer group started after the daemon (the order a new user starts
+// things in) is named again, once, at info, when it matches a target,
+// with that target; before, the warning that it "limits no producer"
+// stood alone in the log while it limited them.
+func TestUnmatchedPolicyAppliesLater(t *testing.T) {
+	store := daemon.NewStore(map[string]lag.Kind{"k": lag.KindKafka})
+	specs := []quota.Policy{
+		{Name: "orders", Match: quota.Match{Topic: "orders"}, MaxAge: 2 * time.Second},
+		{Name: "ghost", Match: quota.Match{Topic: "orderz"}, MaxAge: 2 * time.Second},
+	}
+	pols, err := quota.NewPolicies(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs testutil.Buffer
+	u := newUnmatched(pols, specs, store, slog.New(slog.NewTextHandler(&logs, nil)))
+	update := func(states ...lag.State) {
+		store.Update(daemon.ClusterStatus{Name: "k", Kind: lag.KindKafka, Observed: true}, states)
+		u.cycle("k", 1)
+	}
+	for range unmatchedCycles {
+		update() // no group reads the topic yet
+	}
+	if n := strings.Count(logs.String(), "applies to no target"); n != 2 {
+		t.Fatalf("%d warnings, want one for each policy:\n%s", n, logs.String())
+	}
+	orders := lag.State{Target: lag.Target{Kind: lag.KindKafka, Cluster: "k", Topic: "orders", Group: "billing"}}
+	for range 3 * recheckCycles {
+		update(orders)
+	}
+	var now []string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "applies to a target now") {
+			now = append(now, line)
+		}
+	}
+	if len(now) != 1 || !strings.Contains(now[0], "policy=orders") || !strings.Contains(now[0], "group=billing") ||
+		!strings.Contains(now[0], "level=INFO") {
+		t.Fatalf("want one info line for orders with its target; got:\n%s", strings.Join(now, "\n"))
+	}
+	if u.done {
+		t.Error("done while ghost still matches nothing")
+	}
+}
