@@ -2822,6 +2822,12 @@ func (c *Controller) signal(tc *control, d *Decision, st *lag.State, p *Policy, 
 	}
 	if len(avoid) > 0 {
 		reason += fmt.Sprintf("; partitions %v late (head older than %s or wait over budget; their lag of %.0f left out of the wait, producers write around them)", avoid, p.MaxAge, v.lateLag)
+		// The rates the rules name are the other partitions' (the law's);
+		// with shares the decision grants more (withShares): say so, or
+		// a reason reads "probing from 2890/s" on a rate of 3083/s.
+		if d.Signal != SignalStop && tc.limited && fmt.Sprintf("%.0f", d.Rate) != fmt.Sprintf("%.0f", others) {
+			reason += fmt.Sprintf("; %.0f/s for the other partitions, %.0f/s in all with the late ones' shares", others, d.Rate)
+		}
 	}
 	d.Rule, d.Reason = rule, reason
 	d.Then = plan(d, v, p)
