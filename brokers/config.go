@@ -145,7 +145,14 @@ func (f Filter) Compile() (Matcher, error) {
 	return m, nil
 }
 
+// compileAnchored compiles p anchored as ^(?:p)$. p must compile on its
+// own first: "a)|(b" does not, but anchored it would, as "^(?:a)|(b)$",
+// which selects every name starting with a or ending with b; and the
+// error then quotes p as written.
 func compileAnchored(p string) (*regexp.Regexp, error) {
+	if _, err := regexp.Compile(p); err != nil {
+		return nil, err
+	}
 	return regexp.Compile(`^(?:` + p + `)$`)
 }
 

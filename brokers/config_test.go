@@ -79,10 +79,15 @@ func TestFilterMatch(t *testing.T) {
 
 // TestFilterCheck: every bad pattern is reported, with its place.
 func TestFilterCheck(t *testing.T) {
-	f := Filter{Include: []string{"ok", "("}, Exclude: []string{"[z-a]"}}
+	// The message quotes the pattern as written, not anchored; a pattern
+	// that compiles only once anchored ("^(?:a)|(b)$" selects every name
+	// starting with a or ending with b) is refused like any other that
+	// does not compile; before, it was accepted.
+	f := Filter{Include: []string{"ok", "(", "a)|(b"}, Exclude: []string{"[z-a]"}}
 	errs := f.Check("kafka", "groups")
 	want := []string{
-		"kafka.groups.include[1]: error parsing regexp: missing closing ): `^(?:()$`",
+		"kafka.groups.include[1]: error parsing regexp: missing closing ): `(`",
+		"kafka.groups.include[2]: error parsing regexp: unexpected ): `a)|(b`",
 		"kafka.groups.exclude[0]: error parsing regexp: invalid character class range: `z-a`",
 	}
 	if len(errs) != len(want) {

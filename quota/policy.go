@@ -308,6 +308,11 @@ func compilePattern(pat string) (*regexp.Regexp, error) {
 	if pat == "" {
 		return nil, nil
 	}
+	// pat must compile on its own: "a)|(b" does not, but anchored it
+	// would, as "^(?:a)|(b)$" (a prefix or a suffix, not the names it says).
+	if _, err := regexp.Compile(pat); err != nil {
+		return nil, err
+	}
 	return regexp.Compile("^(?:" + pat + ")$")
 }
 

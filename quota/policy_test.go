@@ -66,6 +66,15 @@ func TestPolicyValidate(t *testing.T) {
 			p:    Policy{Name: "p", MaxAge: time.Second, Unlisted: Unlisted{Admit: AdmitSheddable, Max: 5}},
 		},
 		{
+			// A pattern that does not compile alone but would once
+			// anchored ("^(?:a)|(b)$": a prefix or a suffix, not the
+			// names it says) is refused, and so is one that does not
+			// compile at all; before, the first was accepted.
+			name:   "patterns that compile only anchored",
+			p:      Policy{Name: "p", MaxAge: time.Second, Match: Match{Topic: "a)|(b", Group: "x)|.*|(y"}},
+			fields: []string{"match.topic", "match.group"},
+		},
+		{
 			// Negative durations.
 			name:   "negative durations",
 			p:      Policy{Name: "p", MaxAge: -time.Second, HardAge: -1, ProcessingTime: -1},
