@@ -810,11 +810,7 @@ func TestControllerHotPartitionFirstFreshDecision(t *testing.T) {
 func TestSimHotPartitionLimitedOthersKeepTheirRate(t *testing.T) {
 	for _, commits := range []time.Duration{0, 250 * time.Millisecond} {
 		t.Run(fmt.Sprint("commits ", commits), func(t *testing.T) {
-			keyless := producersOffering(2, 3000)
-			for _, p := range keyless {
-				p.honorAvoid = true
-			}
-			res, _ := hotSim(t, keyless, 100, 400, commits, 60, [2]float64{0, 60})
+			res := keylessHotSim(t, commits)
 			checked, short := 0, 0
 			for _, s := range res.between(20, 60) {
 				d := s.dec
@@ -965,4 +961,18 @@ func TestControllerKeylessShareRate(t *testing.T) {
 	if listed < 8 {
 		t.Fatalf("partition 0 listed in %d decisions from its slowdown: the case tests nothing", listed)
 	}
+}
+
+// keylessHotSim runs 60 s of two keyless producers offering 3,000 msg/s
+// in all that honour avoid lists, on six partitions whose partition 0's
+// consumer drains 100 msg/s and the others' 400, committing every commits
+// (0: the positions as they are).
+func keylessHotSim(tb testing.TB, commits time.Duration) *simResult {
+	tb.Helper()
+	keyless := producersOffering(2, 3000)
+	for _, p := range keyless {
+		p.honorAvoid = true
+	}
+	res, _ := hotSim(tb, keyless, 100, 400, commits, 60, [2]float64{0, 60})
+	return res
 }

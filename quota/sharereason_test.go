@@ -21,12 +21,7 @@ func TestReasonNamesTheRateWithShares(t *testing.T) {
 	checked, unexplained := 0, 0
 	for _, commits := range []time.Duration{0, 250 * time.Millisecond} {
 		t.Run(fmt.Sprint("commits ", commits), func(t *testing.T) {
-			keyless := producersOffering(2, 3000)
-			for _, p := range keyless {
-				p.honorAvoid = true
-			}
-			res, _ := hotSim(t, keyless, 100, 400, commits, 60, [2]float64{0, 60})
-			for _, s := range res.between(0, 60) {
+			for _, s := range keylessHotSim(t, commits).between(0, 60) {
 				d := s.dec
 				if d.IsUnlimited() || sumShares(d.PartitionShares) <= 0 {
 					continue

@@ -85,16 +85,7 @@ func TestWarnsPolicyWithoutTarget(t *testing.T) {
 // clusters warned about it.
 func TestUnmatchedWaitsForEveryCluster(t *testing.T) {
 	store := daemon.NewStore(map[string]lag.Kind{"fast": lag.KindKafka, "slow": lag.KindKafka})
-	specs := []quota.Policy{
-		{Name: "orders", Match: quota.Match{Topic: "orders"}, MaxAge: 2 * time.Second},
-		{Name: "events", Match: quota.Match{Topic: "events"}, MaxAge: 2 * time.Second},
-	}
-	pols, err := quota.NewPolicies(specs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs testutil.Buffer
-	u := newUnmatched(pols, specs, store, slog.New(slog.NewTextHandler(&logs, nil)))
+	u, logs := topicPolicies(t, store, "orders", "events")
 	state := func(cluster, topic string) lag.State {
 		return lag.State{Target: lag.Target{Kind: lag.KindKafka, Cluster: cluster, Topic: topic, Group: "g"}}
 	}
@@ -123,16 +114,7 @@ func TestUnmatchedWaitsForEveryCluster(t *testing.T) {
 // stood alone in the log while it limited them.
 func TestUnmatchedPolicyAppliesLater(t *testing.T) {
 	store := daemon.NewStore(map[string]lag.Kind{"k": lag.KindKafka})
-	specs := []quota.Policy{
-		{Name: "orders", Match: quota.Match{Topic: "orders"}, MaxAge: 2 * time.Second},
-		{Name: "ghost", Match: quota.Match{Topic: "orderz"}, MaxAge: 2 * time.Second},
-	}
-	pols, err := quota.NewPolicies(specs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs testutil.Buffer
-	u := newUnmatched(pols, specs, store, slog.New(slog.NewTextHandler(&logs, nil)))
+	u, logs := topicPolicies(t, store, "orders", "orderz")
 	update := func(states ...lag.State) {
 		store.Update(daemon.ClusterStatus{Name: "k", Kind: lag.KindKafka, Observed: true}, states)
 		u.cycle("k", 1)
@@ -158,6 +140,22 @@ func TestUnmatchedPolicyAppliesLater(t *testing.T) {
 		t.Fatalf("want one info line for orders with its target; got:\n%s", strings.Join(now, "\n"))
 	}
 	if u.done {
-		t.Error("done while ghost still matches nothing")
+		t.Error("done while orderz still matches nothing")
 	}
+}
+
+// topicPolicies returns an unmatched for store watching one policy per
+// topic, each named after its topic, and the buffer it logs to.
+func topicPolicies(tb testing.TB, store *daemon.Store, topics ...string) (*unmatched, *testutil.Buffer) {
+	tb.Helper()
+	var specs []quota.Policy
+	for _, tp := range topics {
+		specs = append(specs, quota.Policy{Name: tp, Match: quota.Match{Topic: tp}, MaxAge: 2 * time.Second})
+	}
+	pols, err := quota.NewPolicies(specs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	logs := &testutil.Buffer{}
+	return newUnmatched(pols, specs, store, slog.New(slog.NewTextHandler(logs, nil))), logs
 }
