@@ -449,7 +449,11 @@ func decodeErrors(err error) []error {
 				if m[1] != "" {
 					path = fileSpelling(m[1]) + "." + k
 				}
-				errs = append(errs, fmt.Errorf("%s: unknown key (misspelt, or not a setting of this version)", path))
+				hint := ""
+				if near := nearestKey(k, keysAt(m[1])); near != "" {
+					hint = fmt.Sprintf("; did you mean %q?", near)
+				}
+				errs = append(errs, fmt.Errorf("%s: unknown key (misspelt, or not a setting of this version)%s", path, hint))
 			}
 			continue
 		}
@@ -490,6 +494,132 @@ func fileSpelling(path string) string {
 		segs[i] = strings.ToLower(s[:n]) + s[n:]
 	}
 	return strings.Join(segs, ".")
+}
+
+// keysAt returns the settings of the place a decoder path names ("" for
+// the top level, "kafka[0]", "quota.policies[1]") as the file spells them;
+// nil when the path leads nowhere known.
+func keysAt(path string) []string {
+	t := reflect.TypeFor[Config]()
+	if path != "" {
+		for _, seg := range strings.Split(path, ".") {
+			name, _, _ := strings.Cut(seg, "[")
+			f, ok := settingOf(elemType(t), name)
+			if !ok {
+				return nil
+			}
+			t = f.Type
+		}
+	}
+	var keys []string
+	eachSetting(elemType(t), func(key string, _ reflect.StructField) bool {
+		keys = append(keys, key)
+		return true
+	})
+	return keys
+}
+
+// elemType is t without the pointers, slices, arrays and maps around it.
+func elemType(t reflect.Type) reflect.Type {
+	for {
+		switch t.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Array, reflect.Map:
+			t = t.Elem()
+		default:
+			return t
+		}
+	}
+}
+
+// settingOf returns the field of struct t whose setting is name (keys are
+// not case-sensitive).
+func settingOf(t reflect.Type, name string) (reflect.StructField, bool) {
+	var found reflect.StructField
+	ok := false
+	eachSetting(t, func(key string, f reflect.StructField) bool {
+		if strings.EqualFold(key, name) {
+			found, ok = f, true
+		}
+		return !ok
+	})
+	return found, ok
+}
+
+// eachSetting calls fn with the key and field of each setting of struct t
+// (the mapstructure tag's name, else the field's name in the file's
+// spelling; squashed structs' settings as their own), until fn returns
+// false. It reports whether it went through all of them.
+func eachSetting(t reflect.Type, fn func(key string, f reflect.StructField) bool) bool {
+	if t.Kind() != reflect.Struct {
+		return true
+	}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+		if tag == "-" {
+			continue
+		}
+		if f.Anonymous && strings.Contains(opts, "squash") {
+			if !eachSetting(elemType(f.Type), fn) {
+				return false
+			}
+			continue
+		}
+		if tag == "" {
+			tag = fileSpelling(f.Name)
+		}
+		if !fn(tag, f) {
+			return false
+		}
+	}
+	return true
+}
+
+// nearestKey returns the one key of keys within a letter or two of key
+// (case aside: at most a quarter of key's letters, and at least one,
+// added, dropped or changed), or "" when none or several are.
+func nearestKey(key string, keys []string) string {
+	best, bestD, tie := "", max(1, len(key)/4)+1, false
+	for _, k := range keys {
+		switch d := editDistance(strings.ToLower(key), strings.ToLower(k)); {
+		case d < bestD:
+			best, bestD, tie = k, d, false
+		case d == bestD:
+			tie = true
+		}
+	}
+	if tie {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the number of letters added, dropped, changed or swapped
+// with their neighbour that turn a into b (the optimal string alignment
+// distance), in bytes: "kafak" is one from "kafka".
+func editDistance(a, b string) int {
+	rows := [3][]int{make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)}
+	for j := range rows[1] {
+		rows[1][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		pp, prev, cur := rows[(i+2)%3], rows[i%3], rows[(i+1)%3] // rows i-2, i-1, i
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], pp[j-2]+1)
+			}
+		}
+	}
+	return rows[(len(a)+1)%3][len(b)]
 }
 
 var (

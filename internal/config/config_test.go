@@ -654,3 +654,57 @@ quota:
 		t.Fatalf("err %v", err)
 	}
 }
+
+// TestUnknownKeySuggestion: a misspelt key is named as the file spells it
+// and, when a setting of that place is a letter or two away, with that
+// setting's spelling; before, it read "kafka[0].requesttimout: unknown
+// key", lowercased (keys are not case-sensitive) and with no hint. A key
+// far from every setting gets no guess.
+func TestUnknownKeySuggestion(t *testing.T) {
+	_, err := load(t, "--config", writeFile(t, `
+listen: "127.0.0.1:9464"
+intervall: 1s
+kafak: []
+kafka:
+  - cluster: main
+    brokers: ["127.0.0.1:9092"]
+    requestTimout: 3s
+    colour: blue
+quota:
+  policies:
+    - {name: p, maxage: 2s, maxAge: 2s, hardage: 3s, kafkaClientQuotas: true}
+`))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		`intervall: unknown key (misspelt, or not a setting of this version); did you mean "interval"?`,
+		`kafak: unknown key (misspelt, or not a setting of this version); did you mean "kafka"?`,
+		`kafka[0].requesttimout: unknown key (misspelt, or not a setting of this version); did you mean "requestTimeout"?`,
+		`kafka[0].colour: unknown key (misspelt, or not a setting of this version)` + "\n",
+		`quota.policies[0].kafkaclientquotas: unknown key (misspelt, or not a setting of this version); did you mean "kafkaClientQuota"?`,
+	} {
+		if !strings.Contains(msg+"\n", want) {
+			t.Errorf("error lacks %q:\n%s", want, msg)
+		}
+	}
+}
+
+// TestEditDistance: letters added, dropped, changed, and two neighbours
+// swapped each count one.
+func TestEditDistance(t *testing.T) {
+	cases := []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0}, {"kafka", "kafka", 0}, {"", "abc", 3}, {"abc", "", 3},
+		{"intervall", "interval", 1}, {"requesttimout", "requesttimeout", 1}, {"kafak", "kafka", 1},
+		{"cafle", "cafile", 1}, {"colour", "cluster", 5}, {"ab", "ba", 1}, {"abcd", "badc", 2},
+	}
+	for _, c := range cases {
+		if got := editDistance(c.a, c.b); got != c.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+}
