@@ -84,13 +84,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// parse parses flags; it returns false with the exit code when done.
+// parse parses flags; it returns false with the exit code when done. A
+// flag that does not parse is named on stderr (pflag prints nothing of
+// its own with ContinueOnError).
 func parse(fs *pflag.FlagSet, args []string, stderr io.Writer) (int, bool) {
 	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0, false
 		}
+		fmt.Fprintf(stderr, "lagbridge %s: %v (see 'lagbridge %s --help')\n", fs.Name(), err, fs.Name())
 		return 2, false
 	}
 	if fs.NArg() > 0 {

@@ -56,6 +56,29 @@ func TestCommands(t *testing.T) {
 	}
 }
 
+// TestBadFlagSaysWhy: a flag that does not parse (a duration without its
+// unit, an unknown flag, a flag without its value) is named on stderr
+// with the command and where to look; before, every command but bench
+// exited 2 and printed nothing.
+func TestBadFlagSaysWhy(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--interval", "5"}, `lagbridge run: invalid argument "5" for "--interval" flag`},
+		{[]string{"check", "--bogus"}, "lagbridge check: unknown flag: --bogus"},
+		{[]string{"demo", "--duration", "x"}, `lagbridge demo: invalid argument "x" for "--duration" flag`},
+		{[]string{"status", "--url"}, "lagbridge status: flag needs an argument: --url"},
+		{[]string{"why", "--since", "5"}, `lagbridge why: invalid argument "5" for "--since" flag`},
+	}
+	for _, c := range cases {
+		code, _, stderr := runCLI(c.args...)
+		if code != 2 || !strings.Contains(stderr, c.want) || !strings.Contains(stderr, "lagbridge "+c.args[0]+" --help") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 with %q and a pointer to --help", c.args, code, stderr, c.want)
+		}
+	}
+}
+
 // TestConsoleNoDaemon: status and why with no daemon at the address say
 // where they looked and how to point them elsewhere.
 func TestConsoleNoDaemon(t *testing.T) {
