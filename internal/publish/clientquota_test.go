@@ -305,3 +305,34 @@ func TestClientQuotaSentSpreadOverBrokers(t *testing.T) {
 		p.steer.Next(now.Add(time.Duration(i)*time.Second), want, sent)
 	}
 }
+
+// TestClientQuotaLogUnlimited: the ceiling an unlimited grant becomes is
+// logged as such, in whole bytes; before, a new user read
+// "producer_byte_rate=1.099511627817e+12 wanted=1.099511627776e+12" on
+// every release and had to know Ceiling to tell it meant no limit. A
+// finite quota is logged as before, without the flag. On kfake.
+func TestClientQuotaLogUnlimited(t *testing.T) {
+	_, cl := kfakeClient(t, kfake.NumBrokers(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	var logs bytes.Buffer
+	q := NewClientQuotas(cl, slog.New(slog.NewTextHandler(&logs, nil)))
+	if _, err := q.Apply(ctx, map[string]float64{"free": Ceiling, "held": 5000}); err != nil {
+		t.Fatal(err)
+	}
+	var free, held string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		switch {
+		case strings.Contains(line, "client_id=free"):
+			free = line
+		case strings.Contains(line, "client_id=held"):
+			held = line
+		}
+	}
+	if !strings.Contains(free, "unlimited=true") || !strings.Contains(free, "producer_byte_rate=1099511627817 ") || strings.Contains(free, "e+") {
+		t.Errorf("the ceiling's line: %s", free)
+	}
+	if strings.Contains(held, "unlimited") || !strings.Contains(held, "producer_byte_rate=5033 wanted=5000 ") {
+		t.Errorf("a finite quota's line: %s", held)
+	}
+}

@@ -169,7 +169,13 @@ func (c *ClientQuotas) Apply(ctx context.Context, want map[string]float64) (Resu
 		}
 	}
 	for _, id := range res.Set {
-		c.log.Info("kafka client quota set", "client_id", id, QuotaKey, Marked(want[id]), "wanted", math.Floor(want[id]), "issued", issued)
+		// Whole bytes (slog writes a float64 of 10^12 as 1.1e+12), and
+		// the ceiling said for what it is.
+		attrs := []any{"client_id", id, QuotaKey, int64(Marked(want[id])), "wanted", int64(math.Floor(want[id]))}
+		if want[id] >= Ceiling {
+			attrs = append(attrs, "unlimited", true)
+		}
+		c.log.Info("kafka client quota set", append(attrs, "issued", issued)...)
 	}
 	for _, id := range res.Removed {
 		c.log.Info("kafka client quota cleared", "client_id", id, "issued", issued)
