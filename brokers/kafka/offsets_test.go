@@ -7,6 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/lagbridge/lagbridge/internal/testutil"
 )
 
 // offsetFetchBody encodes resp as a broker would (kmsg's encoder), without
@@ -264,19 +266,7 @@ func TestAskedAgainThroughKgo(t *testing.T) {
 			return resp
 		}},
 		{"leader moved", kmsg.ListOffsets, func(kreq kmsg.Request) kmsg.Response {
-			req := kreq.(*kmsg.ListOffsetsRequest)
-			resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
-			for _, t := range req.Topics {
-				rt := kmsg.NewListOffsetsResponseTopic()
-				rt.Topic = t.Topic
-				for _, p := range t.Partitions {
-					rp := kmsg.NewListOffsetsResponseTopicPartition()
-					rp.Partition, rp.ErrorCode = p.Partition, 6 // NOT_LEADER_OR_FOLLOWER
-					rt.Partitions = append(rt.Partitions, rp)
-				}
-				resp.Topics = append(resp.Topics, rt)
-			}
-			return resp
+			return testutil.ListOffsetsError(kreq.(*kmsg.ListOffsetsRequest), 6) // NOT_LEADER_OR_FOLLOWER
 		}},
 	}
 	for _, tc := range cases {

@@ -475,10 +475,7 @@ func (k *kafkaChannel) Watch(ctx context.Context, f func(string, []byte), synced
 	if err := k.create(ctx, cl); err != nil {
 		return err
 	}
-	listed, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, k.topic)
-	if err == nil {
-		err = listed.Error()
-	}
+	listed, err := k.endOffsets(ctx, cl)
 	if err != nil {
 		return fmt.Errorf("lease state topic %q: end offset: %w", k.topic, err)
 	}
@@ -525,6 +522,38 @@ func (k *kafkaChannel) Watch(ctx context.Context, f func(string, []byte), synced
 			f(string(r.Key), v)
 			read(r)
 		})
+	}
+}
+
+// newTopicWait bounds how long endOffsets waits for the partitions of a
+// topic the broker does not host yet; newTopicPoll is its poll.
+const (
+	newTopicWait = 10 * time.Second
+	newTopicPoll = 50 * time.Millisecond
+)
+
+// endOffsets lists the topic's last stable offsets. A topic created a
+// moment ago (by create, at a replica's first start) is answered
+// UNKNOWN_TOPIC_OR_PARTITION until the broker hosts its partitions (Kafka
+// 4.3.1: tens of milliseconds on loopback): that is waited out, for up to
+// newTopicWait, rather than returned, which logged a warning at every
+// first start and read the state an interval later.
+func (k *kafkaChannel) endOffsets(ctx context.Context, cl *kgo.Client) (kadm.ListedOffsets, error) {
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(newTopicWait)
+	for {
+		listed, err := adm.ListCommittedOffsets(ctx, k.topic)
+		if err == nil {
+			err = listed.Error()
+		}
+		if !errors.Is(err, kerr.UnknownTopicOrPartition) || time.Now().After(deadline) {
+			return listed, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(newTopicPoll):
+		}
 	}
 }
 

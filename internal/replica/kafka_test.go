@@ -18,6 +18,7 @@ import (
 
 	"github.com/lagbridge/lagbridge/integration/kafkatest"
 	"github.com/lagbridge/lagbridge/internal/leader"
+	"github.com/lagbridge/lagbridge/internal/testutil"
 )
 
 // TestKafkaChannelTopicConfigs: the lease state topic is created compacted,
@@ -740,4 +741,58 @@ func TestKafkaOnePartitionTopicKept(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKafkaChannelWatchNewTopic: a replica's first start creates the lease
+// state topic and reads it at once; Kafka 4.3.1 answers the end offsets
+// of a topic created a moment ago with UNKNOWN_TOPIC_OR_PARTITION (its
+// partitions not hosted yet), and Watch returned that, so every first
+// start logged the warning "reading the replicated lease state ... This
+// server does not host this topic-partition" and read the state an
+// interval later. Watch now waits for the new topic's partitions. On
+// kfake, with that answer once (the fault at its exact moment), and on
+// the real broker.
+func TestKafkaChannelWatchNewTopic(t *testing.T) {
+	topic := leaseTopic("fresh")
+	watch := func(t *testing.T, opts []kgo.Opt) {
+		ch := NewKafka(opts, topic)
+		defer ch.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		wctx, synced := context.WithCancel(ctx)
+		defer synced()
+		if err := ch.Watch(wctx, func(string, []byte) {}, synced); err != nil {
+			t.Fatalf("Watch on a topic it just created: %v, want the (empty) state read", err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the new topic's state was not read in time")
+		}
+	}
+	t.Run("kfake", func(t *testing.T) {
+		c, opts := kfakeOne(t)
+		var refused atomic.Bool
+		c.ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			if refused.Swap(true) {
+				return nil, nil, false
+			}
+			return testutil.ListOffsetsError(req.(*kmsg.ListOffsetsRequest), kerr.UnknownTopicOrPartition.Code), nil, true
+		})
+		watch(t, opts)
+		if !refused.Load() {
+			t.Fatal("the end offsets were never asked for: the case tests nothing")
+		}
+	})
+	t.Run("real", func(t *testing.T) {
+		opts := []kgo.Opt{kgo.SeedBrokers(kafkatest.Bootstrap(t))}
+		watch(t, opts)
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = kadm.NewClient(cl).DeleteTopics(ctx, topic)
+	})
 }
