@@ -2808,8 +2808,19 @@ func (c *Controller) signal(tc *control, d *Decision, st *lag.State, p *Policy, 
 		d.Signal = SignalStop
 		d.Rate = p.MinRate
 		if hardStop && !stopped {
+			// Say what passed the hard age: the head, or the wait a new
+			// message would have (the head may be well under it), or
+			// neither any more (held until the wait is within budget).
 			rule = RuleHardAge
-			reason = fmt.Sprintf("hard age %s exceeded (wait %s + processing, head age %s): %s", p.HardAge, secs(v.wait), st.HeadAge.Round(time.Millisecond), reason)
+			head := st.HeadAge.Round(time.Millisecond)
+			switch {
+			case headOver:
+				reason = fmt.Sprintf("head age %s past the hard age %s (a new message would wait %s + processing): %s", head, p.HardAge, secs(v.wait), reason)
+			case !math.IsInf(v.wait, 1) && v.wait+proc > p.HardAge.Seconds():
+				reason = fmt.Sprintf("a new message would wait %s + processing, past the hard age %s (head age %s): %s", secs(v.wait), p.HardAge, head, reason)
+			default:
+				reason = fmt.Sprintf("stopped for the hard age %s until a new message's wait (%s) is within the budget %s (head age %s): %s", p.HardAge, secs(v.wait), secs(v.budget), head, reason)
+			}
 		}
 	case tc.limited && (v.wait > v.setWait || v.binding || others < v.capacity):
 		d.Signal = SignalSlowDown

@@ -184,7 +184,7 @@ func TestNoDaemonHint(t *testing.T) {
 // since its inputs alone (head age 3.46s) look under it; other rules'
 // lines stay as they were.
 func TestLineHardAge(t *testing.T) {
-	reason := "hard age 10s exceeded (wait 11.81s + processing, head age 3.46s): backlog over budget"
+	reason := "a new message would wait 11.81s + processing, past the hard age 10s (head age 3.46s): backlog over budget"
 	e := history.Event{Kind: history.KindSignal, Rule: quota.RuleHardAge, Signal: "stop", Reason: reason,
 		Inputs: history.Inputs{HeadAgeSeconds: 3.46, WaitSeconds: 11.81, BudgetSeconds: 2}}
 	if got := Line(e); !strings.Contains(got, "("+reason+")") {
