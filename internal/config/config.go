@@ -15,6 +15,7 @@
 package config
 
 import (
+	"encoding"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -257,6 +258,14 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	// Reachable from the environment too (LAGBRIDGE_HISTORY_RECENT, ...).
 	for _, k := range []string{"history.recent", "history.retention", "history.resolution", "history.events", "history.grantChange"} {
 		v.SetDefault(k, "0")
+	}
+	// Every setting outside a list is reachable from the environment,
+	// also one the file does not set (AutomaticEnv alone reads only the
+	// keys viper already knows: those with a default or in the file).
+	for _, k := range envKeys() {
+		if err := v.BindEnv(k); err != nil {
+			return Config{}, err
+		}
 	}
 	if fs != nil {
 		for flag, key := range flagKeys {
@@ -518,6 +527,34 @@ func keysAt(path string) []string {
 	})
 	return keys
 }
+
+// envKeys returns the key of every setting of Config outside a list or a
+// map ("quota.maxProducers", "metrics.producerGrants", ...): the settings
+// LAGBRIDGE_<KEY> reaches (dots become underscores).
+func envKeys() []string {
+	var keys []string
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		eachSetting(t, func(key string, f reflect.StructField) bool {
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			switch {
+			case ft.Kind() == reflect.Slice, ft.Kind() == reflect.Array, ft.Kind() == reflect.Map:
+			case ft.Kind() == reflect.Struct && !reflect.PointerTo(ft).Implements(textUnmarshaler):
+				walk(ft, prefix+key+".")
+			default:
+				keys = append(keys, prefix+key)
+			}
+			return true
+		})
+	}
+	walk(reflect.TypeFor[Config](), "")
+	return keys
+}
+
+var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 
 // elemType is t without the pointers, slices, arrays and maps around it.
 func elemType(t reflect.Type) reflect.Type {

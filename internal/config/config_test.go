@@ -708,3 +708,31 @@ func TestEditDistance(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvReachesNestedSettings: LAGBRIDGE_<KEY> reaches every setting
+// outside a list, also one the file does not set (the README: "Every
+// top-level setting is also ... an environment variable"); before, only
+// the keys with a default (listen, interval, shutdownTimeout, log, rules,
+// history, ha) did, and LAGBRIDGE_QUOTA_MAXPRODUCERS=-1 or
+// LAGBRIDGE_METRICS_PRODUCERGRANTS=true were ignored without a word
+// unless the file set that key too.
+func TestEnvReachesNestedSettings(t *testing.T) {
+	t.Setenv("LAGBRIDGE_QUOTA_MAXPRODUCERS", "7")
+	t.Setenv("LAGBRIDGE_METRICS_PRODUCERGRANTS", "true")
+	t.Setenv("LAGBRIDGE_QUOTA_AUTH_MODE", "none")
+	t.Setenv("LAGBRIDGE_QUOTA_KAFKACLIENTQUOTAS_BYTESPERMESSAGE", "72")
+	c, err := load(t, "--config", writeFile(t, "listen: 127.0.0.1:9464\nkafka: [{cluster: main, brokers: ['127.0.0.1:9092']}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Quota.MaxProducers != 7 || !c.Metrics.ProducerGrants || c.Quota.Auth.Mode != "none" || c.Quota.KafkaClientQuotas.BytesPerMessage != 72 {
+		t.Errorf("maxProducers %d, producerGrants %v, auth.mode %q, bytesPerMessage %v: want 7, true, none, 72",
+			c.Quota.MaxProducers, c.Metrics.ProducerGrants, c.Quota.Auth.Mode, c.Quota.KafkaClientQuotas.BytesPerMessage)
+	}
+	// A bad value from the environment is refused like one from the file.
+	t.Setenv("LAGBRIDGE_QUOTA_MAXPRODUCERS", "-1")
+	if _, err := load(t, "--config", writeFile(t, "listen: 127.0.0.1:9464\nkafka: [{cluster: main, brokers: ['127.0.0.1:9092']}]\n")); err == nil ||
+		!strings.Contains(err.Error(), "quota.maxProducers") {
+		t.Errorf("maxProducers -1 from the environment: %v", err)
+	}
+}
