@@ -355,6 +355,18 @@ func unitlessDurationHook(from, to reflect.Value) (any, error) {
 		}
 	case reflect.Bool:
 		return nil, fmt.Errorf("%v is not a duration: write one such as 5s or 500ms", from.Interface())
+	case reflect.String:
+		// Text (any environment variable, a quoted YAML value): said
+		// with its value, as the number above, not as time's "missing
+		// unit in duration".
+		raw := strings.TrimSpace(from.String())
+		if _, err := time.ParseDuration(raw); err == nil || raw == "" {
+			return from.Interface(), nil
+		}
+		if f, err := strconv.ParseFloat(raw, 64); err == nil && f != 0 {
+			return nil, fmt.Errorf("%q has no unit: write a duration such as %ss or %sms", raw, raw, raw)
+		}
+		return nil, fmt.Errorf("%q is not a duration: write one such as 5s or 500ms", raw)
 	}
 	return from.Interface(), nil
 }

@@ -736,3 +736,26 @@ func TestEnvReachesNestedSettings(t *testing.T) {
 		t.Errorf("maxProducers -1 from the environment: %v", err)
 	}
 }
+
+// TestDurationStringSaysWhatIsWrong: a duration given as text that does
+// not parse (any environment variable, a quoted YAML value) is named with
+// its value and what to write; before, LAGBRIDGE_INTERVAL=5 read
+// "interval: time: missing unit in duration", without the value, while
+// the same 5 in the file read "5 has no unit: write a duration such as 5s".
+func TestDurationStringSaysWhatIsWrong(t *testing.T) {
+	t.Setenv("LAGBRIDGE_INTERVAL", "5")
+	t.Setenv("LAGBRIDGE_SHUTDOWNTIMEOUT", "soon")
+	_, err := load(t, "--config", writeFile(t, "listen: 127.0.0.1:9464\nkafka: [{cluster: main, brokers: ['127.0.0.1:9092']}]\nrules: {lagAge: \"1.5\"}\n"))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		`interval: "5" has no unit: write a duration such as 5s or 5ms`,
+		`shutdownTimeout: "soon" is not a duration: write one such as 5s or 500ms`,
+		`rules.lagAge: "1.5" has no unit: write a duration such as 1.5s or 1.5ms`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
