@@ -831,7 +831,9 @@ func (c Config) Logger(w interface{ Write([]byte) (int, error) }) *slog.Logger {
 // `lagbridge check` to print and `lagbridge run` to log at start: broker
 // certificates not verified, an open quota protocol beyond loopback,
 // bearer tokens over plain HTTP beyond loopback, producer grants on
-// /metrics. Nil when there is nothing to say.
+// /metrics, a policy that lists nobody (also one asking for Kafka client
+// quotas, which go by the listed producers' client.ids). Nil when there
+// is nothing to say.
 func (c Config) Warnings() []string {
 	var out []string
 	for i, k := range c.Kafka {
@@ -859,6 +861,10 @@ func (c Config) Warnings() []string {
 		if len(p.Producers) == 0 && p.Unlisted == (quota.Unlisted{}) {
 			out = append(out, fmt.Sprintf("quota.policies[%d].producers: policy %q lists nobody, so every producer of its topics is unlisted: the first %d per topic share it at SHEDDABLE and later ones are stopped; list the producers (and their criticality) it should serve, or set unlisted to say so",
 				i, p.Name, p.Unlisted.Limit()))
+		}
+		if p.KafkaClientQuota && len(p.Producers) == 0 {
+			out = append(out, fmt.Sprintf("quota.policies[%d].kafkaClientQuota: policy %q lists no producer, so it sets no Kafka client quota: the broker throttles by the client.id of each producer a policy lists",
+				i, p.Name))
 		}
 	}
 	return out

@@ -592,6 +592,11 @@ func TestOpenQuotaProtocol(t *testing.T) {
 		{"a policy listing a producer", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, producers: [{id: a}]}]}\n" + kafka, false, ""},
 		{"a policy refusing unlisted ids", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, unlisted: {admit: refuse}}]}\n" + kafka, false, ""},
 		{"a policy admitting 100 unlisted ids", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, unlisted: {max: 100}}]}\n" + kafka, false, ""},
+		// Broker-native quotas go by each listed producer's client.id: a
+		// policy that lists nobody sets none (before: not a word).
+		{"client quotas for nobody", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, kafkaClientQuota: true, unlisted: {max: 100}}]}\n" + kafka, false,
+			`quota.policies[0].kafkaClientQuota: policy "p" lists no producer, so it sets no Kafka client quota`},
+		{"client quotas for a listed producer", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, kafkaClientQuota: true, producers: [{id: a}]}]}\n" + kafka, false, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
