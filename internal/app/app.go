@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -332,6 +333,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		a.Close()
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("listen on %s: %s is in use (another lagbridge, or its demo?): give a free address with --listen (or listen in the file): %w", cfg.Listen, cfg.Listen, err)
+		}
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	a.ln = ln

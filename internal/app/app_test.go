@@ -6,10 +6,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,4 +157,20 @@ func TestRefusesOldNATSForHA(t *testing.T) {
 		t.Fatalf("New without ha: %v", err)
 	}
 	a.Close()
+}
+
+// TestListenInUse: an address another process holds (a second daemon, the
+// demo on its default 127.0.0.1:9464) is refused with what to do; before,
+// the error was Go's "bind: address already in use" alone.
+func TestListenInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = New(context.Background(), testConfig(t, ln.Addr().String()), slog.New(slog.DiscardHandler))
+	want := ln.Addr().String() + " is in use (another lagbridge, or its demo?): give a free address with --listen (or listen in the file)"
+	if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("err %v, want one saying %q and matching EADDRINUSE", err, want)
+	}
 }
