@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
 )
 
@@ -334,8 +335,10 @@ func RateText(r float64) string {
 type EventQuery struct {
 	// Producer matches events whose Producers include it.
 	Producer string
-	// Topic and Cluster match the topic's name and cluster.
+	// Topic and Cluster match the topic's name and cluster, TopicKind its
+	// kind ("": any).
 	Topic, Cluster string
+	TopicKind      lag.Kind
 	Kind           EventKind
 	// Since and Until bound the events' times (inclusive).
 	Since, Until time.Time
@@ -352,7 +355,7 @@ func (l *Log) Events(q EventQuery) ([]Event, uint64) {
 	out := []Event{}
 	for i := range l.buf {
 		e := l.buf[(l.start+i)%len(l.buf)]
-		if (q.Producer != "" && !slices.Contains(e.Producers, q.Producer)) || (q.Topic != "" && q.Topic != e.Topic.Name) ||
+		if (q.Producer != "" && !slices.Contains(e.Producers, q.Producer)) || (q.Topic != "" && q.Topic != e.Topic.Name) || (q.TopicKind != "" && q.TopicKind != e.Topic.Kind) ||
 			(q.Cluster != "" && q.Cluster != e.Topic.Cluster) || (q.Kind != "" && q.Kind != e.Kind) ||
 			(!q.Since.IsZero() && e.At.Before(q.Since)) || (!q.Until.IsZero() && e.At.After(q.Until)) {
 			continue

@@ -209,15 +209,27 @@ func TestAPI(t *testing.T) {
 	if len(ev.Events) != 1 || !math.IsInf(ev.Events[0].Rate, 1) || ev.Events[0].PrevRate != 0 || ev.Events[0].Rule != quota.RuleRelease {
 		t.Errorf("events answer: %+v", ev)
 	}
+	// The topic as `lagbridge why`, the log and /v1/quotas name it
+	// (kind/cluster/name) selects its events like its name does; before,
+	// it matched nothing, without a word.
+	for _, q := range []string{"topic=orders", "topic=" + orders.String(), "topic=" + orders.String() + "&cluster=c"} {
+		var all EventsResponse
+		if code := get("/v1/events?"+q, &all); code != 200 || len(all.Events) != 4 {
+			t.Errorf("events?%s: %d, %d events, want 200 and 4", q, code, len(all.Events))
+		}
+	}
 	bad := []string{
-		"/v1/history?targt=x",           // unknown parameter
-		"/v1/history?since=yesterday",   // neither a time nor a duration
-		"/v1/history?since=1m&until=2m", // until before since
-		"/v1/history?points=5",          // too few points to draw
-		"/v1/history?kind=kafak",        // unknown kind
-		"/v1/events?limit=0",            // not positive
-		"/v1/events?kind=boost",         // unknown kind
-		"/v1/events?since=-5m",          // a negative duration
+		"/v1/events?topic=nats/c/orders&cluster=d", // two clusters
+		"/v1/events?topic=rabbit/c/orders",         // not a kind
+		"/v1/events?topic=kafka/orders",            // no cluster
+		"/v1/history?targt=x",                      // unknown parameter
+		"/v1/history?since=yesterday",              // neither a time nor a duration
+		"/v1/history?since=1m&until=2m",            // until before since
+		"/v1/history?points=5",                     // too few points to draw
+		"/v1/history?kind=kafak",                   // unknown kind
+		"/v1/events?limit=0",                       // not positive
+		"/v1/events?kind=boost",                    // unknown kind
+		"/v1/events?since=-5m",                     // a negative duration
 	}
 	for _, p := range bad {
 		var e map[string]string
@@ -225,7 +237,7 @@ func TestAPI(t *testing.T) {
 			t.Errorf("%s: %d %v, want 400 with an error", p, code, e)
 		}
 	}
-	if guarded != 2+len(bad) {
-		t.Errorf("guard ran %d times, want every request (%d)", guarded, 2+len(bad))
+	if guarded != 5+len(bad) {
+		t.Errorf("guard ran %d times, want every request (%d)", guarded, 5+len(bad))
 	}
 }

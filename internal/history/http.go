@@ -170,10 +170,34 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("kind: %q is not one of signal, cut, release", kind)})
 		return
 	}
-	evs, dropped := a.Log.Events(EventQuery{Producer: q.Get("producer"), Topic: q.Get("topic"), Cluster: q.Get("cluster"),
-		Kind: kind, Since: since, Until: until, Limit: limit})
+	eq := EventQuery{Producer: q.Get("producer"), Topic: q.Get("topic"), Cluster: q.Get("cluster"), Kind: kind, Since: since, Until: until, Limit: limit}
+	if err := fullTopic(&eq); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	evs, dropped := a.Log.Events(eq)
 	_, started := a.Store.Since()
 	writeJSON(w, http.StatusOK, EventsResponse{GeneratedAt: now, StartedAt: started, Dropped: dropped, Events: evs})
+}
+
+// fullTopic reads q.Topic given as kind/cluster/name, as `lagbridge why`,
+// the log and /v1/quotas write a topic (kafka/main/orders), into its
+// parts. Kafka topic and NATS stream names have no "/", so a name with
+// one is that or a mistake.
+func fullTopic(q *EventQuery) error {
+	kind, rest, ok := strings.Cut(q.Topic, "/")
+	if !ok {
+		return nil
+	}
+	cluster, name, ok := strings.Cut(rest, "/")
+	if !ok || (lag.Kind(kind) != lag.KindKafka && lag.Kind(kind) != lag.KindNATS) || cluster == "" || name == "" {
+		return fmt.Errorf("topic: %q is neither a topic's name nor kind/cluster/name (such as kafka/main/orders)", q.Topic)
+	}
+	if q.Cluster != "" && q.Cluster != cluster {
+		return fmt.Errorf("topic: %q names cluster %q, but cluster is %q", q.Topic, cluster, q.Cluster)
+	}
+	q.TopicKind, q.Cluster, q.Topic = lag.Kind(kind), cluster, name
+	return nil
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
