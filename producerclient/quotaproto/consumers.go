@@ -33,6 +33,10 @@ const (
 	// maxUnixMs bounds timestamps to year 5138: far enough for any clock,
 	// close enough that a time.Time built from it cannot overflow.
 	maxUnixMs = 1e14
+	// MaxHeld and MaxHeldMs bound ConsumerPartition.Held and HeldMs: a
+	// reporter caps what it sends at them (MaxHeldMs is a day).
+	MaxHeld   = 1 << 30
+	MaxHeldMs = 24 * 60 * 60 * 1000
 )
 
 // Broker kinds a consumer report names.
@@ -100,6 +104,17 @@ type ConsumerPartition struct {
 	// Idle says the consumer has nothing in hand on this partition: it
 	// finished everything it fetched and waits for more.
 	Idle bool `json:"idle,omitempty"`
+	// Held optionally counts the messages the consumer has in hand on
+	// this partition from Position on (fetched, not finished), 1 to
+	// MaxHeld; 0: not given (older reporters). Only with HeadTimeMs.
+	Held int64 `json:"held,omitempty"`
+	// HeldMs is how long, in milliseconds of the consumer's own clock
+	// (a duration: no clock needs to agree), the consumer has gone
+	// without finishing a message of its report, or since it took the
+	// messages it holds (a poll), whichever is later, 0 to MaxHeldMs.
+	// With Held it bounds the consumer's capacity: it finished fewer
+	// than all it holds in that time. Only with Held.
+	HeldMs int64 `json:"heldMs,omitempty"`
 }
 
 // HeadTime returns HeadTimeMs as a time, zero when idle or unset.
@@ -187,6 +202,18 @@ func (r ConsumerReport) Validate() error {
 			}
 			if (p.HeadTimeMs > 0) == p.Idle {
 				bad("%s: give exactly one of headTimeMs (the message in hand) and idle", at)
+			}
+			switch {
+			case p.Held < 0 || p.Held > MaxHeld:
+				bad("%s.held %d must be from 0 (not given) to %d", at, p.Held, MaxHeld)
+			case p.Held > 0 && p.HeadTimeMs <= 0:
+				bad("%s.held %d needs headTimeMs: it counts the messages in hand", at, p.Held)
+			}
+			switch {
+			case p.HeldMs < 0 || p.HeldMs > MaxHeldMs:
+				bad("%s.heldMs %d must be from 0 to %d", at, p.HeldMs, MaxHeldMs)
+			case p.HeldMs > 0 && p.Held <= 0:
+				bad("%s.heldMs %d needs held", at, p.HeldMs)
 			}
 		}
 	}

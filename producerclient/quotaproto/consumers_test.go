@@ -60,6 +60,19 @@ func TestConsumerReportValidate(t *testing.T) {
 		{"both head and idle", func(r *ConsumerReport) { r.Topics[0].Partitions[0].Idle = true }, []string{"partitions[0]: give exactly one"}},
 		{"zero head, not idle", func(r *ConsumerReport) { r.Topics[0].Partitions[0].HeadTimeMs = 0 }, []string{"partitions[0]: give exactly one"}},
 		{"head time beyond year 5138", func(r *ConsumerReport) { r.Topics[0].Partitions[0].HeadTimeMs = 1e15 }, []string{"headTimeMs"}},
+		// Held and heldMs are optional, only with a message in hand.
+		{"held", func(r *ConsumerReport) { r.Topics[0].Partitions[0].Held, r.Topics[0].Partitions[0].HeldMs = 500, 1250 }, nil},
+		{"held just taken", func(r *ConsumerReport) { r.Topics[0].Partitions[0].Held = MaxHeld }, nil},
+		{"negative held", func(r *ConsumerReport) { r.Topics[0].Partitions[0].Held = -1 }, []string{"partitions[0].held -1 must be from 0"}},
+		{"held beyond MaxHeld", func(r *ConsumerReport) { r.Topics[0].Partitions[0].Held = MaxHeld + 1 }, []string{"partitions[0].held"}},
+		{"held while idle", func(r *ConsumerReport) { r.Topics[0].Partitions[1].Held = 3 }, []string{"partitions[1].held 3 needs headTimeMs"}},
+		{"negative heldMs", func(r *ConsumerReport) {
+			r.Topics[0].Partitions[0].Held, r.Topics[0].Partitions[0].HeldMs = 5, -1
+		}, []string{"partitions[0].heldMs -1 must be from 0"}},
+		{"heldMs over a day", func(r *ConsumerReport) {
+			r.Topics[0].Partitions[0].Held, r.Topics[0].Partitions[0].HeldMs = 5, MaxHeldMs+1
+		}, []string{"partitions[0].heldMs"}},
+		{"heldMs without held", func(r *ConsumerReport) { r.Topics[0].Partitions[0].HeldMs = 100 }, []string{"partitions[0].heldMs 100 needs held"}},
 		{"too many partitions", func(r *ConsumerReport) { r.Topics[0].Partitions = manyParts }, []string{"513 partitions, at most 512"}},
 		// Every problem at once.
 		{"several", func(r *ConsumerReport) { r.Kind, r.Group, r.Topics[0].Topic = "", "", "" }, []string{"kind", "group", "topics[0].topic"}},
@@ -91,12 +104,14 @@ func TestConsumerReportValidate(t *testing.T) {
 // TestConsumerReportWire pins the JSON names docs/quota-protocol.yaml
 // documents.
 func TestConsumerReportWire(t *testing.T) {
-	b, err := json.Marshal(validConsumerReport())
+	rep := validConsumerReport()
+	rep.Topics[0].Partitions[0].Held, rep.Topics[0].Partitions[0].HeldMs = 500, 1250
+	b, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := `{"kind":"kafka","cluster":"main","group":"billing","member":"billing-1","sentAtMs":1764560000000,` +
-		`"topics":[{"topic":"orders","partitions":[{"partition":0,"position":120,"headTimeMs":1764559999000},` +
+		`"topics":[{"topic":"orders","partitions":[{"partition":0,"position":120,"headTimeMs":1764559999000,"held":500,"heldMs":1250},` +
 		`{"partition":1,"position":7,"idle":true}]}]}`
 	if string(b) != want {
 		t.Errorf("got  %s\nwant %s", b, want)
@@ -107,7 +122,8 @@ func TestConsumerReportWire(t *testing.T) {
 	r.Topics[0].Topic = strings.Repeat("t", 249)
 	r.Topics[0].Partitions = make([]ConsumerPartition, MaxReportPartitions)
 	for i := range r.Topics[0].Partitions {
-		r.Topics[0].Partitions[i] = ConsumerPartition{Partition: 1e9 + int32(i), Position: 1e18, HeadTimeMs: 1e14}
+		r.Topics[0].Partitions[i] = ConsumerPartition{Partition: 1e9 + int32(i), Position: 1e18, HeadTimeMs: 1e14,
+			Held: MaxHeld, HeldMs: MaxHeldMs}
 	}
 	if err := r.Validate(); err != nil {
 		t.Fatal(err)

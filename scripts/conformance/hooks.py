@@ -9,6 +9,8 @@ that a request the spec calls valid is one the daemon must accept:
   not one field of them);
 - a consumer report holds at most 512 partitions in all, and a NATS
   consumer's have partition 0 (a stream has one);
+- a consumer report's partition gives heldMs (other than 0) only with
+  held (other than 0);
 - the long-poll's timeout is at most 60s (a Go duration is a string, and a
   pattern cannot bound its value).
 
@@ -59,6 +61,8 @@ def _valid_topics(body):
         if not _unique(p["partition"] for p in parts if "partition" in p):
             return False
         if body.get("kind") == "nats" and any(p.get("partition", 0) != 0 for p in parts):
+            return False
+        if any(p.get("heldMs", 0) != 0 and p.get("held", 0) == 0 for p in parts):
             return False
     return total <= 512
 
