@@ -187,6 +187,14 @@ type Report struct {
 	// HeadTime is the produce timestamp of the message the consumer is
 	// processing now, or zero when it is idle (caught up).
 	HeadTime time.Time `json:"headTime,omitzero"`
+	// Held is how many messages the consumer had in hand from Position
+	// on, and HeldFor how long it had gone without finishing one of them
+	// (since it took them, or last finished one) when it reported; 0:
+	// not reported (an older reporter, a merged report). With HeadTime
+	// only. It finished fewer than Held in HeldFor: an upper bound of
+	// what it consumes while its position stands still.
+	Held    int64         `json:"held,omitempty"`
+	HeldFor time.Duration `json:"heldFor,omitempty"`
 }
 
 // IsZero reports whether r carries no report.

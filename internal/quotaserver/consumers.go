@@ -210,6 +210,9 @@ func (c *Consumers) put(rep quotaproto.ConsumerReport, now time.Time) (refused i
 		parts := c.reports[target]
 		for _, p := range t.Partitions {
 			r := lag.Report{At: now, Position: p.Position, HeadTime: p.HeadTime()}
+			if p.Held > 0 {
+				r.Held, r.HeldFor = p.Held, time.Duration(p.HeldMs)*time.Millisecond
+			}
 			ms := parts[p.Partition]
 			if i := slices.IndexFunc(ms, func(m memberReport) bool { return m.member == rep.Member }); i >= 0 {
 				ms[i].report = r
@@ -279,7 +282,9 @@ func (c *Consumers) sweep(cutoff time.Time) {
 // NATS consumers share their stream, so the reports of its members
 // combine: with messages in hand anywhere, the smallest position in hand
 // and its head time, the consumer's oldest work; with none in hand, the
-// largest idle position. At is the newest report's receive time either way.
+// largest idle position. At is the newest report's receive time either way;
+// a merged report counts no messages held (lag.Report.Held): one member's
+// count bounds only that member.
 func (c *Consumers) Overlay(s *lag.Sample, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

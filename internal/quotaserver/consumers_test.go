@@ -416,3 +416,60 @@ func BenchmarkOverlay(b *testing.B) {
 		c.Overlay(&s, now)
 	}
 }
+
+// TestConsumerReportHeld: the messages a consumer says it holds, and for
+// how long, reach the sample through the endpoint (a report without them
+// carries none, as before); a bad count is refused with what is wrong; the
+// merged report of a NATS consumer's members counts none (one member's
+// count bounds only that member).
+func TestConsumerReportHeld(t *testing.T) {
+	clk := &fakeClock{t: ct0}
+	ts, c, _ := newConsumersServer(t, Auth{}, ConsumersConfig{Now: clk.Now})
+	head := ct0.Add(-time.Second).UnixMilli()
+	body := fmt.Sprintf(`{"kind":"kafka","cluster":"main","group":"billing","topics":[{"topic":"orders","partitions":[`+
+		`{"partition":0,"position":100,"headTimeMs":%d,"held":500,"heldMs":750},`+
+		`{"partition":1,"position":7,"headTimeMs":%d},{"partition":2,"position":9,"idle":true}]}]}`, head, head)
+	if code, msg := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", body); code != 204 {
+		t.Fatalf("report with held: %d %s", code, msg)
+	}
+	s := sampleOf("main", 0, 1, 2)
+	c.Overlay(&s, ct0)
+	want := []lag.Report{
+		{At: ct0, Position: 100, HeadTime: time.UnixMilli(head), Held: 500, HeldFor: 750 * time.Millisecond},
+		{At: ct0, Position: 7, HeadTime: time.UnixMilli(head)},
+		{At: ct0, Position: 9},
+	}
+	for i, p := range s.Partitions {
+		if r := p.Reported; !r.At.Equal(want[i].At) || r.Position != want[i].Position || !r.HeadTime.Equal(want[i].HeadTime) ||
+			r.Held != want[i].Held || r.HeldFor != want[i].HeldFor {
+			t.Errorf("partition %d: reported %+v, want %+v", p.Partition, r, want[i])
+		}
+	}
+	for _, bad := range []struct{ part, msg string }{
+		{fmt.Sprintf(`{"partition":0,"position":1,"headTimeMs":%d,"held":-1}`, head), "partitions[0].held -1 must be from 0"},
+		{`{"partition":0,"position":1,"idle":true,"held":3}`, "partitions[0].held 3 needs headTimeMs"},
+		{fmt.Sprintf(`{"partition":0,"position":1,"headTimeMs":%d,"heldMs":20}`, head), "partitions[0].heldMs 20 needs held"},
+		{fmt.Sprintf(`{"partition":0,"position":1,"headTimeMs":%d,"held":2,"heldMs":86400001}`, head), "partitions[0].heldMs 86400001"},
+		{fmt.Sprintf(`{"partition":0,"position":1,"headTimeMs":%d,"held":"2"}`, head), "malformed"},
+	} {
+		body := `{"kind":"kafka","group":"billing","topics":[{"topic":"orders","partitions":[` + bad.part + `]}]}`
+		if code, msg := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", body); code != 400 || !strings.Contains(msg, bad.msg) {
+			t.Errorf("%s: %d %s, want 400 saying %q", bad.part, code, msg, bad.msg)
+		}
+	}
+	// Two members of a NATS consumer with messages in hand: the merged
+	// report is the oldest work, with no count.
+	for i, m := range []string{"a", "b"} {
+		body := fmt.Sprintf(`{"kind":"nats","group":"billing","member":%q,"topics":[{"topic":"EVENTS","partitions":[`+
+			`{"partition":0,"position":%d,"headTimeMs":%d,"held":10,"heldMs":300}]}]}`, m, 50+i, head)
+		if code, msg := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", body); code != 204 {
+			t.Fatalf("nats report: %d %s", code, msg)
+		}
+	}
+	ns := lag.Sample{Target: lag.Target{Kind: lag.KindNATS, Cluster: "main", Topic: "EVENTS", Group: "billing"},
+		Partitions: []lag.PartitionSample{{Partition: 0}}}
+	c.Overlay(&ns, ct0)
+	if r := ns.Partitions[0].Reported; r.Position != 50 || r.Held != 0 || r.HeldFor != 0 {
+		t.Errorf("merged NATS report %+v, want position 50 and no count", r)
+	}
+}
