@@ -17,7 +17,11 @@
 //
 // A record returned by a poll is in hand until the next poll starts (then
 // everything before it is finished); a ttl/kafkaguard guard with the
-// reporter as its Progress says so record by record instead.
+// reporter as its Progress says so record by record instead. A partition
+// in hand also says how many records it holds and for how long the
+// consumer has finished none (since the poll, or the last finished
+// record): the daemon bounds the consumer's capacity by it before the
+// position moves.
 //
 // NATS JetStream: wrap the handler, or call Received and Done around each
 // message (a ttl/natsguard guard with the reporter as its Progress does):

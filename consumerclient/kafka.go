@@ -44,6 +44,12 @@ type KafkaReporter struct {
 	// last is the partition of the last record seen: a poll hands
 	// records partition by partition, so most lookups end here.
 	last *kafkaPart
+	// moved is when the consumer last took records (the first record a
+	// poll handed out) or finished one (Finished): it has finished none
+	// of what it holds since (see snapshot); taking says the next record
+	// polled starts a poll's records.
+	moved  time.Time
+	taking bool
 }
 
 type topicPartition struct {
@@ -132,6 +138,7 @@ func (h *kafkaHook) OnPollStart(context.Context) {
 	r := (*KafkaReporter)(h)
 	r.mu.Lock()
 	r.polled = r.cl != nil
+	r.taking = true
 	for _, p := range r.hand {
 		p.inHand = p.inHand[:0]
 	}
@@ -152,6 +159,9 @@ func (h *kafkaHook) OnFetchRecordUnbuffered(rec *kgo.Record, polled bool) {
 		ts = time.Now().UnixMilli()
 	}
 	r.mu.Lock()
+	if r.taking {
+		r.moved, r.taking = time.Now(), false
+	}
 	p := r.part(rec.Topic, rec.Partition)
 	if len(p.inHand) == 0 {
 		r.hand = append(r.hand, p)
@@ -190,13 +200,20 @@ func (r *KafkaReporter) Finished(rec *kgo.Record) {
 	for n < len(p.inHand) && p.inHand[n].offset <= rec.Offset {
 		n++
 	}
+	if n > 0 {
+		r.moved = time.Now()
+	}
 	p.inHand = p.inHand[:copy(p.inHand, p.inHand[n:])]
 	p.next = max(p.next, rec.Offset+1)
 }
 
 // snapshot is the sender's view: the partitions the client owns, each in
-// hand or idle.
-func (r *KafkaReporter) snapshot(time.Time) (string, []quotaproto.ConsumerTopic) {
+// hand or idle. A partition in hand says how many records it holds and
+// for how long none was finished (since the poll, or the last Finished):
+// the consumer works through a poll's records before it polls again, so
+// it finished fewer than all it holds in that time, a bound of its
+// capacity the daemon can read before the position moves.
+func (r *KafkaReporter) snapshot(now time.Time) (string, []quotaproto.ConsumerTopic) {
 	r.mu.Lock()
 	cl, group := r.cl, r.group
 	if !r.polled {
@@ -227,6 +244,7 @@ func (r *KafkaReporter) snapshot(time.Time) (string, []quotaproto.ConsumerTopic)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	byTopic := make(map[string][]quotaproto.ConsumerPartition)
+	heldMs := min(max(now.Sub(r.moved).Milliseconds(), 0), quotaproto.MaxHeldMs)
 	for tp, p := range r.parts {
 		if managed {
 			if _, ok := owned[tp.topic][tp.partition]; !ok {
@@ -240,7 +258,8 @@ func (r *KafkaReporter) snapshot(time.Time) (string, []quotaproto.ConsumerTopic)
 		}
 		cp := quotaproto.ConsumerPartition{Partition: tp.partition, Position: p.next, Idle: true}
 		if len(p.inHand) > 0 {
-			cp = quotaproto.ConsumerPartition{Partition: tp.partition, Position: p.inHand[0].offset, HeadTimeMs: p.inHand[0].tsMs}
+			cp = quotaproto.ConsumerPartition{Partition: tp.partition, Position: p.inHand[0].offset, HeadTimeMs: p.inHand[0].tsMs,
+				Held: min(int64(len(p.inHand)), quotaproto.MaxHeld), HeldMs: heldMs}
 		}
 		byTopic[tp.topic] = append(byTopic[tp.topic], cp)
 	}

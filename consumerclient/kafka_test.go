@@ -147,6 +147,20 @@ func TestKafkaReporterEndToEnd(t *testing.T) {
 	}
 	t.Logf("reported after %v: partition 0 %+v (committed %d, end %d)", seen, p0.Reported, p0.Committed, p0.End)
 
+	// It says how many records it holds and for how long it has held
+	// them without finishing one: the poll's, since the poll.
+	held := int64(len(inHand))
+	st = d.waitState(t, target, "records held for 300ms reported", func(st lag.State) bool {
+		return st.Partitions[0].Reported.HeldFor >= 300*time.Millisecond
+	})
+	if r := st.Partitions[0].Reported; r.Held != held || r.HeldFor > time.Since(polled) {
+		t.Errorf("partition 0 reported %d held for %v, want the %d of the poll, for at most the %v since it",
+			r.Held, r.HeldFor, held, time.Since(polled))
+	}
+	if r := st.Partitions[1].Reported; r.Held != 0 || r.HeldFor != 0 {
+		t.Errorf("partition 1 holds nothing, reported %d held for %v", r.Held, r.HeldFor)
+	}
+
 	// The consumer asks for more: everything it had is finished and
 	// partition 0 is idle at its end.
 	pollCtx, stopPoll := context.WithCancel(context.Background())
@@ -354,6 +368,10 @@ func TestKafkaGuardProgress(t *testing.T) {
 		positions = append(positions, p.Position)
 		if p.Position != r.Offset || p.HeadTimeMs == 0 {
 			t.Errorf("handling offset %d, the reporter says %+v", r.Offset, p)
+		}
+		// The records of the batch from this one on are held.
+		if want := recs[len(recs)-1].Offset - r.Offset + 1; p.Held != want {
+			t.Errorf("handling offset %d, the reporter says %d held, want %d", r.Offset, p.Held, want)
 		}
 		return nil
 	})
