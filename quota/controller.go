@@ -1593,6 +1593,11 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 			v.lower, tc.sightAt = true, time.Time{}
 		}
 		span, produced = twoMoves(tc, st, v, span, produced)
+		if b, _, ok := heldBound(st); ok && b < v.consumed {
+			// The poll it took since is still in hand: slower now
+			// than the polls the move measured (see heldBound).
+			v.consumed = b
+		}
 	case overdue(tc, st, v, span):
 		// Overdue: the consumer consumed nothing that it committed.
 		v.consumed, v.span, tc.spanProduced = 0, span, produced
@@ -1720,26 +1725,89 @@ func firstCommitDue(dt float64) float64 {
 // after the report): not busy, nothing measured; the time busy starts
 // again at the next report with work in hand (as after a move to no lag:
 // the poll came after it).
+//
+// A consumer that says how many records it holds and for how long it has
+// finished none of them (lag.Report.Held, HeldFor: the hook, from its
+// polls) bounds it exactly and at once, without waiting an interval: it
+// consumed fewer than it holds in that time (see heldBound).
 func reportStill(tc *control, st *lag.State, v *reading) {
 	tc.spanProduced += v.produced * v.dt
 	repAt := st.At.Add(-st.Uncertainty)
-	switch {
-	case idleReported(st):
+	if idleReported(st) {
 		tc.moveAt, tc.spanProduced = time.Time{}, 0
 		return
-	case !tc.has || tc.moveAt.IsZero() || tc.moveLag <= 0:
+	}
+	first := !tc.has || tc.moveAt.IsZero() || tc.moveLag <= 0
+	if first {
 		// Busy since its poll, at or before this report.
 		tc.moveAt, tc.spanProduced, tc.moveLag = st.At, 0, st.Lag
+	}
+	if bound, busy, ok := heldBound(st); ok {
+		stillBound(tc, v, bound, busy, v.produced*busy)
+		return
+	}
+	if first {
 		return
 	}
 	busy := repAt.Sub(tc.moveAt).Seconds()
-	bound := float64(tc.moveLag) / busy
-	if busy <= v.dt || (tc.capacity > 0 && bound >= tc.capacity) || (tc.capacity <= 0 && busy <= v.budget) {
+	if busy <= v.dt {
+		return
+	}
+	stillBound(tc, v, float64(tc.moveLag)/busy, busy, tc.spanProduced)
+}
+
+// stillBound takes bound, an upper bound of what a consumer whose position
+// stood still consumed over the busy seconds it has been working on what
+// it holds (produced: the messages written meanwhile), as the interval's
+// reading once it is below the capacity estimate; with no estimate, once
+// the consumer has been busy longer than the budget.
+func stillBound(tc *control, v *reading, bound, busy, produced float64) {
+	if (tc.capacity > 0 && bound >= tc.capacity) || (tc.capacity <= 0 && busy <= v.budget) {
 		return
 	}
 	v.consumed, v.span, v.measured = bound, busy, true
-	v.spanProduced = tc.spanProduced
+	v.spanProduced = produced
 	v.keepsUp = v.consumed*busy >= keepUpRatio*v.spanProduced
+}
+
+// heldBound is the most the consumer of st can consume, messages per
+// second, by what its reports say it holds: a consumer that holds Held
+// records and has finished none of them for HeldFor (since its poll or
+// its last finished record) consumes fewer than Held in HeldFor. The
+// records of one report share one HeldFor (one poll): their counts add
+// up; reports of members with their own polls add up as bounds. busy is
+// the longest HeldFor, seconds. ok only when every partition with lag is
+// read from a fresh report with work in hand and a count (an older
+// reporter, a merged NATS report, an idle member: no bound), and each
+// report held its records for some time.
+func heldBound(st *lag.State) (bound, busy float64, ok bool) {
+	type poll struct {
+		since time.Time
+		held  int64
+		busy  time.Duration
+	}
+	var polls []poll
+	for i := range st.Partitions {
+		ps := &st.Partitions[i]
+		if ps.Lag <= 0 {
+			continue
+		}
+		r := ps.Reported
+		if ps.Source != lag.SourceConsumer || r.HeadTime.IsZero() || r.Held <= 0 || r.HeldFor <= 0 {
+			return 0, 0, false
+		}
+		since := r.At.Add(-r.HeldFor)
+		if j := slices.IndexFunc(polls, func(p poll) bool { return p.since.Equal(since) }); j >= 0 {
+			polls[j].held += r.Held
+			continue
+		}
+		polls = append(polls, poll{since, r.Held, r.HeldFor})
+	}
+	for _, p := range polls {
+		bound += float64(p.held) / p.busy.Seconds()
+		busy = max(busy, p.busy.Seconds())
+	}
+	return bound, busy, len(polls) > 0
 }
 
 // lastMove is when st's position last moved, as far as st says: the

@@ -18,16 +18,22 @@ type pollConsumer struct {
 	hand, done float64 // records in hand; handled of them
 	lastPos    float64 // position at the last observation
 	lastEnd    float64
+	// counts: the reports say how many records are in hand and for how
+	// long (lag.Report.Held, HeldFor), as the hook does; now and pollAt
+	// are the consumer's clock and when it took its poll, seconds.
+	counts      bool
+	now, pollAt float64
 }
 
 // run advances the consumer by d, the producers writing at produce msg/s.
 func (c *pollConsumer) run(d, produce float64) {
 	const tick = 0.005
 	for t := 0.0; t < d-1e-9; t += tick {
+		c.now += tick
 		c.end += produce * tick
 		if c.done >= c.hand {
 			c.pos += math.Floor(c.hand)
-			c.hand, c.done = math.Floor(c.end)-c.pos, 0
+			c.hand, c.done, c.pollAt = math.Floor(c.end)-c.pos, 0, c.now
 			if c.maxPoll > 0 {
 				c.hand = min(c.hand, c.maxPoll)
 			}
@@ -42,6 +48,9 @@ func (c *pollConsumer) state(at time.Time, dt float64, learned time.Duration) la
 	rep := lag.Report{At: at, Position: int64(c.pos)}
 	if c.hand > 0 && c.done < c.hand {
 		rep.HeadTime = at.Add(-time.Second)
+		if c.counts {
+			rep.Held, rep.HeldFor = int64(c.hand), time.Duration((c.now-c.pollAt)*float64(time.Second))
+		}
 	}
 	s := lag.State{
 		Target: ordersK, At: at, Status: lag.StatusOK, Lag: lagN,

@@ -1,0 +1,58 @@
+package quota
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// TestControllerHeldBoundsAtOnce: a hook consumer in polls of at most
+// 500 at 2,000/s, offered 2,000/s and unlimited, observed every second,
+// slows to 400/s 0.7 s into a cycle. The next cycle sees its position
+// moved (a poll); the poll it took then (250 records, 0.6 s at 400/s) is
+// in hand, its reported position still, when the wake brings a cycle
+// 0.25 s later (the message in hand late). That early cycle read nothing
+// (a position still for less than an interval measures nothing) and
+// decided on the capacity from before the drop: 2,000/s, the rate at the
+// offer (lagbridge bench's hook row at 1 s: "saturated: capacity 1365/s,
+// wait 1.14s" in the second after the drop).
+//
+// With the records held and for how long in its reports (lag.Report.Held,
+// HeldFor: 250 for 0.4 s), that cycle reads the capacity below 1,000/s
+// (633/s) and limits at once.
+func TestControllerHeldBoundsAtOnce(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	for _, counts := range []bool{false, true} {
+		c := newCtl(t, ControllerConfig{Interval: time.Second})
+		con := &pollConsumer{rate: 2000, maxPoll: 500, counts: counts}
+		rate := math.Inf(1)
+		at := leaseT0
+		// observe runs the consumer for run seconds and observes it dt
+		// after the last observation.
+		observe := func(run, dt float64) Decision {
+			con.run(run, min(2000, rate))
+			at = at.Add(time.Duration(dt * float64(time.Second)))
+			d := c.Step(con.state(at, dt, 0), p, at)
+			rate = d.Rate
+			return d
+		}
+		for range 10 {
+			observe(1, 1)
+		}
+		// The drop 0.7 s into a cycle; the next cycle sees the position
+		// moved (the poll it takes then is in hand), the wake brings
+		// one 0.25 s after that with the position still.
+		con.run(0.7, min(2000, rate))
+		con.rate = 400
+		observe(0.3, 1)
+		d := observe(0.25, 0.25)
+		held := con.now - con.pollAt
+		t.Logf("counts %v: %.2f s into a poll of %.0f: capacity %.0f/s, %v %s", counts, held, con.hand, d.Capacity, d.Rule, d.Reason)
+		switch {
+		case counts && (d.Capacity >= 1000 || d.IsUnlimited()):
+			t.Errorf("with the records held reported, the first cycle after the drop reads capacity %.0f/s (%s), want below 1,000/s and a limit", d.Capacity, d.Reason)
+		case !counts && d.Capacity < 1500:
+			t.Errorf("without the records held reported, capacity %.0f/s: the still position was expected to measure nothing yet", d.Capacity)
+		}
+	}
+}
