@@ -1593,11 +1593,6 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 			v.lower, tc.sightAt = true, time.Time{}
 		}
 		span, produced = twoMoves(tc, st, v, span, produced)
-		if b, _, ok := heldBound(st); ok && b < v.consumed {
-			// The poll it took since is still in hand: slower now
-			// than the polls the move measured (see heldBound).
-			v.consumed = b
-		}
 	case overdue(tc, st, v, span):
 		// Overdue: the consumer consumed nothing that it committed.
 		v.consumed, v.span, tc.spanProduced = 0, span, produced

@@ -2,6 +2,7 @@ package quota
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -53,6 +54,49 @@ func TestControllerHeldBoundsAtOnce(t *testing.T) {
 			t.Errorf("with the records held reported, the first cycle after the drop reads capacity %.0f/s (%s), want below 1,000/s and a limit", d.Capacity, d.Reason)
 		case !counts && d.Capacity < 1500:
 			t.Errorf("without the records held reported, capacity %.0f/s: the still position was expected to measure nothing yet", d.Capacity)
+		}
+	}
+}
+
+// TestControllerHeldHiccup: a hook consumer of 2,000/s keeping up with
+// 1,500/s offered (small polls, a few records in hand) stalls once for
+// 100 or 200 ms (a GC pause, one slow call), at a random point of a
+// cycle, observed every second with 10% jitter. The stall costs it no
+// backlog worth a limit: producers must not be refused while it is
+// caught up (lag <= 2).
+//
+// Red when a move's reading was capped by held/heldFor: the interval in
+// which the position moved read the records of the poll in hand over the
+// stall (12/0.18 s = 66/s) as its capacity, drained the producers, and
+// probed back from the minimum with no lag.
+func TestControllerHeldHiccup(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	for _, stall := range []float64{0.1, 0.2} {
+		refused, idle := 0, 0
+		for seed := uint64(1); seed <= 20; seed++ {
+			c := newCtl(t, ControllerConfig{Interval: time.Second})
+			con := &pollConsumer{rate: 2000, maxPoll: 500, counts: true, stallAt: float64(30*1500 + seed*37), stall: stall}
+			rng := rand.New(rand.NewPCG(seed, 1))
+			rate, at := math.Inf(1), leaseT0
+			for el := 0.0; el < 60; {
+				dt := 0.9 + 0.2*rng.Float64()
+				el += dt
+				con.run(dt, min(1500, rate))
+				at = at.Add(time.Duration(dt * float64(time.Second)))
+				s := con.state(at, dt, 0)
+				d := c.Step(s, p, at)
+				rate = d.Rate
+				if el > 20 && !d.IsUnlimited() && d.Rate < 1500*0.99 {
+					refused++
+					if s.Lag <= 2 {
+						idle++
+					}
+				}
+			}
+		}
+		t.Logf("a %.0f ms stall, 20 runs: %d observations refused, %d of them caught up", stall*1000, refused, idle)
+		if idle > 0 {
+			t.Errorf("a %.0f ms stall at 1,500/s of 2,000/s: producers refused %d times while the consumer was caught up (lag <= 2)", stall*1000, idle)
 		}
 	}
 }

@@ -23,6 +23,10 @@ type pollConsumer struct {
 	// are the consumer's clock and when it took its poll, seconds.
 	counts      bool
 	now, pollAt float64
+	// stall: once the record at offset stallAt is next, the consumer
+	// stands still for stall seconds with its poll in hand (a GC pause,
+	// one slow call).
+	stallAt, stall float64
 }
 
 // run advances the consumer by d, the producers writing at produce msg/s.
@@ -37,6 +41,10 @@ func (c *pollConsumer) run(d, produce float64) {
 			if c.maxPoll > 0 {
 				c.hand = min(c.hand, c.maxPoll)
 			}
+		}
+		if c.stall > 0 && c.hand > 0 && c.pos+c.done >= c.stallAt {
+			c.stall -= tick
+			continue
 		}
 		c.done += c.rate * tick
 	}
