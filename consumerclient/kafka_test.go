@@ -362,9 +362,21 @@ func TestKafkaGuardProgress(t *testing.T) {
 		recs = append(recs, pollN(t, cl, 1)...)
 	}
 	var positions []int64
+	// finished: no later than the guard's last Finished (before the first
+	// record, it skips the expired ones; then as each handler returns).
+	finished := time.Now()
 	_, err = g.Process(context.Background(), recs, func(_ context.Context, r *kgo.Record) error {
-		_, topics := rep.snapshot(time.Now())
+		now := time.Now()
+		_, topics := rep.snapshot(now)
 		p := topics[0].Partitions[0]
+		// None finished since the last Finished, not since the poll: a
+		// Finished restarts heldMs (else held/heldMs under-reads the
+		// capacity by the time the earlier records took).
+		if p.HeldMs > now.Sub(finished).Milliseconds() {
+			t.Errorf("handling offset %d, the reporter says none finished for %d ms, the last was finished %v ago", r.Offset, p.HeldMs, now.Sub(finished))
+		}
+		defer func() { finished = time.Now() }()
+		time.Sleep(100 * time.Millisecond) // the handler's work
 		positions = append(positions, p.Position)
 		if p.Position != r.Offset || p.HeadTimeMs == 0 {
 			t.Errorf("handling offset %d, the reporter says %+v", r.Offset, p)

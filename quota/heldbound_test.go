@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
 )
 
 // TestControllerHeldBoundsAtOnce: a hook consumer in polls of at most
@@ -97,6 +99,44 @@ func TestControllerHeldHiccup(t *testing.T) {
 		t.Logf("a %.0f ms stall, 20 runs: %d observations refused, %d of them caught up", stall*1000, refused, idle)
 		if idle > 0 {
 			t.Errorf("a %.0f ms stall at 1,500/s of 2,000/s: producers refused %d times while the consumer was caught up (lag <= 2)", stall*1000, idle)
+		}
+	}
+}
+
+// TestHeldBound: what heldBound reads from a state's partitions. The
+// records of one poll (the same report time less HeldFor) add up to one
+// bound; members' polls add up as bounds; a partition with lag and no
+// count (an older reporter, a merged report) leaves no bound, wherever it
+// is among the partitions.
+func TestHeldBound(t *testing.T) {
+	at := leaseT0
+	held := func(lagN, n int64, heldFor time.Duration) lag.PartitionState {
+		rep := lag.Report{At: at, Position: 10, HeadTime: at.Add(-time.Second), Held: n, HeldFor: heldFor}
+		return lag.PartitionState{PartitionSample: lag.PartitionSample{End: 10 + lagN, Lag: lagN, Reported: rep},
+			Source: lag.SourceConsumer, Position: 10}
+	}
+	idle := lag.PartitionState{PartitionSample: lag.PartitionSample{End: 10, Reported: lag.Report{At: at, Position: 10}},
+		Source: lag.SourceConsumer, Position: 10}
+	cases := []struct {
+		name        string
+		parts       []lag.PartitionState
+		bound, busy float64
+		ok          bool
+	}{
+		{"one partition", []lag.PartitionState{held(500, 100, 500*time.Millisecond)}, 200, 0.5, true},
+		{"one poll, three partitions: summed", []lag.PartitionState{held(500, 100, 500*time.Millisecond), idle,
+			held(500, 300, 500*time.Millisecond), held(40, 40, 500*time.Millisecond)}, 880, 0.5, true},
+		{"two polls: bounds added", []lag.PartitionState{held(500, 100, 500*time.Millisecond),
+			held(500, 300, 250*time.Millisecond)}, 1400, 0.5, true},
+		{"no count first", []lag.PartitionState{held(500, 0, 0), held(500, 300, 500*time.Millisecond)}, 0, 0, false},
+		{"no count last", []lag.PartitionState{held(500, 300, 500*time.Millisecond), held(500, 0, 0)}, 0, 0, false},
+		{"count for no time", []lag.PartitionState{held(500, 300, 0)}, 0, 0, false},
+		{"idle only", []lag.PartitionState{idle}, 0, 0, false},
+	}
+	for _, tc := range cases {
+		bound, busy, ok := heldBound(&lag.State{At: at, Partitions: tc.parts})
+		if ok != tc.ok || math.Abs(bound-tc.bound) > 1e-9 || math.Abs(busy-tc.busy) > 1e-9 {
+			t.Errorf("%s: heldBound = %.1f/s over %.2f s, %v; want %.1f/s over %.2f s, %v", tc.name, bound, busy, ok, tc.bound, tc.busy, tc.ok)
 		}
 	}
 }
