@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,8 +46,17 @@ type sender struct {
 	sent, refused, failed atomic.Uint64
 	failing               bool // owned by the goroutine
 	lastRefusal           string
-	desc                  *prometheus.Desc
+	// heldOff, owned by the goroutine, is when the daemon refused a
+	// report for its held counts (a daemon older than protocol 1.3): the
+	// reports go without them until heldRetry later (the daemon, or the
+	// replica behind the URL, may be upgraded meanwhile).
+	heldOff time.Time
+	desc    *prometheus.Desc
 }
+
+// heldRetry is how long the reports go without their held counts after
+// a daemon refused them, before they carry them again.
+const heldRetry = 10 * time.Minute
 
 // newSender validates cfg, registers the metrics and starts the goroutine.
 func newSender(cfg Config, kind string, snapshot snapshotFunc) (*sender, error) {
@@ -101,9 +111,13 @@ func (s *sender) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		group, topics := s.snapshot(time.Now())
+		now := time.Now()
+		group, topics := s.snapshot(now)
 		if group == "" || len(topics) == 0 {
 			continue
+		}
+		if !s.heldOff.IsZero() && now.Sub(s.heldOff) < heldRetry {
+			topics = withoutHeld(topics)
 		}
 		for _, chunk := range split(topics) {
 			rep := quotaproto.ConsumerReport{Kind: s.kind, Cluster: s.cfg.Cluster, Group: group, Member: s.cfg.Member,
@@ -180,9 +194,22 @@ func (s *sender) post(ctx context.Context, rep quotaproto.ConsumerReport) {
 		}
 		s.lastRefusal = ""
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
-		s.refused.Add(1)
 		var eb quotaproto.ErrorBody
 		_ = json.Unmarshal(msg, &eb)
+		if resp.StatusCode == http.StatusBadRequest && quotaproto.RefusesHeld(eb.Error) && hasHeld(rep.Topics) {
+			// A daemon older than protocol 1.3: the same report without
+			// the counts (the daemon then reads the positions as before).
+			if s.heldOff.IsZero() {
+				s.cfg.Logger.Info("consumerclient: the daemon does not know the held counts of protocol 1.3; "+
+					"reporting without them (upgrade the daemon, every replica, before its consumers' hooks)",
+					"url", s.endpoint, "error", eb.Error)
+			}
+			s.heldOff = time.Now()
+			rep.Topics = withoutHeld(rep.Topics)
+			s.post(ctx, rep)
+			return
+		}
+		s.refused.Add(1)
 		if why := fmt.Sprintf("%d %s", resp.StatusCode, eb.Error); why != s.lastRefusal {
 			s.lastRefusal = why
 			s.cfg.Logger.Warn("consumerclient: the daemon refuses the consumer's reports", "url", s.endpoint,
@@ -191,6 +218,32 @@ func (s *sender) post(ctx context.Context, rep quotaproto.ConsumerReport) {
 	default:
 		s.failure(fmt.Errorf("status %d", resp.StatusCode))
 	}
+}
+
+// hasHeld says whether a partition of topics carries a held count.
+func hasHeld(topics []quotaproto.ConsumerTopic) bool {
+	for _, t := range topics {
+		for _, p := range t.Partitions {
+			if p.Held != 0 || p.HeldMs != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// withoutHeld returns topics without the held counts (protocol 1.2's
+// report), leaving topics as they are.
+func withoutHeld(topics []quotaproto.ConsumerTopic) []quotaproto.ConsumerTopic {
+	out := make([]quotaproto.ConsumerTopic, len(topics))
+	for i, t := range topics {
+		ps := slices.Clone(t.Partitions)
+		for j := range ps {
+			ps[j].Held, ps[j].HeldMs = 0, 0
+		}
+		out[i] = quotaproto.ConsumerTopic{Topic: t.Topic, Partitions: ps}
+	}
+	return out
 }
 
 func (s *sender) failure(err error) {

@@ -220,7 +220,7 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 // order: it checks the bearer token before anything else (401), refuses an
 // oversized (413) or non-JSON (415) request, reads at most
 // quotaproto.MaxBodyBytes within bodyTimeout, and decodes the body into v
-// with decodeStrict (required: its required paths), 400 on any problem.
+// with DecodeStrict (required: its required paths), 400 on any problem.
 // It returns the producers (or groups) the token may act for, and false
 // after writing the error. Which of them the request speaks for is the
 // caller's check (permits), once the body says.
@@ -241,7 +241,7 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, ep string, v a
 	if !ok {
 		return nil, false
 	}
-	if err := decodeStrict(body, v, required...); err != nil {
+	if err := DecodeStrict(body, v, required...); err != nil {
 		s.fail(w, ep, http.StatusBadRequest, "malformed body: %v", err)
 		return nil, false
 	}

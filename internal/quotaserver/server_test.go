@@ -628,7 +628,7 @@ func TestDecodeStrictIntegers(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var got part
-			err := decodeStrict([]byte(c.body), &got, "partition")
+			err := DecodeStrict([]byte(c.body), &got, "partition")
 			if c.err == "" && (err != nil || got != c.want) {
 				t.Fatalf("got %+v %v, want %+v", got, err, c.want)
 			}

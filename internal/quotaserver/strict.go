@@ -14,7 +14,7 @@ import (
 	"unicode/utf8"
 )
 
-// decodeStrict decodes body, exactly one JSON value, into v (a pointer to
+// DecodeStrict decodes body, exactly one JSON value, into v (a pointer to
 // a struct with json tags), keeping the promises of the protocol's spec
 // that encoding/json alone does not:
 //
@@ -35,13 +35,15 @@ import (
 //
 // Any endpoint that reads a JSON body uses it, so every body is held to
 // the same rules. The error says what is wrong and where, in JSON terms.
-func decodeStrict(body []byte, v any, required ...string) error {
+// Exported for the clients' tests: an older daemon is this decoder over
+// an older body type.
+func DecodeStrict(body []byte, v any, required ...string) error {
 	if !utf8.Valid(body) {
 		return errors.New("the body is not valid UTF-8")
 	}
 	t := reflect.TypeOf(v)
 	if t == nil || t.Kind() != reflect.Pointer {
-		return fmt.Errorf("decodeStrict needs a pointer, got %T", v)
+		return fmt.Errorf("DecodeStrict needs a pointer, got %T", v)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()

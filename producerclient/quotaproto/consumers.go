@@ -3,6 +3,7 @@ package quotaproto
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -221,4 +222,18 @@ func (r ConsumerReport) Validate() error {
 		bad("%d partitions, at most %d per report", parts, MaxReportPartitions)
 	}
 	return errors.Join(errs...)
+}
+
+// RefusesHeld says whether a daemon's error text (ErrorBody.Error of a
+// 400 to a consumer report) refuses the report for its held or heldMs
+// field as unknown: a daemon older than protocol 1.3, whose strict
+// decoder answers "malformed body: topics[].partitions[].held: unknown
+// field". A reporter then sends the same report without them.
+func RefusesHeld(errText string) bool {
+	for _, f := range []string{"held", "heldMs"} {
+		if strings.Contains(errText, "partitions[]."+f+": unknown field") {
+			return true
+		}
+	}
+	return false
 }

@@ -138,3 +138,20 @@ func TestConsumerReportWire(t *testing.T) {
 		t.Errorf("idle HeadTime = %v, want zero", got)
 	}
 }
+
+// TestRefusesHeld: only a refusal of the held counts as unknown fields
+// makes a reporter drop them; a bad value of a known field does not.
+func TestRefusesHeld(t *testing.T) {
+	for text, want := range map[string]bool{
+		"malformed body: topics[].partitions[].held: unknown field":                                         true,
+		"malformed body: topics[].partitions[].heldMs: unknown field":                                       true,
+		"malformed body: topics[].partitions[].extra: unknown field":                                        false,
+		"malformed body: topics[].partitions[].heldMs: unknown field (keys are case-sensitive: \"heldMs\")": true,
+		"topics[0].partitions[0].held: must be 1 to 1073741824":                                             false,
+		"": false,
+	} {
+		if got := RefusesHeld(text); got != want {
+			t.Errorf("RefusesHeld(%q) = %v, want %v", text, got, want)
+		}
+	}
+}

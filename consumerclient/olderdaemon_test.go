@@ -1,0 +1,110 @@
+package consumerclient
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+)
+
+// report12 is a consumer report as a daemon of protocol 1.2 reads it: no
+// held, no heldMs.
+type report12 struct {
+	Kind     string `json:"kind"`
+	Cluster  string `json:"cluster,omitempty"`
+	Group    string `json:"group"`
+	Member   string `json:"member,omitempty"`
+	SentAtMs int64  `json:"sentAtMs,omitempty"`
+	Topics   []struct {
+		Topic      string `json:"topic"`
+		Partitions []struct {
+			Partition  int32 `json:"partition"`
+			Position   int64 `json:"position"`
+			HeadTimeMs int64 `json:"headTimeMs,omitempty"`
+			Idle       bool  `json:"idle,omitempty"`
+		} `json:"partitions"`
+	} `json:"topics"`
+}
+
+// olderDaemon is the consumer-report endpoint of a 1.2 daemon: the
+// daemon's strict decoder over the 1.2 report, its 400 text ("malformed
+// body: ...").
+type olderDaemon struct {
+	mu      sync.Mutex
+	refused []string
+	stored  []report12
+}
+
+func (o *olderDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var rep report12
+	err := quotaserver.DecodeStrict(body, &rep, "kind", "group", "topics", "topics[].topic", "topics[].partitions",
+		"topics[].partitions[].partition", "topics[].partitions[].position")
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err != nil {
+		o.refused = append(o.refused, err.Error())
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_ = json.NewEncoder(w).Encode(quotaproto.ErrorBody{Error: "malformed body: " + err.Error()})
+		return
+	}
+	o.stored = append(o.stored, rep)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// TestKafkaReporterOlderDaemon: a hook of protocol 1.3 against a daemon of
+// 1.2, which refuses every report that counts the records held (an
+// unknown field to its strict decoder), idle partitions included. The
+// hook sends the same report without the counts and keeps doing so: the
+// daemon keeps getting the positions, and the hook counts no refusal.
+// Before, every report with a partition in hand was refused and the
+// daemon fell back to commits.
+func TestKafkaReporterOlderDaemon(t *testing.T) {
+	const topic = "older"
+	c := newKafkaCluster(t, topic, 1)
+	produce(t, c, topic, 0, 5, time.Now())
+	old := &olderDaemon{}
+	ts := httptest.NewServer(old)
+	defer ts.Close()
+	rep, err := NewKafkaReporter(Config{URL: ts.URL, Interval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	cl := newKafkaClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
+	inHand := pollN(t, cl, 5)
+	inHandReports := func() int {
+		old.mu.Lock()
+		defer old.mu.Unlock()
+		n := 0
+		for _, r := range old.stored {
+			if p := r.Topics[0].Partitions[0]; p.Position == inHand[0].Offset && p.HeadTimeMs > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "three reports of the records in hand stored", func() bool { return inHandReports() >= 3 })
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	if len(old.refused) != 1 {
+		t.Errorf("the older daemon refused %d reports (%q), want the first only", len(old.refused), old.refused)
+	}
+	for _, why := range old.refused {
+		if !quotaproto.RefusesHeld("malformed body: " + why) {
+			t.Errorf("a refusal the hook does not read as the older protocol: %q", why)
+		}
+	}
+	if n := rep.s.refused.Load(); n != 0 {
+		t.Errorf("the hook counts %d refused reports, want 0 (the report went without the counts)", n)
+	}
+}
