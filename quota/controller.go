@@ -1773,7 +1773,7 @@ func stillBound(tc *control, v *reading, bound, busy, produced float64) {
 // up; reports of members with their own polls add up as bounds. busy is
 // the longest HeldFor, seconds. ok only when every partition with lag is
 // read from a fresh report with work in hand and a count (an older
-// reporter, a merged NATS report, an idle member: no bound), and each
+// reporter, a NATS report, an idle member: no bound), and each
 // report held its records for some time.
 func heldBound(st *lag.State) (bound, busy float64, ok bool) {
 	type poll struct {

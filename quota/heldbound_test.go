@@ -106,7 +106,7 @@ func TestControllerHeldHiccup(t *testing.T) {
 // TestHeldBound: what heldBound reads from a state's partitions. The
 // records of one poll (the same report time less HeldFor) add up to one
 // bound; members' polls add up as bounds; a partition with lag and no
-// count (an older reporter, a merged report) leaves no bound, wherever it
+// count (an older reporter, NATS) leaves no bound, wherever it
 // is among the partitions.
 func TestHeldBound(t *testing.T) {
 	at := leaseT0

@@ -283,8 +283,9 @@ func (c *Consumers) sweep(cutoff time.Time) {
 // combine: with messages in hand anywhere, the smallest position in hand
 // and its head time, the consumer's oldest work; with none in hand, the
 // largest idle position. At is the newest report's receive time either way;
-// a merged report counts no messages held (lag.Report.Held): one member's
-// count bounds only that member.
+// a NATS report counts no messages held (lag.Report.Held), even a single
+// member's: one member's count bounds only that member (and the NATS
+// reporter sends none).
 func (c *Consumers) Overlay(s *lag.Sample, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
