@@ -2899,7 +2899,7 @@ func (c *Controller) signal(tc *control, d *Decision, st *lag.State, p *Policy, 
 		// The rates the rules name are the other partitions' (the law's);
 		// with shares the decision grants more (withShares): say so, or
 		// a reason reads "probing from 2890/s" on a rate of 3083/s.
-		if d.Signal != SignalStop && tc.limited && fmt.Sprintf("%.0f", d.Rate) != fmt.Sprintf("%.0f", others) {
+		if d.Signal != SignalStop && tc.limited && math.RoundToEven(d.Rate) != math.RoundToEven(others) {
 			reason += fmt.Sprintf("; %.0f/s for the other partitions, %.0f/s in all with the late ones' shares", others, d.Rate)
 		}
 	}
