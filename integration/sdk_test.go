@@ -389,6 +389,13 @@ func TestSDKAgainstDaemon(t *testing.T) {
 		}
 		return true, ""
 	})
+	// The stop names the daemon's rule (protocol 1.4), through the
+	// daemon's real lease path, for programs that match on it.
+	for _, p := range producers {
+		if q, _ := p.quota(); q.Signal == producerclient.SignalStop && q.Rule == "" {
+			t.Errorf("%s: a stop lease without its rule: %+v", p.name, q)
+		}
+	}
 
 	// Phase 3: the daemon dies. Leases are kept until they expire
 	// (fail-static), then the safe quota applies.

@@ -137,7 +137,9 @@ func viewReject(t *topic, v *quotaView) (*RejectError, reason) {
 	case v.closed:
 		return reject(t.name, SignalSlowDown, ErrQuotaUnavailable, v.reason, v.retryAfter, nil), reasonQuotaUnavailable
 	case v.signal == SignalStop && !v.advisory:
-		return reject(t.name, SignalStop, nil, v.reason, 0, nil), reasonStop
+		r := reject(t.name, SignalStop, nil, v.reason, 0, nil)
+		r.Rule = v.rule
+		return r, reasonStop
 	}
 	return nil, 0
 }
@@ -161,7 +163,9 @@ func rateReject(t *topic, v *quotaView, wait int64, cause error) *RejectError {
 	if v.signal == SignalSlowDown && v.retryAfter > after {
 		after = v.retryAfter
 	}
-	return reject(t.name, SignalSlowDown, ErrRateLimited, v.rateWhy, after, cause)
+	r := reject(t.name, SignalSlowDown, ErrRateLimited, v.rateWhy, after, cause)
+	r.Rule = v.rule
+	return r
 }
 
 // acquireSlot takes an in-flight slot for m, waiting for one in Block

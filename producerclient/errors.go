@@ -115,7 +115,15 @@ type RejectError struct {
 	// elsewhere).
 	Signal Signal
 	// Reason says why, in words (the lease's reason when it decided).
+	// Its words change between versions: match on Rule.
 	Reason string
+	// Rule names the daemon's rule behind the lease that refused the
+	// message ("drain", "saturated", "probe", "hard-age", ...; the list
+	// is in docs/quota-control.md), a name that stays the same across
+	// versions; "" when no lease decided (the safe quota, a deadline, a
+	// closed producer, the broker) or the daemon is older than protocol
+	// 1.4.
+	Rule string
 	// RetryAfter is the earliest sensible retry, 0 for no hint. It is
 	// never negative.
 	RetryAfter time.Duration

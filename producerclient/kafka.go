@@ -284,7 +284,7 @@ func (p *KafkaProducer) busyPartition(t *topic, r *kgo.Record) *RejectError {
 	}
 	rej := reject(t.name, SignalAvoidPartitions, nil, fmt.Sprintf("the record's key sends it to partition %d, which the lease says to avoid (%s)", part, v.reason),
 		v.retryAfter, &PartitionBusyError{Topic: t.name, Partition: part})
-	rej.Record = r
+	rej.Record, rej.Rule = r, v.rule
 	t.refused.Add(1)
 	return p.c.rejectCount(t, reasonPartition, rej)
 }

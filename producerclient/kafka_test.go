@@ -406,6 +406,50 @@ func TestKafkaInFlightCap(t *testing.T) {
 	}
 }
 
+// TestKafkaLeaseRule: the lease's rule name (protocol 1.4) reaches the
+// rejections the lease decides and the Quota, for programs to match on; a
+// garbled name reaches neither, and a refusal no lease decided has none.
+func TestKafkaLeaseRule(t *testing.T) {
+	c := newKfake(t, 3, "orders")
+	p := newKafkaProducer(t, newKgo(t, c), Config{Mode: Drop})
+	// The client loads the topic's metadata with its first record (keys
+	// are placed, and refused for their partition, only after that).
+	if err := p.Produce(context.Background(), &kgo.Record{Topic: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	rejectRule := func(want error) string {
+		t.Helper()
+		err := p.Produce(context.Background(), &kgo.Record{Topic: "orders", Key: []byte("k")})
+		var re *RejectError
+		if !errors.Is(err, want) || !errors.As(err, &re) {
+			t.Fatalf("produce: %v, want %v", err, want)
+		}
+		return re.Rule
+	}
+	setLease(t, p.c, quotaproto.Lease{Topic: "orders", Rate: ptr(0.0), Signal: quotaproto.SignalSlowDown, Reason: "drain", Rule: "drain", Version: 1})
+	if got := rejectRule(ErrRateLimited); got != "drain" {
+		t.Fatalf("rate-limited rejection's rule %q, want drain", got)
+	}
+	if q, _ := p.Quota("orders"); q.Rule != "drain" {
+		t.Fatalf("quota's rule %q, want drain", q.Rule)
+	}
+	setLease(t, p.c, quotaproto.Lease{Topic: "orders", Rate: ptr(0.0), Signal: quotaproto.SignalStop, Rule: "consumer-stopped", Version: 2})
+	if got := rejectRule(ErrStop); got != "consumer-stopped" {
+		t.Fatalf("stop's rule %q, want consumer-stopped", got)
+	}
+	setLease(t, p.c, quotaproto.Lease{Topic: "orders", Signal: quotaproto.SignalAvoidPartitions, AvoidPartitions: []int32{0, 1, 2},
+		Rule: "avoid-partitions", Version: 3})
+	if got := rejectRule(ErrAvoidPartitions); got != "avoid-partitions" {
+		t.Fatalf("a keyed record's refusal for its partition: rule %q, want avoid-partitions", got)
+	}
+	for i, garbled := range []string{"Drain", "drain rule", strings.Repeat("a", 41), "dr\u00e4in"} {
+		setLease(t, p.c, quotaproto.Lease{Topic: "orders", Rate: ptr(0.0), Signal: quotaproto.SignalSlowDown, Rule: garbled, Version: uint64(4 + i)})
+		if got := rejectRule(ErrRateLimited); got != "" {
+			t.Fatalf("garbled rule %q reached the rejection as %q", garbled, got)
+		}
+	}
+}
+
 func TestKafkaStopSignal(t *testing.T) {
 	c := newKfake(t, 1, "orders")
 	p := newKafkaProducer(t, newKgo(t, c), Config{})
@@ -417,6 +461,9 @@ func TestKafkaStopSignal(t *testing.T) {
 	var re *RejectError
 	if !errors.As(err, &re) || re.Reason != "consumer stopped" || re.Attempts != 0 {
 		t.Fatalf("reject %+v", re)
+	}
+	if re.Rule != "" {
+		t.Fatalf("a lease without a rule gave the rejection rule %q", re.Rule)
 	}
 	// An advisory stop is reported, not enforced.
 	setLease(t, p.c, quotaproto.Lease{Topic: "orders", Rate: ptr(100.0), Signal: quotaproto.SignalStop, Advisory: true, Version: 4})

@@ -38,6 +38,9 @@ type quotaView struct {
 	expires   time.Time
 	received  time.Time
 	reason    string
+	// rule: the lease's rule name (quotaproto.Lease.Rule), "" for the
+	// safe quota, or a name that is not one (ruleName).
+	rule string
 	// rateWhy is rateReason(), built once with the view: a message
 	// refused for want of a token costs no formatting.
 	rateWhy string
@@ -311,7 +314,7 @@ func (o *leaseOwner) makeSafe(why string) *quotaView {
 
 // viewOf turns a lease received at now into a view.
 func viewOf(d decodedLease, now time.Time, expiry time.Time) *quotaView {
-	v := &quotaView{fromLease: true, version: d.Version, expires: expiry, received: now, reason: d.Reason, advisory: d.Advisory}
+	v := &quotaView{fromLease: true, version: d.Version, expires: expiry, received: now, reason: d.Reason, rule: ruleName(d.Rule), advisory: d.Advisory}
 	if d.Rate == nil {
 		v.rate, v.params = math.Inf(1), unlimitedParams
 	} else {
@@ -332,6 +335,21 @@ func viewOf(d decodedLease, now time.Time, expiry time.Time) *quotaView {
 	}
 	v.rateWhy = v.rateReason()
 	return v
+}
+
+// ruleName is rule when it reads as a rule's name (1 to 40 of a-z, 0-9
+// and '-', as every name the daemon gives), "" otherwise: a name is for
+// programs to match on, and a garbled one matches nothing.
+func ruleName(rule string) string {
+	if len(rule) == 0 || len(rule) > 40 {
+		return ""
+	}
+	for i := 0; i < len(rule); i++ {
+		if c := rule[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return ""
+		}
+	}
+	return rule
 }
 
 // validShares keeps the shares of ss that apply: of a partition in avoid

@@ -39,6 +39,9 @@ type Quota struct {
 	Received  time.Time
 	// Reason is the lease's reason in words.
 	Reason string
+	// Rule names the daemon's rule behind the lease ("drain",
+	// "saturated", ...; see RejectError.Rule); "" for the safe quota.
+	Rule string
 }
 
 // quota returns topic's current quota; ok is false for a topic the
@@ -51,7 +54,7 @@ func (c *core) quota(name string) (Quota, bool) {
 	v := t.view.Load()
 	q := Quota{Topic: name, Rate: v.rate, Burst: v.burst, Signal: v.signal, RetryAfter: v.retryAfter,
 		AvoidPartitions: slices.Clone(v.avoid), PartitionShares: slices.Clone(v.shares), Advisory: v.advisory, FromLease: v.fromLease, Closed: v.closed,
-		Version: v.version, ExpiresAt: v.expires, Received: v.received, Reason: v.reason}
+		Version: v.version, ExpiresAt: v.expires, Received: v.received, Reason: v.reason, Rule: v.rule}
 	if math.IsInf(q.Rate, 1) {
 		q.Burst = 0
 	}

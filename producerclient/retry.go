@@ -155,7 +155,7 @@ func (c *core) waitRetry(m *msg, delay time.Duration, cause error) *RejectError 
 		if v := t.view.Load(); v.signal == SignalStop && !v.advisory {
 			// A stop ends the retry at once.
 			r := reject(t.name, SignalStop, ErrBrokerRejected, "the quota says stop: "+v.reason, 0, cause)
-			r.Attempts = int(m.attempts)
+			r.Attempts, r.Rule = int(m.attempts), v.rule
 			return c.rejectCount(t, reasonStop, r)
 		}
 		err := c.sleep(m.ctx, wait, ch)

@@ -63,6 +63,11 @@ type Lease struct {
 	// share of its topic's decision (refused, or provisional until the
 	// next allocation). It is not part of the versioned content.
 	Reason string `json:"reason,omitempty"`
+	// Rule is the rule of the topic's decision the lease is a share of,
+	// set with the topic's reason when the lease has none of its own
+	// (RuleNone otherwise). Like Reason, not part of the versioned
+	// content: it is the rule as of the lease's last material change.
+	Rule Rule `json:"rule,omitempty"`
 	// Version identifies the content above (everything but Reason,
 	// Expires and RefreshAfter). It moves only on a material change (see
 	// LeaseConfig.MaterialChange) and is unique and increasing across

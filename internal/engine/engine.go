@@ -774,12 +774,15 @@ func (e *Engine) publishAll(now time.Time) {
 }
 
 // buildSet converts a producer's leases (sorted by topic) to the wire form
-// (publish.Set): a lease without a reason of its own gets its topic's;
-// topic names it reported that have no lease get an open one. Called with
-// e.mu held; it fills in reasons in ls.
+// (publish.Set): a lease without a reason of its own gets its topic's
+// reason and rule; topic names it reported that have no lease get an open
+// one. Called with e.mu held; it fills in reasons and rules in ls.
 func (e *Engine) buildSet(producer string, ls []quota.Lease, now time.Time) quotaproto.LeaseSet {
 	for i := range ls {
-		ls[i].Reason = cmp.Or(ls[i].Reason, e.topics[ls[i].Topic].Reason)
+		if ls[i].Reason == "" {
+			td := e.topics[ls[i].Topic]
+			ls[i].Reason, ls[i].Rule = td.Reason, td.Rule
+		}
 	}
 	var names []string
 	if pr := e.producers[producer]; pr != nil {

@@ -49,6 +49,10 @@ func TestUnlistedFloodDoesNotStarveListed(t *testing.T) {
 		if got := rateOf(set.Leases[0]); got != d.Rate || !(got > 0) || got > 5000 {
 			t.Fatalf("%s: checkout's rate %v, want the topic's %v", step, got, d.Rate)
 		}
+		// A share of the topic's decision names its rule (protocol 1.4).
+		if got := set.Leases[0].Rule; got == "" || got != d.Rule.String() {
+			t.Fatalf("%s: checkout's lease names rule %q, the decision %q", step, got, d.Rule)
+		}
 	}
 	alone("before the flood")
 
@@ -66,6 +70,9 @@ func TestUnlistedFloodDoesNotStarveListed(t *testing.T) {
 			}
 			l := set.Leases[0]
 			if l.Signal == quotaproto.SignalStop && rateOf(l) == 0 && strings.Contains(l.Reason, "not listed") {
+				if l.Rule != "" {
+					t.Fatalf("a refused unlisted producer's lease names the topic's rule %q: it is not a share of the decision", l.Rule)
+				}
 				refused++
 			} else {
 				admitted++

@@ -72,11 +72,15 @@ func stricter(a, b quotaproto.Lease) bool {
 }
 
 // Wire converts a lease to the protocol's form: an unlimited rate is
-// left out (nil), the retry-after hint is in whole milliseconds.
+// left out (nil), the retry-after hint is in whole milliseconds, RuleNone
+// is no rule ("").
 func Wire(l quota.Lease) quotaproto.Lease {
 	w := quotaproto.Lease{
 		Topic: l.Topic.Name, Burst: l.Burst, Signal: l.Signal.String(), RetryAfterMs: l.RetryAfter.Milliseconds(),
 		AvoidPartitions: slices.Clone(l.AvoidPartitions), Advisory: l.Advisory, Version: l.Version, ExpiresAt: l.Expires, Reason: l.Reason,
+	}
+	if l.Rule != quota.RuleNone {
+		w.Rule = l.Rule.String()
 	}
 	for _, ps := range l.PartitionShares {
 		w.PartitionShares = append(w.PartitionShares, quotaproto.PartitionShare{Partition: ps.Partition, Share: ps.Share})

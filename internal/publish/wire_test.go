@@ -93,11 +93,15 @@ func TestSet(t *testing.T) {
 func TestWire(t *testing.T) {
 	l := quota.Lease{Producer: "p", Topic: quota.Topic{Kind: lag.KindKafka, Cluster: "c", Name: "orders"}, Rate: 12.5, Burst: 3,
 		Signal: quota.SignalSlowDown, RetryAfter: 1500*time.Millisecond + 700*time.Microsecond, AvoidPartitions: []int32{2},
-		Advisory: true, Version: 9, Expires: t0, Reason: "why"}
+		Advisory: true, Version: 9, Expires: t0, Reason: "why", Rule: quota.RuleSaturated}
 	w := Wire(l)
 	if w.Topic != "orders" || rateOf(w) != 12.5 || w.Burst != 3 || w.Signal != "slow-down" || w.RetryAfterMs != 1500 ||
-		len(w.AvoidPartitions) != 1 || w.AvoidPartitions[0] != 2 || !w.Advisory || w.Version != 9 || !w.ExpiresAt.Equal(t0) || w.Reason != "why" {
+		len(w.AvoidPartitions) != 1 || w.AvoidPartitions[0] != 2 || !w.Advisory || w.Version != 9 || !w.ExpiresAt.Equal(t0) || w.Reason != "why" ||
+		w.Rule != "saturated" {
 		t.Fatalf("Wire(%+v) = %+v", l, w)
+	}
+	if l := (quota.Lease{Rate: quota.Unlimited}); Wire(l).Rule != "" {
+		t.Fatalf("RuleNone on the wire as %q, want no rule", Wire(l).Rule)
 	}
 	l.AvoidPartitions[0] = 5
 	if w.AvoidPartitions[0] != 2 {

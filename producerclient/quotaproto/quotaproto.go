@@ -138,8 +138,17 @@ type Lease struct {
 	// it without a refresh (fail-static until then).
 	Version   uint64    `json:"version"`
 	ExpiresAt time.Time `json:"expiresAt"`
-	// Reason explains the lease in words, for logs and errors.
+	// Reason explains the lease in words, for logs and errors. Its words
+	// change between versions; match on Rule instead.
 	Reason string `json:"reason,omitempty"`
+	// Rule (protocol 1.4) names the controller's rule behind the topic
+	// decision this lease is a share of ("drain", "saturated", "probe",
+	// ...; docs/quota-control.md lists them): a name that stays the
+	// same across versions, for programs and alerts. Empty when the
+	// lease is not a share of a decision (an unlisted producer refused,
+	// a provisional share, a topic without a policy) and from a daemon
+	// older than 1.4. A client keeps a name it does not know as it is.
+	Rule string `json:"rule,omitempty"`
 	// Then (protocol 1.2) says what follows a lease that admits less for
 	// a bounded time (a pause while the consumer's capacity is measured
 	// again, or while a backlog drains): from Then.At on, the lease
