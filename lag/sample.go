@@ -125,6 +125,15 @@ type PartitionSample struct {
 	Stale bool `json:"stale,omitempty"`
 	// Err says why this partition could not be (fully) observed.
 	Err string `json:"err,omitempty"`
+	// Skipped is how many messages of this partition the consumer
+	// terminated as expired since the adapter's previous reading: the
+	// ttl guard's skips, which cost the consumer nothing and are no
+	// measure of its capacity. NATS only, counted from the server's
+	// MSG_TERMINATED advisories (see brokers/nats); 0 where nobody
+	// counts them (Kafka, a server too old to say why). Already part of
+	// the consumption End-Lag shows. A reading repeated with the same At
+	// counts nothing again.
+	Skipped int64 `json:"skipped,omitempty"`
 	// Reported is what the consumer itself last said of this partition
 	// over the quota protocol, merged in by the daemon while it is fresh;
 	// the zero value when it said nothing. While present it overrides the

@@ -203,6 +203,14 @@ type State struct {
 	ProduceRateInstant float64 `json:"produceRateInstant"`
 	ConsumeRateInstant float64 `json:"consumeRateInstant"`
 	RatesKnown         bool    `json:"ratesKnown"`
+	// SkipRateInstant is the part of ConsumeRateInstant, messages per
+	// second over the same interval, that the consumer terminated as
+	// expired (PartitionSample.Skipped): work it skipped, not did. The
+	// quota controller takes it out of the capacity it reads. Skipped
+	// counts them since the target was first seen (the metric
+	// lagbridge_consumer_skipped_total).
+	SkipRateInstant float64 `json:"skipRateInstant,omitempty"`
+	Skipped         int64   `json:"skipped,omitempty"`
 	// Corrected is true when a commit in the newest reading landed
 	// behind the position estimated before it (see Tracker): the estimate
 	// restarts from that commit, and ConsumeRateInstant counts none of
@@ -430,8 +438,11 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 			tr.gap = s.At.Sub(tr.lastFresh)
 		}
 	}
-	var dProduced, dConsumed int64
+	var dProduced, dConsumed, dSkipped int64
 	var rateParts int
+	// A reading repeated with the same At (an adapter between two
+	// refreshes) counts its skips once.
+	newReading := !tr.haveSample || s.At.After(tr.lastFresh)
 	consuming, corrected := false, false
 	for _, p := range s.Partitions {
 		pt, had := tr.parts[p.Partition]
@@ -469,6 +480,10 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 		readBefore := had && !pt.observedAt.IsZero()
 		if p.Reported.freshAt(s.At, r) || s.Target.Kind == KindKafka && readBefore && p.Committed >= 0 && p.Committed > prevRaw.Committed {
 			consuming = true
+		}
+		if newReading && p.Skipped > 0 {
+			st.Skipped += p.Skipped
+			dSkipped += p.Skipped
 		}
 		corrected = pt.fold(p, s.At, s.Live == LiveYes, r, tr.gap) || corrected
 		// Without a position on either side (no commit, never seen
@@ -518,6 +533,7 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 			if dt > 0 {
 				ip, ic := float64(dProduced)/dt, float64(dConsumed)/dt
 				st.ProduceRateInstant, st.ConsumeRateInstant = ip, ic
+				st.SkipRateInstant = float64(dSkipped) / dt
 				if !tr.haveRates {
 					st.ProduceRate, st.ConsumeRate = ip, ic
 					tr.haveRates = true

@@ -476,3 +476,28 @@ func BenchmarkObserve(b *testing.B) {
 		tr.Observe(sample(at, 1, parts...), at)
 	}
 }
+
+// TestSkippedCounted: the messages a consumer terminated as expired
+// (PartitionSample.Skipped, the NATS observer's count of the ttl guard's
+// skips) are the part of the interval's consumption it skipped:
+// SkipRateInstant over the same interval as ConsumeRateInstant, Skipped
+// their total. A reading repeated with the same At (the NATS observer
+// between two refreshes) counts them once.
+func TestSkippedCounted(t *testing.T) {
+	at := func(s float64) time.Time { return t0.Add(sec(s)) }
+	skipped := func(p PartitionSample, n int64) PartitionSample { p.Skipped = n; return p }
+	tr := NewTracker(nil)
+	tr.Observe(sample(at(0), 1, skipped(part(0, 1000, 1000, at(-2.5)), 3)), at(0))
+	st := tr.Observe(sample(at(1), 1, skipped(part(0, 1000, 0, time.Time{}), 990)), at(1))
+	if st.ConsumeRateInstant != 1000 || st.SkipRateInstant != 990 || st.Skipped != 993 {
+		t.Fatalf("consumed %.0f/s, skipped %.0f/s, %d in all; want 1000, 990, 993", st.ConsumeRateInstant, st.SkipRateInstant, st.Skipped)
+	}
+	st = tr.Observe(sample(at(1), 1, skipped(part(0, 1000, 0, time.Time{}), 990)), at(1.5))
+	if st.Skipped != 993 {
+		t.Fatalf("the same reading again: %d skipped in all, want 993", st.Skipped)
+	}
+	st = tr.Observe(sample(at(2), 1, part(0, 1400, 0, time.Time{})), at(2))
+	if st.ConsumeRateInstant != 400 || st.SkipRateInstant != 0 || st.Skipped != 993 {
+		t.Fatalf("consumed %.0f/s, skipped %.0f/s, %d in all; want 400, 0, 993", st.ConsumeRateInstant, st.SkipRateInstant, st.Skipped)
+	}
+}

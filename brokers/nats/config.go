@@ -3,6 +3,7 @@ package nats
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
@@ -95,6 +96,11 @@ type Config struct {
 	// (lag.Sample.At) and of the refresh schedule. Nil means time.Now; it
 	// must be safe for concurrent use. Not a setting of the config file.
 	Now func() time.Time `mapstructure:"-"`
+	// Log receives the observer's warnings (an advisory subscription
+	// refused, a server too old to say why a consumer terminated a
+	// message). Nil means slog.Default(). Not a setting of the config
+	// file.
+	Log *slog.Logger `mapstructure:"-"`
 }
 
 // Filter selects names by anchored regular expressions (brokers.Filter; Go

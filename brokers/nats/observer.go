@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -135,6 +136,12 @@ type Observer struct {
 	statsMu sync.Mutex
 	stats   Stats
 
+	// skips counts the ttl guard's terms from the MSG_TERMINATED
+	// advisories (see skips.go); skipSub is its subscription, ended
+	// with the connection.
+	skips   *skips
+	skipSub *natsgo.Subscription
+
 	// testHookRefresh, when set (tests only), runs at the start of every
 	// stream refresh; an error fails that refresh.
 	testHookRefresh func(stream string) error
@@ -198,6 +205,10 @@ func New(cfg Config, opts ...natsgo.Option) (*Observer, error) {
 		closedCh: make(chan struct{}),
 		state:    make(map[string]*streamState),
 	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
 	if cfg.Domain != "" {
 		o.prefix = "$JS." + cfg.Domain + ".API."
 	}
@@ -232,11 +243,20 @@ func New(cfg Config, opts ...natsgo.Option) (*Observer, error) {
 		}
 		close(o.closedCh)
 	}
+	userAsync := nopts.AsyncErrorCB
+	nopts.AsyncErrorCB = func(nc *natsgo.Conn, sub *natsgo.Subscription, err error) {
+		if userAsync != nil {
+			userAsync(nc, sub, err)
+		}
+		o.skips.asyncError(sub, err)
+	}
+	o.skips = &skips{watched: o.watchesSkips, log: log, runs: make(map[skipKey][]skipRun)}
 	nc, err := nopts.Connect()
 	if err != nil {
 		return nil, fmt.Errorf("nats: connect %s: %w", strings.Join(cfg.URLs, ","), err)
 	}
 	o.nc = nc
+	o.skips.version = nc.ConnectedServerVersion
 	if cfg.Domain != "" {
 		o.js, err = jetstream.NewWithDomain(nc, cfg.Domain)
 	} else {
@@ -246,8 +266,22 @@ func New(cfg Config, opts ...natsgo.Option) (*Observer, error) {
 		nc.Close()
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
+	if o.skipSub, err = nc.Subscribe(terminatedSubject, o.skips.handle); err != nil {
+		// Behaviour as before: nothing counted.
+		log.Warn("nats: cannot subscribe to "+terminatedSubject+": the ttl guard's skips are not counted; expired messages the guard skips read as consumption", "err", err)
+	}
 	o.closeCtx, o.closeCancel = context.WithCancel(context.Background())
 	return o, nil
+}
+
+// watchesSkips reports whether the observer counts the skips of a
+// consumer: one it watches, on a stream this replica owns.
+func (o *Observer) watchesSkips(stream, consumer string) bool {
+	if !o.streams.Match(stream) || !o.consumers.Match(consumer) {
+		return false
+	}
+	owns := o.owns.Load()
+	return owns == nil || (*owns)(stream)
 }
 
 // authTLSOptions turns the auth and TLS settings into nats.go options,
@@ -422,6 +456,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 	for name := range o.state {
 		if !seen[name] {
 			delete(o.state, name)
+			o.skips.keep(name, nil)
 		}
 	}
 
@@ -434,6 +469,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 		case j.st.gone:
 			gone++
 			delete(o.state, j.name)
+			o.skips.keep(j.name, nil)
 		case j.st.err != nil:
 			failed = append(failed, &StreamError{Stream: j.name, Err: j.st.err})
 		}
@@ -554,6 +590,7 @@ func (o *Observer) refresh(ctx context.Context, j refreshJob, cs *cycleCounters)
 		}
 		live[ci.Name] = true
 		r := read(ci, sv)
+		r.part.Skipped = o.skips.take(j.name, ci.Name, ci.TimeStamp)
 		et := st.ends[ci.Name]
 		if et == nil {
 			et = &endTracker{}
@@ -593,6 +630,7 @@ func (o *Observer) refresh(ctx context.Context, j refreshJob, cs *cycleCounters)
 			samples = append(samples, s)
 		}
 	}
+	o.skips.keep(j.name, live)
 	for name := range st.ends {
 		if !live[name] {
 			delete(st.ends, name)

@@ -187,6 +187,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		}
 	}
 	for _, nc := range cfg.ObservedNATS() {
+		nc.Log = log.With("cluster", nc.Cluster)
 		// Start even while NATS is unreachable: not ready until it answers.
 		o, err := nats.New(nc, natsgo.RetryOnFailedConnect(true))
 		if err != nil {

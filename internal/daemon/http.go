@@ -189,6 +189,12 @@ type TargetView struct {
 	InstantProduceRate   float64         `json:"instantProduceRate"`
 	InstantConsumeRate   float64         `json:"instantConsumeRate"`
 	RatesKnown           bool            `json:"ratesKnown"`
+	// Skipped counts the messages the consumer terminated as expired
+	// (the ttl guard's skips, NATS) since the daemon first saw the
+	// target; InstantSkipRate is their rate over the last interval, part
+	// of InstantConsumeRate.
+	Skipped         int64   `json:"skipped,omitempty"`
+	InstantSkipRate float64 `json:"instantSkipRate,omitempty"`
 }
 
 // PartitionView is one partition as served over HTTP.
@@ -220,8 +226,8 @@ func ViewOf(s lag.State, now time.Time, withPartitions bool) TargetView {
 		Stale: s.Stale, Partial: s.Partial, UncommittedPartitions: s.Uncommitted, StalenessSeconds: now.Sub(s.At).Seconds(), Err: s.Err,
 		LastProgress: s.LastProgress, SecondsSinceProgress: now.Sub(s.LastProgress).Seconds(),
 		InstantProduceRate: round3(s.ProduceRateInstant), InstantConsumeRate: round3(s.ConsumeRateInstant),
-		RatesKnown: s.RatesKnown,
-		Source:     s.Source, CommittedLag: s.CommittedLag, CommittedHeadAgeSeconds: s.CommittedHeadAge.Seconds(),
+		RatesKnown: s.RatesKnown, Skipped: s.Skipped, InstantSkipRate: round3(s.SkipRateInstant),
+		Source: s.Source, CommittedLag: s.CommittedLag, CommittedHeadAgeSeconds: s.CommittedHeadAge.Seconds(),
 		CommitIntervalSeconds: s.CommitInterval.Seconds(), UncertaintySeconds: s.Uncertainty.Seconds(),
 		Live: s.Live, LastLive: s.LastLive,
 	}

@@ -24,7 +24,7 @@ type Metrics struct {
 	statusDesc, staleDesc, membersDesc, uncommittedDesc   *prometheus.Desc
 	lastSuccessDesc, targetsDesc                          *prometheus.Desc
 	estLagDesc, estAgeDesc, intervalDesc, uncertaintyDesc *prometheus.Desc
-	sourceDesc, liveDesc                                  *prometheus.Desc
+	sourceDesc, liveDesc, skippedDesc                     *prometheus.Desc
 }
 
 var targetLabels = []string{"cluster", "topic", "group"}
@@ -60,6 +60,8 @@ func NewMetrics(reg prometheus.Registerer, store *Store) *Metrics {
 			"1 for where the estimated figures come from (commits, estimate, consumer, first-seen), 0 for the others.", append(targetLabels[:3:3], "source"), nil),
 		liveDesc: prometheus.NewDesc("lagbridge_consumer_live",
 			"1 when a consumer is attached to the target, 0 when none is, -1 when the broker does not say.", targetLabels, nil),
+		skippedDesc: prometheus.NewDesc("lagbridge_consumer_skipped_total",
+			"Messages the consumer terminated as expired (the ttl guard's skips, counted from NATS MSG_TERMINATED advisories) since the daemon first saw the target: part of the consumption, no measure of the consumer's capacity.", targetLabels, nil),
 		consumeDesc: prometheus.NewDesc("lagbridge_consume_rate", "Smoothed consume rate in messages per second.", targetLabels, nil),
 		produceDesc: prometheus.NewDesc("lagbridge_produce_rate", "Smoothed produce rate in messages per second.", targetLabels, nil),
 		drainDesc:   prometheus.NewDesc("lagbridge_time_to_drain_seconds", "Time to consume the backlog at current rates; +Inf when it does not shrink.", targetLabels, nil),
@@ -92,7 +94,7 @@ func (m *Metrics) early(cluster string) { m.earlyCycles.WithLabelValues(cluster)
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.lagDesc, m.ageDesc, m.consumeDesc, m.produceDesc, m.drainDesc,
 		m.statusDesc, m.staleDesc, m.membersDesc, m.uncommittedDesc, m.lastSuccessDesc, m.targetsDesc,
-		m.estLagDesc, m.estAgeDesc, m.intervalDesc, m.uncertaintyDesc, m.sourceDesc, m.liveDesc} {
+		m.estLagDesc, m.estAgeDesc, m.intervalDesc, m.uncertaintyDesc, m.sourceDesc, m.liveDesc, m.skippedDesc} {
 		ch <- d
 	}
 }
@@ -133,6 +135,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			live = 0
 		}
 		gauge(m.liveDesc, live, lv...)
+		if s.Target.Kind == lag.KindNATS {
+			ch <- prometheus.MustNewConstMetric(m.skippedDesc, prometheus.CounterValue, float64(s.Skipped), lv...)
+		}
 		gauge(m.consumeDesc, s.ConsumeRate, lv...)
 		gauge(m.produceDesc, s.ProduceRate, lv...)
 		drain := s.TimeToDrain.Seconds()

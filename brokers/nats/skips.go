@@ -1,0 +1,183 @@
+package nats
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+)
+
+// The ttl guard's skips. A consumer behind ttl/natsguard terminates the
+// messages it finds expired (TermWithReason, see natsguard.Config), and
+// the server publishes an advisory for every term:
+//
+//	$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.<stream>.<consumer>
+//	{"type": "io.nats.jetstream.advisory.v1.terminated", "timestamp": ...,
+//	 "stream": ..., "consumer": ..., "consumer_seq": ..., "stream_seq": ...,
+//	 "deliveries": ..., "reason": "lagbridge-ttl: expired (...)"}
+//
+// (the reason since nats-server 2.10.4). A skip costs the consumer
+// nothing, yet it moves the ack floor as processed work does: a backlog
+// the guard skips in one go reads as a burst of consumption, which the
+// quota controller must not take for capacity. The observer subscribes to
+// these advisories (one wildcard subscription on its connection, ended
+// with it) and counts the guard's terms per consumer; each refresh hands
+// the count since the previous one to lag/ (lag.PartitionSample.Skipped).
+//
+// Only the guard's reason counts: a term an application sends after it
+// tried a message (a poison message it gave up on) cost it the attempt
+// and is work like any other; taken out of the consumption, such terms
+// would read a consumer that gives up on half its messages as half as
+// fast as it is. A server older than 2.10.4 drops the reason: nothing is
+// counted (behaviour as before), and the observer says so once. Without
+// permission to subscribe to the advisories, likewise.
+
+// terminatedSubject is the wildcard of the MSG_TERMINATED advisories.
+const terminatedSubject = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.>"
+
+// expiredReason starts the reason of every term of ttl/natsguard
+// ("lagbridge-ttl: expired (<reason>)"; this package may not import
+// ttl, TestSkipsCountGuardTerms holds the two together).
+const expiredReason = "lagbridge-ttl: expired"
+
+// maxSkipRuns bounds the terms kept per consumer between two refreshes
+// (runs of terms within one millisecond): a consumer whose stream is not
+// refreshed for long drops its oldest.
+const maxSkipRuns = 4096
+
+type skipKey struct{ stream, consumer string }
+
+// skipRun is n terms the server stamped within one millisecond, the last
+// of them at at.
+type skipRun struct {
+	at time.Time
+	n  int64
+}
+
+// skips counts the guard's terms per consumer until a refresh takes them.
+// Its handler runs on the subscription's goroutine (nats.go's, owned by
+// the connection), take on the refreshing workers.
+type skips struct {
+	watched func(stream, consumer string) bool
+	log     *slog.Logger
+	version func() string // the connected server's version
+
+	mu   sync.Mutex
+	runs map[skipKey][]skipRun
+
+	warnedReason, warnedPerm, warnedBad atomic.Bool
+}
+
+// terminated is the part of the advisory the count reads.
+type terminated struct {
+	Time     time.Time `json:"timestamp"`
+	Stream   string    `json:"stream"`
+	Consumer string    `json:"consumer"`
+	Reason   string    `json:"reason"`
+}
+
+// handle counts one advisory.
+func (s *skips) handle(m *natsgo.Msg) {
+	var ev terminated
+	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Stream == "" || ev.Consumer == "" {
+		if s.warnedBad.CompareAndSwap(false, true) {
+			s.log.Warn("nats: a MSG_TERMINATED advisory that does not parse; the ttl guard's skips may be undercounted", "subject", m.Subject, "err", err)
+		}
+		return
+	}
+	if ev.Reason == "" && !atLeast(s.version(), 2, 10, 4) && s.warnedReason.CompareAndSwap(false, true) {
+		s.log.Warn("nats: the server ("+s.version()+") sends MSG_TERMINATED advisories without their reason (before 2.10.4): the ttl guard's skips cannot be told from other terms and are not counted; expired messages the guard skips read as consumption", "stream", ev.Stream, "consumer", ev.Consumer)
+	}
+	if !strings.HasPrefix(ev.Reason, expiredReason) || !s.watched(ev.Stream, ev.Consumer) {
+		return
+	}
+	k := skipKey{ev.Stream, ev.Consumer}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rs := s.runs[k]
+	if n := len(rs); n > 0 && rs[n-1].at.Truncate(time.Millisecond).Equal(ev.Time.Truncate(time.Millisecond)) {
+		rs[n-1].n++
+		if ev.Time.After(rs[n-1].at) {
+			rs[n-1].at = ev.Time
+		}
+		return
+	}
+	if len(rs) >= maxSkipRuns {
+		rs = rs[1:]
+	}
+	s.runs[k] = append(rs, skipRun{at: ev.Time, n: 1})
+}
+
+// take returns how many of the consumer's terms the server made by upTo
+// (its own clock: the consumer info's TimeStamp) and forgets them; every
+// term counted so far when upTo is zero (a server that does not stamp
+// its infos). Terms made after upTo are the next reading's: its ack
+// floor shows them.
+func (s *skips) take(stream, consumer string, upTo time.Time) int64 {
+	k := skipKey{stream, consumer}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rs := s.runs[k]
+	var n int64
+	i := 0
+	for ; i < len(rs) && (upTo.IsZero() || !rs[i].at.After(upTo)); i++ {
+		n += rs[i].n
+	}
+	if i == len(rs) {
+		delete(s.runs, k)
+	} else {
+		s.runs[k] = append(rs[:0:0], rs[i:]...)
+	}
+	return n
+}
+
+// keep forgets the counts of stream's consumers that live does not list
+// (deleted, or no longer watched), and of the whole stream when live is
+// nil.
+func (s *skips) keep(stream string, live map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.runs {
+		if k.stream == stream && !live[k.consumer] {
+			delete(s.runs, k)
+		}
+	}
+}
+
+// asyncError reports, once, that the subscription to the advisories was
+// refused.
+func (s *skips) asyncError(sub *natsgo.Subscription, err error) {
+	if sub == nil || sub.Subject != terminatedSubject || !errors.Is(err, natsgo.ErrPermissionViolation) {
+		return
+	}
+	if s.warnedPerm.CompareAndSwap(false, true) {
+		s.log.Warn("nats: no permission to subscribe to "+terminatedSubject+": the ttl guard's skips are not counted; expired messages the guard skips read as consumption", "err", err)
+	}
+}
+
+// atLeast reports whether the server version v ("2.10.4", "2.11.0-beta")
+// is at least major.minor.patch; an unknown version is not.
+func atLeast(v string, major, minor, patch int) bool {
+	v, _, _ = strings.Cut(v, "-")
+	parts := strings.Split(v, ".")
+	if len(parts) != 3 {
+		return false
+	}
+	want := []int{major, minor, patch}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return false
+		}
+		if n != want[i] {
+			return n > want[i]
+		}
+	}
+	return true
+}
