@@ -926,6 +926,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	v.prevCap, v.wasSaturated = tc.capacity, tc.saturated
 	v.cadence = cadence(tc, st)
 	c.consumption(tc, st, v)
+	leaveOutSkipped(st, v)
 	c.caughtUpAtCommit(tc, st, v)
 	v.learned = st.CommitInterval > 0
 	v.commits = fromCommits(st) && (v.learned || (v.cadence > 0 && tc.still))
@@ -1867,6 +1868,30 @@ func leaveOutLate(tc *control, v *reading) {
 	v.keepsUp = v.consumed*v.span >= keepUpRatio*v.spanProduced
 }
 
+// leaveOutSkipped takes the messages the consumer terminated as expired
+// in the interval (State.SkipRateInstant: the ttl guard's skips, which
+// the NATS observer counts from the server's advisories) out of
+// v.consumed, as leaveOutLate takes out a listed partition's: a skip
+// costs the consumer nothing, so it measures no capacity, and the
+// capacity estimate, the rise it may take (see estimateCapacity) and
+// every rule that reads the consumption read the work done. A consumer
+// behind the guard, drained at a drop to 1,690 messages with its head at
+// 1.94 s of a 2 s deadline, skipped most of them in the next second:
+// read as consumption, 1,688 msg/s estimated a consumer of 400 at 1,679
+// msg/s, the probe admitted 2,519 msg/s, and the slow phase cycled
+// drain, probe, saturated, drain (lagbridge demo's NATS consumer,
+// TestControllerSkipsNotCapacity). Where nobody counts the skips (Kafka,
+// a server that drops the term's reason), the skip-burst hold in
+// estimateCapacity is the fallback.
+func leaveOutSkipped(st *lag.State, v *reading) {
+	skip := min(st.SkipRateInstant, st.ConsumeRateInstant)
+	if !v.measured || skip <= 0 || v.span <= 0 {
+		return
+	}
+	v.consumed = max(v.consumed-skip*v.dt/v.span, 0)
+	v.keepsUp = v.consumed*v.span >= keepUpRatio*v.spanProduced
+}
+
 // othersHead is the head age of st's partitions that are not in avoid,
 // seconds: st.HeadAge with none. The head of a partition producers write
 // around is its own lateness, not a wait of the topic's (see
@@ -2263,7 +2288,10 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 	if tc.has && (tc.headLate || v.headAge > p.MaxAge.Seconds()) && tc.capacity > 0 && cInst > tc.capacity && !tc.capLower && !tc.stalled {
 		// The head was past the deadline: consumers that skip expired
 		// messages (the ttl guard) or retention then "consume" in bursts
-		// that cost them nothing. A rise seen now is not capacity; hold
+		// that cost them nothing. Skips the observer counted are out of
+		// the consumption already (leaveOutSkipped); this is for those
+		// nobody counts (Kafka's guard, a NATS server that drops the
+		// term's reason, retention). A rise seen now is not capacity; hold
 		// the estimate until the head is live again (at most the time to
 		// drain what is late, since the quota keeps new work out). An
 		// estimate that is only a lower bound (tc.capLower: from a first

@@ -102,6 +102,13 @@ func replayAsSeen(t *testing.T, name string, interval time.Duration, skip int) [
 // replayWith replays the recording name through ctl (see replayStatesFrom).
 func replayWith(t *testing.T, name string, skip int, ctl *Controller) []Decision {
 	t.Helper()
+	return replayEdited(t, name, skip, ctl, nil)
+}
+
+// replayEdited is replayWith with every recorded state passed through
+// edit first (nil: as recorded).
+func replayEdited(t *testing.T, name string, skip int, ctl *Controller, edit func(*lag.State)) []Decision {
+	t.Helper()
 	f, err := os.Open(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +129,9 @@ func replayWith(t *testing.T, name string, skip int, ctl *Controller) []Decision
 		if skip > 0 {
 			skip--
 			continue
+		}
+		if edit != nil {
+			edit(&r.State)
 		}
 		out = append(out, ctl.Step(r.State, p, r.Now))
 	}

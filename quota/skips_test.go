@@ -1,0 +1,56 @@
+package quota
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// TestControllerSkipsNotCapacity replays the NATS target of a lagbridge
+// demo run (2026-12-03 05:34 UTC, the observer counting the ttl guard's
+// terms): a pull consumer acking each message behind the guard, 2,000 ->
+// 400 msg/s, a 2 s deadline, read every second. Drained at the drop, its
+// head reached 1.93 s with 1,679 messages left and nothing written since;
+// in the next second the guard skipped 1,275 of them as they expired, and
+// the reading shows lag 0, 1,674 msg/s consumed, 1,275 msg/s of it
+// skipped (State.SkipRateInstant). What it skipped is no capacity: the
+// probe starts from the 400 msg/s it did (a probe step of it), not from
+// 1,674. Without the count (the same readings, SkipRateInstant 0: what a
+// controller read before the observer counted skips) the probe admits
+// over 2,000 msg/s into a consumer of 400: the slow phase then cycled
+// drain, probe, saturated, drain.
+func TestControllerSkipsNotCapacity(t *testing.T) {
+	const skip = 10 // 05:34:43.980: lag 0, 1,674 msg/s consumed, 1,275 skipped
+	for _, counted := range []bool{true, false} {
+		ds := replaySkips(t, "demo-nats-guard-skips.jsonl", counted)
+		if len(ds) != 29 {
+			t.Fatalf("%d decisions, want 29", len(ds))
+		}
+		for i, d := range ds[8:skip] {
+			if d.Rule != RuleDrain {
+				t.Fatalf("decision %d: %s (%s), want the drain the recording saw", 8+i, d.Rule, d.Reason)
+			}
+		}
+		d := ds[skip]
+		switch {
+		case counted && (d.Rule != RuleProbe || d.Rate > 1.5*400*1.05):
+			t.Errorf("decision %d (%s): %s at %.0f/s (%s), want a probe from the 400 msg/s done, at most %.0f/s",
+				skip, d.At.Format("15:04:05.000"), d.Rule, d.Rate, d.Reason, 1.5*400*1.05)
+		case !counted && d.Rate < 2000:
+			t.Errorf("without the count, decision %d: %s at %.0f/s (%s), want the probe from the skips read as capacity (the fallback unchanged)",
+				skip, d.Rule, d.Rate, d.Reason)
+		}
+	}
+}
+
+// replaySkips is replayStates (1 s interval) of a recording whose states
+// keep their skip counts (counted) or lose them.
+func replaySkips(t *testing.T, name string, counted bool) []Decision {
+	t.Helper()
+	var edit func(*lag.State)
+	if !counted {
+		edit = func(st *lag.State) { st.SkipRateInstant = 0 }
+	}
+	return replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: time.Second}), edit)
+}
