@@ -67,6 +67,10 @@
 //     has waiting pull requests; with none it reports -1 ("idle"), since a
 //     live client between two fetches also has none. A paused consumer
 //     reports "paused".
+//   - Skipped: the messages the consumer terminated as expired since the
+//     previous refresh (the ttl guard's terms, counted from the server's
+//     MSG_TERMINATED advisories; see skips.go): the part of the
+//     consumption that cost it nothing.
 //
 // Worked example, unfiltered consumer: stream FirstSeq 1, LastSeq 100,
 // Msgs 100; consumer AckFloor.Stream 40, Delivered.Stream 60, NumAckPending
@@ -128,5 +132,8 @@
 //
 // New connects with unlimited reconnects. While the connection is down
 // Observe fails at once with ErrNotConnected; once nats.go has reconnected
-// it works again. Close drains the connection.
+// it works again. Close drains the connection. The connection holds one
+// subscription of the observer's, to the MSG_TERMINATED advisories
+// ($JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.>), which needs permission
+// to subscribe there: without it the skips are not counted (one warning).
 package nats
