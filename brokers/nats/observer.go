@@ -248,7 +248,7 @@ func New(cfg Config, opts ...natsgo.Option) (*Observer, error) {
 		if userAsync != nil {
 			userAsync(nc, sub, err)
 		}
-		o.skips.asyncError(sub, err)
+		o.skips.asyncError(err)
 	}
 	o.skips = &skips{watched: o.watchesSkips, log: log, runs: make(map[skipKey][]skipRun)}
 	nc, err := nopts.Connect()

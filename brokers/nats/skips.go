@@ -151,9 +151,10 @@ func (s *skips) keep(stream string, live map[string]bool) {
 }
 
 // asyncError reports, once, that the subscription to the advisories was
-// refused.
-func (s *skips) asyncError(sub *natsgo.Subscription, err error) {
-	if sub == nil || sub.Subject != terminatedSubject || !errors.Is(err, natsgo.ErrPermissionViolation) {
+// refused. nats.go passes no subscription with a permission violation;
+// the server's text names the subject.
+func (s *skips) asyncError(err error) {
+	if !errors.Is(err, natsgo.ErrPermissionViolation) || !strings.Contains(err.Error(), `"`+terminatedSubject+`"`) {
 		return
 	}
 	if s.warnedPerm.CompareAndSwap(false, true) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -164,4 +165,39 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestSkipsPermissionDenied: a user that may not subscribe to the
+// advisories gets one warning that the skips are not counted, and an
+// observer that works as before.
+func TestSkipsPermissionDenied(t *testing.T) {
+	s := startServer(t, func(o *server.Options) {
+		o.Users = []*server.User{{Username: "obs", Password: "pw", Permissions: &server.Permissions{
+			Subscribe: &server.SubjectPermission{Deny: []string{"$JS.EVENT.>"}}}}}
+	})
+	c := newClient(t, s, natsgo.UserInfo("obs", "pw"))
+	c.stream(t, newStreamCfg("DENIED"))
+	c.consumer(t, "DENIED", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy})
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	o := newObserver(t, s, func(c *Config) {
+		c.User, c.Password = "obs", "pw"
+		c.Log = slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+	})
+	eventually(t, 10*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !strings.Contains(buf.String(), "no permission to subscribe") {
+			return fmt.Errorf("no warning yet: %q", buf.String())
+		}
+		return nil
+	})
+	if smp := find(t, observe(t, o), "DENIED", "c"); smp.Partitions[0].Err != "" {
+		t.Errorf("the observer fails without the advisories: %s", smp.Partitions[0].Err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(buf.String(), "no permission"); n != 1 {
+		t.Errorf("%d warnings, want one:\n%s", n, buf.String())
+	}
 }
