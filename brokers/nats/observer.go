@@ -121,6 +121,9 @@ type Observer struct {
 	js        jetstream.JetStream
 	prefix    string
 	closedCh  chan struct{} // closed by the connection's ClosedHandler
+	// dialErr is the last failed connect attempt's error, said while the
+	// connection is down (nats.go keeps no error of its own for it).
+	dialErr atomic.Pointer[error]
 
 	closeCtx    context.Context
 	closeCancel context.CancelFunc
@@ -236,6 +239,13 @@ func New(cfg Config, opts ...natsgo.Option) (*Observer, error) {
 			return nil, fmt.Errorf("nats: option: %w", err)
 		}
 	}
+	userReconnectErr := nopts.ReconnectErrCB
+	nopts.ReconnectErrCB = func(nc *natsgo.Conn, err error) {
+		if userReconnectErr != nil {
+			userReconnectErr(nc, err)
+		}
+		o.dialErr.Store(&err)
+	}
 	userClosed := nopts.ClosedCB
 	nopts.ClosedCB = func(nc *natsgo.Conn) {
 		if userClosed != nil {
@@ -282,6 +292,16 @@ func (o *Observer) watchesSkips(stream, consumer string) bool {
 	}
 	owns := o.owns.Load()
 	return owns == nil || (*owns)(stream)
+}
+
+// notConnected is ErrNotConnected with the connection's status and, while
+// it reconnects, the last connect attempt's error (a dial error names the
+// address), so that a wrong URL or a server gone away says so.
+func (o *Observer) notConnected(st natsgo.Status) error {
+	if e := o.dialErr.Load(); e != nil && *e != nil && st != natsgo.CLOSED {
+		return fmt.Errorf("%w (%s, servers %s): last attempt: %w", ErrNotConnected, st, strings.Join(o.cfg.URLs, ","), *e)
+	}
+	return fmt.Errorf("%w (%s)", ErrNotConnected, st)
 }
 
 // authTLSOptions turns the auth and TLS settings into nats.go options,
@@ -396,8 +416,9 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 
 	start := o.cfg.Now()
 	if st := o.nc.Status(); st != natsgo.CONNECTED {
-		return nil, fmt.Errorf("%w (%s)", ErrNotConnected, st)
+		return nil, o.notConnected(st)
 	}
+	o.dialErr.Store(nil)
 	var cs cycleCounters
 	var cycle CycleStats
 	defer func() {
