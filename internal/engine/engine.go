@@ -250,12 +250,15 @@ func (e *Engine) publishing(ctx context.Context, p publish.Publisher, kick <-cha
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := p.Publish(pctx, e.snapshot())
 		cancel()
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return // stopping: neither a failure nor a recovery
+		case err != nil:
 			if !failing {
 				e.log.Warn("publishing quotas failed", "publisher", p.Name(), "err", err)
 			}
 			failing = true
-		} else if failing {
+		case failing:
 			e.log.Info("publishing quotas recovered", "publisher", p.Name())
 			failing = false
 		}
