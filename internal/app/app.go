@@ -169,7 +169,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 				kafkaLease, kafkaLeaseEl = ch, a.el.byCluster[kc.Cluster]
 			}
 		}
-		movers[kc.Cluster] = enforce.NewKafkaMover(o.Client(), enforce.KafkaMoverConfig{Cluster: kc.Cluster, Logger: log, Metrics: em})
+		movers[kc.Cluster] = enforce.NewKafkaMover(o.Client(), enforce.KafkaMoverConfig{Cluster: kc.Cluster, Logger: log.With("component", "ttl"), Metrics: em})
 		cq := publish.NewClientQuotas(o.Client(), log.With("cluster", kc.Cluster))
 		// Only the client-ids this daemon's policies list are its own:
 		// another deployment's quotas on the cluster are left alone.
@@ -223,7 +223,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 				leaseCh, leaseEl = replica.NewNATS(js, replica.NATSBucket(ha.Name)), a.el.byCluster[nc.Cluster]
 			}
 		}
-		streams[nc.Cluster] = enforce.NewStreamEnforcer(js, enforce.StreamEnforcerConfig{Cluster: nc.Cluster, Logger: log, Metrics: em})
+		streams[nc.Cluster] = enforce.NewStreamEnforcer(js, enforce.StreamEnforcerConfig{Cluster: nc.Cluster, Logger: log.With("component", "ttl"), Metrics: em})
 		if cfg.Quota.NATSKV.Cluster == nc.Cluster {
 			pubs = append(pubs, a.el.gate(nc.Cluster, &publish.KVPublisher{JS: js, Bucket: cfg.Quota.NATSKV.Bucket, Deployment: ha.Name, Log: log}))
 		}

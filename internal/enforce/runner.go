@@ -180,12 +180,11 @@ func (r *Runner) enforce(ctx context.Context, cluster string, c cycle) {
 			}
 			r.lastStream[key] = c.now
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			d, err := se.Enforce(cctx, StreamSpec{Stream: st.Target.Topic, MaxAge: DesiredMaxAge(p.MaxAge, p.HardAge), AllowMsgTTL: rule.AllowMsgTTL}, !rule.Apply)
+			_, err := se.Enforce(cctx, StreamSpec{Stream: st.Target.Topic, MaxAge: DesiredMaxAge(p.MaxAge, p.HardAge), AllowMsgTTL: rule.AllowMsgTTL}, !rule.Apply)
 			cancel()
+			// The enforcer logs each drift and update itself.
 			if err != nil && ctx.Err() == nil {
 				r.log.Warn("ttl: stream check failed", "cluster", cluster, "stream", st.Target.Topic, "err", err)
-			} else if err == nil && len(d.Changes) > 0 {
-				r.log.Info("ttl: stream drift", "cluster", cluster, "stream", st.Target.Topic, "changes", d.Changes, "dry_run", d.DryRun, "applied", d.Applied)
 			}
 		}
 	}

@@ -1,0 +1,61 @@
+package nats
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+)
+
+// TestNotConnectedSaysWhy: a daemon pointed at a wrong NATS URL (the
+// daemon connects with RetryOnFailedConnect) or whose server went away
+// says why it is not connected, the dial error naming the address, not
+// only "not connected (RECONNECTING)".
+func TestNotConnectedSaysWhy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	o, err := New(Config{Cluster: "test", URLs: []string{"nats://" + addr}, RequestTimeout: time.Second},
+		natsgo.RetryOnFailedConnect(true), natsgo.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.Close)
+	eventually(t, 10*time.Second, func() error {
+		_, err := o.Observe(ctxT(t))
+		if !errors.Is(err, ErrNotConnected) {
+			t.Fatalf("err %v, want ErrNotConnected", err)
+		}
+		if !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "refused") {
+			return errors.New(err.Error() + ": does not name the address and the dial error")
+		}
+		return nil
+	})
+
+	// A server that goes away: the same.
+	s := startServer(t, nil)
+	o2 := newObserver(t, s, nil, natsgo.ReconnectWait(20*time.Millisecond))
+	observe(t, o2)
+	s.Shutdown()
+	s.WaitForShutdown()
+	eventually(t, 10*time.Second, func() error {
+		_, err := o2.Observe(ctxT(t))
+		if err == nil || !strings.Contains(err.Error(), "refused") {
+			return errors.New("err " + errString(err) + ": no dial error")
+		}
+		return nil
+	})
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
