@@ -313,6 +313,9 @@ func (c *core) beforeSend(m *msg, now int64) *RejectError {
 // throttledReject is the rejection of a message of t the adaptive
 // throttle refused with probability p (reason reasonThrottled).
 func throttledReject(t *topic, p float64) *RejectError {
-	return reject(t.name, SignalSlowDown, ErrThrottled,
-		fmt.Sprintf("the broker accepted too few recent requests; refusing locally with probability %.2f", p), 0, nil)
+	why := fmt.Sprintf("the broker accepted too few recent requests; refusing locally with probability %.2f", p)
+	if w := t.lastWhy.Load(); w != nil && *w != "" {
+		why += "; the last failure: " + *w
+	}
+	return reject(t.name, SignalSlowDown, ErrThrottled, why, 0, nil)
 }

@@ -38,6 +38,7 @@ type topic struct {
 	// Written on completion.
 	accepted   atomic.Uint64
 	brokerErrs atomic.Uint64
+	lastWhy    atomic.Pointer[string] // the last broker failure's classification
 	retries    atomic.Uint64
 	rejected   [numReasons]atomic.Uint64
 }

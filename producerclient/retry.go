@@ -52,6 +52,10 @@ func (c *core) failed(m *msg, err error, class errClass, own context.Context) (t
 	}
 	t := m.t
 	t.brokerErrs.Add(1)
+	if w := t.lastWhy.Load(); w == nil || *w != class.why {
+		why := class.why
+		t.lastWhy.Store(&why)
+	}
 	t.throttle.outcome(m.sent, false)
 	c.budget.outcome(false)
 	final := func(rsn reason, sig Signal, extra error, why string, after time.Duration) *RejectError {
