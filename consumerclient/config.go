@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +39,13 @@ const (
 type Config struct {
 	// URL is the daemon's base URL (for example https://lagbridge:9464).
 	URL string
+	// URLs are the base URLs of every replica of a daemon with ha, after
+	// URL when both are set (duplicates dropped): each report goes to
+	// each of them, at once. A replica uses only the reports it received,
+	// and only the leading replica's decisions count, so a reporter that
+	// reaches one replica (a Service in front of them) helps only while
+	// that one leads.
+	URLs []string
 	// Token is sent as "Authorization: Bearer <Token>" when not empty.
 	// With tokens configured on the daemon, it must list the group (or
 	// "*"). A token is refused with an http:// URL whose host is not a
@@ -88,10 +96,16 @@ func (c *Config) Validate() error {
 	add := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
 	}
-	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	urls := c.urls()
+	if len(urls) == 0 {
 		add("url %q must be an http:// or https:// URL with a host", c.URL)
-	} else if c.Token != "" && u.Scheme == "http" && !c.AllowPlaintextToken && !loopback(u.Hostname()) {
-		add("a token over http:// to %s would cross the network in clear: use https://, or set allowPlaintextToken", u.Host)
+	}
+	for _, raw := range urls {
+		if u, err := url.Parse(raw); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("url %q must be an http:// or https:// URL with a host", raw)
+		} else if c.Token != "" && u.Scheme == "http" && !c.AllowPlaintextToken && !loopback(u.Hostname()) {
+			add("a token over http:// to %s would cross the network in clear: use https://, or set allowPlaintextToken", u.Host)
+		}
 	}
 	if c.Group != "" && !quotaproto.ValidGroup(c.Group) {
 		add("group %q must be 1-255 characters without control characters", c.Group)
@@ -109,6 +123,17 @@ func (c *Config) Validate() error {
 		add("cluster must be at most 128 characters")
 	}
 	return errors.Join(errs...)
+}
+
+// urls returns URL and URLs, the empty ones and duplicates dropped.
+func (c *Config) urls() []string {
+	var out []string
+	for _, u := range append([]string{c.URL}, c.URLs...) {
+		if u != "" && !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // loopback reports whether host names this machine.

@@ -311,6 +311,9 @@ func TestConfigValidate(t *testing.T) {
 		{"token over http to loopback", Config{URL: "http://127.0.0.1:9464", Token: "t"}, nil},
 		{"token over http to localhost", Config{URL: "http://localhost:9464", Token: "t"}, nil},
 		{"token over http to ::1", Config{URL: "http://[::1]:9464", Token: "t"}, nil},
+		{"replicas only", Config{URLs: []string{"http://lagbridge-0:9464", "http://lagbridge-1:9464"}}, nil},
+		{"a replica not http", Config{URL: "http://x", URLs: []string{"lagbridge-1:9464"}}, []string{"lagbridge-1:9464"}},
+		{"token over http to a replica", Config{URL: "https://x", URLs: []string{"http://lagbridge-1:9464"}, Token: "t"}, []string{"in clear"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -33,25 +33,31 @@ type snapshotFunc func(now time.Time) (group string, topics []quotaproto.Consume
 // sender is the goroutine every reporter owns: every interval it takes a
 // snapshot and posts it, in as many requests as the protocol's limits need.
 type sender struct {
-	cfg      Config
-	kind     string
-	endpoint string
-	hc       *http.Client
-	snapshot snapshotFunc
+	cfg       Config
+	kind      string
+	endpoints []*endpoint // one per replica URL
+	hc        *http.Client
+	snapshot  snapshotFunc
 
 	cancel    context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
 
 	sent, refused, failed atomic.Uint64
-	failing               bool // owned by the goroutine
-	lastRefusal           string
-	// heldOff, owned by the goroutine, is when the daemon refused a
-	// report for its held counts (a daemon older than protocol 1.3): the
-	// reports go without them until heldRetry later (the daemon, or the
-	// replica behind the URL, may be upgraded meanwhile).
-	heldOff time.Time
+	// heldOff is when a daemon refused a report for its held counts (a
+	// daemon older than protocol 1.3), in Unix nanoseconds (0: never):
+	// the reports go without them until heldRetry later (the daemon, or
+	// the replica behind the URL, may be upgraded meanwhile).
+	heldOff atomic.Int64
 	desc    *prometheus.Desc
+}
+
+// endpoint is one daemon replica's report URL and what was logged about
+// it; owned by the one goroutine posting to it at a time.
+type endpoint struct {
+	url         string
+	failing     bool
+	lastRefusal string
 }
 
 // heldRetry is how long the reports go without their held counts after
@@ -64,8 +70,10 @@ func newSender(cfg Config, kind string, snapshot snapshotFunc) (*sender, error) 
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &sender{cfg: cfg, kind: kind, snapshot: snapshot, done: make(chan struct{}),
-		endpoint: strings.TrimRight(cfg.URL, "/") + quotaproto.PathConsumerReport, hc: cfg.HTTPClient}
+	s := &sender{cfg: cfg, kind: kind, snapshot: snapshot, done: make(chan struct{}), hc: cfg.HTTPClient}
+	for _, u := range cfg.urls() {
+		s.endpoints = append(s.endpoints, &endpoint{url: strings.TrimRight(u, "/") + quotaproto.PathConsumerReport})
+	}
 	if s.hc == nil {
 		s.hc = &http.Client{Transport: &http.Transport{
 			Proxy:               http.ProxyFromEnvironment,
@@ -116,15 +124,29 @@ func (s *sender) run(ctx context.Context) {
 		if group == "" || len(topics) == 0 {
 			continue
 		}
-		if !s.heldOff.IsZero() && now.Sub(s.heldOff) < heldRetry {
+		if off := s.heldOff.Load(); off != 0 && now.Sub(time.Unix(0, off)) < heldRetry {
 			topics = withoutHeld(topics)
 		}
 		for _, chunk := range split(topics) {
 			rep := quotaproto.ConsumerReport{Kind: s.kind, Cluster: s.cfg.Cluster, Group: group, Member: s.cfg.Member,
 				SentAtMs: time.Now().UnixMilli(), Topics: chunk}
-			s.post(ctx, rep)
+			s.postAll(ctx, rep)
 		}
 	}
+}
+
+// postAll sends rep to every replica at once (a replica that does not
+// answer delays no other) and waits for them.
+func (s *sender) postAll(ctx context.Context, rep quotaproto.ConsumerReport) {
+	if len(s.endpoints) == 1 {
+		s.post(ctx, s.endpoints[0], rep)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, ep := range s.endpoints {
+		wg.Go(func() { s.post(ctx, ep, rep) })
+	}
+	wg.Wait()
 }
 
 // split cuts topics into reports within the protocol's limits
@@ -155,17 +177,17 @@ func split(topics []quotaproto.ConsumerTopic) [][]quotaproto.ConsumerTopic {
 }
 
 // post sends one report and counts its outcome.
-func (s *sender) post(ctx context.Context, rep quotaproto.ConsumerReport) {
+func (s *sender) post(ctx context.Context, ep *endpoint, rep quotaproto.ConsumerReport) {
 	body, err := json.Marshal(rep)
 	if err != nil { // plain values: cannot happen
-		s.failure(err)
+		s.failure(ep, err)
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, s.endpoint, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, ep.url, bytes.NewReader(body))
 	if err != nil {
-		s.failure(err)
+		s.failure(ep, err)
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
@@ -177,7 +199,7 @@ func (s *sender) post(ctx context.Context, rep quotaproto.ConsumerReport) {
 		if ctx.Err() != nil {
 			return // closing
 		}
-		s.failure(err)
+		s.failure(ep, err)
 		return
 	}
 	// Read a little of the answer (the error text) and no more: a
@@ -188,35 +210,34 @@ func (s *sender) post(ctx context.Context, rep quotaproto.ConsumerReport) {
 	switch {
 	case resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusOK:
 		s.sent.Add(1)
-		if s.failing {
-			s.failing = false
-			s.cfg.Logger.Info("consumerclient: reports reach the daemon again", "url", s.endpoint)
+		if ep.failing {
+			ep.failing = false
+			s.cfg.Logger.Info("consumerclient: reports reach the daemon again", "url", ep.url)
 		}
-		s.lastRefusal = ""
+		ep.lastRefusal = ""
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
 		var eb quotaproto.ErrorBody
 		_ = json.Unmarshal(msg, &eb)
 		if resp.StatusCode == http.StatusBadRequest && quotaproto.RefusesHeld(eb.Error) && hasHeld(rep.Topics) {
 			// A daemon older than protocol 1.3: the same report without
 			// the counts (the daemon then reads the positions as before).
-			if s.heldOff.IsZero() {
+			if s.heldOff.Swap(time.Now().UnixNano()) == 0 {
 				s.cfg.Logger.Info("consumerclient: the daemon does not know the held counts of protocol 1.3; "+
 					"reporting without them (upgrade the daemon, every replica, before its consumers' hooks)",
-					"url", s.endpoint, "error", eb.Error)
+					"url", ep.url, "error", eb.Error)
 			}
-			s.heldOff = time.Now()
 			rep.Topics = withoutHeld(rep.Topics)
-			s.post(ctx, rep)
+			s.post(ctx, ep, rep)
 			return
 		}
 		s.refused.Add(1)
-		if why := fmt.Sprintf("%d %s", resp.StatusCode, eb.Error); why != s.lastRefusal {
-			s.lastRefusal = why
-			s.cfg.Logger.Warn("consumerclient: the daemon refuses the consumer's reports", "url", s.endpoint,
+		if why := fmt.Sprintf("%d %s", resp.StatusCode, eb.Error); why != ep.lastRefusal {
+			ep.lastRefusal = why
+			s.cfg.Logger.Warn("consumerclient: the daemon refuses the consumer's reports", "url", ep.url,
 				"group", rep.Group, "status", resp.StatusCode, "error", eb.Error)
 		}
 	default:
-		s.failure(fmt.Errorf("status %d", resp.StatusCode))
+		s.failure(ep, fmt.Errorf("status %d", resp.StatusCode))
 	}
 }
 
@@ -246,12 +267,12 @@ func withoutHeld(topics []quotaproto.ConsumerTopic) []quotaproto.ConsumerTopic {
 	return out
 }
 
-func (s *sender) failure(err error) {
+func (s *sender) failure(ep *endpoint, err error) {
 	s.failed.Add(1)
-	if !s.failing {
-		s.failing = true
+	if !ep.failing {
+		ep.failing = true
 		s.cfg.Logger.Warn("consumerclient: cannot send reports to the daemon; dropping them until it answers",
-			"url", s.endpoint, "err", err)
+			"url", ep.url, "err", err)
 	}
 }
 
