@@ -465,7 +465,8 @@ func (o *leaseOwner) apply(u leaseUpdate) {
 			// Already expired on arrival (stale, or clocks apart): not
 			// trusted; the safe quota applies.
 			o.expiredTotal.Add(1)
-			c.cfg.Logger.Warn("lagbridge lease arrived expired; check clock sync", "topic", d.Topic, "expiresAt", expiry)
+			c.cfg.Logger.Warn("lagbridge lease arrived expired (a key a stopped daemon left in the KV bucket, or clocks apart: check clock sync); the safe quota applies",
+				"topic", d.Topic, "expiresAt", expiry)
 			delete(o.active, d.Topic)
 			t.setView(o.safeView(expiry), c.mono.nanos())
 			continue
