@@ -342,6 +342,10 @@ func (g *Guard) Process(ctx context.Context, recs []*kgo.Record, h Handler) (don
 		failed = dl.failedAt
 		if dl.err != nil {
 			dlErr = fmt.Errorf("%w: %d record(s), first: %w", ErrDeadLetter, len(failed), dl.err)
+			// One warning per call, not per record: a missing
+			// dead-letter topic fails every forward of every poll.
+			g.core.Log.Warn("ttl: dead-letter forward failed; the records are not finished (consume them again: RewindOffsets)",
+				"failed", len(failed), "first", dl.err)
 		}
 	}
 	if end == len(recs) && len(failed) == 0 {
@@ -502,7 +506,6 @@ func (g *Guard) forward(ctx context.Context, f *forwards, i int, r *kgo.Record, 
 	fail := func(err error) {
 		err = fmt.Errorf("%s[%d]@%d -> %s: %w", r.Topic, r.Partition, r.Offset, dst, err)
 		g.core.DeadLetterFailed(tm)
-		g.core.Log.Warn("ttl: dead-letter forward failed; the record is not finished (consume it again: RewindOffsets)", "err", err)
 		f.fail(i, err)
 	}
 	if dst == r.Topic {
