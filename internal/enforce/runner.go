@@ -165,12 +165,11 @@ func (r *Runner) enforce(ctx context.Context, cluster string, c cycle) {
 			}
 			r.lastMove[st.Target] = c.now
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			mv, err := m.Enforce(cctx, st.Target.Group, st.Target.Topic, p.MaxAge, p.HardAge, !rule.Apply, c.now)
+			_, err := m.Enforce(cctx, st.Target.Group, st.Target.Topic, p.MaxAge, p.HardAge, !rule.Apply, c.now)
 			cancel()
+			// The mover logs each partition it moves (or would move).
 			if err != nil && ctx.Err() == nil {
 				r.log.Warn("ttl: offset move not made", "target", st.Target.String(), "err", err)
-			} else if err == nil {
-				r.log.Info("ttl: offset move", "target", st.Target.String(), "dry_run", mv.DryRun, "applied", mv.Applied, "skipped", mv.Skipped)
 			}
 		case lag.KindNATS:
 			se := r.streams[cluster]
