@@ -477,9 +477,9 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 	for name := range o.state {
 		if !seen[name] {
 			delete(o.state, name)
-			o.skips.keep(name, nil)
 		}
 	}
+	o.skips.keepStreams(seen)
 
 	o.runRefreshes(ctx, due, &cs)
 

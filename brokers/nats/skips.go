@@ -51,6 +51,19 @@ const expiredReason = "lagbridge-ttl: expired"
 // refreshed for long drops its oldest.
 const maxSkipRuns = 4096
 
+// maxSkipKeys bounds the consumers counted at once, and maxSkipRunsAll
+// the runs kept over all of them (32 bytes each: 2 MiB). Counts are
+// forgotten when their consumer is read, deleted, or its stream is not
+// listed (keep, keepStreams); what arrives between two listings for
+// names nobody reads (a stream created and deleted in between, an
+// advisory a client made up) is bounded by these. Past a bound, a new
+// consumer's terms are not counted (said once), and a known one's join
+// its newest run.
+const (
+	maxSkipKeys    = 4096
+	maxSkipRunsAll = 1 << 16
+)
+
 type skipKey struct{ stream, consumer string }
 
 // skipRun is n terms the server stamped within one millisecond, the last
@@ -68,10 +81,11 @@ type skips struct {
 	log     *slog.Logger
 	version func() string // the connected server's version
 
-	mu   sync.Mutex
-	runs map[skipKey][]skipRun
+	mu    sync.Mutex
+	runs  map[skipKey][]skipRun
+	nRuns int // runs held over all keys
 
-	warnedReason, warnedPerm, warnedBad atomic.Bool
+	warnedReason, warnedPerm, warnedBad, warnedFull atomic.Bool
 }
 
 // terminated is the part of the advisory the count reads.
@@ -97,21 +111,34 @@ func (s *skips) handle(m *natsgo.Msg) {
 	if !strings.HasPrefix(ev.Reason, expiredReason) || !s.watched(ev.Stream, ev.Consumer) {
 		return
 	}
-	k := skipKey{ev.Stream, ev.Consumer}
+	s.count(skipKey{ev.Stream, ev.Consumer}, ev.Time)
+}
+
+// count adds one term the server made at at.
+func (s *skips) count(k skipKey, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rs := s.runs[k]
-	if n := len(rs); n > 0 && rs[n-1].at.Truncate(time.Millisecond).Equal(ev.Time.Truncate(time.Millisecond)) {
+	rs, known := s.runs[k]
+	full := s.nRuns >= maxSkipRunsAll
+	if !known && (full || len(s.runs) >= maxSkipKeys) {
+		if s.warnedFull.CompareAndSwap(false, true) {
+			s.log.Warn("nats: too many MSG_TERMINATED advisories kept between two refreshes: the ttl guard's skips of some consumers are not counted", "consumers", len(s.runs), "runs", s.nRuns, "stream", k.stream, "consumer", k.consumer)
+		}
+		return
+	}
+	if n := len(rs); n > 0 && (full || rs[n-1].at.Truncate(time.Millisecond).Equal(at.Truncate(time.Millisecond))) {
 		rs[n-1].n++
-		if ev.Time.After(rs[n-1].at) {
-			rs[n-1].at = ev.Time
+		if at.After(rs[n-1].at) {
+			rs[n-1].at = at
 		}
 		return
 	}
 	if len(rs) >= maxSkipRuns {
 		rs = rs[1:]
+		s.nRuns--
 	}
-	s.runs[k] = append(rs, skipRun{at: ev.Time, n: 1})
+	s.runs[k] = append(rs, skipRun{at: at, n: 1})
+	s.nRuns++
 }
 
 // take returns how many of the consumer's terms the server made by upTo
@@ -129,6 +156,7 @@ func (s *skips) take(stream, consumer string, upTo time.Time) int64 {
 	for ; i < len(rs) && (upTo.IsZero() || !rs[i].at.After(upTo)); i++ {
 		n += rs[i].n
 	}
+	s.nRuns -= i
 	if i == len(rs) {
 		delete(s.runs, k)
 	} else {
@@ -141,10 +169,24 @@ func (s *skips) take(stream, consumer string, upTo time.Time) int64 {
 // (deleted, or no longer watched), and of the whole stream when live is
 // nil.
 func (s *skips) keep(stream string, live map[string]bool) {
+	s.forget(func(k skipKey) bool { return k.stream == stream && !live[k.consumer] })
+}
+
+// keepStreams forgets the counts of every stream that listed (the
+// watched streams of the newest listing) does not hold: deleted, never
+// listed (created and deleted between two listings, or named by an
+// advisory nobody's stream sent), or no longer watched or owned.
+func (s *skips) keepStreams(listed map[string]bool) {
+	s.forget(func(k skipKey) bool { return !listed[k.stream] })
+}
+
+// forget drops the counts of the consumers drop names.
+func (s *skips) forget(drop func(skipKey) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k := range s.runs {
-		if k.stream == stream && !live[k.consumer] {
+	for k, rs := range s.runs {
+		if drop(k) {
+			s.nRuns -= len(rs)
 			delete(s.runs, k)
 		}
 	}

@@ -1,0 +1,122 @@
+package nats
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// testSkips is a skips that watches every consumer, logging to buf.
+func testSkips(buf *bytes.Buffer, mu *sync.Mutex) *skips {
+	log := slog.New(slog.DiscardHandler)
+	if buf != nil {
+		log = slog.New(slog.NewTextHandler(&lockedWriter{w: buf, mu: mu}, nil))
+	}
+	return &skips{watched: func(string, string) bool { return true }, log: log,
+		version: func() string { return "2.15.2" }, runs: make(map[skipKey][]skipRun)}
+}
+
+// guardTerm is the advisory of a guard's term of stream's consumer at at
+// (stream_seq seq), on its subject.
+func guardTerm(stream, consumer string, at time.Time, seq uint64) *natsgo.Msg {
+	return &natsgo.Msg{
+		Subject: "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED." + stream + "." + consumer,
+		Data: fmt.Appendf(nil, `{"type":"io.nats.jetstream.advisory.v1.terminated","timestamp":%q,"stream":%q,"consumer":%q,"stream_seq":%d,"deliveries":1,"reason":"lagbridge-ttl: expired (deadline)"}`,
+			at.Format(time.RFC3339Nano), stream, consumer, seq),
+	}
+}
+
+// keptKeys is how many consumers' counts sk holds, and whether it holds
+// k's.
+func keptKeys(sk *skips, k skipKey) (int, bool) {
+	sk.mu.Lock()
+	defer sk.mu.Unlock()
+	_, ok := sk.runs[k]
+	return len(sk.runs), ok
+}
+
+// TestSkipsForgetUnlisted: the counts of streams the observer does not
+// list are forgotten at the next listing: advisories for a stream that
+// never existed (made up by a client) and a stream created, termed and
+// deleted between two listings would otherwise stay for good.
+func TestSkipsForgetUnlisted(t *testing.T) {
+	s := startServer(t, nil)
+	c := newClient(t, s)
+	c.stream(t, newStreamCfg("REAL"))
+	c.consumer(t, "REAL", jetstream.ConsumerConfig{Durable: "g", AckPolicy: jetstream.AckExplicitPolicy})
+	o := newObserver(t, s, func(c *Config) { c.InfoInterval = time.Nanosecond })
+	find(t, observe(t, o), "REAL", "g")
+	for i := range 200 {
+		m := guardTerm("GHOST", fmt.Sprintf("eph%d", i), time.Now().UTC(), uint64(i+1))
+		if err := c.nc.Publish(m.Subject, m.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.stream(t, newStreamCfg("SHORT"))
+	cons := c.consumer(t, "SHORT", jetstream.ConsumerConfig{Durable: "g", AckPolicy: jetstream.AckExplicitPolicy})
+	c.publish(t, "SHORT", "SHORT", "SHORT")
+	for _, m := range fetch(t, cons, 3, 0) {
+		if err := m.TermWithReason("lagbridge-ttl: expired (deadline)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, func() error {
+		if n, short := keptKeys(o.skips, skipKey{"SHORT", "g"}); n < 201 || !short {
+			return fmt.Errorf("%d consumers counted (SHORT/g: %v), want the 200 made up and SHORT/g", n, short)
+		}
+		return nil
+	})
+	if err := c.js.DeleteStream(ctxT(t), "SHORT"); err != nil {
+		t.Fatal(err)
+	}
+	observe(t, o)
+	if n, short := keptKeys(o.skips, skipKey{"SHORT", "g"}); n != 0 || short {
+		t.Errorf("after a listing: %d consumers' counts kept (SHORT/g: %v), want none: no listed stream has any", n, short)
+	}
+}
+
+// TestSkipsBounded: the consumers counted at once and the runs kept over
+// all of them are bounded; past the bound a new consumer is not counted
+// (said once) and a known one's terms join its newest run, so none of
+// its count is lost.
+func TestSkipsBounded(t *testing.T) {
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	sk := testSkips(&buf, &mu)
+	at := time.Now().UTC().Add(-time.Minute)
+	for i := range maxSkipKeys + 10 {
+		sk.handle(guardTerm("S", fmt.Sprintf("c%d", i), at, 1))
+	}
+	if n, _ := keptKeys(sk, skipKey{}); n != maxSkipKeys {
+		t.Errorf("%d consumers counted, want at most %d", n, maxSkipKeys)
+	}
+	const each = maxSkipRuns // 32 consumers of a run each: twice the bound
+	for i := range 32 * each {
+		sk.handle(guardTerm("S", fmt.Sprintf("c%d", i%32), at.Add(time.Duration(i)*time.Millisecond), uint64(i+2)))
+	}
+	sk.mu.Lock()
+	runs := 0
+	for _, rs := range sk.runs {
+		runs += len(rs)
+	}
+	held := sk.nRuns
+	sk.mu.Unlock()
+	if runs != maxSkipRunsAll || held != runs {
+		t.Errorf("%d runs kept (counted %d), want the bound, %d", runs, held, maxSkipRunsAll)
+	}
+	if n := sk.take("S", "c0", time.Time{}); n != 1+each {
+		t.Errorf("c0: took %d, want %d", n, 1+each)
+	}
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if c := bytes.Count([]byte(out), []byte("too many MSG_TERMINATED")); c != 1 {
+		t.Errorf("%d warnings, want 1:\n%s", c, out)
+	}
+}
