@@ -80,6 +80,7 @@ type skips struct {
 	watched func(stream, consumer string) bool
 	log     *slog.Logger
 	version func() string // the connected server's version
+	now     func() time.Time // the clock a stamp is bounded by; nil: time.Now
 
 	mu    sync.Mutex
 	runs  map[skipKey][]skipRun
@@ -111,7 +112,27 @@ func (s *skips) handle(m *natsgo.Msg) {
 	if !strings.HasPrefix(ev.Reason, expiredReason) || !s.watched(ev.Stream, ev.Consumer) {
 		return
 	}
-	s.count(skipKey{ev.Stream, ev.Consumer}, ev.Time)
+	at := ev.Time
+	if now := s.clock(); at.After(now.Add(stampSlack)) {
+		at = now.Add(stampSlack)
+	}
+	s.count(skipKey{ev.Stream, ev.Consumer}, at)
+}
+
+// stampSlack is how far ahead of the time it arrives an advisory's stamp
+// is believed. The stamp is the server's clock, and take compares it with
+// the server's clock; one made up, or from a server whose clock runs
+// ahead, would otherwise wait for a reading that far off. Taken earlier,
+// a term is credited to a reading at most one before the one whose ack
+// floor shows it.
+const stampSlack = time.Second
+
+// clock is the time now (s.now, or the wall clock).
+func (s *skips) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
 }
 
 // count adds one term the server made at at.
@@ -145,22 +166,28 @@ func (s *skips) count(k skipKey, at time.Time) {
 // (its own clock: the consumer info's TimeStamp) and forgets them; every
 // term counted so far when upTo is zero (a server that does not stamp
 // its infos). Terms made after upTo are the next reading's: its ack
-// floor shows them.
+// floor shows them. Every run at or before upTo is taken, wherever it
+// sits: advisories arrive about in the order of their stamps, not
+// exactly (servers of a cluster, a stamp bounded by stampSlack).
 func (s *skips) take(stream, consumer string, upTo time.Time) int64 {
 	k := skipKey{stream, consumer}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rs := s.runs[k]
 	var n int64
-	i := 0
-	for ; i < len(rs) && (upTo.IsZero() || !rs[i].at.After(upTo)); i++ {
-		n += rs[i].n
+	var later []skipRun
+	for _, r := range rs {
+		if upTo.IsZero() || !r.at.After(upTo) {
+			n += r.n
+		} else {
+			later = append(later, r)
+		}
 	}
-	s.nRuns -= i
-	if i == len(rs) {
+	s.nRuns -= len(rs) - len(later)
+	if len(later) == 0 {
 		delete(s.runs, k)
 	} else {
-		s.runs[k] = append(rs[:0:0], rs[i:]...)
+		s.runs[k] = later
 	}
 	return n
 }

@@ -120,3 +120,23 @@ func TestSkipsBounded(t *testing.T) {
 		t.Errorf("%d warnings, want 1:\n%s", c, out)
 	}
 }
+
+// TestSkipsStampAhead: an advisory stamped far ahead (made up, or a
+// server whose clock runs ahead) does not hold back the terms after it,
+// and is itself taken once its stamp, bounded to a second past its
+// arrival, has passed.
+func TestSkipsStampAhead(t *testing.T) {
+	now := time.Date(2026, 12, 3, 5, 0, 0, 0, time.UTC)
+	sk := testSkips(nil, nil)
+	sk.now = func() time.Time { return now }
+	sk.handle(guardTerm("S", "c", now.Add(time.Hour), 1))
+	for i := range 100 {
+		sk.handle(guardTerm("S", "c", now.Add(time.Duration(i)*time.Millisecond), uint64(i+2)))
+	}
+	if n := sk.take("S", "c", now.Add(500*time.Millisecond)); n != 100 {
+		t.Errorf("took %d of the 100 terms made before the reading, want 100", n)
+	}
+	if n := sk.take("S", "c", now.Add(stampSlack)); n != 1 {
+		t.Errorf("took %d a second on, want the one stamped an hour ahead", n)
+	}
+}
