@@ -79,7 +79,7 @@ type skipRun struct {
 type skips struct {
 	watched func(stream, consumer string) bool
 	log     *slog.Logger
-	version func() string // the connected server's version
+	version func() string    // the connected server's version
 	now     func() time.Time // the clock a stamp is bounded by; nil: time.Now
 
 	mu    sync.Mutex
