@@ -37,6 +37,16 @@ import (
 // fast as it is. A server older than 2.10.4 drops the reason: nothing is
 // counted (behaviour as before), and the observer says so once. Without
 // permission to subscribe to the advisories, likewise.
+//
+// The server sends the advisory for every term, whether or not the
+// message was still pending. A message termed twice (two expired copies,
+// the first termed after AckWait redelivered it) counts once: terms are
+// remembered by stream sequence, the last maxRecentTerms of them. A term
+// of a copy whose earlier copy the handler acked still counts (the ack
+// sends no advisory to tell it by): a consumer whose handler outlasts
+// AckWait and whose guard then terms the copies redelivered reads as
+// skipping work it did: its capacity reads low (never below 0: the
+// controller takes out no more than was consumed).
 
 // terminatedSubject is the wildcard of the MSG_TERMINATED advisories.
 const terminatedSubject = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.>"
@@ -86,6 +96,13 @@ type skips struct {
 	runs  map[skipKey][]skipRun
 	nRuns int // runs held over all keys
 
+	// The terms counted lately, by stream sequence (recent: its
+	// oldest-first ring, next where the next one goes): a message
+	// termed twice counts once.
+	recent map[termKey]struct{}
+	ring   []termKey
+	next   int
+
 	warnedReason, warnedPerm, warnedBad, warnedFull atomic.Bool
 }
 
@@ -94,8 +111,21 @@ type terminated struct {
 	Time     time.Time `json:"timestamp"`
 	Stream   string    `json:"stream"`
 	Consumer string    `json:"consumer"`
+	Seq      uint64    `json:"stream_seq"`
 	Reason   string    `json:"reason"`
 }
+
+// termKey names a term: the consumer and the message's stream sequence.
+type termKey struct {
+	skipKey
+	seq uint64
+}
+
+// maxRecentTerms is how many terms are remembered to count a message
+// termed twice once: at 1,000 skips a second, about half a minute (the
+// default AckWait, after which an expired copy may come again). 40 bytes
+// and a map entry each: about 3 MiB.
+const maxRecentTerms = 1 << 15
 
 // handle counts one advisory.
 func (s *skips) handle(m *natsgo.Msg) {
@@ -116,7 +146,31 @@ func (s *skips) handle(m *natsgo.Msg) {
 	if now := s.clock(); at.After(now.Add(stampSlack)) {
 		at = now.Add(stampSlack)
 	}
-	s.count(skipKey{ev.Stream, ev.Consumer}, at)
+	s.count(termKey{skipKey{ev.Stream, ev.Consumer}, ev.Seq}, at)
+}
+
+// again reports whether t was counted lately, and remembers it. A
+// sequence of 0 (an advisory that does not carry it) is never again.
+// Called with s.mu held.
+func (s *skips) again(t termKey) bool {
+	if t.seq == 0 {
+		return false
+	}
+	if _, ok := s.recent[t]; ok {
+		return true
+	}
+	if s.recent == nil {
+		s.recent, s.ring = make(map[termKey]struct{}), make([]termKey, 0, 1024)
+	}
+	if len(s.ring) < maxRecentTerms {
+		s.ring = append(s.ring, t)
+	} else {
+		delete(s.recent, s.ring[s.next])
+		s.ring[s.next] = t
+		s.next = (s.next + 1) % maxRecentTerms
+	}
+	s.recent[t] = struct{}{}
+	return false
 }
 
 // stampSlack is how far ahead of the time it arrives an advisory's stamp
@@ -135,10 +189,15 @@ func (s *skips) clock() time.Time {
 	return time.Now()
 }
 
-// count adds one term the server made at at.
-func (s *skips) count(k skipKey, at time.Time) {
+// count adds the term t the server made at at, unless it was counted
+// lately.
+func (s *skips) count(t termKey, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.again(t) {
+		return
+	}
+	k := t.skipKey
 	rs, known := s.runs[k]
 	full := s.nRuns >= maxSkipRunsAll
 	if !known && (full || len(s.runs) >= maxSkipKeys) {

@@ -140,3 +140,73 @@ func TestSkipsStampAhead(t *testing.T) {
 		t.Errorf("took %d a second on, want the one stamped an hour ahead", n)
 	}
 }
+
+// TestSkipsTermedTwice: the guard terms two expired copies of each
+// message (the first one's term came after AckWait had redelivered it);
+// the server sends an advisory for each term, and each message counts
+// once. (A term of a copy whose first copy was acked still counts: the
+// ack sends no advisory to tell it by; see skips.go.)
+func TestSkipsTermedTwice(t *testing.T) {
+	s := startServer(t, nil)
+	c := newClient(t, s)
+	c.stream(t, newStreamCfg("TWICE"))
+	cons := c.consumer(t, "TWICE", jetstream.ConsumerConfig{Durable: "g", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 300 * time.Millisecond})
+	o := newObserver(t, s, func(c *Config) { c.InfoInterval = time.Nanosecond })
+	const n = 20
+	subjects := make([]string, n)
+	for i := range subjects {
+		subjects[i] = "TWICE"
+	}
+	c.publish(t, subjects...)
+	find(t, observe(t, o), "TWICE", "g")
+	first := fetch(t, cons, n, 0)
+	time.Sleep(500 * time.Millisecond)
+	second := fetch(t, cons, n, 0) // redelivered
+	for i := range first {
+		for _, m := range []jetstream.Msg{second[i], first[i]} {
+			if err := m.TermWithReason("lagbridge-ttl: expired (deadline)"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var skipped int64
+	var last time.Time
+	eventually(t, 5*time.Second, func() error {
+		smp := find(t, observe(t, o), "TWICE", "g")
+		if smp.At.After(last) {
+			skipped, last = skipped+smp.Partitions[0].Skipped, smp.At
+		}
+		if smp.Partitions[0].Lag != 0 || skipped < n {
+			return fmt.Errorf("lag %d, %d skipped; want 0 and %d", smp.Partitions[0].Lag, skipped, n)
+		}
+		return nil
+	})
+	time.Sleep(300 * time.Millisecond) // advisories still in flight
+	smp := find(t, observe(t, o), "TWICE", "g")
+	if smp.At.After(last) {
+		skipped += smp.Partitions[0].Skipped
+	}
+	if skipped != n {
+		t.Errorf("%d skips counted for %d messages termed twice each, want %d", skipped, n, n)
+	}
+}
+
+// TestSkipsRecentBounded: the terms remembered to count a message termed
+// twice once are bounded; one termed again past the window counts again.
+func TestSkipsRecentBounded(t *testing.T) {
+	at := time.Now().UTC().Add(-time.Minute)
+	sk := testSkips(nil, nil)
+	for i := range maxRecentTerms + 5 {
+		sk.handle(guardTerm("S", "c", at, uint64(i+1)))
+	}
+	sk.handle(guardTerm("S", "c", at, 1))                // forgotten: counts
+	sk.handle(guardTerm("S", "c", at, maxRecentTerms+5)) // remembered
+	if n := sk.take("S", "c", time.Time{}); n != maxRecentTerms+6 {
+		t.Errorf("took %d, want %d", n, maxRecentTerms+6)
+	}
+	sk.mu.Lock()
+	defer sk.mu.Unlock()
+	if len(sk.recent) != maxRecentTerms || len(sk.ring) != maxRecentTerms {
+		t.Errorf("%d terms remembered (ring %d), want %d", len(sk.recent), len(sk.ring), maxRecentTerms)
+	}
+}
