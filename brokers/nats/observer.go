@@ -258,9 +258,9 @@ func New(cfg Config, opts ...natsgo.Option) (*Observer, error) {
 		if userAsync != nil {
 			userAsync(nc, sub, err)
 		}
-		o.skips.asyncError(err)
+		o.skips.asyncError(sub, err)
 	}
-	o.skips = &skips{watched: o.watchesSkips, log: log, runs: make(map[skipKey][]skipRun)}
+	o.skips = &skips{watched: o.watchesSkips, log: log, runs: make(map[skipKey][]skipRun), domain: cfg.Domain}
 	nc, err := nopts.Connect()
 	if err != nil {
 		return nil, fmt.Errorf("nats: connect %s: %w", strings.Join(cfg.URLs, ","), err)

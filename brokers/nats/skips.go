@@ -38,6 +38,13 @@ import (
 // counted (behaviour as before), and the observer says so once. Without
 // permission to subscribe to the advisories, likewise.
 //
+// The advisories are trusted as far as their subject: one whose subject
+// names another consumer than its body is not counted, and with a
+// JetStream domain configured, one of another domain is not. A client
+// allowed to publish on $JS.EVENT.> can still make skips up; the
+// controller takes out no more than the consumer consumed. Deny
+// untrusted users publishing there.
+//
 // The server sends the advisory for every term, whether or not the
 // message was still pending. A message termed twice (two expired copies,
 // the first termed after AckWait redelivered it) counts once: terms are
@@ -48,8 +55,13 @@ import (
 // skipping work it did: its capacity reads low (never below 0: the
 // controller takes out no more than was consumed).
 
-// terminatedSubject is the wildcard of the MSG_TERMINATED advisories.
-const terminatedSubject = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.>"
+// terminatedSubject is the wildcard of the MSG_TERMINATED advisories,
+// terminatedPrefix the subject of one without its stream and consumer
+// (names without dots).
+const (
+	terminatedSubject = terminatedPrefix + ">"
+	terminatedPrefix  = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED."
+)
 
 // expiredReason starts the reason of every term of ttl/natsguard
 // ("lagbridge-ttl: expired (<reason>)"; this package may not import
@@ -103,7 +115,12 @@ type skips struct {
 	ring   []termKey
 	next   int
 
-	warnedReason, warnedPerm, warnedBad, warnedFull atomic.Bool
+	// domain, when set (Config.Domain), is the JetStream domain whose
+	// advisories count: another domain's consumer of the same name
+	// (across a leafnode) is not this one.
+	domain string
+
+	warnedReason, warnedPerm, warnedBad, warnedFull, warnedSlow atomic.Bool
 }
 
 // terminated is the part of the advisory the count reads.
@@ -113,6 +130,7 @@ type terminated struct {
 	Consumer string    `json:"consumer"`
 	Seq      uint64    `json:"stream_seq"`
 	Reason   string    `json:"reason"`
+	Domain   string    `json:"domain"`
 }
 
 // termKey names a term: the consumer and the message's stream sequence.
@@ -130,10 +148,14 @@ const maxRecentTerms = 1 << 15
 // handle counts one advisory.
 func (s *skips) handle(m *natsgo.Msg) {
 	var ev terminated
-	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Stream == "" || ev.Consumer == "" {
+	err := json.Unmarshal(m.Data, &ev)
+	if err != nil || ev.Stream == "" || ev.Consumer == "" || m.Subject != terminatedPrefix+ev.Stream+"."+ev.Consumer {
 		if s.warnedBad.CompareAndSwap(false, true) {
-			s.log.Warn("nats: a MSG_TERMINATED advisory that does not parse; the ttl guard's skips may be undercounted", "subject", m.Subject, "err", err)
+			s.log.Warn("nats: a MSG_TERMINATED advisory that does not parse, or names another consumer than its subject; not counted", "subject", m.Subject, "err", err)
 		}
+		return
+	}
+	if s.domain != "" && ev.Domain != s.domain {
 		return
 	}
 	if ev.Reason == "" && !atLeast(s.version(), 2, 10, 4) && s.warnedReason.CompareAndSwap(false, true) {
@@ -279,9 +301,18 @@ func (s *skips) forget(drop func(skipKey) bool) {
 }
 
 // asyncError reports, once, that the subscription to the advisories was
-// refused. nats.go passes no subscription with a permission violation;
-// the server's text names the subject.
-func (s *skips) asyncError(err error) {
+// refused (nats.go passes no subscription with a permission violation;
+// the server's text names the subject), and, once, that advisories were
+// dropped because they came faster than the handler counted them (the
+// subscription's pending limits: the skips are undercounted, read as
+// consumption as before).
+func (s *skips) asyncError(sub *natsgo.Subscription, err error) {
+	if errors.Is(err, natsgo.ErrSlowConsumer) && sub != nil && sub.Subject == terminatedSubject {
+		if s.warnedSlow.CompareAndSwap(false, true) {
+			s.log.Warn("nats: MSG_TERMINATED advisories dropped (they came faster than they were counted): some of the ttl guard's skips are not counted and read as consumption", "err", err)
+		}
+		return
+	}
 	if !errors.Is(err, natsgo.ErrPermissionViolation) || !strings.Contains(err.Error(), `"`+terminatedSubject+`"`) {
 		return
 	}

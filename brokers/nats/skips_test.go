@@ -110,12 +110,8 @@ func TestSkipsTakeByServerTime(t *testing.T) {
 	at := time.Date(2026, 12, 3, 5, 0, 0, 0, time.UTC)
 	sk := &skips{watched: func(string, string) bool { return true }, log: slog.New(slog.DiscardHandler),
 		version: func() string { return "2.15.2" }, runs: make(map[skipKey][]skipRun)}
-	adv := func(ms int) *natsgo.Msg {
-		return &natsgo.Msg{Data: fmt.Appendf(nil, `{"timestamp":%q,"stream":"S","consumer":"c","reason":"lagbridge-ttl: expired (deadline)"}`,
-			at.Add(time.Duration(ms)*time.Millisecond).Format(time.RFC3339Nano))}
-	}
-	for _, ms := range []int{0, 0, 1, 5, 10, 11} {
-		sk.handle(adv(ms))
+	for i, ms := range []int{0, 0, 1, 5, 10, 11} {
+		sk.handle(guardTerm("S", "c", at.Add(time.Duration(ms)*time.Millisecond), uint64(i+1)))
 	}
 	if n := sk.take("S", "c", at.Add(5*time.Millisecond)); n != 4 {
 		t.Errorf("took %d up to +5ms, want 4", n)
@@ -138,7 +134,7 @@ func TestSkipsWarnings(t *testing.T) {
 		version: func() string { return "2.10.3" }, runs: make(map[skipKey][]skipRun)}
 	for range 2 {
 		sk.handle(&natsgo.Msg{Data: []byte(`{"stream":`)})
-		sk.handle(&natsgo.Msg{Data: []byte(`{"stream":"S","consumer":"c"}`)})
+		sk.handle(&natsgo.Msg{Subject: terminatedPrefix + "S.c", Data: []byte(`{"stream":"S","consumer":"c"}`)})
 	}
 	if n := sk.take("S", "c", time.Time{}); n != 0 {
 		t.Errorf("%d counted, want 0", n)
