@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,14 +35,15 @@ const (
 	MaxTimeout  = 10 * time.Second
 )
 
-// Config configures a reporter. URL is required; the zero value of every
-// other field is its default.
+// Config configures a reporter. URL or URLs is required; the zero value
+// of every other field is its default.
 type Config struct {
 	// URL is the daemon's base URL (for example https://lagbridge:9464).
 	URL string
 	// URLs are the base URLs of every replica of a daemon with ha, after
 	// URL when both are set (duplicates dropped): each report goes to
-	// each of them, at once. A replica uses only the reports it received,
+	// each of them, at once (a replica that does not answer holds back
+	// only its own reports). A replica uses only the reports it received,
 	// and only the leading replica's decisions count, so a reporter that
 	// reaches one replica (a Service in front of them) helps only while
 	// that one leads.
@@ -80,7 +82,7 @@ type Config struct {
 	// DefaultTimeout (1s). A report that takes longer is dropped.
 	Timeout time.Duration
 	// Registerer receives lagbridge_client_consumer_reports_total
-	// {kind,outcome}; nil means no metrics. Two reporters of the same
+	// {kind,url,outcome} (url: each replica's); nil means no metrics. Two reporters of the same
 	// kind need two registries (or prometheus.WrapRegistererWith).
 	Registerer prometheus.Registerer
 	// Logger receives a warning when the daemon refuses a report (a
@@ -125,11 +127,12 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// urls returns URL and URLs, the empty ones and duplicates dropped.
+// urls returns URL and URLs without trailing slashes, the empty ones and
+// duplicates ("http://x" and "http://x/" are one) dropped.
 func (c *Config) urls() []string {
 	var out []string
 	for _, u := range append([]string{c.URL}, c.URLs...) {
-		if u != "" && !slices.Contains(out, u) {
+		if u = strings.TrimRight(u, "/"); u != "" && !slices.Contains(out, u) {
 			out = append(out, u)
 		}
 	}

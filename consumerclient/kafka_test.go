@@ -249,12 +249,12 @@ func TestKafkaReporterDaemonDown(t *testing.T) {
 	defer rep.Close()
 	cl := newKafkaClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
 	pollN(t, cl, 20)
-	waitFor(t, "failed reports counted", func() bool { return rep.s.failed.Load() >= 3 })
+	waitFor(t, "failed reports counted", func() bool { return rep.s.count(outcomeFailed) >= 3 })
 	if n := testutil.CollectAndCount(reg, "lagbridge_client_consumer_reports_total"); n != 3 {
 		t.Errorf("%d outcome series, want 3 (sent, refused, failed)", n)
 	}
-	if rep.s.sent.Load() != 0 {
-		t.Errorf("sent %d reports to a closed port", rep.s.sent.Load())
+	if rep.s.count(outcomeSent) != 0 {
+		t.Errorf("sent %d reports to a closed port", rep.s.count(outcomeSent))
 	}
 }
 
@@ -283,9 +283,9 @@ func TestKafkaReporterRefused(t *testing.T) {
 			cl := newKafkaClient(t, c, kgo.ConsumerGroup(tc.group), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
 			pollN(t, cl, 3)
 			if tc.sent {
-				waitFor(t, "a report stored", func() bool { return rep.s.sent.Load() > 0 })
+				waitFor(t, "a report stored", func() bool { return rep.s.count(outcomeSent) > 0 })
 			} else {
-				waitFor(t, "a report refused", func() bool { return rep.s.refused.Load() > 0 })
+				waitFor(t, "a report refused", func() bool { return rep.s.count(outcomeRefused) > 0 })
 			}
 		})
 	}

@@ -104,7 +104,59 @@ func TestKafkaReporterOlderDaemon(t *testing.T) {
 			t.Errorf("a refusal the hook does not read as the older protocol: %q", why)
 		}
 	}
-	if n := rep.s.refused.Load(); n != 0 {
+	if n := rep.s.count(outcomeRefused); n != 0 {
 		t.Errorf("the hook counts %d refused reports, want 0 (the report went without the counts)", n)
 	}
+}
+
+// TestKafkaReporterMixedReplicas: in a rolling upgrade one replica is of
+// protocol 1.2 and one of 1.3. The older one's refusal strips the held
+// counts from its own reports only: the upgraded replica (which may lead)
+// keeps getting them. Before, one refusal stripped them from the reports
+// to every replica for ten minutes.
+func TestKafkaReporterMixedReplicas(t *testing.T) {
+	const topic = "mixed"
+	c := newKafkaCluster(t, topic, 1)
+	produce(t, c, topic, 0, 5, time.Now())
+	old := &olderDaemon{}
+	oldSrv := httptest.NewServer(old)
+	defer oldSrv.Close()
+	var mu sync.Mutex
+	var withHeld, withoutHeld int
+	upgraded := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var rep quotaproto.ConsumerReport
+		if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		if hasHeld(rep.Topics) {
+			withHeld++
+		} else {
+			withoutHeld++
+		}
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer upgraded.Close()
+	rep, err := NewKafkaReporter(Config{URLs: []string{oldSrv.URL, upgraded.URL}, Interval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	cl := newKafkaClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
+	pollN(t, cl, 5) // five records in hand: every report counts them
+	waitFor(t, "the older replica refused the counts once", func() bool {
+		old.mu.Lock()
+		defer old.mu.Unlock()
+		return len(old.refused) == 1 && len(old.stored) >= 3
+	})
+	mu.Lock()
+	before := withHeld
+	mu.Unlock()
+	waitFor(t, "more reports with the counts at the upgraded replica after the refusal", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return withHeld >= before+5
+	})
 }

@@ -43,21 +43,30 @@ type sender struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	sent, refused, failed atomic.Uint64
-	// heldOff is when a daemon refused a report for its held counts (a
-	// daemon older than protocol 1.3), in Unix nanoseconds (0: never):
-	// the reports go without them until heldRetry later (the daemon, or
-	// the replica behind the URL, may be upgraded meanwhile).
-	heldOff atomic.Int64
-	desc    *prometheus.Desc
+	desc *prometheus.Desc
+	// posters: one goroutine per endpoint (serve), stopped by close.
+	posters sync.WaitGroup
 }
 
-// endpoint is one daemon replica's report URL and what was logged about
-// it; owned by the one goroutine posting to it at a time.
+// endpoint is one daemon replica's report URL, the newest round of
+// reports for it, and what was sent and logged; owned by its serve
+// goroutine (the counters are read by Collect).
 type endpoint struct {
-	url         string
-	failing     bool
-	lastRefusal string
+	url string
+	// box holds the newest round of reports (capacity 1): the ticker
+	// replaces a round the replica has not taken yet, so a replica that
+	// does not answer holds one round, delays no other, and gets the
+	// newest when it answers again.
+	box                   chan []quotaproto.ConsumerReport
+	sent, refused, failed atomic.Uint64
+	failing               bool
+	lastRefusal           string
+	// heldOff is when this replica refused a report for its held counts
+	// (a daemon older than protocol 1.3; zero: never): its reports go
+	// without them until heldRetry later (it may be upgraded meanwhile).
+	// Per replica: in a rolling upgrade an older replica does not strip
+	// the counts from the reports to the upgraded ones.
+	heldOff time.Time
 }
 
 // heldRetry is how long the reports go without their held counts after
@@ -72,7 +81,7 @@ func newSender(cfg Config, kind string, snapshot snapshotFunc) (*sender, error) 
 	cfg = cfg.withDefaults()
 	s := &sender{cfg: cfg, kind: kind, snapshot: snapshot, done: make(chan struct{}), hc: cfg.HTTPClient}
 	for _, u := range cfg.urls() {
-		s.endpoints = append(s.endpoints, &endpoint{url: strings.TrimRight(u, "/") + quotaproto.PathConsumerReport})
+		s.endpoints = append(s.endpoints, &endpoint{url: u + quotaproto.PathConsumerReport, box: make(chan []quotaproto.ConsumerReport, 1)})
 	}
 	if s.hc == nil {
 		s.hc = &http.Client{Transport: &http.Transport{
@@ -85,24 +94,28 @@ func newSender(cfg Config, kind string, snapshot snapshotFunc) (*sender, error) 
 	}
 	if cfg.Registerer != nil {
 		s.desc = prometheus.NewDesc("lagbridge_client_consumer_reports_total",
-			"Consumer reports sent to the daemon by outcome: sent, refused (4xx: token, group or report), failed (unreachable, timeout, 5xx; dropped).",
-			[]string{"outcome"}, prometheus.Labels{"kind": kind})
+			"Consumer reports sent to each daemon replica (url) by outcome: sent, refused (4xx: token, group or report), failed (unreachable, timeout, 5xx; dropped).",
+			[]string{"url", "outcome"}, prometheus.Labels{"kind": kind})
 		if err := cfg.Registerer.Register(s); err != nil {
 			return nil, fmt.Errorf("consumerclient: register metrics: %w", err)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	for _, ep := range s.endpoints {
+		s.posters.Go(func() { s.serve(ctx, ep) })
+	}
 	go s.run(ctx)
 	return s, nil
 }
 
-// close stops the goroutine and waits for it; an in-flight request is
+// close stops the goroutines and waits for them; in-flight requests are
 // cancelled. Idempotent.
 func (s *sender) close() {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		<-s.done
+		s.posters.Wait()
 		if s.cfg.Registerer != nil {
 			s.cfg.Registerer.Unregister(s)
 		}
@@ -124,29 +137,36 @@ func (s *sender) run(ctx context.Context) {
 		if group == "" || len(topics) == 0 {
 			continue
 		}
-		if off := s.heldOff.Load(); off != 0 && now.Sub(time.Unix(0, off)) < heldRetry {
-			topics = withoutHeld(topics)
-		}
+		var reps []quotaproto.ConsumerReport
 		for _, chunk := range split(topics) {
-			rep := quotaproto.ConsumerReport{Kind: s.kind, Cluster: s.cfg.Cluster, Group: group, Member: s.cfg.Member,
-				SentAtMs: time.Now().UnixMilli(), Topics: chunk}
-			s.postAll(ctx, rep)
+			reps = append(reps, quotaproto.ConsumerReport{Kind: s.kind, Cluster: s.cfg.Cluster, Group: group, Member: s.cfg.Member,
+				SentAtMs: time.Now().UnixMilli(), Topics: chunk})
+		}
+		for _, ep := range s.endpoints {
+			select { // replace an older round the replica has not taken
+			case <-ep.box:
+			default:
+			}
+			ep.box <- reps
 		}
 	}
 }
 
-// postAll sends rep to every replica at once (a replica that does not
-// answer delays no other) and waits for them.
-func (s *sender) postAll(ctx context.Context, rep quotaproto.ConsumerReport) {
-	if len(s.endpoints) == 1 {
-		s.post(ctx, s.endpoints[0], rep)
-		return
+// serve posts the newest round of reports to one replica until ctx ends.
+func (s *sender) serve(ctx context.Context, ep *endpoint) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case reps := <-ep.box:
+			for _, rep := range reps {
+				if !ep.heldOff.IsZero() && time.Since(ep.heldOff) < heldRetry {
+					rep.Topics = withoutHeld(rep.Topics)
+				}
+				s.post(ctx, ep, rep)
+			}
+		}
 	}
-	var wg sync.WaitGroup
-	for _, ep := range s.endpoints {
-		wg.Go(func() { s.post(ctx, ep, rep) })
-	}
-	wg.Wait()
 }
 
 // split cuts topics into reports within the protocol's limits
@@ -209,7 +229,7 @@ func (s *sender) post(ctx context.Context, ep *endpoint, rep quotaproto.Consumer
 	resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusOK:
-		s.sent.Add(1)
+		ep.sent.Add(1)
 		if ep.failing {
 			ep.failing = false
 			s.cfg.Logger.Info("consumerclient: reports reach the daemon again", "url", ep.url)
@@ -221,16 +241,17 @@ func (s *sender) post(ctx context.Context, ep *endpoint, rep quotaproto.Consumer
 		if resp.StatusCode == http.StatusBadRequest && quotaproto.RefusesHeld(eb.Error) && hasHeld(rep.Topics) {
 			// A daemon older than protocol 1.3: the same report without
 			// the counts (the daemon then reads the positions as before).
-			if s.heldOff.Swap(time.Now().UnixNano()) == 0 {
+			if ep.heldOff.IsZero() {
 				s.cfg.Logger.Info("consumerclient: the daemon does not know the held counts of protocol 1.3; "+
 					"reporting without them (upgrade the daemon, every replica, before its consumers' hooks)",
 					"url", ep.url, "error", eb.Error)
 			}
+			ep.heldOff = time.Now()
 			rep.Topics = withoutHeld(rep.Topics)
 			s.post(ctx, ep, rep)
 			return
 		}
-		s.refused.Add(1)
+		ep.refused.Add(1)
 		if why := fmt.Sprintf("%d %s", resp.StatusCode, eb.Error); why != ep.lastRefusal {
 			ep.lastRefusal = why
 			s.cfg.Logger.Warn("consumerclient: the daemon refuses the consumer's reports", "url", ep.url,
@@ -268,7 +289,7 @@ func withoutHeld(topics []quotaproto.ConsumerTopic) []quotaproto.ConsumerTopic {
 }
 
 func (s *sender) failure(ep *endpoint, err error) {
-	s.failed.Add(1)
+	ep.failed.Add(1)
 	if !ep.failing {
 		ep.failing = true
 		s.cfg.Logger.Warn("consumerclient: cannot send reports to the daemon; dropping them until it answers",
@@ -281,10 +302,29 @@ func (s *sender) Describe(ch chan<- *prometheus.Desc) { ch <- s.desc }
 
 // Collect implements prometheus.Collector.
 func (s *sender) Collect(ch chan<- prometheus.Metric) {
-	for _, o := range []struct {
-		name string
-		v    *atomic.Uint64
-	}{{outcomeSent, &s.sent}, {outcomeRefused, &s.refused}, {outcomeFailed, &s.failed}} {
-		ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(o.v.Load()), o.name)
+	for _, ep := range s.endpoints {
+		url := strings.TrimSuffix(ep.url, quotaproto.PathConsumerReport)
+		for _, o := range []struct {
+			name string
+			v    *atomic.Uint64
+		}{{outcomeSent, &ep.sent}, {outcomeRefused, &ep.refused}, {outcomeFailed, &ep.failed}} {
+			ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(o.v.Load()), url, o.name)
+		}
 	}
+}
+
+// count is the number of reports of outcome o over every replica.
+func (s *sender) count(o string) uint64 {
+	var n uint64
+	for _, ep := range s.endpoints {
+		switch o {
+		case outcomeSent:
+			n += ep.sent.Load()
+		case outcomeRefused:
+			n += ep.refused.Load()
+		case outcomeFailed:
+			n += ep.failed.Load()
+		}
+	}
+	return n
 }
