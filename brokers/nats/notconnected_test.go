@@ -59,3 +59,50 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// TestNotConnectedHidesCredentials: the URLs in a connect error or a "not
+// connected" cause (served on /v1/lag, `status`, the dashboard, the log)
+// name the servers without their user, password or token. Before, both
+// printed the URLs as written: nats://user:s3cret@host.
+func TestNotConnectedHidesCredentials(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	urls := []string{"nats://user:s3cret@" + addr, "nats://tok3n@" + addr, "user:pa55@" + addr}
+	leaks := func(msg string) error {
+		for _, secret := range []string{"s3cret", "tok3n", "pa55", "user"} {
+			if strings.Contains(msg, secret) {
+				return errors.New(msg + ": names " + secret)
+			}
+		}
+		if !strings.Contains(msg, addr) {
+			return errors.New(msg + ": does not name the server")
+		}
+		return nil
+	}
+	// Without RetryOnFailedConnect the connect fails at once.
+	if _, err := New(Config{Cluster: "test", URLs: urls, RequestTimeout: time.Second}); err == nil {
+		t.Fatal("connected to nothing")
+	} else if e := leaks(err.Error()); e != nil {
+		t.Error("connect error:", e)
+	}
+	o, err := New(Config{Cluster: "test", URLs: urls, RequestTimeout: time.Second},
+		natsgo.RetryOnFailedConnect(true), natsgo.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.Close)
+	eventually(t, 10*time.Second, func() error {
+		_, err := o.Observe(ctxT(t))
+		if !errors.Is(err, ErrNotConnected) || !strings.Contains(err.Error(), "refused") {
+			return errors.New("err " + errString(err) + ": not yet the dial error")
+		}
+		if e := leaks(err.Error()); e != nil {
+			t.Fatal("not connected:", e)
+		}
+		return nil
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -263,7 +264,7 @@ func New(cfg Config, opts ...natsgo.Option) (*Observer, error) {
 	o.skips = &skips{watched: o.watchesSkips, log: log, runs: make(map[skipKey][]skipRun), domain: cfg.Domain}
 	nc, err := nopts.Connect()
 	if err != nil {
-		return nil, fmt.Errorf("nats: connect %s: %w", strings.Join(cfg.URLs, ","), err)
+		return nil, fmt.Errorf("nats: connect %s: %w", redactURLs(cfg.URLs), err)
 	}
 	o.nc = nc
 	o.skips.version = nc.ConnectedServerVersion
@@ -299,7 +300,7 @@ func (o *Observer) watchesSkips(stream, consumer string) bool {
 // address), so that a wrong URL or a server gone away says so.
 func (o *Observer) notConnected(st natsgo.Status) error {
 	if e := o.dialErr.Load(); e != nil && *e != nil && st != natsgo.CLOSED {
-		return fmt.Errorf("%w (%s, servers %s): last attempt: %w", ErrNotConnected, st, strings.Join(o.cfg.URLs, ","), *e)
+		return fmt.Errorf("%w (%s, servers %s): last attempt: %w", ErrNotConnected, st, redactURLs(o.cfg.URLs), *e)
 	}
 	return fmt.Errorf("%w (%s)", ErrNotConnected, st)
 }
@@ -764,4 +765,25 @@ func (o *Observer) assemble(now time.Time) []lag.Sample {
 		}
 	}
 	return out
+}
+
+// redactURLs joins urls for an error or a log line without their user
+// information: nats://user:password@host and nats://token@host carry
+// secrets, and these errors reach /v1/lag, `lagbridge status`, the
+// dashboard and the log.
+func redactURLs(urls []string) string {
+	out := make([]string, len(urls))
+	for i, raw := range urls {
+		if u, err := url.Parse(raw); err == nil && u.Host != "" {
+			if u.User != nil {
+				u.User = url.User("redacted")
+			}
+			out[i] = u.String()
+		} else if at := strings.LastIndexByte(raw, '@'); at >= 0 {
+			out[i] = "redacted" + raw[at:]
+		} else {
+			out[i] = raw
+		}
+	}
+	return strings.Join(out, ",")
 }
