@@ -54,6 +54,11 @@ type Sample struct {
 	// Members is the number of live consumers (Kafka group members, NATS
 	// waiting pull requests or a bound push subscription). -1 when unknown.
 	Members int
+	// SkipsCounted is true when the adapter counts the consumer's skips
+	// (PartitionSample.Skipped: the NATS observer subscribed to the
+	// server's advisories, a server that names the term's reason); false
+	// where nobody counts them, when a Skipped of 0 says nothing.
+	SkipsCounted bool
 	// Live says whether a consumer is attached to this target now: on
 	// Kafka a group member is assigned a partition of the topic; on NATS
 	// the consumer has waiting pull requests, a bound push subscription,

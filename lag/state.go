@@ -211,6 +211,9 @@ type State struct {
 	// lagbridge_consumer_skipped_total).
 	SkipRateInstant float64 `json:"skipRateInstant,omitempty"`
 	Skipped         int64   `json:"skipped,omitempty"`
+	// SkipsCounted is the newest fresh sample's Sample.SkipsCounted:
+	// whether Skipped and SkipRateInstant count anything.
+	SkipsCounted bool `json:"skipsCounted,omitempty"`
 	// Corrected is true when a commit in the newest reading landed
 	// behind the position estimated before it (see Tracker): the estimate
 	// restarts from that commit, and ConsumeRateInstant counts none of
@@ -433,7 +436,7 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 				tr.lastLive = a
 			}
 		}
-		st.Live = s.Live
+		st.Live, st.SkipsCounted = s.Live, s.SkipsCounted
 		if tr.haveSample {
 			tr.gap = s.At.Sub(tr.lastFresh)
 		}

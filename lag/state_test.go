@@ -500,4 +500,12 @@ func TestSkippedCounted(t *testing.T) {
 	if st.ConsumeRateInstant != 400 || st.SkipRateInstant != 0 || st.Skipped != 993 {
 		t.Fatalf("consumed %.0f/s, skipped %.0f/s, %d in all; want 400, 0, 993", st.ConsumeRateInstant, st.SkipRateInstant, st.Skipped)
 	}
+	// Whether anybody counts: the newest sample's word.
+	for _, on := range []bool{true, false} {
+		smp := sample(at(3), 1, part(0, 1800, 0, time.Time{}))
+		smp.SkipsCounted = on
+		if st = tr.Observe(smp, at(3)); st.SkipsCounted != on {
+			t.Errorf("SkipsCounted %v from a sample that says %v", st.SkipsCounted, on)
+		}
+	}
 }

@@ -285,6 +285,13 @@ func New(cfg Config, opts ...natsgo.Option) (*Observer, error) {
 	return o, nil
 }
 
+// skipsCounted reports whether the observer counts the ttl guard's
+// skips: subscribed to the advisories, not refused, on a server that
+// names a term's reason (see skips.go).
+func (o *Observer) skipsCounted() bool {
+	return o.skipSub != nil && o.skipSub.IsValid() && !o.skips.warnedPerm.Load() && atLeast(o.skips.version(), 2, 10, 4)
+}
+
 // watchesSkips reports whether the observer counts the skips of a
 // consumer: one it watches, on a stream this replica owns.
 func (o *Observer) watchesSkips(stream, consumer string) bool {
@@ -626,13 +633,14 @@ func (o *Observer) refresh(ctx context.Context, j refreshJob, cs *cycleCounters)
 			delete(st.heads, ci.Name)
 		}
 		samples = append(samples, lag.Sample{
-			Target:     o.target(j.name, ci.Name),
-			At:         at,
-			GroupState: r.state,
-			Members:    r.members,
-			Live:       live,
-			LastActive: r.active,
-			Partitions: []lag.PartitionSample{r.part},
+			Target:       o.target(j.name, ci.Name),
+			At:           at,
+			GroupState:   r.state,
+			Members:      r.members,
+			Live:         live,
+			LastActive:   r.active,
+			Partitions:   []lag.PartitionSample{r.part},
+			SkipsCounted: o.skipsCounted(),
 		})
 	}
 	for _, name := range missing {

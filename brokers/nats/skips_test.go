@@ -92,8 +92,8 @@ func TestSkipsCountGuardTerms(t *testing.T) {
 	if skipped != 20 {
 		t.Errorf("%d skips counted, want the guard's 20 (not the poison term, the plain term or the acks)", skipped)
 	}
-	if n := find(t, observe(t, o), "SKIPS", "other").Partitions[0].Skipped; n != 0 {
-		t.Errorf("the other consumer: %d skips, want 0", n)
+	if smp := find(t, observe(t, o), "SKIPS", "other"); smp.Partitions[0].Skipped != 0 || !smp.SkipsCounted {
+		t.Errorf("the other consumer: %d skips, counted: %v; want 0, and counted", smp.Partitions[0].Skipped, smp.SkipsCounted)
 	}
 	o.skips.mu.Lock()
 	left := len(o.skips.runs)
@@ -188,8 +188,8 @@ func TestSkipsPermissionDenied(t *testing.T) {
 		}
 		return nil
 	})
-	if smp := find(t, observe(t, o), "DENIED", "c"); smp.Partitions[0].Err != "" {
-		t.Errorf("the observer fails without the advisories: %s", smp.Partitions[0].Err)
+	if smp := find(t, observe(t, o), "DENIED", "c"); smp.Partitions[0].Err != "" || smp.SkipsCounted {
+		t.Errorf("without the advisories: err %q, skips counted %v; want none, and not counted", smp.Partitions[0].Err, smp.SkipsCounted)
 	}
 	mu.Lock()
 	defer mu.Unlock()

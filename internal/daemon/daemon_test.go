@@ -496,3 +496,34 @@ func TestLoopLateCycleSpacing(t *testing.T) {
 		}
 	}
 }
+
+// TestSkippedMetricWhileCounted: lagbridge_consumer_skipped_total is
+// served for a NATS target whose skips are counted, and left out for
+// one whose are not (no permission to the advisories, an old server),
+// where a 0 would read as none skipped; /v1/lag says which.
+func TestSkippedMetricWhileCounted(t *testing.T) {
+	counted := lag.Target{Kind: lag.KindNATS, Cluster: "js", Topic: "S", Group: "counted"}
+	off := lag.Target{Kind: lag.KindNATS, Cluster: "js", Topic: "S", Group: "off"}
+	store := NewStore(map[string]lag.Kind{"js": lag.KindNATS})
+	store.Update(ClusterStatus{Name: "js", Kind: lag.KindNATS, Observed: true}, []lag.State{
+		{Target: counted, Status: lag.StatusOK, Skipped: 7, SkipsCounted: true},
+		{Target: off, Status: lag.StatusOK},
+	})
+	reg := prometheus.NewPedanticRegistry()
+	NewMetrics(reg, store)
+	want := `
+# HELP lagbridge_consumer_skipped_total Messages the consumer terminated as expired (the ttl guard's skips, counted from NATS MSG_TERMINATED advisories) since the daemon first saw the target: part of the consumption, no measure of the consumer's capacity. Absent while the skips are not counted.
+# TYPE lagbridge_consumer_skipped_total counter
+lagbridge_consumer_skipped_total{cluster="js",group="counted",topic="S"} 7
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lagbridge_consumer_skipped_total"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if v := ViewOf(lag.State{Target: counted, SkipsCounted: true}, now, false); !v.SkipsCounted {
+		t.Errorf("/v1/lag of a counted target: skipsCounted false")
+	}
+	if v := ViewOf(lag.State{Target: off}, now, false); v.SkipsCounted {
+		t.Errorf("/v1/lag of a target not counted: skipsCounted true")
+	}
+}

@@ -195,6 +195,10 @@ type TargetView struct {
 	// of InstantConsumeRate.
 	Skipped         int64   `json:"skipped,omitempty"`
 	InstantSkipRate float64 `json:"instantSkipRate,omitempty"`
+	// SkipsCounted says the skips are counted (NATS, the advisories
+	// subscribed to, a server that names the term's reason): without
+	// it, no skipped says nothing.
+	SkipsCounted bool `json:"skipsCounted,omitempty"`
 }
 
 // PartitionView is one partition as served over HTTP.
@@ -226,7 +230,7 @@ func ViewOf(s lag.State, now time.Time, withPartitions bool) TargetView {
 		Stale: s.Stale, Partial: s.Partial, UncommittedPartitions: s.Uncommitted, StalenessSeconds: now.Sub(s.At).Seconds(), Err: s.Err,
 		LastProgress: s.LastProgress, SecondsSinceProgress: now.Sub(s.LastProgress).Seconds(),
 		InstantProduceRate: round3(s.ProduceRateInstant), InstantConsumeRate: round3(s.ConsumeRateInstant),
-		RatesKnown: s.RatesKnown, Skipped: s.Skipped, InstantSkipRate: round3(s.SkipRateInstant),
+		RatesKnown: s.RatesKnown, Skipped: s.Skipped, InstantSkipRate: round3(s.SkipRateInstant), SkipsCounted: s.SkipsCounted,
 		Source: s.Source, CommittedLag: s.CommittedLag, CommittedHeadAgeSeconds: s.CommittedHeadAge.Seconds(),
 		CommitIntervalSeconds: s.CommitInterval.Seconds(), UncertaintySeconds: s.Uncertainty.Seconds(),
 		Live: s.Live, LastLive: s.LastLive,
