@@ -501,6 +501,14 @@ type control struct {
 	// nothing with work waiting; the estimate was kept from before it
 	// (see estimateCapacity).
 	stalled bool
+	// fellFrom is the capacity estimate a reading of the consumer's
+	// reports lowered by more than a step (StepThreshold), the first such
+	// since the target was last unlimited, msg/s (0: none); fellSpent: a
+	// reading has climbed back from it since (see climbBack). hand is
+	// what the reports held at the last reading.
+	fellFrom  float64
+	fellSpent bool
+	hand      handMark
 	// prevHead is the head at the commit, seconds, of the last measured
 	// reading with a known head (-1: none; see standingUnderCut).
 	prevHead float64
@@ -682,6 +690,7 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	c.signal(tc, &d, &st, &p, &v, rule, reason)
 	tc.has, tc.last, tc.lastAt, tc.lastFresh = true, d, st.At, now
 	tc.headLate = v.headAge > p.MaxAge.Seconds()
+	tc.hand = handOf(&st)
 	tc.paused = v.stepDown && v.engaged && st.Status != lag.StatusStopped
 	return d
 }
@@ -1451,6 +1460,9 @@ func (c *Controller) judge(tc *control, v *reading) {
 		tc.satCap, tc.restored = 0, false
 		v.allowance = unlearnedWait(tc, v)
 		v.engaged = v.engaged && v.queued-v.allowance > v.engageWait
+		if !v.engaged {
+			tc.fellFrom, tc.fellSpent = 0, false
+		}
 		if fromCommitsCadence(v) && v.measured && v.headKnown && kept && !v.engaged && !v.held {
 			tc.headKept = max(v.headAge, tc.headKept*math.Exp(-v.dt/floorMemory))
 			tc.keptRate = max(v.produced, tc.keptRate*math.Exp(-v.dt/floorMemory))
@@ -2310,6 +2322,10 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 			cInst = tc.capacity
 		}
 	}
+	cInst = max(cInst, climbBack(tc, st, v))
+	if st.Source == lag.SourceConsumer && tc.fellFrom <= 0 && !tc.fellSpent && cInst < (1-c.cfg.StepThreshold)*tc.capacity {
+		tc.fellFrom = tc.capacity
+	}
 	if !tc.has || tc.capacity <= 0 || tc.stalled || math.Abs(cInst-tc.capacity) > c.cfg.StepThreshold*tc.capacity {
 		tc.capacity = cInst
 	} else {
@@ -2745,6 +2761,80 @@ func (c *Controller) restoredProbe(tc *control, v *reading, base float64) float6
 // keptBack is the share of the rate a consumer kept up with while
 // unlimited (tc.keptRate) that it must drain at for drainedAtCommits.
 const keptBack = 0.9
+
+// handMark is what a consumer's reports said it held at a reading: the
+// records in hand, summed over the partitions with lag (-1: one of them
+// not read from the consumer's reports, or reported without a count),
+// and the newest report's time (see climbBack).
+type handMark struct {
+	held int64
+	at   time.Time
+}
+
+// handOf returns what st's reports say the consumer holds (see handMark).
+// A partition with lag whose report has nothing in hand holds none.
+func handOf(st *lag.State) handMark {
+	var m handMark
+	for i := range st.Partitions {
+		ps := &st.Partitions[i]
+		r := ps.Reported
+		if ps.Lag > 0 && (ps.Source != lag.SourceConsumer || !r.HeadTime.IsZero() && r.Held <= 0) {
+			return handMark{held: -1}
+		}
+		if ps.Lag > 0 && !r.HeadTime.IsZero() {
+			m.held += r.Held
+		}
+		if r.At.After(m.at) {
+			m.at = r.At
+		}
+	}
+	return m
+}
+
+// climbBack returns the capacity estimate a reading of a consumer's
+// reports restores after a fall (tc.fellFrom), 0 when none: once the
+// consumer has caught up (no lag, or its head no older than E/2), what
+// its position moved since the last reading less what it held then (the
+// records of the poll it had in hand may have been worked through
+// before that reading; every record after them was polled and finished
+// since), over the time between the two readings' reports, is a rate
+// it consumed at: up to the estimate from before the fall. Once in a
+// limited episode (tc.fellSpent), and only with the counts (lag.Report.Held)
+// at the reading before.
+//
+// Why: a consumer of 2,000/s keeping up with 1,500/s that meets one
+// record taking 2 s reads, in the stall, a capacity of 6-12/s (the
+// records it holds over the time it has held them, see heldBound, or
+// the one small poll its position moved by), and is drained, as it should
+// be (MaxAge 2 s). It then drains the backlog within an interval, but
+// its head was past MaxAge, so that rise was held as a skip burst (see
+// estimateCapacity) and the probe climbed x1.5 a reading from the drain's
+// rate while it sat caught up: about 11 s to 1,500/s, producers refused
+// at 50 (plain hook) and 20 (guard) caught-up readings over 5 runs, down
+// to 5/s (TestControllerStallClimbBack); a catch-up whose head was not
+// past MaxAge, spread over the stall, read the stall's share (485/s) and
+// climbed from there. What was
+// consumed within the interval is no skip burst for a consumer that skips
+// nothing; one behind the ttl guard whose capacity really fell may
+// read one here, and is let in up to the estimate from before the fall
+// for an interval, once, until its next reading shows the queue. A
+// consumer whose capacity fell shows what it does: after a drop to 400/s
+// behind the same stall, the capacity read once caught up stays at
+// 399-551/s as before (TestControllerStallThenDrop).
+func climbBack(tc *control, st *lag.State, v *reading) float64 {
+	prev := tc.hand
+	if tc.fellFrom <= 0 || tc.fellSpent || prev.held < 0 || prev.at.IsZero() || st.Source != lag.SourceConsumer ||
+		!v.measured || v.lag > 0 && (!v.headKnown || v.headAge > v.engageWait/2) {
+		return 0
+	}
+	span := max(v.dt, handOf(st).at.Sub(prev.at).Seconds())
+	back := min((st.ConsumeRateInstant*v.dt-float64(prev.held))/span, tc.fellFrom)
+	if back <= tc.capacity {
+		return 0
+	}
+	tc.fellSpent = true
+	return back
+}
 
 // drainedAtCommits reports whether v reads the commits of a consumer that
 // commits about once per observation, kept up with a known rate while
