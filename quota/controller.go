@@ -2794,7 +2794,8 @@ func handOf(st *lag.State) handMark {
 // climbBack returns the capacity estimate a reading of a consumer's
 // reports restores after a fall (tc.fellFrom), 0 when none: once the
 // consumer has caught up (no lag, or its head no older than E/2), what
-// its position moved since the last reading less what it held then (the
+// its position moved since the last reading (less what it skipped, where
+// that is counted: see leaveOutSkipped) less what it held then (the
 // records of the poll it had in hand may have been worked through
 // before that reading; every record after them was polled and finished
 // since), over the time between the two readings' reports, is a rate
@@ -2827,8 +2828,9 @@ func climbBack(tc *control, st *lag.State, v *reading) float64 {
 		!v.measured || v.lag > 0 && (!v.headKnown || v.headAge > v.engageWait/2) {
 		return 0
 	}
+	moved := (st.ConsumeRateInstant - min(st.SkipRateInstant, st.ConsumeRateInstant)) * v.dt
 	span := max(v.dt, handOf(st).at.Sub(prev.at).Seconds())
-	back := min((st.ConsumeRateInstant*v.dt-float64(prev.held))/span, tc.fellFrom)
+	back := min((moved-float64(prev.held))/span, tc.fellFrom)
 	if back <= tc.capacity {
 		return 0
 	}
