@@ -251,15 +251,15 @@ func TestHandOf(t *testing.T) {
 		parts []lag.PartitionState
 		want  handMark
 	}{
-		{"two partitions in hand: summed", []lag.PartitionState{part(500, 100, true, cons, 0), part(40, 40, true, cons, 100*time.Millisecond)}, handMark{140, at}},
-		{"nothing in hand: none", []lag.PartitionState{part(5, 0, false, cons, 0), part(500, 100, true, cons, 0)}, handMark{100, at}},
-		{"no lag: not counted", []lag.PartitionState{part(0, 7, true, cons, 0), part(500, 100, true, cons, 0)}, handMark{100, at}},
-		{"newest report", []lag.PartitionState{part(500, 100, true, cons, 200*time.Millisecond), part(500, 100, true, cons, 50*time.Millisecond)}, handMark{200, at.Add(-50 * time.Millisecond)}},
+		{"two partitions in hand: summed", []lag.PartitionState{part(500, 100, true, cons, 0), part(40, 40, true, cons, 100*time.Millisecond)}, handMark{held: 140, at: at}},
+		{"nothing in hand: none", []lag.PartitionState{part(5, 0, false, cons, 0), part(500, 100, true, cons, 0)}, handMark{held: 100, at: at}},
+		{"no lag: not counted", []lag.PartitionState{part(0, 7, true, cons, 0), part(500, 100, true, cons, 0)}, handMark{held: 100, at: at}},
+		{"newest report", []lag.PartitionState{part(500, 100, true, cons, 200*time.Millisecond), part(500, 100, true, cons, 50*time.Millisecond)}, handMark{held: 200, at: at.Add(-50 * time.Millisecond)}},
 		{"in hand without a count", []lag.PartitionState{part(500, 100, true, cons, 0), part(500, 0, true, cons, 0)}, handMark{held: -1}},
 		{"from commits", []lag.PartitionState{part(500, 100, true, cons, 0), part(500, 0, false, lag.SourceCommits, 0)}, handMark{held: -1}},
 	}
 	for _, tc := range cases {
-		if got := handOf(&lag.State{At: at, Partitions: tc.parts}); got.held != tc.want.held || !got.at.Equal(tc.want.at) {
+		if got := handOf(&lag.State{At: at, Partitions: tc.parts}, nil); got.held != tc.want.held || !got.at.Equal(tc.want.at) {
 			t.Errorf("%s: handOf = %d at %v, want %d at %v", tc.name, got.held, got.at, tc.want.held, tc.want.at)
 		}
 	}

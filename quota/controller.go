@@ -690,7 +690,7 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	c.signal(tc, &d, &st, &p, &v, rule, reason)
 	tc.has, tc.last, tc.lastAt, tc.lastFresh = true, d, st.At, now
 	tc.headLate = v.headAge > p.MaxAge.Seconds()
-	tc.hand = handOf(&st)
+	tc.hand = handOf(&st, tc.hand.parts)
 	tc.paused = v.stepDown && v.engaged && st.Status != lag.StatusStopped
 	return d
 }
@@ -2765,21 +2765,32 @@ const keptBack = 0.9
 // handMark is what a consumer's reports said it held at a reading: the
 // records in hand, summed over the partitions with lag (-1: one of them
 // not read from the consumer's reports, or reported without a count),
-// and the newest report's time (see climbBack).
+// the newest report's time, and each reported partition's report
+// (see climbBack).
 type handMark struct {
-	held int64
-	at   time.Time
+	held  int64
+	at    time.Time
+	parts []partMark
 }
 
-// handOf returns what st's reports say the consumer holds (see handMark).
-// A partition with lag whose report has nothing in hand holds none.
-func handOf(st *lag.State) handMark {
-	var m handMark
+// partMark is one partition's report at a reading: its time and position.
+type partMark struct {
+	id  int32
+	at  time.Time
+	pos int64
+}
+
+// handOf returns what st's reports say the consumer holds (see handMark),
+// its partitions appended to buf[:0] (the mark it replaces: one slice per
+// target, not one a reading). A partition with lag whose report has
+// nothing in hand holds none.
+func handOf(st *lag.State, buf []partMark) handMark {
+	m := handMark{parts: buf[:0]}
 	for i := range st.Partitions {
 		ps := &st.Partitions[i]
 		r := ps.Reported
 		if ps.Lag > 0 && (ps.Source != lag.SourceConsumer || !r.HeadTime.IsZero() && r.Held <= 0) {
-			return handMark{held: -1}
+			return handMark{held: -1, parts: buf[:0]}
 		}
 		if ps.Lag > 0 && !r.HeadTime.IsZero() {
 			m.held += r.Held
@@ -2787,8 +2798,37 @@ func handOf(st *lag.State) handMark {
 		if r.At.After(m.at) {
 			m.at = r.At
 		}
+		if !r.At.IsZero() {
+			m.parts = append(m.parts, partMark{ps.Partition, r.At, r.Position})
+		}
 	}
 	return m
+}
+
+// reportSpan returns the longest time between a partition's report at
+// the reading before (prev) and its report in st, over the partitions
+// whose reported position moved, and whether every one of them was
+// reported then. Each member reports on its own (one goroutine a
+// replica): a member whose report was 2 s old at the reading before
+// moved 3 s of its work in this interval, which over another member's
+// 1 s reads three times its rate.
+func reportSpan(prev []partMark, st *lag.State) (float64, bool) {
+	span := 0.0
+	for i := range st.Partitions {
+		r := st.Partitions[i].Reported
+		if r.At.IsZero() {
+			continue
+		}
+		j := slices.IndexFunc(prev, func(m partMark) bool { return m.id == st.Partitions[i].Partition })
+		switch {
+		case j >= 0 && prev[j].pos == r.Position:
+		case j < 0:
+			return 0, false
+		default:
+			span = max(span, r.At.Sub(prev[j].at).Seconds())
+		}
+	}
+	return span, true
 }
 
 // climbBack returns the capacity estimate a reading of a consumer's
@@ -2798,8 +2838,10 @@ func handOf(st *lag.State) handMark {
 // that is counted: see leaveOutSkipped) less what it held then (the
 // records of the poll it had in hand may have been worked through
 // before that reading; every record after them was polled and finished
-// since), over the time between the two readings' reports, is a rate
-// it consumed at: up to the estimate from before the fall. Once in a
+// since), over the time between the two readings' reports (the longest
+// of the partitions that moved, see reportSpan; none without a report at
+// the reading before), is a rate it consumed at: up to the estimate from
+// before the fall. Once in a
 // limited episode (tc.fellSpent), and only with the counts (lag.Report.Held)
 // at the reading before.
 //
@@ -2828,8 +2870,12 @@ func climbBack(tc *control, st *lag.State, v *reading) float64 {
 		!v.measured || v.lag > 0 && (!v.headKnown || v.headAge > v.engageWait/2) {
 		return 0
 	}
+	parts, known := reportSpan(prev.parts, st)
+	if !known {
+		return 0
+	}
 	moved := (st.ConsumeRateInstant - min(st.SkipRateInstant, st.ConsumeRateInstant)) * v.dt
-	span := max(v.dt, handOf(st).at.Sub(prev.at).Seconds())
+	span := max(v.dt, parts)
 	back := min((moved-float64(prev.held))/span, tc.fellFrom)
 	if back <= tc.capacity {
 		return 0
