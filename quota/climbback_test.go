@@ -219,10 +219,19 @@ func TestControllerStallThenDrop(t *testing.T) {
 // as capacity. The estimate climbs back from the fall once in a limited
 // episode at most: above 600/s (1.5 x 400) at most twice (that reading
 // and the one the law decided on before the queue showed).
+//
+// The seeds are ones whose consumer catches up (head at 100 ms or less)
+// after the stall: at 400/s with polls of up to 500 it holds a record for
+// up to a second, and in 11 of seeds 1-20 it never gets there (seeds 1
+// and 5 among them: this test asserted nothing in them); a seed that stops
+// catching up fails rather than pass unchecked.
 func TestControllerStallThenDropSkips(t *testing.T) {
-	for seed := uint64(1); seed <= 5; seed++ {
+	for _, seed := range []uint64{2, 3, 4, 6, 8} {
 		con := &slowConsumer{rate: 2000, after: 400, maxPoll: 500, guard: true, skip: 2, slowAt: 30 * 1500, slow: 2}
 		r := stallRun(t, con, seed)
+		if r.maxCap == 0 {
+			t.Errorf("seed %d: the consumer never caught up after the stall: nothing checked", seed)
+		}
 		t.Logf("seed %d: capacity above 600/s at %d readings after the catch-up, %.0f/s at the highest", seed, r.over, r.maxCap)
 		if r.over > 2 {
 			t.Errorf("seed %d: a guard that skips expired records, after a stall into a drop to 400/s: capacity above 600/s at %d readings once caught up, want at most 2", seed, r.over)
