@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -201,6 +202,10 @@ type Guard struct {
 	onError    func(jetstream.Msg, error)
 	progress   Progress
 	core       guardcore.Core
+	// dlFailing is true from a failed dead-letter forward to the next
+	// that succeeds: an outage (a destination no stream captures, a
+	// stream gone) is warned of once, not once per message.
+	dlFailing atomic.Bool
 }
 
 // New returns a guard for cfg, or the errors of cfg.Validate.
@@ -320,8 +325,16 @@ func (g *Guard) expire(ctx context.Context, msg jetstream.Msg, o Origin, v ttl.V
 			if nerr := msg.NakWithDelay(g.retryDelay); nerr != nil {
 				err = errors.Join(err, fmt.Errorf("nak: %w", nerr))
 			}
-			g.core.Log.Warn("ttl: dead-letter forward failed; the message will be delivered again", "err", err)
+			if !g.dlFailing.Swap(true) {
+				g.core.Log.Warn("ttl: dead-letter forwards fail; expired messages are delivered again until a forward succeeds "+
+					"(each failure counted in lagbridge_ttl_deadletter_errors_total and logged at debug)", "err", err)
+			} else {
+				g.core.Log.Debug("ttl: dead-letter forward failed; the message will be delivered again", "err", err)
+			}
 			return err
+		}
+		if g.dlFailing.Swap(false) {
+			g.core.Log.Info("ttl: dead-letter forwards succeed again", "stream", o.Stream)
 		}
 	}
 	var err error

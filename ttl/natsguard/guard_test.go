@@ -1,9 +1,12 @@
 package natsguard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -523,4 +526,83 @@ func mustAtoi(tb testing.TB, s string) int {
 		tb.Fatal(err)
 	}
 	return n
+}
+
+// TestEmbeddedDeadLetterOutage: a dead-letter subject no stream captures
+// fails every forward; each expired message is nak'd and delivered again
+// (nothing lost), and the outage is warned of once, not once per message,
+// with an info line when forwards succeed again. Before, every failed
+// forward logged a warning.
+func TestEmbeddedDeadLetterOutage(t *testing.T) {
+	_, js := startNATS(t)
+	ctx := ctxT(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	for i := range n {
+		if _, err := js.Publish(ctx, "s", []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons, err := js.CreateConsumer(ctx, "S", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	g, err := New(Config{MaxAge: time.Minute, Now: func() time.Time { return time.Now().Add(time.Hour) }, Logger: log,
+		DeadLetter: &DeadLetter{Publisher: js, Subject: "dlq.s", Timeout: time.Second, RetryDelay: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle := func(want error) {
+		t.Helper()
+		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			err := g.Handle(ctx, m, func(context.Context, jetstream.Msg) error { return nil })
+			if !errors.Is(err, want) && (want != nil || err != nil) {
+				t.Fatalf("handle: %v, want %v", err, want)
+			}
+		}
+		if got != n {
+			t.Fatalf("fetched %d of %d", got, n)
+		}
+	}
+	handle(ErrDeadLetter) // no stream captures dlq.s
+	handle(ErrDeadLetter) // delivered again, failing again
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DLQ", Subjects: []string{"dlq.s"}}); err != nil {
+		t.Fatal(err)
+	}
+	handle(nil)
+	if s := g.Stats(); s.DeadLettered != n || s.DeadLetterFailed != 2*n {
+		t.Fatalf("stats %+v: want %d failed forwards, then all %d forwarded", s, 2*n, n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	out := logged.String()
+	if c := strings.Count(out, "level=WARN"); c != 1 {
+		t.Errorf("%d warnings for one outage of %d failed forwards, want 1:\n%s", c, 2*n, out)
+	}
+	if c := strings.Count(out, "succeed again"); c != 1 {
+		t.Errorf("%d lines saying the forwards succeed again, want 1:\n%s", c, out)
+	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
