@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -230,7 +232,9 @@ func TestKafkaReporterRevokedPartitions(t *testing.T) {
 }
 
 // TestKafkaReporterDaemonDown: a daemon that cannot be reached never
-// blocks the consumer; its reports are dropped and counted.
+// blocks the consumer; its reports are dropped and counted. The URL's
+// user information (http://user:password@host is valid) is in neither
+// the metric's url label nor the log.
 func TestKafkaReporterDaemonDown(t *testing.T) {
 	const topic = "down"
 	c := newKafkaCluster(t, topic, 1)
@@ -239,10 +243,17 @@ func TestKafkaReporterDaemonDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := "http://" + ln.Addr().String()
+	dead := "http://alice:s3cret@" + ln.Addr().String()
 	ln.Close() // nothing listens there any more
 	reg := prometheus.NewPedanticRegistry()
-	rep, err := NewKafkaReporter(Config{URL: dead, Interval: 10 * time.Millisecond, Registerer: reg})
+	var logged strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(p)
+	}), nil))
+	rep, err := NewKafkaReporter(Config{URL: dead, Interval: 10 * time.Millisecond, Registerer: reg, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +267,30 @@ func TestKafkaReporterDaemonDown(t *testing.T) {
 	if rep.s.count(outcomeSent) != 0 {
 		t.Errorf("sent %d reports to a closed port", rep.s.count(outcomeSent))
 	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if strings.Contains(l.GetValue(), "s3cret") || strings.Contains(l.GetValue(), "alice") {
+					t.Errorf("metric label %s=%q names the URL's user information", l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+	if out := logged.String(); !strings.Contains(out, "cannot send reports") || strings.Contains(out, "s3cret") {
+		t.Errorf("the log does not warn, or names the URL's password:\n%s", out)
+	}
 }
+
+// writerFunc is an io.Writer from a function.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // TestKafkaReporterRefused: a token the daemon does not know gets the
 // reports refused (counted as such), and the consumer goes on.

@@ -8,8 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +53,9 @@ type sender struct {
 // goroutine (the counters are read by Collect).
 type endpoint struct {
 	url string
+	// shown is url without its user information, for the logs and the
+	// metric's url label (http://user:password@host is a valid URL).
+	shown string
 	// box holds the newest round of reports (capacity 1): the ticker
 	// replaces a round the replica has not taken yet, so a replica that
 	// does not answer holds one round, delays no other, and gets the
@@ -81,7 +84,8 @@ func newSender(cfg Config, kind string, snapshot snapshotFunc) (*sender, error) 
 	cfg = cfg.withDefaults()
 	s := &sender{cfg: cfg, kind: kind, snapshot: snapshot, done: make(chan struct{}), hc: cfg.HTTPClient}
 	for _, u := range cfg.urls() {
-		s.endpoints = append(s.endpoints, &endpoint{url: u + quotaproto.PathConsumerReport, box: make(chan []quotaproto.ConsumerReport, 1)})
+		s.endpoints = append(s.endpoints, &endpoint{url: u + quotaproto.PathConsumerReport, shown: withoutUser(u),
+			box: make(chan []quotaproto.ConsumerReport, 1)})
 	}
 	if s.hc == nil {
 		s.hc = &http.Client{Transport: &http.Transport{
@@ -232,7 +236,7 @@ func (s *sender) post(ctx context.Context, ep *endpoint, rep quotaproto.Consumer
 		ep.sent.Add(1)
 		if ep.failing {
 			ep.failing = false
-			s.cfg.Logger.Info("consumerclient: reports reach the daemon again", "url", ep.url)
+			s.cfg.Logger.Info("consumerclient: reports reach the daemon again", "url", ep.shown)
 		}
 		ep.lastRefusal = ""
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
@@ -244,7 +248,7 @@ func (s *sender) post(ctx context.Context, ep *endpoint, rep quotaproto.Consumer
 			if ep.heldOff.IsZero() {
 				s.cfg.Logger.Info("consumerclient: the daemon does not know the held counts of protocol 1.3; "+
 					"reporting without them (upgrade the daemon, every replica, before its consumers' hooks)",
-					"url", ep.url, "error", eb.Error)
+					"url", ep.shown, "error", eb.Error)
 			}
 			ep.heldOff = time.Now()
 			rep.Topics = withoutHeld(rep.Topics)
@@ -254,7 +258,7 @@ func (s *sender) post(ctx context.Context, ep *endpoint, rep quotaproto.Consumer
 		ep.refused.Add(1)
 		if why := fmt.Sprintf("%d %s", resp.StatusCode, eb.Error); why != ep.lastRefusal {
 			ep.lastRefusal = why
-			s.cfg.Logger.Warn("consumerclient: the daemon refuses the consumer's reports", "url", ep.url,
+			s.cfg.Logger.Warn("consumerclient: the daemon refuses the consumer's reports", "url", ep.shown,
 				"group", rep.Group, "status", resp.StatusCode, "error", eb.Error)
 		}
 	default:
@@ -293,7 +297,7 @@ func (s *sender) failure(ep *endpoint, err error) {
 	if !ep.failing {
 		ep.failing = true
 		s.cfg.Logger.Warn("consumerclient: cannot send reports to the daemon; dropping them until it answers",
-			"url", ep.url, "err", err)
+			"url", ep.shown, "err", err)
 	}
 }
 
@@ -303,12 +307,11 @@ func (s *sender) Describe(ch chan<- *prometheus.Desc) { ch <- s.desc }
 // Collect implements prometheus.Collector.
 func (s *sender) Collect(ch chan<- prometheus.Metric) {
 	for _, ep := range s.endpoints {
-		url := strings.TrimSuffix(ep.url, quotaproto.PathConsumerReport)
 		for _, o := range []struct {
 			name string
 			v    *atomic.Uint64
 		}{{outcomeSent, &ep.sent}, {outcomeRefused, &ep.refused}, {outcomeFailed, &ep.failed}} {
-			ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(o.v.Load()), url, o.name)
+			ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(o.v.Load()), ep.shown, o.name)
 		}
 	}
 }
@@ -327,4 +330,15 @@ func (s *sender) count(o string) uint64 {
 		}
 	}
 	return n
+}
+
+// withoutUser is raw with its user information replaced by "redacted"
+// (raw as it is when it does not parse: Validate refused it already).
+func withoutUser(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	u.User = url.User("redacted")
+	return u.String()
 }
