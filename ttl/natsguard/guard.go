@@ -29,7 +29,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -202,11 +202,17 @@ type Guard struct {
 	onError    func(jetstream.Msg, error)
 	progress   Progress
 	core       guardcore.Core
-	// dlFailing is true from a failed dead-letter forward to the next
-	// that succeeds: an outage (a destination no stream captures, a
-	// stream gone) is warned of once, not once per message.
-	dlFailing atomic.Bool
+	// dlOutages holds the dead-letter subjects whose last forward failed:
+	// an outage of a destination (no stream captures it, its stream is
+	// gone) is warned of once, not once per message, and its first
+	// forward that succeeds again says so. At most maxOutages subjects
+	// (SubjectFor may name many); past that a failure warns each time.
+	dlMu      sync.Mutex
+	dlOutages map[string]struct{}
 }
+
+// maxOutages bounds Guard.dlOutages.
+const maxOutages = 1024
 
 // New returns a guard for cfg, or the errors of cfg.Validate.
 func New(cfg Config) (*Guard, error) {
@@ -319,22 +325,23 @@ func (g *Guard) Wrap(ctx context.Context, h Handler) jetstream.MessageHandler {
 
 func (g *Guard) expire(ctx context.Context, msg jetstream.Msg, o Origin, v ttl.Verdict, now time.Time, tm *ttlmetrics.Topic) error {
 	if g.dl != nil {
-		if err := g.forward(ctx, msg, o, v, now, tm); err != nil {
+		dst, err := g.forward(ctx, msg, o, v, now, tm)
+		if err != nil {
 			g.core.DeadLetterFailed(tm)
 			err = fmt.Errorf("%w: %s#%d: %w", ErrDeadLetter, o.Stream, o.Sequence, err)
 			if nerr := msg.NakWithDelay(g.retryDelay); nerr != nil {
 				err = errors.Join(err, fmt.Errorf("nak: %w", nerr))
 			}
-			if !g.dlFailing.Swap(true) {
+			if g.outage(dst, true) {
 				g.core.Log.Warn("ttl: dead-letter forwards fail; expired messages are delivered again until a forward succeeds "+
-					"(each failure counted in lagbridge_ttl_deadletter_errors_total and logged at debug)", "err", err)
+					"(each failure counted in lagbridge_ttl_deadletter_errors_total and logged at debug)", "subject", dst, "err", err)
 			} else {
-				g.core.Log.Debug("ttl: dead-letter forward failed; the message will be delivered again", "err", err)
+				g.core.Log.Debug("ttl: dead-letter forward failed; the message will be delivered again", "subject", dst, "err", err)
 			}
 			return err
 		}
-		if g.dlFailing.Swap(false) {
-			g.core.Log.Info("ttl: dead-letter forwards succeed again", "stream", o.Stream)
+		if dst != "" && g.outage(dst, false) {
+			g.core.Log.Info("ttl: dead-letter forwards succeed again", "subject", dst)
 		}
 	}
 	var err error
@@ -352,15 +359,38 @@ func (g *Guard) expire(ctx context.Context, msg jetstream.Msg, o Origin, v ttl.V
 	return nil
 }
 
-// forward publishes the dead-letter copy; it is a no-op when the
-// destination is "" for this message. It counts successes itself.
-func (g *Guard) forward(ctx context.Context, msg jetstream.Msg, o Origin, v ttl.Verdict, now time.Time, tm *ttlmetrics.Topic) error {
+// outage records whether dst's last forward failed and reports whether
+// that changed: a failure that starts an outage, a success that ends one.
+func (g *Guard) outage(dst string, failed bool) bool {
+	g.dlMu.Lock()
+	defer g.dlMu.Unlock()
+	_, was := g.dlOutages[dst]
+	switch {
+	case failed && !was:
+		if len(g.dlOutages) < maxOutages {
+			if g.dlOutages == nil {
+				g.dlOutages = map[string]struct{}{}
+			}
+			g.dlOutages[dst] = struct{}{}
+		}
+		return true
+	case !failed && was:
+		delete(g.dlOutages, dst)
+		return true
+	}
+	return false
+}
+
+// forward publishes the dead-letter copy to the subject it returns; it is
+// a no-op, returning "", when the destination is "" for this message or
+// the message is a forward itself. It counts successes itself.
+func (g *Guard) forward(ctx context.Context, msg jetstream.Msg, o Origin, v ttl.Verdict, now time.Time, tm *ttlmetrics.Topic) (string, error) {
 	dst := g.dl.Subject
 	if g.dl.SubjectFor != nil {
 		dst = g.dl.SubjectFor(o.Stream, msg.Subject())
 	}
 	if _, forwarded := msg.Headers()[ttl.HeaderExpiredReason]; dst == "" || forwarded {
-		return nil // a forward itself is never forwarded again: no loops
+		return "", nil // a forward itself is never forwarded again: no loops
 	}
 	out := nats.NewMsg(dst)
 	out.Data = msg.Data()
@@ -383,8 +413,8 @@ func (g *Guard) forward(ctx context.Context, msg jetstream.Msg, o Origin, v ttl.
 	pctx, cancel := context.WithTimeout(ctx, g.dlTimeout)
 	defer cancel()
 	if _, err := g.dl.Publisher.PublishMsg(pctx, out); err != nil {
-		return fmt.Errorf("publish to %s: %w", dst, err)
+		return dst, fmt.Errorf("publish to %s: %w", dst, err)
 	}
 	g.core.DeadLettered(tm, v.Reason)
-	return nil
+	return dst, nil
 }

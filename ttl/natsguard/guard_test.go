@@ -530,18 +530,18 @@ func mustAtoi(tb testing.TB, s string) int {
 
 // TestEmbeddedDeadLetterOutage: a dead-letter subject no stream captures
 // fails every forward; each expired message is nak'd and delivered again
-// (nothing lost), and the outage is warned of once, not once per message,
-// with an info line when forwards succeed again. Before, every failed
-// forward logged a warning.
+// (nothing lost), and each destination's outage is warned of once, not
+// once per message, with an info line when its forwards succeed again.
+// A message not forwarded (SubjectFor says "") ends no outage. Before,
+// every failed forward logged a warning.
 func TestEmbeddedDeadLetterOutage(t *testing.T) {
 	_, js := startNATS(t)
 	ctx := ctxT(t)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}}); err != nil {
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	const n = 4
-	for i := range n {
-		if _, err := js.Publish(ctx, "s", []byte(fmt.Sprint(i))); err != nil {
+	for _, subj := range []string{"s.a", "s.b", "s.none", "s.a", "s.b", "s.none"} {
+		if _, err := js.Publish(ctx, subj, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -552,12 +552,18 @@ func TestEmbeddedDeadLetterOutage(t *testing.T) {
 	var logged bytes.Buffer
 	var mu sync.Mutex
 	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	subjectFor := func(_, subject string) string {
+		if subject == "s.none" {
+			return ""
+		}
+		return "dlq." + strings.TrimPrefix(subject, "s.")
+	}
 	g, err := New(Config{MaxAge: time.Minute, Now: func() time.Time { return time.Now().Add(time.Hour) }, Logger: log,
-		DeadLetter: &DeadLetter{Publisher: js, Subject: "dlq.s", Timeout: time.Second, RetryDelay: 10 * time.Millisecond}})
+		DeadLetter: &DeadLetter{Publisher: js, SubjectFor: subjectFor, Timeout: time.Second, RetryDelay: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	handle := func(want error) {
+	handle := func(n int) {
 		t.Helper()
 		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
@@ -566,32 +572,38 @@ func TestEmbeddedDeadLetterOutage(t *testing.T) {
 		got := 0
 		for m := range batch.Messages() {
 			got++
-			err := g.Handle(ctx, m, func(context.Context, jetstream.Msg) error { return nil })
-			if !errors.Is(err, want) && (want != nil || err != nil) {
-				t.Fatalf("handle: %v, want %v", err, want)
-			}
+			_ = g.Handle(ctx, m, func(context.Context, jetstream.Msg) error { return nil })
 		}
 		if got != n {
 			t.Fatalf("fetched %d of %d", got, n)
 		}
 	}
-	handle(ErrDeadLetter) // no stream captures dlq.s
-	handle(ErrDeadLetter) // delivered again, failing again
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DLQ", Subjects: []string{"dlq.s"}}); err != nil {
+	count := func(what string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Count(logged.String(), what)
+	}
+	handle(6) // dlq.a and dlq.b fail, s.none is termed without a forward
+	handle(4) // a and b delivered again, failing again
+	if w := count("level=WARN"); w != 2 {
+		t.Errorf("%d warnings for two destinations' outages over 8 failed forwards, want 2:\n%s", w, logged.String())
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DLQA", Subjects: []string{"dlq.a"}}); err != nil {
 		t.Fatal(err)
 	}
-	handle(nil)
-	if s := g.Stats(); s.DeadLettered != n || s.DeadLetterFailed != 2*n {
-		t.Fatalf("stats %+v: want %d failed forwards, then all %d forwarded", s, 2*n, n)
+	handle(4) // a succeeds, b fails again
+	if c, w := count("succeed again"), count("level=WARN"); c != 1 || w != 2 || !strings.Contains(logged.String(), "subject=dlq.a") {
+		t.Errorf("after dlq.a came back: %d recoveries (want 1, dlq.a), %d warnings (want 2):\n%s", c, w, logged.String())
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	out := logged.String()
-	if c := strings.Count(out, "level=WARN"); c != 1 {
-		t.Errorf("%d warnings for one outage of %d failed forwards, want 1:\n%s", c, 2*n, out)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DLQB", Subjects: []string{"dlq.b"}}); err != nil {
+		t.Fatal(err)
 	}
-	if c := strings.Count(out, "succeed again"); c != 1 {
-		t.Errorf("%d lines saying the forwards succeed again, want 1:\n%s", c, out)
+	handle(2)
+	if s := g.Stats(); s.DeadLettered != 4 || s.DeadLetterFailed != 10 {
+		t.Fatalf("stats %+v: want 10 failed forwards, then all 4 forwarded", s)
+	}
+	if c, w := count("succeed again"), count("level=WARN"); c != 2 || w != 2 {
+		t.Errorf("%d recoveries (want 2), %d warnings (want 2):\n%s", c, w, logged.String())
 	}
 }
 
