@@ -120,9 +120,12 @@ type RejectError struct {
 	// Rule names the daemon's rule behind the lease that refused the
 	// message ("drain", "saturated", "probe", "hard-age", ...; the list
 	// is in docs/quota-control.md), a name that stays the same across
-	// versions; "" when no lease decided (the safe quota, a deadline, a
-	// closed producer, the broker) or the daemon is older than protocol
-	// 1.4.
+	// versions: the rule behind the lease's rate and signal. "" when no
+	// lease decided (the safe quota, a deadline, a closed producer, the
+	// broker), the daemon is older than protocol 1.4, or a keyed record
+	// was refused for its partition under a lease whose rule is not
+	// "avoid-partitions" (the partitions to avoid may come from another
+	// consumer group than the rate).
 	Rule string
 	// RetryAfter is the earliest sensible retry, 0 for no hint. It is
 	// never negative.

@@ -284,7 +284,13 @@ func (p *KafkaProducer) busyPartition(t *topic, r *kgo.Record) *RejectError {
 	}
 	rej := reject(t.name, SignalAvoidPartitions, nil, fmt.Sprintf("the record's key sends it to partition %d, which the lease says to avoid (%s)", part, v.reason),
 		v.retryAfter, &PartitionBusyError{Topic: t.name, Partition: part})
-	rej.Record, rej.Rule = r, v.rule
+	rej.Record = r
+	if v.rule == "avoid-partitions" {
+		// The lease's rule is the one behind its rate and signal; the
+		// partitions to avoid may come from another consumer group's
+		// decision, so only this rule explains a partition's refusal.
+		rej.Rule = v.rule
+	}
 	t.refused.Add(1)
 	return p.c.rejectCount(t, reasonPartition, rej)
 }

@@ -442,8 +442,15 @@ func TestKafkaLeaseRule(t *testing.T) {
 	if got := rejectRule(ErrAvoidPartitions); got != "avoid-partitions" {
 		t.Fatalf("a keyed record's refusal for its partition: rule %q, want avoid-partitions", got)
 	}
+	// The rate's rule from one group, the partitions from another: the
+	// rate's rule does not explain the partition's refusal.
+	setLease(t, p.c, quotaproto.Lease{Topic: "orders", Signal: quotaproto.SignalSlowDown, AvoidPartitions: []int32{0, 1, 2},
+		Rule: "saturated", Version: 4})
+	if got := rejectRule(ErrAvoidPartitions); got != "" {
+		t.Fatalf("a keyed record refused for its partition under a saturated lease: rule %q, want none", got)
+	}
 	for i, garbled := range []string{"Drain", "drain rule", strings.Repeat("a", 41), "dr\u00e4in"} {
-		setLease(t, p.c, quotaproto.Lease{Topic: "orders", Rate: ptr(0.0), Signal: quotaproto.SignalSlowDown, Rule: garbled, Version: uint64(4 + i)})
+		setLease(t, p.c, quotaproto.Lease{Topic: "orders", Rate: ptr(0.0), Signal: quotaproto.SignalSlowDown, Rule: garbled, Version: uint64(5 + i)})
 		if got := rejectRule(ErrRateLimited); got != "" {
 			t.Fatalf("garbled rule %q reached the rejection as %q", garbled, got)
 		}
