@@ -218,25 +218,30 @@ func checkURL(raw string) string {
 	if !strings.Contains(s, "://") {
 		s = "nats://" + s
 	}
+	shown := redactURL(raw) // a problem never quotes a password
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Sprintf("%q is not a URL: %v", raw, err)
+		var ue *url.Error
+		if errors.As(err, &ue) { // its text quotes the URL
+			err = ue.Err
+		}
+		return fmt.Sprintf("%q is not a URL: %v", shown, err)
 	}
 	// Two URLs in one entry; a comma in a password is fine.
 	if strings.Contains(u.Host, ",") {
-		return fmt.Sprintf("%q holds a comma: give each URL its own entry", raw)
+		return fmt.Sprintf("%q holds a comma: give each URL its own entry", shown)
 	}
 	switch u.Scheme {
 	case "nats", "tls", "ws", "wss":
 	default:
-		return fmt.Sprintf("unsupported scheme %q in %q (want nats, tls, ws or wss)", u.Scheme, raw)
+		return fmt.Sprintf("unsupported scheme %q in %q (want nats, tls, ws or wss)", u.Scheme, shown)
 	}
 	hostPort := u.Host
 	if u.Port() == "" {
 		hostPort = strings.TrimSuffix(hostPort, ":") + ":4222" // any valid port: only the form is checked
 	}
 	if err := brokers.CheckHostPort(hostPort); err != nil {
-		return fmt.Sprintf("%q: %v", raw, err)
+		return fmt.Sprintf("%q: %v", shown, err)
 	}
 	return ""
 }

@@ -106,3 +106,34 @@ func TestNotConnectedHidesCredentials(t *testing.T) {
 		return nil
 	})
 }
+
+// TestRedactURL: the user information goes whatever the URL's form: a
+// password with an unescaped '/', an entry holding two URLs, no scheme.
+// Config problems quote URLs the same way (url.Parse's own error text,
+// which quotes the URL, is left out).
+func TestRedactURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"nats://u:pw@h:4222":              "nats://redacted@h:4222",
+		"nats://tok3n@h":                  "nats://redacted@h",
+		"nats://u:12/34@h:4222":           "nats://redacted@h:4222",
+		"nats://u:a@h1,nats://u:b@h2":     "nats://redacted@h2",
+		"u:pw@h:4222":                     "redacted@h:4222",
+		"nats://h:4222":                   "nats://h:4222",
+		"tls://[::1]:4222":                "tls://[::1]:4222",
+		"wss://user:p%40ss@example:443/x": "wss://redacted@example:443/x",
+	} {
+		if got := redactURL(raw); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", raw, got, want)
+		}
+	}
+	for _, raw := range []string{"nats://u:s3cret@h1,nats://u:s3cret@h2", "http://u:s3cret@h:4222", "nats://u:s3cret@h:port",
+		"nats://u:s3cret@:4222", "nats://u:s3cret%zz@h"} {
+		p := checkURL(raw)
+		if p == "" {
+			t.Errorf("%q accepted", raw)
+		}
+		if strings.Contains(p, "s3cret") {
+			t.Errorf("the problem with %q quotes its password: %s", raw, p)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -782,16 +781,23 @@ func (o *Observer) assemble(now time.Time) []lag.Sample {
 func redactURLs(urls []string) string {
 	out := make([]string, len(urls))
 	for i, raw := range urls {
-		if u, err := url.Parse(raw); err == nil && u.Host != "" {
-			if u.User != nil {
-				u.User = url.User("redacted")
-			}
-			out[i] = u.String()
-		} else if at := strings.LastIndexByte(raw, '@'); at >= 0 {
-			out[i] = "redacted" + raw[at:]
-		} else {
-			out[i] = raw
-		}
+		out[i] = redactURL(raw)
 	}
 	return strings.Join(out, ",")
+}
+
+// redactURL is raw with everything between its scheme (if any) and its
+// last '@' replaced by "redacted", read as text rather than parsed, so
+// that a password with an unescaped '/' or ',' or an entry holding two
+// URLs shows no secret either.
+func redactURL(raw string) string {
+	at := strings.LastIndexByte(raw, '@')
+	if at < 0 {
+		return raw
+	}
+	start := 0
+	if i := strings.Index(raw, "://"); i >= 0 && i < at {
+		start = i + len("://")
+	}
+	return raw[:start] + "redacted" + raw[at:]
 }
