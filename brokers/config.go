@@ -1,5 +1,5 @@
 // Package brokers holds the configuration pieces the two observers share
-// (brokers/kafka and brokers/nats): name filters, client TLS, and the error
+// (brokers/kafka and brokers/nats): name filters, client TLS, server versions, and the error
 // every configuration problem is reported as. Each observer's package
 // re-exports them under its own name (kafka.Filter is brokers.Filter), so
 // callers need not import this package.

@@ -288,7 +288,7 @@ func New(cfg Config, opts ...natsgo.Option) (*Observer, error) {
 // skips: subscribed to the advisories, not refused, on a server that
 // names a term's reason (see skips.go).
 func (o *Observer) skipsCounted() bool {
-	return o.skipSub != nil && o.skipSub.IsValid() && !o.skips.warnedPerm.Load() && atLeast(o.skips.version(), 2, 10, 4)
+	return o.skipSub != nil && o.skipSub.IsValid() && !o.skips.warnedPerm.Load() && atLeast(o.skips.version(), minReasonServer)
 }
 
 // watchesSkips reports whether the observer counts the skips of a

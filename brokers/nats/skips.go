@@ -4,13 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/lagbridge/lagbridge/brokers"
 )
 
 // The ttl guard's skips. A consumer behind ttl/natsguard terminates the
@@ -158,7 +159,7 @@ func (s *skips) handle(m *natsgo.Msg) {
 	if s.domain != "" && ev.Domain != s.domain {
 		return
 	}
-	if ev.Reason == "" && !atLeast(s.version(), 2, 10, 4) && s.warnedReason.CompareAndSwap(false, true) {
+	if ev.Reason == "" && !atLeast(s.version(), minReasonServer) && s.warnedReason.CompareAndSwap(false, true) {
 		s.log.Warn("nats: the server ("+s.version()+") sends MSG_TERMINATED advisories without their reason (before 2.10.4): the ttl guard's skips cannot be told from other terms and are not counted; expired messages the guard skips read as consumption", "stream", ev.Stream, "consumer", ev.Consumer)
 	}
 	if !strings.HasPrefix(ev.Reason, expiredReason) || !s.watched(ev.Stream, ev.Consumer) {
@@ -321,23 +322,13 @@ func (s *skips) asyncError(sub *natsgo.Subscription, err error) {
 	}
 }
 
+// minReasonServer is the first nats-server whose MSG_TERMINATED advisories
+// carry the term's reason.
+var minReasonServer = brokers.Version{2, 10, 4}
+
 // atLeast reports whether the server version v ("2.10.4", "2.11.0-beta")
-// is at least major.minor.patch; an unknown version is not.
-func atLeast(v string, major, minor, patch int) bool {
-	v, _, _ = strings.Cut(v, "-")
-	parts := strings.Split(v, ".")
-	if len(parts) != 3 {
-		return false
-	}
-	want := []int{major, minor, patch}
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil {
-			return false
-		}
-		if n != want[i] {
-			return n > want[i]
-		}
-	}
-	return true
+// is at least want; an unknown version is not.
+func atLeast(v string, want brokers.Version) bool {
+	got, ok := brokers.ParseVersion(v)
+	return ok && got.AtLeast(want)
 }

@@ -146,7 +146,7 @@ func TestSkipsWarnings(t *testing.T) {
 		t.Errorf("want one warning each, got:\n%s", out)
 	}
 	for v, want := range map[string]bool{"2.10.4": true, "2.10.3": false, "2.11.0-beta": true, "1.99.99": false, "": false, "3.0.0": true} {
-		if got := atLeast(v, 2, 10, 4); got != want {
+		if got := atLeast(v, minReasonServer); got != want {
 			t.Errorf("atLeast(%q, 2.10.4) = %v, want %v", v, got, want)
 		}
 	}

@@ -3,10 +3,10 @@ package leader
 import (
 	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
 
 	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/lagbridge/lagbridge/brokers"
 )
 
 // MinNATSServer is the oldest nats-server that ha on NATS runs on: 2.11
@@ -16,14 +16,12 @@ import (
 // and a deposed leader's writes would not be fenced.
 const MinNATSServer = "2.11.0"
 
-var minNATSServer = [3]int{2, 11, 0}
+var minNATSServer = brokers.Version{2, 11, 0}
 
 // ErrServerTooOld is returned (wrapped, naming both versions) by
 // CheckServer for a server older than MinNATSServer, or one whose version
 // does not read as major.minor.patch.
 var ErrServerTooOld = errors.New("nats-server too old for ha")
-
-var semver = regexp.MustCompile(`^v?(\d+)\.(\d+)\.(\d+)`)
 
 // CheckServer checks the version of the server nc is connected to
 // (Conn.ConnectedServerVersion): an error wrapping ErrServerTooOld when it
@@ -36,20 +34,14 @@ func CheckServer(nc *natsgo.Conn) error {
 		return nil
 	}
 	v := nc.ConnectedServerVersion()
-	m := semver.FindStringSubmatch(v)
-	if m == nil {
+	got, ok := brokers.ParseVersion(v)
+	if !ok {
 		return fmt.Errorf("%w: the server at %s reports version %q, not major.minor.patch; ha on NATS needs nats-server %s or later",
 			ErrServerTooOld, nc.ConnectedUrlRedacted(), v, MinNATSServer)
 	}
-	for i := range 3 {
-		n, _ := strconv.Atoi(m[i+1])
-		if n != minNATSServer[i] {
-			if n > minNATSServer[i] {
-				return nil
-			}
-			return fmt.Errorf("%w: the server at %s is nats-server %s; ha on NATS needs %s or later (per-key times to live and fenced writes)",
-				ErrServerTooOld, nc.ConnectedUrlRedacted(), v, MinNATSServer)
-		}
+	if !got.AtLeast(minNATSServer) {
+		return fmt.Errorf("%w: the server at %s is nats-server %s; ha on NATS needs %s or later (per-key times to live and fenced writes)",
+			ErrServerTooOld, nc.ConnectedUrlRedacted(), v, MinNATSServer)
 	}
 	return nil
 }
