@@ -15,18 +15,8 @@ import (
 // says why it is not connected, the dial error naming the address, not
 // only "not connected (RECONNECTING)".
 func TestNotConnectedSaysWhy(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
-	o, err := New(Config{Cluster: "test", URLs: []string{"nats://" + addr}, RequestTimeout: time.Second},
-		natsgo.RetryOnFailedConnect(true), natsgo.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(o.Close)
+	addr := deadAddr(t)
+	o := retrying(t, "nats://"+addr)
 	eventually(t, 10*time.Second, func() error {
 		_, err := o.Observe(ctxT(t))
 		if !errors.Is(err, ErrNotConnected) {
@@ -53,6 +43,30 @@ func TestNotConnectedSaysWhy(t *testing.T) {
 	})
 }
 
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close() // nothing listens there once the test uses it
+	return ln.Addr().String()
+}
+
+// retrying is an observer of urls that keeps retrying its connection
+// (the daemon's RetryOnFailedConnect), closed with the test.
+func retrying(tb testing.TB, urls ...string) *Observer {
+	tb.Helper()
+	o, err := New(Config{Cluster: "test", URLs: urls, RequestTimeout: time.Second},
+		natsgo.RetryOnFailedConnect(true), natsgo.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(o.Close)
+	return o
+}
+
 func errString(err error) string {
 	if err == nil {
 		return "<nil>"
@@ -65,12 +79,7 @@ func errString(err error) string {
 // name the servers without their user, password or token. Before, both
 // printed the URLs as written: nats://user:s3cret@host.
 func TestNotConnectedHidesCredentials(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := deadAddr(t)
 	urls := []string{"nats://user:s3cret@" + addr, "nats://tok3n@" + addr, "user:pa55@" + addr}
 	leaks := func(msg string) error {
 		for _, secret := range []string{"s3cret", "tok3n", "pa55", "user"} {
@@ -89,12 +98,7 @@ func TestNotConnectedHidesCredentials(t *testing.T) {
 	} else if e := leaks(err.Error()); e != nil {
 		t.Error("connect error:", e)
 	}
-	o, err := New(Config{Cluster: "test", URLs: urls, RequestTimeout: time.Second},
-		natsgo.RetryOnFailedConnect(true), natsgo.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(o.Close)
+	o := retrying(t, urls...)
 	eventually(t, 10*time.Second, func() error {
 		_, err := o.Observe(ctxT(t))
 		if !errors.Is(err, ErrNotConnected) || !strings.Contains(err.Error(), "refused") {
