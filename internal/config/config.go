@@ -41,6 +41,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/internal/servertls"
 	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 	"github.com/lagbridge/lagbridge/quota"
 )
 
@@ -801,6 +802,27 @@ func (q Quota) validate(c Config) []error {
 	return errs
 }
 
+// unreportableIDs warns about each producer policy p (quota.policies[i])
+// lists whose id the quota protocol refuses (quotaproto.ValidProducer:
+// 1-128 characters of A-Z a-z 0-9 . _ : -): no SDK and no report can
+// use it, so the entry serves nobody, unless the policy sets Kafka client
+// quotas, where it is the client.id of a plain Kafka client.
+func unreportableIDs(i int, p quota.Policy) []string {
+	var out []string
+	for j, pr := range p.Producers {
+		if pr.ID == "" || quotaproto.ValidProducer(pr.ID) {
+			continue
+		}
+		what := "so this entry serves nobody"
+		if p.KafkaClientQuota {
+			what = "so it reaches only a plain Kafka client with this client.id, through its client quota"
+		}
+		out = append(out, fmt.Sprintf("quota.policies[%d].producers[%d].id: %q is not a producer id the SDK or the quota protocol accepts (1-128 characters of A-Z a-z 0-9 . _ : -), %s",
+			i, j, pr.ID, what))
+	}
+	return out
+}
+
 // split flattens a joined error.
 func split(err error) []error {
 	if err == nil {
@@ -832,8 +854,8 @@ func (c Config) Logger(w interface{ Write([]byte) (int, error) }) *slog.Logger {
 // certificates not verified, an open quota protocol beyond loopback,
 // bearer tokens over plain HTTP beyond loopback, producer grants on
 // /metrics, a policy that lists nobody (also one asking for Kafka client
-// quotas, which go by the listed producers' client.ids). Nil when there
-// is nothing to say.
+// quotas, which go by the listed producers' client.ids), a listed id
+// that no SDK or report may use. Nil when there is nothing to say.
 func (c Config) Warnings() []string {
 	var out []string
 	for i, k := range c.Kafka {
@@ -866,6 +888,7 @@ func (c Config) Warnings() []string {
 			out = append(out, fmt.Sprintf("quota.policies[%d].kafkaClientQuota: policy %q lists no producer, so it sets no Kafka client quota: the broker throttles by the client.id of each producer a policy lists",
 				i, p.Name))
 		}
+		out = append(out, unreportableIDs(i, p)...)
 	}
 	return out
 }

@@ -597,6 +597,14 @@ func TestOpenQuotaProtocol(t *testing.T) {
 		{"client quotas for nobody", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, kafkaClientQuota: true, unlisted: {max: 100}}]}\n" + kafka, false,
 			`quota.policies[0].kafkaClientQuota: policy "p" lists no producer, so it sets no Kafka client quota`},
 		{"client quotas for a listed producer", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, kafkaClientQuota: true, producers: [{id: a}]}]}\n" + kafka, false, ""},
+		// A listed id the quota protocol refuses (here a space) can
+		// never report: before, check said nothing and the SDK refused
+		// the id at NewKafka. With client quotas it is still a plain
+		// client's client.id.
+		{"an id no SDK may use", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, producers: [{id: a}, {id: 'odd id'}]}]}\n" + kafka, false,
+			`quota.policies[0].producers[1].id: "odd id" is not a producer id the SDK or the quota protocol accepts (1-128 characters of A-Z a-z 0-9 . _ : -), so this entry serves nobody`},
+		{"a client.id no SDK may use", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, kafkaClientQuota: true, producers: [{id: 'svc/a'}]}]}\n" + kafka, false,
+			`quota.policies[0].producers[0].id: "svc/a" is not a producer id the SDK or the quota protocol accepts (1-128 characters of A-Z a-z 0-9 . _ : -), so it reaches only a plain Kafka client with this client.id`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
