@@ -66,6 +66,31 @@ func TestLegacyRowsSelected(t *testing.T) {
 	}
 }
 
+// TestListSaysWhatRunsByName: --list names, on stderr, the rows that run
+// only by name (before: not a word, so `--rows legacy` was found only in
+// docs/benchmark.md), and a --rows pattern that matches nothing is exit
+// 2 with the pattern, as a run of it is (before: an empty list, exit 0).
+func TestListSaysWhatRunsByName(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := Command(context.Background(), []string{"--list"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	for _, r := range LegacyRows() {
+		if strings.Contains(stdout.String(), r.Name()) || !strings.Contains(stderr.String(), r.Name()) {
+			t.Errorf("--list: %s not named on stderr alone:\nstdout:\n%s\nstderr:\n%s", r.Name(), stdout.String(), stderr.String())
+		}
+	}
+	if !strings.Contains(stderr.String(), "--hot-partition") {
+		t.Errorf("--list does not name --hot-partition: %s", stderr.String())
+	}
+	stdout.Reset()
+	stderr.Reset()
+	code := Command(context.Background(), []string{"--rows", "kafak/*", "--list"}, &stdout, &stderr)
+	if code != 2 || stdout.Len() > 0 || !strings.Contains(stderr.String(), "no row matches --rows kafak/*") {
+		t.Errorf("--rows kafak/* --list: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+}
+
 func TestThrottlesKeepsTheLongest(t *testing.T) {
 	var th throttles
 	var wg sync.WaitGroup
