@@ -197,7 +197,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 0, "end the demo after this long (0: run until interrupted; the story then spans 60s)")
 	listen := fs.String("listen", "127.0.0.1:9464", "the daemon's HTTP address (beyond loopback only with --no-auth)")
 	noAuth := fs.Bool("no-auth", false, "serve the quota protocol without authentication (quota.auth.mode: none), to listen beyond loopback")
-	rate := fs.Float64("rate", 1000, "producer rate per broker, messages per second")
+	rate := fs.Float64("rate", demo.StoryRate, "what the services offer together, messages per second per broker (checkout 1/6, orders-api 5/18, batch-export 5/9)")
 	interval := fs.Duration("interval", time.Second, "observation interval")
 	verbose := fs.Bool("verbose", false, "print the daemon's logs")
 	if code, ok := parse(fs, args, stderr); !ok {

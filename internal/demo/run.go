@@ -36,7 +36,9 @@ type Options struct {
 	// (quota.auth.mode: none), which the daemon requires before it
 	// listens beyond loopback: the demo's producers have no tokens.
 	NoAuth bool
-	// ProduceRate in messages per second per broker. Default 1000.
+	// ProduceRate is what the services offer together, in messages per
+	// second per broker, split as StoryProducers (see Cast). Default
+	// StoryRate (1,800).
 	ProduceRate float64
 	// Normal and Slow are the consumers' speeds. Defaults 2000 and 400.
 	Normal, Slow float64
@@ -52,7 +54,7 @@ func (o *Options) defaults() {
 		o.Listen = "127.0.0.1:9464"
 	}
 	if o.ProduceRate == 0 {
-		o.ProduceRate = 1000
+		o.ProduceRate = StoryRate
 	}
 	if o.Normal == 0 {
 		o.Normal = 2000
@@ -89,6 +91,9 @@ func Config(b *Brokers, listen string, interval time.Duration) config.Config {
 // duration has passed.
 func Run(ctx context.Context, o Options) error {
 	o.defaults()
+	if !(o.ProduceRate > 0) || math.IsInf(o.ProduceRate, 1) {
+		return fmt.Errorf("--rate %v: the services' offered rate must be a positive number of messages per second", o.ProduceRate)
+	}
 	if !o.NoAuth && !quotaserver.Loopback(o.Listen) {
 		return fmt.Errorf("--listen %s is beyond loopback, where the quota protocol needs tokens the demo's producers do not have; pass --no-auth to serve it without authentication to anyone who can reach it", o.Listen)
 	}
@@ -126,7 +131,7 @@ func Run(ctx context.Context, o Options) error {
 	base := "http://" + a.Addr()
 	done := make(chan error, 1)
 	go func() { done <- a.Run(runCtx) }()
-	st, err := StartStory(b, base, StepProfile(story, o.Normal, o.Slow))
+	st, err := StartStory(b, base, StepProfile(story, o.Normal, o.Slow), o.ProduceRate)
 	if err != nil {
 		end()
 		<-done
@@ -172,7 +177,7 @@ func Run(ctx context.Context, o Options) error {
 func printCast(out io.Writer, o Options, story time.Duration) {
 	var offered float64
 	var requests, jobs []string
-	for _, p := range StoryProducers {
+	for _, p := range Cast(o.ProduceRate) {
 		offered += p.Rate
 		who := fmt.Sprintf("%s (%s, %.0f/s)", p.ID, p.Criticality, p.Rate)
 		if p.Requests {

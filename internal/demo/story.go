@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +44,24 @@ var StoryProducers = []StoryProducer{
 	{ID: "checkout", Criticality: producerclient.CriticalPlus, Rate: 300, Requests: true},
 	{ID: "orders-api", Criticality: producerclient.Critical, Rate: 500, Requests: true},
 	{ID: "batch-export", Criticality: producerclient.Sheddable, Rate: 1000},
+}
+
+// StoryRate is what StoryProducers offer together, msg/s per broker.
+const StoryRate = 1800
+
+// Cast returns StoryProducers with their rates scaled so that together
+// they offer total msg/s per broker, each keeping its share (checkout
+// 1/6, orders-api 5/18, batch-export 5/9); total <= 0 or not finite:
+// StoryRate, the rates as listed.
+func Cast(total float64) []StoryProducer {
+	cast := slices.Clone(StoryProducers)
+	if !(total > 0) || math.IsInf(total, 1) {
+		return cast
+	}
+	for i := range cast {
+		cast[i].Rate *= total / StoryRate
+	}
+	return cast
 }
 
 // requestHandlers is how many request handlers each request-answering
@@ -107,8 +127,9 @@ type Story struct {
 // is a franz-go poll loop on the library's defaults (auto-commit every
 // 5 s) with the consumer hook reporting its position to the daemon, behind
 // the ttl guard; the NATS consumer acknowledges each message, behind the
-// ttl guard.
-func StartStory(b *Brokers, daemonURL string, profile Profile) (*Story, error) {
+// ttl guard. The producers offer offered msg/s per broker together, split
+// as StoryProducers (see Cast; 0: StoryRate).
+func StartStory(b *Brokers, daemonURL string, profile Profile, offered float64) (*Story, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Story{cancel: cancel, Producers: map[string]*Tally{}}
 	fail := func(err error) (*Story, error) { s.Close(); return nil, err }
@@ -153,7 +174,7 @@ func StartStory(b *Brokers, daemonURL string, profile Profile) (*Story, error) {
 	if err != nil {
 		return fail(err)
 	}
-	for _, sp := range StoryProducers {
+	for _, sp := range Cast(offered) {
 		if err := s.startProducers(ctx, b, js, daemonURL, sp); err != nil {
 			return fail(err)
 		}
