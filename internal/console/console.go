@@ -323,8 +323,37 @@ func Why(ctx context.Context, c *Client, w io.Writer, producer string, since tim
 	}
 	if len(resp.Events) == 0 {
 		fmt.Fprintf(w, "no decision cut, released or signalled %s in that time\n", producer)
+		unknownProducer(ctx, c, w, producer)
 	}
 	return nil
+}
+
+// unknownProducer adds to an empty why whether the daemon leases to
+// producer at all: a misspelt id reads like a producer nothing happened
+// to. It says nothing when /v1/quotas cannot be read (no read or admin
+// token, no quota engine).
+func unknownProducer(ctx context.Context, c *Client, w io.Writer, producer string) {
+	var q quotas
+	if c.get(ctx, "/v1/quotas", &q) != nil {
+		return
+	}
+	var known []string
+	for _, p := range q.Producers {
+		if p.Producer == producer {
+			return
+		}
+		known = append(known, p.Producer)
+	}
+	slices.Sort(known)
+	list := "none"
+	if len(known) > 0 {
+		const most = 10
+		list = strings.Join(known[:min(len(known), most)], ", ")
+		if len(known) > most {
+			list += fmt.Sprintf(", ... (%d in all)", len(known))
+		}
+	}
+	fmt.Fprintf(w, "note: the daemon leases nothing to %s now (producers it leases to: %s); check the id\n", producer, list)
 }
 
 // Line is one event in words:

@@ -195,3 +195,41 @@ func TestLineHardAge(t *testing.T) {
 		t.Errorf("drain line %q carries the reason", got)
 	}
 }
+
+// TestWhyUnknownProducer: an empty why says whether the daemon leases to
+// the producer at all, so a misspelt id does not read as a producer
+// nothing happened to (before: only "no decision ..."); a known producer
+// and a daemon whose /v1/quotas cannot be read get no note.
+func TestWhyUnknownProducer(t *testing.T) {
+	h := daemon.NewHandler(daemon.NewStore(map[string]lag.Kind{"c": lag.KindKafka}), prometheus.NewRegistry())
+	log := history.NewLog(history.Config{}, slog.New(slog.DiscardHandler), nil)
+	(&history.API{Store: history.NewStore(history.Config{}, time.Second, time.Now().Add(-time.Hour)), Log: log}).Register(h.Mux, nil, nil)
+	h.Mux.HandleFunc("/v1/quotas", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"targets":[],"producers":[{"producer":"checkout","version":1,"leases":[]},{"producer":"batch-export","version":1,"leases":[]}]}`))
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	noQuotas := server(t, "s3cret")
+	cases := []struct {
+		name, base, token, producer string
+		note                        string // "" : no note
+	}{
+		{"a misspelt id", srv.URL, "", "chekout", "note: the daemon leases nothing to chekout now (producers it leases to: batch-export, checkout); check the id"},
+		{"a producer the daemon leases to", srv.URL, "", "checkout", ""},
+		{"no quota engine", noQuotas, "s3cret", "chekout", ""},
+	}
+	for _, c := range cases {
+		var out bytes.Buffer
+		if err := Why(context.Background(), &Client{BaseURL: c.base, Token: c.token}, &out, c.producer, time.Minute); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got := out.String()
+		if !strings.Contains(got, "no decision cut, released or signalled "+c.producer) {
+			t.Errorf("%s: %q", c.name, got)
+		}
+		if c.note == "" && strings.Contains(got, "note: the daemon leases nothing") || c.note != "" && !strings.Contains(got, c.note) {
+			t.Errorf("%s: got %q, want note %q", c.name, got, c.note)
+		}
+	}
+}
