@@ -144,6 +144,30 @@ func (c *Client) get(ctx context.Context, path string, v any) error {
 	return nil
 }
 
+// readiness returns the daemon's /readyz line ("ready: leader of a
+// (epoch 3)", "not ready: ..."), "" when it cannot be read. Any status
+// goes: a 503 says why the replica is not ready.
+func (c *Client) readiness(ctx context.Context) string {
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: 10 * time.Second}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.BaseURL, "/")+"/readyz", nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if err != nil || (resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable) {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
 // quotas is the body of /v1/quotas.
 type quotas struct {
 	Targets   []quota.Decision      `json:"targets"`
@@ -173,7 +197,11 @@ func Status(ctx context.Context, c *Client, w io.Writer) error {
 	for _, d := range q.Targets {
 		decisions[d.Target.String()] = d
 	}
-	fmt.Fprintf(w, "lagbridge at %s, %s\n\n", c.BaseURL, lagResp.GeneratedAt.Local().Format("15:04:05"))
+	fmt.Fprintf(w, "lagbridge at %s, %s\n", c.BaseURL, lagResp.GeneratedAt.Local().Format("15:04:05"))
+	if ready := c.readiness(ctx); ready != "" && ready != "ready" {
+		fmt.Fprintf(w, "replica: %s\n", ready) // with ha: leader or follower, per cluster
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CLUSTER\tKIND\tTARGETS\tLAST DATA\tERROR")
 	for _, cl := range lagResp.Clusters {

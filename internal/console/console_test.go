@@ -30,6 +30,7 @@ func server(tb testing.TB, token string) string {
 	store.Update(daemon.ClusterStatus{Name: "c", Kind: lag.KindKafka, Observed: true, LastSuccess: now},
 		[]lag.State{{Target: tg, Status: lag.StatusLagging, Lag: 3400, HeadAge: 3400 * time.Millisecond, HeadAgeKnown: true, At: now, Uncommitted: 2}})
 	h := daemon.NewHandler(store, prometheus.NewRegistry())
+	h.Election = func() (string, bool) { return "leader of c (epoch 7)", true }
 	h.Shards = func() []daemon.ShardView {
 		return []daemon.ShardView{{Cluster: "c", Shard: 0, Owner: "r1"}, {Cluster: "c", Shard: 1, Owner: "r0", Self: true},
 			{Cluster: "c", Shard: 2, Owner: "r1"}, {Cluster: "c", Shard: 3}, {Cluster: "c", Shard: 4, Owner: "r1", StandIn: true, Assigned: "r2"}}
@@ -47,7 +48,7 @@ func server(tb testing.TB, token string) string {
 			http.Error(w, `{"error":"a producer token may not read this"}`, http.StatusForbidden)
 			return
 		}
-		if r.Header.Get("Authorization") != "Bearer "+token {
+		if r.Header.Get("Authorization") != "Bearer "+token && r.URL.Path != "/readyz" { // /readyz is open, as on the daemon
 			http.Error(w, `{"error":"a token is required"}`, http.StatusUnauthorized)
 			return
 		}
@@ -81,7 +82,7 @@ func TestWhyAndStatus(t *testing.T) {
 		// status: the target with its status, lag and head age; no
 		// quota engine on this API.
 		{"status", "s3cret", func(c *Client, w *bytes.Buffer) error { return Status(ctx, c, w) },
-			[]string{"c/orders/billing", "lagging (2 without commit)", "3400", "3.40s", "quotas: this daemon has no quota engine",
+			[]string{"replica: ready: leader of c (epoch 7)", "c/orders/billing", "lagging (2 without commit)", "3400", "3.40s", "quotas: this daemon has no quota engine",
 				"shards of c: (unassigned) 3; r0 (this replica) 1; r1 0, 2, 4 (for r2)"}, nil},
 	}
 	for _, c := range cases {
@@ -218,6 +219,12 @@ func TestWhyUnknownProducer(t *testing.T) {
 		{"a misspelt id", srv.URL, "", "chekout", "note: the daemon leases nothing to chekout now (producers it leases to: batch-export, checkout); check the id"},
 		{"a producer the daemon leases to", srv.URL, "", "checkout", ""},
 		{"no quota engine", noQuotas, "s3cret", "chekout", ""},
+	}
+	// One replica (no election), not observed yet: status says why it
+	// is not ready (a ready one, plain "ready", gets no line).
+	var st bytes.Buffer
+	if err := Status(context.Background(), &Client{BaseURL: srv.URL}, &st); err != nil || !strings.Contains(st.String(), "replica: not ready: no successful observation yet of c") {
+		t.Errorf("status of one replica not observed yet: %v\n%s", err, st.String())
 	}
 	for _, c := range cases {
 		var out bytes.Buffer
