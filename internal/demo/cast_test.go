@@ -2,7 +2,9 @@ package demo
 
 import (
 	"math"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestCast: the services' rates scale to the total asked for, each
@@ -36,5 +38,30 @@ func TestCast(t *testing.T) {
 	}
 	if StoryProducers[0].Rate != 300 {
 		t.Errorf("Cast changed StoryProducers: %v", StoryProducers[0].Rate)
+	}
+}
+
+// TestOptionsValidate: what the demo refuses before it starts anything.
+// A negative --duration ran until interrupted before (as 0 does).
+func TestOptionsValidate(t *testing.T) {
+	cases := []struct {
+		name string
+		o    Options
+		want string // "": accepted
+	}{
+		{"the defaults", Options{}, ""},
+		{"a duration and a rate", Options{Duration: time.Second, ProduceRate: 900}, ""},
+		{"a negative duration", Options{Duration: -time.Second}, "--duration -1s: must not be negative"},
+		{"a negative rate", Options{ProduceRate: -5}, "--rate -5"},
+		{"an infinite rate", Options{ProduceRate: math.Inf(1)}, "--rate +Inf"},
+		{"NaN", Options{ProduceRate: math.NaN()}, "--rate NaN"},
+	}
+	for _, c := range cases {
+		o := c.o
+		o.defaults()
+		err := o.validate()
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
 	}
 }

@@ -84,6 +84,19 @@ func Config(b *Brokers, listen string, interval time.Duration) config.Config {
 	}
 }
 
+// validate refuses, after defaults, options the demo cannot run with, in
+// the words of the flags that set them: a negative duration (it ran until
+// interrupted, as 0 does) and a rate that is no rate.
+func (o Options) validate() error {
+	if o.Duration < 0 {
+		return fmt.Errorf("--duration %v: must not be negative (0: run until interrupted)", o.Duration)
+	}
+	if !(o.ProduceRate > 0) || math.IsInf(o.ProduceRate, 1) {
+		return fmt.Errorf("--rate %v: the services' offered rate must be a positive number of messages per second", o.ProduceRate)
+	}
+	return nil
+}
+
 // Run starts the embedded brokers, the daemon with the demo's quota policy,
 // and the story (SDK producers of three criticalities, consumers that slow
 // from Normal to Slow and recover); it prints a live summary every interval
@@ -91,8 +104,8 @@ func Config(b *Brokers, listen string, interval time.Duration) config.Config {
 // duration has passed.
 func Run(ctx context.Context, o Options) error {
 	o.defaults()
-	if !(o.ProduceRate > 0) || math.IsInf(o.ProduceRate, 1) {
-		return fmt.Errorf("--rate %v: the services' offered rate must be a positive number of messages per second", o.ProduceRate)
+	if err := o.validate(); err != nil {
+		return err
 	}
 	if !o.NoAuth && !quotaserver.Loopback(o.Listen) {
 		return fmt.Errorf("--listen %s is beyond loopback, where the quota protocol needs tokens the demo's producers do not have; pass --no-auth to serve it without authentication to anyone who can reach it", o.Listen)
