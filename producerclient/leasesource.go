@@ -533,6 +533,7 @@ func (o *leaseOwner) streamOnce(b *backoffState) (got bool, idx int, err error) 
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		return false, idx, fmt.Errorf("stream answered with content type %q", ct)
 	}
+	var skips eventSkips
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxSetBytes)
 	var event string
@@ -547,7 +548,7 @@ func (o *leaseOwner) streamOnce(b *backoffState) (got bool, idx int, err error) 
 				if data.Len() > 0 {
 					ds, err := o.decode(data.Bytes())
 					if err != nil {
-						o.leaseError("lagbridge lease stream event skipped", err)
+						skips.skipped(o, err)
 					} else {
 						if !o.deliverSet(ds) {
 							return got, idx, nil
@@ -591,6 +592,38 @@ func (o *leaseOwner) streamOnce(b *backoffState) (got bool, idx int, err error) 
 		return got, idx, errors.New("lease stream silent for too long")
 	}
 	return got, idx, io.ErrUnexpectedEOF
+}
+
+// eventSkips keeps the warnings about one stream's malformed events to
+// one a minute: the first at once, later ones with how many were skipped
+// since (each is still counted in the lease error and malformed
+// counters). A stream of garbage logged one warning per event before, at
+// whatever rate the server sent them.
+type eventSkips struct {
+	warned time.Time // the last warning; zero: none on this stream
+	since  int       // events skipped since it
+}
+
+// eventSkipWarnEvery is the most often one stream warns about skipped
+// events.
+const eventSkipWarnEvery = time.Minute
+
+func (e *eventSkips) skipped(o *leaseOwner, err error) {
+	now := o.c.clock.Now()
+	if !e.warned.IsZero() && now.Sub(e.warned) < eventSkipWarnEvery {
+		e.since++
+		o.errorsTotal.Add(1)
+		o.lastErrorUnix.Store(now.Unix())
+		return
+	}
+	if e.since > 0 {
+		o.errorsTotal.Add(1)
+		o.lastErrorUnix.Store(now.Unix())
+		o.c.cfg.Logger.Warn("lagbridge lease stream event skipped", "error", err, "skipped_since_last_warning", e.since+1)
+	} else {
+		o.leaseError("lagbridge lease stream event skipped", err)
+	}
+	e.warned, e.since = now, 0
 }
 
 // kvWatcher reads this producer's leases from the KV bucket: every key

@@ -1,0 +1,61 @@
+package producerclient
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
+)
+
+// TestStreamSkipsWarnOnce: a stream of malformed events (a proxy or a
+// server that garbles them) is one warning a minute per stream, each event
+// still counted; before, every event was a warning, at the server's rate
+// (61 in 6 s from one sending 10 a second). The held lease stays.
+func TestStreamSkipsWarnOnce(t *testing.T) {
+	const events = 50
+	d := newHostileDaemon(t)
+	d.honest(1, 100)
+	var logs syncBuffer
+	p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Leases: LeaseConfig{URL: d.srv.URL, Transport: SSE, DefaultLeaseTTL: time.Minute, RequestTimeout: time.Second,
+			StreamIdle: 5 * time.Second, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}})
+	eventually(t, 10*time.Second, "the honest lease", func() bool { q, _ := p.Quota("orders"); return q.FromLease && q.Rate == 100 })
+	set, _, _, _ := d.state()
+	d.turn(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != quotaproto.PathStream {
+			_, _ = w.Write(set) // reports are answered honestly
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range events {
+			fmt.Fprintf(w, "event: leases\ndata: {\"producer\": <<<garbage %d\n\n", i)
+		}
+		w.(http.Flusher).Flush()
+		tk := time.NewTicker(50 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tk.C:
+				fmt.Fprint(w, ":\n\n") // keepalive: the stream stays up
+				w.(http.Flusher).Flush()
+			}
+		}
+	})
+	eventually(t, 10*time.Second, "every event counted", func() bool { return p.Stats().LeaseMalformed >= events })
+	if n := strings.Count(logs.String(), "lease stream event skipped"); n != 1 {
+		t.Errorf("%d warnings for %d malformed events on one stream, want 1:\n%s", n, events, logs.String())
+	}
+	if q, _ := p.Quota("orders"); !q.FromLease || q.Rate != 100 {
+		t.Errorf("the held lease went: %+v", q)
+	}
+	if s := p.Stats(); s.LeaseErrors < events {
+		t.Errorf("lease errors %d, want at least %d", s.LeaseErrors, events)
+	}
+}
