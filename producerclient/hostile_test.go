@@ -162,6 +162,24 @@ func heapPeak() (stop func() uint64) {
 	}
 }
 
+// dribble writes chunk every period, flushed, until the request ends or
+// a write fails.
+func dribble(w http.ResponseWriter, r *http.Request, every time.Duration, chunk string) {
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-tk.C:
+			if _, err := w.Write([]byte(chunk)); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	}
+}
+
 // TestHostileLeaseServer: each hostile answer leaves the producer on its
 // documented safe behaviour, grows its heap by less than 16 MiB, and the
 // next honest lease applies.
@@ -223,19 +241,7 @@ func TestHostileLeaseServer(t *testing.T) {
 			return func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "text/event-stream")
 				w.WriteHeader(http.StatusOK)
-				tk := time.NewTicker(20 * time.Millisecond)
-				defer tk.Stop()
-				for {
-					select {
-					case <-r.Context().Done():
-						return
-					case <-tk.C:
-						if _, err := w.Write([]byte("d")); err != nil {
-							return
-						}
-						w.(http.Flusher).Flush()
-					}
-				}
+				dribble(w, r, 20*time.Millisecond, "d")
 			}
 		}, func(q Quota, s Stats) bool { return stillHonest(q) && s.LeaseErrors >= 2 }},
 		// Garbage instead of JSON.

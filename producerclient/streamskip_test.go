@@ -36,17 +36,7 @@ func TestStreamSkipsWarnOnce(t *testing.T) {
 			fmt.Fprintf(w, "event: leases\ndata: {\"producer\": <<<garbage %d\n\n", i)
 		}
 		w.(http.Flusher).Flush()
-		tk := time.NewTicker(50 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			select {
-			case <-r.Context().Done():
-				return
-			case <-tk.C:
-				fmt.Fprint(w, ":\n\n") // keepalive: the stream stays up
-				w.(http.Flusher).Flush()
-			}
-		}
+		dribble(w, r, 50*time.Millisecond, ":\n\n") // keepalives: the stream stays up
 	})
 	eventually(t, 10*time.Second, "every event counted", func() bool { return p.Stats().LeaseMalformed >= events })
 	if n := strings.Count(logs.String(), "lease stream event skipped"); n != 1 {
