@@ -159,7 +159,7 @@ func (k *Kafka) Release(ctx context.Context) {
 	k.released = true
 	k.revokes++
 	k.lease.mu.Lock()
-	k.held = false
+	k.held, k.lease.released = false, true
 	k.lease.mu.Unlock()
 	k.mu.Unlock()
 	k.notify(time.Now())

@@ -95,9 +95,12 @@ type lease struct {
 	held   bool
 	epoch  int64
 	until  time.Time
-	onRole func(Role, int64) // called, outside mu, when the role changes (or the epoch, leading); may be nil
-	last   Role
-	lastEp int64 // the epoch last notified
+	onRole func(r Role, epoch int64, released bool) // called, outside mu, when the role changes (or the epoch, leading); may be nil
+	// released: this replica gave leadership up (Release), so a turn to
+	// follower is its own graceful stop, not another replica leading.
+	released bool
+	last     Role
+	lastEp   int64 // the epoch last notified
 }
 
 // confirm records that the broker confirmed, at sent (when the request
@@ -153,10 +156,10 @@ func (l *lease) notify(now time.Time) {
 	case l.held && now.Before(l.until):
 		r = RoleLeader
 	}
-	changed, epoch, f := r != l.last || (r == RoleLeader && l.epoch != l.lastEp), l.epoch, l.onRole
+	changed, epoch, f, released := r != l.last || (r == RoleLeader && l.epoch != l.lastEp), l.epoch, l.onRole, l.released
 	l.last, l.lastEp = r, l.epoch
 	l.mu.Unlock()
 	if changed && f != nil {
-		f(r, epoch)
+		f(r, epoch, released)
 	}
 }

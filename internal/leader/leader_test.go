@@ -3,6 +3,8 @@ package leader
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/lagbridge/lagbridge/integration/kafkatest"
 	"github.com/lagbridge/lagbridge/internal/embedded"
+	lbtest "github.com/lagbridge/lagbridge/internal/testutil"
 )
 
 // replica is one elector running under its own context.
@@ -72,7 +75,10 @@ func waitLeader(tb testing.TB, rs []*replica, limit time.Duration) (int, int64) 
 // checks that another one leads within the session timeout plus one
 // interval, in a higher epoch, and that the killed one stops leading by
 // its clock; then a graceful release hands over at once.
-func failover(t *testing.T, mk func(id string) Elector, session, every time.Duration) {
+//
+// The replicas log to logs: the released leader says it stepped down
+// (before: "following: another replica publishes", also when none ran).
+func failover(t *testing.T, logs *lbtest.Buffer, mk func(id string) Elector, session, every time.Duration) {
 	var rs []*replica
 	for i := range 3 {
 		rs = append(rs, start(t, mk(fmt.Sprintf("r%d", i))))
@@ -109,7 +115,14 @@ func failover(t *testing.T, mk func(id string) Elector, session, every time.Dura
 
 	// A graceful release hands over well before the session timeout.
 	released := time.Now()
+	before := strings.Count(logs.String(), "following: another replica publishes")
 	rest[second].e.Release(context.Background())
+	if n := strings.Count(logs.String(), "stepped down: this replica stops leading"); n != 1 {
+		t.Errorf("%d step-down lines after a release, want 1:\n%s", n, logs.String())
+	}
+	if n := strings.Count(logs.String(), "following: another replica publishes"); n != before {
+		t.Errorf("the released leader logged that another replica publishes:\n%s", logs.String())
+	}
 	if _, ok := rest[second].e.Leading(time.Now()); ok {
 		t.Errorf("a released leader still leads")
 	}
@@ -126,7 +139,8 @@ func TestNATSFailover(t *testing.T) {
 	// Whole seconds: on NATS a key lives for its session rounded up
 	// (leader.KeyTTL).
 	session, every := 2*time.Second, 100*time.Millisecond
-	failover(t, func(id string) Elector {
+	var logs lbtest.Buffer
+	failover(t, &logs, func(id string) Elector {
 		nc, err := natsgo.Connect(s.ClientURL())
 		if err != nil {
 			t.Fatal(err)
@@ -136,7 +150,7 @@ func TestNATSFailover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return NewNATS(js, "", Config{Cluster: "n", ID: id, Name: "test", Session: session, Every: every})
+		return NewNATS(js, "", Config{Cluster: "n", ID: id, Name: "test", Session: session, Every: every, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	}, session, every)
 }
 
@@ -147,8 +161,9 @@ func TestKafkaFailover(t *testing.T) {
 			election := fmt.Sprintf("lagbridge-test-%d", time.Now().UnixNano())
 			// Kafka's group.min.session.timeout.ms defaults to 6s.
 			session, every := 6*time.Second, 500*time.Millisecond
-			failover(t, func(id string) Elector {
-				return NewKafka([]kgo.Opt{kgo.SeedBrokers(addrs...)}, Config{Cluster: "k", ID: id, Name: election, Session: session, Every: every})
+			var logs lbtest.Buffer
+			failover(t, &logs, func(id string) Elector {
+				return NewKafka([]kgo.Opt{kgo.SeedBrokers(addrs...)}, Config{Cluster: "k", ID: id, Name: election, Session: session, Every: every, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 			}, session, every)
 		})
 	}
@@ -160,7 +175,7 @@ func TestLeaseExpires(t *testing.T) {
 	var l lease
 	var mu sync.Mutex
 	var roles []Role
-	l.onRole = func(r Role, _ int64) { mu.Lock(); roles = append(roles, r); mu.Unlock() }
+	l.onRole = func(r Role, _ int64, _ bool) { mu.Lock(); roles = append(roles, r); mu.Unlock() }
 	t0 := time.Unix(1000, 0)
 	if got := l.role(t0); got != RoleUnknown {
 		t.Fatalf("role before any answer: %v", got)

@@ -14,7 +14,8 @@ import (
 func TestEpochWhileLeading(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
 	var l lease
-	l.onRole = m.Watch("k")
+	w := m.Watch("k")
+	l.onRole = func(r Role, epoch int64, _ bool) { w(r, epoch) }
 	t0 := time.Unix(1000, 0)
 	l.confirm(t0, 7, 4*time.Second)
 	l.confirm(t0.Add(time.Second), 7, 4*time.Second) // same epoch: nothing new

@@ -262,5 +262,8 @@ func (n *NATS) Release(ctx context.Context) {
 	// A purge marker that expires: nothing is left of a released key.
 	_ = n.kv.Purge(ctx, n.cfg.Name, jetstream.LastRevision(n.rev), jetstream.PurgeTTL(time.Second))
 	n.rev, n.made = 0, 0
+	n.lease.mu.Lock()
+	n.lease.released = true
+	n.lease.mu.Unlock()
 	n.follow(time.Now())
 }
