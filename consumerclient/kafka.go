@@ -62,6 +62,9 @@ type kafkaPart struct {
 	tp     topicPartition
 	inHand []handRecord
 	next   int64 // the offset after the last record polled
+	// skipped counts the records the guard skipped as expired since the
+	// partition was assigned (Skipped): a running count, reported.
+	skipped int64
 }
 
 type handRecord struct {
@@ -207,6 +210,19 @@ func (r *KafkaReporter) Finished(rec *kgo.Record) {
 	p.next = max(p.next, rec.Offset+1)
 }
 
+// Skipped counts rec as skipped as expired (ttl/kafkaguard calls it, as
+// its kafkaguard.Skipper, before Finished): each report carries the
+// partition's running count (quotaproto.ConsumerPartition.Skipped), so
+// that the daemon does not read a backlog the guard skipped in one go as
+// the consumer's capacity.
+func (r *KafkaReporter) Skipped(rec *kgo.Record) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.parts[topicPartition{rec.Topic, rec.Partition}]; p != nil && p.skipped < quotaproto.MaxSkipped {
+		p.skipped++
+	}
+}
+
 // snapshot is the sender's view: the partitions the client owns, each in
 // hand or idle. A partition in hand says how many records it holds and
 // for how long none was finished (since the poll, or the last Finished):
@@ -261,6 +277,7 @@ func (r *KafkaReporter) snapshot(now time.Time) (string, []quotaproto.ConsumerTo
 			cp = quotaproto.ConsumerPartition{Partition: tp.partition, Position: p.inHand[0].offset, HeadTimeMs: p.inHand[0].tsMs,
 				Held: min(int64(len(p.inHand)), quotaproto.MaxHeld), HeldMs: heldMs}
 		}
+		cp.Skipped = p.skipped
 		byTopic[tp.topic] = append(byTopic[tp.topic], cp)
 	}
 	if managed {

@@ -130,7 +130,7 @@ func TestKafkaReporterMixedReplicas(t *testing.T) {
 			return
 		}
 		mu.Lock()
-		if hasHeld(rep.Topics) {
+		if newer[0].in(rep.Topics) {
 			withHeld++
 		} else {
 			withoutHeld++
@@ -159,4 +159,84 @@ func TestKafkaReporterMixedReplicas(t *testing.T) {
 		defer mu.Unlock()
 		return withHeld >= before+5
 	})
+}
+
+// report14 is a consumer report as a daemon of protocol 1.4 reads it:
+// held and heldMs, no skipped.
+type report14 struct {
+	Kind     string `json:"kind"`
+	Cluster  string `json:"cluster,omitempty"`
+	Group    string `json:"group"`
+	Member   string `json:"member,omitempty"`
+	SentAtMs int64  `json:"sentAtMs,omitempty"`
+	Topics   []struct {
+		Topic      string `json:"topic"`
+		Partitions []struct {
+			Partition  int32 `json:"partition"`
+			Position   int64 `json:"position"`
+			HeadTimeMs int64 `json:"headTimeMs,omitempty"`
+			Idle       bool  `json:"idle,omitempty"`
+			Held       int64 `json:"held,omitempty"`
+			HeldMs     int64 `json:"heldMs,omitempty"`
+		} `json:"partitions"`
+	} `json:"topics"`
+}
+
+// TestKafkaReporterDaemonWithoutSkips: a hook of protocol 1.5 whose guard
+// skipped records, against a daemon of 1.4, which refuses the skip count
+// as an unknown field. The hook sends the same report without it, and
+// keeps the held counts the daemon knows.
+func TestKafkaReporterDaemonWithoutSkips(t *testing.T) {
+	const topic = "noskips"
+	c := newKafkaCluster(t, topic, 1)
+	produce(t, c, topic, 0, 5, time.Now())
+	var mu sync.Mutex
+	var refused []string
+	var stored []report14
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var rep report14
+		err := quotaserver.DecodeStrict(body, &rep, "kind", "group", "topics", "topics[].topic", "topics[].partitions",
+			"topics[].partitions[].partition", "topics[].partitions[].position")
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			refused = append(refused, err.Error())
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(quotaproto.ErrorBody{Error: "malformed body: " + err.Error()})
+			return
+		}
+		stored = append(stored, rep)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer ts.Close()
+	rep, err := NewKafkaReporter(Config{URL: ts.URL, Interval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	cl := newKafkaClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
+	recs := pollN(t, cl, 5)
+	rep.Skipped(recs[0]) // as the guard does for an expired record, before Finished
+	rep.Finished(recs[0])
+	waitFor(t, "three reports with the held count stored", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, r := range stored {
+			if p := r.Topics[0].Partitions[0]; p.Position == recs[1].Offset && p.Held == 4 {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refused) != 1 || !quotaproto.RefusesField("malformed body: "+refused[0], "skipped") {
+		t.Errorf("the 1.4 daemon refused %q, want the first report only, for skipped", refused)
+	}
+	if n := rep.s.count(outcomeRefused); n != 0 {
+		t.Errorf("the hook counts %d refused reports, want 0", n)
+	}
 }

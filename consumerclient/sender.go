@@ -64,16 +64,60 @@ type endpoint struct {
 	sent, refused, failed atomic.Uint64
 	failing               bool
 	lastRefusal           string
-	// heldOff is when this replica refused a report for its held counts
-	// (a daemon older than protocol 1.3; zero: never): its reports go
-	// without them until heldRetry later (it may be upgraded meanwhile).
-	// Per replica: in a rolling upgrade an older replica does not strip
-	// the counts from the reports to the upgraded ones.
-	heldOff time.Time
+	// off holds, per field of newer, when this replica refused a report
+	// for it (a daemon older than the field's protocol; zero: never): its
+	// reports go without it until heldRetry later (it may be upgraded
+	// meanwhile). Per replica: in a rolling upgrade an older replica does
+	// not strip the field from the reports to the upgraded ones.
+	off [len(newer)]time.Time
 }
 
-// heldRetry is how long the reports go without their held counts after
-// a daemon refused them, before they carry them again.
+// newerField is a report field some daemons do not know: their strict
+// decoder refuses a report that carries it ("malformed body:
+// topics[].partitions[].held: unknown field"), and the sender then sends
+// the same report without it.
+type newerField struct {
+	protocol, what string
+	names          []string // the JSON names the refusal may name
+	has            func(quotaproto.ConsumerPartition) bool
+	strip          func(*quotaproto.ConsumerPartition)
+}
+
+// newer are the optional partition fields, oldest protocol first.
+var newer = [...]newerField{
+	{protocol: "1.3", what: "held counts", names: []string{"held", "heldMs"},
+		has:   func(p quotaproto.ConsumerPartition) bool { return p.Held != 0 || p.HeldMs != 0 },
+		strip: func(p *quotaproto.ConsumerPartition) { p.Held, p.HeldMs = 0, 0 }},
+	{protocol: "1.5", what: "skip counts", names: []string{"skipped"},
+		has:   func(p quotaproto.ConsumerPartition) bool { return p.Skipped != 0 },
+		strip: func(p *quotaproto.ConsumerPartition) { p.Skipped = 0 }},
+}
+
+// in says whether a partition of topics carries the field.
+func (f *newerField) in(topics []quotaproto.ConsumerTopic) bool {
+	for _, t := range topics {
+		if slices.ContainsFunc(t.Partitions, f.has) {
+			return true
+		}
+	}
+	return false
+}
+
+// without returns topics without the field, leaving topics as they are.
+func (f *newerField) without(topics []quotaproto.ConsumerTopic) []quotaproto.ConsumerTopic {
+	out := make([]quotaproto.ConsumerTopic, len(topics))
+	for i, t := range topics {
+		ps := slices.Clone(t.Partitions)
+		for j := range ps {
+			f.strip(&ps[j])
+		}
+		out[i] = quotaproto.ConsumerTopic{Topic: t.Topic, Partitions: ps}
+	}
+	return out
+}
+
+// heldRetry is how long the reports go without a newer field (their held
+// or skip counts) after a daemon refused it, before they carry it again.
 const heldRetry = 10 * time.Minute
 
 // newSender validates cfg, registers the metrics and starts the goroutine.
@@ -164,8 +208,10 @@ func (s *sender) serve(ctx context.Context, ep *endpoint) {
 			return
 		case reps := <-ep.box:
 			for _, rep := range reps {
-				if !ep.heldOff.IsZero() && time.Since(ep.heldOff) < heldRetry {
-					rep.Topics = withoutHeld(rep.Topics)
+				for i := range newer {
+					if !ep.off[i].IsZero() && time.Since(ep.off[i]) < heldRetry {
+						rep.Topics = newer[i].without(rep.Topics)
+					}
 				}
 				s.post(ctx, ep, rep)
 			}
@@ -242,16 +288,20 @@ func (s *sender) post(ctx context.Context, ep *endpoint, rep quotaproto.Consumer
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
 		var eb quotaproto.ErrorBody
 		_ = json.Unmarshal(msg, &eb)
-		if resp.StatusCode == http.StatusBadRequest && quotaproto.RefusesHeld(eb.Error) && hasHeld(rep.Topics) {
-			// A daemon older than protocol 1.3: the same report without
-			// the counts (the daemon then reads the positions as before).
-			if ep.heldOff.IsZero() {
-				s.cfg.Logger.Info("consumerclient: the daemon does not know the held counts of protocol 1.3; "+
+		for i := range newer {
+			f := &newer[i]
+			if resp.StatusCode != http.StatusBadRequest || !quotaproto.RefusesField(eb.Error, f.names...) || !f.in(rep.Topics) {
+				continue
+			}
+			// A daemon older than the field's protocol: the same report
+			// without it (the daemon then reads the report as before).
+			if ep.off[i].IsZero() {
+				s.cfg.Logger.Info("consumerclient: the daemon does not know the "+f.what+" of protocol "+f.protocol+"; "+
 					"reporting without them (upgrade the daemon, every replica, before its consumers' hooks)",
 					"url", ep.shown, "error", eb.Error)
 			}
-			ep.heldOff = time.Now()
-			rep.Topics = withoutHeld(rep.Topics)
+			ep.off[i] = time.Now()
+			rep.Topics = f.without(rep.Topics)
 			s.post(ctx, ep, rep)
 			return
 		}
@@ -264,32 +314,6 @@ func (s *sender) post(ctx context.Context, ep *endpoint, rep quotaproto.Consumer
 	default:
 		s.failure(ep, fmt.Errorf("status %d", resp.StatusCode))
 	}
-}
-
-// hasHeld says whether a partition of topics carries a held count.
-func hasHeld(topics []quotaproto.ConsumerTopic) bool {
-	for _, t := range topics {
-		for _, p := range t.Partitions {
-			if p.Held != 0 || p.HeldMs != 0 {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// withoutHeld returns topics without the held counts (protocol 1.2's
-// report), leaving topics as they are.
-func withoutHeld(topics []quotaproto.ConsumerTopic) []quotaproto.ConsumerTopic {
-	out := make([]quotaproto.ConsumerTopic, len(topics))
-	for i, t := range topics {
-		ps := slices.Clone(t.Partitions)
-		for j := range ps {
-			ps[j].Held, ps[j].HeldMs = 0, 0
-		}
-		out[i] = quotaproto.ConsumerTopic{Topic: t.Topic, Partitions: ps}
-	}
-	return out
 }
 
 func (s *sender) failure(ep *endpoint, err error) {

@@ -36,7 +36,11 @@ type endPoint struct {
 
 // partTrack is what a Tracker remembers of one partition.
 type partTrack struct {
-	kind       Kind
+	kind Kind
+	// repSkipped and repMember are the running skip count of the last
+	// fresh report counted and its member (see reportedSkips).
+	repSkipped int64
+	repMember  string
 	raw        PartitionSample // the newest reading (stale: the last good values, flagged)
 	observedAt time.Time
 
@@ -303,6 +307,23 @@ func (pt *partTrack) rate(r Rules, gap time.Duration, now time.Time) float64 {
 		return 0
 	}
 	return float64(last.pos-ref.pos) / time.Duration(span).Seconds()
+}
+
+// reportedSkips returns the messages the partition's fresh report says
+// were skipped since the last report counted: the growth of its running
+// count (Report.Skipped) while the same member reports. A new member, or
+// a count that went back (its reporter restarted), restarts from its
+// count and counts nothing: its total is no interval's.
+func (pt *partTrack) reportedSkips(rep Report, at time.Time, r Rules) int64 {
+	if !rep.freshAt(at, r) || rep.Skipped <= 0 && pt.repSkipped == 0 {
+		return 0
+	}
+	n := int64(0)
+	if rep.Member == pt.repMember && rep.Skipped >= pt.repSkipped {
+		n = rep.Skipped - pt.repSkipped
+	}
+	pt.repSkipped, pt.repMember = rep.Skipped, rep.Member
+	return n
 }
 
 // freshAt reports whether rep is a report at most r.ReportFresh old at now.

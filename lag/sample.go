@@ -209,6 +209,14 @@ type Report struct {
 	// what it consumes while its position stands still.
 	Held    int64         `json:"held,omitempty"`
 	HeldFor time.Duration `json:"heldFor,omitempty"`
+	// Skipped is the reporter's running count of the messages of this
+	// partition it skipped as expired (the ttl guard), and Member the
+	// reporting member's name: the Tracker adds the growth of the count
+	// between two readings of the same member to the partition's
+	// Skipped (a new member, or a count that went back, restarts it).
+	// Kafka only; 0 and "" when not given.
+	Skipped int64  `json:"skipped,omitempty"`
+	Member  string `json:"member,omitempty"`
 }
 
 // IsZero reports whether r carries no report.

@@ -484,6 +484,9 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 		if p.Reported.freshAt(s.At, r) || s.Target.Kind == KindKafka && readBefore && p.Committed >= 0 && p.Committed > prevRaw.Committed {
 			consuming = true
 		}
+		if newReading {
+			p.Skipped += pt.reportedSkips(p.Reported, s.At, r)
+		}
 		if newReading && p.Skipped > 0 {
 			st.Skipped += p.Skipped
 			dSkipped += p.Skipped

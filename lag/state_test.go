@@ -509,3 +509,39 @@ func TestSkippedCounted(t *testing.T) {
 		}
 	}
 }
+
+// TestReportedSkipsCounted: a Kafka consumer's reports carry the running
+// count of the records its guard skipped (Report.Skipped); the growth
+// between two readings of the same member is the partition's Skipped. A
+// new member (a rebalance) or a count that went back (a restarted
+// reporter) restarts it and counts nothing: its total is no interval's.
+func TestReportedSkipsCounted(t *testing.T) {
+	at := func(s float64) time.Time { return t0.Add(sec(s)) }
+	reported := func(s float64, end, pos, skipped int64, member string) Sample {
+		p := part(0, end, 0, time.Time{})
+		p.Committed = 0
+		p.Reported = Report{At: at(s), Position: pos, Skipped: skipped, Member: member}
+		return sample(at(s), 1, p)
+	}
+	tr := NewTracker(nil)
+	steps := []struct {
+		s              float64
+		end, pos, skip int64
+		member         string
+		wantRate       float64
+		wantTotal      int64
+	}{
+		{0, 1000, 1000, 40, "m1", 0, 0},      // first sight: a total, no interval's
+		{1, 2000, 2000, 940, "m1", 900, 900}, // 1,000 consumed, 900 of them skipped
+		{2, 2400, 2400, 940, "m1", 0, 900},   // 400 done
+		{3, 2800, 2800, 30, "m2", 0, 900},    // a new member: restart
+		{4, 3200, 3200, 80, "m2", 50, 950},   // +50
+		{5, 3600, 3600, 10, "m2", 0, 950},    // went back: restart
+	}
+	for _, c := range steps {
+		st := tr.Observe(reported(c.s, c.end, c.pos, c.skip, c.member), at(c.s))
+		if st.Skipped != c.wantTotal || (c.s > 0 && st.SkipRateInstant != c.wantRate) {
+			t.Fatalf("at +%.0fs: %d skipped in all, %.0f/s; want %d, %.0f/s", c.s, st.Skipped, st.SkipRateInstant, c.wantTotal, c.wantRate)
+		}
+	}
+}

@@ -473,3 +473,30 @@ func TestConsumerReportHeld(t *testing.T) {
 		t.Errorf("merged NATS report %+v, want position 50 and no count", r)
 	}
 }
+
+// TestConsumerReportSkipped: a Kafka report's running skip count and its
+// member reach the sample (lag.Report.Skipped, Member), so that lag/ can
+// take the growth between readings out of the consumption; a negative
+// count is refused naming the field.
+func TestConsumerReportSkipped(t *testing.T) {
+	clk := &fakeClock{t: ct0}
+	ts, c, _ := newConsumersServer(t, Auth{}, ConsumersConfig{Now: clk.Now})
+	head := ct0.Add(-time.Second).UnixMilli()
+	body := fmt.Sprintf(`{"kind":"kafka","cluster":"main","group":"billing","member":"m1","topics":[{"topic":"orders","partitions":[`+
+		`{"partition":0,"position":100,"headTimeMs":%d,"skipped":1275},{"partition":1,"position":9,"idle":true}]}]}`, head)
+	if code, msg := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", body); code != 204 {
+		t.Fatalf("report with skipped: %d %s", code, msg)
+	}
+	s := sampleOf("main", 0, 1)
+	c.Overlay(&s, ct0)
+	if r := s.Partitions[0].Reported; r.Skipped != 1275 || r.Member != "m1" {
+		t.Errorf("partition 0: reported %+v, want skipped 1275 by m1", r)
+	}
+	if r := s.Partitions[1].Reported; r.Skipped != 0 {
+		t.Errorf("partition 1: reported %+v, want none skipped", r)
+	}
+	bad := `{"kind":"kafka","group":"billing","topics":[{"topic":"orders","partitions":[{"partition":0,"position":1,"idle":true,"skipped":-1}]}]}`
+	if code, msg := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", bad); code != 400 || !strings.Contains(msg, "partitions[0].skipped -1 must be from 0") {
+		t.Errorf("negative skipped: %d %s, want 400 naming it", code, msg)
+	}
+}

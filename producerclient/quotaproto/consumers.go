@@ -36,8 +36,11 @@ const (
 	maxUnixMs = 1e14
 	// MaxHeld and MaxHeldMs bound ConsumerPartition.Held and HeldMs: a
 	// reporter caps what it sends at them (MaxHeldMs is a day).
-	MaxHeld   = 1 << 30
-	MaxHeldMs = 24 * 60 * 60 * 1000
+	MaxHeld = 1 << 30
+	// MaxSkipped bounds ConsumerPartition.Skipped (2^53: exact in a
+	// JSON number); a reporter stops counting there.
+	MaxSkipped = 1 << 53
+	MaxHeldMs  = 24 * 60 * 60 * 1000
 )
 
 // Broker kinds a consumer report names.
@@ -116,6 +119,13 @@ type ConsumerPartition struct {
 	// With Held it bounds the consumer's capacity: it finished fewer
 	// than all it holds in that time. Only with Held.
 	HeldMs int64 `json:"heldMs,omitempty"`
+	// Skipped optionally counts the messages of this partition the
+	// consumer skipped as expired (the ttl guard) since its reporter
+	// started: a running count, never going back while the reporter
+	// runs, 0 to MaxSkipped; 0: none or not given. The daemon takes the
+	// growth between two readings out of the consumption it reads as
+	// capacity (a skip costs the consumer nothing).
+	Skipped int64 `json:"skipped,omitempty"`
 }
 
 // HeadTime returns HeadTimeMs as a time, zero when idle or unset.
@@ -210,6 +220,9 @@ func (r ConsumerReport) Validate() error {
 			case p.Held > 0 && p.HeadTimeMs <= 0:
 				bad("%s.held %d needs headTimeMs: it counts the messages in hand", at, p.Held)
 			}
+			if p.Skipped < 0 || p.Skipped > MaxSkipped {
+				bad("%s.skipped %d must be from 0 to %d", at, p.Skipped, int64(MaxSkipped))
+			}
 			switch {
 			case p.HeldMs < 0 || p.HeldMs > MaxHeldMs:
 				bad("%s.heldMs %d must be from 0 to %d", at, p.HeldMs, MaxHeldMs)
@@ -229,8 +242,13 @@ func (r ConsumerReport) Validate() error {
 // field as unknown: a daemon older than protocol 1.3, whose strict
 // decoder answers "malformed body: topics[].partitions[].held: unknown
 // field". A reporter then sends the same report without them.
-func RefusesHeld(errText string) bool {
-	for _, f := range []string{"held", "heldMs"} {
+func RefusesHeld(errText string) bool { return RefusesField(errText, "held", "heldMs") }
+
+// RefusesField says whether a daemon's error text refuses the report for
+// one of a partition's fields named as unknown (RefusesHeld for any
+// newer field: "skipped", protocol 1.5).
+func RefusesField(errText string, names ...string) bool {
+	for _, f := range names {
 		if strings.Contains(errText, "partitions[]."+f+": unknown field") {
 			return true
 		}

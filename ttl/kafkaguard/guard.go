@@ -142,6 +142,15 @@ type Progress interface {
 	Finished(r *kgo.Record)
 }
 
+// Skipper is a [Progress] that is also told which records the guard
+// skipped as expired, before their Finished: a consumer reporter counts
+// them (consumerclient.KafkaReporter), so that the daemon does not read a
+// backlog the guard skipped in one go as the consumer's capacity. Optional:
+// a Progress without it is told Finished only.
+type Skipper interface {
+	Skipped(r *kgo.Record)
+}
+
 // Validate returns every problem of c at once (errors.Join), each wrapping
 // [ErrInvalidConfig]; nil when c is valid.
 func (c *Config) Validate() error {
@@ -313,6 +322,9 @@ func (g *Guard) Process(ctx context.Context, recs []*kgo.Record, h Handler) (don
 		if v.Expired() {
 			if g.dl != nil {
 				dl = g.forward(ctx, dl, i, r, v, now, tm)
+			}
+			if s, ok := g.progress.(Skipper); ok {
+				s.Skipped(r)
 			}
 			if g.progress != nil {
 				g.progress.Finished(r)
