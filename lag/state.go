@@ -487,6 +487,12 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 		if newReading {
 			p.Skipped += pt.reportedSkips(p.Reported, s.At, r)
 		}
+		// A consumer's fresh report that carried a skip count (a
+		// Kafka hook behind the ttl guard, protocol 1.5) says the skips
+		// are counted, from its first skip on.
+		if pt.repSkipped > 0 && p.Reported.freshAt(s.At, r) {
+			st.SkipsCounted = true
+		}
 		if newReading && p.Skipped > 0 {
 			st.Skipped += p.Skipped
 			dSkipped += p.Skipped

@@ -544,4 +544,14 @@ func TestReportedSkipsCounted(t *testing.T) {
 			t.Fatalf("at +%.0fs: %d skipped in all, %.0f/s; want %d, %.0f/s", c.s, st.Skipped, st.SkipRateInstant, c.wantTotal, c.wantRate)
 		}
 	}
+	// A member whose reports carried no count (none skipped yet): its
+	// first skips are growth, not a new member's total (lagbridge demo:
+	// 6 of 591 counted, the first burst of each partition lost).
+	tr = NewTracker(nil)
+	for i, c := range []struct{ skip, wantTotal int64 }{{0, 0}, {0, 0}, {300, 300}, {420, 420}} {
+		s := float64(i)
+		if st := tr.Observe(reported(s, 1000*int64(i+1), 1000*int64(i+1), c.skip, "m1"), at(s)); st.Skipped != c.wantTotal {
+			t.Fatalf("member m1's reading %d (count %d): %d skipped in all, want %d", i, c.skip, st.Skipped, c.wantTotal)
+		}
+	}
 }

@@ -512,7 +512,7 @@ func TestSkippedMetricWhileCounted(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	NewMetrics(reg, store)
 	want := `
-# HELP lagbridge_consumer_skipped_total Messages the consumer terminated as expired (the ttl guard's skips, counted from NATS MSG_TERMINATED advisories) since the daemon first saw the target: part of the consumption, no measure of the consumer's capacity. Absent while the skips are not counted.
+# HELP lagbridge_consumer_skipped_total Messages the consumer skipped as expired (the ttl guard's skips: counted from NATS MSG_TERMINATED advisories, or from the counts a Kafka consumer's hook reports) since the daemon first saw the target: part of the consumption, no measure of the consumer's capacity. Absent while the skips are not counted.
 # TYPE lagbridge_consumer_skipped_total counter
 lagbridge_consumer_skipped_total{cluster="js",group="counted",topic="S"} 7
 `

@@ -61,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer, store *Store) *Metrics {
 		liveDesc: prometheus.NewDesc("lagbridge_consumer_live",
 			"1 when a consumer is attached to the target, 0 when none is, -1 when the broker does not say.", targetLabels, nil),
 		skippedDesc: prometheus.NewDesc("lagbridge_consumer_skipped_total",
-			"Messages the consumer terminated as expired (the ttl guard's skips, counted from NATS MSG_TERMINATED advisories) since the daemon first saw the target: part of the consumption, no measure of the consumer's capacity. Absent while the skips are not counted.", targetLabels, nil),
+			"Messages the consumer skipped as expired (the ttl guard's skips: counted from NATS MSG_TERMINATED advisories, or from the counts a Kafka consumer's hook reports) since the daemon first saw the target: part of the consumption, no measure of the consumer's capacity. Absent while the skips are not counted.", targetLabels, nil),
 		consumeDesc: prometheus.NewDesc("lagbridge_consume_rate", "Smoothed consume rate in messages per second.", targetLabels, nil),
 		produceDesc: prometheus.NewDesc("lagbridge_produce_rate", "Smoothed produce rate in messages per second.", targetLabels, nil),
 		drainDesc:   prometheus.NewDesc("lagbridge_time_to_drain_seconds", "Time to consume the backlog at current rates; +Inf when it does not shrink.", targetLabels, nil),
@@ -135,10 +135,10 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			live = 0
 		}
 		gauge(m.liveDesc, live, lv...)
-		if s.Target.Kind == lag.KindNATS && s.SkipsCounted {
-			// Left out while nobody counts (no permission to the
-			// advisories, a server before 2.10.4): a 0 would read as
-			// none skipped.
+		if s.SkipsCounted {
+			// Left out while nobody counts (NATS: no permission to the
+			// advisories, a server before 2.10.4; Kafka: no fresh
+			// report with a count): a 0 would read as none skipped.
 			ch <- prometheus.MustNewConstMetric(m.skippedDesc, prometheus.CounterValue, float64(s.Skipped), lv...)
 		}
 		gauge(m.consumeDesc, s.ConsumeRate, lv...)
