@@ -1,6 +1,8 @@
 package quota
 
 import (
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,4 +69,41 @@ func replaySkips(t *testing.T, name string, counted bool) []Decision {
 		edit = func(st *lag.State) { st.SkipRateInstant = 0 }
 	}
 	return replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: time.Second}), edit)
+}
+
+// TestControllerLateSkipsOnce replays the Kafka target of a lagbridge demo
+// run that locked (2026-12-03 08:17:48 UTC, the hook behind the ttl guard
+// counting its skips, before this fix; 2,000 -> 400 msg/s, a 2 s
+// deadline, read every second and at wakes; Kafka goodput 878 msg/s). At
+// decision 15 (08:17:58.974) partitions 1 and 2 are late (listed:
+// producers write around them); partition 1 moved 91 records, 22 of them
+// skipped as expired: 486 msg/s consumed in all, 88 skipped. The other
+// partitions did what they did whether the skips are counted or not: the
+// reading with the count reads their capacity as the one without it does
+// (123 msg/s). The late partition's skips were taken out twice, as skips
+// (leaveOutSkipped) and in its move (leaveOutLate): 36 msg/s, a drain;
+// caught up a second later, the probe climbed from it, 0, 45, 67, 101,
+// 151, 227 msg/s ... (the run's grant for 10 s).
+func TestControllerLateSkipsOnce(t *testing.T) {
+	const at = 15
+	zeroed := func(st *lag.State) {
+		st.SkipRateInstant = 0
+		for i := range st.Partitions {
+			st.Partitions[i].Skipped = 0
+		}
+	}
+	ctl := func() *Controller { return newCtl(t, ControllerConfig{Interval: time.Second}) }
+	counted := replayEdited(t, "demo-kafka-guard-lateskips.jsonl", 0, ctl(), nil)
+	without := replayEdited(t, "demo-kafka-guard-lateskips.jsonl", 0, ctl(), zeroed)
+	if len(counted) != 36 {
+		t.Fatalf("%d decisions, want 36", len(counted))
+	}
+	if !strings.Contains(counted[at].Reason, "partitions [1 2] late") {
+		t.Fatalf("decision %d: %s, want partitions 1 and 2 late", at, counted[at].Reason)
+	}
+	c, w := counted[at], without[at]
+	if math.Abs(c.Capacity-w.Capacity) > 1 || c.Capacity < 100 {
+		t.Errorf("decision %d with the count: %s, capacity %.0f/s (%s); want what the other partitions did, as without it: %s, capacity %.0f/s",
+			at, c.Rule, c.Capacity, c.Reason, w.Rule, w.Capacity)
+	}
 }
