@@ -27,6 +27,14 @@
 // continues after the last record it returned, so without it the next
 // commit would pass the failed record and it would be lost.
 //
+// With Config.Progress set to a consumerclient.KafkaReporter (the hook that
+// reports the consumer's position to the lagbridge daemon), the reporter is
+// also told of each record skipped as expired ([Skipper]) and its reports
+// carry each partition's running count (protocol 1.5): the daemon takes
+// those skips out of the consumption it reads as the consumer's capacity,
+// serves them as skipped in /v1/lag and lagbridge_consumer_skipped_total,
+// and does not read a backlog skipped in one go as a fast consumer.
+//
 // It imports franz-go's kgo and the ttl core; it must not import kadm, the
 // daemon or the producer SDK.
 package kafkaguard
@@ -128,8 +136,8 @@ type Config struct {
 	// Progress, when set, is told of every record [Guard.Process]
 	// finishes, the moment it is handled or skipped, so that a consumer
 	// reporter can tell the lagbridge daemon where the consumer really is
-	// between polls; consumerclient.KafkaReporter implements it. Nil:
-	// nobody.
+	// between polls; consumerclient.KafkaReporter implements it (and
+	// [Skipper]: it counts the records skipped as expired). Nil: nobody.
 	Progress Progress
 }
 
