@@ -440,8 +440,12 @@ func (p *ClientQuotaPublisher) holds(s Snapshot) map[string]time.Duration {
 }
 
 // checkHeeded warns, once per episode, about a topic that receives more
-// than twice its allowed rate for UnheededCycles publishes while its
-// listed producers hold client quotas, and sets the Unheeded gauge.
+// than twice what its listed producers' client quotas let through for
+// UnheededCycles publishes in a row, and sets the Unheeded gauge. What
+// they let through is the decision's rate, or, when more, the values
+// stored at the last publish in records per second (admitted): during
+// a drain (a decision of 0/s) the stored values are the steering's
+// floor, which the broker lets producers that heed it send.
 func (p *ClientQuotaPublisher) checkHeeded(s Snapshot) {
 	if p.over == nil {
 		p.over, p.warned = map[quota.Topic]int{}, map[quota.Topic]bool{}
@@ -458,8 +462,10 @@ func (p *ClientQuotaPublisher) checkHeeded(s Snapshot) {
 		}
 	}
 	for t, producers := range ids {
+		slices.Sort(producers)
+		producers = slices.Compact(producers)
 		d := s.Topics[t]
-		if d.IsUnlimited() || d.ProduceRate <= 2*d.Rate {
+		if d.IsUnlimited() || d.ProduceRate <= 2*max(d.Rate, p.admitted(t, producers)) {
 			p.heeded(t)
 			continue
 		}
@@ -468,7 +474,6 @@ func (p *ClientQuotaPublisher) checkHeeded(s Snapshot) {
 			continue
 		}
 		if !p.warned[t] && p.Log != nil {
-			slices.Sort(producers)
 			p.Log.Warn("producers do not heed their Kafka client quotas: check that they produce with these client.ids and that no unlisted producer writes to the topic",
 				"cluster", p.Cluster, "topic", t.Name, "client_ids", producers, "produce_rate", d.ProduceRate, "allowed_rate", d.Rate, "cycles", p.over[t])
 		}
@@ -477,6 +482,21 @@ func (p *ClientQuotaPublisher) checkHeeded(s Snapshot) {
 			p.Unheeded.WithLabelValues(p.Cluster, t.Name).Set(1)
 		}
 	}
+}
+
+// admitted is what the values stored for client-ids at the last publish
+// let through on topic t, in records per second: each client-id's value
+// over the bytes the broker charges per record of t. A client-id that
+// writes to several topics is counted whole on each, so this bounds the
+// topic's share from above (a warning is never raised by that).
+func (p *ClientQuotaPublisher) admitted(t quota.Topic, ids []string) float64 {
+	var sum float64
+	for _, id := range ids {
+		if v, _, ok := p.steer.Last(id); ok {
+			sum += v / p.bytesPer(t.Name, id)
+		}
+	}
+	return sum
 }
 
 // heeded ends topic t's episode of unheeded quotas, if any.
