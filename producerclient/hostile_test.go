@@ -359,3 +359,48 @@ func TestHostileLeaseServerNewTopics(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseSourcesBackOffFromInstantAnswers: a server that answers every
+// long-poll at once with the set the producer holds, or ends every stream
+// as soon as it served a set (a proxy that cuts them), is asked again
+// after a backoff that grows to MaxBackoff, not at MinBackoff for ever
+// (newuser3: 49 long-polls and 40 reconnects, each with a warning, in 6 s).
+func TestLeaseSourcesBackOffFromInstantAnswers(t *testing.T) {
+	for _, tr := range []LeaseTransport{LongPoll, SSE} {
+		t.Run(map[LeaseTransport]string{LongPoll: "long-poll", SSE: "sse"}[tr], func(t *testing.T) {
+			d := newHostileDaemon(t)
+			d.honest(1, 100)
+			p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"},
+				Leases: LeaseConfig{URL: d.srv.URL, Transport: tr, WatchWait: 10 * time.Second, ReportInterval: time.Hour,
+					MinBackoff: 10 * time.Millisecond, MaxBackoff: 400 * time.Millisecond}})
+			eventually(t, 10*time.Second, "the honest lease", func() bool { q, _ := p.Quota("orders"); return q.FromLease && q.Rate == 100 })
+
+			set, _, _, _ := d.state()
+			var asked atomic.Int64
+			d.turn(func(w http.ResponseWriter, r *http.Request) {
+				switch r.URL.Path {
+				case quotaproto.PathStream:
+					asked.Add(1)
+					w.Header().Set("Content-Type", "text/event-stream")
+					fmt.Fprintf(w, "event: leases\ndata: %s\n\n", set)
+				case quotaproto.PathWatch:
+					asked.Add(1)
+					_, _ = w.Write(set)
+				default:
+					_, _ = w.Write(set)
+				}
+			})
+			time.Sleep(3 * time.Second)
+			// At MinBackoff (5-10 ms with jitter) 3 s is 300 requests or
+			// more; doubling to 400 ms, about 15.
+			n := asked.Load()
+			t.Logf("%d requests in 3 s", n)
+			if n > 40 {
+				t.Fatalf("%d requests in 3 s to a server answering at once, want a growing backoff (at most 40)", n)
+			}
+			if q, _ := p.Quota("orders"); !q.FromLease || q.Rate != 100 {
+				t.Fatalf("quota %+v, want the lease kept", q)
+			}
+		})
+	}
+}

@@ -460,21 +460,26 @@ func (o *leaseOwner) watcher() {
 			}
 			continue
 		}
-		b.reset()
+		// A daemon that answers at once with an unchanged set, or an older
+		// one than held (a replica behind), would make this loop spin:
+		// pause as after an error, for longer each time in a row.
+		spun := ds.version <= asked && time.Since(start) < wait/10
+		if !spun {
+			b.reset()
+		}
 		if !o.deliverSet(ds) {
 			return
 		}
 		since = ds.version
-		// A daemon that answers at once with an unchanged set, or an older
-		// one than held (a replica behind), would make this loop spin:
-		// pause as after an error.
-		if ds.version <= asked && time.Since(start) < wait/10 {
-			if !o.pause(b.next()) {
-				return
-			}
+		if spun && !o.pause(b.next()) {
+			return
 		}
 	}
 }
+
+// streamLasted is how long a stream that served lease sets must have
+// lasted for its end to reset the reconnect backoff.
+const streamLasted = time.Second
 
 // streamer reads /v1/leases/stream (server-sent events) and reconnects
 // with backoff.
@@ -485,7 +490,8 @@ func (o *leaseOwner) streamer() {
 	}
 	b := o.newBackoff()
 	for {
-		got, idx, err := o.streamOnce(&b)
+		start := time.Now()
+		got, idx, err := o.streamOnce()
 		if c.ctx.Err() != nil {
 			return
 		}
@@ -499,8 +505,12 @@ func (o *leaseOwner) streamer() {
 		var wait time.Duration
 		if got {
 			// The daemon worked: reconnect to it (a stream that served
-			// lease sets and ended is no reason to move).
-			b.reset()
+			// lease sets and ended is no reason to move), at once after a
+			// stream that lasted, later each time after streams that end
+			// as soon as they served (a proxy that cuts them).
+			if time.Since(start) >= streamLasted {
+				b.reset()
+			}
 			wait = b.next()
 		} else {
 			wait = o.retryWait(idx, err, &b)
@@ -515,7 +525,7 @@ func (o *leaseOwner) streamer() {
 // any lease set arrived. The connection is dropped when the daemon stays
 // StreamIdle without a complete event or keepalive (from the request on:
 // the headers too), and when an event's data exceeds maxSetBytes.
-func (o *leaseOwner) streamOnce(b *backoffState) (got bool, idx int, err error) {
+func (o *leaseOwner) streamOnce() (got bool, idx int, err error) {
 	c := o.c
 	idle := c.cfg.Leases.StreamIdle
 	ctx, cancel := context.WithCancel(c.ctx)
@@ -552,9 +562,6 @@ func (o *leaseOwner) streamOnce(b *backoffState) (got bool, idx int, err error) 
 					} else {
 						if !o.deliverSet(ds) {
 							return got, idx, nil
-						}
-						if !got {
-							b.reset()
 						}
 						got = true
 					}
