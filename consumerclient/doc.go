@@ -30,6 +30,9 @@
 //	...
 //	cc, err := consumer.Consume(rep.Wrap(handle))
 //
+// It also says how many messages it holds from its oldest in hand on and
+// for how long it has finished none, as the Kafka hook does.
+//
 // Each reporter owns one goroutine, started by its constructor and stopped
 // by Close, that sends a report every Config.Interval (250ms by default) to
 // POST /v1/consumers/report (see producerclient/quotaproto). A daemon that

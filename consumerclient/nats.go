@@ -25,6 +25,15 @@ const MaxInHand = 1 << 16
 // instance is doing; with none, idle at the sequence after the last one
 // done. The daemon combines the reports of the consumer's instances (give
 // each a distinct Config.Member, or leave it empty for a random one).
+//
+// With messages in hand it also says how many messages it holds from
+// that sequence on (received, in hand or done while an older one still
+// is: up to the highest sequence received) and for how long it has
+// finished none (since the last Done, or the Received that found none in
+// hand): it finished fewer than it holds in that time, a bound of its
+// capacity the daemon reads before the position moves (protocol 1.3's
+// held and heldMs, as the Kafka hook reports them). The daemon reads the
+// count of a consumer one instance reports alone.
 type NATSReporter struct {
 	s *sender
 
@@ -36,6 +45,10 @@ type NATSReporter struct {
 type natsStream struct {
 	inHand map[uint64]int64 // stream sequence -> stored time, Unix ms
 	next   uint64           // after the highest sequence done
+	// high is the highest sequence received; moved is when a message
+	// was last done, or received with none in hand (see snapshot).
+	high  uint64
+	moved time.Time
 }
 
 // NewNATSReporter validates cfg and starts the reporter's goroutine (it
@@ -60,6 +73,10 @@ func (r *NATSReporter) Close() { r.s.close() }
 // another consumer than Config.Group, are ignored.
 func (r *NATSReporter) Received(msg jetstream.Msg) {
 	r.update(msg, func(st *natsStream, md *jetstream.MsgMetadata) {
+		st.high = max(st.high, md.Sequence.Stream)
+		if len(st.inHand) == 0 {
+			st.moved = time.Now()
+		}
 		if len(st.inHand) >= MaxInHand {
 			return
 		}
@@ -78,6 +95,7 @@ func (r *NATSReporter) Done(msg jetstream.Msg) {
 	r.update(msg, func(st *natsStream, md *jetstream.MsgMetadata) {
 		delete(st.inHand, md.Sequence.Stream)
 		st.next = max(st.next, md.Sequence.Stream+1)
+		st.moved = time.Now()
 	})
 }
 
@@ -124,7 +142,9 @@ func (r *NATSReporter) stream(md *jetstream.MsgMetadata) *natsStream {
 	return st
 }
 
-func (r *NATSReporter) snapshot(time.Time) (string, []quotaproto.ConsumerTopic) {
+// snapshot is the sender's view: per stream, the oldest message in hand
+// with what it holds from there (see NATSReporter), or idle.
+func (r *NATSReporter) snapshot(now time.Time) (string, []quotaproto.ConsumerTopic) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	byTopic := make(map[string][]quotaproto.ConsumerPartition, len(r.streams))
@@ -139,6 +159,10 @@ func (r *NATSReporter) snapshot(time.Time) (string, []quotaproto.ConsumerTopic) 
 		}
 		if p.Idle && st.next == 0 {
 			continue // nothing received yet
+		}
+		if !p.Idle {
+			p.Held = int64(min(st.high-uint64(p.Position)+1, quotaproto.MaxHeld))
+			p.HeldMs = min(max(now.Sub(st.moved).Milliseconds(), 0), quotaproto.MaxHeldMs)
 		}
 		byTopic[name] = []quotaproto.ConsumerPartition{p}
 	}

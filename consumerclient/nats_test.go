@@ -2,6 +2,7 @@ package consumerclient
 
 import (
 	"context"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -156,5 +157,99 @@ func TestNATSGuardProgress(t *testing.T) {
 	}
 	if _, topics := rep.snapshot(time.Now()); !topics[0].Partitions[0].Idle || topics[0].Partitions[0].Position != 4 {
 		t.Errorf("after the batch: %+v, want idle at 4", topics[0].Partitions[0])
+	}
+}
+
+// TestNATSReporterHeld: a consumer's one instance says how many messages
+// it holds from its position on (up to the highest received, a message
+// done out of order among them) and for how long it has finished none,
+// and the daemon's sample carries both (lag.Report.Held, HeldFor), as a
+// Kafka hook's. Receiving more does not restart the time; a message done
+// does. Before, a NATS report counted nothing: the daemon read no bound
+// of the consumer's capacity while its position stood still, and no
+// climb back after a stall.
+func TestNATSReporterHeld(t *testing.T) {
+	s, cons := newJetStream(t, "HELD", "held.new", "worker", 4)
+	obs, err := nats.New(nats.Config{Cluster: "main", URLs: []string{s.ClientURL()}, RequestTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	d := newTestDaemon(t, quotaserver.Auth{}, 2*time.Second, lag.KindNATS, obs)
+	rep, err := NewNATSReporter(Config{URL: d.URL, Cluster: "main", Member: "a", Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	target := lag.Target{Kind: lag.KindNATS, Cluster: "main", Topic: "HELD", Group: "worker"}
+
+	// Sequences 1-3 in hand, 2 done out of order: 1 is the oldest work,
+	// and the consumer holds 1-3 from it.
+	msgs := fetchN(t, cons, 3)
+	for _, m := range msgs {
+		rep.Received(m)
+	}
+	rep.Done(msgs[1])
+	st := d.waitState(t, target, "three held from sequence 1 for 300ms", func(st lag.State) bool {
+		r := st.Partitions[0].Reported
+		return st.Source == lag.SourceConsumer && r.Position == 1 && r.Held == 3 && r.HeldFor >= 300*time.Millisecond
+	})
+	if _, topics := rep.snapshot(time.Now()); topics[0].Partitions[0].HeldMs < 300 {
+		t.Errorf("the reporter says %+v", topics[0].Partitions[0])
+	}
+	t.Logf("reported %+v", st.Partitions[0].Reported)
+
+	// A fourth received: the consumer still has finished none since 2.
+	held := st.Partitions[0].Reported.HeldFor
+	rep.Received(fetchN(t, cons, 1)[0])
+	d.waitState(t, target, "four held, the time running on", func(st lag.State) bool {
+		r := st.Partitions[0].Reported
+		return r.Position == 1 && r.Held == 4 && r.HeldFor > held
+	})
+
+	// Sequence 1 done: the position moves to 3, holding 3 and 4, and the
+	// time starts again.
+	done := time.Now()
+	rep.Done(msgs[0])
+	d.waitState(t, target, "two held from sequence 3, since 1 was done", func(st lag.State) bool {
+		r := st.Partitions[0].Reported
+		return r.Position == 3 && r.Held == 2 && r.HeldFor <= time.Since(done)
+	})
+}
+
+// TestNATSReporterOlderDaemon: a NATS reporter against a daemon of
+// protocol 1.2, which refuses the held counts: it sends the same report
+// without them and keeps doing so, and counts no refusal.
+func TestNATSReporterOlderDaemon(t *testing.T) {
+	_, cons := newJetStream(t, "OLD", "old.new", "worker", 2)
+	old := &olderDaemon{}
+	ts := httptest.NewServer(old)
+	defer ts.Close()
+	rep, err := NewNATSReporter(Config{URL: ts.URL, Interval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	for _, m := range fetchN(t, cons, 2) {
+		rep.Received(m)
+	}
+	waitFor(t, "three reports of the messages in hand stored", func() bool {
+		old.mu.Lock()
+		defer old.mu.Unlock()
+		n := 0
+		for _, r := range old.stored {
+			if p := r.Topics[0].Partitions[0]; p.Position == 1 && p.HeadTimeMs > 0 {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	if len(old.refused) != 1 {
+		t.Errorf("the older daemon refused %d reports (%q), want the first only", len(old.refused), old.refused)
+	}
+	if n := rep.s.count(outcomeRefused); n != 0 {
+		t.Errorf("the reporter counts %d refused reports, want 0 (the report went without the counts)", n)
 	}
 }

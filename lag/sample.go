@@ -204,7 +204,8 @@ type Report struct {
 	// Held is how many messages the consumer had in hand from Position
 	// on, and HeldFor how long it had gone without finishing one of them
 	// (since it took them, or last finished one) when it reported; 0:
-	// not reported (an older reporter, NATS). With HeadTime
+	// not reported (an older reporter, a NATS consumer of several
+	// members). With HeadTime
 	// only. It finished fewer than Held in HeldFor: an upper bound of
 	// what it consumes while its position stands still.
 	Held    int64         `json:"held,omitempty"`

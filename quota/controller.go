@@ -1790,8 +1790,8 @@ func stillBound(tc *control, v *reading, bound, busy, produced float64) {
 // up; reports of members with their own polls add up as bounds. busy is
 // the longest HeldFor, seconds. ok only when every partition with lag is
 // read from a fresh report with work in hand and a count (an older
-// reporter, a NATS report, an idle member: no bound), and each
-// report held its records for some time.
+// reporter, a NATS consumer of several members, an idle member: no
+// bound), and each report held its records for some time.
 func heldBound(st *lag.State) (bound, busy float64, ok bool) {
 	type poll struct {
 		since time.Time

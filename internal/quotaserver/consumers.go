@@ -282,10 +282,11 @@ func (c *Consumers) sweep(cutoff time.Time) {
 // NATS consumers share their stream, so the reports of its members
 // combine: with messages in hand anywhere, the smallest position in hand
 // and its head time, the consumer's oldest work; with none in hand, the
-// largest idle position. At is the newest report's receive time either way;
-// a NATS report counts no messages held (lag.Report.Held), even a single
-// member's: one member's count bounds only that member (and the NATS
-// reporter sends none).
+// largest idle position. At is the newest report's receive time either way.
+// The messages held (lag.Report.Held, HeldFor) are kept only when one
+// member reports alone: one member's count bounds only that member, and
+// the position in hand of several moves by what the others finished
+// before (a count from it would read their work as this interval's).
 func (c *Consumers) Overlay(s *lag.Sample, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -298,6 +299,7 @@ func (c *Consumers) Overlay(s *lag.Sample, now time.Time) {
 	for i := range s.Partitions {
 		p := &s.Partitions[i]
 		var newest, inHand, idle lag.Report
+		members := 0
 		for _, parts := range sources {
 			for _, m := range parts[p.Partition] {
 				r := m.report
@@ -307,6 +309,7 @@ func (c *Consumers) Overlay(s *lag.Sample, now time.Time) {
 				if r.At.After(now) {
 					r.At = now // received while the cycle was being read
 				}
+				members++
 				if r.At.After(newest.At) {
 					newest = r
 				}
@@ -325,6 +328,9 @@ func (c *Consumers) Overlay(s *lag.Sample, now time.Time) {
 			p.Reported = newest
 		case !inHand.IsZero():
 			p.Reported = lag.Report{At: newest.At, Position: inHand.Position, HeadTime: inHand.HeadTime}
+			if members == 1 {
+				p.Reported.Held, p.Reported.HeldFor = inHand.Held, inHand.HeldFor
+			}
 		default:
 			p.Reported = lag.Report{At: newest.At, Position: idle.Position}
 		}

@@ -419,9 +419,10 @@ func BenchmarkOverlay(b *testing.B) {
 
 // TestConsumerReportHeld: the messages a consumer says it holds, and for
 // how long, reach the sample through the endpoint (a report without them
-// carries none, as before); a bad count is refused with what is wrong; the
-// merged report of a NATS consumer's members counts none (one member's
-// count bounds only that member).
+// carries none, as before); a bad count is refused with what is wrong; a
+// NATS consumer's one member keeps its count; the merged report of
+// several members counts none (one member's count bounds only that
+// member).
 func TestConsumerReportHeld(t *testing.T) {
 	clk := &fakeClock{t: ct0}
 	ts, c, _ := newConsumersServer(t, Auth{}, ConsumersConfig{Now: clk.Now})
@@ -456,6 +457,18 @@ func TestConsumerReportHeld(t *testing.T) {
 		if code, msg := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", body); code != 400 || !strings.Contains(msg, bad.msg) {
 			t.Errorf("%s: %d %s, want 400 saying %q", bad.part, code, msg, bad.msg)
 		}
+	}
+	// One member of a NATS consumer: its count, as a Kafka partition's.
+	solo := fmt.Sprintf(`{"kind":"nats","group":"billing","member":"a","topics":[{"topic":"SOLO","partitions":[`+
+		`{"partition":0,"position":40,"headTimeMs":%d,"held":3,"heldMs":1200}]}]}`, head)
+	if code, msg := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", solo); code != 204 {
+		t.Fatalf("nats report: %d %s", code, msg)
+	}
+	ss := lag.Sample{Target: lag.Target{Kind: lag.KindNATS, Cluster: "main", Topic: "SOLO", Group: "billing"},
+		Partitions: []lag.PartitionSample{{Partition: 0}}}
+	c.Overlay(&ss, ct0)
+	if r := ss.Partitions[0].Reported; r.Position != 40 || r.Held != 3 || r.HeldFor != 1200*time.Millisecond {
+		t.Errorf("a NATS consumer's one member reported %+v, want position 40 holding 3 for 1.2s", r)
 	}
 	// Two members of a NATS consumer with messages in hand: the merged
 	// report is the oldest work, with no count.
