@@ -17,14 +17,18 @@ import (
 // as it goes. The record at offset slowAt takes slow seconds; from then
 // on the consumer works at after msg/s (0: rate). With skip > 0 (the
 // guard), a record older than skip seconds when its turn comes is
-// finished at no cost (expired: committed past unprocessed).
+// finished at no cost (expired: committed past unprocessed). A NATS
+// consumer through consumerclient.NATSReporter.Wrap (nats) is the guard's
+// with one message in hand at a time: it reports holding 1 (or nothing,
+// noCount: the reporter before it counted).
 type slowConsumer struct {
-	rate, after float64
-	maxPoll     int
-	guard       bool
-	skip        float64
-	slowAt      int
-	slow        float64
+	rate, after   float64
+	maxPoll       int
+	guard         bool
+	nats, noCount bool
+	skip          float64
+	slowAt        int
+	slow          float64
 
 	now     float64
 	written []float64 // produce time of each record, seconds
@@ -82,9 +86,12 @@ func (c *slowConsumer) run(d, produce float64) {
 func (c *slowConsumer) state(at time.Time, dt float64) lag.State {
 	end := len(c.written)
 	pos, held, heldFor := c.pos, c.hand, c.now-c.pollAt
-	if c.guard {
+	if c.guard || c.nats {
 		fin := min(int(c.done), c.hand)
 		pos, held, heldFor = c.pos+fin, c.hand-fin, c.now-max(c.pollAt, c.finAt)
+	}
+	if c.nats && held > 0 {
+		held = 1
 	}
 	lagN := int64(end - pos)
 	rep := lag.Report{At: at, Position: int64(pos)}
@@ -94,7 +101,9 @@ func (c *slowConsumer) state(at time.Time, dt float64) lag.State {
 	if held > 0 {
 		s.HeadAge = time.Duration((c.now - c.written[pos]) * float64(time.Second))
 		rep.HeadTime = at.Add(-s.HeadAge)
-		rep.Held, rep.HeldFor = int64(held), time.Duration(heldFor*float64(time.Second))
+		if !c.noCount {
+			rep.Held, rep.HeldFor = int64(held), time.Duration(heldFor*float64(time.Second))
+		}
 	}
 	s.Partitions = []lag.PartitionState{{PartitionSample: lag.PartitionSample{End: int64(end), Lag: lagN, Reported: rep},
 		Source: lag.SourceConsumer, Position: int64(pos)}}
