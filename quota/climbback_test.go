@@ -40,6 +40,7 @@ type slowConsumer struct {
 	finAt   float64 // when a record was last finished
 	lastPos int
 	lastEnd int
+	skipped int // records skipped as expired
 }
 
 // run advances the consumer by d seconds, the producers writing at
@@ -59,6 +60,7 @@ func (c *slowConsumer) run(d, produce float64) {
 		}
 		for c.skip > 0 && c.done < float64(c.hand) && c.pos+int(c.done) != c.slowAt && c.now-c.written[c.pos+int(c.done)] > c.skip {
 			c.done, c.finAt = math.Floor(c.done)+1, c.now
+			c.skipped++
 		}
 		next := c.done + c.rate*tick
 		if c.slow > 0 && c.slowAt < c.pos+c.hand && c.pos+int(next) > c.slowAt {

@@ -100,8 +100,8 @@ func TestClimbBackParts(t *testing.T) {
 func TestControllerStallTwiceClimbBack(t *testing.T) {
 	refused, lowest := 0, math.Inf(1)
 	for seed := uint64(1); seed <= 5; seed++ {
-		n, low := twoStallRun(t, seed, 20)
-		refused, lowest = refused+n, min(lowest, low)
+		r := twoStallRun(t, &slowConsumer{rate: 2000, maxPoll: 500, slowAt: 30 * 1500, slow: 2}, seed, 20, 0)
+		refused, lowest = refused+r.refusedCaught, min(lowest, r.lowest)
 	}
 	t.Logf("a second 2 s stall 20 s after the first, 5 runs: refused at %d caught-up observations after it, at %.0f/s at the lowest", refused, lowest)
 	if refused > 5 || lowest < 1000 {
@@ -109,21 +109,20 @@ func TestControllerStallTwiceClimbBack(t *testing.T) {
 	}
 }
 
-// twoStallRun runs the plain hook consumer of TestControllerStallClimbBack
-// at 1,500/s offered (observed every second with 10% jitter, seed), with
-// a second 2 s stall gap seconds after the first ends, and returns the
-// observations after the second that refused the producers while the
-// consumer was caught up (head no older than 100 ms), and the lowest rate
-// they allowed.
-func twoStallRun(t *testing.T, seed uint64, gap float64) (int, float64) {
+// twoStallRun runs con (a consumer of TestControllerStallClimbBack) at
+// 1,500/s offered, observed every second with 10% jitter (seed), with a
+// second 2 s stall gap seconds after the first ends (from which on it
+// works at after msg/s, if not 0), and returns what the observations
+// after the second saw (see slowRun).
+func twoStallRun(t *testing.T, con *slowConsumer, seed uint64, gap, after float64) slowRun {
 	t.Helper()
 	const offer = 1500.0
-	con := &slowConsumer{rate: 2000, maxPoll: 500, slowAt: 30 * 1500, slow: 2}
 	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
 	c := newCtl(t, ControllerConfig{Interval: time.Second})
 	rng := rand.New(rand.NewPCG(seed, 1))
 	rate, at := math.Inf(1), leaseT0
-	n, lowest, second, secondAt := 0, math.Inf(1), false, 0.0
+	r := slowRun{lowest: math.Inf(1)}
+	second, secondAt, caught := false, 0.0, false
 	for el := 0.0; el < 80; {
 		dt := 0.9 + 0.2*rng.Float64()
 		el += dt
@@ -134,18 +133,74 @@ func twoStallRun(t *testing.T, seed uint64, gap float64) (int, float64) {
 			}
 			if el >= secondAt {
 				second, con.slowAt, con.slow = true, len(con.written)+10, 2
+				con.after = after
 			}
 		}
 		at = at.Add(time.Duration(dt * float64(time.Second)))
 		s := con.state(at, dt)
 		d := c.Step(s, p, at)
 		rate = d.Rate
-		if second && con.pos+con.hand > con.slowAt && s.HeadAge <= 100*time.Millisecond && !d.IsUnlimited() && d.Rate < 0.99*offer {
-			n++
-			lowest = min(lowest, d.Rate)
+		if !second || con.pos+con.hand <= con.slowAt {
+			continue
+		}
+		fresh := s.HeadAge <= 100*time.Millisecond
+		if fresh && !d.IsUnlimited() && d.Rate < 0.99*offer {
+			r.refusedCaught++
+			r.lowest = min(r.lowest, d.Rate)
+		}
+		caught = caught || fresh && con.slow <= 0
+		if caught {
+			r.maxCap = max(r.maxCap, d.Capacity)
 		}
 	}
-	return n, lowest
+	return r
+}
+
+// TestControllerStallTwiceClose: two 2 s stalls 4 s and 6 s apart, close
+// enough to fall in one limited episode in most runs, plain hook,
+// guard and NATS consumer, 10 runs each. Once the first climbed back and
+// the consumer kept that estimate caught up for two readings, a second
+// fall climbs back too (rearmClimb): after the second stall producers
+// are refused at most at one caught-up observation a run, at 1,000/s or
+// more. Into a drop to 400/s at the second stall, the capacity read once
+// caught up stays near 400/s (up to 640/s: the plain hook's polls of 500
+// read up to 611/s after one stall).
+//
+// Red before (the climb back once per episode): the second stall climbed
+// by the probe from the drain while the consumer sat caught up. 4 s
+// apart, refused at 65 (plain), 6 (guard) and 6 (NATS) caught-up
+// observations over the 10 runs, down to 7/s, 881/s and 880/s; 6 s
+// apart, 10, 4 and 2, down to 953/s (plain). Now 5, 0 and 0 (4 s) and 5,
+// 0 and 0 (6 s), at 1,138/s at the lowest.
+func TestControllerStallTwiceClose(t *testing.T) {
+	modes := []struct {
+		name        string
+		guard, nats bool
+	}{{"plain", false, false}, {"guard", true, false}, {"nats", false, true}}
+	for _, m := range modes {
+		for _, gap := range []float64{4, 6} {
+			mk := func() *slowConsumer {
+				return &slowConsumer{rate: 2000, maxPoll: 500, guard: m.guard, nats: m.nats, slowAt: 30 * 1500, slow: 2}
+			}
+			refused, lowest, maxCap := 0, math.Inf(1), 0.0
+			for seed := uint64(1); seed <= 10; seed++ {
+				r := twoStallRun(t, mk(), seed, gap, 0)
+				refused, lowest = refused+r.refusedCaught, min(lowest, r.lowest)
+				d := twoStallRun(t, mk(), seed, gap, 400)
+				if d.maxCap == 0 {
+					t.Errorf("%s %.0f s apart seed %d: never caught up after the second stall into a drop", m.name, gap, seed)
+				}
+				maxCap = max(maxCap, d.maxCap)
+			}
+			t.Logf("%s, two stalls %.0f s apart, 10 runs: refused at %d caught-up observations after the second, at %.0f/s at the lowest; into a drop to 400/s, %.0f/s read at the highest", m.name, gap, refused, lowest, maxCap)
+			if refused > 10 || lowest < 1000 {
+				t.Errorf("%s, two stalls %.0f s apart: refused at %d caught-up observations after the second (10 runs), at %.0f/s at the lowest: want at most one a run, at 1,000/s or more", m.name, gap, refused, lowest)
+			}
+			if maxCap > 640 {
+				t.Errorf("%s, two stalls %.0f s apart, the second into a drop to 400/s: capacity read %.0f/s once caught up, want at most 640/s", m.name, gap, maxCap)
+			}
+		}
+	}
 }
 
 // TestControllerStallLongClimbBack: TestControllerStallClimbBack's
@@ -194,6 +249,45 @@ func TestControllerStallLongThenDropSkips(t *testing.T) {
 		}
 		if r.maxCap > 1.5*400 {
 			t.Errorf("seed %d: a skipping guard after a 3 s stall into a drop to 400/s: capacity read %.0f/s once caught up, want at most 600/s", seed, r.maxCap)
+		}
+	}
+}
+
+// TestRearmClimb: what re-arms the climb back (rearmClimb). After a climb
+// back to 1,500/s at t0, two measured readings of the consumer caught up
+// that keep the estimate within a step re-arm it; the climb's own reading,
+// one not measured, or one not caught up do not count; a reading below a
+// step of it ends the trial for the episode.
+func TestRearmClimb(t *testing.T) {
+	t0 := leaseT0
+	caught := reading{measured: true, headKnown: true, headAge: 0.05, engageWait: 1}
+	behind := reading{measured: true, headKnown: true, headAge: 1.5, engageWait: 1, lag: 900}
+	unmeasured := caught
+	unmeasured.measured = false
+	type step struct {
+		v     reading
+		cInst float64
+	}
+	cases := []struct {
+		name  string
+		steps []step
+		armed bool
+	}{
+		{"two caught-up readings that keep it", []step{{caught, 1500}, {caught, 1450}}, true},
+		{"one is not enough", []step{{caught, 1500}}, false},
+		{"within a step", []step{{caught, 1400}, {caught, 1300}}, true},
+		{"not measured, not caught up: not counted", []step{{caught, 1500}, {unmeasured, 1500}, {behind, 1500}}, false},
+		{"below a step ends the trial", []step{{caught, 1500}, {behind, 400}, {caught, 1500}, {caught, 1500}}, false},
+	}
+	for _, c := range cases {
+		tc := &control{fellFrom: 1600, fellSpent: true, climbTo: 1500, climbAt: t0}
+		// The climb's own reading does not count.
+		rearmClimb(tc, &lag.State{At: t0}, &caught, 1500, 0.25)
+		for i, s := range c.steps {
+			rearmClimb(tc, &lag.State{At: t0.Add(time.Duration(i+1) * time.Second)}, &s.v, s.cInst, 0.25)
+		}
+		if armed := !tc.fellSpent && tc.fellFrom == 0; armed != c.armed {
+			t.Errorf("%s: re-armed %v (fellFrom %.0f, spent %v), want %v", c.name, armed, tc.fellFrom, tc.fellSpent, c.armed)
 		}
 	}
 }

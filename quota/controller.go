@@ -507,11 +507,17 @@ type control struct {
 	// reading has climbed back from it since (see climbBack). hand is
 	// what the reports held at the last reading. drainRate is the rate a
 	// reading not caught up read (the climb back's measure) at drainAt.
+	// climbTo is the estimate the climb back restored (0: none, or no
+	// longer on trial), climbAt the reading's time, climbKept how many
+	// caught-up readings have kept it since (see rearmClimb).
 	fellFrom  float64
 	fellSpent bool
 	hand      handMark
 	drainRate float64
 	drainAt   time.Time
+	climbTo   float64
+	climbAt   time.Time
+	climbKept int
 	// prevHead is the head at the commit, seconds, of the last measured
 	// reading with a known head (-1: none; see standingUnderCut).
 	prevHead float64
@@ -1465,7 +1471,7 @@ func (c *Controller) judge(tc *control, v *reading) {
 		v.allowance = unlearnedWait(tc, v)
 		v.engaged = v.engaged && v.queued-v.allowance > v.engageWait
 		if !v.engaged {
-			tc.fellFrom, tc.fellSpent = 0, false
+			tc.fellFrom, tc.fellSpent, tc.climbTo = 0, false, 0
 		}
 		if fromCommitsCadence(v) && v.measured && v.headKnown && kept && !v.engaged && !v.held {
 			tc.headKept = max(v.headAge, tc.headKept*math.Exp(-v.dt/floorMemory))
@@ -2335,6 +2341,7 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 		}
 	}
 	cInst = max(cInst, climbBack(tc, st, v))
+	rearmClimb(tc, st, v, cInst, c.cfg.StepThreshold)
 	if st.Source == lag.SourceConsumer && tc.fellFrom <= 0 && !tc.fellSpent && cInst < (1-c.cfg.StepThreshold)*tc.capacity {
 		tc.fellFrom = tc.capacity
 	}
@@ -2917,7 +2924,45 @@ func climbBack(tc *control, st *lag.State, v *reading) float64 {
 		return 0
 	}
 	tc.fellSpent = true
+	tc.climbTo, tc.climbAt, tc.climbKept = back, st.At, 0
 	return back
+}
+
+// climbRearm is how many caught-up readings after a climb back must keep
+// its estimate before a new fall in the same limited episode may climb
+// back too (see rearmClimb).
+const climbRearm = 2
+
+// rearmClimb re-arms the climb back (tc.fellFrom, tc.fellSpent) once the
+// estimate it restored (tc.climbTo) has been kept, within a step
+// (StepThreshold), by climbRearm measured readings of the consumer caught
+// up (no lag, or its head within E/2) after it; a measured reading below
+// that ends the trial for the episode (tc.climbTo 0).
+//
+// Why: a climb back once per limited episode left a second stall in the
+// same episode to climb from the drain: two 2 s stalls 4 s apart, the
+// plain hook refused producers at 235 caught-up readings after the
+// second over 40 runs, down to 7/s (now 11, at 1,173/s at the lowest;
+// TestControllerStallTwiceClose). A consumer whose capacity really fell
+// and that read a skip burst as its climb back (the ttl guard, uncounted
+// skips) shows the queue at the next reading or the one after: its trial
+// ends there and it is not let in again in that episode, as before. A
+// consumer that kept the estimate and then stalls into a real drop gets
+// the exposure of a new episode: behind a guard that skips (uncounted),
+// 4 s apart, 1.8% more records skipped over 40 runs.
+func rearmClimb(tc *control, st *lag.State, v *reading, cInst, step float64) {
+	if tc.climbTo <= 0 || !v.measured || !st.At.After(tc.climbAt) {
+		return
+	}
+	switch {
+	case cInst < (1-step)*tc.climbTo:
+		tc.climbTo = 0
+	case v.lag > 0 && (!v.headKnown || v.headAge > v.engageWait/2):
+	case tc.climbKept+1 >= climbRearm:
+		tc.fellFrom, tc.fellSpent, tc.climbTo = 0, false, 0
+	default:
+		tc.climbKept++
+	}
 }
 
 // drainedAtCommits reports whether v reads the commits of a consumer that
