@@ -57,6 +57,18 @@ func newJetStream(tb testing.TB, name, subject, durable string, n int) (*server.
 	return s, cons
 }
 
+// newNATSDaemon is newTestDaemon observing s (cluster "main"), its
+// reports fresh for fresh.
+func newNATSDaemon(tb testing.TB, s *server.Server, fresh time.Duration) *testDaemon {
+	tb.Helper()
+	obs, err := nats.New(nats.Config{Cluster: "main", URLs: []string{s.ClientURL()}, RequestTimeout: 2 * time.Second})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(obs.Close)
+	return newTestDaemon(tb, quotaserver.Auth{}, fresh, lag.KindNATS, obs)
+}
+
 // TestNATSReporterEndToEnd: two instances of one durable consumer that
 // acknowledge in batches. While one holds messages, the daemon's sample
 // carries the oldest of them; once both finished theirs, the furthest
@@ -64,12 +76,7 @@ func newJetStream(tb testing.TB, name, subject, durable string, n int) (*server.
 // floor.
 func TestNATSReporterEndToEnd(t *testing.T) {
 	s, cons := newJetStream(t, "ORDERS", "orders.new", "billing", 10)
-	obs, err := nats.New(nats.Config{Cluster: "main", URLs: []string{s.ClientURL()}, RequestTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer obs.Close()
-	d := newTestDaemon(t, quotaserver.Auth{}, 500*time.Millisecond, lag.KindNATS, obs)
+	d := newNATSDaemon(t, s, 500*time.Millisecond)
 	newRep := func(member string) *NATSReporter {
 		r, err := NewNATSReporter(Config{URL: d.URL, Cluster: "main", Member: member, Interval: 50 * time.Millisecond})
 		if err != nil {
@@ -170,12 +177,7 @@ func TestNATSGuardProgress(t *testing.T) {
 // climb back after a stall.
 func TestNATSReporterHeld(t *testing.T) {
 	s, cons := newJetStream(t, "HELD", "held.new", "worker", 4)
-	obs, err := nats.New(nats.Config{Cluster: "main", URLs: []string{s.ClientURL()}, RequestTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer obs.Close()
-	d := newTestDaemon(t, quotaserver.Auth{}, 2*time.Second, lag.KindNATS, obs)
+	d := newNATSDaemon(t, s, 2*time.Second)
 	rep, err := NewNATSReporter(Config{URL: d.URL, Cluster: "main", Member: "a", Interval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -233,17 +235,7 @@ func TestNATSReporterOlderDaemon(t *testing.T) {
 	for _, m := range fetchN(t, cons, 2) {
 		rep.Received(m)
 	}
-	waitFor(t, "three reports of the messages in hand stored", func() bool {
-		old.mu.Lock()
-		defer old.mu.Unlock()
-		n := 0
-		for _, r := range old.stored {
-			if p := r.Topics[0].Partitions[0]; p.Position == 1 && p.HeadTimeMs > 0 {
-				n++
-			}
-		}
-		return n >= 3
-	})
+	waitFor(t, "three reports of the messages in hand stored", func() bool { return old.inHand(1) >= 3 })
 	old.mu.Lock()
 	defer old.mu.Unlock()
 	if len(old.refused) != 1 {

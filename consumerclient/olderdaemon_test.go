@@ -61,6 +61,20 @@ func (o *olderDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// inHand counts the reports stored whose first partition is in hand at
+// position.
+func (o *olderDaemon) inHand(position int64) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, r := range o.stored {
+		if p := r.Topics[0].Partitions[0]; p.Position == position && p.HeadTimeMs > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // TestKafkaReporterOlderDaemon: a hook of protocol 1.3 against a daemon of
 // 1.2, which refuses every report that counts the records held (an
 // unknown field to its strict decoder), idle partitions included. The
@@ -82,18 +96,7 @@ func TestKafkaReporterOlderDaemon(t *testing.T) {
 	defer rep.Close()
 	cl := newKafkaClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
 	inHand := pollN(t, cl, 5)
-	inHandReports := func() int {
-		old.mu.Lock()
-		defer old.mu.Unlock()
-		n := 0
-		for _, r := range old.stored {
-			if p := r.Topics[0].Partitions[0]; p.Position == inHand[0].Offset && p.HeadTimeMs > 0 {
-				n++
-			}
-		}
-		return n
-	}
-	waitFor(t, "three reports of the records in hand stored", func() bool { return inHandReports() >= 3 })
+	waitFor(t, "three reports of the records in hand stored", func() bool { return old.inHand(inHand[0].Offset) >= 3 })
 	old.mu.Lock()
 	defer old.mu.Unlock()
 	if len(old.refused) != 1 {

@@ -128,6 +128,28 @@ type slowRun struct {
 	over int
 	// late counts the observations whose head was past MaxAge.
 	late int
+	// caught: the consumer has caught up after the stall.
+	caught bool
+}
+
+// see counts what an observation of con after its slow record shows
+// (offer: the producers' rate).
+func (r *slowRun) see(con *slowConsumer, s *lag.State, d *Decision, maxAge time.Duration, offer float64) {
+	fresh := s.HeadAge <= 100*time.Millisecond
+	if s.HeadAge > maxAge {
+		r.late++
+	}
+	if fresh && !d.IsUnlimited() && d.Rate < 0.99*offer {
+		r.refusedCaught++
+		r.lowest = min(r.lowest, d.Rate)
+	}
+	r.caught = r.caught || fresh && con.slow <= 0
+	if r.caught {
+		r.maxCap = max(r.maxCap, d.Capacity)
+		if d.Capacity > 600 {
+			r.over++
+		}
+	}
 }
 
 // stallRun runs con at 1,500/s offered, observed every second with 10%
@@ -140,7 +162,6 @@ func stallRun(t *testing.T, con *slowConsumer, seed uint64) slowRun {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	rate, at := math.Inf(1), leaseT0
 	r := slowRun{lowest: math.Inf(1)}
-	caught := false
 	for el := 0.0; el < 60; {
 		dt := 0.9 + 0.2*rng.Float64()
 		el += dt
@@ -149,23 +170,8 @@ func stallRun(t *testing.T, con *slowConsumer, seed uint64) slowRun {
 		s := con.state(at, dt)
 		d := c.Step(s, p, at)
 		rate = d.Rate
-		if con.pos+con.hand <= con.slowAt {
-			continue
-		}
-		fresh := s.HeadAge <= 100*time.Millisecond
-		if s.HeadAge > p.MaxAge {
-			r.late++
-		}
-		if fresh && !d.IsUnlimited() && d.Rate < 0.99*offer {
-			r.refusedCaught++
-			r.lowest = min(r.lowest, d.Rate)
-		}
-		caught = caught || fresh && con.slow <= 0
-		if caught {
-			r.maxCap = max(r.maxCap, d.Capacity)
-			if d.Capacity > 600 {
-				r.over++
-			}
+		if con.pos+con.hand > con.slowAt {
+			r.see(con, &s, &d, p.MaxAge, offer)
 		}
 	}
 	return r

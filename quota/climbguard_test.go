@@ -122,7 +122,7 @@ func twoStallRun(t *testing.T, con *slowConsumer, seed uint64, gap, after float6
 	rng := rand.New(rand.NewPCG(seed, 1))
 	rate, at := math.Inf(1), leaseT0
 	r := slowRun{lowest: math.Inf(1)}
-	second, secondAt, caught := false, 0.0, false
+	second, secondAt := false, 0.0
 	for el := 0.0; el < 80; {
 		dt := 0.9 + 0.2*rng.Float64()
 		el += dt
@@ -140,17 +140,8 @@ func twoStallRun(t *testing.T, con *slowConsumer, seed uint64, gap, after float6
 		s := con.state(at, dt)
 		d := c.Step(s, p, at)
 		rate = d.Rate
-		if !second || con.pos+con.hand <= con.slowAt {
-			continue
-		}
-		fresh := s.HeadAge <= 100*time.Millisecond
-		if fresh && !d.IsUnlimited() && d.Rate < 0.99*offer {
-			r.refusedCaught++
-			r.lowest = min(r.lowest, d.Rate)
-		}
-		caught = caught || fresh && con.slow <= 0
-		if caught {
-			r.maxCap = max(r.maxCap, d.Capacity)
+		if second && con.pos+con.hand > con.slowAt {
+			r.see(con, &s, &d, p.MaxAge, offer)
 		}
 	}
 	return r
