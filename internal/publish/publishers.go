@@ -108,10 +108,11 @@ type ClientQuotaPublisher struct {
 	Unheeded *prometheus.GaugeVec
 
 	steer   Steering
-	leaders Leaders              // the last partition leaders read; nil: none yet
-	window  bool                 // the broker's quota window was read
-	over    map[quota.Topic]int  // publishes in a row over twice the allowed rate
-	warned  map[quota.Topic]bool // warned in this episode
+	leaders Leaders                   // the last partition leaders read; nil: none yet
+	window  bool                      // the broker's quota window was read
+	over    map[quota.Topic]int       // publishes in a row over twice the allowed rate
+	overAt  map[quota.Topic][]float64 // the topic's rate at the last unheededWindow of them
+	warned  map[quota.Topic]bool      // warned in this episode
 }
 
 // DefaultBytesPerMessage is the bytes per record assumed for a topic whose
@@ -127,6 +128,18 @@ const DefaultBytesPerMessage = 1024
 // heed them (they do not produce with the listed client.ids, or unlisted
 // producers write to the topic).
 const UnheededCycles = 20
+
+// UnheededFall is how much a topic's rate must have fallen, from the first
+// quarter of checkHeeded's window to its last, for its producers to be
+// taken to heed their client quotas while it is still over twice its
+// allowed rate: the steering cuts a producer that heeds them by 1.6-3% a
+// second (TestSteeringBoundsThrottle), about 20-35% between the quarters
+// of UnheededSpan; one that does not keeps its rate.
+const UnheededFall = 0.1
+
+// UnheededSpan is the least time checkHeeded watches a topic before it
+// warns, whatever the interval.
+const UnheededSpan = 20 * time.Second
 
 // Name implements Publisher.
 func (p *ClientQuotaPublisher) Name() string { return "kafka-client-quotas/" + p.Cluster }
@@ -440,15 +453,17 @@ func (p *ClientQuotaPublisher) holds(s Snapshot) map[string]time.Duration {
 }
 
 // checkHeeded warns, once per episode, about a topic that receives more
-// than twice what its listed producers' client quotas let through for
-// UnheededCycles publishes in a row, and sets the Unheeded gauge. What
-// they let through is the decision's rate, or, when more, the values
-// stored at the last publish in records per second (admitted): during
-// a drain (a decision of 0/s) the stored values are the steering's
-// floor, which the broker lets producers that heed it send.
+// than twice its allowed rate for unheededWindow publishes in a row while
+// its listed producers hold client quotas, and whose rate did not fall by
+// UnheededFall over them; and sets the Unheeded gauge. The
+// values stored are steered down step by step from what the producers
+// send (see [Steering]), so producers that heed them slow down a few
+// percent a second, and a rate still over twice a decision (0/s in a
+// drain) for a while is not by itself a sign: a rate that does not
+// fall is (the values follow what is sent, so they cannot tell).
 func (p *ClientQuotaPublisher) checkHeeded(s Snapshot) {
 	if p.over == nil {
-		p.over, p.warned = map[quota.Topic]int{}, map[quota.Topic]bool{}
+		p.over, p.overAt, p.warned = map[quota.Topic]int{}, map[quota.Topic][]float64{}, map[quota.Topic]bool{}
 	}
 	ids := map[quota.Topic][]string{}
 	for _, l := range s.Leases {
@@ -462,20 +477,23 @@ func (p *ClientQuotaPublisher) checkHeeded(s Snapshot) {
 		}
 	}
 	for t, producers := range ids {
-		slices.Sort(producers)
-		producers = slices.Compact(producers)
 		d := s.Topics[t]
-		if d.IsUnlimited() || d.ProduceRate <= 2*max(d.Rate, p.admitted(t, producers)) {
+		if d.IsUnlimited() || d.ProduceRate <= 2*d.Rate {
 			p.heeded(t)
 			continue
 		}
+		n := p.unheededWindow()
 		p.over[t]++
-		if p.over[t] < UnheededCycles {
-			continue
+		rs := append(p.overAt[t], d.ProduceRate)
+		rs = rs[max(len(rs)-n, 0):]
+		p.overAt[t] = rs
+		if p.over[t] < n || falling(rs) {
+			continue // not for long yet, or falling: the quotas bind
 		}
 		if !p.warned[t] && p.Log != nil {
+			slices.Sort(producers)
 			p.Log.Warn("producers do not heed their Kafka client quotas: check that they produce with these client.ids and that no unlisted producer writes to the topic",
-				"cluster", p.Cluster, "topic", t.Name, "client_ids", producers, "produce_rate", d.ProduceRate, "allowed_rate", d.Rate, "cycles", p.over[t])
+				"cluster", p.Cluster, "topic", t.Name, "client_ids", slices.Compact(producers), "produce_rate", d.ProduceRate, "allowed_rate", d.Rate, "cycles", p.over[t])
 		}
 		p.warned[t] = true
 		if p.Unheeded != nil {
@@ -484,19 +502,30 @@ func (p *ClientQuotaPublisher) checkHeeded(s Snapshot) {
 	}
 }
 
-// admitted is what the values stored for client-ids at the last publish
-// let through on topic t, in records per second: each client-id's value
-// over the bytes the broker charges per record of t. A client-id that
-// writes to several topics is counted whole on each, so this bounds the
-// topic's share from above (a warning is never raised by that).
-func (p *ClientQuotaPublisher) admitted(t quota.Topic, ids []string) float64 {
-	var sum float64
-	for _, id := range ids {
-		if v, _, ok := p.steer.Last(id); ok {
-			sum += v / p.bytesPer(t.Name, id)
-		}
+// unheededWindow is how many publishes in a row checkHeeded watches a
+// topic over twice its allowed rate before it warns: UnheededCycles, or
+// UnheededSpan's worth at a shorter interval (the steering's cut is per
+// second).
+func (p *ClientQuotaPublisher) unheededWindow() int {
+	if p.Interval <= 0 {
+		return UnheededCycles
 	}
-	return sum
+	return max(UnheededCycles, int(UnheededSpan/p.Interval))
+}
+
+// falling reports whether the mean of the last quarter of rates (oldest
+// first) is UnheededFall or more below the mean of the first quarter:
+// quarters, not single readings, as a throttled producer sends in bursts.
+func falling(rates []float64) bool {
+	q := max(len(rates)/4, 1)
+	mean := func(xs []float64) float64 {
+		var sum float64
+		for _, x := range xs {
+			sum += x
+		}
+		return sum / float64(len(xs))
+	}
+	return mean(rates[len(rates)-q:]) < (1-UnheededFall)*mean(rates[:q])
 }
 
 // heeded ends topic t's episode of unheeded quotas, if any.
@@ -505,5 +534,6 @@ func (p *ClientQuotaPublisher) heeded(t quota.Topic) {
 		p.Unheeded.WithLabelValues(p.Cluster, t.Name).Set(0)
 	}
 	delete(p.over, t)
+	delete(p.overAt, t)
 	delete(p.warned, t)
 }
