@@ -1,6 +1,7 @@
 package lag
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -41,6 +42,9 @@ type partTrack struct {
 	// fresh report counted and its member (see reportedSkips).
 	repSkipped int64
 	repMember  string
+	// repLapsed: the last reading of the partition had no fresh report
+	// (or none was seen yet): the next count restarts.
+	repLapsed  bool
 	raw        PartitionSample // the newest reading (stale: the last good values, flagged)
 	observedAt time.Time
 
@@ -101,7 +105,7 @@ type partTrack struct {
 }
 
 func newPartTrack(p PartitionSample, kind Kind) *partTrack {
-	return &partTrack{kind: kind, raw: p, lastPos: -1, counted: -1, synth: -1}
+	return &partTrack{kind: kind, raw: p, lastPos: -1, counted: -1, synth: -1, repLapsed: true}
 }
 
 // fold records the fresh reading p taken at at. live says whether the
@@ -311,23 +315,52 @@ func (pt *partTrack) rate(r Rules, gap time.Duration, now time.Time) float64 {
 
 // reportedSkips returns the messages the partition's fresh report says
 // were skipped since the last report counted: the growth of its running
-// count (Report.Skipped) while the same member reports. A new member, or
-// a count that went back (its reporter restarted), restarts from its
-// count and counts nothing: its total is no interval's. Every fresh
-// report sets the member, one without a count (0: none skipped yet)
-// too: the first skips of a member whose earlier reports carried none
-// are growth, not a new member's total (they were: most of a skip burst
-// went uncounted, 6 of 591 in one lagbridge demo run).
+// count (Report.Skipped) between two back-to-back readings that both
+// carry a fresh report of the same member. A new member, a count that
+// went back (its reporter restarted, or the partition was revoked and
+// assigned again), or a reading after one without a fresh report (the
+// reports lapsed: the commits counted the gap's skips as consumption)
+// restarts from its count and counts nothing: its growth is no one
+// interval's. Every fresh report sets the member, one without a count
+// (0: none skipped yet) too: the first skips of a member whose earlier
+// reports carried none are growth, not a new member's total (they were:
+// most of a skip burst went uncounted, 6 of 591 in one lagbridge demo
+// run). The caller caps the result at the partition's move in the
+// reading (see capSkips).
 func (pt *partTrack) reportedSkips(rep Report, at time.Time, r Rules) int64 {
 	if !rep.freshAt(at, r) {
+		pt.repLapsed = true
 		return 0
 	}
 	n := int64(0)
-	if rep.Member == pt.repMember && rep.Skipped >= pt.repSkipped {
+	if !pt.repLapsed && rep.Member == pt.repMember && rep.Skipped >= pt.repSkipped {
 		n = rep.Skipped - pt.repSkipped
 	}
-	pt.repSkipped, pt.repMember = rep.Skipped, rep.Member
+	pt.repSkipped, pt.repMember, pt.repLapsed = rep.Skipped, rep.Member, false
 	return n
+}
+
+// capSkips caps n, the skips a report counted in this reading, at the
+// partition's counted move in it (from prevCounted, the counted position
+// before the reading): a skipped record is part of the move, so no more
+// were skipped in the interval than the position moved. It bounds a
+// count that jumps for any other reason (a reporter's lifetime count
+// after its sender stripped it, a hostile reporter) to one reading of
+// this partition's own consumption.
+func (pt *partTrack) capSkips(n, prevCounted int64) int64 {
+	if n <= 0 || prevCounted < 0 || pt.counted < prevCounted {
+		return 0
+	}
+	return min(n, pt.counted-prevCounted)
+}
+
+// addSat returns a+b for b >= 0, saturating at the largest int64: a sum
+// of counts never wraps negative.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // freshAt reports whether rep is a report at most r.ReportFresh old at now.

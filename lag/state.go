@@ -484,8 +484,9 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 		if p.Reported.freshAt(s.At, r) || s.Target.Kind == KindKafka && readBefore && p.Committed >= 0 && p.Committed > prevRaw.Committed {
 			consuming = true
 		}
+		var repSkips int64
 		if newReading {
-			p.Skipped += pt.reportedSkips(p.Reported, s.At, r)
+			repSkips = pt.reportedSkips(p.Reported, s.At, r)
 		}
 		// A consumer's fresh report that carried a skip count (a
 		// Kafka hook behind the ttl guard, protocol 1.5) says the skips
@@ -493,11 +494,15 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 		if pt.repSkipped > 0 && p.Reported.freshAt(s.At, r) {
 			st.SkipsCounted = true
 		}
-		if newReading && p.Skipped > 0 {
-			st.Skipped += p.Skipped
-			dSkipped += p.Skipped
-		}
 		corrected = pt.fold(p, s.At, s.Live == LiveYes, r, tr.gap) || corrected
+		if n := pt.capSkips(repSkips, prevCounted); n > 0 {
+			p.Skipped = addSat(p.Skipped, n)
+			pt.raw.Skipped = p.Skipped
+		}
+		if newReading && p.Skipped > 0 {
+			st.Skipped = addSat(st.Skipped, p.Skipped)
+			dSkipped = addSat(dSkipped, p.Skipped)
+		}
 		// Without a position on either side (no commit, never seen
 		// live) the consumed position is unknown: no rate from this
 		// pair. A first commit after a first-sight position counts

@@ -555,3 +555,78 @@ func TestReportedSkipsCounted(t *testing.T) {
 		}
 	}
 }
+
+// A report's count is counted only as far as it can be true: its growth
+// between back-to-back fresh reports of the same member, capped at the
+// partition's move in the reading, summed without wrapping. Each case
+// read the count's jump as one reading's skips before (kskips review,
+// findings 1-3).
+func TestReportedSkipsBounded(t *testing.T) {
+	at := func(s float64) time.Time { return t0.Add(sec(s)) }
+	obs := func(tr *Tracker, s float64, end, committed int64, rep Report) State {
+		p := part(0, end, end-committed, time.Time{})
+		p.Committed = committed
+		p.Reported = rep
+		return tr.Observe(sample(at(s), 1, p), at(s))
+	}
+	// 1. A sender that stripped `skipped` (an older replica refused it)
+	// sends it again: the upgraded daemon saw m1 at 0, then its running
+	// count since it started (2,000,000) in a reading that moved 400.
+	tr := NewTracker(nil)
+	for i := range 5 {
+		pos := int64(1000 * (i + 1))
+		obs(tr, float64(i), pos, 0, Report{At: at(float64(i)), Position: pos, Member: "m1"})
+	}
+	st := obs(tr, 5, 5400, 0, Report{At: at(5), Position: 5400, Skipped: 2_000_000, Member: "m1"})
+	if st.Skipped > 400 || st.SkipRateInstant > st.ConsumeRateInstant {
+		t.Errorf("a lifetime count in a reading that moved 400: %d skipped, %.0f/s against %.0f/s consumed; want at most the move",
+			st.Skipped, st.SkipRateInstant, st.ConsumeRateInstant)
+	}
+	// 2. The reports lapse for 60 s (the commits count the gap, 400/s,
+	// 300/s of it skipped), then come back from the same member: the
+	// gap's growth is no one reading's.
+	tr = NewTracker(nil)
+	obs(tr, 0, 1000, 900, Report{At: at(0), Position: 1000, Skipped: 10, Member: "m1"})
+	obs(tr, 1, 1400, 1000, Report{At: at(1), Position: 1400, Skipped: 20, Member: "m1"})
+	for s := int64(2); s <= 61; s++ {
+		obs(tr, float64(s), 1400+400*(s-1), 1400+400*(s-2), Report{At: at(1), Position: 1400, Skipped: 20, Member: "m1"})
+	}
+	st = obs(tr, 62, 1400+400*61, 1400+400*60, Report{At: at(62), Position: 1400 + 400*61, Skipped: 20 + 300*61, Member: "m1"})
+	if st.Skipped != 10 || st.SkipRateInstant != 0 {
+		t.Errorf("reports back after a 60 s lapse: %d skipped in all, %.0f/s; want 10, 0/s", st.Skipped, st.SkipRateInstant)
+	}
+	if st = obs(tr, 63, 1400+400*62, 1400+400*60, Report{At: at(63), Position: 1400 + 400*62, Skipped: 20 + 300*62, Member: "m1"}); st.Skipped != 310 {
+		t.Errorf("the next report: %d skipped in all, want 310 (counting again)", st.Skipped)
+	}
+	// 3. A reporter alternating 0 and MaxSkipped on 1,024 partitions:
+	// no partition counts more than it moved, no sum goes negative.
+	tr = NewTracker(nil)
+	for i := range 4 {
+		var ps []PartitionSample
+		for id := int32(0); id < 1024; id++ {
+			p := part(id, int64(100*(i+1)), 0, time.Time{})
+			p.Committed = 0
+			p.Reported = Report{At: at(float64(i)), Position: int64(100 * (i + 1)), Skipped: int64(i%2) << 53, Member: "m1"}
+			ps = append(ps, p)
+		}
+		st = tr.Observe(sample(at(float64(i)), 1, ps...), at(float64(i)))
+		if st.Skipped < 0 || st.Skipped > int64(1024*100*i) || st.SkipRateInstant < 0 {
+			t.Fatalf("reading %d: %d skipped in all, %g/s; want 0 to the moves' %d", i, st.Skipped, st.SkipRateInstant, 1024*100*i)
+		}
+		for _, p := range st.Partitions {
+			if p.Skipped < 0 || p.Skipped > 100 {
+				t.Fatalf("reading %d, partition %d: %d skipped, want 0 to its move (100)", i, p.Partition, p.Skipped)
+			}
+		}
+	}
+}
+
+// addSat saturates instead of wrapping.
+func TestAddSat(t *testing.T) {
+	if got := addSat(math.MaxInt64-1, 5); got != math.MaxInt64 {
+		t.Errorf("addSat(MaxInt64-1, 5) = %d, want MaxInt64", got)
+	}
+	if got := addSat(3, 4); got != 7 {
+		t.Errorf("addSat(3, 4) = %d, want 7", got)
+	}
+}
