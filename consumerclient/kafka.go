@@ -277,7 +277,10 @@ func (r *KafkaReporter) snapshot(now time.Time) (string, []quotaproto.ConsumerTo
 			cp = quotaproto.ConsumerPartition{Partition: tp.partition, Position: p.inHand[0].offset, HeadTimeMs: p.inHand[0].tsMs,
 				Held: min(int64(len(p.inHand)), quotaproto.MaxHeld), HeldMs: heldMs}
 		}
-		cp.Skipped = p.skipped
+		// Always given, 0 too: a report without it is a count the
+		// daemon does not know (see quotaproto.ConsumerPartition).
+		cp.Skipped = new(int64)
+		*cp.Skipped = p.skipped
 		byTopic[tp.topic] = append(byTopic[tp.topic], cp)
 	}
 	if managed {

@@ -420,8 +420,8 @@ func TestKafkaGuardProgress(t *testing.T) {
 		}
 		// The guard told the reporter (its kafkaguard.Skipper) of the
 		// three it skipped as expired.
-		if p.Skipped != 3 {
-			t.Errorf("handling offset %d, the reporter counts %d skipped, want 3", r.Offset, p.Skipped)
+		if p.Skipped == nil || *p.Skipped != 3 {
+			t.Errorf("handling offset %d, the reporter counts %v skipped, want 3", r.Offset, p.Skipped)
 		}
 		// The records of the batch from this one on are held.
 		if want := recs[len(recs)-1].Offset - r.Offset + 1; p.Held != want {
@@ -436,7 +436,7 @@ func TestKafkaGuardProgress(t *testing.T) {
 	if want := []int64{3, 4, 5}; !slices.Equal(positions, want) {
 		t.Errorf("positions while handling %v, want %v", positions, want)
 	}
-	if _, topics := rep.snapshot(time.Now()); !topics[0].Partitions[0].Idle || topics[0].Partitions[0].Position != 6 || topics[0].Partitions[0].Skipped != 3 {
+	if _, topics := rep.snapshot(time.Now()); !topics[0].Partitions[0].Idle || topics[0].Partitions[0].Position != 6 || *topics[0].Partitions[0].Skipped != 3 {
 		t.Errorf("after the batch: %+v, want idle at 6", topics[0].Partitions[0])
 	}
 }

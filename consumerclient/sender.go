@@ -89,8 +89,8 @@ var newer = [...]newerField{
 		has:   func(p quotaproto.ConsumerPartition) bool { return p.Held != 0 || p.HeldMs != 0 },
 		strip: func(p *quotaproto.ConsumerPartition) { p.Held, p.HeldMs = 0, 0 }},
 	{protocol: "1.5", what: "skip counts", names: []string{"skipped"},
-		has:   func(p quotaproto.ConsumerPartition) bool { return p.Skipped != 0 },
-		strip: func(p *quotaproto.ConsumerPartition) { p.Skipped = 0 }},
+		has:   func(p quotaproto.ConsumerPartition) bool { return p.Skipped != nil },
+		strip: func(p *quotaproto.ConsumerPartition) { p.Skipped = nil }},
 }
 
 // in says whether a partition of topics carries the field.

@@ -91,6 +91,14 @@ func TestDaemonKafkaGuardSkips(t *testing.T) {
 		return ok && tg.Lag == 0 && len(tg.Partitions) == 1 && tg.Partitions[0].Reported.Position == 20,
 			fmt.Sprintf("found %v: %+v", ok, tg)
 	})
+	// A count of 0 is no count served: the series and skipsCounted stay
+	// away until the first skip.
+	if tg, _ := targetOf(lagAPI(t, base), "main", topic, group); tg.SkipsCounted {
+		t.Errorf("skipsCounted before any skip: %+v", tg)
+	}
+	if v, has := metricCounters(t, base, "lagbridge_consumer_skipped_total")["main/"+topic+"/"+group]; has {
+		t.Errorf("lagbridge_consumer_skipped_total served before any skip (%v)", v)
+	}
 	old := time.Now().Add(-time.Minute)
 	produce(t, prod, topic, 0, 30, func(int) time.Time { return old })
 	produce(t, prod, topic, 0, 10, now)
@@ -108,4 +116,14 @@ func TestDaemonKafkaGuardSkips(t *testing.T) {
 	if tg, _ := targetOf(lagAPI(t, base), "main", topic, group); tg.Skipped != 30 {
 		t.Fatalf("%d skipped after 10 more live records, want 30", tg.Skipped)
 	}
+	// The reports stop (the consumer and its reporter close): once they
+	// are stale nothing counts the skips, and the series goes away.
+	cancel()
+	<-stopped
+	rep.Close()
+	poll(t, 20*time.Second, func() (bool, string) {
+		tg, _ := targetOf(lagAPI(t, base), "main", topic, group)
+		v, has := metricCounters(t, base, "lagbridge_consumer_skipped_total")["main/"+topic+"/"+group]
+		return !tg.SkipsCounted && !has, fmt.Sprintf("skipsCounted %v, metric %v %v after the reports stopped", tg.SkipsCounted, has, v)
+	})
 }

@@ -321,14 +321,16 @@ func (pt *partTrack) rate(r Rules, gap time.Duration, now time.Time) float64 {
 // assigned again), or a reading after one without a fresh report (the
 // reports lapsed: the commits counted the gap's skips as consumption)
 // restarts from its count and counts nothing: its growth is no one
-// interval's. Every fresh report sets the member, one without a count
-// (0: none skipped yet) too: the first skips of a member whose earlier
-// reports carried none are growth, not a new member's total (they were:
-// most of a skip burst went uncounted, 6 of 591 in one lagbridge demo
-// run). The caller caps the result at the partition's move in the
-// reading (see capSkips).
+// interval's; so does a report that does not give the count
+// (Report.SkipsGiven false: an older reporter, or a sender that left it
+// out for an older daemon), which is not a count of 0. A count of 0
+// sets the member: the first skips of a member whose earlier reports
+// counted none are growth, not a new member's total (they were: most of
+// a skip burst went uncounted, 6 of 591 in one lagbridge demo run). The
+// caller caps the result at the partition's move in the reading (see
+// capSkips).
 func (pt *partTrack) reportedSkips(rep Report, at time.Time, r Rules) int64 {
-	if !rep.freshAt(at, r) {
+	if !rep.freshAt(at, r) || !rep.SkipsGiven {
 		pt.repLapsed = true
 		return 0
 	}

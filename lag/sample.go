@@ -211,13 +211,15 @@ type Report struct {
 	Held    int64         `json:"held,omitempty"`
 	HeldFor time.Duration `json:"heldFor,omitempty"`
 	// Skipped is the reporter's running count of the messages of this
-	// partition it skipped as expired (the ttl guard), and Member the
-	// reporting member's name: the Tracker adds the growth of the count
-	// between two readings of the same member to the partition's
-	// Skipped (a new member, or a count that went back, restarts it).
-	// Kafka only; 0 and "" when not given.
-	Skipped int64  `json:"skipped,omitempty"`
-	Member  string `json:"member,omitempty"`
+	// partition it skipped as expired (the ttl guard) when SkipsGiven,
+	// and Member the reporting member's name: the Tracker adds the
+	// growth of the count between two back-to-back readings of the same
+	// member that both carry it to the partition's Skipped, at most the
+	// partition's move (a new member, a count that went back, or a
+	// report without it restarts it). Kafka only; not given: 0, false.
+	Skipped    int64  `json:"skipped,omitempty"`
+	SkipsGiven bool   `json:"skipsGiven,omitempty"`
+	Member     string `json:"member,omitempty"`
 }
 
 // IsZero reports whether r carries no report.

@@ -520,7 +520,7 @@ func TestReportedSkipsCounted(t *testing.T) {
 	reported := func(s float64, end, pos, skipped int64, member string) Sample {
 		p := part(0, end, 0, time.Time{})
 		p.Committed = 0
-		p.Reported = Report{At: at(s), Position: pos, Skipped: skipped, Member: member}
+		p.Reported = Report{At: at(s), Position: pos, Skipped: skipped, SkipsGiven: true, Member: member}
 		return sample(at(s), 1, p)
 	}
 	tr := NewTracker(nil)
@@ -572,30 +572,34 @@ func TestReportedSkipsBounded(t *testing.T) {
 	// 1. A sender that stripped `skipped` (an older replica refused it)
 	// sends it again: the upgraded daemon saw m1 at 0, then its running
 	// count since it started (2,000,000) in a reading that moved 400.
-	tr := NewTracker(nil)
-	for i := range 5 {
-		pos := int64(1000 * (i + 1))
-		obs(tr, float64(i), pos, 0, Report{At: at(float64(i)), Position: pos, Member: "m1"})
-	}
-	st := obs(tr, 5, 5400, 0, Report{At: at(5), Position: 5400, Skipped: 2_000_000, Member: "m1"})
-	if st.Skipped > 400 || st.SkipRateInstant > st.ConsumeRateInstant {
-		t.Errorf("a lifetime count in a reading that moved 400: %d skipped, %.0f/s against %.0f/s consumed; want at most the move",
-			st.Skipped, st.SkipRateInstant, st.ConsumeRateInstant)
+	// Absent is not 0: the count restarts, nothing is counted. A count
+	// given as 0 that jumps counts at most the move.
+	for _, given := range []bool{false, true} {
+		tr := NewTracker(nil)
+		for i := range 5 {
+			pos := int64(1000 * (i + 1))
+			obs(tr, float64(i), pos, 0, Report{At: at(float64(i)), Position: pos, SkipsGiven: given, Member: "m1"})
+		}
+		st := obs(tr, 5, 5400, 0, Report{At: at(5), Position: 5400, Skipped: 2_000_000, SkipsGiven: true, Member: "m1"})
+		if want := map[bool]int64{false: 0, true: 400}[given]; st.Skipped != want || st.SkipRateInstant > st.ConsumeRateInstant {
+			t.Errorf("a lifetime count after reports that gave it: %v, in a reading that moved 400: %d skipped, %.0f/s against %.0f/s consumed; want %d",
+				given, st.Skipped, st.SkipRateInstant, st.ConsumeRateInstant, want)
+		}
 	}
 	// 2. The reports lapse for 60 s (the commits count the gap, 400/s,
 	// 300/s of it skipped), then come back from the same member: the
 	// gap's growth is no one reading's.
-	tr = NewTracker(nil)
-	obs(tr, 0, 1000, 900, Report{At: at(0), Position: 1000, Skipped: 10, Member: "m1"})
-	obs(tr, 1, 1400, 1000, Report{At: at(1), Position: 1400, Skipped: 20, Member: "m1"})
+	tr := NewTracker(nil)
+	obs(tr, 0, 1000, 900, Report{At: at(0), Position: 1000, Skipped: 10, SkipsGiven: true, Member: "m1"})
+	obs(tr, 1, 1400, 1000, Report{At: at(1), Position: 1400, Skipped: 20, SkipsGiven: true, Member: "m1"})
 	for s := int64(2); s <= 61; s++ {
-		obs(tr, float64(s), 1400+400*(s-1), 1400+400*(s-2), Report{At: at(1), Position: 1400, Skipped: 20, Member: "m1"})
+		obs(tr, float64(s), 1400+400*(s-1), 1400+400*(s-2), Report{At: at(1), Position: 1400, Skipped: 20, SkipsGiven: true, Member: "m1"})
 	}
-	st = obs(tr, 62, 1400+400*61, 1400+400*60, Report{At: at(62), Position: 1400 + 400*61, Skipped: 20 + 300*61, Member: "m1"})
+	st := obs(tr, 62, 1400+400*61, 1400+400*60, Report{At: at(62), Position: 1400 + 400*61, Skipped: 20 + 300*61, SkipsGiven: true, Member: "m1"})
 	if st.Skipped != 10 || st.SkipRateInstant != 0 {
 		t.Errorf("reports back after a 60 s lapse: %d skipped in all, %.0f/s; want 10, 0/s", st.Skipped, st.SkipRateInstant)
 	}
-	if st = obs(tr, 63, 1400+400*62, 1400+400*60, Report{At: at(63), Position: 1400 + 400*62, Skipped: 20 + 300*62, Member: "m1"}); st.Skipped != 310 {
+	if st = obs(tr, 63, 1400+400*62, 1400+400*60, Report{At: at(63), Position: 1400 + 400*62, Skipped: 20 + 300*62, SkipsGiven: true, Member: "m1"}); st.Skipped != 310 {
 		t.Errorf("the next report: %d skipped in all, want 310 (counting again)", st.Skipped)
 	}
 	// 3. A reporter alternating 0 and MaxSkipped on 1,024 partitions:
@@ -606,7 +610,7 @@ func TestReportedSkipsBounded(t *testing.T) {
 		for id := int32(0); id < 1024; id++ {
 			p := part(id, int64(100*(i+1)), 0, time.Time{})
 			p.Committed = 0
-			p.Reported = Report{At: at(float64(i)), Position: int64(100 * (i + 1)), Skipped: int64(i%2) << 53, Member: "m1"}
+			p.Reported = Report{At: at(float64(i)), Position: int64(100 * (i + 1)), Skipped: int64(i%2) << 53, SkipsGiven: true, Member: "m1"}
 			ps = append(ps, p)
 		}
 		st = tr.Observe(sample(at(float64(i)), 1, ps...), at(float64(i)))

@@ -502,11 +502,28 @@ func TestConsumerReportSkipped(t *testing.T) {
 	}
 	s := sampleOf("main", 0, 1)
 	c.Overlay(&s, ct0)
-	if r := s.Partitions[0].Reported; r.Skipped != 1275 || r.Member != "m1" {
+	if r := s.Partitions[0].Reported; r.Skipped != 1275 || !r.SkipsGiven || r.Member != "m1" {
 		t.Errorf("partition 0: reported %+v, want skipped 1275 by m1", r)
 	}
-	if r := s.Partitions[1].Reported; r.Skipped != 0 {
-		t.Errorf("partition 1: reported %+v, want none skipped", r)
+	if r := s.Partitions[1].Reported; r.Skipped != 0 || r.SkipsGiven {
+		t.Errorf("partition 1: reported %+v, want no count (absent is not 0)", r)
+	}
+	// Given as 0: a count (none skipped yet), not absent.
+	zero := `{"kind":"kafka","cluster":"main","group":"billing","member":"m1","topics":[{"topic":"orders","partitions":[{"partition":1,"position":9,"idle":true,"skipped":0}]}]}`
+	if code, msg := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", zero); code != 204 {
+		t.Fatalf("report with skipped 0: %d %s", code, msg)
+	}
+	s = sampleOf("main", 0, 1)
+	c.Overlay(&s, ct0)
+	if r := s.Partitions[1].Reported; r.Skipped != 0 || !r.SkipsGiven {
+		t.Errorf("partition 1 with skipped 0: reported %+v, want a count of 0", r)
+	}
+	// The bound: MaxSkipped is taken, one more refused naming the field.
+	for n, want := range map[int64]int{quotaproto.MaxSkipped: 204, quotaproto.MaxSkipped + 1: 400} {
+		b := fmt.Sprintf(`{"kind":"kafka","group":"billing","topics":[{"topic":"orders","partitions":[{"partition":0,"position":1,"idle":true,"skipped":%d}]}]}`, n)
+		if code, msg := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", b); code != want || want == 400 && !strings.Contains(msg, "skipped 9007199254740993 must be from 0") {
+			t.Errorf("skipped %d: %d %s, want %d", n, code, msg, want)
+		}
 	}
 	bad := `{"kind":"kafka","group":"billing","topics":[{"topic":"orders","partitions":[{"partition":0,"position":1,"idle":true,"skipped":-1}]}]}`
 	if code, msg := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", bad); code != 400 || !strings.Contains(msg, "partitions[0].skipped -1 must be from 0") {

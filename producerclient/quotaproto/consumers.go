@@ -120,12 +120,17 @@ type ConsumerPartition struct {
 	// than all it holds in that time. Only with Held.
 	HeldMs int64 `json:"heldMs,omitempty"`
 	// Skipped optionally counts the messages of this partition the
-	// consumer skipped as expired (the ttl guard) since its reporter
-	// started: a running count, never going back while the reporter
-	// runs, 0 to MaxSkipped; 0: none or not given. The daemon takes the
-	// growth between two readings out of the consumption it reads as
-	// capacity (a skip costs the consumer nothing).
-	Skipped int64 `json:"skipped,omitempty"`
+	// consumer skipped as expired (the ttl guard) since the partition
+	// was assigned to the reporting member: a running count, 0 to
+	// MaxSkipped. Nil (absent): not given (an older reporter, or a
+	// sender that leaves it out for an older daemon), which is not a
+	// count of 0. The count restarts when the partition is revoked and
+	// assigned again, or the reporter restarts. The daemon takes the
+	// growth between two back-to-back reports of the same member that
+	// both carry it out of the consumption it reads as capacity (a
+	// skip costs the consumer nothing), at most the partition's move;
+	// a count that went back, or a report without it, counts nothing.
+	Skipped *int64 `json:"skipped,omitempty"`
 }
 
 // HeadTime returns HeadTimeMs as a time, zero when idle or unset.
@@ -220,8 +225,8 @@ func (r ConsumerReport) Validate() error {
 			case p.Held > 0 && p.HeadTimeMs <= 0:
 				bad("%s.held %d needs headTimeMs: it counts the messages in hand", at, p.Held)
 			}
-			if p.Skipped < 0 || p.Skipped > MaxSkipped {
-				bad("%s.skipped %d must be from 0 to %d", at, p.Skipped, int64(MaxSkipped))
+			if p.Skipped != nil && (*p.Skipped < 0 || *p.Skipped > MaxSkipped) {
+				bad("%s.skipped %d must be from 0 to %d", at, *p.Skipped, int64(MaxSkipped))
 			}
 			switch {
 			case p.HeldMs < 0 || p.HeldMs > MaxHeldMs:
