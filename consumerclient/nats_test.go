@@ -219,6 +219,60 @@ func TestNATSReporterHeld(t *testing.T) {
 	})
 }
 
+// TestNATSReporterHeldTime: when the time a consumer has finished none
+// starts, read from the snapshot at a moment taken just before a
+// Received, so that no assertion depends on how long anything took. The
+// first message of a stream and a message received after an idle pause
+// start it (an idle consumer must not report its idle time, nor a day on a
+// new stream); a message received while others are in hand does not
+// restart it. Before, TestNATSReporterHeld waited for HeldFor to grow, and
+// passed with either mistake.
+func TestNATSReporterHeldTime(t *testing.T) {
+	_, cons := newJetStream(t, "TIME", "time.new", "worker", 5)
+	d := newTestDaemon(t, quotaserver.Auth{}, time.Second, lag.KindNATS, nil)
+	rep, err := NewNATSReporter(Config{URL: d.URL, Interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	heldMs := func(now time.Time) int64 {
+		t.Helper()
+		_, topics := rep.snapshot(now)
+		p := topics[0].Partitions[0]
+		if p.Idle {
+			t.Fatalf("the reporter says idle: %+v", p)
+		}
+		return p.HeldMs
+	}
+	msgs := fetchN(t, cons, 5)
+
+	before := time.Now()
+	rep.Received(msgs[0])
+	if ms := heldMs(before); ms != 0 {
+		t.Errorf("the stream's first message: heldMs %d, want 0 (the time starts at the Received)", ms)
+	}
+	rep.Done(msgs[0])
+
+	// Idle for a while, then one message: the time starts at its Received,
+	// not at the last Done.
+	time.Sleep(50 * time.Millisecond)
+	before = time.Now()
+	rep.Received(msgs[1])
+	if ms := heldMs(before); ms != 0 {
+		t.Errorf("received after an idle pause: heldMs %d, want 0 (the idle time is not held)", ms)
+	}
+
+	// More received while 2 is in hand: the time runs on from 2's Received.
+	started := time.Now()
+	rep.Received(msgs[2])
+	time.Sleep(50 * time.Millisecond)
+	before = time.Now()
+	rep.Received(msgs[3])
+	if ms, want := heldMs(before), before.Sub(started).Milliseconds(); ms < want {
+		t.Errorf("received with 2 in hand: heldMs %d, want at least %d (receiving more does not restart the time)", ms, want)
+	}
+}
+
 // TestNATSReporterOlderDaemon: a NATS reporter against a daemon of
 // protocol 1.2, which refuses the held counts: it sends the same report
 // without them and keeps doing so, and counts no refusal.
