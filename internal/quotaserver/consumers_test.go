@@ -530,3 +530,42 @@ func TestConsumerReportSkipped(t *testing.T) {
 		t.Errorf("negative skipped: %d %s, want 400 naming it", code, msg)
 	}
 }
+
+// TestConsumerReportHeldMembers: the one-member rule's edges. A member
+// with messages in hand and a member that is idle are two: no count (one
+// instance's stall must not bound a consumer whose other instance can take
+// more). A member whose last report is no longer fresh is not counted: the
+// one left reporting keeps its count. Before, only the cases "one alone"
+// and "two both in hand" were tested.
+func TestConsumerReportHeldMembers(t *testing.T) {
+	clk := &fakeClock{t: ct0}
+	ts, c, _ := newConsumersServer(t, Auth{}, ConsumersConfig{Now: clk.Now})
+	post := func(topic, member, part string) {
+		t.Helper()
+		body := fmt.Sprintf(`{"kind":"nats","group":"billing","member":%q,"topics":[{"topic":%q,"partitions":[%s]}]}`, member, topic, part)
+		if code, msg := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", body); code != 204 {
+			t.Fatalf("nats report of %s on %s: %d %s", member, topic, code, msg)
+		}
+	}
+	overlay := func(topic string) lag.Report {
+		s := lag.Sample{Target: lag.Target{Kind: lag.KindNATS, Cluster: "main", Topic: topic, Group: "billing"},
+			Partitions: []lag.PartitionSample{{Partition: 0}}}
+		c.Overlay(&s, clk.Now())
+		return s.Partitions[0].Reported
+	}
+	head := ct0.Add(-time.Second).UnixMilli()
+	inHand := fmt.Sprintf(`{"partition":0,"position":40,"headTimeMs":%d,"held":3,"heldMs":1200}`, head)
+
+	post("MIXED", "a", inHand)
+	post("MIXED", "b", `{"partition":0,"position":60,"idle":true}`)
+	if r := overlay("MIXED"); r.Position != 40 || r.Held != 0 || r.HeldFor != 0 {
+		t.Errorf("a in hand, b idle: reported %+v, want position 40 and no count", r)
+	}
+
+	post("STALE", "b", fmt.Sprintf(`{"partition":0,"position":30,"headTimeMs":%d,"held":5,"heldMs":400}`, head))
+	clk.Add(DefaultReportFresh + time.Second)
+	post("STALE", "a", inHand)
+	if r := overlay("STALE"); r.Position != 40 || r.Held != 3 || r.HeldFor != 1200*time.Millisecond {
+		t.Errorf("b's report stale, a in hand: reported %+v, want position 40 holding 3 for 1.2s", r)
+	}
+}
