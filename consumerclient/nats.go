@@ -26,14 +26,24 @@ const MaxInHand = 1 << 16
 // done. The daemon combines the reports of the consumer's instances (give
 // each a distinct Config.Member, or leave it empty for a random one).
 //
-// With messages in hand it also says how many messages it holds from
-// that sequence on (received, in hand or done while an older one still
-// is: up to the highest sequence received) and for how long it has
+// With messages in hand it also says how many stream sequences it holds
+// from that sequence on, up to the highest sequence received (received,
+// in hand or done while an older one still is), and for how long it has
 // finished none (since the last Done, or the Received that found none in
 // hand): it finished fewer than it holds in that time, a bound of its
 // capacity the daemon reads before the position moves (protocol 1.3's
-// held and heldMs, as the Kafka hook reports them). The daemon reads the
-// count of a consumer one instance reports alone.
+// held and heldMs, as the Kafka hook reports them). Sequences, not
+// messages: on a filtered consumer the sequences between carry other
+// subjects' messages, and a message redelivered at an old sequence counts
+// every sequence from it to the highest; either makes the count larger
+// and the bound looser (the daemon then lowers the quota less, and climbs
+// back less after a stall).
+//
+// The daemon reads the count only while one member reports alone: it
+// takes that member for the whole consumer. Give every instance a
+// reporter, every daemon replica's URL (a replica uses only the reports
+// it received itself) and a distinct Member; an instance without one, or
+// two sharing a Member, make one member's count read as the consumer's.
 type NATSReporter struct {
 	s *sender
 
