@@ -2933,11 +2933,16 @@ func climbBack(tc *control, st *lag.State, v *reading) float64 {
 // back too (see rearmClimb).
 const climbRearm = 2
 
-// rearmClimb re-arms the climb back (tc.fellFrom, tc.fellSpent) once the
-// estimate it restored (tc.climbTo) has been kept, within a step
-// (StepThreshold), by climbRearm measured readings of the consumer caught
-// up (no lag, or its head within E/2) after it; a measured reading below
-// that ends the trial for the episode (tc.climbTo 0).
+// rearmClimb re-arms the climb back (tc.fellFrom, tc.fellSpent) after
+// climbRearm measured readings of the consumer caught up (no lag, or its
+// head within E/2) since the climb restored tc.climbTo; a measured reading
+// below a step (StepThreshold) of tc.climbTo ends the trial for the
+// episode (tc.climbTo 0). A caught-up reading is never below
+// (estimateCapacity lifts it to the estimate), so the rule as it acts is:
+// two caught-up readings with no reading between that measured a queue
+// below a step. It fires on any fall after those, not only on a second
+// stall: in the hook row's slow phase after a real drop too (a climb to
+// measured rates only; review-climb3's trace).
 //
 // Why: a climb back once per limited episode left a second stall in the
 // same episode to climb from the drain: two 2 s stalls 4 s apart, the
