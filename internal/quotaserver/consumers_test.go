@@ -518,6 +518,17 @@ func TestConsumerReportSkipped(t *testing.T) {
 	if r := s.Partitions[1].Reported; r.Skipped != 0 || !r.SkipsGiven {
 		t.Errorf("partition 1 with skipped 0: reported %+v, want a count of 0", r)
 	}
+	// Given as null: not given, as absent (docs/quota-protocol.yaml
+	// allows null; the conformance run sends it).
+	null := `{"kind":"kafka","cluster":"main","group":"billing","member":"m1","topics":[{"topic":"orders","partitions":[{"partition":1,"position":9,"idle":true,"skipped":null}]}]}`
+	if code, msg := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", null); code != 204 {
+		t.Fatalf("report with skipped null: %d %s", code, msg)
+	}
+	s = sampleOf("main", 0, 1)
+	c.Overlay(&s, ct0)
+	if r := s.Partitions[1].Reported; r.SkipsGiven {
+		t.Errorf("partition 1 with skipped null: reported %+v, want no count", r)
+	}
 	// The bound: MaxSkipped is taken, one more refused naming the field.
 	for n, want := range map[int64]int{quotaproto.MaxSkipped: 204, quotaproto.MaxSkipped + 1: 400} {
 		b := fmt.Sprintf(`{"kind":"kafka","group":"billing","topics":[{"topic":"orders","partitions":[{"partition":0,"position":1,"idle":true,"skipped":%d}]}]}`, n)

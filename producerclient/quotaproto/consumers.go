@@ -122,7 +122,7 @@ type ConsumerPartition struct {
 	// Skipped optionally counts the messages of this partition the
 	// consumer skipped as expired (the ttl guard) since the partition
 	// was assigned to the reporting member: a running count, 0 to
-	// MaxSkipped. Nil (absent): not given (an older reporter, or a
+	// MaxSkipped. Nil (absent or null): not given (an older reporter, or a
 	// sender that leaves it out for an older daemon), which is not a
 	// count of 0. The count restarts when the partition is revoked and
 	// assigned again, or the reporter restarts. The daemon takes the
