@@ -404,3 +404,56 @@ func TestLeaseSourcesBackOffFromInstantAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseSourcesBackoffResetAfterGoodAnswer: the backoff that instant
+// answers grew is forgotten once the daemon answers well again (a
+// long-poll that brought a newer set, a stream that lasted), so a failure
+// after that is retried at MinBackoff, not at the cap the instant answers
+// reached.
+func TestLeaseSourcesBackoffResetAfterGoodAnswer(t *testing.T) {
+	for _, tr := range []LeaseTransport{LongPoll, SSE} {
+		t.Run(map[LeaseTransport]string{LongPoll: "long-poll", SSE: "sse"}[tr], func(t *testing.T) {
+			d := newHostileDaemon(t)
+			d.honest(1, 100)
+			p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"},
+				Leases: LeaseConfig{URL: d.srv.URL, Transport: tr, WatchWait: 10 * time.Second, ReportInterval: time.Hour,
+					MinBackoff: 10 * time.Millisecond, MaxBackoff: 2 * time.Second}})
+			eventually(t, 10*time.Second, "the first lease", func() bool { q, _ := p.Quota("orders"); return q.FromLease && q.Rate == 100 })
+
+			// Instant answers of the set held: the backoff climbs to its
+			// 2 s cap (10 ms doubled eight times is 2.56 s).
+			set, _, _, _ := d.state()
+			d.turn(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == quotaproto.PathStream {
+					w.Header().Set("Content-Type", "text/event-stream")
+					fmt.Fprintf(w, "event: leases\ndata: %s\n\n", set)
+					return
+				}
+				_, _ = w.Write(set)
+			})
+			time.Sleep(4 * time.Second)
+
+			// A good answer: a newer set, then (for the stream) a stream
+			// held open for more than a second.
+			d.honest(2, 200)
+			eventually(t, 10*time.Second, "the newer lease", func() bool { q, _ := p.Quota("orders"); return q.Rate == 200 })
+			time.Sleep(1500 * time.Millisecond)
+
+			// The daemon fails: retried from MinBackoff (10, 20, 40 ...
+			// ms: six or more requests in 1.5 s), not from the cap (one).
+			var asked atomic.Int64
+			d.turn(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == quotaproto.PathStream || r.URL.Path == quotaproto.PathWatch {
+					asked.Add(1)
+				}
+				http.Error(w, "down", http.StatusInternalServerError)
+			})
+			time.Sleep(1500 * time.Millisecond)
+			n := asked.Load()
+			t.Logf("%d requests in 1.5 s after the good answer", n)
+			if n < 4 {
+				t.Fatalf("%d requests in 1.5 s to a failing daemon after a good answer, want the backoff reset (4 or more)", n)
+			}
+		})
+	}
+}
