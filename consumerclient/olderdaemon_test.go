@@ -5,7 +5,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -239,5 +241,57 @@ func TestKafkaReporterDaemonWithoutSkips(t *testing.T) {
 	}
 	if n := rep.s.count(outcomeRefused); n != 0 {
 		t.Errorf("the hook counts %d refused reports, want 0", n)
+	}
+}
+
+// TestKafkaReporterOlderDaemonUpgraded: after a daemon refused the held
+// counts, the reports go without them for heldRetry, then carry them
+// again, so a daemon upgraded meanwhile gets them back.
+func TestKafkaReporterOlderDaemonUpgraded(t *testing.T) {
+	defer func(d time.Duration) { heldRetry = d }(heldRetry)
+	heldRetry = 500 * time.Millisecond
+	const topic = "upgraded"
+	c := newKafkaCluster(t, topic, 1)
+	produce(t, c, topic, 0, 5, time.Now())
+	old := &olderDaemon{}
+	var upgraded atomic.Bool
+	var mu sync.Mutex
+	var after []bool // per report the upgraded daemon stored: it carried held
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !upgraded.Load() {
+			old.ServeHTTP(w, r)
+			return
+		}
+		var rep quotaproto.ConsumerReport
+		if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		after = append(after, rep.Topics[0].Partitions[0].Held > 0)
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer ts.Close()
+	rep, err := NewKafkaReporter(Config{URL: ts.URL, Interval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	cl := newKafkaClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
+	inHand := pollN(t, cl, 5)
+	waitFor(t, "a report of the records in hand stored without held", func() bool { return old.inHand(inHand[0].Offset) >= 1 })
+	upgraded.Store(true)
+	waitFor(t, "a report with held stored by the upgraded daemon", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(after, true)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	// The reports right after the upgrade still went without held (the
+	// refusal is less than heldRetry old), then carried it.
+	if after[0] {
+		t.Errorf("the first report after the refusal carried held at once (%v), want it stripped for heldRetry", after)
 	}
 }

@@ -118,7 +118,8 @@ func (f *newerField) without(topics []quotaproto.ConsumerTopic) []quotaproto.Con
 
 // heldRetry is how long the reports go without a newer field (their held
 // or skip counts) after a daemon refused it, before they carry it again.
-const heldRetry = 10 * time.Minute
+// A variable for the tests, which shorten it before a sender starts.
+var heldRetry = 10 * time.Minute
 
 // newSender validates cfg, registers the metrics and starts the goroutine.
 func newSender(cfg Config, kind string, snapshot snapshotFunc) (*sender, error) {
