@@ -78,8 +78,14 @@ type Result struct {
 	// dead work.
 	DeadShare float64
 
+	// TrueHeadAgeP50, P99 and Max are over the bench's own measure of the
+	// head age, one per bin (Series.TrueHeadAge): the age of the oldest
+	// record stored and not processed yet. The head age target is judged
+	// on TrueHeadAgeP99. Never when not measured.
+	TrueHeadAgeP50, TrueHeadAgeP99, TrueHeadAgeMax time.Duration
 	// HeadAgeP50, P99 and Max are over the daemon's observations of the
-	// consumer group's head age, one per bin (time-weighted).
+	// consumer group's head age, one per bin (time-weighted): what the
+	// controller acts on, shown as the daemon's.
 	HeadAgeP50, HeadAgeP99, HeadAgeMax time.Duration
 	// AgeP99 and AgeMax are the age of the processed messages when their
 	// processing ended (the consumer's view), at AgeBucket resolution.
@@ -127,9 +133,10 @@ type Result struct {
 	Excess, Bound, AdmittedBefore float64
 
 	// EndLag and EndHeadAge are the backlog the run leaves behind (the
-	// daemon's last observation).
-	EndLag     int64
-	EndHeadAge time.Duration
+	// daemon's last observation); EndTrueHeadAge the bench's last measure
+	// of the head age (Never when none).
+	EndLag                     int64
+	EndHeadAge, EndTrueHeadAge time.Duration
 
 	Series *Series
 }
@@ -169,14 +176,10 @@ func Analyze(scn Scenario, row Row, broker, mode string, load float64, s *Series
 	r.SlowGoodputShare = ratio(slowGood, slowBest)
 	r.DeadShare = ratio(float64(r.Dead), float64(r.Good+r.Dead))
 
-	var ages []float64
-	for _, a := range s.HeadAge {
-		if !math.IsNaN(a) {
-			ages = append(ages, a)
-		}
-	}
-	slices.Sort(ages)
+	ages := known(s.HeadAge, 0, n)
 	r.HeadAgeP50, r.HeadAgeP99, r.HeadAgeMax = seconds(quantile(ages, 0.5)), seconds(quantile(ages, 0.99)), seconds(quantile(ages, 1))
+	truth := known(s.TrueHeadAge, 0, n)
+	r.TrueHeadAgeP50, r.TrueHeadAgeP99, r.TrueHeadAgeMax = seconds(quantile(truth, 0.5)), seconds(quantile(truth, 0.99)), seconds(quantile(truth, 1))
 	r.AgeP99, r.AgeMax = histQuantile(s.Ages, 0.99), histQuantile(s.Ages, 1)
 
 	window, hold := int(500*time.Millisecond/s.Bin), int(time.Second/s.Bin)
@@ -205,7 +208,13 @@ func Analyze(scn Scenario, row Row, broker, mode string, load float64, s *Series
 	r.Excess = ExcessAfterDrop(acked, s.Bin, drop, restore, scn.Slow)
 	r.Bound = ExcessBound(r.AdmittedBefore, scn.Slow, row.Consumer.CommitInterval(), row.Interval)
 
-	r.EndLag, r.EndHeadAge = -1, Never
+	r.EndLag, r.EndHeadAge, r.EndTrueHeadAge = -1, Never, Never
+	for i := len(s.TrueHeadAge) - 1; i >= 0; i-- {
+		if !math.IsNaN(s.TrueHeadAge[i]) {
+			r.EndTrueHeadAge = seconds(s.TrueHeadAge[i])
+			break
+		}
+	}
 	for i := n - 1; i >= 0; i-- {
 		if !math.IsNaN(s.Lag[i]) {
 			r.EndLag = int64(s.Lag[i])
@@ -232,6 +241,19 @@ func firstSustained(counts []int64, from, to, window, hold int, bin float64, ok 
 		return time.Duration(k-from) * width
 	}
 	return Never
+}
+
+// known returns the values of v in the bins [from, to) that are not NaN,
+// sorted (none when v is shorter).
+func known(v []float64, from, to int) []float64 {
+	var out []float64
+	for i := from; i < min(to, len(v)); i++ {
+		if !math.IsNaN(v[i]) {
+			out = append(out, v[i])
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // rate is the mean rate in msg/s over the bins [a, b).
@@ -327,8 +349,9 @@ type Phase struct {
 	// measured offer) is below the consumer's capacity in the phase:
 	// producers should then get (nearly) all they offer.
 	Spare bool
-	// HeadAgeP99 over the phase's observations.
-	HeadAgeP99 time.Duration
+	// TrueHeadAgeP99 over the phase's bins (the bench's measure), and
+	// HeadAgeP99 over the daemon's observations in them.
+	TrueHeadAgeP99, HeadAgeP99 time.Duration
 	// FalseThrottleSeconds: the whole seconds of the run (counted from
 	// its start) that start in this phase in which producers were refused
 	// while the consumer had spare capacity (see [FalseThrottle]).
@@ -393,28 +416,24 @@ func phase(name string, b [2]time.Duration, scn Scenario, s *Series, offer float
 	from, to := int(b[0]/s.Bin), min(int(b[1]/s.Bin), s.Bins())
 	p := Phase{Name: name, From: b[0], To: b[1]}
 	if to <= from {
-		p.Goodput, p.DeadShare, p.AdmittedShare, p.HeadAgeP99 = math.NaN(), math.NaN(), math.NaN(), Never
+		p.Goodput, p.DeadShare, p.AdmittedShare, p.HeadAgeP99, p.TrueHeadAgeP99 = math.NaN(), math.NaN(), math.NaN(), Never, Never
 		return p
 	}
 	offered, acked, good, dead := total(s.Offered), total(s.Acked), total(s.Good), total(s.Dead)
-	var ages []float64
 	for i := from; i < to; i++ {
 		p.Offered += offered[i]
 		p.Acked += acked[i]
 		p.Refused += refused[i]
 		p.Good += good[i]
 		p.Dead += dead[i]
-		if !math.IsNaN(s.HeadAge[i]) {
-			ages = append(ages, s.HeadAge[i])
-		}
 	}
-	slices.Sort(ages)
 	secs := float64(to-from) * s.Bin.Seconds()
 	p.Goodput = float64(p.Good) / secs
 	p.DeadShare = ratio(float64(p.Dead), float64(p.Good+p.Dead))
 	p.AdmittedShare = ratio(float64(p.Acked), float64(p.Offered))
 	p.Spare = offer < scn.Capacity(b[0])
-	p.HeadAgeP99 = seconds(quantile(ages, 0.99))
+	p.HeadAgeP99 = seconds(quantile(known(s.HeadAge, from, to), 0.99))
+	p.TrueHeadAgeP99 = seconds(quantile(known(s.TrueHeadAge, from, to), 0.99))
 	for _, sec := range falseSecs {
 		if at := time.Duration(sec) * time.Second; at >= b[0] && at < b[1] {
 			p.FalseThrottleSeconds++

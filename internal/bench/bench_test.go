@@ -31,16 +31,18 @@ func testScenario() Scenario {
 var testRow = Row{Broker: BrokerKafka, Consumer: CommitPerPoll, Producer: Sync, Interval: 250 * time.Millisecond}
 
 // series builds a one-class series of 40 bins of 100ms from per-bin
-// functions of the bin index (counts per bin).
+// functions of the bin index (counts per bin); the true head age is half
+// the daemon's head.
 func series(offered, acked, good, dead func(i int) int64, head func(i int) float64) *Series {
 	const n = 40
 	s := &Series{Bin: 100 * time.Millisecond, Offered: [][]int64{make([]int64, n)}, Acked: [][]int64{make([]int64, n)},
 		Good: [][]int64{make([]int64, n)}, Dead: [][]int64{make([]int64, n)}, Skipped: [][]int64{make([]int64, n)}, Refused: [][]int64{make([]int64, n)},
-		HeadAge: make([]float64, n), Lag: make([]float64, n), Allowed: make([]float64, n), Decided: make([]float64, n),
+		HeadAge: make([]float64, n), TrueHeadAge: make([]float64, n), Lag: make([]float64, n), Allowed: make([]float64, n), Decided: make([]float64, n),
 		Capacity: make([]float64, n), Wait: make([]float64, n), Reason: make([]string, n), Ages: make([]int64, ageBuckets)}
 	for i := range n {
 		s.Offered[0][i], s.Acked[0][i], s.Good[0][i], s.Dead[0][i] = offered(i), acked(i), good(i), dead(i)
 		s.HeadAge[i], s.Lag[i], s.Allowed[i], s.Decided[i] = head(i), float64(i), math.Inf(1), math.NaN()
+		s.TrueHeadAge[i] = head(i) / 2
 		s.Ages[10] += good(i)
 		s.Ages[150] += dead(i)
 	}
@@ -98,6 +100,9 @@ func TestAnalyze(t *testing.T) {
 		if r.HeadAgeP99 != 100*time.Millisecond || r.AgeP99 != 110*time.Millisecond {
 			t.Errorf("head age p99 %v, age p99 %v", r.HeadAgeP99, r.AgeP99)
 		}
+		if r.TrueHeadAgeP99 != 50*time.Millisecond || r.Phases[1].TrueHeadAgeP99 != 50*time.Millisecond || r.EndTrueHeadAge != 50*time.Millisecond {
+			t.Errorf("true head age p99 %v, slow phase %v, end %v; want 50ms", r.TrueHeadAgeP99, r.Phases[1].TrueHeadAgeP99, r.EndTrueHeadAge)
+		}
 		if r.EndLag != 39 {
 			t.Errorf("end lag %d, want 39 (the last sample)", r.EndLag)
 		}
@@ -128,6 +133,9 @@ func TestAnalyze(t *testing.T) {
 		}
 		if r.HeadAgeMax != 3900*time.Millisecond || r.AgeMax != 1510*time.Millisecond {
 			t.Errorf("head age max %v, age max %v", r.HeadAgeMax, r.AgeMax)
+		}
+		if r.TrueHeadAgeMax != 1950*time.Millisecond { // its own series, half the daemon's
+			t.Errorf("true head age max %v, want 1.95s", r.TrueHeadAgeMax)
 		}
 		if r.Amplification != 1 {
 			t.Errorf("amplification %v", r.Amplification)
@@ -199,7 +207,7 @@ func TestAnalyze(t *testing.T) {
 			s.Lag[i] = math.NaN()
 		}
 		r := Analyze(scn, testRow, "k", ModeNaive, 5, s, Totals{})
-		if r.HeadAgeP99 != Never || r.EndLag != -1 || r.AgeP99 != Never || !math.IsNaN(r.DeadShare) {
+		if r.HeadAgeP99 != Never || r.TrueHeadAgeP99 != Never || r.EndTrueHeadAge != Never || r.EndLag != -1 || r.AgeP99 != Never || !math.IsNaN(r.DeadShare) {
 			t.Errorf("%+v", r)
 		}
 	})
@@ -389,8 +397,9 @@ func TestCSV(t *testing.T) {
 		t.Fatalf("%d lines; header %q", len(lines), lines[0])
 	}
 	// Bin 1 (0.1s): 1,000 msg/s capacity, 500 offered/s, 100 stored/s,
-	// head age 0.3, allowed unlimited, no decision.
-	if want := "0.100,1000,500,100,100,0,0,0.3,0,inf,,0,0,,0"; lines[1] != want {
+	// true head age 0.15, the daemon's 0.3, allowed unlimited, no
+	// decision.
+	if want := "0.100,1000,500,100,100,0,0,0.15,0.3,0,inf,,0,0,,0"; lines[1] != want {
 		t.Errorf("got %q, want %q", lines[1], want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"image/draw"
 	"image/png"
 	"math"
+	"slices"
 	"time"
 
 	"golang.org/x/image/font"
@@ -44,6 +45,7 @@ var (
 	colConsumed = color.RGBA{44, 160, 44, 255}
 	colDead     = color.RGBA{214, 39, 40, 255}
 	colHeadAge  = color.RGBA{148, 103, 189, 255}
+	colTrueAge  = color.RGBA{23, 190, 207, 255}
 )
 
 // line styles
@@ -56,8 +58,9 @@ type style struct {
 // Chart draws the runs over time as a PNG: one row per matrix row and load,
 // the naive run on the left and the lagbridge run on the right. Each cell
 // has the rates (capacity, offered, stored by the broker, allowed by the
-// quota, processed, of which dead) and, below, the daemon's head age
-// against the deadline; the slow phase is shaded. It is a pure function.
+// quota, processed, of which dead) and, below, the true head age (the
+// bench's measure) and the daemon's against the deadline; the slow phase
+// is shaded. It is a pure function.
 func Chart(scn Scenario, results []Result) ([]byte, error) {
 	type row struct {
 		name  string
@@ -130,7 +133,8 @@ func drawLegend(img *image.RGBA, scn Scenario, x, y int) {
 		{style{colAllowed, 1, 3}, "allowed rate the daemon decided (ignored by naive producers)"},
 		{style{colConsumed, 2, 0}, "consume rate (processed)"},
 		{style{colDead, 2, 0}, "of which dead work (processed after the deadline)"},
-		{style{colHeadAge, 2, 0}, "head age, s (daemon; lower plots)"},
+		{style{colTrueAge, 2, 0}, "true head age, s (bench; lower plots)"},
+		{style{colHeadAge, 1, 0}, "head age, s (daemon's; lower plots)"},
 		{style{colDead, 1, 6}, "deadline"},
 	}
 	cx, cy := x, y+34
@@ -148,8 +152,8 @@ func drawLegend(img *image.RGBA, scn Scenario, x, y int) {
 
 func drawCell(img *image.RGBA, scn Scenario, r *Result, x0, y0 int, top float64) {
 	s := r.Series
-	title := fmt.Sprintf("%s %sx %s: goodput %s, dead %s, head age p99 %s", r.Row.Name(), num(r.Load), r.Mode,
-		pct(r.GoodputShare), pct(r.DeadShare), dur(r.HeadAgeP99))
+	title := fmt.Sprintf("%s %sx %s: goodput %s, dead %s, head age p99 %s (daemon's %s)", r.Row.Name(), num(r.Load), r.Mode,
+		pct(r.GoodputShare), pct(r.DeadShare), dur(r.TrueHeadAgeP99), dur(r.HeadAgeP99))
 	text(img, x0, y0+13, colText, title)
 	px0, px1 := x0+plotLeft, x0+cellWidth-plotRight
 	dur := time.Duration(s.Bins()) * s.Bin
@@ -229,7 +233,7 @@ func drawCell(img *image.RGBA, scn Scenario, r *Result, x0, y0 int, top float64)
 
 	// Head age plot.
 	maxAge := 2 * scn.Deadline.Seconds()
-	for _, a := range s.HeadAge {
+	for _, a := range append(slices.Clip(s.HeadAge), s.TrueHeadAge...) {
 		if !math.IsNaN(a) {
 			maxAge = math.Max(maxAge, a)
 		}
@@ -245,7 +249,10 @@ func drawCell(img *image.RGBA, scn Scenario, r *Result, x0, y0 int, top float64)
 	}
 	text(img, px0+4, ageTop+13, colAxis, "head age")
 	line(img, px0, yAge(scn.Deadline.Seconds()), px1, yAge(scn.Deadline.Seconds()), style{colDead, 1, 6})
-	poly(img, xs, s.HeadAge, yAge, style{colHeadAge, 2, 0})
+	poly(img, xs, s.HeadAge, yAge, style{colHeadAge, 1, 0})
+	if len(s.TrueHeadAge) == len(xs) {
+		poly(img, xs, s.TrueHeadAge, yAge, style{colTrueAge, 2, 0})
+	}
 	frame(img, px0, ageTop, px1, ageBot)
 }
 

@@ -149,6 +149,7 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 		if created, class, err := decode(r.Value); err == nil {
 			rec.consumed(class, created, time.Now(), scn.Deadline)
 		}
+		rec.done(r.Partition, r.Offset)
 		return nil
 	}
 	c.wg.Go(func() {
@@ -173,6 +174,7 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 					if _, class, derr := decode(r.Value); derr == nil {
 						rec.add(rec.skipped, class, time.Now())
 					}
+					rec.done(r.Partition, r.Offset)
 				}
 				_ = cl.CommitRecords(cctx, done...)
 				if err != nil {
@@ -332,6 +334,7 @@ func startMarksConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 			if created, class, err := decode(r.Value); err == nil {
 				rec.consumed(class, created, time.Now(), scn.Deadline)
 			}
+			rec.done(r.Partition, r.Offset)
 			cl.MarkCommitRecords(r)
 		}
 	})
@@ -386,6 +389,9 @@ func startNATSConsumer(ctx context.Context, w *world, scn Scenario, rec *recorde
 				}
 				if created, class, err := decode(m.Data()); err == nil {
 					rec.consumed(class, created, time.Now(), scn.Deadline)
+				}
+				if md, err := m.Metadata(); err == nil {
+					rec.done(0, int64(md.Sequence.Stream))
 				}
 				if batchAck {
 					last = m

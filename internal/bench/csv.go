@@ -11,18 +11,18 @@ import (
 
 // CSV renders one run's series, one row per bin: time (s, end of the
 // bin), consumer capacity, and per second over that bin the offered,
-// stored, good, dead and skipped counts; then the sampled daemon and SDK
-// figures (head age s, lag, allowed and decided msg/s, the decision's
-// capacity estimate, predicted wait and reason), and the SDK's refusals per
-// second. Empty cells are unknown;
-// "inf" is unlimited. It is a pure function.
+// stored, good, dead and skipped counts; the bench's true head age (s, at
+// the bin's end); then the sampled daemon and SDK figures (the daemon's
+// head age s, lag, allowed and decided msg/s, the decision's capacity
+// estimate, predicted wait and reason), and the SDK's refusals per second.
+// Empty cells are unknown; "inf" is unlimited. It is a pure function.
 func CSV(r Result) []byte {
 	s, scn := r.Series, r.Scenario
 	var b bytes.Buffer
 	w := csv.NewWriter(&b)
-	_ = w.Write([]string{"t_s", "capacity", "offered", "stored", "good", "dead", "skipped", "head_age_s", "lag",
+	_ = w.Write([]string{"t_s", "capacity", "offered", "stored", "good", "dead", "skipped", "true_head_age_s", "daemon_head_age_s", "lag",
 		"allowed", "decided", "decision_capacity", "decision_wait_s", "decision_reason", "refused"})
-	per := 1 / s.Bin.Seconds()
+	rate := 1 / s.Bin.Seconds()
 	f := func(v float64) string {
 		switch {
 		case math.IsNaN(v):
@@ -32,19 +32,25 @@ func CSV(r Result) []byte {
 		}
 		return strconv.FormatFloat(v, 'f', -1, 64)
 	}
-	at := func(c [][]int64, i int) string {
+	val := func(v []float64, i int) float64 {
+		if i < len(v) {
+			return v[i]
+		}
+		return math.NaN()
+	}
+	per := func(c [][]int64, i int) string {
 		var n int64
 		for _, row := range c {
 			n += row[i]
 		}
-		return f(float64(n) * per)
+		return f(float64(n) * rate)
 	}
 	for i := range s.Bins() {
 		t := time.Duration(i+1) * s.Bin
 		_ = w.Write([]string{fmt.Sprintf("%.3f", t.Seconds()), f(scn.Capacity(t - s.Bin/2)),
-			at(s.Offered, i), at(s.Acked, i), at(s.Good, i), at(s.Dead, i), at(s.Skipped, i),
-			f(round3(s.HeadAge[i])), f(s.Lag[i]), f(round3(s.Allowed[i])), f(round3(s.Decided[i])),
-			f(round3(s.Capacity[i])), f(round3(s.Wait[i])), s.Reason[i], at(s.Refused, i)})
+			per(s.Offered, i), per(s.Acked, i), per(s.Good, i), per(s.Dead, i), per(s.Skipped, i),
+			f(round3(val(s.TrueHeadAge, i))), f(round3(s.HeadAge[i])), f(s.Lag[i]), f(round3(s.Allowed[i])), f(round3(s.Decided[i])),
+			f(round3(s.Capacity[i])), f(round3(s.Wait[i])), s.Reason[i], per(s.Refused, i)})
 	}
 	w.Flush()
 	return b.Bytes()

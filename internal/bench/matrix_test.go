@@ -251,7 +251,7 @@ func TestPhaseBounds(t *testing.T) {
 func TestTargetsCheck(t *testing.T) {
 	tg := DefaultTargets(DefaultScenario())
 	spare := Phase{Spare: true, AdmittedShare: 1}
-	good := Result{Row: Row{Consumer: Guard}, GoodputShare: 0.98, DeadShare: 0, HeadAgeP99: time.Second,
+	good := Result{Row: Row{Consumer: Guard}, GoodputShare: 0.98, DeadShare: 0, HeadAgeP99: time.Second, TrueHeadAgeP99: time.Second,
 		Phases: [3]Phase{spare, {}, spare}}
 	naive := Result{GoodputShare: 0.4, DeadShare: 0.5}
 	cases := []struct {
@@ -283,6 +283,13 @@ func TestTargetsCheck(t *testing.T) {
 			r.Blind.FalseThrottleSeconds = 4
 			return r
 		}(), nil, nil},
+		// The head age is judged on the bench's true measure: the
+		// daemon's reading above the deadline (a hook's poll in hand)
+		// is shown, not judged...
+		{"daemon's head age over", func() Result { r := good; r.HeadAgeP99 = 3 * time.Second; return r }(), nil, nil},
+		// ...and a true head age above it is a miss, whatever the daemon read.
+		{"true head age over", func() Result { r := good; r.TrueHeadAgeP99 = 2100 * time.Millisecond; return r }(), nil,
+			[]string{"true head age p99 2.10s > 2.00s"}},
 		// Without spare capacity, admitting less is no false throttling.
 		{"no spare", func() Result { r := good; r.Phases[0] = Phase{AdmittedShare: 0.5}; return r }(), nil, nil},
 		// A commit-only row past 1.2x its bound; its goodput target does not apply.

@@ -104,7 +104,7 @@ func (n *naiveKafka) batch(ctx context.Context, class int, created []time.Time) 
 		var failed []*kgo.Record
 		for _, res := range n.clients[class].ProduceSync(ctx, rs...) {
 			if res.Err == nil {
-				n.rec.add(n.rec.acked, class, time.Now())
+				n.rec.ackedAt(class, kafkaAt(res.Record))
 				continue
 			}
 			failed = append(failed, res.Record)
@@ -124,7 +124,7 @@ func (n *naiveKafka) produce(ctx context.Context, class int, r *kgo.Record, atte
 	}
 	n.clients[class].Produce(ctx, r, func(r *kgo.Record, err error) {
 		if err == nil {
-			n.rec.add(n.rec.acked, class, time.Now())
+			n.rec.ackedAt(class, kafkaAt(r))
 			return
 		}
 		if attempt > naiveRetries || ctx.Err() != nil {
@@ -196,7 +196,7 @@ func newSDKKafka(o Options, scn Scenario, w *world, base string, rec *recorder) 
 		}
 		s.producers = append(s.producers, p)
 		class := i
-		s.done = append(s.done, func(_ *kgo.Record, err error) { rec.outcome(class, err) })
+		s.done = append(s.done, func(r *kgo.Record, err error) { rec.outcome(class, err, kafkaAt(r)) })
 	}
 	return s, nil
 }
@@ -210,7 +210,8 @@ func (s *sdkKafka) async(ctx context.Context, class int, created time.Time) {
 }
 
 func (s *sdkKafka) sync(ctx context.Context, class int, created time.Time) {
-	s.rec.outcome(class, s.producers[class].Produce(ctx, s.record(class, created)))
+	r := s.record(class, created)
+	s.rec.outcome(class, s.producers[class].Produce(ctx, r), kafkaAt(r))
 }
 
 func (s *sdkKafka) batch(ctx context.Context, class int, created []time.Time) {
@@ -219,7 +220,7 @@ func (s *sdkKafka) batch(ctx context.Context, class int, created []time.Time) {
 		rs[i] = s.record(class, c)
 	}
 	for _, res := range s.producers[class].ProduceBatch(ctx, rs) {
-		s.rec.outcome(class, res.Err)
+		s.rec.outcome(class, res.Err, kafkaAt(res.Record))
 	}
 }
 
@@ -304,8 +305,8 @@ func (n *naiveNATS) publishSync(ctx context.Context, class int, m *natsgo.Msg, a
 		if attempt > 1 {
 			n.rec.retries.Add(1)
 		}
-		if _, err := n.w.js.PublishMsg(ctx, m); err == nil {
-			n.rec.add(n.rec.acked, class, time.Now())
+		if ack, err := n.w.js.PublishMsg(ctx, m); err == nil {
+			n.rec.ackedAt(class, natsAt(ack, m.Data))
 			return
 		}
 		if attempt > naiveRetries || ctx.Err() != nil {
@@ -336,8 +337,8 @@ func (n *naiveNATS) batch(ctx context.Context, class int, created []time.Time) {
 	}
 	for _, p := range pubs {
 		select {
-		case <-p.f.Ok():
-			n.rec.add(n.rec.acked, class, time.Now())
+		case ack := <-p.f.Ok():
+			n.rec.ackedAt(class, natsAt(ack, p.m.Data))
 		case <-p.f.Err():
 			n.publishSync(ctx, class, p.m, 2)
 		case <-ctx.Done():
@@ -375,8 +376,8 @@ func (n *naiveNATS) collect(ctx context.Context) {
 			return
 		case p := <-n.pending:
 			select {
-			case <-p.f.Ok():
-				n.rec.add(n.rec.acked, p.class, time.Now())
+			case ack := <-p.f.Ok():
+				n.rec.ackedAt(p.class, natsAt(ack, p.m.Data))
 			case <-p.f.Err():
 				if p.attempt > naiveRetries {
 					n.rec.failed.Add(1)
@@ -423,9 +424,17 @@ func newSDKNATS(o Options, scn Scenario, w *world, base string, rec *recorder) (
 		}
 		s.producers = append(s.producers, p)
 		class := i
-		s.done = append(s.done, func(_ *natsgo.Msg, _ *jetstream.PubAck, err error) { rec.outcome(class, err) })
+		s.done = append(s.done, func(m *natsgo.Msg, ack *jetstream.PubAck, err error) { rec.outcome(class, err, natsMsgAt(m, ack)) })
 	}
 	return s, nil
+}
+
+// natsMsgAt is natsAt for a callback's message, which may be nil.
+func natsMsgAt(m *natsgo.Msg, ack *jetstream.PubAck) at {
+	if m == nil {
+		return at{part: -1}
+	}
+	return natsAt(ack, m.Data)
 }
 
 func (s *sdkNATS) msg(class int, created time.Time) *natsgo.Msg {
@@ -437,8 +446,9 @@ func (s *sdkNATS) async(ctx context.Context, class int, created time.Time) {
 }
 
 func (s *sdkNATS) sync(ctx context.Context, class int, created time.Time) {
-	_, err := s.producers[class].Publish(ctx, s.msg(class, created))
-	s.rec.outcome(class, err)
+	m := s.msg(class, created)
+	ack, err := s.producers[class].Publish(ctx, m)
+	s.rec.outcome(class, err, natsAt(ack, m.Data))
 }
 
 // batch publishes every message asynchronously and waits for every
@@ -447,8 +457,8 @@ func (s *sdkNATS) batch(ctx context.Context, class int, created []time.Time) {
 	var wg sync.WaitGroup
 	wg.Add(len(created))
 	for _, c := range created {
-		s.producers[class].PublishAsync(ctx, s.msg(class, c), func(_ *natsgo.Msg, _ *jetstream.PubAck, err error) {
-			s.rec.outcome(class, err)
+		s.producers[class].PublishAsync(ctx, s.msg(class, c), func(m *natsgo.Msg, ack *jetstream.PubAck, err error) {
+			s.rec.outcome(class, err, natsMsgAt(m, ack))
 			wg.Done()
 		})
 	}

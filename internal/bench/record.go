@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/lagbridge/lagbridge/producerclient"
 )
 
@@ -39,8 +42,15 @@ type Series struct {
 	// without processing them. Counted in the bin they were consumed in.
 	Good, Dead, Skipped [][]int64
 	// HeadAge is the daemon's head age (seconds) of the consumer group,
-	// as last observed; Lag its lag (messages).
+	// as last observed; Lag its lag (messages). For a consumer that
+	// reports what it holds, the daemon's head age is the first record
+	// of the poll in hand, up to a poll's work above TrueHeadAge.
 	HeadAge, Lag []float64
+	// TrueHeadAge is the bench's own measure (seconds) at the end of each
+	// bin: the age of the oldest record the broker acknowledged to a
+	// producer and the consumers have not processed (or skipped) yet, 0
+	// when there is none (see heads). NaN when not measured.
+	TrueHeadAge []float64
 	// Allowed is the total rate the SDK producers enforce (msg/s; +Inf
 	// unlimited; NaN for the naive producers); Decided is the daemon's
 	// decision for the target (what lagbridge allows, obeyed or not).
@@ -86,20 +96,25 @@ type recorder struct {
 	rateOf       func(class int) float64
 	offer        []float64
 	ages         []atomic.Int64
+	// heads measures the true head age from the acks and the
+	// processing.
+	heads heads
 	// Totals the bins do not need.
 	attempts, retries, failed, overflow, expired atomic.Int64
 	// sampled: written by the sampler, read by the progress printer,
 	// under mu.
 	mu                             sync.Mutex
 	headAge, lag, allowed, decided []float64
+	trueHeadAge                    []float64
 	capacity, wait                 []float64
 	reason                         []string
 }
 
-// setSample records the view at bin i.
-func (r *recorder) setSample(i int, v view, allowed float64) {
+// setSample records the view at bin i, and the true head age (seconds).
+func (r *recorder) setSample(i int, v view, allowed, trueAge float64) {
 	r.mu.Lock()
 	r.headAge[i], r.lag[i], r.decided[i], r.allowed[i] = v.headAge, v.lag, v.decided, allowed
+	r.trueHeadAge[i] = trueAge
 	r.capacity[i], r.wait[i], r.reason[i] = v.capacity, v.wait, v.reason
 	r.mu.Unlock()
 }
@@ -135,7 +150,7 @@ func newRecorder(classes int, d, bin time.Duration) *recorder {
 		}
 		return f
 	}
-	r.headAge, r.lag, r.allowed, r.decided = nan(), nan(), nan(), nan()
+	r.headAge, r.lag, r.allowed, r.decided, r.trueHeadAge = nan(), nan(), nan(), nan(), nan()
 	r.capacity, r.wait, r.reason = nan(), nan(), make([]string, n)
 	return r
 }
@@ -171,15 +186,57 @@ func (r *recorder) add(c [][]atomic.Int64, class int, t time.Time) {
 	}
 }
 
+// at is where the broker stored a record: its partition and offset (a
+// NATS stream's sequence, in partition 0) and the record's creation time.
+// A negative partition is unknown.
+type at struct {
+	part    int32
+	off     int64
+	created time.Time
+}
+
+// kafkaAt is where r was stored (franz-go sets its partition and offset
+// when the broker acknowledges it).
+func kafkaAt(r *kgo.Record) at {
+	if r == nil {
+		return at{part: -1}
+	}
+	created, _, err := decode(r.Value)
+	if err != nil {
+		return at{part: -1}
+	}
+	return at{part: r.Partition, off: r.Offset, created: created}
+}
+
+// natsAt is where the message with payload data was stored, from its ack.
+func natsAt(ack *jetstream.PubAck, data []byte) at {
+	created, _, err := decode(data)
+	if ack == nil || err != nil {
+		return at{part: -1}
+	}
+	return at{part: 0, off: int64(ack.Sequence), created: created}
+}
+
+// ackedAt records that the broker acknowledged a message of class to its
+// producer, stored at a.
+func (r *recorder) ackedAt(class int, a at) {
+	r.add(r.acked, class, time.Now())
+	r.heads.stored(a.part, a.off, a.created)
+}
+
+// done records that the consumers processed (or skipped) the record at
+// offset off of partition part.
+func (r *recorder) done(part int32, off int64) { r.heads.processed(part, off) }
+
 // outcome records what the SDK said about one message of class: acked
-// (err nil), refused before any send (a *RejectError with no attempt), or
-// failed after trying the broker.
-func (r *recorder) outcome(class int, err error) {
+// (err nil; a is where it was stored), refused before any send (a
+// *RejectError with no attempt), or failed after trying the broker.
+func (r *recorder) outcome(class int, err error, a at) {
 	now := time.Now()
 	var re *producerclient.RejectError
 	switch {
 	case err == nil:
-		r.add(r.acked, class, now)
+		r.ackedAt(class, a)
 	case errors.As(err, &re) && re.Attempts == 0:
 		r.add(r.refused, class, now)
 		if r.rateOf != nil && errors.Is(err, producerclient.ErrRateLimited) && r.rateOf(class) >= r.offer[class] {
@@ -226,7 +283,7 @@ func (r *recorder) series() *Series {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return &Series{Bin: r.bin, Offered: cp(r.offered), Acked: cp(r.acked), Good: cp(r.good), Dead: cp(r.dead),
-		Skipped: cp(r.skipped), Refused: cp(r.refused), RefusedAbove: cp(r.refusedAbove), HeadAge: r.headAge, Lag: r.lag, Allowed: r.allowed, Decided: r.decided,
+		Skipped: cp(r.skipped), Refused: cp(r.refused), RefusedAbove: cp(r.refusedAbove), HeadAge: r.headAge, TrueHeadAge: r.trueHeadAge, Lag: r.lag, Allowed: r.allowed, Decided: r.decided,
 		Capacity: r.capacity, Wait: r.wait, Reason: r.reason, Ages: ages}
 }
 

@@ -62,8 +62,8 @@ loop:
 					runErr = fmt.Errorf("%s %sx %s: %w", row.Name(), num(load), mode, err)
 					break loop
 				}
-				fmt.Fprintf(o.Out, "  done: goodput %s msg/s (%s of possible), dead work %s, head age p99 %s, refused %d, false-throttle seconds before / slow / blind / after %s\n",
-					num(r.Goodput), pct(r.GoodputShare), pct(r.DeadShare), dur(r.HeadAgeP99), r.Refused, falseSeconds(r))
+				fmt.Fprintf(o.Out, "  done: goodput %s msg/s (%s of possible), dead work %s, true head age p99 %s (daemon's %s), refused %d, false-throttle seconds before / slow / blind / after %s\n",
+					num(r.Goodput), pct(r.GoodputShare), pct(r.DeadShare), dur(r.TrueHeadAgeP99), dur(r.HeadAgeP99), r.Refused, falseSeconds(r))
 				if mode == ModeLagbridge {
 					fmt.Fprintf(o.Out, "  refused with the rate in force above the offer (the bucket's burst), before / slow / blind / after (whole run): %s; false-throttle seconds with only those: %s\n",
 						aboveRefused(r), aboveSeconds(r))
@@ -272,7 +272,8 @@ func sample(ctx context.Context, rec *recorder, d *daemon, w *world, f *fleet) {
 			if i < 0 {
 				continue
 			}
-			rec.setSample(i, d.look(w), f.allowed())
+			truth := rec.heads.age(time.Now()).Seconds()
+			rec.setSample(i, d.look(w), f.allowed(), truth)
 		}
 	}
 }
