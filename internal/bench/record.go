@@ -119,17 +119,22 @@ func (r *recorder) setSample(i int, v view, allowed, trueAge float64) {
 	r.mu.Unlock()
 }
 
-// lastSample returns the latest head age and allowed rate sampled before
-// bin i (NaN when none in the ten bins before).
-func (r *recorder) lastSample(i int) (headAge, allowed float64) {
+// lastSample returns the latest daemon's head age and allowed rate, and
+// the latest true head age, sampled before bin i (NaN when none in the ten
+// bins before).
+func (r *recorder) lastSample(i int) (headAge, allowed, trueAge float64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for b := i - 1; b >= 0 && b >= i-10; b-- {
-		if !math.IsNaN(r.headAge[b]) {
-			return r.headAge[b], r.allowed[b]
+	headAge, allowed, trueAge = math.NaN(), math.NaN(), math.NaN()
+	for b := min(i, r.n) - 1; b >= 0 && b >= i-10; b-- {
+		if math.IsNaN(trueAge) {
+			trueAge = r.trueHeadAge[b]
+		}
+		if math.IsNaN(headAge) && !math.IsNaN(r.headAge[b]) {
+			headAge, allowed = r.headAge[b], r.allowed[b]
 		}
 	}
-	return math.NaN(), math.NaN()
+	return headAge, allowed, trueAge
 }
 
 func newRecorder(classes int, d, bin time.Duration) *recorder {

@@ -307,11 +307,11 @@ func progress(ctx context.Context, o Options, rec *recorder, scn Scenario, start
 			if secs <= 0 {
 				continue
 			}
-			head, allowed := rec.lastSample(i)
+			head, allowed, truth := rec.lastSample(i)
 			el := now.Sub(start)
-			fmt.Fprintf(o.Out, "  [%s] t=%4.1fs capacity %5s | offered %5s stored %5s allowed %5s | processed good %5s dead %5s, skipped %5s | head age %s\n",
+			fmt.Fprintf(o.Out, "  [%s] t=%4.1fs capacity %5s | offered %5s stored %5s allowed %5s | processed good %5s dead %5s, skipped %5s | head age %s (daemon's %s)\n",
 				name, el.Seconds(), num(scn.Capacity(el)), num(float64(off)/secs), num(float64(ack)/secs), rateStr(allowed),
-				num(float64(good)/secs), num(float64(dead)/secs), num(float64(skip)/secs), secStr(head))
+				num(float64(good)/secs), num(float64(dead)/secs), num(float64(skip)/secs), secStr(truth), secStr(head))
 		}
 	}
 }
