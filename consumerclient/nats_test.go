@@ -3,6 +3,7 @@ package consumerclient
 import (
 	"context"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -297,5 +298,25 @@ func TestNATSReporterOlderDaemon(t *testing.T) {
 	}
 	if n := rep.s.count(outcomeRefused); n != 0 {
 		t.Errorf("the reporter counts %d refused reports, want 0 (the report went without the counts)", n)
+	}
+}
+
+// TestNATSReporterHeldOutOfOrder: handlers run in parallel, so messages
+// may be received out of stream order; the count runs to the highest
+// sequence received, not the last one (which would count 1 here).
+func TestNATSReporterHeldOutOfOrder(t *testing.T) {
+	_, cons := newJetStream(t, "ORDER", "order.new", "worker", 3)
+	rep, err := NewNATSReporter(Config{URL: "http://127.0.0.1:1", Interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	msgs := fetchN(t, cons, 3)
+	for _, m := range slices.Backward(msgs) {
+		rep.Received(m)
+	}
+	_, topics := rep.snapshot(time.Now())
+	if p := topics[0].Partitions[0]; p.Position != 1 || p.Held != 3 {
+		t.Errorf("received 3, 2, 1: %+v, want position 1 holding 3", p)
 	}
 }
