@@ -291,6 +291,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	}
 	um := newUnmatched(pols, cfg.Quota.Policies, a.Store, log.With("component", "quota"))
 	um.done = um.done || cfg.HA.Shards > 1
+	ug := newUngrouped(pols, cfg.Quota.Policies, a.Store, log.With("component", "quota"))
 	rules := eng.Rules(cfg.Lag())
 	consumers := quotaserver.NewConsumers(quotaserver.ConsumersConfig{Fresh: cfg.Lag().ReportFresh}, a.Registry)
 	for _, sc := range sources {
@@ -301,6 +302,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 				a.sh.offer(sc.name, now)
 				a.History.Record(now, states, eng.ClusterDecisions(sc.name))
 				um.cycle(sc.name, len(sources))
+				ug.cycle()
 				// TTL enforcement writes to the brokers: the leader's, or
 				// with shards each shard's owner's (states are its own).
 				if a.el.leading(sc.name) || a.sh.sharded(sc.name) {
