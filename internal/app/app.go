@@ -293,7 +293,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	um.done = um.done || cfg.HA.Shards > 1
 	ug := newUngrouped(pols, cfg.Quota.Policies, a.Store, log.With("component", "quota"))
 	rules := eng.Rules(cfg.Lag())
-	consumers := quotaserver.NewConsumers(quotaserver.ConsumersConfig{Fresh: cfg.Lag().ReportFresh}, a.Registry)
+	watched := map[lag.Kind][]string{}
+	for _, sc := range sources {
+		watched[sc.kind] = append(watched[sc.kind], sc.name)
+	}
+	consumers := quotaserver.NewConsumers(quotaserver.ConsumersConfig{Fresh: cfg.Lag().ReportFresh, Clusters: watched,
+		Log: log.With("component", "quota")}, a.Registry)
 	for _, sc := range sources {
 		a.loops = append(a.loops, &daemon.Loop{Name: sc.name, Kind: sc.kind, Source: sc.src, Interval: cfg.Interval,
 			Rules: rules, Store: a.Store, Metrics: a.Metrics, Logger: log.With("cluster", sc.name), Reports: consumers, Urgent: eng.Urgent,

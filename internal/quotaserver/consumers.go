@@ -1,6 +1,8 @@
 package quotaserver
 
 import (
+	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -44,6 +46,13 @@ type ConsumersConfig struct {
 	MaxReports int
 	// Now is the receive clock; nil means time.Now.
 	Now func() time.Time
+	// Clusters are the names of the clusters the daemon watches, per
+	// kind. A report naming another cluster is accepted (204) but applies
+	// to no target. nil: not checked.
+	Clusters map[lag.Kind][]string
+	// Log receives a warning, once per cluster name, about reports
+	// naming a cluster not in Clusters; nil means none.
+	Log *slog.Logger
 }
 
 // Consumers serves POST /v1/consumers/report and keeps, per target,
@@ -68,6 +77,13 @@ type Consumers struct {
 	total   *prometheus.CounterVec
 	ageDesc *prometheus.Desc
 
+	// clusters are ConsumersConfig.Clusters as sets (nil: not checked),
+	// unknown the cluster names warned about (under mu, at most
+	// maxUnknownClusters), log ConsumersConfig.Log.
+	clusters map[lag.Kind]map[string]bool
+	unknown  map[clusterName]bool
+	log      *slog.Logger
+
 	// watchers are told of every target a stored report had work in
 	// hand on (see Watch); set before serving, read-only after.
 	watchers []func(lag.Target)
@@ -85,7 +101,16 @@ type memberReport struct {
 // lagbridge_consumer_report_age_seconds{cluster,topic,group}.
 func NewConsumers(cfg ConsumersConfig, reg prometheus.Registerer) *Consumers {
 	c := &Consumers{fresh: cfg.Fresh, keep: cfg.Keep, max: cfg.MaxReports, now: cfg.Now,
-		reports: make(map[lag.Target]map[int32][]memberReport)}
+		reports: make(map[lag.Target]map[int32][]memberReport), log: cfg.Log, unknown: map[clusterName]bool{}}
+	if cfg.Clusters != nil {
+		c.clusters = map[lag.Kind]map[string]bool{}
+		for k, names := range cfg.Clusters {
+			c.clusters[k] = map[string]bool{}
+			for _, n := range names {
+				c.clusters[k][n] = true
+			}
+		}
+	}
 	if c.fresh <= 0 {
 		c.fresh = DefaultReportFresh
 	}
@@ -183,6 +208,7 @@ func (c *Consumers) report(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n := c.put(rep, c.now())
+	c.checkCluster(rep)
 	// What was stored may show a target late: the loops judge at once.
 	c.notify(rep)
 	if n > 0 {
@@ -192,6 +218,39 @@ func (c *Consumers) report(rw http.ResponseWriter, r *http.Request) {
 	}
 	c.srv.requests.WithLabelValues(ep, "204").Inc()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// maxUnknownClusters bounds the cluster names checkCluster remembers, so
+// that reports naming ever new ones cannot grow the daemon's memory.
+const maxUnknownClusters = 64
+
+// clusterName is a cluster of one kind.
+type clusterName struct {
+	kind lag.Kind
+	name string
+}
+
+// checkCluster warns, once per cluster name, about a report naming a
+// cluster of its kind that the daemon does not watch: it is kept, as the
+// protocol says, but applies to no target, so the consumer stays measured
+// from its commits (a reporter's Config.Cluster that is not the daemon's
+// name of the cluster).
+func (c *Consumers) checkCluster(rep quotaproto.ConsumerReport) {
+	kind := lag.Kind(rep.Kind)
+	if c.clusters == nil || c.log == nil || rep.Cluster == "" || c.clusters[kind][rep.Cluster] {
+		return
+	}
+	key := clusterName{kind, rep.Cluster}
+	c.mu.Lock()
+	warn := !c.unknown[key] && len(c.unknown) < maxUnknownClusters
+	if warn {
+		c.unknown[key] = true
+	}
+	c.mu.Unlock()
+	if warn {
+		c.log.Warn("consumer report names a cluster this daemon does not watch: it applies to no target, and the consumer is measured from its commits; set the reporter's Cluster to the daemon's name of the cluster (or leave it empty)",
+			"kind", kind, "cluster", rep.Cluster, "group", rep.Group, "watched", slices.Sorted(maps.Keys(c.clusters[kind])))
+	}
 }
 
 // put stores rep's partitions as received at now: per partition and

@@ -3,6 +3,7 @@ package quotaserver
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	lbtest "github.com/lagbridge/lagbridge/internal/testutil"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
@@ -578,5 +580,35 @@ func TestConsumerReportHeldMembers(t *testing.T) {
 	post("STALE", "a", inHand)
 	if r := overlay("STALE"); r.Position != 40 || r.Held != 3 || r.HeldFor != 1200*time.Millisecond {
 		t.Errorf("b's report stale, a in hand: reported %+v, want position 40 holding 3 for 1.2s", r)
+	}
+}
+
+// TestConsumerReportUnknownCluster: a reporter whose Cluster names no
+// cluster the daemon watches (the README's "main" copied into a
+// deployment whose cluster is "local", found in a new user's trial on
+// real Kafka) is still answered 204, as the protocol says, but its
+// reports apply to no target; the daemon now warns, once per cluster
+// name, naming the clusters it watches. Before, nothing said why the
+// target stayed on commits (source "commits" in /v1/lag, reports counted
+// 204).
+func TestConsumerReportUnknownCluster(t *testing.T) {
+	var logs lbtest.Buffer
+	ts, _, _ := newConsumersServer(t, Auth{}, ConsumersConfig{
+		Clusters: map[lag.Kind][]string{lag.KindKafka: {"local"}, lag.KindNATS: {"main"}},
+		Log:      slog.New(slog.NewTextHandler(&logs, nil))})
+	main := consumerReport("billing", "0:10:idle")
+	for _, body := range []string{
+		main, main, // a Kafka report naming "main", which is a NATS cluster here: warned once
+		strings.Replace(main, `"cluster":"main"`, `"cluster":"local"`, 1), // known
+		strings.Replace(main, `"cluster":"main",`, ``, 1),                 // no cluster: every cluster of its kind
+	} {
+		if code := post(t, ts, body); code != http.StatusNoContent {
+			t.Fatalf("%d, want 204 for %s", code, body)
+		}
+	}
+	out := logs.String()
+	if n := strings.Count(out, "level=WARN"); n != 1 || !strings.Contains(out, "cluster=main") ||
+		!strings.Contains(out, "watched=[local]") || !strings.Contains(out, "group=billing") {
+		t.Fatalf("want one warning naming cluster main and the watched kafka clusters; got:\n%s", out)
 	}
 }
