@@ -93,10 +93,13 @@ func TestClientQuotaUnheededSteered(t *testing.T) {
 		{"does not heed, cut to 10/s", 10, false, true},
 	} {
 		gauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "g"}, []string{"cluster", "topic"})
-		p := &ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 100, Interval: time.Second, Unheeded: gauge}
 		t0 := time.Unix(1e6, 0)
+		now := t0
+		p := &ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 100, Interval: time.Second, Unheeded: gauge,
+			Now: func() time.Time { return now }}
 		rate, first := 500.0, -1
 		for i := range 60 {
+			now = t0.Add(time.Duration(i) * time.Second)
 			s := Snapshot{Policies: pols,
 				Topics: map[quota.Topic]quota.TopicDecision{topic: {Policy: "in", Rate: c.decision, ProduceRate: rate}},
 				Leases: []quota.Lease{{Producer: "legacy", Topic: topic, Rate: c.decision}}}
@@ -112,6 +115,47 @@ func TestClientQuotaUnheededSteered(t *testing.T) {
 		}
 		if got := first >= 0; got != c.warned {
 			t.Errorf("%s: warned %v (first at publish %d, rate at the end %.1f/s), want %v", c.name, got, first, rate, c.warned)
+		}
+	}
+}
+
+// TestClientQuotaUnheededPublishesPerSecond: the engine kicks the
+// publishers after each cluster's cycle (and on reports), so a daemon
+// watching a Kafka and a NATS cluster publishes twice a second at a 1 s
+// interval. The window counted publishes, so it shrank to 10 s, whose
+// quarters 2.5 s apart see a producer that heeds the steering (1.6-3% a
+// second) fall by less than UnheededFall: a new user's plain producer with
+// the right client.id on Kafka 4.3.1 was named as not heeding after 14 s.
+// The window is now time: UnheededSpan whatever the publishes per
+// second; one that does not heed is still warned.
+func TestClientQuotaUnheededPublishesPerSecond(t *testing.T) {
+	pols, topic := legacyPolicy(t)
+	for _, perSecond := range []int{1, 2, 4} {
+		for _, heeds := range []bool{true, false} {
+			gauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "g"}, []string{"cluster", "topic"})
+			now := time.Unix(1e6, 0)
+			p := &ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 100, Interval: time.Second, Unheeded: gauge,
+				Now: func() time.Time { return now }}
+			rate, first := 500.0, time.Duration(-1)
+			step := time.Second / time.Duration(perSecond)
+			for i := range 60 * perSecond {
+				now = time.Unix(1e6, 0).Add(time.Duration(i) * step)
+				s := Snapshot{Policies: pols,
+					Topics: map[quota.Topic]quota.TopicDecision{topic: {Policy: "in", Rate: 0, ProduceRate: rate}},
+					Leases: []quota.Lease{{Producer: "legacy", Topic: topic, Rate: 0}}}
+				p.checkHeeded(s)
+				if first < 0 && testutil.ToFloat64(gauge.WithLabelValues("c1", "orders")) == 1 {
+					first = time.Duration(i) * step
+				}
+				want, sent := p.rates(s)
+				stored := p.steer.NextBounded(now, want, sent, p.holds(s), nil)["legacy"]
+				if heeds {
+					rate = min(rate, stored/100)
+				}
+			}
+			if warned := first >= 0; warned == heeds || (warned && first < UnheededSpan-time.Second) {
+				t.Errorf("%d publishes a second, heeds %v: warned %v (first after %v, rate at the end %.1f/s)", perSecond, heeds, warned, first, rate)
+			}
 		}
 	}
 }

@@ -111,7 +111,8 @@ type ClientQuotaPublisher struct {
 	leaders Leaders                   // the last partition leaders read; nil: none yet
 	window  bool                      // the broker's quota window was read
 	over    map[quota.Topic]int       // publishes in a row over twice the allowed rate
-	overAt  map[quota.Topic][]float64 // the topic's rate at the last unheededWindow of them
+	overAt  map[quota.Topic][]rateAt  // the topic's rate at them, within the window
+	since   map[quota.Topic]time.Time // the first of them
 	warned  map[quota.Topic]bool      // warned in this episode
 }
 
@@ -138,8 +139,16 @@ const UnheededCycles = 20
 const UnheededFall = 0.1
 
 // UnheededSpan is the least time checkHeeded watches a topic before it
-// warns, whatever the interval.
+// warns, whatever the interval and however many publishes a second come
+// (the engine publishes after each cluster's cycle and on reports: twice
+// a second with a Kafka and a NATS cluster at a 1 s interval).
 const UnheededSpan = 20 * time.Second
+
+// rateAt is a topic's produce rate as read at a publish.
+type rateAt struct {
+	at   time.Time
+	rate float64
+}
 
 // Name implements Publisher.
 func (p *ClientQuotaPublisher) Name() string { return "kafka-client-quotas/" + p.Cluster }
@@ -175,15 +184,19 @@ func (p *ClientQuotaPublisher) Publish(ctx context.Context, s Snapshot) error {
 	}
 	want, sent := p.rates(s)
 	p.checkHeeded(s)
-	now := time.Now
-	if p.Now != nil {
-		now = p.Now
-	}
-	_, err := p.Quotas.Apply(ctx, p.steer.NextBounded(now(), want, sent, p.holds(s), p.busiest(s)))
+	_, err := p.Quotas.Apply(ctx, p.steer.NextBounded(p.now(), want, sent, p.holds(s), p.busiest(s)))
 	if err != nil {
 		return fmt.Errorf("cluster %s: %w", p.Cluster, err)
 	}
 	return nil
+}
+
+// now reads the publisher's clock: Now, or time.Now.
+func (p *ClientQuotaPublisher) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
 }
 
 // Clear removes every client quota lagbridge set on the cluster: the
@@ -453,9 +466,10 @@ func (p *ClientQuotaPublisher) holds(s Snapshot) map[string]time.Duration {
 }
 
 // checkHeeded warns, once per episode, about a topic that receives more
-// than twice its allowed rate for unheededWindow publishes in a row while
-// its listed producers hold client quotas, and whose rate did not fall by
-// UnheededFall over them; and sets the Unheeded gauge. The
+// than twice its allowed rate for UnheededCycles publishes in a row and
+// unheededWindow of time while its listed producers hold client quotas,
+// and whose rate did not fall by UnheededFall over that window; and sets
+// the Unheeded gauge. The
 // values stored are steered down step by step from what the producers
 // send (see [Steering]), so producers that heed them slow down a few
 // percent a second, and a rate still over twice a decision (0/s in a
@@ -463,8 +477,9 @@ func (p *ClientQuotaPublisher) holds(s Snapshot) map[string]time.Duration {
 // fall is (the values follow what is sent, so they cannot tell).
 func (p *ClientQuotaPublisher) checkHeeded(s Snapshot) {
 	if p.over == nil {
-		p.over, p.overAt, p.warned = map[quota.Topic]int{}, map[quota.Topic][]float64{}, map[quota.Topic]bool{}
+		p.over, p.overAt, p.since, p.warned = map[quota.Topic]int{}, map[quota.Topic][]rateAt{}, map[quota.Topic]time.Time{}, map[quota.Topic]bool{}
 	}
+	now, window := p.now(), p.unheededWindow()
 	ids := map[quota.Topic][]string{}
 	for _, l := range s.Leases {
 		if _, ok := p.quoted(s, l); ok && !l.IsUnlimited() {
@@ -482,12 +497,22 @@ func (p *ClientQuotaPublisher) checkHeeded(s Snapshot) {
 			p.heeded(t)
 			continue
 		}
-		n := p.unheededWindow()
-		p.over[t]++
-		rs := append(p.overAt[t], d.ProduceRate)
-		rs = rs[max(len(rs)-n, 0):]
+		if p.over[t]++; p.over[t] == 1 {
+			p.since[t] = now
+		}
+		rs := append(p.overAt[t], rateAt{now, d.ProduceRate})
+		if window > 0 {
+			// The rates of the last window of time, and at least one.
+			i := 0
+			for i < len(rs)-1 && now.Sub(rs[i].at) > window {
+				i++
+			}
+			rs = rs[i:]
+		} else {
+			rs = rs[max(len(rs)-UnheededCycles, 0):]
+		}
 		p.overAt[t] = rs
-		if p.over[t] < n || falling(rs) {
+		if p.over[t] < UnheededCycles || now.Sub(p.since[t]) < window || falling(rs) {
 			continue // not for long yet, or falling: the quotas bind
 		}
 		if !p.warned[t] && p.Log != nil {
@@ -502,26 +527,27 @@ func (p *ClientQuotaPublisher) checkHeeded(s Snapshot) {
 	}
 }
 
-// unheededWindow is how many publishes in a row checkHeeded watches a
-// topic over twice its allowed rate before it warns: UnheededCycles, or
-// UnheededSpan's worth at a shorter interval (the steering's cut is per
-// second).
-func (p *ClientQuotaPublisher) unheededWindow() int {
+// unheededWindow is how long checkHeeded watches a topic over twice its
+// allowed rate before it warns, and the span of the rates it judges the
+// fall on: UnheededCycles intervals, at least UnheededSpan (the steering's
+// cut is per second, and publishes may come several times an interval).
+// Zero without an interval: UnheededCycles publishes alone.
+func (p *ClientQuotaPublisher) unheededWindow() time.Duration {
 	if p.Interval <= 0 {
-		return UnheededCycles
+		return 0
 	}
-	return max(UnheededCycles, int(UnheededSpan/p.Interval))
+	return max(UnheededCycles*p.Interval, UnheededSpan)
 }
 
 // falling reports whether the mean of the last quarter of rates (oldest
 // first) is UnheededFall or more below the mean of the first quarter:
 // quarters, not single readings, as a throttled producer sends in bursts.
-func falling(rates []float64) bool {
+func falling(rates []rateAt) bool {
 	q := max(len(rates)/4, 1)
-	mean := func(xs []float64) float64 {
+	mean := func(xs []rateAt) float64 {
 		var sum float64
 		for _, x := range xs {
-			sum += x
+			sum += x.rate
 		}
 		return sum / float64(len(xs))
 	}
@@ -535,5 +561,6 @@ func (p *ClientQuotaPublisher) heeded(t quota.Topic) {
 	}
 	delete(p.over, t)
 	delete(p.overAt, t)
+	delete(p.since, t)
 	delete(p.warned, t)
 }
