@@ -598,10 +598,17 @@ type partTrack struct {
 	// partLimit); 0: none, avoided outright.
 	limit float64
 	// full: rate was measured between two moves that left work behind
-	// (the consumer's capacity; see knownSlow).
-	full bool
+	// (the consumer's capacity; see knownSlow). capSeen: full was so at
+	// some observation since the partition was last unlisted (see
+	// holdLate).
+	full, capSeen bool
 	// head is its HeadAge at this observation, seconds (see sharedRise).
 	head float64
+	// committed is its committed offset at this observation; freshAt the
+	// State.At of its last observation that was not between two of its
+	// commits (see betweenCommits).
+	committed int64
+	freshAt   time.Time
 }
 
 // avoidCalm is how many observations in a row a listed partition must be
@@ -3289,8 +3296,8 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 // partitioners, by a whole batch) until it was comfortably inside the
 // deadline (no backlog, or its head and wait within the target wait) for
 // avoidCalm observations in a row, and, when the rate its consumer was
-// seen to drain it at is below the share of the produce rate it would get
-// back, for avoidProbe seconds (a trial; twice as long after each trial it
+// seen to drain it at while it left work behind (its capacity) is below
+// the share of the produce rate it would get back, for avoidProbe seconds (a trial; twice as long after each trial it
 // failed, up to maxProbe). knownSlow lists a partition that drains less
 // than half its share: the band between is hysteresis (at 250 ms the rate
 // of a 20 msg/s consumer is read from 5 records, give or take one, and
@@ -3300,7 +3307,7 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 // Head ages are taken at the commit (less v.since), as for the target.
 func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading) (late []int32, fewBad bool) {
 	dt, havePrev := partsSpan(tc, st, v)
-	setWait, budget := v.setWait, p.Budget().Seconds()
+	budget := p.Budget().Seconds()
 	// A partition whose oldest message waited less than the setpoint's
 	// share of the budget is not late, whatever its predicted wait says:
 	// a healthy partition read through commits every few hundred
@@ -3343,17 +3350,14 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 		if v.rise && !pt.late {
 			next.rate, next.full = pt.rate, pt.full // nothing learned
 		}
+		next.capSeen = next.capSeen || next.full
 		if (isLate || pt.late) && next.rate <= 0 && ps.Lag > 0 && ps.CommitRate > 0 && !math.IsInf(ps.CommitRate, 0) {
 			// Not measured here yet: what the tracker measured from its
 			// commits while it had a backlog.
 			next.rate = ps.CommitRate
 		}
 		next.inAvg = pt.inAvg + min(dt, 1)*(next.in-pt.inAvg)
-		next.limit = partLimit(pt, next, partBacklog(&ps, next.rate, st.At, v), setWait, dt)
-		isLate = holdLate(pt, &next, isLate, ps.Lag, head, wait, setWait, share, dt)
-		if !isLate {
-			next.limit = 0
-		}
+		isLate = keepLate(tc, pt, &next, had, &ps, st, v, isLate, head, wait, share, dt)
 		tc.parts[ps.Partition] = next
 		if isLate {
 			late = append(late, ps.Partition)
@@ -3375,6 +3379,29 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 	}
 	slices.Sort(late)
 	return late, true
+}
+
+// keepLate sets a partition's keyless rate (partLimit) and hysteresis
+// (holdLate) after an observation that judged it isLate (or not) now, in
+// next, and returns whether it stays listed. Between its commits (see
+// betweenCommits), a partition producers avoid (listed at the last
+// decision) shows nothing new: its hold and its rate stand, and the
+// rate's growth at its next commit counts the time since the last one.
+func keepLate(tc *control, pt partTrack, next *partTrack, had bool, ps *lag.PartitionState, st *lag.State, v *reading, isLate bool, head, wait, share, dt float64) bool {
+	between := betweenCommits(pt, had, ps, dt) && slices.Contains(tc.last.AvoidPartitions, ps.Partition)
+	span := dt
+	if !pt.freshAt.IsZero() {
+		span = st.At.Sub(pt.freshAt).Seconds()
+	}
+	if !between {
+		next.freshAt = st.At
+	}
+	next.limit = partLimit(pt, *next, partBacklog(ps, next.rate, st.At, v), v.setWait, span, between)
+	isLate = holdLate(pt, next, isLate, between, ps.Lag, head, wait, v.setWait, share, dt)
+	if !isLate {
+		next.limit = 0
+	}
+	return isLate
 }
 
 // sharedRise reports whether st shows a stall of the whole consumer while
@@ -3501,7 +3528,7 @@ func keptUpSomewhere(tc *control, st *lag.State) bool {
 // (out) over the last interval.
 func trackPart(pt partTrack, had bool, ps *lag.PartitionState, st *lag.State, dt float64) partTrack {
 	pos := ps.End - ps.Lag
-	next := partTrack{full: pt.full, pos: pos, lag: ps.Lag, rate: pt.rate, movePos: pt.movePos, moveAt: pt.moveAt, moveLag: pt.moveLag, probe: pt.probe, limit: pt.limit, head: ps.HeadAge.Seconds()}
+	next := partTrack{full: pt.full, capSeen: pt.capSeen, committed: ps.Committed, freshAt: pt.freshAt, pos: pos, lag: ps.Lag, rate: pt.rate, movePos: pt.movePos, moveAt: pt.moveAt, moveLag: pt.moveLag, probe: pt.probe, limit: pt.limit, head: ps.HeadAge.Seconds()}
 	switch {
 	case ps.Source != lag.SourceConsumer || ps.Reported.HeadTime.IsZero() || ps.Lag <= 0:
 		// Nothing in hand: the next poll comes after this observation.
@@ -3652,15 +3679,23 @@ func reportedWait(pt partTrack, ps *lag.PartitionState, st *lag.State, v *readin
 
 // holdLate applies the hysteresis and the trials of lateParts to a
 // partition judged isLate (or not) now, recording them in next, and
-// returns whether it stays listed.
-func holdLate(pt partTrack, next *partTrack, isLate bool, lagMsgs int64, head, wait, setWait, share, dt float64) bool {
+// returns whether it stays listed. A listed partition is not freed at an
+// observation between two of its commits (between, see betweenCommits):
+// its calm observations count, and the release waits for a commit that
+// shows it comfortable too.
+func holdLate(pt partTrack, next *partTrack, isLate, between bool, lagMsgs int64, head, wait, setWait, share, dt float64) bool {
 	probe := cmp.Or(pt.probe, avoidProbe)
 	if pt.late && !isLate {
 		comfortable := lagMsgs <= 0 || (head <= setWait && wait >= 0 && wait <= setWait)
 		if comfortable {
 			next.calm, next.calmFor = pt.calm+1, pt.calmFor+dt
 		}
-		slow := next.rate > 0 && next.rate < share
+		// Slow: its consumer's rate, measured at least once while it
+		// left work behind (its capacity, see knownSlow), is below the
+		// share it would get back. A partition only ever seen draining
+		// everything it was given shows its producers' rate
+		// (TestControllerFirstSightHoldNotSlow).
+		slow := next.capSeen && next.rate > 0 && next.rate < share
 		isLate = next.calm < avoidCalm || (slow && next.calmFor < probe)
 		if fedLimited(pt, *next) {
 			// Fed at its rate, it shows a recovered consumer by itself:
@@ -3668,6 +3703,7 @@ func holdLate(pt partTrack, next *partTrack, isLate bool, lagMsgs int64, head, w
 			slow = false
 			isLate = next.calm < avoidCalm || next.limit < share
 		}
+		isLate = isLate || between
 		if !isLate && slow {
 			next.trial = dt // tried again: watch it
 		}
@@ -3683,7 +3719,7 @@ func holdLate(pt partTrack, next *partTrack, isLate bool, lagMsgs int64, head, w
 	}
 	next.late = isLate
 	if !isLate {
-		next.calm, next.calmFor = 0, 0
+		next.calm, next.calmFor, next.capSeen = 0, 0, false
 	}
 	return isLate
 }

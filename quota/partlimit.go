@@ -49,12 +49,16 @@ const (
 // 20 + (10 - 30) = 0 msg/s until it is down to its setpoint; 5 of lag,
 // fed 18 msg/s over the last second at a rate of 18, give max(25, 22.5)
 // = 25 msg/s.
-func partLimit(pt, next partTrack, lagMsgs float64, setWait, dt float64) float64 {
+func partLimit(pt, next partTrack, lagMsgs float64, setWait, dt float64, between bool) float64 {
 	c := next.rate
 	if c <= 0 {
 		return 0
 	}
 	lim := max(c+(c*setWait-lagMsgs), 0)
+	if between {
+		// Nothing new since its last commit: the rate does not grow.
+		return min(lim, pt.limit)
+	}
 	if lagMsgs <= c*setWait {
 		// Calm: the consumer drained what it was fed, and c may be only
 		// that; the rate does not shrink, and grows while it is fed.
@@ -64,6 +68,27 @@ func partLimit(pt, next partTrack, lagMsgs float64, setWait, dt float64) float64
 		}
 	}
 	return lim
+}
+
+// betweenCommits reports whether ps is read between two of its commits:
+// its position comes from its commits (as they are, or estimated from
+// the last one), it commits less often than every 1.5 observations (dt,
+// seconds; its learned cadence), and its committed offset has not moved
+// since the last observation. Such a reading repeats the last commit's,
+// aged, or extrapolates it: an estimate that says the consumer kept up
+// with what was written (what the Tracker takes of a consumer caught up
+// at its commit) is the Tracker's assumption, not the consumer's doing.
+// Read as evidence, a slow partition fed its keyless share looked
+// comfortable between its 5 s commits, its share grew by limitGrowth a
+// second on them, and its list was ended on a lag of 0 that the next
+// commit took back (TestControllerBetweenCommitsNoCalm).
+func betweenCommits(pt partTrack, had bool, ps *lag.PartitionState, dt float64) bool {
+	switch ps.Source {
+	case "", lag.SourceCommits, lag.SourceEstimate:
+	default:
+		return false
+	}
+	return had && !ps.Stale && ps.CommitInterval.Seconds() > 1.5*dt && ps.Committed == pt.committed
 }
 
 // partBacklog is a partition's lag less what its consumer, read through
