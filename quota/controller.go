@@ -3386,9 +3386,12 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 // next, and returns whether it stays listed. Between its commits (see
 // betweenCommits), a partition producers avoid (listed at the last
 // decision) shows nothing new: its hold and its rate stand, and the
-// rate's growth at its next commit counts the time since the last one.
+// rate's growth at its next commit counts the time since the last one;
+// what its rate adds beyond its drain is spread over its commit cadence
+// (see partLimit).
 func keepLate(tc *control, pt partTrack, next *partTrack, had bool, ps *lag.PartitionState, st *lag.State, v *reading, isLate bool, head, wait, share, dt float64) bool {
-	between := betweenCommits(pt, had, ps, dt) && slices.Contains(tc.last.AvoidPartitions, ps.Partition)
+	avoided := slices.Contains(tc.last.AvoidPartitions, ps.Partition)
+	between := avoided && betweenCommits(pt, had, ps, dt)
 	span := dt
 	if !pt.freshAt.IsZero() {
 		span = st.At.Sub(pt.freshAt).Seconds()
@@ -3396,7 +3399,11 @@ func keepLate(tc *control, pt partTrack, next *partTrack, had bool, ps *lag.Part
 	if !between {
 		next.freshAt = st.At
 	}
-	next.limit = partLimit(pt, *next, partBacklog(ps, next.rate, st.At, v), v.setWait, span, between)
+	h := 1.0
+	if avoided {
+		h = max(commitCadence(ps, dt), 1)
+	}
+	next.limit = partLimit(pt, *next, partBacklog(ps, next.rate, st.At, v), v.setWait, span, h, between)
 	isLate = holdLate(pt, next, isLate, between, ps.Lag, head, wait, v.setWait, share, dt)
 	if !isLate {
 		next.limit = 0

@@ -40,21 +40,30 @@ const (
 // drain it at (next.rate, measured while it had a backlog), less what
 // brings its backlog (lagMsgs, see partBacklog) back to setWait of that
 // rate within one second (never below 0: a backlog past that is drained
-// first); and, while the consumer drained everything it was fed (a
-// backlog of at most setWait of work) and it was fed at least feedRatio
-// of its rate, the previous rate grown by limitGrowth per second. 0
-// (avoid it outright) while its drain rate is unknown.
+// first), or, below that, plus what fills it to setWait within h seconds
+// (the time until it is seen again: 1, or its commit cadence when it is
+// read between commits, see commitCadence); and, while the consumer
+// drained everything it was fed (a backlog of at most setWait of work) and
+// it was fed at least feedRatio of its rate, the previous rate grown by
+// limitGrowth per second (over dt seconds, at most two), by at most
+// setWait of work over h. 0 (avoid it outright) while its drain rate is
+// unknown. Between commits (between) it only falls.
 //
 // Example: drained at 20 msg/s, setWait 0.5 s: 30 messages of lag give
 // 20 + (10 - 30) = 0 msg/s until it is down to its setpoint; 5 of lag,
 // fed 18 msg/s over the last second at a rate of 18, give max(25, 22.5)
-// = 25 msg/s.
-func partLimit(pt, next partTrack, lagMsgs float64, setWait, dt float64, between bool) float64 {
+// = 25 msg/s; read at 5 s commits (h = 5), max(21, 18 x 1.1) = 21 msg/s:
+// what it is fed beyond its drain waits until the next commit shows it.
+func partLimit(pt, next partTrack, lagMsgs float64, setWait, dt, h float64, between bool) float64 {
 	c := next.rate
 	if c <= 0 {
 		return 0
 	}
-	lim := max(c+(c*setWait-lagMsgs), 0)
+	surplus := c*setWait - lagMsgs
+	if surplus > 0 {
+		surplus /= h
+	}
+	lim := max(c+surplus, 0)
 	if between {
 		// Nothing new since its last commit: the rate does not grow.
 		return min(lim, pt.limit)
@@ -64,7 +73,11 @@ func partLimit(pt, next partTrack, lagMsgs float64, setWait, dt float64, between
 		// that; the rate does not shrink, and grows while it is fed.
 		lim = max(lim, pt.limit)
 		if fedLimited(pt, next) {
-			lim = max(lim, pt.limit*math.Pow(limitGrowth, min(dt, 2)))
+			g := math.Pow(limitGrowth, min(dt, 2))
+			if h > 1 {
+				g = min(g, 1+setWait/h)
+			}
+			lim = max(lim, pt.limit*g)
 		}
 	}
 	return lim
@@ -83,12 +96,21 @@ func partLimit(pt, next partTrack, lagMsgs float64, setWait, dt float64, between
 // second on them, and its list was ended on a lag of 0 that the next
 // commit took back (TestControllerBetweenCommitsNoCalm).
 func betweenCommits(pt partTrack, had bool, ps *lag.PartitionState, dt float64) bool {
+	return had && !ps.Stale && commitCadence(ps, dt) > 0 && ps.Committed == pt.committed
+}
+
+// commitCadence is the learned commit cadence, seconds, of a partition
+// whose position comes from its commits (as they are, or estimated from
+// the last one) when it is longer than 1.5 observations (dt, seconds); 0
+// otherwise.
+func commitCadence(ps *lag.PartitionState, dt float64) float64 {
 	switch ps.Source {
 	case "", lag.SourceCommits, lag.SourceEstimate:
-	default:
-		return false
+		if ci := ps.CommitInterval.Seconds(); ci > 1.5*dt {
+			return ci
+		}
 	}
-	return had && !ps.Stale && ps.CommitInterval.Seconds() > 1.5*dt && ps.Committed == pt.committed
+	return 0
 }
 
 // partBacklog is a partition's lag less what its consumer, read through

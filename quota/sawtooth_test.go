@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -72,5 +73,38 @@ func TestControllerBetweenCommitsNoCalm(t *testing.T) {
 		if s := shareOf(d.PartitionShares, 0); committed[i] == committed[i-1] && prev > 0 && s > 1.2*prev {
 			t.Errorf("decision %d: partition 0's share grew from %.3f to %.3f between two of its commits", i, prev, s)
 		}
+	}
+}
+
+// TestPartLimitCommitCadence pins partLimit's worked example, and the
+// same partition read between 5 s commits: what it is fed beyond its
+// drain waits a whole cadence before a commit shows it, so the fill to
+// the setpoint and the probe's growth are spread over it.
+func TestPartLimitCommitCadence(t *testing.T) {
+	fed := partTrack{limit: 18}
+	for _, tc := range []struct {
+		name    string
+		pt      partTrack
+		next    partTrack
+		lag     float64
+		h       float64
+		between bool
+		want    float64
+	}{
+		// 20 + (10 - 30): a backlog past the setpoint drains first, whatever h.
+		{"backlog, every observation", partTrack{}, partTrack{rate: 20}, 30, 1, false, 0},
+		{"backlog, 5 s commits", partTrack{}, partTrack{rate: 20}, 30, 5, false, 0},
+		// max(20 + 5, 18 x 1.25): the doc's example.
+		{"calm and fed, every observation", fed, partTrack{rate: 20, inAvg: 18}, 5, 1, false, 25},
+		// max(20 + 5/5, 18 x min(1.25, 1 + 0.5/5)).
+		{"calm and fed, 5 s commits", fed, partTrack{rate: 20, inAvg: 18}, 5, 5, false, 21},
+		// Between commits it only falls: min(21, 18).
+		{"between commits", fed, partTrack{rate: 20, inAvg: 18}, 5, 5, true, 18},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := partLimit(tc.pt, tc.next, tc.lag, 0.5, 1, tc.h, tc.between); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("partLimit = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
