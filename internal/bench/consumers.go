@@ -134,7 +134,7 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 	}
 	var g *kafkaguard.Guard
 	if kind == Guard {
-		if g, err = kafkaguard.New(kafkaguard.Config{MaxAge: scn.Deadline}); err != nil {
+		if g, err = kafkaguard.New(kafkaguard.Config{MaxAge: scn.Deadline, Progress: skips{rec}}); err != nil {
 			closeF()
 			return nil, err
 		}
@@ -162,20 +162,7 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 				return
 			}
 			if g != nil {
-				handled := make(map[*kgo.Record]bool, len(recs))
-				done, err := g.Process(cctx, recs, func(_ context.Context, r *kgo.Record) error {
-					handled[r] = true
-					return process(r)
-				})
-				for _, r := range done {
-					if handled[r] {
-						continue
-					}
-					if _, class, derr := decode(r.Value); derr == nil {
-						rec.add(rec.skipped, class, time.Now())
-					}
-					rec.done(r.Partition, r.Offset)
-				}
+				done, err := g.Process(cctx, recs, func(_ context.Context, r *kgo.Record) error { return process(r) })
 				_ = cl.CommitRecords(cctx, done...)
 				if err != nil {
 					cl.SetOffsets(kafkaguard.RewindOffsets(recs, done))
@@ -195,6 +182,24 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 		}
 	})
 	return waitAssigned(ctx, c, assigned, w.group)
+}
+
+// skips is the guard's Progress in the bench: it counts each record the
+// guard skips as expired and marks it processed for the true head age the
+// moment the guard skips it (a record skipped early in a poll is no longer
+// waiting while the rest of the poll is processed). The records the guard
+// hands to the handler are recorded by the handler.
+type skips struct{ rec *recorder }
+
+// Finished implements kafkaguard.Progress: nothing to do (see skips).
+func (skips) Finished(*kgo.Record) {}
+
+// Skipped implements kafkaguard.Skipper.
+func (s skips) Skipped(r *kgo.Record) {
+	if _, class, err := decode(r.Value); err == nil {
+		s.rec.add(s.rec.skipped, class, time.Now())
+	}
+	s.rec.done(r.Partition, r.Offset)
 }
 
 // marksInterval is how often the Marks20ms consumer commits what it has

@@ -179,7 +179,8 @@ func TestTrueHeadAge(t *testing.T) {
 }
 
 // TestTrueHeadAgeThroughConsumers runs the bench's own consumers (Kafka
-// commit per poll on kfake, NATS ack each on the embedded nats-server) on a
+// commit per poll and the guard on kfake, NATS ack each on the embedded
+// nats-server) on a
 // backlog of 1,000 stored records created 5 ms apart, at 400/s: while they
 // work through it, the true head age is the age of the record in hand,
 // told by how many they had processed just before and just after the
@@ -190,8 +191,12 @@ func TestTrueHeadAgeThroughConsumers(t *testing.T) {
 	}
 	scn := Scenario{Normal: 400, Slow: 400, NormalFor: time.Minute, Deadline: time.Hour,
 		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
-	for _, broker := range []string{BrokerKafka, BrokerNATS} {
-		t.Run(broker, func(t *testing.T) {
+	for _, kind := range []ConsumerKind{CommitPerPoll, Guard, AckEach} {
+		broker := BrokerKafka
+		if !kind.kafkaKind() {
+			broker = BrokerNATS
+		}
+		t.Run(string(kind), func(t *testing.T) {
 			ctx := context.Background()
 			w, err := startWorld(ctx, Options{}, Row{Broker: broker}, runID(time.Now()))
 			if err != nil {
@@ -208,7 +213,7 @@ func TestTrueHeadAgeThroughConsumers(t *testing.T) {
 
 			var c *consumer
 			if broker == BrokerKafka {
-				c, err = startKafkaConsumer(ctx, w, scn, rec, CommitPerPoll, "", nil)
+				c, err = startKafkaConsumer(ctx, w, scn, rec, kind, "", nil)
 			} else {
 				c, err = startNATSConsumer(ctx, w, scn, rec, false)
 			}
@@ -280,5 +285,37 @@ func storeBacklog(t *testing.T, w *world, rec *recorder, n int, created func(int
 			t.Fatal(res.Err)
 		}
 		rec.ackedAt(0, kafkaAt(res.Record))
+	}
+}
+
+// TestGuardSkipsAreProcessed checks that a record the guard skips as
+// expired stops counting for the true head age the moment it is skipped,
+// and is counted as skipped.
+func TestGuardSkipsAreProcessed(t *testing.T) {
+	rec := newRecorder(1, time.Minute, 100*time.Millisecond)
+	start := time.Now()
+	rec.begin(start)
+	recs := make([]*kgo.Record, 3)
+	for i := range recs {
+		created := start.Add(-time.Duration(3-i) * time.Second) // 3s, 2s and 1s before the start
+		recs[i] = &kgo.Record{Partition: 4, Offset: int64(i), Value: encode(created, 0)}
+		rec.ackedAt(0, kafkaAt(recs[i]))
+	}
+	if a := rec.heads.age(start); a != 3*time.Second {
+		t.Fatalf("before: %v, want 3s", a)
+	}
+	p := skips{rec}
+	p.Skipped(recs[0])
+	p.Skipped(recs[1])
+	p.Finished(recs[0])
+	if a := rec.heads.age(start); a != time.Second {
+		t.Errorf("after two skips: %v, want 1s (the third record)", a)
+	}
+	var n int64
+	for b := range rec.n {
+		n += rec.skipped[0][b].Load()
+	}
+	if n != 2 {
+		t.Errorf("%d skipped, want 2", n)
 	}
 }
