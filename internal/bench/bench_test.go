@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"image/png"
 	"math"
 	"os"
@@ -443,71 +444,133 @@ func TestCommandFlags(t *testing.T) {
 // nats-server: both modes, the real daemon, the SDK and the guard. It
 // checks the files, and that lagbridge refuses and cuts dead work where
 // the scenario leaves no doubt (the naive queue outgrows the deadline).
+//
+// How each run kept its schedule is logged, and when a row fails, the
+// lagbridge run's timeline around the drop. A failing row whose naive or
+// lagbridge run did not keep its schedule around the slow phase (see
+// heldSchedule) runs again once, saying so; a row whose runs kept it and
+// failed fails at once.
 func TestRunEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the brokers and the daemon for about 40s")
 	}
 	scn := Scenario{Normal: 1000, Slow: 200, NormalFor: 2 * time.Second, SlowFor: 4 * time.Second, RecoverFor: 2 * time.Second,
 		Deadline: time.Second, Classes: DefaultScenario().Classes}
-	dir := t.TempDir()
-	var out bytes.Buffer
 	rows := []Row{{Broker: BrokerKafka, Consumer: Guard, Producer: Async, Interval: 250 * time.Millisecond},
 		// Async: 16 synchronous handlers per producer fall behind a
 		// 1,000 msg/s offer on a loaded machine, on both sides.
 		{Broker: BrokerNATS, Consumer: AckEach, Producer: Async, Interval: 250 * time.Millisecond}}
-	res, err := Run(context.Background(), Options{Scenario: scn, Loads: []float64{5}, Rows: rows, OutDir: dir, Out: &out})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	if len(res) != 4 {
-		t.Fatalf("%d results", len(res))
-	}
+	res, dir, out := runEndToEnd(t, scn, rows)
 	for _, f := range []string{TableFile, ChartFile, "bench-kafka_guard_async_250ms-5x-naive.csv", "bench-nats_ack-each_async_250ms-5x-lagbridge.csv"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
+	if !strings.Contains(out, "wrote ") {
+		t.Errorf("no closing line:\n%s", out)
+	}
 	for i := 0; i < len(res); i += 2 {
 		naive, lb := res[i], res[i+1]
-		if naive.Mode != ModeNaive || lb.Mode != ModeLagbridge || naive.Broker != lb.Broker {
-			t.Fatalf("order: %s %s / %s %s", naive.Broker, naive.Mode, lb.Broker, lb.Mode)
+		problems := endToEndProblems(t, naive, lb)
+		if len(problems) > 0 && !(heldSchedule(naive) && heldSchedule(lb)) {
+			t.Logf("%s: a run did not keep its schedule around the slow phase (a stall of over %s): running %s again once",
+				lb.Broker, scn.Deadline, lb.Row.Name())
+			again, _, _ := runEndToEnd(t, scn, []Row{lb.Row})
+			if problems = endToEndProblems(t, again[0], again[1]); len(problems) > 0 && !(heldSchedule(again[0]) && heldSchedule(again[1])) {
+				problems = append(problems, "and the second run stalled too: the machine is too busy to judge lagbridge here")
+			}
 		}
-		// 800 msg/s of excess for 4s is a 16s queue at 200/s: most of
-		// the naive side's processing after the drop is dead work. The
-		// naive side refuses nothing; how much of the offer it stores
-		// is the machine's (a busy one cannot publish 1,000 msg/s one
-		// synchronous publish at a time), so it is told, not asserted.
-		if naive.DeadShare < 0.2 || naive.Refused != 0 || len(naive.Totals.Shed) != 0 {
-			t.Errorf("%s naive: dead share %v, refused %d, shed %v", naive.Broker, naive.DeadShare, naive.Refused, naive.Totals.Shed)
+		for _, p := range problems {
+			t.Error(p)
 		}
-		t.Logf("%s naive: stored %d of %d (%d overflowed, %d failed)", naive.Broker, naive.Acked, naive.Requested, naive.Totals.Overflow, naive.Totals.Failed)
-		// The lagbridge side refused some and processed less dead
-		// work. Whether its goodput beats naive's in an 8 s run with a
-		// 1 s deadline depends on the machine's load (it did not, once
-		// on NATS at a load average of 22 on 2 cores): the matrix
-		// measures that, not this test.
-		if !(lb.DeadShare < naive.DeadShare) || lb.Refused == 0 {
-			t.Errorf("%s: lagbridge dead %v refused %d, naive dead %v\n%s", lb.Broker, lb.DeadShare, lb.Refused,
-				naive.DeadShare, out.String())
-		}
-		// It reacted: in the slow phase it admitted less than three
-		// quarters of what naive stored (about 1,400 of 4,000 offered,
-		// against naive's 4,000, when it reacts in 0.7-1.1 s; each
-		// second it takes to react admits the whole offer, 1,000, so
-		// a reaction of 1.4 s on a loaded CI machine admitted 2,198,
-		// and one that never came would admit all 4,000). The report's
-		// reaction time (the stored rate at most 1.1x the capacity over
-		// 500 ms and the next second) is told, not asserted: in a 4 s
-		// slow phase on a loaded machine the producers' bursts after a
-		// stall break its sustained window ("never" in 1 of 3 runs of
-		// this row, two run at once, with and without session 11's
-		// probe rules alike).
-		if ns, ls := naive.Phases[1], lb.Phases[1]; ns.Name != "slow" || 4*ls.Acked >= 3*ns.Acked {
-			t.Errorf("%s: lagbridge admitted %d in the %s phase, naive %d: want under three quarters", lb.Broker, ls.Acked, ls.Name, ns.Acked)
-		}
-		t.Logf("%s lagbridge: reaction %v, slow phase admitted %d of %d offered (naive stored %d)", lb.Broker, lb.Reaction, lb.Phases[1].Acked, lb.Phases[1].Offered, naive.Phases[1].Acked)
 	}
-	if !strings.Contains(out.String(), "wrote ") {
-		t.Errorf("no closing line:\n%s", out.String())
+}
+
+// runEndToEnd runs rows at 5x and returns the results, naive then
+// lagbridge for each row, the output directory and the progress output.
+func runEndToEnd(t *testing.T, scn Scenario, rows []Row) ([]Result, string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	var out bytes.Buffer
+	res, err := Run(context.Background(), Options{Scenario: scn, Loads: []float64{5}, Rows: rows, OutDir: dir, Out: &out})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
 	}
+	if len(res) != 2*len(rows) {
+		t.Fatalf("%d results", len(res))
+	}
+	return res, dir, out.String()
+}
+
+// endToEndProblems returns what is wrong with one row's naive and
+// lagbridge runs, and logs their figures; with a problem, also the
+// lagbridge run's timeline around the drop.
+func endToEndProblems(t *testing.T, naive, lb Result) []string {
+	t.Helper()
+	if naive.Mode != ModeNaive || lb.Mode != ModeLagbridge || naive.Broker != lb.Broker {
+		t.Fatalf("order: %s %s / %s %s", naive.Broker, naive.Mode, lb.Broker, lb.Mode)
+	}
+	var problems []string
+	// 800 msg/s of excess for 4s is a 16s queue at 200/s: most of the
+	// naive side's processing after the drop is dead work. The naive
+	// side refuses nothing; how much of the offer it stores is the
+	// machine's (a busy one cannot publish 1,000 msg/s one synchronous
+	// publish at a time), so it is told, not asserted.
+	if naive.DeadShare < 0.2 || naive.Refused != 0 || len(naive.Totals.Shed) != 0 {
+		problems = append(problems, fmt.Sprintf("%s naive: dead share %v, refused %d, shed %v", naive.Broker, naive.DeadShare, naive.Refused, naive.Totals.Shed))
+	}
+	t.Logf("%s naive: stored %d of %d (%d overflowed, %d failed)", naive.Broker, naive.Acked, naive.Requested, naive.Totals.Overflow, naive.Totals.Failed)
+	// The lagbridge side refused some and processed less dead work.
+	// Whether its goodput beats naive's in an 8 s run with a 1 s deadline
+	// depends on the machine's load (it did not, once on NATS at a load
+	// average of 22 on 2 cores): the matrix measures that, not this test.
+	if !(lb.DeadShare < naive.DeadShare) || lb.Refused == 0 {
+		problems = append(problems, fmt.Sprintf("%s: lagbridge dead %v refused %d, naive dead %v", lb.Broker, lb.DeadShare, lb.Refused, naive.DeadShare))
+	}
+	// It reacted: in the slow phase it admitted less than three quarters
+	// of what naive stored (about 1,400 of 4,000 offered, against naive's
+	// 4,000, when it reacts in 0.7-1.1 s; each second it takes to react
+	// admits the whole offer, 1,000, so a reaction of 1.4 s on a loaded CI
+	// machine admitted 2,198, and one that never came would admit all
+	// 4,000). The report's reaction time (the stored rate at most 1.1x the
+	// capacity over 500 ms and the next second) is told, not asserted: in
+	// a 4 s slow phase on a loaded machine the producers' bursts after a
+	// stall break its sustained window ("never" in 1 of 3 runs of this
+	// row, two run at once, with and without session 11's probe rules
+	// alike).
+	if ns, ls := naive.Phases[1], lb.Phases[1]; ns.Name != "slow" || 4*ls.Acked >= 3*ns.Acked {
+		problems = append(problems, fmt.Sprintf("%s: lagbridge admitted %d in the %s phase, naive %d: want under three quarters", lb.Broker, ls.Acked, ls.Name, ns.Acked))
+	}
+	scn := lb.Scenario
+	t.Logf("%s lagbridge: reaction %v, slow phase admitted %d of %d offered (naive stored %d); from %s to %s, naive: %s; lagbridge: %s",
+		lb.Broker, lb.Reaction, lb.Phases[1].Acked, lb.Phases[1].Offered, naive.Phases[1].Acked, dur(scn.DropAt()-scn.Deadline), dur(scn.RecoverAt()),
+		judged(naive), judged(lb))
+	if len(problems) > 0 {
+		t.Logf("%s lagbridge, per 500ms around the drop (rates msg/s; head: the daemon's head age, true: the measured one; late: the generator's worst; cycles: the daemon's):\n%s",
+			lb.Broker, Timeline(lb, scn.DropAt()-time.Second, scn.RecoverAt(), 500*time.Millisecond))
+	}
+	return problems
+}
+
+// heldSchedule reports whether r's run kept its schedule from a deadline
+// before the drop to the restore (see judged): neither the load generator
+// nor the daemon's observations stalled for longer than the deadline
+// (1 s). The test's margin is about that: the lagbridge side reacts in
+// 0.7-1.4 s and may take about 2.7 s before it admits three quarters of
+// what the naive side stored in the slow phase; a stall of over a second
+// on top leaves a lagbridge run saying nothing about lagbridge, and a
+// naive run that stalls stores less (617 of 4,000 once, at a load average
+// of 17 on 2 cores).
+func heldSchedule(r Result) bool {
+	sc := judged(r)
+	return sc.Behind <= r.Scenario.Deadline && sc.Gap <= r.Scenario.Deadline
+}
+
+// judged is how r's run kept its schedule where the test judges it: from
+// a deadline before the drop (a stall there sends its messages, and has
+// them acknowledged, after the drop: 5,428 stored in the slow phase of
+// 4,497 offered once, after a stall of a second just before it) to the
+// restore.
+func judged(r Result) Schedule {
+	return ScheduleOf(r.Series, r.Scenario.DropAt()-r.Scenario.Deadline, r.Scenario.RecoverAt())
 }

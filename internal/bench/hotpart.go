@@ -305,7 +305,7 @@ func runHot(ctx context.Context, o HotOptions, keyed bool, mode, id string) (Hot
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		generate(rctx, start, o.Offered, func(created time.Time) {
+		generate(rctx, start, o.Offered, func(created time.Time, _ time.Duration) {
 			if !created.Before(from) {
 				p.offered.Add(1)
 			}

@@ -475,8 +475,10 @@ func (s *sdkNATS) close() Totals {
 }
 
 // generate calls send rate times a second (open loop: a slow send makes
-// the next ones come in a burst, not fewer) until ctx ends.
-func generate(ctx context.Context, start time.Time, rate float64, send func(created time.Time)) {
+// the next ones come in a burst, not fewer) until ctx ends. Message k
+// (from 1) is due k/rate after start; send gets the time it is sent and
+// how late that is.
+func generate(ctx context.Context, start time.Time, rate float64, send func(created time.Time, late time.Duration)) {
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	sent := 0
@@ -490,9 +492,10 @@ func generate(ctx context.Context, start time.Time, rate float64, send func(crea
 				if ctx.Err() != nil {
 					return
 				}
-				send(time.Now())
+				sent++
+				created := time.Now()
+				send(created, max(0, created.Sub(start.Add(time.Duration(float64(sent)/rate*float64(time.Second))))))
 			}
-			sent += max(due, 0)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,17 @@ type Series struct {
 	// (seconds) and its reason in words.
 	Capacity, Wait []float64
 	Reason         []string
+	// Rule is the name of the rule behind that decision ("" none).
+	Rule []string
+	// Behind is how late the load generator sent a message at worst in
+	// each bin, after the time its schedule said (seconds; 0 on time). It
+	// is open loop: a machine that stalls it makes it send late, and the
+	// late ones go out together when it resumes.
+	Behind []float64
+	// Cycles are the times of the daemon's observations of the run's
+	// consumer group (when each cycle's readings ended), from the start
+	// of the run.
+	Cycles []time.Duration
 	// Ages is the histogram of the age of processed messages when their
 	// processing ended, in buckets of AgeBucket (the last bucket holds
 	// everything older).
@@ -99,6 +111,8 @@ type recorder struct {
 	// heads measures the true head age from the acks and the
 	// processing.
 	heads heads
+	// behind is Series.Behind, in nanoseconds.
+	behind []atomic.Int64
 	// Totals the bins do not need.
 	attempts, retries, failed, overflow, expired atomic.Int64
 	// sampled: written by the sampler, read by the progress printer,
@@ -107,7 +121,8 @@ type recorder struct {
 	headAge, lag, allowed, decided []float64
 	trueHeadAge                    []float64
 	capacity, wait                 []float64
-	reason                         []string
+	reason, rule                   []string
+	cycles                         []time.Duration
 }
 
 // setSample records the view at bin i, and the true head age (seconds).
@@ -115,8 +130,34 @@ func (r *recorder) setSample(i int, v view, allowed, trueAge float64) {
 	r.mu.Lock()
 	r.headAge[i], r.lag[i], r.decided[i], r.allowed[i] = v.headAge, v.lag, v.decided, allowed
 	r.trueHeadAge[i] = trueAge
-	r.capacity[i], r.wait[i], r.reason[i] = v.capacity, v.wait, v.reason
+	r.capacity[i], r.wait[i], r.reason[i], r.rule[i] = v.capacity, v.wait, v.reason, v.rule
 	r.mu.Unlock()
+}
+
+// late records a message the load generator sent at created, late after
+// its schedule.
+func (r *recorder) late(created time.Time, late time.Duration) {
+	i := r.index(created)
+	if i < 0 {
+		return
+	}
+	for {
+		old := r.behind[i].Load()
+		if int64(late) <= old || r.behind[i].CompareAndSwap(old, int64(late)) {
+			return
+		}
+	}
+}
+
+// setCycles records the times of the daemon's observation cycles.
+func (r *recorder) setCycles(at []time.Time) {
+	start := time.Unix(0, r.start.Load())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cycles = r.cycles[:0]
+	for _, t := range at {
+		r.cycles = append(r.cycles, t.Sub(start))
+	}
 }
 
 // lastSample returns the latest daemon's head age and allowed rate, and
@@ -139,7 +180,7 @@ func (r *recorder) lastSample(i int) (headAge, allowed, trueAge float64) {
 
 func newRecorder(classes int, d, bin time.Duration) *recorder {
 	n := int((d + bin - 1) / bin)
-	r := &recorder{bin: bin, n: n, ages: make([]atomic.Int64, ageBuckets)}
+	r := &recorder{bin: bin, n: n, ages: make([]atomic.Int64, ageBuckets), behind: make([]atomic.Int64, n)}
 	mk := func() [][]atomic.Int64 {
 		out := make([][]atomic.Int64, classes)
 		for i := range out {
@@ -156,7 +197,7 @@ func newRecorder(classes int, d, bin time.Duration) *recorder {
 		return f
 	}
 	r.headAge, r.lag, r.allowed, r.decided, r.trueHeadAge = nan(), nan(), nan(), nan(), nan()
-	r.capacity, r.wait, r.reason = nan(), nan(), make([]string, n)
+	r.capacity, r.wait, r.reason, r.rule = nan(), nan(), make([]string, n), make([]string, n)
 	return r
 }
 
@@ -285,11 +326,15 @@ func (r *recorder) series() *Series {
 	for i := range r.ages {
 		ages[i] = r.ages[i].Load()
 	}
+	behind := make([]float64, r.n)
+	for i := range behind {
+		behind[i] = time.Duration(r.behind[i].Load()).Seconds()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return &Series{Bin: r.bin, Offered: cp(r.offered), Acked: cp(r.acked), Good: cp(r.good), Dead: cp(r.dead),
 		Skipped: cp(r.skipped), Refused: cp(r.refused), RefusedAbove: cp(r.refusedAbove), HeadAge: r.headAge, TrueHeadAge: r.trueHeadAge, Lag: r.lag, Allowed: r.allowed, Decided: r.decided,
-		Capacity: r.capacity, Wait: r.wait, Reason: r.reason, Ages: ages}
+		Capacity: r.capacity, Wait: r.wait, Reason: r.reason, Rule: r.rule, Behind: behind, Cycles: slices.Clone(r.cycles), Ages: ages}
 }
 
 // payloadSize is the size of every message value: the creation time, the

@@ -175,8 +175,9 @@ func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64,
 	var wg sync.WaitGroup
 	for i, cl := range scn.Classes {
 		wg.Go(func() {
-			generate(rctx, start, offered*cl.Share, func(created time.Time) {
+			generate(rctx, start, offered*cl.Share, func(created time.Time, late time.Duration) {
 				rec.add(rec.offered, i, created)
+				rec.late(created, late)
 				f.send(rctx, i, created)
 			})
 		})
@@ -190,6 +191,7 @@ func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64,
 	}
 	c.Close()
 	closeFleet()
+	rec.setCycles(d.cycles(w, start, start.Add(scn.Duration())))
 	if err := d.stop(); err != nil {
 		fmt.Fprintf(o.Out, "  warning: the daemon stopped with %v\n", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -24,6 +25,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/app"
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/embedded"
+	"github.com/lagbridge/lagbridge/internal/history"
 	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/quota"
 )
@@ -411,6 +413,19 @@ func (d *daemon) stop() error {
 	return <-d.done
 }
 
+// cycles returns the times of the daemon's observation cycles of w's
+// consumer group in [from, to] (its history keeps one point per cycle).
+func (d *daemon) cycles(w *world, from, to time.Time) []time.Time {
+	var at []time.Time
+	for _, s := range d.app.History.Query(history.Query{Topic: w.topic, Group: w.group, Since: from, Until: to}) {
+		for _, p := range s.Points {
+			at = append(at, time.UnixMilli(p.T))
+		}
+	}
+	slices.SortFunc(at, time.Time.Compare)
+	return at
+}
+
 // view is what the daemon says about the run's consumer at one moment.
 type view struct {
 	headAge, lag float64 // seconds, messages; NaN unknown
@@ -418,7 +433,7 @@ type view struct {
 	// The decision's capacity estimate (msg/s), predicted wait (s) and
 	// reason, for the trace.
 	capacity, wait float64
-	reason         string
+	reason, rule   string
 }
 
 // look reads the daemon's store and quota engine for w's target.
@@ -438,7 +453,7 @@ func (d *daemon) look(w *world) view {
 	}
 	for _, dec := range d.app.Engine.Decisions() {
 		if dec.Target.Topic == w.topic && (math.IsNaN(v.decided) || dec.Rate < v.decided) {
-			v.decided, v.capacity, v.wait, v.reason = dec.Rate, dec.Capacity, dec.Wait.Seconds(), dec.Reason
+			v.decided, v.capacity, v.wait, v.reason, v.rule = dec.Rate, dec.Capacity, dec.Wait.Seconds(), dec.Reason, dec.Rule.String()
 		}
 	}
 	return v
