@@ -17,7 +17,12 @@
 //
 // A record returned by a poll is in hand until the next poll starts (then
 // everything before it is finished); a ttl/kafkaguard guard with the
-// reporter as its Progress says so record by record instead. A partition
+// reporter as its Progress says so record by record instead. So the hook
+// fits a poll loop that handles what it polled before it polls again: a
+// consumer that hands records to other goroutines and polls on (a
+// goroutine per partition) has them reported finished while they wait in
+// its queues, and the daemon trusts fresh reports over the commits; leave
+// the hook out of such a consumer. A partition
 // in hand also says how many records it holds and for how long the
 // consumer has finished none (since the poll, or the last finished
 // record): the daemon bounds the consumer's capacity by it before the
