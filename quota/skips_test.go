@@ -107,3 +107,98 @@ func TestControllerLateSkipsOnce(t *testing.T) {
 			at, c.Rule, c.Capacity, c.Reason, w.Rule, w.Capacity)
 	}
 }
+
+// TestControllerLateShareBack replays the Kafka target of a lagbridge demo
+// run (2026-12-03 11:29:41 UTC, main at 87ff78a, load 19: the hook behind
+// the ttl guard, 5 s auto-commit, counting its skips; 2,000 -> 400 msg/s,
+// a 2 s deadline, read every second and at wakes). At decision 12
+// (11:29:51.685) partitions 0 and 1 are late (listed) and the one consumer
+// loop spent most of the quarter second on their records: 395 msg/s
+// consumed in all, 253 of them theirs. Left out (leaveOutLate), the other
+// partitions read 142 msg/s, and the reading lowered the estimate from
+// 538 to it (saturated at 5 msg/s, right for the others' wait then).
+// Caught up at decision 14, nothing raised it back: a caught-up reading
+// measures what the producers were allowed, never more than the estimate,
+// and the law re-opened from 142 (178 msg/s, then x1.5 a second: the
+// demo's lock when the share is tens of msg/s). The estimate comes back
+// to the 395 the whole consumer did (lateShareBack); not past what a
+// queued reading between showed the consumer doing, nor on a reading
+// from commits (the reports lapsed: positions read from commits move by
+// several intervals' work).
+func TestControllerLateShareBack(t *testing.T) {
+	replay := func(edit func(k int, st *lag.State)) []Decision {
+		k := 0
+		ds := replayEdited(t, "demo-kafka-hook-lateshare-back.jsonl", 0, newCtl(t, ControllerConfig{Interval: time.Second}), func(st *lag.State) {
+			if edit != nil {
+				edit(k, st)
+			}
+			k++
+		})
+		if len(ds) < 17 {
+			t.Fatalf("%d decisions, want at least 17", len(ds))
+		}
+		if d := ds[12]; d.Rule != RuleSaturated || !strings.Contains(d.Reason, "partitions [0 1] late") || d.Capacity > 200 {
+			t.Fatalf("decision 12: %s, capacity %.0f/s (%s), want saturated on the others' share with partitions 0 and 1 late: the case tests nothing", d.Rule, d.Capacity, d.Reason)
+		}
+		return ds
+	}
+	if d := replay(nil)[14]; d.Lag != 0 || d.Capacity < 390 || d.Rate < 390 {
+		t.Errorf("decision 14 (%s), lag %d: %s at %.0f/s, capacity %.0f/s (%s); want the capacity back at the 395 msg/s the consumer did at decision 12, and the rate from it",
+			d.At.Format("15:04:05.000"), d.Lag, d.Rule, d.Rate, d.Capacity, d.Reason)
+	}
+	// Reading 14 made a queued one (300 records behind, the heads 1 s
+	// old, 200 msg/s done): the caught-up reading after it (15) takes the
+	// estimate back to no more than that.
+	queued := replay(func(k int, st *lag.State) {
+		if k != 14 {
+			return
+		}
+		st.ConsumeRateInstant, st.HeadAge, st.Lag = 200, time.Second, 0
+		for i := range st.Partitions {
+			ps := &st.Partitions[i]
+			ps.Lag, ps.HeadAge, ps.HeadTime = 50, time.Second, st.At.Add(-time.Second)
+			ps.Reported.HeadTime, ps.Reported.Held = ps.HeadTime, 10
+			st.Lag += ps.Lag
+		}
+	})
+	if d := queued[15]; d.Lag > 20 || d.Capacity > 210 {
+		t.Errorf("with a queued reading at 200 msg/s before it, decision 15 (lag %d): %s at %.0f/s, capacity %.0f/s (%s); want at most the 200 msg/s it showed",
+			d.Lag, d.Rule, d.Rate, d.Capacity, d.Reason)
+	}
+	// The caught-up reading read from commits (the reports lapsed).
+	commits := replay(func(k int, st *lag.State) {
+		if k == 14 {
+			st.Source = lag.SourceCommits
+		}
+	})
+	if d := commits[14]; d.Capacity > 150 {
+		t.Errorf("decision 14 read from commits: %s at %.0f/s, capacity %.0f/s (%s); want the estimate left at 142 msg/s",
+			d.Rule, d.Rate, d.Capacity, d.Reason)
+	}
+}
+
+// TestControllerLateShareHeldBack is TestControllerLateShareBack's chain
+// through the skip-burst hold (a lagbridge demo run that locked,
+// 2026-12-03 11:40:00 UTC, main at 87ff78a, load 32, Kafka goodput 867
+// msg/s: the grant 0/s, then 83, 124, 186, 279 msg/s). At decision 11
+// (11:40:10.348; the demo decided hard-age, its policy has a hard age)
+// partitions 2 and 3 were still listed
+// and took 340 of the 402 msg/s consumed: the others read 62 msg/s, the
+// estimate. The next reading did 230 msg/s of work (130 more skipped) with
+// the head past MaxAge, and the one after, caught up, skipped the rest:
+// the hold kept 62 at both, and the probe climbed from it. The estimate
+// comes back at the caught-up reading, to what the queued reading between
+// showed the consumer doing.
+func TestControllerLateShareHeldBack(t *testing.T) {
+	ds := replayStates(t, "demo-kafka-hook-lateshare-held.jsonl", time.Second)
+	if len(ds) < 14 {
+		t.Fatalf("%d decisions, want at least 14", len(ds))
+	}
+	if d := ds[11]; d.Capacity > 100 {
+		t.Fatalf("decision 11: %s, capacity %.0f/s (%s), want the others' share of the late partitions' reading: the case tests nothing", d.Rule, d.Capacity, d.Reason)
+	}
+	if d := ds[13]; d.Lag != 0 || d.Capacity < 220 || d.Rate < 250 {
+		t.Errorf("decision 13 (%s), lag %d: %s at %.0f/s, capacity %.0f/s (%s); want the capacity back at the 230 msg/s the consumer did at decision 12, and the rate from it",
+			d.At.Format("15:04:05.000"), d.Lag, d.Rule, d.Rate, d.Capacity, d.Reason)
+	}
+}
