@@ -2613,8 +2613,11 @@ func (c *Controller) saturatedLaw(tc *control, v *reading) {
 	// even at the rate it just showed (so a pause cannot starve it),
 	// admit nothing for one interval and decide on the next, clean
 	// measurement (which is clean: the step was in the interval before).
+	// Nothing consumed of no backlog is no step: caught up after a
+	// drain that admitted nothing, the first reading paused the grant
+	// at 0/s for another second (TestControllerNoStepDownCaughtUp).
 	v.stepDown = v.measured && tc.has && v.wasSaturated && !tc.paused && v.prevCap > 0 &&
-		v.consumed < (1-cfg.StepThreshold)*v.prevCap && v.backlog >= v.consumed*v.dt
+		v.consumed < (1-cfg.StepThreshold)*v.prevCap && v.backlog > 0 && v.backlog >= v.consumed*v.dt
 	if v.stepDown {
 		law = 0
 	}

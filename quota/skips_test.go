@@ -202,3 +202,25 @@ func TestControllerLateShareHeldBack(t *testing.T) {
 			d.At.Format("15:04:05.000"), d.Lag, d.Rule, d.Rate, d.Capacity, d.Reason)
 	}
 }
+
+// TestControllerNoStepDownCaughtUp replays the Kafka target of a lagbridge
+// demo run (2026-12-03 11:25:03 UTC, main at 87ff78a, load 6.1): drained
+// at the drop (0/s from decision 8 to 13), the consumer skipped the rest
+// of its backlog at decision 14 (a reading not measured), and decision 15
+// found it caught up with nothing consumed and nothing produced (the grant
+// was 0). Read as a step down (consumed 0 against 399, and a backlog of 0
+// "covers" an interval at 0 msg/s), the grant stayed 0/s for another
+// second; caught up, it is probed from the capacity.
+func TestControllerNoStepDownCaughtUp(t *testing.T) {
+	ds := replayStates(t, "demo-kafka-hook-caughtup-pause.jsonl", time.Second)
+	if len(ds) < 16 {
+		t.Fatalf("%d decisions, want at least 16", len(ds))
+	}
+	if d := ds[13]; d.Rule != RuleDrain {
+		t.Fatalf("decision 13: %s (%s), want the drain the recording saw: the case tests nothing", d.Rule, d.Reason)
+	}
+	if d := ds[15]; d.Lag != 0 || d.Rate < 390 {
+		t.Errorf("decision 15 (%s), lag %d: %s at %.0f/s (%s); want a probe from the 399 msg/s capacity",
+			d.At.Format("15:04:05.000"), d.Lag, d.Rule, d.Rate, d.Reason)
+	}
+}
