@@ -849,13 +849,47 @@ func (c Config) Logger(w interface{ Write([]byte) (int, error) }) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// clustersMatched counts the Kafka and the NATS clusters of c that p's
+// match.kind and match.cluster select (its topic and group patterns aside).
+func (c Config) clustersMatched(p quota.Policy) (kafkaHits, natsHits int) {
+	p.Match.Topic, p.Match.Group = "", ""
+	ps, err := quota.NewPolicies([]quota.Policy{p})
+	if err != nil {
+		return -1, -1 // invalid: Validate says why
+	}
+	for _, k := range c.Kafka {
+		if _, ok := ps.Match(lag.Target{Kind: lag.KindKafka, Cluster: k.Cluster}); ok {
+			kafkaHits++
+		}
+	}
+	for _, n := range c.NATS {
+		if _, ok := ps.Match(lag.Target{Kind: lag.KindNATS, Cluster: n.Cluster}); ok {
+			natsHits++
+		}
+	}
+	return kafkaHits, natsHits
+}
+
+// clusterList names c's clusters with their kinds: "kafka main, nats js".
+func (c Config) clusterList() string {
+	var names []string
+	for _, k := range c.Kafka {
+		names = append(names, "kafka "+k.Cluster)
+	}
+	for _, n := range c.NATS {
+		names = append(names, "nats "+n.Cluster)
+	}
+	return strings.Join(names, ", ")
+}
+
 // Warnings returns what is valid but unsafe in c, one sentence each, for
 // `lagbridge check` to print and `lagbridge run` to log at start: broker
 // certificates not verified, an open quota protocol beyond loopback,
 // bearer tokens over plain HTTP beyond loopback, producer grants on
 // /metrics, a policy that lists nobody (also one asking for Kafka client
 // quotas, which go by the listed producers' client.ids), a listed id
-// that no SDK or report may use. Nil when there is nothing to say.
+// that no SDK or report may use, a policy that matches none of the
+// clusters (or asks for Kafka client quotas and matches no Kafka cluster). Nil when there is nothing to say.
 func (c Config) Warnings() []string {
 	var out []string
 	for i, k := range c.Kafka {
@@ -883,6 +917,14 @@ func (c Config) Warnings() []string {
 		if len(p.Producers) == 0 && p.Unlisted == (quota.Unlisted{}) {
 			out = append(out, fmt.Sprintf("quota.policies[%d].producers: policy %q lists nobody, so every producer of its topics is unlisted: the first %d per topic share it at SHEDDABLE and later ones are stopped; list the producers (and their criticality) it should serve, or set unlisted to say so",
 				i, p.Name, p.Unlisted.Limit()))
+		}
+		kafkaHits, natsHits := c.clustersMatched(p)
+		if kafkaHits+natsHits == 0 {
+			out = append(out, fmt.Sprintf("quota.policies[%d].match: policy %q matches none of the clusters this config watches (%s), so it limits no producer: check its match.cluster (an anchored regexp) and match.kind",
+				i, p.Name, c.clusterList()))
+		} else if p.KafkaClientQuota && kafkaHits == 0 {
+			out = append(out, fmt.Sprintf("quota.policies[%d].kafkaClientQuota: policy %q matches no Kafka cluster of this config, so it sets no Kafka client quota",
+				i, p.Name))
 		}
 		if p.KafkaClientQuota && len(p.Producers) == 0 {
 			out = append(out, fmt.Sprintf("quota.policies[%d].kafkaClientQuota: policy %q lists no producer, so it sets no Kafka client quota: the broker throttles by the client.id of each producer a policy lists",

@@ -605,6 +605,18 @@ func TestOpenQuotaProtocol(t *testing.T) {
 			`quota.policies[0].producers[1].id: "odd id" is not a producer id the SDK or the quota protocol accepts (1-128 characters of A-Z a-z 0-9 . _ : -), so this entry serves nobody`},
 		{"a client.id no SDK may use", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, kafkaClientQuota: true, producers: [{id: 'svc/a'}]}]}\n" + kafka, false,
 			`quota.policies[0].producers[0].id: "svc/a" is not a producer id the SDK or the quota protocol accepts (1-128 characters of A-Z a-z 0-9 . _ : -), so it reaches only a plain Kafka client with this client.id`},
+		// A policy whose match names no cluster of the config (a typo
+		// in match.cluster, a kind no cluster has) limits nobody; before,
+		// check said nothing and the daemon warned only after it ran.
+		{"a policy matching no cluster", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, producers: [{id: a}], match: {cluster: kk}}]}\n" + kafka, false,
+			`quota.policies[0].match: policy "p" matches none of the clusters this config watches (kafka k), so it limits no producer`},
+		{"a policy matching no cluster of its kind", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, producers: [{id: a}], match: {kind: nats}}]}\n" + kafka, false,
+			`quota.policies[0].match: policy "p" matches none of the clusters this config watches (kafka k)`},
+		{"a policy matching its cluster by pattern", "listen: 127.0.0.1:1\nquota: {policies: [{name: p, maxAge: 1s, producers: [{id: a}], match: {cluster: 'k|x', topic: orders}}]}\n" + kafka, false, ""},
+		// Kafka client quotas on a policy that matches only NATS
+		// clusters set nothing.
+		{"client quotas on NATS only", "listen: 127.0.0.1:1\nnats: [{cluster: n, urls: ['nats://127.0.0.1:4222']}]\nquota: {policies: [{name: p, maxAge: 1s, kafkaClientQuota: true, producers: [{id: a}], match: {cluster: n}}]}\n" + kafka, false,
+			`quota.policies[0].kafkaClientQuota: policy "p" matches no Kafka cluster of this config, so it sets no Kafka client quota`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
