@@ -267,6 +267,14 @@ func TestAbandoned(t *testing.T) {
 		{"rebalance", []Liveness{LiveYes, LiveYes, LiveYes, LiveNo, LiveYes, LiveYes, LiveYes}, StatusStalled, "no-progress"},
 		// Unknown counts as live: never abandoned.
 		{"unknown", []Liveness{LiveUnknown, LiveUnknown, LiveUnknown, LiveUnknown, LiveUnknown, LiveUnknown, LiveUnknown, LiveUnknown}, StatusStalled, "no-progress"},
+		// A reading that cannot tell after idle ones keeps the last known:
+		// one unanswered describe does not revive a dead group (it made
+		// it bind for AbandonAfter: stopped, then its producers stopped).
+		{"dead, unknown once", []Liveness{LiveNo, LiveNo, LiveUnknown}, StatusAbandoned, "never-live"},
+		{"dead, unknown once, dead", []Liveness{LiveNo, LiveNo, LiveUnknown, LiveNo, LiveNo}, StatusAbandoned, "never-live"},
+		{"live, idle past the grace through an unknown", []Liveness{LiveYes, LiveNo, LiveNo, LiveNo, LiveNo, LiveUnknown, LiveNo, LiveNo}, StatusAbandoned, "abandoned"},
+		// Unknown after a live reading is live, as before.
+		{"live, unknown", []Liveness{LiveYes, LiveUnknown, LiveUnknown, LiveUnknown, LiveUnknown, LiveUnknown, LiveUnknown, LiveUnknown}, StatusStalled, "no-progress"},
 		// Unknown at first sight, idle since: seen live, so the grace applies.
 		{"unknown then idle within the grace", []Liveness{LiveUnknown, LiveNo, LiveNo, LiveNo, LiveNo, LiveNo}, StatusStopped, "no-progress"},
 	}

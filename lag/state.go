@@ -179,7 +179,8 @@ type State struct {
 	// lack a commit and that was never seen live has Lag 0.
 	Uncommitted int `json:"uncommitted,omitempty"`
 
-	// Live is the newest fresh reading's Sample.Live, and LastLive the
+	// Live is the newest fresh reading's Sample.Live (LiveNo for a
+	// LiveUnknown after a LiveNo: the last known one), and LastLive the
 	// last time a consumer was seen attached (LiveYes or LiveUnknown) or
 	// seen consuming (a report within Rules.ReportFresh, or on Kafka a
 	// commit moved forward: a consumer that assigns its partitions itself
@@ -385,7 +386,10 @@ type track struct {
 	haveRates  bool
 	haveSample bool
 	lastLive   time.Time
-	listed     uint64 // the Prune generation that last listed the target
+	// knownLive is the last fresh reading's Sample.Live that was not
+	// LiveUnknown (LiveUnknown: none yet).
+	knownLive Liveness
+	listed    uint64 // the Prune generation that last listed the target
 }
 
 // NewTracker returns a Tracker. rules gives the thresholds for a target;
@@ -425,7 +429,20 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 		}
 	}
 	if fresh > 0 {
-		if s.Live != LiveNo {
+		live := s.Live
+		switch {
+		case live != LiveUnknown:
+			tr.knownLive = live
+		case tr.knownLive == LiveNo:
+			// The adapter could not tell this time (a group describe
+			// not answered): a target last read without a consumer
+			// keeps that reading, so one lost answer does not revive
+			// an abandoned group, binding its producers again for
+			// AbandonAfter. Unknown from first sight still counts as
+			// live, and so does unknown after a live reading.
+			live = LiveNo
+		}
+		if live != LiveNo {
 			tr.lastLive = s.At
 		}
 		if a := s.LastActive; !a.IsZero() {
@@ -436,7 +453,7 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 				tr.lastLive = a
 			}
 		}
-		st.Live, st.SkipsCounted = s.Live, s.SkipsCounted
+		st.Live, st.SkipsCounted = live, s.SkipsCounted
 		if tr.haveSample {
 			tr.gap = s.At.Sub(tr.lastFresh)
 		}
