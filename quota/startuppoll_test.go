@@ -157,3 +157,49 @@ func TestControllerStartupPollInHandTraced(t *testing.T) {
 		}
 	}
 }
+
+// TestControllerStartupPollInHandYoung: the age of the record in hand is
+// the wait only while it says so. A fresh daemon in front of a consumer
+// that keeps up (a poll in hand whose first record is 150 ms old, lag 300,
+// position still), an idle topic (no lag), a consumer that said it holds
+// nothing, and a head of unknown age all stay unlimited at the first fresh
+// reading, as before.
+func TestControllerStartupPollInHandYoung(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
+	at := func(s float64) time.Time { return leaseT0.Add(time.Duration(s * float64(time.Second))) }
+	read := func(s float64, lagN int64, head time.Duration, inHand, known bool) lag.State {
+		rep := lag.Report{At: at(s), Position: 1000}
+		if inHand {
+			rep.HeadTime, rep.Held, rep.HeldFor = at(s).Add(-head), lagN, head/2
+		}
+		return lag.State{
+			Target: ordersK, At: at(s), Status: lag.StatusOK, Lag: lagN, HeadAge: head, HeadAgeKnown: known, Uncertainty: 100 * time.Millisecond,
+			ProduceRate: 800, ProduceRateInstant: 800, RatesKnown: s > 1, Members: 1, Source: lag.SourceConsumer,
+			Partitions: []lag.PartitionState{{PartitionSample: lag.PartitionSample{End: 1000 + lagN, Lag: lagN, HeadKnown: known, Reported: rep},
+				HeadAge: head, Source: lag.SourceConsumer, Position: 1000}},
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		lag     int64
+		head    time.Duration
+		inHand  bool
+		known   bool
+		wantMsg string
+	}{
+		// Keeps up: its record in hand is younger than E (400 ms).
+		{"keeps up", 300, 150 * time.Millisecond, true, true, "a consumer keeping up"},
+		// Idle topic: nothing to wait for.
+		{"idle topic", 0, 0, false, true, "no lag"},
+		// Said it holds nothing: the lag came after its report.
+		{"holds nothing", 300, time.Second, false, true, "an idle report"},
+		// No head age (the figure is not one): nothing to read a wait from.
+		{"head unknown", 3000, time.Second, true, false, "no head age"},
+	} {
+		c := newCtl(t, ControllerConfig{})
+		c.Step(read(1, tc.lag, tc.head, tc.inHand, tc.known), p, at(1))
+		if d := c.Step(read(1.3, tc.lag, tc.head, tc.inHand, tc.known), p, at(1.3)); !d.IsUnlimited() {
+			t.Errorf("%s: %s at %.0f/s (%s), want unlimited (%s)", tc.name, d.Rule, d.Rate, d.Reason, tc.wantMsg)
+		}
+	}
+}
