@@ -14,8 +14,8 @@ import (
 // oldest head's age then, 0 when every acknowledged record is processed.
 //
 // Processed means finished or skipped: a record whose processing ended
-// (the consumer's pacer let it go), or an expired one a ttl guard committed
-// past. A record being processed is not processed yet, so with a poll of a
+// (the consumer's pacer let it go), or an expired one a ttl guard skipped
+// (marked when the guard skips it). A record being processed is not processed yet, so with a poll of a
 // thousand records in hand the head is the record being processed, not the
 // poll's first (the daemon's head age for a consumer that reports what it
 // holds reads the latter). Consumers process a partition in offset order
@@ -35,7 +35,7 @@ import (
 // processed ones of up to half the slice (the prefix is dropped once it
 // is half of it): 4,000 msg/s stored for a minute with nothing processed
 // is 2 MB. Offsets start at 0 (a fresh topic or stream per run); an offset
-// more than maxSpan beyond the position is not tracked.
+// maxSpan or more beyond the first one kept is not tracked.
 //
 // Safe for concurrent use: acks (producer callbacks), processing (consumer
 // goroutines) and the sampler share one mutex, held for an append or a
