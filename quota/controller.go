@@ -3456,8 +3456,9 @@ func retryAfter(backlog, setBacklog, capacity, rate, dt float64, maxWait time.Du
 // deadline (no backlog, or its head and wait within the target wait) for
 // avoidCalm observations in a row, and, when the rate its consumer was
 // seen to drain it at while it left work behind (its capacity) is below
-// the share of the produce rate it would get back, for avoidProbe seconds (a trial; twice as long after each trial it
-// failed, up to maxProbe). knownSlow lists a partition that drains less
+// the share of the produce rate it would get back, for avoidProbe
+// seconds (a trial; twice as long after each trial it failed, up to
+// maxProbe). knownSlow lists a partition that drains less
 // than half its share: the band between is hysteresis (at 250 ms the rate
 // of a 20 msg/s consumer is read from 5 records, give or take one, and
 // one read just over half its share freed it, at once listed again:
