@@ -177,8 +177,11 @@ type LeaseConfig struct {
 	// no refreshAfterMs; zero means 10s. Reports are jittered by ±10%.
 	ReportInterval time.Duration
 	// MinBackoff and MaxBackoff bound the reconnect backoff (exponential
-	// with jitter); zero means 200ms and 30s. A Retry-After header from
-	// the daemon is honoured when it parses; a garbled one is no hint.
+	// with jitter); zero means 200ms and 5s. The cap is short because a
+	// producer without a lease runs unlimited: started before the daemon
+	// (a rollout in any order), it gets its first lease within MaxBackoff
+	// of the daemon coming up. A Retry-After header from the daemon is
+	// honoured when it parses; a garbled one is no hint.
 	MinBackoff, MaxBackoff time.Duration
 }
 
@@ -483,7 +486,7 @@ func (c Config) withDefaults() Config {
 		l.MinBackoff = 200 * time.Millisecond
 	}
 	if l.MaxBackoff == 0 {
-		l.MaxBackoff = 30 * time.Second
+		l.MaxBackoff = 5 * time.Second
 	}
 	if l.MinBackoff > l.MaxBackoff {
 		l.MinBackoff = l.MaxBackoff

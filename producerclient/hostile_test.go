@@ -457,3 +457,57 @@ func TestLeaseSourcesBackoffResetAfterGoodAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseFirstAfterDaemonStarts: producers started before the daemon
+// (a deployment rolled out in any order) get their first lease within the
+// default MaxBackoff (5 s) of the daemon coming up, however long it was
+// down. With 30 s, producers started 12 s before the daemon got their
+// first lease 11 s after it came up, unlimited meanwhile while the
+// consumer's head age went from 7 to 25 s.
+func TestLeaseFirstAfterDaemonStarts(t *testing.T) {
+	clk := newFakeClock()
+	d := newHostileDaemon(t)
+	d.honest(1, 100)
+	var down atomic.Bool
+	var asked atomic.Int64
+	down.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			asked.Add(1)
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		d.serve(w, r)
+	}))
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() }) // after the producer's Close: its long-poll would hold Close
+
+	p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"}, Clock: clk,
+		Leases: LeaseConfig{URL: srv.URL}})
+	// A minute of the daemon down: the backoff reaches its cap.
+	for range 60 {
+		clk.Advance(time.Second)
+		time.Sleep(5 * time.Millisecond)
+	}
+	// It comes up just after a producer's attempt failed: the next one
+	// is a whole backoff away.
+	for n := asked.Load(); asked.Load() == n; time.Sleep(2 * time.Millisecond) {
+		clk.Advance(100 * time.Millisecond)
+	}
+	down.Store(false)
+	up := clk.Now()
+	for {
+		if q, _ := p.Quota("orders"); q.FromLease && q.Rate == 100 {
+			break
+		}
+		if waited := clk.Now().Sub(up); waited > time.Minute {
+			t.Fatalf("no lease %v after the daemon came up, want within MaxBackoff (5 s)", waited)
+		}
+		clk.Advance(100 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
+	}
+	waited := clk.Now().Sub(up)
+	t.Logf("first lease %v after the daemon came up", waited)
+	if waited > 5500*time.Millisecond {
+		t.Errorf("first lease %v after the daemon came up, want within MaxBackoff (5 s)", waited)
+	}
+}
