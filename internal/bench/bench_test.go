@@ -473,7 +473,7 @@ func TestRunEndToEnd(t *testing.T) {
 		naive, lb := res[i], res[i+1]
 		problems := endToEndProblems(t, naive, lb)
 		if len(problems) > 0 && !(heldSchedule(naive) && heldSchedule(lb)) {
-			t.Logf("%s: a run did not keep its schedule around the slow phase (a stall of over %s): running %s again once",
+			t.Logf("%s: a run did not keep its schedule around the slow phase (the generator or the daemon stalled, or the consumer fell behind its capacity, by over %s): running %s again once",
 				lb.Broker, scn.Deadline, lb.Row.Name())
 			again, _, _ := runEndToEnd(t, scn, []Row{lb.Row})
 			if problems = endToEndProblems(t, again[0], again[1]); len(problems) > 0 && !(heldSchedule(again[0]) && heldSchedule(again[1])) {
@@ -555,15 +555,19 @@ func endToEndProblems(t *testing.T, naive, lb Result) []string {
 // heldSchedule reports whether r's run kept its schedule from a deadline
 // before the drop to the restore (see judged): neither the load generator
 // nor the daemon's observations stalled for longer than the deadline
-// (1 s). The test's margin is about that: the lagbridge side reacts in
-// 0.7-1.4 s and may take about 2.7 s before it admits three quarters of
-// what the naive side stored in the slow phase; a stall of over a second
-// on top leaves a lagbridge run saying nothing about lagbridge, and a
+// (1 s), and the consumer did not fall further behind its capacity's pace
+// than that (a NATS consumer that did not reach its 1,000 msg/s before the
+// drop on a machine at a load average of 30 on 2 cores: the queue it
+// formed is processed dead in the slow phase, on the lagbridge side too).
+// The test's margin is about that: the lagbridge side reacts in 0.7-1.4 s
+// and may take about 2.7 s before it admits three quarters of what the
+// naive side stored in the slow phase; a stall of over a second on top
+// leaves a lagbridge run saying nothing about lagbridge, and a
 // naive run that stalls stores less (617 of 4,000 once, at a load average
 // of 17 on 2 cores).
 func heldSchedule(r Result) bool {
 	sc := judged(r)
-	return sc.Behind <= r.Scenario.Deadline && sc.Gap <= r.Scenario.Deadline
+	return sc.Behind <= r.Scenario.Deadline && sc.Gap <= r.Scenario.Deadline && sc.Consumer <= r.Scenario.Deadline
 }
 
 // judged is how r's run kept its schedule where the test judges it: from

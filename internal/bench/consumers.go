@@ -19,9 +19,24 @@ import (
 // 1/capacity seconds of the consumer's time, dead or alive. Idle time is
 // not banked beyond slack, so a consumer that waited for messages does not
 // burst through the next ones.
+//
+// It also measures how the consumer kept its own schedule, for a consumer
+// that says whether work was waiting (queued): while it was, a consumer at
+// capacity finishes one message every 1/capacity seconds from when the
+// work began, whatever the machine does; behind, when set, is told how
+// much later than that each message was let go. A machine that stalls the
+// consumer, or runs it slower than its capacity, leaves it behind, and a
+// queue forms that its capacity alone would not have formed.
 type pacer struct {
 	next     time.Time
 	capacity func(now time.Time) float64
+	// queued is set by the consumer after each message: more work was
+	// waiting then (a later message of its fetch, or more in the stream).
+	queued bool
+	// sched is when a consumer at capacity would have finished the
+	// current message.
+	sched  time.Time
+	behind func(finished time.Time, late time.Duration)
 }
 
 const pacerSlack = 10 * time.Millisecond
@@ -32,7 +47,13 @@ func (p *pacer) take(ctx context.Context) error {
 	if floor := now.Add(-pacerSlack); p.next.Before(floor) {
 		p.next = floor
 	}
-	p.next = p.next.Add(time.Duration(float64(time.Second) / p.capacity(now)))
+	per := time.Duration(float64(time.Second) / p.capacity(now))
+	p.next = p.next.Add(per)
+	if p.queued && !p.sched.IsZero() {
+		p.sched = p.sched.Add(per)
+	} else {
+		p.sched = now.Add(per)
+	}
 	if d := p.next.Sub(now); d > 2*time.Millisecond {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -41,6 +62,10 @@ func (p *pacer) take(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 		}
+	}
+	if p.behind != nil {
+		end := time.Now()
+		p.behind(end, end.Sub(p.sched))
 	}
 	return nil
 }
@@ -377,7 +402,7 @@ func startNATSConsumer(ctx context.Context, w *world, scn Scenario, rec *recorde
 	}
 	cctx, cancel := context.WithCancel(context.Background())
 	c := &consumer{cancel: cancel}
-	p := &pacer{capacity: capacityAt(scn, rec)}
+	p := &pacer{capacity: capacityAt(scn, rec), behind: rec.consumerLate}
 	c.wg.Go(func() {
 		for cctx.Err() == nil {
 			batch, err := jc.Fetch(100, jetstream.FetchMaxWait(200*time.Millisecond))
@@ -395,9 +420,13 @@ func startNATSConsumer(ctx context.Context, w *world, scn Scenario, rec *recorde
 				if created, class, err := decode(m.Data()); err == nil {
 					rec.consumed(class, created, time.Now(), scn.Deadline)
 				}
-				if md, err := m.Metadata(); err == nil {
+				md, err := m.Metadata()
+				if err == nil {
 					rec.done(0, int64(md.Sequence.Stream))
 				}
+				// More waits: the stream's messages not delivered yet when
+				// this one was (the rest of the fetch among them).
+				p.queued = err == nil && md.NumPending > 0
 				if batchAck {
 					last = m
 					continue

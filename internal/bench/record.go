@@ -68,6 +68,12 @@ type Series struct {
 	// is open loop: a machine that stalls it makes it send late, and the
 	// late ones go out together when it resumes.
 	Behind []float64
+	// ConsumerBehind is how late the consumer let a message go at worst
+	// in each bin, after a consumer at its capacity with the same work
+	// waiting would have (seconds; 0 on time; see pacer). Measured for
+	// the NATS consumers, whose messages say whether more wait in the
+	// stream; 0 for the Kafka ones.
+	ConsumerBehind []float64
 	// Cycles are the times of the daemon's observations of the run's
 	// consumer group (when each cycle's readings ended), from the start
 	// of the run.
@@ -111,8 +117,9 @@ type recorder struct {
 	// heads measures the true head age from the acks and the
 	// processing.
 	heads heads
-	// behind is Series.Behind, in nanoseconds.
-	behind []atomic.Int64
+	// behind is Series.Behind, consumerBehind Series.ConsumerBehind, in
+	// nanoseconds.
+	behind, consumerBehind []atomic.Int64
 	// Totals the bins do not need.
 	attempts, retries, failed, overflow, expired atomic.Int64
 	// sampled: written by the sampler, read by the progress printer,
@@ -137,13 +144,24 @@ func (r *recorder) setSample(i int, v view, allowed, trueAge float64) {
 // late records a message the load generator sent at created, late after
 // its schedule.
 func (r *recorder) late(created time.Time, late time.Duration) {
-	i := r.index(created)
+	r.worst(r.behind, created, late)
+}
+
+// consumerLate records a message the consumer let go at finished, late
+// after its capacity's schedule.
+func (r *recorder) consumerLate(finished time.Time, late time.Duration) {
+	r.worst(r.consumerBehind, finished, late)
+}
+
+// worst raises bins[i] to late for the bin i of t.
+func (r *recorder) worst(bins []atomic.Int64, t time.Time, late time.Duration) {
+	i := r.index(t)
 	if i < 0 {
 		return
 	}
 	for {
-		old := r.behind[i].Load()
-		if int64(late) <= old || r.behind[i].CompareAndSwap(old, int64(late)) {
+		old := bins[i].Load()
+		if int64(late) <= old || bins[i].CompareAndSwap(old, int64(late)) {
 			return
 		}
 	}
@@ -180,7 +198,8 @@ func (r *recorder) lastSample(i int) (headAge, allowed, trueAge float64) {
 
 func newRecorder(classes int, d, bin time.Duration) *recorder {
 	n := int((d + bin - 1) / bin)
-	r := &recorder{bin: bin, n: n, ages: make([]atomic.Int64, ageBuckets), behind: make([]atomic.Int64, n)}
+	r := &recorder{bin: bin, n: n, ages: make([]atomic.Int64, ageBuckets), behind: make([]atomic.Int64, n),
+		consumerBehind: make([]atomic.Int64, n)}
 	mk := func() [][]atomic.Int64 {
 		out := make([][]atomic.Int64, classes)
 		for i := range out {
@@ -326,15 +345,18 @@ func (r *recorder) series() *Series {
 	for i := range r.ages {
 		ages[i] = r.ages[i].Load()
 	}
-	behind := make([]float64, r.n)
-	for i := range behind {
-		behind[i] = time.Duration(r.behind[i].Load()).Seconds()
+	secs := func(c []atomic.Int64) []float64 {
+		out := make([]float64, r.n)
+		for i := range out {
+			out[i] = time.Duration(c[i].Load()).Seconds()
+		}
+		return out
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return &Series{Bin: r.bin, Offered: cp(r.offered), Acked: cp(r.acked), Good: cp(r.good), Dead: cp(r.dead),
 		Skipped: cp(r.skipped), Refused: cp(r.refused), RefusedAbove: cp(r.refusedAbove), HeadAge: r.headAge, TrueHeadAge: r.trueHeadAge, Lag: r.lag, Allowed: r.allowed, Decided: r.decided,
-		Capacity: r.capacity, Wait: r.wait, Reason: r.reason, Rule: r.rule, Behind: behind, Cycles: slices.Clone(r.cycles), Ages: ages}
+		Capacity: r.capacity, Wait: r.wait, Reason: r.reason, Rule: r.rule, Behind: secs(r.behind), ConsumerBehind: secs(r.consumerBehind), Cycles: slices.Clone(r.cycles), Ages: ages}
 }
 
 // payloadSize is the size of every message value: the creation time, the

@@ -22,6 +22,11 @@ type Schedule struct {
 	// GapAt; Cycles counts the cycles in the window.
 	Gap, GapAt time.Duration
 	Cycles     int
+	// Consumer is the latest the consumer let a message go after its
+	// capacity's schedule (Series.ConsumerBehind), in a bin ending at
+	// ConsumerAt: a consumer that fell behind its own pace formed a queue
+	// its capacity would not have.
+	Consumer, ConsumerAt time.Duration
 }
 
 // ScheduleOf returns how the run recorded in s kept its schedule over
@@ -32,12 +37,8 @@ type Schedule struct {
 // shorter).
 func ScheduleOf(s *Series, from, to time.Duration) Schedule {
 	var sc Schedule
-	lo, hi := max(0, int(from/s.Bin)), min(len(s.Behind), int((to+s.Bin-1)/s.Bin))
-	for i := lo; i < hi; i++ {
-		if b := time.Duration(s.Behind[i] * float64(time.Second)); b > sc.Behind {
-			sc.Behind, sc.BehindAt = b, time.Duration(i+1)*s.Bin
-		}
-	}
+	sc.Behind, sc.BehindAt = worstIn(s.Behind, s.Bin, from, to)
+	sc.Consumer, sc.ConsumerAt = worstIn(s.ConsumerBehind, s.Bin, from, to)
 	last := from
 	for _, c := range s.Cycles {
 		if c < from {
@@ -59,10 +60,22 @@ func ScheduleOf(s *Series, from, to time.Duration) Schedule {
 	return sc
 }
 
+// worstIn is the largest of the bins (seconds, each bin long) over
+// [from, to), and the end of its bin; 0, 0 when none is above 0.
+func worstIn(secs []float64, bin, from, to time.Duration) (worst, at time.Duration) {
+	lo, hi := max(0, int(from/bin)), min(len(secs), int((to+bin-1)/bin))
+	for i := lo; i < hi; i++ {
+		if b := time.Duration(secs[i] * float64(time.Second)); b > worst {
+			worst, at = b, time.Duration(i+1)*bin
+		}
+	}
+	return worst, at
+}
+
 // String says it in one line.
 func (sc Schedule) String() string {
-	return fmt.Sprintf("generator at worst %s late (at %s); daemon: %d cycles, longest gap %s (ending at %s)",
-		dur(sc.Behind), dur(sc.BehindAt), sc.Cycles, dur(sc.Gap), dur(sc.GapAt))
+	return fmt.Sprintf("generator at worst %s late (at %s); daemon: %d cycles, longest gap %s (ending at %s); consumer at worst %s behind its capacity (at %s)",
+		dur(sc.Behind), dur(sc.BehindAt), sc.Cycles, dur(sc.Gap), dur(sc.GapAt), dur(sc.Consumer), dur(sc.ConsumerAt))
 }
 
 // Timeline renders r's series over [from, to) in rows of step (a multiple

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"math"
 	"strings"
 	"testing"
@@ -18,6 +19,10 @@ func TestScheduleOf(t *testing.T) {
 	s := &Series{Bin: 100 * time.Millisecond, Behind: make([]float64, 50)}
 	s.Behind[24] = 0.3 // [2.4 s, 2.5 s)
 	s.Behind[45] = 2   // outside the window
+	s.ConsumerBehind = make([]float64, 50)
+	s.ConsumerBehind[15] = 1.5 // [1.5 s, 1.6 s): before the window
+	s.ConsumerBehind[30] = 1.2 // [3.0 s, 3.1 s)
+	s.ConsumerBehind[31] = 0.9
 	for _, tc := range []struct {
 		name   string
 		cycles []time.Duration
@@ -26,17 +31,21 @@ func TestScheduleOf(t *testing.T) {
 		// The doc's example: the gap from 2.25 to 3.9 s is the longest;
 		// 4.1 to the window's end (4.5 s) is shorter.
 		{"gap inside", ms(1750, 2000, 2250, 3900, 4100, 4750),
-			Schedule{Behind: 300 * time.Millisecond, BehindAt: 2500 * time.Millisecond, Gap: 1650 * time.Millisecond, GapAt: 3900 * time.Millisecond, Cycles: 4}},
+			Schedule{Behind: 300 * time.Millisecond, BehindAt: 2500 * time.Millisecond, Consumer: 1200 * time.Millisecond, ConsumerAt: 3100 * time.Millisecond,
+				Gap: 1650 * time.Millisecond, GapAt: 3900 * time.Millisecond, Cycles: 4}},
 		// No cycle after 2.25 s: the gap runs to the window's end.
 		{"stopped", ms(1750, 2000, 2250),
-			Schedule{Behind: 300 * time.Millisecond, BehindAt: 2500 * time.Millisecond, Gap: 2250 * time.Millisecond, GapAt: 4500 * time.Millisecond, Cycles: 2}},
+			Schedule{Behind: 300 * time.Millisecond, BehindAt: 2500 * time.Millisecond, Consumer: 1200 * time.Millisecond, ConsumerAt: 3100 * time.Millisecond,
+				Gap: 2250 * time.Millisecond, GapAt: 4500 * time.Millisecond, Cycles: 2}},
 		// No cycle at all: the whole window is one gap.
 		{"none", nil,
-			Schedule{Behind: 300 * time.Millisecond, BehindAt: 2500 * time.Millisecond, Gap: 2500 * time.Millisecond, GapAt: 4500 * time.Millisecond}},
+			Schedule{Behind: 300 * time.Millisecond, BehindAt: 2500 * time.Millisecond, Consumer: 1200 * time.Millisecond, ConsumerAt: 3100 * time.Millisecond,
+				Gap: 2500 * time.Millisecond, GapAt: 4500 * time.Millisecond}},
 		// A gap that began before the window counts from its last cycle
 		// before the window.
 		{"from before", ms(1000, 2600, 2850, 3100, 3350, 3600, 3850, 4100, 4350),
-			Schedule{Behind: 300 * time.Millisecond, BehindAt: 2500 * time.Millisecond, Gap: 1600 * time.Millisecond, GapAt: 2600 * time.Millisecond, Cycles: 8}},
+			Schedule{Behind: 300 * time.Millisecond, BehindAt: 2500 * time.Millisecond, Consumer: 1200 * time.Millisecond, ConsumerAt: 3100 * time.Millisecond,
+				Gap: 1600 * time.Millisecond, GapAt: 2600 * time.Millisecond, Cycles: 8}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s.Cycles = tc.cycles
@@ -72,5 +81,24 @@ func TestTimeline(t *testing.T) {
 		"  2.3s saturated: consumer saturated: " + strings.Repeat("x", 200) + "...\n"
 	if got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestPacerBehind: a consumer at 1,000 msg/s with work waiting that
+// spends 2 ms on each message falls at least 1 ms further behind its
+// capacity's schedule with each one (a busy machine only adds to it).
+func TestPacerBehind(t *testing.T) {
+	var worst time.Duration
+	p := &pacer{capacity: func(time.Time) float64 { return 1000 },
+		behind: func(_ time.Time, late time.Duration) { worst = max(worst, late) }}
+	for range 100 {
+		if err := p.take(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond) // the message's work, beyond its 1 ms
+		p.queued = true
+	}
+	if worst < 98*time.Millisecond {
+		t.Errorf("100 messages of 2 ms at 1,000 msg/s, each waiting: at worst %v behind, want at least 98ms", worst)
 	}
 }
