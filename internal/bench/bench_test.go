@@ -578,3 +578,22 @@ func heldSchedule(r Result) bool {
 func judged(r Result) Schedule {
 	return ScheduleOf(r.Series, r.Scenario.DropAt()-r.Scenario.Deadline, r.Scenario.RecoverAt())
 }
+
+// TestTrueHeadAgeWindows: a true head age that grows bin by bin (10 ms
+// a bin, the daemon's constant): the slow phase's p99 is over its own bins
+// (bins 10-29: 0.29s), the run's over all (0.39s), the end is the last bin.
+// TestAnalyze's true series is constant, so it cannot tell these apart.
+func TestTrueHeadAgeWindows(t *testing.T) {
+	s := series(func(int) int64 { return 100 }, func(int) int64 { return 100 }, func(int) int64 { return 100 },
+		func(int) int64 { return 0 }, func(int) float64 { return 0.1 })
+	for i := range s.TrueHeadAge {
+		s.TrueHeadAge[i] = float64(i) / 100
+	}
+	r := Analyze(testScenario(), testRow, "k", ModeLagbridge, 5, s, Totals{})
+	if r.Phases[1].TrueHeadAgeP99 != 290*time.Millisecond || r.TrueHeadAgeP99 != 390*time.Millisecond || r.EndTrueHeadAge != 390*time.Millisecond {
+		t.Errorf("slow phase %v, run %v, end %v; want 290ms, 390ms, 390ms", r.Phases[1].TrueHeadAgeP99, r.TrueHeadAgeP99, r.EndTrueHeadAge)
+	}
+	if r.Phases[0].TrueHeadAgeP99 != 90*time.Millisecond {
+		t.Errorf("before the drop %v, want 90ms", r.Phases[0].TrueHeadAgeP99)
+	}
+}

@@ -2,6 +2,9 @@ package bench
 
 import (
 	"context"
+	"io"
+	"log/slog"
+	"runtime"
 	"sort"
 	"testing"
 	"time"
@@ -318,4 +321,270 @@ func TestGuardSkipsAreProcessed(t *testing.T) {
 	if n != 2 {
 		t.Errorf("%d skipped, want 2", n)
 	}
+}
+
+// TestTrueHeadAgeEveryKind: TestTrueHeadAgeThroughConsumers covers commit
+// per poll and NATS ack each only; the hook, the guard, both autocommits,
+// Kafka marks and NATS batch acks feed the measure through other code
+// (rec.done in their own loops). A backlog of 600 records created 5 ms
+// apart, worked through at 400/s: mid-way the true head age is the age of
+// the record in hand, and once all are processed it is 0.
+func TestTrueHeadAgeEveryKind(t *testing.T) {
+	scn := Scenario{Normal: 400, Slow: 400, NormalFor: time.Minute, Deadline: time.Hour,
+		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
+	kinds := []struct {
+		broker string
+		kind   ConsumerKind
+	}{
+		{BrokerKafka, Hook}, {BrokerKafka, Guard}, {BrokerKafka, AutoCommit5s}, {BrokerKafka, AutoCommit1s},
+		{BrokerKafka, Marks20ms}, {BrokerNATS, AckBatch},
+	}
+	for _, k := range kinds {
+		t.Run(string(k.kind), func(t *testing.T) {
+			ctx := context.Background()
+			w, err := startWorld(ctx, Options{}, Row{Broker: k.broker}, runID(time.Now()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			rec := newRecorder(1, time.Minute, 100*time.Millisecond)
+			start := time.Now()
+			rec.begin(start)
+			base := start.Add(-3 * time.Second)
+			created := func(i int) time.Time { return base.Add(time.Duration(i) * 5 * time.Millisecond) }
+			const n = 600
+			storeBacklog(t, w, rec, n, created)
+			// The hook reports to nowhere: its reporter fails quietly.
+			c, err := startConsumer(ctx, w, scn, rec, k.kind, "http://127.0.0.1:1", slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			processed := func() int {
+				var s int64
+				for b := range rec.n {
+					s += rec.good[0][b].Load() + rec.dead[0][b].Load()
+				}
+				return int(s)
+			}
+			checked := 0
+			deadline := time.Now().Add(30 * time.Second)
+			for processed() < n && time.Now().Before(deadline) {
+				time.Sleep(40 * time.Millisecond)
+				k1 := processed()
+				now := time.Now()
+				got := rec.heads.age(now)
+				k2 := processed()
+				if k1 < 50 || k2 >= n {
+					continue
+				}
+				lo, hi := now.Sub(created(k2)), now.Sub(created(k1-1))
+				if got < lo-time.Millisecond || got > hi+time.Millisecond {
+					t.Fatalf("true head age %v with %d-%d processed, want %v-%v", got, k1, k2, lo, hi)
+				}
+				checked++
+			}
+			if processed() < n {
+				t.Fatalf("%d of %d processed", processed(), n)
+			}
+			if a := rec.heads.age(time.Now()); a != 0 {
+				t.Errorf("all processed, true head age %v, want 0", a)
+			}
+			if checked < 3 {
+				t.Fatalf("only %d readings", checked)
+			}
+		})
+	}
+}
+
+// TestGuardSkipsCountAtOnce: records the guard skips as expired are
+// handled the moment they are skipped (ccbad5e: the guard's Progress).
+// Expired records at the end of each partition's run in a poll, fresh ones
+// of other partitions after them: while the fresh ones are processed the
+// skipped ones must not read as waiting (an hour old here). Red at
+// a84f84e (marked when Process returned: 1h worst); red at the end check
+// with ccbad5e's Progress wiring removed (never marked).
+func TestGuardSkipsCountAtOnce(t *testing.T) {
+	scn := Scenario{Normal: 400, Slow: 400, NormalFor: time.Minute, Deadline: 2 * time.Second,
+		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
+	ctx := context.Background()
+	w, err := startWorld(ctx, Options{}, Row{Broker: BrokerKafka}, runID(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	rec := newRecorder(1, time.Minute, 100*time.Millisecond)
+	now := time.Now()
+	rec.begin(now)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(w.kafkaAddrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var rs []*kgo.Record
+	for p := range int32(partitions) {
+		for i := range 60 { // fresh
+			c := now.Add(3*time.Second + time.Duration(i)*time.Millisecond) // fresh however long the group takes to join
+			rs = append(rs, &kgo.Record{Topic: w.topic, Partition: p, Value: encode(c, 0), Timestamp: c})
+		}
+		for range 3 { // expired an hour ago
+			c := now.Add(-time.Hour)
+			rs = append(rs, &kgo.Record{Topic: w.topic, Partition: p, Value: encode(c, 0), Timestamp: c})
+		}
+	}
+	for _, res := range cl.ProduceSync(ctx, rs...) {
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		rec.ackedAt(0, kafkaAt(res.Record))
+	}
+	c, err := startKafkaConsumer(ctx, w, scn, rec, Guard, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var worst time.Duration
+	end := time.Now().Add(5 * time.Second)
+	for time.Now().Before(end) {
+		worst = max(worst, rec.heads.age(time.Now()))
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Once the guard is through, the skipped records are handled.
+	if a := rec.heads.age(time.Now()); a != 0 {
+		t.Fatalf("every record handled or skipped, true head age %v, want 0", a)
+	}
+	// While fresh records were worked through, the skipped ones were
+	// already handled.
+	if worst > time.Minute {
+		t.Errorf("true head age read %v while only fresh records were waiting (skipped ones not counted as handled)", worst)
+	}
+}
+
+// TestTrueHeadAgeEveryProducer: every sender the bench runs (naive and
+// SDK, Kafka and NATS; sync, async and batch calls) tells the measure where
+// its acked records were stored. Three calls of each, nothing consumed: the
+// head is the first record, created 10 s ago. (TestTrueHeadAgeThroughConsumers
+// stores its backlog with its own client, so no test ran these paths.)
+func TestTrueHeadAgeEveryProducer(t *testing.T) {
+	scn := Scenario{Normal: 400, Slow: 400, NormalFor: time.Minute, Deadline: time.Hour,
+		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
+	for _, broker := range []string{BrokerKafka, BrokerNATS} {
+		for _, sdk := range []bool{false, true} {
+			for _, call := range []string{"sync", "async", "batch"} {
+				name := broker + "/" + map[bool]string{false: "naive", true: "sdk"}[sdk] + "/" + call
+				t.Run(name, func(t *testing.T) {
+					ctx := context.Background()
+					w, err := startWorld(ctx, Options{}, Row{Broker: broker}, runID(time.Now()))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer w.Close()
+					rec := newRecorder(1, time.Minute, 100*time.Millisecond)
+					rec.begin(time.Now())
+					var s sender
+					switch {
+					case broker == BrokerKafka && !sdk:
+						s, err = newNaiveKafka(w, scn, rec)
+					case !sdk:
+						s = newNaiveNATS(w, rec)
+					case broker == BrokerKafka:
+						s, err = newSDKKafka(Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, scn, w, "http://127.0.0.1:1", rec)
+					default:
+						s, err = newSDKNATS(Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, scn, w, "http://127.0.0.1:1", rec)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					base := time.Now().Add(-10 * time.Second)
+					for i := range 3 {
+						c := base.Add(time.Duration(i) * time.Millisecond)
+						switch call {
+						case "sync":
+							s.sync(ctx, 0, c)
+						case "async":
+							s.async(ctx, 0, c)
+						default:
+							s.batch(ctx, 0, []time.Time{c})
+						}
+					}
+					var acked int64
+					for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+						acked = 0
+						for b := range rec.n {
+							acked += rec.acked[0][b].Load()
+						}
+						if acked == 3 {
+							break
+						}
+					}
+					s.close()
+					got := rec.heads.age(time.Now())
+					if want := time.Since(base); acked != 3 || (got-want).Abs() > 100*time.Millisecond {
+						t.Errorf("%d acked, true head age %v, want 3 and %v", acked, got, want)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestTrueHeadAgeAfterPartialTrim: the trim of the processed prefix
+// keeps the offsets it did not drop where they were (the memory subtest
+// only trims everything, which a trim that forgets to move base also
+// passes). 10,000 stored 1 ms apart, the first 6,000 processed: the head
+// is offset 6,000.
+func TestTrueHeadAgeAfterPartialTrim(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	var h heads
+	for off := range int64(10_000) {
+		h.stored(3, off, t0.Add(time.Duration(off)*time.Millisecond))
+	}
+	for off := range int64(6_000) {
+		h.processed(3, off)
+	}
+	now := t0.Add(20 * time.Second)
+	if got, want := h.age(now), now.Sub(t0.Add(6*time.Second)); got != want {
+		t.Errorf("true head age %v, want %v (offset 6,000)", got, want)
+	}
+	if n := len(h.parts[3].created); n > 5_000 {
+		t.Errorf("%d slots kept for 4,000 unprocessed", n)
+	}
+	// Acks of offsets already stored arrive again after the trim (a
+	// late ack): the slot of 6,001 is overwritten in place, not elsewhere.
+	h.stored(3, 9_999, t0)
+	h.processed(3, 9_998)
+	if got, want := h.age(now), 20*time.Second; got != want {
+		t.Errorf("after a late ack of 9,999: %v, want %v", got, want)
+	}
+}
+
+// BenchmarkHeads: one record stored and processed (the steady state),
+// and a 10x run's worst backlog (4,000/s for 60 s, 6 partitions, nothing
+// processed): its memory and one sample's scan.
+func BenchmarkHeads(b *testing.B) {
+	t0 := time.Unix(1_800_000_000, 0)
+	b.Run("store+process", func(b *testing.B) {
+		var h heads
+		for i := range b.N {
+			p, off := int32(i%6), int64(i/6)
+			h.stored(p, off, t0)
+			h.processed(p, off)
+		}
+	})
+	b.Run("backlog-240k", func(b *testing.B) {
+		var m0, m1 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
+		var h heads
+		for i := range 240_000 {
+			h.stored(int32(i%6), int64(i/6), t0.Add(time.Duration(i)*250*time.Microsecond))
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
+		b.ResetTimer()
+		for range b.N {
+			_ = h.age(t0.Add(time.Minute))
+		}
+		b.ReportMetric(float64(m1.HeapAlloc-m0.HeapAlloc)/1e6, "MB-held")
+	})
 }

@@ -310,3 +310,16 @@ func TestTargetsCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestTargetsTrueNever: a run without a single true head age reading
+// misses the head age target (it was not measured), whatever the daemon
+// read.
+func TestTargetsTrueNever(t *testing.T) {
+	tg := DefaultTargets(DefaultScenario())
+	spare := Phase{Spare: true, AdmittedShare: 1}
+	r := Result{Row: Row{Consumer: Guard}, GoodputShare: 0.98, HeadAgeP99: time.Second, TrueHeadAgeP99: Never,
+		Phases: [3]Phase{spare, {}, spare}}
+	if m := tg.Check(r, nil); len(m) != 1 {
+		t.Errorf("misses %q, want the true head age's", m)
+	}
+}
