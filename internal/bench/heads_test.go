@@ -181,20 +181,22 @@ func TestTrueHeadAge(t *testing.T) {
 	})
 }
 
-// TestTrueHeadAgeThroughConsumers runs the bench's own consumers (Kafka
-// commit per poll and the guard on kfake, NATS ack each on the embedded
-// nats-server) on a
-// backlog of 1,000 stored records created 5 ms apart, at 400/s: while they
-// work through it, the true head age is the age of the record in hand,
-// told by how many they had processed just before and just after the
-// reading (not by the poll's first record, which is up to 5 s older).
+// TestTrueHeadAgeThroughConsumers runs every consumer of the bench (on
+// kfake: commit per poll, the guard, the hook, both autocommits and marks;
+// on the embedded nats-server: ack each and ack batch; each marks what it
+// processed in its own loop) on a backlog of 1,000 stored records created
+// 5 ms apart, at 400/s: while they work through it, the true head age is
+// the age of the record in hand, told by how many they had processed just
+// before and just after the reading (not by the poll's first record, which
+// is up to 5 s older); once all are processed it is 0.
 func TestTrueHeadAgeThroughConsumers(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs kfake and the embedded nats-server for about 10s")
+		t.Skip("runs kfake and the embedded nats-server for about 30s")
 	}
 	scn := Scenario{Normal: 400, Slow: 400, NormalFor: time.Minute, Deadline: time.Hour,
 		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
-	for _, kind := range []ConsumerKind{CommitPerPoll, Guard, AckEach} {
+	kinds := []ConsumerKind{CommitPerPoll, Guard, Hook, AutoCommit5s, AutoCommit1s, Marks20ms, AckEach, AckBatch}
+	for _, kind := range kinds {
 		broker := BrokerKafka
 		if !kind.kafkaKind() {
 			broker = BrokerNATS
@@ -214,12 +216,8 @@ func TestTrueHeadAgeThroughConsumers(t *testing.T) {
 			const n = 1000
 			storeBacklog(t, w, rec, n, created)
 
-			var c *consumer
-			if broker == BrokerKafka {
-				c, err = startKafkaConsumer(ctx, w, scn, rec, kind, "", nil)
-			} else {
-				c, err = startNATSConsumer(ctx, w, scn, rec, false)
-			}
+			// The hook reports to nowhere: its reporter fails quietly.
+			c, err := startConsumer(ctx, w, scn, rec, kind, "http://127.0.0.1:1", slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,7 +231,7 @@ func TestTrueHeadAgeThroughConsumers(t *testing.T) {
 			}
 			checked := 0
 			deadline := time.Now().Add(30 * time.Second)
-			for processed() < 900 && time.Now().Before(deadline) {
+			for processed() < n && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)
 				k1 := processed()
 				now := time.Now()
@@ -252,6 +250,12 @@ func TestTrueHeadAgeThroughConsumers(t *testing.T) {
 			}
 			if checked < 5 {
 				t.Fatalf("only %d readings while the backlog was worked through (%d processed)", checked, processed())
+			}
+			if k := processed(); k < n {
+				t.Fatalf("%d of %d processed", k, n)
+			}
+			if a := rec.heads.age(time.Now()); a != 0 {
+				t.Errorf("all processed, true head age %v, want 0", a)
 			}
 			t.Logf("%d readings checked", checked)
 		})
@@ -320,80 +324,6 @@ func TestGuardSkipsAreProcessed(t *testing.T) {
 	}
 	if n != 2 {
 		t.Errorf("%d skipped, want 2", n)
-	}
-}
-
-// TestTrueHeadAgeEveryKind: TestTrueHeadAgeThroughConsumers covers commit
-// per poll and NATS ack each only; the hook, the guard, both autocommits,
-// Kafka marks and NATS batch acks feed the measure through other code
-// (rec.done in their own loops). A backlog of 600 records created 5 ms
-// apart, worked through at 400/s: mid-way the true head age is the age of
-// the record in hand, and once all are processed it is 0.
-func TestTrueHeadAgeEveryKind(t *testing.T) {
-	scn := Scenario{Normal: 400, Slow: 400, NormalFor: time.Minute, Deadline: time.Hour,
-		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
-	kinds := []struct {
-		broker string
-		kind   ConsumerKind
-	}{
-		{BrokerKafka, Hook}, {BrokerKafka, Guard}, {BrokerKafka, AutoCommit5s}, {BrokerKafka, AutoCommit1s},
-		{BrokerKafka, Marks20ms}, {BrokerNATS, AckBatch},
-	}
-	for _, k := range kinds {
-		t.Run(string(k.kind), func(t *testing.T) {
-			ctx := context.Background()
-			w, err := startWorld(ctx, Options{}, Row{Broker: k.broker}, runID(time.Now()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
-			rec := newRecorder(1, time.Minute, 100*time.Millisecond)
-			start := time.Now()
-			rec.begin(start)
-			base := start.Add(-3 * time.Second)
-			created := func(i int) time.Time { return base.Add(time.Duration(i) * 5 * time.Millisecond) }
-			const n = 600
-			storeBacklog(t, w, rec, n, created)
-			// The hook reports to nowhere: its reporter fails quietly.
-			c, err := startConsumer(ctx, w, scn, rec, k.kind, "http://127.0.0.1:1", slog.New(slog.NewTextHandler(io.Discard, nil)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			processed := func() int {
-				var s int64
-				for b := range rec.n {
-					s += rec.good[0][b].Load() + rec.dead[0][b].Load()
-				}
-				return int(s)
-			}
-			checked := 0
-			deadline := time.Now().Add(30 * time.Second)
-			for processed() < n && time.Now().Before(deadline) {
-				time.Sleep(40 * time.Millisecond)
-				k1 := processed()
-				now := time.Now()
-				got := rec.heads.age(now)
-				k2 := processed()
-				if k1 < 50 || k2 >= n {
-					continue
-				}
-				lo, hi := now.Sub(created(k2)), now.Sub(created(k1-1))
-				if got < lo-time.Millisecond || got > hi+time.Millisecond {
-					t.Fatalf("true head age %v with %d-%d processed, want %v-%v", got, k1, k2, lo, hi)
-				}
-				checked++
-			}
-			if processed() < n {
-				t.Fatalf("%d of %d processed", processed(), n)
-			}
-			if a := rec.heads.age(time.Now()); a != 0 {
-				t.Errorf("all processed, true head age %v, want 0", a)
-			}
-			if checked < 3 {
-				t.Fatalf("only %d readings", checked)
-			}
-		})
 	}
 }
 
