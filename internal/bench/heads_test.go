@@ -203,14 +203,8 @@ func TestTrueHeadAgeThroughConsumers(t *testing.T) {
 		}
 		t.Run(string(kind), func(t *testing.T) {
 			ctx := context.Background()
-			w, err := startWorld(ctx, Options{}, Row{Broker: broker}, runID(time.Now()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
-			rec := newRecorder(1, time.Minute, 100*time.Millisecond)
 			start := time.Now()
-			rec.begin(start)
+			w, rec := headsWorld(t, broker, start)
 			base := start.Add(-5 * time.Second)
 			created := func(i int) time.Time { return base.Add(time.Duration(i) * 5 * time.Millisecond) }
 			const n = 1000
@@ -260,6 +254,21 @@ func TestTrueHeadAgeThroughConsumers(t *testing.T) {
 			t.Logf("%d readings checked", checked)
 		})
 	}
+}
+
+// headsWorld starts a fresh broker world of the given kind for a test
+// (closed when it ends) and a one-class recorder of 100 ms bins begun at
+// start.
+func headsWorld(t *testing.T, broker string, start time.Time) (*world, *recorder) {
+	t.Helper()
+	w, err := startWorld(context.Background(), Options{}, Row{Broker: broker}, runID(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	rec := newRecorder(1, time.Minute, 100*time.Millisecond)
+	rec.begin(start)
+	return w, rec
 }
 
 // storeBacklog stores n records created at created(i) in order, on Kafka
@@ -338,14 +347,8 @@ func TestGuardSkipsCountAtOnce(t *testing.T) {
 	scn := Scenario{Normal: 400, Slow: 400, NormalFor: time.Minute, Deadline: 2 * time.Second,
 		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
 	ctx := context.Background()
-	w, err := startWorld(ctx, Options{}, Row{Broker: BrokerKafka}, runID(time.Now()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	rec := newRecorder(1, time.Minute, 100*time.Millisecond)
 	now := time.Now()
-	rec.begin(now)
+	w, rec := headsWorld(t, BrokerKafka, now)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(w.kafkaAddrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
@@ -404,14 +407,11 @@ func TestTrueHeadAgeEveryProducer(t *testing.T) {
 				name := broker + "/" + map[bool]string{false: "naive", true: "sdk"}[sdk] + "/" + call
 				t.Run(name, func(t *testing.T) {
 					ctx := context.Background()
-					w, err := startWorld(ctx, Options{}, Row{Broker: broker}, runID(time.Now()))
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer w.Close()
-					rec := newRecorder(1, time.Minute, 100*time.Millisecond)
-					rec.begin(time.Now())
-					var s sender
+					w, rec := headsWorld(t, broker, time.Now())
+					var (
+						s   sender
+						err error
+					)
 					switch {
 					case broker == BrokerKafka && !sdk:
 						s, err = newNaiveKafka(w, scn, rec)
