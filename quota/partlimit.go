@@ -94,9 +94,13 @@ func partLimit(pt, next partTrack, lagMsgs float64, setWait, dt, h float64, betw
 // Read as evidence, a slow partition fed its keyless share looked
 // comfortable between its 5 s commits, its share grew by limitGrowth a
 // second on them, and its list was ended on a lag of 0 that the next
-// commit took back (TestControllerBetweenCommitsNoCalm).
+// commit took back (TestControllerBetweenCommitsNoCalm). A partition
+// with nothing written since its commit is not between commits: its
+// reading is exact, and one avoided outright (no share) is written nothing
+// and commits nothing, so it would be held for ever
+// (TestControllerDeadThenRecoveredFreed).
 func betweenCommits(pt partTrack, had bool, ps *lag.PartitionState, dt float64) bool {
-	return had && !ps.Stale && commitCadence(ps, dt) > 0 && ps.Committed == pt.committed
+	return had && !ps.Stale && commitCadence(ps, dt) > 0 && ps.Committed == pt.committed && ps.End > ps.Committed
 }
 
 // commitCadence is the learned commit cadence, seconds, of a partition
