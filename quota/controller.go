@@ -1486,11 +1486,10 @@ func waitOf(v *reading) float64 {
 // before the drop (TestControllerStartupPollInHand). A consumer that
 // keeps up holds records younger than the engage wait and reads as
 // before; one that said it holds nothing has no record in hand (the lag
-// came after its report, see idleReported). 0 for every other reading: a
-// position from commits is read at its commit cadence (a 5 s auto-commit
-// shows a head up to 5 s old while it keeps up, and a group without a
-// commit yet is not throttled for what it has not committed, see
-// overdue).
+// came after its report, see idleReported). 0 for every other reading: a position from commits is read at
+// its commit cadence (a 5 s auto-commit shows a head up to 5 s old while
+// it keeps up, and a group without a commit yet is not throttled for
+// what it has not committed, see overdue).
 func unmeasuredWait(tc *control, st *lag.State, v *reading) float64 {
 	if v.measured || tc.measuredSeen > 0 || tc.stalled || tc.capacity > 0 || st.Source != lag.SourceConsumer || !v.headKnown || idleReported(st) {
 		return 0
@@ -1714,11 +1713,10 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 }
 
 // sinceSight is the time, seconds, the instant rates of st were measured
-// over, and whether st is the first fresh reading of a consumer that
-// reports its position whose poll was recorded at the reading before (see
-// pollSight): v.dt, except at such a reading, the time since that reading
-// (v.dt is then the configured interval, and a report can wake the daemon
-// sooner).
+// over, and whether st is such a first fresh reading: v.dt, except at the first fresh reading of a consumer that reports
+// its position, whose poll was recorded at the reading before (see
+// pollSight): the time since that reading (v.dt is then the configured
+// interval, and a report can wake the daemon sooner).
 func sinceSight(tc *control, st *lag.State, v *reading) (float64, bool) {
 	if tc.has || tc.moveAt.IsZero() || tc.partsAt.IsZero() || st.Source != lag.SourceConsumer || !st.At.After(tc.partsAt) {
 		return v.dt, false
