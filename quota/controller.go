@@ -815,13 +815,6 @@ func pollSight(tc *control, st *lag.State) {
 	if st.Source != lag.SourceConsumer || st.Lag <= 0 || idleReported(st) {
 		return
 	}
-	tc.moveAt, tc.moveLag = pollTime(st), st.Lag
-}
-
-// pollTime is when the consumer of st took the poll in hand, as its
-// reports say: the earliest report time less HeldFor of the partitions
-// with lag; st.At when no report says.
-func pollTime(st *lag.State) time.Time {
 	at := st.At
 	for i := range st.Partitions {
 		r := &st.Partitions[i].Reported
@@ -829,7 +822,7 @@ func pollTime(st *lag.State) time.Time {
 			at = polled
 		}
 	}
-	return at
+	tc.moveAt, tc.moveLag = at, st.Lag
 }
 
 // reading is what one fresh observation tells the controller: the figures
@@ -1669,13 +1662,10 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 			return
 		}
 	}
-	gap, first := sinceSight(tc, st, v)
+	gap := sinceSight(tc, st, v)
 	span := gap
 	if !tc.moveAt.IsZero() {
 		span = max(st.At.Sub(tc.moveAt).Seconds(), gap)
-	}
-	if first {
-		span = firstPollSpan(tc, st, span)
 	}
 	switch {
 	case !moved || span > 1.5*v.dt:
@@ -1713,35 +1703,16 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 }
 
 // sinceSight is the time, seconds, the instant rates of st were measured
-// over, and whether st is such a first fresh reading: v.dt, except at the first fresh reading of a consumer that reports
+// over: v.dt, except at the first fresh reading of a consumer that reports
 // its position, whose poll was recorded at the reading before (see
 // pollSight): the time since that reading (v.dt is then the configured
 // interval, and a report can wake the daemon sooner).
-func sinceSight(tc *control, st *lag.State, v *reading) (float64, bool) {
+func sinceSight(tc *control, st *lag.State, v *reading) float64 {
 	if tc.has || tc.moveAt.IsZero() || tc.partsAt.IsZero() || st.Source != lag.SourceConsumer || !st.At.After(tc.partsAt) {
-		return v.dt, false
+		return v.dt
 	}
-	return st.At.Sub(tc.partsAt).Seconds(), true
+	return st.At.Sub(tc.partsAt).Seconds()
 }
-
-// firstPollSpan is the span, seconds, the first fresh reading of a
-// consumer that reports its position measures a move over (see
-// sinceSight): from the poll in hand at the reading before to the poll in
-// hand now (pollTime), the time the consumer worked through the polls the
-// position moved past, when both are known and at least minPollSpan
-// apart; else span. Spread up to the reading instead, the move read as
-// little as 283/s of a consumer of 2,000 when the new poll had been in
-// hand most of the time since (lagbridge bench, kafka/hook/sync/1s at 5x).
-func firstPollSpan(tc *control, st *lag.State, span float64) float64 {
-	if d := pollTime(st).Sub(tc.moveAt).Seconds(); d >= minPollSpan && d < span {
-		return d
-	}
-	return span
-}
-
-// minPollSpan: a first move measured over less time than this (a poll of
-// a few records) is spread up to the reading instead, seconds.
-const minPollSpan = 0.1
 
 // twoMoves reads a move of a position read from commits about as often as
 // it is observed (a learned cadence), and returns the span and the

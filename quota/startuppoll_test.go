@@ -117,11 +117,7 @@ func startupRun(t *testing.T, offer, phase, gap float64) ([]Decision, float64) {
 // 2,000 msg/s, and the backlog admitted meanwhile turned into dead work
 // before the drop (5 runs of 12 on kfake in session 21, 2.6-21.9%). The
 // record in hand's age is the wait while nothing is measured: no dead
-// work at any phase of the first reading. The first move measured is
-// spread over the time the consumer worked through the polls it moved
-// past (from the poll in hand at the first reading to the one in hand
-// now): the first capacity estimate is within 1,200-2,600/s (spread up to
-// the reading, 1,012/s; over the configured interval, 4,267/s). A consumer that keeps up (800
+// work at any phase of the first reading. A consumer that keeps up (800
 // msg/s offered) holds young records and stays unlimited throughout.
 func TestControllerStartupPollInHand(t *testing.T) {
 	for _, r := range [][2]float64{{0.3, 1}, {0.6, 1}, {0.9, 1}, {0.7, 0.3}, {1.0, 0.3}, {1.3, 0.3}, {1.6, 0.3}, {1.0, 0.5}, {1.5, 0.5}} {
@@ -131,14 +127,6 @@ func TestControllerStartupPollInHand(t *testing.T) {
 			t.Errorf("10x, the first readings at %.1fs and %.1fs later: %.1f%% of the records handled in the first 10 s were dead, want <= 1%%", phase, gap, 100*dead)
 			for i, d := range ds[:min(4, len(ds))] {
 				t.Logf("  reading %d: lag %d, head %s: %s at %.0f/s (%s)", i, d.Lag, d.HeadAge.Round(time.Millisecond), d.Rule, d.Rate, d.Reason)
-			}
-		}
-		for _, d := range ds {
-			if d.Capacity > 0 {
-				if d.Capacity < 1200 || d.Capacity > 2600 {
-					t.Errorf("10x, the first readings at %.1fs and %.1fs later: the first capacity estimate %.0f/s (%s), want 1,200-2,600/s of a consumer of 2,000", phase, gap, d.Capacity, d.Reason)
-				}
-				break
 			}
 		}
 		ds, dead = startupRun(t, 800, phase, gap)
