@@ -1478,13 +1478,12 @@ func waitOf(v *reading) float64 {
 // up to 1.5 s; the backlog admitted meanwhile was 2.6-21.9% dead work
 // before the drop (TestControllerStartupPollInHand). A consumer that
 // keeps up holds records younger than the engage wait and reads as
-// before; one that said it holds nothing has no record in hand (the lag
-// came after its report, see idleReported). 0 for every other reading: a position from commits is read at
+// before. 0 for every other reading: a position from commits is read at
 // its commit cadence (a 5 s auto-commit shows a head up to 5 s old while
 // it keeps up, and a group without a commit yet is not throttled for
 // what it has not committed, see overdue).
 func unmeasuredWait(tc *control, st *lag.State, v *reading) float64 {
-	if v.measured || tc.measuredSeen > 0 || tc.stalled || tc.capacity > 0 || st.Source != lag.SourceConsumer || !v.headKnown || idleReported(st) {
+	if v.measured || tc.measuredSeen > 0 || tc.stalled || tc.capacity > 0 || st.Source != lag.SourceConsumer || !v.headKnown {
 		return 0
 	}
 	return v.headAge
