@@ -773,7 +773,6 @@ func (c *Controller) unfresh(tc *control, d Decision, st *lag.State, now time.Ti
 	*tc = control{}
 	if !st.RatesKnown && st.Status != lag.StatusStale && !st.At.IsZero() {
 		sightParts(tc, st)
-		pollSight(tc, st)
 	}
 	if st.RatesKnown || st.Status == lag.StatusStale {
 		d.Rule, d.Reason = RuleFailOpen, fmt.Sprintf("no fresh data for more than %s (%s): fail-open", c.cfg.MaxHold, orDash(st.Reason))
@@ -799,30 +798,6 @@ func sightParts(tc *control, st *lag.State) {
 		tc.parts[ps.Partition] = trackPart(partTrack{}, false, &ps, st, 0)
 	}
 	tc.partsAt = st.At
-}
-
-// pollSight records, at a first reading (rates not known yet) of a
-// consumer that reports its position (lag.SourceConsumer) with work in
-// hand, when it took the poll in hand (the report's time less HeldFor; the
-// reading's time without a count) as the time its position last moved, so
-// that the first fresh reading spreads a move over the time the consumer
-// worked through that poll (see consumption), not over the interval
-// alone. A report that woke the daemon 0.3 s after the first reading
-// (lagbridge bench, kafka/hook/sync/1s at 10x) otherwise read a poll of
-// 1,280 records finished in that time as 4,267 msg/s of a consumer of
-// 2,000 and let 4,000/s through (TestControllerStartupPollInHand).
-func pollSight(tc *control, st *lag.State) {
-	if st.Source != lag.SourceConsumer || st.Lag <= 0 || idleReported(st) {
-		return
-	}
-	at := st.At
-	for i := range st.Partitions {
-		r := &st.Partitions[i].Reported
-		if polled := r.At.Add(-r.HeldFor); st.Partitions[i].Lag > 0 && r.HeldFor > 0 && !r.At.IsZero() && polled.Before(at) {
-			at = polled
-		}
-	}
-	tc.moveAt, tc.moveLag = at, st.Lag
 }
 
 // reading is what one fresh observation tells the controller: the figures
@@ -954,9 +929,6 @@ type reading struct {
 	rise bool
 	// raised: a probe raised the rate in force (see plan).
 	raised bool
-	// headWait: the wait read while nothing has been measured yet, the
-	// head's age (see unmeasuredWait), seconds; 0 otherwise.
-	headWait float64
 }
 
 // measure reads st into v and updates the smoothed interval and capacity
@@ -1022,7 +994,6 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	}
 	tc.othersLag = v.lag
 	backlog(tc, v, st.At)
-	v.headWait = unmeasuredWait(tc, st, v)
 	v.rawWait = waitOf(v)
 	beyondStanding(tc, v)
 	v.wait = waitOf(v)
@@ -1449,44 +1420,16 @@ func floorCap(v *reading) float64 {
 func fromCommitsCadence(v *reading) bool { return v.commits || v.unlearned }
 
 // waitOf is the wait of v.backlog at v.capacity, seconds: 0 with no
-// backlog, v.headWait while nothing is measured to judge it by, +Inf with
-// a backlog and nothing consumed.
+// backlog (or nothing measured yet to judge it by), +Inf with a backlog
+// and nothing consumed.
 func waitOf(v *reading) float64 {
 	switch {
-	case v.backlog <= 0:
+	case v.backlog <= 0 || (!v.measured && v.capacity <= 0):
 		return 0
-	case !v.measured && v.capacity <= 0:
-		return v.headWait
 	case v.capacity > 0:
 		return v.backlog / v.capacity
 	}
 	return math.Inf(1)
-}
-
-// unmeasuredWait is the wait, seconds, of a reading of a consumer whose
-// consumption has never been measured (no capacity, no reading that
-// measured, no stall) and that reports its position (lag.SourceConsumer):
-// the age of the record in hand, which has waited that long already. An
-// unknown rate is no wait of 0. The hook reports the first record of the
-// poll in hand until the next poll, so its position stands still while a
-// poll is worked through, and reportStill measures nothing before the
-// poll has outlasted the budget when no capacity is known: at 10x of
-// lagbridge bench (4,000 msg/s offered to a consumer of 2,000 from the
-// first second), the first fresh readings of the hook row came in the
-// middle of the startup's first big poll and read "wait 0s <= engage
-// 400ms: unlimited" at lags of 1,044-5,314 with the head 1.9 s old, for
-// up to 1.5 s; the backlog admitted meanwhile was 2.6-21.9% dead work
-// before the drop (TestControllerStartupPollInHand). A consumer that
-// keeps up holds records younger than the engage wait and reads as
-// before. 0 for every other reading: a position from commits is read at
-// its commit cadence (a 5 s auto-commit shows a head up to 5 s old while
-// it keeps up, and a group without a commit yet is not throttled for
-// what it has not committed, see overdue).
-func unmeasuredWait(tc *control, st *lag.State, v *reading) float64 {
-	if v.measured || tc.measuredSeen > 0 || tc.stalled || tc.capacity > 0 || st.Source != lag.SourceConsumer || !v.headKnown {
-		return 0
-	}
-	return v.headAge
 }
 
 // judge decides whether the consumer keeps up, has capacity to spare, and
@@ -1661,10 +1604,9 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 			return
 		}
 	}
-	gap := sinceSight(tc, st, v)
-	span := gap
+	span := v.dt
 	if !tc.moveAt.IsZero() {
-		span = max(st.At.Sub(tc.moveAt).Seconds(), gap)
+		span = max(st.At.Sub(tc.moveAt).Seconds(), v.dt)
 	}
 	switch {
 	case !moved || span > 1.5*v.dt:
@@ -1673,7 +1615,7 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 		tc.quick++
 	}
 	tc.still = (tc.still || !moved) && tc.quick < 2 && st.CommitInterval <= 0
-	produced := tc.spanProduced + v.produced*gap // messages since the last move
+	produced := tc.spanProduced + v.produced*v.dt // messages since the last move
 	switch {
 	case moved && firstCommit(tc, st) && !behindAtCommit(st, v):
 		// No evidence yet: measure from this commit on (its lag is the
@@ -1682,7 +1624,7 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 		v.sightCommit = true
 		return
 	case moved:
-		v.consumed, v.span = st.ConsumeRateInstant*gap/span, span
+		v.consumed, v.span = st.ConsumeRateInstant*v.dt/span, span
 		leaveOutSkipped(st, v)
 		tc.moveAt, tc.spanProduced, tc.moveLag = st.At, 0, st.Lag
 		if firstCommit(tc, st) {
@@ -1699,18 +1641,6 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	v.measured = true
 	v.spanProduced = produced
 	v.keepsUp = v.consumed*span >= keepUpRatio*produced
-}
-
-// sinceSight is the time, seconds, the instant rates of st were measured
-// over: v.dt, except at the first fresh reading of a consumer that reports
-// its position, whose poll was recorded at the reading before (see
-// pollSight): the time since that reading (v.dt is then the configured
-// interval, and a report can wake the daemon sooner).
-func sinceSight(tc *control, st *lag.State, v *reading) float64 {
-	if tc.has || tc.moveAt.IsZero() || tc.partsAt.IsZero() || st.Source != lag.SourceConsumer || !st.At.After(tc.partsAt) {
-		return v.dt
-	}
-	return st.At.Sub(tc.partsAt).Seconds()
 }
 
 // twoMoves reads a move of a position read from commits about as often as
@@ -2754,8 +2684,6 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		case v.wait >= v.budget:
 			tc.drained = true
 			return RuleDrain, fmt.Sprintf("wait %s >= budget %s: a new message would be dead on arrival, draining", secs(v.wait), secs(v.budget))
-		case v.headWait > 0:
-			return RuleSaturated, fmt.Sprintf("capacity not measured yet (a poll in hand), the record in hand waited %s > engage %s: admitting nothing until a reading measures it", secs(v.wait), secs(v.engageWait))
 		case v.stepDown:
 			return RuleStepDown, fmt.Sprintf("capacity fell from %.0f/s to at most %.0f/s during the interval: admitting nothing until the next observation measures it (wait %s)", v.prevCap, v.consumed, secs(v.wait))
 		}
