@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
@@ -91,13 +92,7 @@ func TestKafkaReporterOlderDaemon(t *testing.T) {
 	old := &olderDaemon{}
 	ts := httptest.NewServer(old)
 	defer ts.Close()
-	rep, err := NewKafkaReporter(Config{URL: ts.URL, Interval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rep.Close()
-	cl := newKafkaClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
-	inHand := pollN(t, cl, 5)
+	rep, inHand := hookedPoll(t, c, topic, ts.URL, 5)
 	waitFor(t, "three reports of the records in hand stored", func() bool { return old.inHand(inHand[0].Offset) >= 3 })
 	old.mu.Lock()
 	defer old.mu.Unlock()
@@ -214,13 +209,7 @@ func TestKafkaReporterDaemonWithoutSkips(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer ts.Close()
-	rep, err := NewKafkaReporter(Config{URL: ts.URL, Interval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rep.Close()
-	cl := newKafkaClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
-	recs := pollN(t, cl, 5)
+	rep, recs := hookedPoll(t, c, topic, ts.URL, 5)
 	rep.Skipped(recs[0]) // as the guard does for an expired record, before Finished
 	rep.Finished(recs[0])
 	waitFor(t, "three reports with the held count stored", func() bool {
@@ -273,13 +262,7 @@ func TestKafkaReporterOlderDaemonUpgraded(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer ts.Close()
-	rep, err := NewKafkaReporter(Config{URL: ts.URL, Interval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rep.Close()
-	cl := newKafkaClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
-	inHand := pollN(t, cl, 5)
+	_, inHand := hookedPoll(t, c, topic, ts.URL, 5)
 	waitFor(t, "a report of the records in hand stored without held", func() bool { return old.inHand(inHand[0].Offset) >= 1 })
 	upgraded.Store(true)
 	waitFor(t, "a report with held stored by the upgraded daemon", func() bool {
@@ -294,4 +277,18 @@ func TestKafkaReporterOlderDaemonUpgraded(t *testing.T) {
 	if after[0] {
 		t.Errorf("the first report after the refusal carried held at once (%v), want it stripped for heldRetry", after)
 	}
+}
+
+// hookedPoll starts a Kafka reporter sending to url every 20 ms and a
+// consumer of group "g" on topic with the reporter's hook, and polls n
+// records, which stay in hand. Both are closed when the test ends.
+func hookedPoll(t *testing.T, c *kfake.Cluster, topic, url string, n int) (*KafkaReporter, []*kgo.Record) {
+	t.Helper()
+	rep, err := NewKafkaReporter(Config{URL: url, Interval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rep.Close)
+	cl := newKafkaClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
+	return rep, pollN(t, cl, n)
 }

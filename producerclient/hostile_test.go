@@ -360,6 +360,38 @@ func TestHostileLeaseServerNewTopics(t *testing.T) {
 	}
 }
 
+// leasedProducer is a producer of "orders" with lease transport tr, a
+// 10 ms MinBackoff and maxBackoff, holding an honest lease of 100/s from a
+// hostile daemon (no reports for an hour).
+func leasedProducer(t *testing.T, tr LeaseTransport, maxBackoff time.Duration) (*hostileDaemon, *KafkaProducer) {
+	t.Helper()
+	d := newHostileDaemon(t)
+	d.honest(1, 100)
+	p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"},
+		Leases: LeaseConfig{URL: d.srv.URL, Transport: tr, WatchWait: 10 * time.Second, ReportInterval: time.Hour,
+			MinBackoff: 10 * time.Millisecond, MaxBackoff: maxBackoff}})
+	eventually(t, 10*time.Second, "the honest lease", func() bool { q, _ := p.Quota("orders"); return q.FromLease && q.Rate == 100 })
+	return d, p
+}
+
+// instantAnswers answers every request at once with the set d holds now:
+// a stream serves it as one event and ends. asked, when not nil, counts
+// the streams and long-polls.
+func instantAnswers(d *hostileDaemon, asked *atomic.Int64) http.HandlerFunc {
+	set, _, _, _ := d.state()
+	return func(w http.ResponseWriter, r *http.Request) {
+		if asked != nil && (r.URL.Path == quotaproto.PathStream || r.URL.Path == quotaproto.PathWatch) {
+			asked.Add(1)
+		}
+		if r.URL.Path == quotaproto.PathStream {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "event: leases\ndata: %s\n\n", set)
+			return
+		}
+		_, _ = w.Write(set)
+	}
+}
+
 // TestLeaseSourcesBackOffFromInstantAnswers: a server that answers every
 // long-poll at once with the set the producer holds, or ends every stream
 // as soon as it served a set (a proxy that cuts them), is asked again
@@ -368,28 +400,9 @@ func TestHostileLeaseServerNewTopics(t *testing.T) {
 func TestLeaseSourcesBackOffFromInstantAnswers(t *testing.T) {
 	for _, tr := range []LeaseTransport{LongPoll, SSE} {
 		t.Run(map[LeaseTransport]string{LongPoll: "long-poll", SSE: "sse"}[tr], func(t *testing.T) {
-			d := newHostileDaemon(t)
-			d.honest(1, 100)
-			p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"},
-				Leases: LeaseConfig{URL: d.srv.URL, Transport: tr, WatchWait: 10 * time.Second, ReportInterval: time.Hour,
-					MinBackoff: 10 * time.Millisecond, MaxBackoff: 400 * time.Millisecond}})
-			eventually(t, 10*time.Second, "the honest lease", func() bool { q, _ := p.Quota("orders"); return q.FromLease && q.Rate == 100 })
-
-			set, _, _, _ := d.state()
+			d, p := leasedProducer(t, tr, 400*time.Millisecond)
 			var asked atomic.Int64
-			d.turn(func(w http.ResponseWriter, r *http.Request) {
-				switch r.URL.Path {
-				case quotaproto.PathStream:
-					asked.Add(1)
-					w.Header().Set("Content-Type", "text/event-stream")
-					fmt.Fprintf(w, "event: leases\ndata: %s\n\n", set)
-				case quotaproto.PathWatch:
-					asked.Add(1)
-					_, _ = w.Write(set)
-				default:
-					_, _ = w.Write(set)
-				}
-			})
+			d.turn(instantAnswers(d, &asked))
 			time.Sleep(3 * time.Second)
 			// At MinBackoff (5-10 ms with jitter) 3 s is 300 requests or
 			// more; doubling to 400 ms, about 15.
@@ -413,24 +426,10 @@ func TestLeaseSourcesBackOffFromInstantAnswers(t *testing.T) {
 func TestLeaseSourcesBackoffResetAfterGoodAnswer(t *testing.T) {
 	for _, tr := range []LeaseTransport{LongPoll, SSE} {
 		t.Run(map[LeaseTransport]string{LongPoll: "long-poll", SSE: "sse"}[tr], func(t *testing.T) {
-			d := newHostileDaemon(t)
-			d.honest(1, 100)
-			p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"},
-				Leases: LeaseConfig{URL: d.srv.URL, Transport: tr, WatchWait: 10 * time.Second, ReportInterval: time.Hour,
-					MinBackoff: 10 * time.Millisecond, MaxBackoff: 2 * time.Second}})
-			eventually(t, 10*time.Second, "the first lease", func() bool { q, _ := p.Quota("orders"); return q.FromLease && q.Rate == 100 })
-
+			d, p := leasedProducer(t, tr, 2*time.Second)
 			// Instant answers of the set held: the backoff climbs to its
 			// 2 s cap (10 ms doubled eight times is 2.56 s).
-			set, _, _, _ := d.state()
-			d.turn(func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Path == quotaproto.PathStream {
-					w.Header().Set("Content-Type", "text/event-stream")
-					fmt.Fprintf(w, "event: leases\ndata: %s\n\n", set)
-					return
-				}
-				_, _ = w.Write(set)
-			})
+			d.turn(instantAnswers(d, nil))
 			time.Sleep(4 * time.Second)
 
 			// A good answer: a newer set, then (for the stream) a stream
