@@ -2986,7 +2986,7 @@ func climbBack(tc *control, st *lag.State, v *reading) float64 {
 	moved := (st.ConsumeRateInstant - min(st.SkipRateInstant, st.ConsumeRateInstant)) * v.dt
 	span := max(v.dt, parts)
 	rate := (moved - float64(prev.held)) / span
-	if v.lag > 0 && (!v.headKnown || v.headAge > v.engageWait/2) {
+	if queuedReading(v) {
 		tc.drainRate = rate
 		return 0
 	}
@@ -3033,7 +3033,7 @@ func rearmClimb(tc *control, st *lag.State, v *reading, cInst, step float64) {
 	switch {
 	case cInst < (1-step)*tc.climbTo:
 		tc.climbTo = 0
-	case v.lag > 0 && (!v.headKnown || v.headAge > v.engageWait/2):
+	case queuedReading(v):
 	case tc.climbKept+1 >= climbRearm:
 		tc.fellFrom, tc.fellSpent, tc.climbTo = 0, false, 0
 	default:
