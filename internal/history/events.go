@@ -307,17 +307,20 @@ func (l *Log) add(e Event) {
 	l.counter.WithLabelValues(string(e.Kind)).Inc()
 	attrs := []any{"kind", e.Kind, "topic", e.Topic.String(), "policy", e.Policy, "rule", e.Rule.String(),
 		"signal", e.Signal, "prevSignal", e.PrevSignal, "producers", e.Producers,
-		"rate", RateText(e.Rate), "prevRate", RateText(e.PrevRate), "lag", e.Inputs.Lag, "headAge", seconds(e.Inputs.HeadAgeSeconds),
+		"rate", RateText(e.Rate), "prevRate", RateText(e.PrevRate), "lag", e.Inputs.Lag, "headAge", logSeconds(e.Inputs.HeadAgeSeconds, "unknown"),
 		"capacity", e.Inputs.Capacity, "capacityKnown", e.Inputs.CapacityKnown,
-		"wait", seconds(e.Inputs.WaitSeconds), "budget", seconds(e.Inputs.BudgetSeconds)}
+		"wait", logSeconds(e.Inputs.WaitSeconds, "unbounded"), "budget", logSeconds(e.Inputs.BudgetSeconds, "none")}
 	l.log.Info("quota decision", attrs...)
 }
 
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
 
-func seconds(s float64) time.Duration {
+// logSeconds is s seconds as a duration for the log, rounded to the
+// millisecond, or the word that says what a negative value stands for
+// (an unbounded wait is stored as -1: "wait=-1ns" said nothing).
+func logSeconds(s float64, negative string) any {
 	if s < 0 {
-		return -1
+		return negative
 	}
 	return time.Duration(s * float64(time.Second)).Round(time.Millisecond)
 }

@@ -112,6 +112,24 @@ func TestLogObserve(t *testing.T) {
 	}
 }
 
+// TestLogUnboundedWait: a drain whose backlog does not shrink has no
+// wait to give (quota's -1); its log line says "unbounded", not -1ns, and
+// the event keeps -1 for machines.
+func TestLogUnboundedWait(t *testing.T) {
+	var logs bytes.Buffer
+	l := NewLog(Config{}, slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	d := decision(quota.SignalSlowDown, 0, quota.RuleDrain)
+	d.Wait = lag.Never
+	l.Observe(t0, map[quota.Topic]quota.TopicDecision{orders: d}, []quota.Lease{lease("a", 0, quota.SignalSlowDown)},
+		func(string) time.Duration { return 2 * time.Second })
+	if !strings.Contains(logs.String(), "wait=unbounded") || !strings.Contains(logs.String(), "headAge=3s") || !strings.Contains(logs.String(), "budget=2s") {
+		t.Errorf("log lines do not say the wait is unbounded (and the other figures as durations):\n%s", logs.String())
+	}
+	if evs, _ := l.Events(EventQuery{}); len(evs) == 0 || evs[0].Inputs.WaitSeconds != -1 {
+		t.Errorf("events %+v: want the wait stored as -1", evs)
+	}
+}
+
 // TestLogRing: the ring keeps the newest Events events and counts the
 // dropped ones; queries filter by producer, kind, topic and time.
 func TestLogRing(t *testing.T) {
