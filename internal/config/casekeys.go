@@ -8,22 +8,26 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// caseTwins reports the keys of file that differ from another key of the
-// same mapping only in case (maxage beside maxAge): the settings are not
-// case-sensitive, so the two name one setting and one of the values would
-// be dropped without a word. Exact duplicates are YAML errors, reported
-// when the file is read. A file that cannot be read or parsed reports
-// nothing here (reading it reports that).
-func caseTwins(file string) []error {
+// fileKeys reads the keys of file as it spells them. It returns the keys
+// that differ from another key of the same mapping only in case (maxage
+// beside maxAge) as errors: the settings are not case-sensitive, so the
+// two name one setting and one of the values would be dropped without a
+// word. Exact duplicates are YAML errors, reported when the file is read.
+// And it returns each key's spelling by its lowercased path
+// ("kafka[0].requesttimout" -> "requestTimout"): the decoder sees keys
+// lowercased, and a misspelt key is reported as the user wrote it. A file
+// that cannot be read or parsed reports nothing here (reading it reports
+// that).
+func fileKeys(file string) (errs []error, spelled map[string]string) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	var doc yaml.Node
 	if yaml.Unmarshal(b, &doc) != nil {
-		return nil
+		return nil, nil
 	}
-	var errs []error
+	spelled = map[string]string{}
 	var walk func(n *yaml.Node, path string)
 	walk = func(n *yaml.Node, path string) {
 		switch n.Kind {
@@ -43,6 +47,7 @@ func caseTwins(file string) []error {
 				if path != "" {
 					at = path + "." + k
 				}
+				spelled[strings.ToLower(at)] = k
 				if prev, ok := first[strings.ToLower(k)]; ok && prev != k {
 					errs = append(errs, fmt.Errorf("%s: %q and %q name the same setting (keys are not case-sensitive): keep one", at, prev, k))
 				} else if !ok {
@@ -53,5 +58,5 @@ func caseTwins(file string) []error {
 		}
 	}
 	walk(&doc, "")
-	return errs
+	return errs, spelled
 }

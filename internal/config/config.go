@@ -293,8 +293,11 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	// What viper.Unmarshal does, with the secret files read in between.
 	settings := v.AllSettings()
 	errs, unread := resolveSecrets(settings)
+	var spelled map[string]string
 	if file != "" {
-		errs = append(errs, caseTwins(file)...)
+		var twins []error
+		twins, spelled = fileKeys(file)
+		errs = append(errs, twins...)
 	}
 	var c Config
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
@@ -310,7 +313,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	}
 	var undecoded []string
 	if err := dec.Decode(settings); err != nil {
-		for _, e := range decodeErrors(err) {
+		for _, e := range decodeErrors(err, spelled) {
 			if path, _, ok := strings.Cut(e.Error(), ": "); ok {
 				undecoded = append(undecoded, path)
 			}
@@ -457,8 +460,10 @@ func intRangeHook(from, to reflect.Value) (any, error) {
 }
 
 // decodeErrors splits mapstructure's error into one `path: problem` line
-// per problem, in the shape Validate uses.
-func decodeErrors(err error) []error {
+// per problem, in the shape Validate uses. An unknown key is named as the
+// file spells it (spelled, from fileKeys), or lowercased when the file
+// does not have it.
+func decodeErrors(err error, spelled map[string]string) []error {
 	var errs []error
 	for _, line := range strings.Split(err.Error(), "\n") {
 		line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "*"))
@@ -470,6 +475,10 @@ func decodeErrors(err error) []error {
 				path := k
 				if m[1] != "" {
 					path = fileSpelling(m[1]) + "." + k
+				}
+				if as, ok := spelled[strings.ToLower(path)]; ok {
+					path = strings.TrimSuffix(path, k) + as
+					k = as
 				}
 				hint := ""
 				if near := nearestKey(k, keysAt(m[1])); near != "" {

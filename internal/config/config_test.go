@@ -681,10 +681,9 @@ quota:
 }
 
 // TestUnknownKeySuggestion: a misspelt key is named as the file spells it
-// and, when a setting of that place is a letter or two away, with that
-// setting's spelling; before, it read "kafka[0].requesttimout: unknown
-// key", lowercased (keys are not case-sensitive) and with no hint. A key
-// far from every setting gets no guess.
+// (the decoder sees it lowercased: "kafka[0].requesttimout" before) and,
+// when a setting of that place is a letter or two away, with that
+// setting's spelling. A key far from every setting gets no guess.
 func TestUnknownKeySuggestion(t *testing.T) {
 	_, err := load(t, "--config", writeFile(t, `
 listen: "127.0.0.1:9464"
@@ -706,9 +705,9 @@ quota:
 	for _, want := range []string{
 		`intervall: unknown key (misspelt, or not a setting of this version); did you mean "interval"?`,
 		`kafak: unknown key (misspelt, or not a setting of this version); did you mean "kafka"?`,
-		`kafka[0].requesttimout: unknown key (misspelt, or not a setting of this version); did you mean "requestTimeout"?`,
+		`kafka[0].requestTimout: unknown key (misspelt, or not a setting of this version); did you mean "requestTimeout"?`,
 		`kafka[0].colour: unknown key (misspelt, or not a setting of this version)` + "\n",
-		`quota.policies[0].kafkaclientquotas: unknown key (misspelt, or not a setting of this version); did you mean "kafkaClientQuota"?`,
+		`quota.policies[0].kafkaClientQuotas: unknown key (misspelt, or not a setting of this version); did you mean "kafkaClientQuota"?`,
 	} {
 		if !strings.Contains(msg+"\n", want) {
 			t.Errorf("error lacks %q:\n%s", want, msg)
