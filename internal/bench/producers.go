@@ -385,9 +385,22 @@ func (n *naiveNATS) collect(ctx context.Context) {
 				}
 				n.publish(ctx, p.class, p.m, p.attempt+1)
 			case <-ctx.Done():
+				n.settle(p)
 				return
 			}
 		}
+	}
+}
+
+// settle counts p's answer if it has one (stored, or failed), and a
+// publish still unanswered as failed: for close, once collect has stopped
+// and nothing will be retried.
+func (n *naiveNATS) settle(p npub) {
+	select {
+	case ack := <-p.f.Ok():
+		n.rec.ackedAt(p.class, natsAt(ack, p.m.Data))
+	default:
+		n.rec.failed.Add(1)
 	}
 }
 
@@ -400,6 +413,11 @@ func (n *naiveNATS) close() Totals {
 	}
 	n.stop()
 	n.wg.Wait()
+	// The publishes collect had not reached: their acks came in while it
+	// waited on earlier ones (or before it stopped) and count as stored.
+	for len(n.pending) > 0 {
+		n.settle(<-n.pending)
+	}
 	return Totals{Attempts: n.rec.attempts.Load(), Retries: n.rec.retries.Load(), Failed: n.rec.failed.Load()}
 }
 
