@@ -2,6 +2,7 @@ package quota
 
 import (
 	"testing"
+	"time"
 
 	"github.com/lagbridge/lagbridge/lag"
 )
@@ -83,5 +84,28 @@ func TestControllerLateShareBackEdges(t *testing.T) {
 		if got := lateShareSteps(&control{capacity: c.capacity}, vs...); got != c.want {
 			t.Errorf("%s: estimate %.0f, want %.0f", c.name, got, c.want)
 		}
+	}
+}
+
+// A rate saved by a late reading (395 msg/s of the whole consumer, the
+// estimate lowered to 142) is forgotten once the target is unlimited
+// again (judge: not limited, a reading that does not engage): a caught-up
+// reading of a later episode measures that episode's consumer, and must
+// not give back an old episode's rate.
+func TestControllerLateShareBackForgottenUnlimited(t *testing.T) {
+	c := newCtl(t, ControllerConfig{Interval: time.Second})
+	tc := &control{capacity: 538}
+	lateShareSteps(tc, &reading{consumed: 142, lateOut: 253, lag: 400, headKnown: true, headAge: 1.5})
+	if tc.lateWork != 395 {
+		t.Fatalf("saved %.0f msg/s at the late reading, want 395", tc.lateWork)
+	}
+	// Unlimited again: a measured reading that keeps up with nothing queued.
+	v := &reading{dt: 1, measured: true, keepsUp: true, consumed: 300, produced: 300, engageWait: 0.4, headKnown: true}
+	c.judge(tc, v)
+	if v.engaged {
+		t.Fatalf("the reading between engages (wait %.2f s)", v.wait)
+	}
+	if got := lateShareSteps(tc, &reading{consumed: 100, headKnown: true}); got != 100 {
+		t.Errorf("a caught-up reading after the target was unlimited gave back %.0f msg/s, want its own 100", got)
 	}
 }
