@@ -386,6 +386,19 @@ func TestChart(t *testing.T) {
 	if !found {
 		t.Error("no produce-rate line in the chart")
 	}
+	// The true head age is drawn in the cells' lower plots (below the
+	// legend, which shows its colour too).
+	trueAge := 0
+	for y := chartMargin + legendH; y < img.Bounds().Dy(); y++ {
+		for x := 0; x < img.Bounds().Dx(); x++ {
+			if r, g, b, _ := img.At(x, y).RGBA(); r>>8 == uint32(colTrueAge.R) && g>>8 == uint32(colTrueAge.G) && b>>8 == uint32(colTrueAge.B) {
+				trueAge++
+			}
+		}
+	}
+	if trueAge == 0 {
+		t.Error("no true head age line in the cells")
+	}
 	if _, err := Chart(testScenario(), nil); err == nil {
 		t.Error("a chart of nothing should fail")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"runtime"
 	"sort"
 	"testing"
@@ -488,9 +489,36 @@ func TestTrueHeadAgeAfterPartialTrim(t *testing.T) {
 	}
 }
 
+// TestHeadsTrimAmortised: the processed prefix is dropped once it is half
+// of what is kept (and over 4,096 records), not at every record: a backlog
+// of 10,000 worked through one record at a time is trimmed twice (at
+// 5,001 and 9,098 processed), each trim a copy of what is left. Trimmed
+// at every record, the drain copies the rest each time: quadratic in the
+// backlog (BenchmarkHeads/drain-40k).
+func TestHeadsTrimAmortised(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	var h heads
+	for off := range int64(10_000) {
+		h.stored(0, off, t0)
+	}
+	var trims []int64
+	for off := range int64(10_000) {
+		base := h.parts[0].base
+		h.processed(0, off)
+		if h.parts[0].base != base {
+			trims = append(trims, off+1)
+		}
+	}
+	if len(trims) != 2 || trims[0] != 5_001 || trims[1] != 9_098 {
+		t.Errorf("the processed prefix was dropped %d times, at %v processed (first ones), want at 5,001 and 9,098", len(trims), trims[:min(len(trims), 5)])
+	}
+}
+
 // BenchmarkHeads: one record stored and processed (the steady state),
-// and a 10x run's worst backlog (4,000/s for 60 s, 6 partitions, nothing
-// processed): its memory and one sample's scan.
+// a 10x run's worst backlog (4,000/s for 60 s, 6 partitions, nothing
+// processed): its memory and one sample's scan; and that backlog's
+// partition (40,000 records) processed one record at a time (ns/op per
+// record: the trims' copies, amortised).
 func BenchmarkHeads(b *testing.B) {
 	t0 := time.Unix(1_800_000_000, 0)
 	b.Run("store+process", func(b *testing.B) {
@@ -517,6 +545,21 @@ func BenchmarkHeads(b *testing.B) {
 		}
 		b.ReportMetric(float64(m1.HeapAlloc-m0.HeapAlloc)/1e6, "MB-held")
 	})
+	b.Run("drain-40k", func(b *testing.B) {
+		var h heads
+		for i := range b.N {
+			off := int64(i % 40_000)
+			if off == 0 {
+				b.StopTimer()
+				h = heads{}
+				for o := range int64(40_000) {
+					h.stored(0, o, t0)
+				}
+				b.StartTimer()
+			}
+			h.processed(0, off)
+		}
+	})
 }
 
 // TestNaiveNATSCloseCountsLastAcks: close counts the acks of the last
@@ -536,5 +579,60 @@ func TestNaiveNATSCloseCountsLastAcks(t *testing.T) {
 	}
 	if acked != 3 {
 		t.Errorf("%d stored, %d failed of 3 published", acked, tot.Failed)
+	}
+}
+
+// TestSamplerStoresTrueHeadAge: the sampler stores the bench's own measure
+// in Series.TrueHeadAge, whatever the daemon reads. Ten records created
+// 5 s before the start are stored on kfake and none is processed; the
+// daemon watches the run's group, which no consumer joined, so it knows
+// no head for it. Every bin sampled holds the age of the oldest record at
+// its sample: 5 s plus the time since the start.
+func TestSamplerStoresTrueHeadAge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs kfake and the daemon for a few seconds")
+	}
+	ctx := context.Background()
+	start := time.Now()
+	w, rec := headsWorld(t, BrokerKafka, start)
+	base := start.Add(-5 * time.Second)
+	storeBacklog(t, w, rec, 10, func(i int) time.Time { return base.Add(time.Duration(i) * time.Millisecond) })
+	d, err := startDaemon(ctx, Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, testScenario(), w, 250*time.Millisecond, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.stop() }()
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sample(sctx, rec, d, w, &fleet{s: &slowSender{}})
+	}()
+	// Until three bins are sampled (ticks are missed on a loaded
+	// machine), at most 20 s.
+	sampled := func() (n int) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, a := range rec.trueHeadAge {
+			if !math.IsNaN(a) {
+				n++
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(20 * time.Second); sampled() < 3 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	upTo := time.Since(base).Seconds()
+	if n := sampled(); n < 3 {
+		t.Fatalf("%d bins sampled in 20 s", n)
+	}
+	for i, a := range rec.trueHeadAge {
+		// Bin i is sampled at its end (100 ms bins), up to a tick late.
+		if lo := 5 + 0.1*float64(i); !math.IsNaN(a) && (a < lo || a > upTo) {
+			t.Errorf("bin %d: true head age %.3f s, want %.3f-%.3f s (the oldest stored record's age; the daemon read %.3f s)", i, a, lo, upTo, rec.headAge[i])
+		}
 	}
 }
