@@ -2,6 +2,7 @@ package consumerclient
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -30,5 +31,54 @@ func BenchmarkKafkaHook(b *testing.B) {
 			h.OnPollStart(context.Background())
 		}
 		h.OnFetchRecordUnbuffered(recs[i%perPoll], true)
+	}
+}
+
+// BenchmarkKafkaHookKeep is the per-record cost with KeepUntilFinished:
+// the hook on the polling goroutine, then Done from the consumer's worker
+// (here the same goroutine, so the lock is uncontended), which finishes
+// a poll's 500 records (5 partitions) once they are all handed out. In
+// order: each Done finishes the oldest;
+// out of order: each poll's records of a partition are finished last
+// first, so every Done but the last waits behind an unfinished one.
+func BenchmarkKafkaHookKeep(b *testing.B) {
+	for _, order := range []string{"in-order", "out-of-order"} {
+		b.Run(order, func(b *testing.B) {
+			rep, err := NewKafkaReporter(Config{URL: "http://127.0.0.1:1", Interval: time.Second, KeepUntilFinished: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer rep.Close()
+			h := rep.Hook().(*kafkaHook)
+			const perPoll, parts = 500, 5
+			recs := make([]*kgo.Record, perPoll)
+			for i := range recs {
+				recs[i] = &kgo.Record{Topic: "orders", Partition: int32(i / (perPoll / parts)), Timestamp: time.Now()}
+			}
+			done := make([]*kgo.Record, perPoll) // the order the workers finish a poll in
+			copy(done, recs)
+			if order == "out-of-order" {
+				for p := range parts {
+					slices.Reverse(done[p*perPoll/parts : (p+1)*perPoll/parts])
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				j := i % perPoll
+				if j == 0 {
+					h.OnPollStart(context.Background())
+					for k := range recs { // offsets of this poll
+						recs[k].Offset = int64(i/perPoll*perPoll/parts + k%(perPoll/parts))
+					}
+				}
+				h.OnFetchRecordUnbuffered(recs[j], true)
+				if j == perPoll-1 { // the workers finish the poll
+					for _, r := range done {
+						rep.Done(r)
+					}
+				}
+			}
+		})
 	}
 }

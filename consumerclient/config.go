@@ -71,6 +71,15 @@ type Config struct {
 	// on. Empty means the Kafka client's kgo.ConsumerGroup, or the
 	// consumer name in each NATS message's metadata.
 	Group string
+	// KeepUntilFinished (Kafka only; default false) keeps a polled record
+	// in hand until the consumer calls KafkaReporter.Done for it or
+	// Finished for it or a later record of its partition, instead of until
+	// the next poll: for a consumer that hands records to other goroutines
+	// and polls on. Every record polled must then be finished, or its
+	// partition given to KafkaReporter.Revoked: one left unfinished holds
+	// the reported position at it. The NATS reporter keeps each message
+	// until Done anyway and ignores it.
+	KeepUntilFinished bool
 	// Member names this instance in its reports (1-128 characters of
 	// A-Z a-z 0-9 . _ : -). The instances of one NATS consumer need
 	// distinct names; empty means a random one per reporter.

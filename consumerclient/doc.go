@@ -17,16 +17,35 @@
 //
 // A record returned by a poll is in hand until the next poll starts (then
 // everything before it is finished); a ttl/kafkaguard guard with the
-// reporter as its Progress says so record by record instead. So the hook
-// fits a poll loop that handles what it polled before it polls again: a
-// consumer that hands records to other goroutines and polls on (a
-// goroutine per partition) has them reported finished while they wait in
-// its queues, and the daemon trusts fresh reports over the commits; leave
-// the hook out of such a consumer. A partition
-// in hand also says how many records it holds and for how long the
-// consumer has finished none (since the poll, or the last finished
-// record): the daemon bounds the consumer's capacity by it before the
-// position moves.
+// reporter as its Progress says so record by record instead. So the
+// default fits a poll loop that handles what it polled before it polls
+// again. A consumer that hands records to other goroutines and polls on
+// (a goroutine per partition, a worker pool) would have them reported
+// finished while they wait in its queues, and the daemon trusts fresh
+// reports over the commits: give it Config.KeepUntilFinished, and a
+// record stays in hand until the consumer says it is finished, Done for
+// one record (in any order), Finished for it and every earlier one of its
+// partition:
+//
+//	rep, err := consumerclient.NewKafkaReporter(consumerclient.Config{
+//		URL: "http://lagbridge:9464", KeepUntilFinished: true})
+//	...
+//	forget := func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+//		stopWorkers(m) // the workers of m drop their queues
+//		rep.Revoked(m)
+//	}
+//	cl, err := kgo.NewClient(kgo.ConsumerGroup("billing"), kgo.ConsumeTopics("orders"),
+//		kgo.WithHooks(rep.Hook()), kgo.OnPartitionsRevoked(forget), kgo.OnPartitionsLost(forget))
+//	...
+//	// each worker, for each record of its queue:
+//	handle(rec)
+//	rep.Done(rec)
+//
+// A partition in hand also says how many records it holds and for how
+// long the consumer has finished none (since the poll, or the last
+// finished record; with KeepUntilFinished, since the last finished record
+// or since the partition took its first record in hand): the daemon
+// bounds the consumer's capacity by it before the position moves.
 //
 // NATS JetStream: wrap the handler, or call Received and Done around each
 // message (a ttl/natsguard guard with the reporter as its Progress does):

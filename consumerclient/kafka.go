@@ -25,6 +25,14 @@ import (
 // A ttl/kafkaguard Guard with the reporter as its Progress finishes
 // records one by one instead, as it handles or skips them.
 //
+// With Config.KeepUntilFinished, a polled record stays in hand until the
+// consumer says it is finished ([KafkaReporter.Done] for that record,
+// [KafkaReporter.Finished] for it and every earlier one of its partition),
+// whatever the polls: for a consumer that hands records to workers (a
+// goroutine per partition, a pool) and polls on. The position is then the
+// partition's oldest unfinished record, finished out of order or not (see
+// [KafkaReporter.Done]).
+//
 // With a consumer group it reports only the partitions the client owns:
 // partitions revoked or lost are dropped at the next report. Without one
 // (kgo.ConsumePartitions), set Config.Group to the group whose commits the
@@ -50,6 +58,11 @@ type KafkaReporter struct {
 	// polled starts a poll's records.
 	moved  time.Time
 	taking bool
+	// keep is Config.KeepUntilFinished: a poll finishes nothing.
+	keep bool
+	// warnedFull: the warning that a partition holds keepMax records
+	// was logged.
+	warnedFull bool
 }
 
 type topicPartition struct {
@@ -57,11 +70,19 @@ type topicPartition struct {
 	partition int32
 }
 
-// kafkaPart is one partition's records in hand, oldest first.
+// kafkaPart is one partition's records in hand, oldest first:
+// inHand[head:], offsets increasing. A record finished out of order (Done)
+// stays there, its tsMs negated, until every record before it is finished;
+// inHand[head] is never finished.
 type kafkaPart struct {
 	tp     topicPartition
 	inHand []handRecord
+	head   int
+	done   int   // the records of inHand[head:] finished out of order
 	next   int64 // the offset after the last record polled
+	// taken is when the partition last went from nothing in hand to
+	// something (KeepUntilFinished: its heldMs counts from then at most).
+	taken time.Time
 	// skipped counts the records the guard skipped as expired since the
 	// partition was assigned (Skipped): a running count, reported.
 	skipped int64
@@ -76,7 +97,7 @@ type handRecord struct {
 // sends nothing until its hook has seen records). Close stops it. The
 // error wraps [ErrInvalidConfig], or is a metrics registration error.
 func NewKafkaReporter(cfg Config) (*KafkaReporter, error) {
-	r := &KafkaReporter{group: cfg.Group, parts: make(map[topicPartition]*kafkaPart)}
+	r := &KafkaReporter{group: cfg.Group, parts: make(map[topicPartition]*kafkaPart), keep: cfg.KeepUntilFinished}
 	s, err := newSender(cfg, quotaproto.KindKafka, r.snapshot)
 	if err != nil {
 		return nil, err
@@ -103,6 +124,7 @@ var (
 	_ kgo.HookPollStart                  = (*kafkaHook)(nil)
 	_ kgo.HookFetchRecordUnbuffered      = (*kafkaHook)(nil)
 	_ interface{ Finished(*kgo.Record) } = (*KafkaReporter)(nil)
+	_ interface{ Done(*kgo.Record) }     = (*KafkaReporter)(nil)
 )
 
 // OnNewClient remembers the client, to learn its group and which
@@ -136,14 +158,15 @@ func (h *kafkaHook) OnClientClosed(cl *kgo.Client) {
 	}
 }
 
-// OnPollStart finishes every record in hand: the loop asks for more.
+// OnPollStart finishes every record in hand: the loop asks for more
+// (unless KeepUntilFinished: then the records wait for Done or Finished).
 func (h *kafkaHook) OnPollStart(context.Context) {
 	r := (*KafkaReporter)(h)
 	r.mu.Lock()
 	r.polled = r.cl != nil
-	r.taking = true
+	r.taking = !r.keep
 	for _, p := range r.hand {
-		p.inHand = p.inHand[:0]
+		p.clear()
 	}
 	r.hand = r.hand[:0]
 	r.mu.Unlock()
@@ -166,12 +189,42 @@ func (h *kafkaHook) OnFetchRecordUnbuffered(rec *kgo.Record, polled bool) {
 		r.moved, r.taking = time.Now(), false
 	}
 	p := r.part(rec.Topic, rec.Partition)
-	if len(p.inHand) == 0 {
+	if r.keep {
+		r.keepRecord(p, rec.Offset)
+	} else if !p.holds() {
 		r.hand = append(r.hand, p)
 	}
-	p.inHand = append(p.inHand, handRecord{rec.Offset, ts})
+	p.push(handRecord{rec.Offset, ts})
 	p.next = rec.Offset + 1
 	r.mu.Unlock()
+}
+
+// keepMax is how many records a partition keeps in hand at most with
+// KeepUntilFinished (16 bytes each: 4 MiB): beyond it the oldest is taken
+// as finished, and a warning logged once. Only a consumer that does not
+// say what it finished gets there.
+const keepMax = 1 << 18
+
+// keepRecord makes room for a record of p polled at offset with
+// KeepUntilFinished. A record polled again (an offset before the last
+// one polled: the partition was assigned again, or the consumer sought
+// back) forgets what was in hand: those records come again. r.mu is held.
+func (r *KafkaReporter) keepRecord(p *kafkaPart, offset int64) {
+	if offset < p.next {
+		p.clear()
+	}
+	if !p.holds() {
+		p.taken = time.Now()
+	}
+	if len(p.inHand)-p.head >= keepMax {
+		if !r.warnedFull {
+			r.warnedFull = true
+			r.s.cfg.Logger.Warn("consumerclient: a partition holds the most records a KafkaReporter keeps in hand; "+
+				"the oldest are taken as finished: call Done or Finished for each record the consumer finishes",
+				"topic", p.tp.topic, "partition", p.tp.partition, "records", keepMax)
+		}
+		p.finishThrough(p.inHand[p.head].offset)
+	}
 }
 
 // part returns the state of a partition, creating it. r.mu is held.
@@ -191,7 +244,8 @@ func (r *KafkaReporter) part(topic string, partition int32) *kafkaPart {
 
 // Finished says that rec and every earlier record of its partition are
 // finished (handled, or skipped as dead work): the position moves past
-// rec before the next poll. ttl/kafkaguard calls it as its Progress.
+// rec before the next poll. ttl/kafkaguard calls it as its Progress. A
+// record of a partition the reporter no longer has (revoked) is ignored.
 func (r *KafkaReporter) Finished(rec *kgo.Record) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -199,15 +253,118 @@ func (r *KafkaReporter) Finished(rec *kgo.Record) {
 	if p == nil {
 		return
 	}
-	n := 0
-	for n < len(p.inHand) && p.inHand[n].offset <= rec.Offset {
-		n++
-	}
-	if n > 0 {
+	if p.finishThrough(rec.Offset) {
 		r.moved = time.Now()
 	}
-	p.inHand = p.inHand[:copy(p.inHand, p.inHand[n:])]
 	p.next = max(p.next, rec.Offset+1)
+}
+
+// Done says that rec is finished, and nothing else: records of a
+// partition finished out of order (a pool of workers) leave the position
+// at the first unfinished one, and the held count counts the unfinished
+// records from it on. A record not in hand (finished already, polled
+// before its partition was revoked or polled again) is ignored. Cost: a
+// lock and a binary search over the partition's records in hand; no
+// allocation.
+func (r *KafkaReporter) Done(rec *kgo.Record) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.parts[topicPartition{rec.Topic, rec.Partition}]; p != nil && p.finishOne(rec.Offset) {
+		r.moved = time.Now()
+	}
+}
+
+// Revoked forgets the records in hand of partitions (topic to partition
+// numbers, as kgo.OnPartitionsRevoked and kgo.OnPartitionsLost give them):
+// call it from those callbacks with KeepUntilFinished when the consumer
+// drops what it queued for them. Without it, the reporter forgets a
+// partition at its next report once the client no longer owns it, or when
+// it polls one of its records again; a partition revoked and assigned
+// again in between, whose queued records the consumer dropped, would keep
+// them in hand for good.
+func (r *KafkaReporter) Revoked(partitions map[string][]int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t, ps := range partitions {
+		for _, n := range ps {
+			r.forget(topicPartition{t, n})
+		}
+	}
+}
+
+// forget drops the state of tp. r.mu is held.
+func (r *KafkaReporter) forget(tp topicPartition) {
+	p := r.parts[tp]
+	if p == nil {
+		return
+	}
+	delete(r.parts, tp)
+	if r.last == p {
+		r.last = nil
+	}
+	if i := slices.Index(r.hand, p); i >= 0 {
+		r.hand = slices.Delete(r.hand, i, i+1)
+	}
+}
+
+// holds says whether the partition has a record in hand.
+func (p *kafkaPart) holds() bool { return p.head < len(p.inHand) }
+
+// held is how many records in hand are not finished.
+func (p *kafkaPart) held() int { return len(p.inHand) - p.head - p.done }
+
+// clear finishes every record in hand.
+func (p *kafkaPart) clear() { p.inHand, p.head, p.done = p.inHand[:0], 0, 0 }
+
+// push puts a record in hand, after the others. The finished records
+// before head are dropped once they are half of the slice, so that each
+// record is copied once on average.
+func (p *kafkaPart) push(rec handRecord) {
+	if p.head > 0 && p.head*2 >= len(p.inHand) {
+		p.inHand = p.inHand[:copy(p.inHand, p.inHand[p.head:])]
+		p.head = 0
+	}
+	p.inHand = append(p.inHand, rec)
+}
+
+// finishThrough finishes the records in hand up to offset; it says
+// whether it finished any.
+func (p *kafkaPart) finishThrough(offset int64) bool {
+	from := p.head
+	for p.holds() && p.inHand[p.head].offset <= offset {
+		if p.inHand[p.head].tsMs < 0 {
+			p.done--
+		}
+		p.head++
+	}
+	moved := p.head > from
+	p.dropFinished()
+	return moved
+}
+
+// finishOne finishes the record in hand at offset, if any (it says so).
+func (p *kafkaPart) finishOne(offset int64) bool {
+	recs := p.inHand[p.head:]
+	i, ok := slices.BinarySearchFunc(recs, offset, func(h handRecord, o int64) int { return cmp.Compare(h.offset, o) })
+	if !ok || recs[i].tsMs < 0 {
+		return false
+	}
+	recs[i].tsMs = -recs[i].tsMs
+	p.done++
+	p.dropFinished()
+	return true
+}
+
+// dropFinished moves head past the records finished out of order that are
+// now first.
+func (p *kafkaPart) dropFinished() {
+	for p.holds() && p.inHand[p.head].tsMs < 0 {
+		p.head++
+		p.done--
+	}
+	if !p.holds() {
+		p.clear()
+	}
 }
 
 // Skipped counts rec as skipped as expired (ttl/kafkaguard calls it, as
@@ -265,27 +422,25 @@ func (r *KafkaReporter) snapshot(now time.Time) (string, []quotaproto.ConsumerTo
 		if managed {
 			if _, ok := owned[tp.topic][tp.partition]; !ok {
 				// Revoked or lost: no longer ours to report.
-				delete(r.parts, tp)
-				if r.last == p {
-					r.last = nil
-				}
+				r.forget(tp)
 				continue
 			}
 		}
 		cp := quotaproto.ConsumerPartition{Partition: tp.partition, Position: p.next, Idle: true}
-		if len(p.inHand) > 0 {
-			cp = quotaproto.ConsumerPartition{Partition: tp.partition, Position: p.inHand[0].offset, HeadTimeMs: p.inHand[0].tsMs,
-				Held: min(int64(len(p.inHand)), quotaproto.MaxHeld), HeldMs: heldMs}
+		if p.holds() {
+			ms := heldMs
+			if r.keep {
+				ms = min(ms, max(now.Sub(p.taken).Milliseconds(), 0))
+			}
+			first := p.inHand[p.head]
+			cp = quotaproto.ConsumerPartition{Partition: tp.partition, Position: first.offset, HeadTimeMs: first.tsMs,
+				Held: min(int64(p.held()), quotaproto.MaxHeld), HeldMs: ms}
 		}
 		// Always given, 0 too: a report without it is a count the
 		// daemon does not know (see quotaproto.ConsumerPartition).
 		cp.Skipped = new(int64)
 		*cp.Skipped = p.skipped
 		byTopic[tp.topic] = append(byTopic[tp.topic], cp)
-	}
-	if managed {
-		// A revoked partition may still be listed in hand.
-		r.hand = slices.DeleteFunc(r.hand, func(p *kafkaPart) bool { return r.parts[p.tp] != p })
 	}
 	return group, sortedTopics(byTopic)
 }
