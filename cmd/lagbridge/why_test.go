@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -9,8 +10,10 @@ import (
 	"time"
 
 	"github.com/lagbridge/lagbridge/internal/console"
+	"github.com/lagbridge/lagbridge/internal/demo"
 	"github.com/lagbridge/lagbridge/internal/history"
 	"github.com/lagbridge/lagbridge/internal/testutil"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
 
 // TestWhyDuringDemo is the acceptance test of the decision log: during
@@ -95,6 +98,7 @@ func TestWhyDuringDemo(t *testing.T) {
 	// it measured), or more (a consumer stalled): batch-export, last in
 	// line, gets nothing, rightly.
 	var behindAfter float64
+	var kafkaAt time.Time // demo-kafka's newest observation in /v1/lag
 	kafkaSources := func() {
 		resp, err := http.Get(base + "/v1/lag?partitions=false")
 		if err != nil {
@@ -106,7 +110,8 @@ func TestWhyDuringDemo(t *testing.T) {
 				Cluster string
 				Source  string
 				Stale   bool
-				HeadAge float64 `json:"headAgeSeconds"`
+				HeadAge float64   `json:"headAgeSeconds"`
+				At      time.Time `json:"observedAt"`
 			} `json:"targets"`
 		}
 		if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
@@ -115,6 +120,7 @@ func TestWhyDuringDemo(t *testing.T) {
 		seen := false
 		for _, tg := range l.Targets {
 			if tg.Cluster == "demo-kafka" {
+				kafkaAt = tg.At
 				sources[tg.Source]++
 				seen = seen || !tg.Stale
 				if time.Since(storyStart) >= recovered {
@@ -134,9 +140,12 @@ func TestWhyDuringDemo(t *testing.T) {
 	// machine may cut batch-export before the slowdown and keep it cut.
 	var evs []history.Event
 	var cut, release bool
+	var follows grantLog
 	for {
 		evs = events()
+		lease := kafkaLease(t, base)
 		kafkaSources()
+		follows.bracket(evs, lease, kafkaAt, events())
 		cut, release = false, false
 		for _, e := range evs {
 			cut = cut || e.Kind == history.KindCut
@@ -146,6 +155,9 @@ func TestWhyDuringDemo(t *testing.T) {
 			break
 		}
 		time.Sleep(250 * time.Millisecond) // polling the daemon's log
+	}
+	if follows.missed != "" {
+		t.Errorf("the decision log does not follow batch-export's grant: %s", follows.missed)
 	}
 	code, out, stderr := runCLI("why", "--producer", "batch-export", "--since", "2m", "--url", base)
 	switch {
@@ -211,4 +223,85 @@ func TestWhyDuringDemo(t *testing.T) {
 			t.Errorf("why printed %v; want %ss: /v1/events had some", kinds, k)
 		}
 	}
+}
+
+// kafkaLease is batch-export's lease on the demo's Kafka topic in
+// /v1/quotas (what the daemon published to it), nil when it holds none.
+func kafkaLease(t *testing.T, base string) *quotaproto.Lease {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/quotas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var q struct {
+		Producers []quotaproto.LeaseSet `json:"producers"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&q); err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range q.Producers {
+		for i, l := range set.Leases {
+			// Version 0: no lease, a name it produces to held open.
+			if set.Producer == "batch-export" && l.Topic == demo.KafkaTopic && l.Version > 0 {
+				return &set.Leases[i]
+			}
+		}
+	}
+	return nil
+}
+
+// grantLog judges the decision log against the lease the daemon published
+// to batch-export on the demo's Kafka topic, on the daemon's own order of
+// work and no clock: a cycle logs every grant change before it publishes
+// the leases, and a grant that rose from 0 is always a release. So a log
+// whose last grant event on the topic is a cut to 0 while the published
+// lease gives more, with no event between, unchanged through a whole
+// cycle (two newer observations of demo-kafka, each stored before its
+// cycle logs), missed a release: a lease granted between two cycles (a
+// producer joining) is logged by the next. A loaded machine makes cycles
+// late, not wrong.
+type grantLog struct {
+	run    bool
+	seq    uint64    // the log's last cut or release in the run
+	at     time.Time // demo-kafka's newest observation at the run's last bracket
+	cycles int       // newer observations since the run began
+	missed string
+}
+
+// bracket judges one poll: the events before and after reading the lease,
+// and demo-kafka's newest observation, read between them.
+func (g *grantLog) bracket(before []history.Event, lease *quotaproto.Lease, kafkaAt time.Time, after []history.Event) {
+	seq, rate, ok := lastGrant(before)
+	seqAfter, _, _ := lastGrant(after)
+	if !ok || seq != seqAfter || rate != 0 || lease == nil || (lease.Rate != nil && *lease.Rate <= 0) {
+		g.run = false
+		return
+	}
+	if !g.run || g.seq != seq {
+		g.run, g.seq, g.at, g.cycles = true, seq, kafkaAt, 0
+		return
+	}
+	if kafkaAt.After(g.at) {
+		g.at, g.cycles = kafkaAt, g.cycles+1
+	}
+	if g.cycles >= 2 && g.missed == "" {
+		granted := "unlimited"
+		if lease.Rate != nil {
+			granted = fmt.Sprintf("%.1f msg/s", *lease.Rate)
+		}
+		g.missed = fmt.Sprintf("its lease on %s gives %s (version %d) through %d observations of demo-kafka while the log's last grant event there (seq %d) cut it to 0",
+			demo.KafkaTopic, granted, lease.Version, g.cycles, seq)
+	}
+}
+
+// lastGrant is the sequence number and rate of the newest cut or release
+// of batch-export's grant on the demo's Kafka topic in evs.
+func lastGrant(evs []history.Event) (seq uint64, rate float64, ok bool) {
+	for _, e := range evs {
+		if (e.Kind == history.KindCut || e.Kind == history.KindRelease) && e.Topic.Cluster == demo.KafkaCluster && e.Topic.Name == demo.KafkaTopic && e.Seq > seq {
+			seq, rate, ok = e.Seq, e.Rate, true
+		}
+	}
+	return seq, rate, ok
 }
