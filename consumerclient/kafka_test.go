@@ -185,16 +185,7 @@ func TestKafkaReporterEndToEnd(t *testing.T) {
 // partitions over, the first stops reporting them.
 func TestKafkaReporterRevokedPartitions(t *testing.T) {
 	const topic, group = "revoked", "g"
-	c := newKafkaCluster(t, topic, 4)
-	for p := range int32(4) {
-		produce(t, c, topic, p, 3, time.Now())
-	}
-	d := newTestDaemon(t, quotaserver.Auth{}, time.Second, lag.KindKafka, nil)
-	rep, err := NewKafkaReporter(Config{URL: d.URL, Interval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rep.Close()
+	c, rep := fourPartitions(t, topic, false)
 	cl1 := newKafkaClient(t, c, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
 	pollN(t, cl1, 12)
 	reported := func() int {
@@ -229,6 +220,24 @@ func TestKafkaReporterRevokedPartitions(t *testing.T) {
 		n := reported()
 		return n > 0 && n < 4
 	})
+}
+
+// fourPartitions is a cluster with topic of four partitions, three records
+// each, and a reporter (keep: KeepUntilFinished) that reports every 20ms
+// to a daemon.
+func fourPartitions(tb testing.TB, topic string, keep bool) (*kfake.Cluster, *KafkaReporter) {
+	tb.Helper()
+	c := newKafkaCluster(tb, topic, 4)
+	for p := range int32(4) {
+		produce(tb, c, topic, p, 3, time.Now())
+	}
+	d := newTestDaemon(tb, quotaserver.Auth{}, time.Second, lag.KindKafka, nil)
+	rep, err := NewKafkaReporter(Config{URL: d.URL, Interval: 20 * time.Millisecond, KeepUntilFinished: keep})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(rep.Close)
+	return c, rep
 }
 
 // TestKafkaReporterDaemonDown: a daemon that cannot be reached never

@@ -7,8 +7,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/lagbridge/lagbridge/internal/quotaserver"
-	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 )
 
@@ -204,16 +202,7 @@ func TestKafkaKeepBounded(t *testing.T) {
 // once the workers finish, idle at the end.
 func TestKafkaKeepRebalance(t *testing.T) {
 	const topic, group = "keep-rebalance", "g"
-	c := newKafkaCluster(t, topic, 4)
-	for p := range int32(4) {
-		produce(t, c, topic, p, 3, time.Now())
-	}
-	d := newTestDaemon(t, quotaserver.Auth{}, time.Second, lag.KindKafka, nil)
-	rep, err := NewKafkaReporter(Config{URL: d.URL, Interval: 20 * time.Millisecond, KeepUntilFinished: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rep.Close()
+	c, rep := fourPartitions(t, topic, true)
 	forget := func(_ context.Context, _ *kgo.Client, m map[string][]int32) { rep.Revoked(m) }
 	cl1 := newKafkaClient(t, c, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()),
 		kgo.OnPartitionsRevoked(forget), kgo.OnPartitionsLost(forget))

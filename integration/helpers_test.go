@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lagbridge/lagbridge/brokers/kafka"
@@ -139,4 +140,16 @@ func dump(s lag.Sample) string {
 			p.Partition, p.LogStart, p.End, p.Committed, p.Lag, p.HeadTime.Format(time.RFC3339Nano), p.HeadKnown, p.Stale, p.Err)
 	}
 	return b.String()
+}
+
+// kfakeAddr starts a one-broker kfake cluster for the test and returns
+// its address.
+func kfakeAddr(tb testing.TB) string {
+	tb.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	return c.ListenAddrs()[0]
 }
