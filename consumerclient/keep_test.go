@@ -2,6 +2,7 @@ package consumerclient
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -260,4 +261,61 @@ func TestKafkaKeepRebalance(t *testing.T) {
 	if len(after) != len(kept) {
 		t.Errorf("%d partitions reported after the workers finished, want the %d kept", len(after), len(kept))
 	}
+}
+
+// TestKafkaKeepWorkerPool: a consumer whose poll loop polls on and hands
+// records to a pool of four workers, which finish them in any order, one
+// of them stuck on offset 7: the reporter says partition 0 is at 7 with
+// that one record unfinished (the default mode would read it idle at 20),
+// then idle at 20 once it is finished.
+func TestKafkaKeepWorkerPool(t *testing.T) {
+	const topic = "keep-pool"
+	c := newKafkaCluster(t, topic, 1)
+	stamp := time.Now().Add(-time.Second).Truncate(time.Millisecond)
+	produce(t, c, topic, 0, 20, stamp)
+	rep, _ := hookOnly(t, true)
+	cl := newKafkaClient(t, c, kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
+	ctx, cancel := context.WithCancel(context.Background())
+	queue, gate := make(chan *kgo.Record, 20), make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			for _, r := range cl.PollFetches(ctx).Records() {
+				queue <- r // room for all 20
+			}
+		}
+	})
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case r := <-queue:
+					if r.Offset == 7 {
+						select {
+						case <-gate:
+						case <-ctx.Done():
+							return
+						}
+					}
+					rep.Done(r)
+				}
+			}
+		})
+	}
+	report := func() quotaproto.ConsumerPartition {
+		_, topics := rep.snapshot(time.Now())
+		if len(topics) == 0 {
+			return quotaproto.ConsumerPartition{}
+		}
+		return topics[0].Partitions[0]
+	}
+	waitFor(t, "the other 19 finished", func() bool { return report().Held == 1 })
+	if p := report(); p.Position != 7 || p.Idle || p.HeadTimeMs != stamp.Add(7*time.Millisecond).UnixMilli() {
+		t.Errorf("offset 7 stuck, the rest finished: %+v, want in hand at 7 with its timestamp", p)
+	}
+	close(gate)
+	waitFor(t, "idle at 20", func() bool { p := report(); return p.Idle && p.Position == 20 })
 }
