@@ -244,3 +244,63 @@ func TestSteeringBoundedByBusiest(t *testing.T) {
 		t.Logf("bounded %v: longest throttle %s", bounded, longest)
 	}
 }
+
+// TestSteeringYoungWindow: a producer starts a second before the first
+// cut, at a steady demand, and the grant is 0 msg/s. Kafka divides a
+// window that began less than Num - 1 samples ago by that many, so its
+// rate there is a tenth of the demand after a second; the steering's own
+// estimate takes a client first seen to have sent so over the whole span.
+// Capped by what the producer's window can hold one Hold ahead (most, as
+// [RecordSizes.Busiest] reads it), the values stored let it send far less
+// in its first 10 s, and Kafka's rule still holds it no longer than the
+// hold at a cut.
+func TestSteeringYoungWindow(t *testing.T) {
+	const demand = 100_000.0 // B/s
+	// As the publisher steers: Hold is the interval, the time to the next
+	// call; a producer whose consumers have queued work may be held 3 s.
+	hold := 3 * time.Second
+	run := func(capped bool) (first10 float64, longest time.Duration) {
+		b := &broker{w: DefaultWindow}
+		b.send(demand) // the second before the first cut
+		s := Steering{Hold: time.Second}
+		t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		first10 = demand
+		for sec := 1; sec < 30; sec++ {
+			var window float64
+			for _, v := range b.sent[max(len(b.sent)-b.w.Num, 0):] {
+				window += v
+			}
+			last := b.sent[len(b.sent)-1]
+			var most map[string]float64
+			if capped {
+				// The window one Hold ahead at the last rate, over
+				// what Kafka divides a young window by.
+				most = map[string]float64{"p": (window + last*s.Hold.Seconds()) / float64(b.w.Num-1)}
+			}
+			q := Marked(s.NextCapped(t0.Add(time.Duration(sec)*time.Second), map[string]float64{"p": 0},
+				map[string]float64{"p": last}, map[string]time.Duration{"p": hold}, nil, most)["p"])
+			longest = max(longest, b.throttle(q))
+			// As much as keeps Kafka's window at the quota: a producer
+			// over it is muted until it is back there.
+			n := min(demand, max(q*float64(b.w.Num)-window+b.sent[max(len(b.sent)-b.w.Num, 0)], 0))
+			if len(b.sent) < b.w.Num {
+				n = min(demand, max(q*float64(b.w.Num)-window, 0))
+			}
+			b.send(n)
+			if sec < 10 {
+				first10 += n
+			}
+		}
+		return first10, longest
+	}
+	free, freeLongest := run(false)
+	got, longest := run(true)
+	t.Logf("first 10 s: %.0f%% of the demand sent capped (longest throttle %s), %.0f%% estimated from the split alone (%s)",
+		100*got/(10*demand), longest, 100*free/(10*demand), freeLongest)
+	if got > 0.5*10*demand {
+		t.Errorf("capped: %.0f%% of the demand sent in the first 10 s, want at most 50%%", 100*got/(10*demand))
+	}
+	if longest > hold+time.Second {
+		t.Errorf("capped: longest throttle %s, want about the hold %s at most", longest, hold)
+	}
+}
