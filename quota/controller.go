@@ -901,6 +901,9 @@ type reading struct {
 	// trial: a probe is let through to tell a standing wait from a
 	// queue (see trialUnderCut).
 	trial bool
+	// headRose: the head at the commit is more than E/4 older than at
+	// the last measured reading (see risenHead).
+	headRose bool
 	// relearn: that probe is relearnStanding's (RuleRelearn);
 	// phaseMoved: within floorMemory a consumer that commits about once
 	// per observation was seen not to commit in one (tc.skipAt).
@@ -1170,7 +1173,7 @@ func (c *Controller) trialUnderCut(tc *control, v *reading) {
 	}
 	if tc.trialHead > 0 && tc.limited && v.headKnown && v.headAge > v.engageWait && v.headAge <= tc.trialHead+v.engageWait/4 &&
 		v.lag <= (v.headAge+v.engageWait/2)*v.produced {
-		raiseFloor(tc, v)
+		raiseFloor(tc, v, v.headAge)
 	}
 	tc.trialHead = 0
 	switch {
@@ -1182,6 +1185,7 @@ func (c *Controller) trialUnderCut(tc *control, v *reading) {
 		tc.underCut++
 	}
 	relearnStanding(tc, v, c.probeStep(v))
+	v.headRose = v.headKnown && tc.prevHead >= 0 && v.headAge > tc.prevHead+v.engageWait/4
 	tc.prevHead = -1
 	if v.headKnown {
 		tc.prevHead = v.headAge
@@ -1246,14 +1250,26 @@ func consumedProduced(v *reading) bool {
 // RuleRelearn) and the next measured readings tell: a consumer with
 // capacity to spare consumed what the probe admitted (in that reading,
 // or over it and the next: its commits may run one observation behind)
-// while its head at the commit stayed where it was (within E/4), and that
-// head is learned as its standing wait; a consumer at its limit queued
+// while its head at the commit grew no more than E/4, and the head the
+// trial was let through at (or the telling one, if older) is learned as
+// its standing wait; a consumer at its limit queued
 // the surplus (its head grows, or it consumed less than was produced),
 // and the law drains it. Only a trial that went through (the decision's
 // rule is RuleRelearn) is told: a reading in which another rule decided
 // (the consumer seen not to keep up) admitted nothing more, and learning
 // from it relearned the standing wait with no probe and no decision to
 // show it (Step cancels it; the next qualifying reading tries).
+//
+// The head learned is the trial's, the one held for floorLearn readings:
+// the telling reading's is as often the head of a commit the drifting
+// timer moved just before the observation (0.02-0.04 s), and learning
+// only that left the standing wait where it was, so the law read the
+// next 0.8-0.9 s head as its setpoint's queue again, with the one trial
+// of the episode spent (TestSimOneSecondGrid at 5x, seed 7 with the
+// first commit at 0.8 s: refused 13 s while the consumer idled after
+// the restore, `saturated` at 150-1,229 msg/s of a 2,000 offer). What
+// that risks, a consumer at its limit whose trial the cut after it
+// hid, is held by risenHead.
 func relearnStanding(tc *control, v *reading, step float64) {
 	if !tc.limited {
 		tc.staleSpent = false
@@ -1268,7 +1284,7 @@ func relearnStanding(tc *control, v *reading, step float64) {
 		held := tc.limited && v.headKnown && v.headAge <= tc.staleHead+v.engageWait/4 && v.lag <= (v.headAge+v.engageWait/2)*v.produced
 		switch {
 		case held && (v.consumed >= keepUpRatio*v.produced || tc.staleTell >= 2 && v.keptTwo):
-			raiseFloor(tc, v)
+			raiseFloor(tc, v, max(v.headAge, tc.staleHead))
 		case held && tc.staleTell < 2:
 			return
 		default:
@@ -1550,11 +1566,11 @@ func learnFloor(tc *control, v *reading, w float64) {
 	tc.floorSeen++
 }
 
-// raiseFloor learns the head at the commit as the standing wait (up to
-// floorCap) when a trial told it is one (see trialUnderCut,
+// raiseFloor learns head, a head at the commit, as the standing wait (up
+// to floorCap) when a trial told it is one (see trialUnderCut,
 // relearnStanding): the cadence's, not the startup's.
-func raiseFloor(tc *control, v *reading) {
-	tc.floor, tc.floorEarly, tc.floorTold = max(tc.floor, min(v.headAge, floorCap(v))), false, true
+func raiseFloor(tc *control, v *reading, head float64) {
+	tc.floor, tc.floorEarly, tc.floorTold = max(tc.floor, min(head, floorCap(v))), false, true
 }
 
 // consumption sets v.consumed, v.span, v.measured and v.keepsUp, aware of
@@ -2708,6 +2724,10 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 			st.At.Sub(tc.moveAt).Round(time.Millisecond), st.CommitInterval, tc.rate)
 	case !v.keepsUp || (v.queued > v.engageWait/2 && !v.spare):
 		return follow(tc, st, v, inForce)
+	case risenHead(tc, v):
+		tc.rate, tc.release = min(v.law, v.consumed), 0
+		return RuleFollow, fmt.Sprintf("head at the commit rose to %s, consumed %.0f/s of %.0f/s, within the standing wait a trial told (%s): keeping %.0f/s",
+			secs(v.headAge), v.consumed, v.produced, secs(tc.floor), tc.rate)
 	case v.estimated && tc.behindAt && tc.overshot && v.binding:
 		// Caught up by the estimate only: between the commits of a
 		// consumer whose last commit showed the backlog a probe made,
@@ -2718,6 +2738,25 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		return RuleFollow, fmt.Sprintf("estimated between commits, the last one behind after a probe (wait %s): no probe until a commit shows the consumer caught up, capacity %.0f/s", secs(v.wait), v.capacity)
 	}
 	return c.caughtUp(tc, st, v, inForce)
+}
+
+// risenHead reports whether a target whose standing wait a trial told
+// (tc.floorTold, see relearnStanding) shows a queue that standing wait
+// hides: read through commits, its head at the commit rose by more than
+// E/4 since the last measured reading while it consumed less than
+// keepUpRatio of what was produced. The standing wait a trial tells can
+// be most of a commit interval (0.8-0.9 s at 1 s auto-commits), and a
+// head within it reads as no queue, so a consumer at its limit whose
+// trial passed (the law cut the probe at the next reading, before a
+// commit showed its surplus, and it caught up) was probed from a lumpy
+// reading (606 msg/s consumed for a consumer of 400) to 909 and 1,364
+// msg/s, its head 0.48 s read as caught up while it consumed 366 of 744
+// msg/s; a queue of 1.5-4 s followed, dead work 3.8% in that run
+// (TestSimOneSecondGrid at 2x, seed 3 with the first commit at 0.02 s).
+// Such a reading is held at what the consumer consumed (the law, if
+// lower): neither probed nor cut below what it showed it takes.
+func risenHead(tc *control, v *reading) bool {
+	return tc.floorTold && v.commits && v.headRose && v.consumed < keepUpRatio*v.produced
 }
 
 // caughtUp is regime for a limited target that is caught up, or has

@@ -22,7 +22,8 @@ import (
 // restore), 99.95 s over the 40 runs, 13 of them over 0.15 s. Now 2.10 s
 // and 1.10 s (a trial at the restore's first readings, then the probe's
 // climb), 49.73 s over the 40 runs (46.63 s since drainedAtCommits re-opens a
-// consumer that drained at its old rate). What is left: runs whose standing
+// consumer that drained at its old rate, 40.41 s since a trial learns its
+// own head, not the telling reading's). What is left: runs whose standing
 // wait learned was under E/2 with no skipped commit to show the phase
 // moving (seed 2, first commit at 0.02 s: 10.1 s), and probe climbs cut
 // back by lumpy commits.
@@ -69,8 +70,8 @@ func TestSimOneSecondAutoCommitPhaseMoved(t *testing.T) {
 			t.Errorf("%s: want goodput >= naive's, dead work <= naive's", w)
 		}
 		t.Logf("refused while the consumer idled after the restore: %.2fs in all, %d runs of %d over 0.15s", r.idle, r.over, len(gridSeeds)*len(gridPhases))
-		if r.idle > 50 {
-			t.Errorf("refused while idle %.2fs in all, want <= 50s", r.idle)
+		if r.idle > 44 {
+			t.Errorf("refused while idle %.2fs in all, want <= 44s", r.idle)
 		}
 	})
 }
