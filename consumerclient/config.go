@@ -75,10 +75,12 @@ type Config struct {
 	// in hand until the consumer calls KafkaReporter.Done for it or
 	// Finished for it or a later record of its partition, instead of until
 	// the next poll: for a consumer that hands records to other goroutines
-	// and polls on. Every record polled must then be finished, or its
-	// partition given to KafkaReporter.Revoked: one left unfinished holds
-	// the reported position at it. The NATS reporter keeps each message
-	// until Done anyway and ignores it.
+	// and polls on. The position is then a count of the records finished,
+	// in any order (see KafkaReporter.Done). Every record polled must be
+	// finished, or its partition given to KafkaReporter.Revoked: one left
+	// unfinished stays the partition's head, its age growing, and counts
+	// as lag. The NATS reporter keeps each message until Done anyway and
+	// ignores it.
 	KeepUntilFinished bool
 	// Member names this instance in its reports (1-128 characters of
 	// A-Z a-z 0-9 . _ : -). The instances of one NATS consumer need

@@ -25,7 +25,11 @@
 // reports over the commits: give it Config.KeepUntilFinished, and a
 // record stays in hand until the consumer says it is finished, Done for
 // one record (in any order), Finished for it and every earlier one of its
-// partition:
+// partition. The head time is then the oldest unfinished record's, and
+// the position a count of the records finished (the offset after the
+// last polled less the unfinished in hand), so that the lag is the
+// records not finished and one slow record reads as its own age, not as
+// a backlog of what the other workers finished after it:
 //
 //	rep, err := consumerclient.NewKafkaReporter(consumerclient.Config{
 //		URL: "http://lagbridge:9464", KeepUntilFinished: true})

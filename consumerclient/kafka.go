@@ -29,9 +29,9 @@ import (
 // consumer says it is finished ([KafkaReporter.Done] for that record,
 // [KafkaReporter.Finished] for it and every earlier one of its partition),
 // whatever the polls: for a consumer that hands records to workers (a
-// goroutine per partition, a pool) and polls on. The position is then the
-// partition's oldest unfinished record, finished out of order or not (see
-// [KafkaReporter.Done]).
+// goroutine per partition, a pool) and polls on. The head time is then the
+// partition's oldest unfinished record's, and the position counts what was
+// finished, in any order (see [KafkaReporter.Done]).
 //
 // With a consumer group it reports only the partitions the client owns:
 // partitions revoked or lost are dropped at the next report. Without one
@@ -63,6 +63,12 @@ type KafkaReporter struct {
 	// warnedFull: the warning that a partition holds keepMax records
 	// was logged.
 	warnedFull bool
+	// born numbers the partitions as they are first seen (kafkaPart.born):
+	// a report forgets only those it asked the client about.
+	born uint64
+	// asked, for tests, runs in snapshot once the client was asked what
+	// it owns, before r.mu is taken again.
+	asked func()
 }
 
 type topicPartition struct {
@@ -86,6 +92,8 @@ type kafkaPart struct {
 	// skipped counts the records the guard skipped as expired since the
 	// partition was assigned (Skipped): a running count, reported.
 	skipped int64
+	// born is KafkaReporter.born when the partition was first seen.
+	born uint64
 }
 
 type handRecord struct {
@@ -189,42 +197,60 @@ func (h *kafkaHook) OnFetchRecordUnbuffered(rec *kgo.Record, polled bool) {
 		r.moved, r.taking = time.Now(), false
 	}
 	p := r.part(rec.Topic, rec.Partition)
+	full := false
 	if r.keep {
-		r.keepRecord(p, rec.Offset)
+		full = r.keepRecord(p, rec.Offset)
 	} else if !p.holds() {
 		r.hand = append(r.hand, p)
 	}
 	p.push(handRecord{rec.Offset, ts})
 	p.next = rec.Offset + 1
 	r.mu.Unlock()
+	if full {
+		r.s.cfg.Logger.Warn("consumerclient: a partition has the most unfinished records a KafkaReporter keeps in hand; "+
+			"the oldest are taken as finished from now on, and the reported lag is short of what waits: "+
+			"a consumer that calls Done or Finished for each record it finishes (and Revoked for the partitions "+
+			"whose queues it drops) gets here only with that many records waiting in its queues",
+			"topic", rec.Topic, "partition", rec.Partition, "records", keepMax)
+	}
 }
 
-// keepMax is how many records a partition keeps in hand at most with
-// KeepUntilFinished (16 bytes each: 4 MiB): beyond it the oldest is taken
-// as finished, and a warning logged once. Only a consumer that does not
-// say what it finished gets there.
+// keepMax is how many unfinished records a partition keeps in hand at
+// most with KeepUntilFinished: beyond it the oldest is taken as finished,
+// and a warning logged once. The records finished out of order behind an
+// unfinished one wait in the slice too, up to keepMax of them (see
+// keepRecord): 2 x keepMax x 16 bytes, 8 MiB, a partition at most, and
+// the slack append leaves (a quarter more at that size).
 const keepMax = 1 << 18
+
+// keepRoom is the room, in records, a partition's slice keeps with
+// KeepUntilFinished however few it holds (64 KiB); beyond it, a slice a
+// quarter full or less is given back (see kafkaPart.shrink).
+const keepRoom = 4096
 
 // keepRecord makes room for a record of p polled at offset with
 // KeepUntilFinished. A record polled again (an offset before the last
 // one polled: the partition was assigned again, or the consumer sought
-// back) forgets what was in hand: those records come again. r.mu is held.
-func (r *KafkaReporter) keepRecord(p *kafkaPart, offset int64) {
+// back) forgets what was in hand: those records come again. It reports
+// whether the partition holds keepMax unfinished records for the first
+// time in the reporter's life (the caller warns). r.mu is held.
+func (r *KafkaReporter) keepRecord(p *kafkaPart, offset int64) (full bool) {
 	if offset < p.next {
 		p.clear()
 	}
 	if !p.holds() {
 		p.taken = time.Now()
 	}
-	if len(p.inHand)-p.head >= keepMax {
-		if !r.warnedFull {
-			r.warnedFull = true
-			r.s.cfg.Logger.Warn("consumerclient: a partition holds the most records a KafkaReporter keeps in hand; "+
-				"the oldest are taken as finished: call Done or Finished for each record the consumer finishes",
-				"topic", p.tp.topic, "partition", p.tp.partition, "records", keepMax)
-		}
+	if p.held() >= keepMax {
+		full, r.warnedFull = !r.warnedFull, true
 		p.finishThrough(p.inHand[p.head].offset)
 	}
+	if len(p.inHand)-p.head >= 2*keepMax {
+		// At least keepMax of them finished out of order behind a
+		// stuck one: dropping them costs one copy a record.
+		p.inHand, p.head, p.done = p.unfinished(p.inHand[:0]), 0, 0
+	}
+	return full
 }
 
 // part returns the state of a partition, creating it. r.mu is held.
@@ -235,7 +261,8 @@ func (r *KafkaReporter) part(topic string, partition int32) *kafkaPart {
 	tp := topicPartition{topic, partition}
 	p := r.parts[tp]
 	if p == nil {
-		p = &kafkaPart{tp: tp}
+		r.born++
+		p = &kafkaPart{tp: tp, born: r.born}
 		r.parts[tp] = p
 	}
 	r.last = p
@@ -257,21 +284,34 @@ func (r *KafkaReporter) Finished(rec *kgo.Record) {
 		r.moved = time.Now()
 	}
 	p.next = max(p.next, rec.Offset+1)
+	if r.keep {
+		p.shrink()
+	}
 }
 
-// Done says that rec is finished, and nothing else: records of a
-// partition finished out of order (a pool of workers) leave the position
-// at the first unfinished one, and the held count counts the unfinished
-// records from it on. A record not in hand (finished already, polled
-// before its partition was revoked or polled again) is ignored. Cost: a
-// clock read, a lock and a binary search over the partition's records in
-// hand; no allocation (BenchmarkKafkaHookKeep).
+// Done says that rec is finished, and nothing else, in any order: a
+// partition's records finished out of order (a pool of workers) are
+// reported as a count, the position being the offset after the last
+// record polled less the records in hand not finished (held), so that the
+// lag the daemon reads is the records not finished, in the broker or in
+// hand, and the position moves with every Done; the head time is that of
+// the oldest unfinished record. A record not in hand (finished already,
+// polled before its partition was revoked or polled again) is ignored.
+// Cost: a clock read, a lock and a binary search over the partition's
+// records in hand; no allocation (BenchmarkKafkaHookKeep).
 func (r *KafkaReporter) Done(rec *kgo.Record) {
 	now := time.Now() // read outside the lock: the clock is most of the cost
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if p := r.parts[topicPartition{rec.Topic, rec.Partition}]; p != nil && p.finishOne(rec.Offset) && now.After(r.moved) {
+	p := r.parts[topicPartition{rec.Topic, rec.Partition}]
+	if p == nil || !p.finishOne(rec.Offset) {
+		return
+	}
+	if now.After(r.moved) {
 		r.moved = now // (a Done of another goroutine may have set a later one)
+	}
+	if r.keep {
+		p.shrink()
 	}
 }
 
@@ -317,13 +357,47 @@ func (p *kafkaPart) held() int { return len(p.inHand) - p.head - p.done }
 // clear finishes every record in hand.
 func (p *kafkaPart) clear() { p.inHand, p.head, p.done = p.inHand[:0], 0, 0 }
 
+// unfinished appends the unfinished records in hand to dst (which may be
+// p.inHand[:0]: it writes no further than it reads) and returns it.
+func (p *kafkaPart) unfinished(dst []handRecord) []handRecord {
+	for _, h := range p.inHand[p.head:] {
+		if h.tsMs > 0 {
+			dst = append(dst, h)
+		}
+	}
+	return dst
+}
+
+// shrink gives back a slice with room for more than keepRoom records once
+// its unfinished records fill a quarter of it or less: they move to one
+// of twice their number (at least keepRoom; none when there are none).
+// Each move at least halves the room, so it costs at most one copy a
+// record polled, and an allocation a halving (KeepUntilFinished: the
+// default mode keeps its room, one poll's records).
+func (p *kafkaPart) shrink() {
+	n := p.held()
+	if cap(p.inHand) <= keepRoom || 4*n > cap(p.inHand) {
+		return
+	}
+	var s []handRecord
+	if n > 0 {
+		s = p.unfinished(make([]handRecord, 0, max(2*n, keepRoom)))
+	}
+	p.inHand, p.head, p.done = s, 0, 0
+}
+
 // push puts a record in hand, after the others. The finished records
-// before head are dropped once they are half of the slice, so that each
-// record is copied once on average.
+// before head are dropped once they are half of the slice, and those
+// finished out of order behind an unfinished one (Done) once they are half
+// of what is in hand and the slice is full, so that each record is copied
+// once on average.
 func (p *kafkaPart) push(rec handRecord) {
-	if p.head > 0 && p.head*2 >= len(p.inHand) {
+	switch {
+	case p.head > 0 && p.head*2 >= len(p.inHand):
 		p.inHand = p.inHand[:copy(p.inHand, p.inHand[p.head:])]
 		p.head = 0
+	case p.done > 0 && len(p.inHand) == cap(p.inHand) && p.done*2 >= len(p.inHand)-p.head:
+		p.inHand, p.head, p.done = p.unfinished(p.inHand[:0]), 0, 0
 	}
 	p.inHand = append(p.inHand, rec)
 }
@@ -389,7 +463,7 @@ func (r *KafkaReporter) Skipped(rec *kgo.Record) {
 // capacity the daemon can read before the position moves.
 func (r *KafkaReporter) snapshot(now time.Time) (string, []quotaproto.ConsumerTopic) {
 	r.mu.Lock()
-	cl, group := r.cl, r.group
+	cl, group, born := r.cl, r.group, r.born
 	if !r.polled {
 		cl = nil
 	}
@@ -415,14 +489,18 @@ func (r *KafkaReporter) snapshot(now time.Time) (string, []quotaproto.ConsumerTo
 			}
 		}
 	}
+	if r.asked != nil {
+		r.asked()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	byTopic := make(map[string][]quotaproto.ConsumerPartition)
 	heldMs := min(max(now.Sub(r.moved).Milliseconds(), 0), quotaproto.MaxHeldMs)
 	for tp, p := range r.parts {
 		if managed {
-			if _, ok := owned[tp.topic][tp.partition]; !ok {
-				// Revoked or lost: no longer ours to report.
+			// Not owned: revoked or lost, no longer ours to report,
+			// unless first polled since the client was asked.
+			if _, ok := owned[tp.topic][tp.partition]; !ok && p.born <= born {
 				r.forget(tp)
 				continue
 			}
@@ -434,7 +512,12 @@ func (r *KafkaReporter) snapshot(now time.Time) (string, []quotaproto.ConsumerTo
 				ms = min(ms, max(now.Sub(p.taken).Milliseconds(), 0))
 			}
 			first := p.inHand[p.head]
-			cp = quotaproto.ConsumerPartition{Partition: tp.partition, Position: first.offset, HeadTimeMs: first.tsMs,
+			pos := first.offset
+			if r.keep {
+				// A count: the records finished, in any order (see Done).
+				pos = p.next - int64(p.held())
+			}
+			cp = quotaproto.ConsumerPartition{Partition: tp.partition, Position: pos, HeadTimeMs: first.tsMs,
 				Held: min(int64(p.held()), quotaproto.MaxHeld), HeldMs: ms}
 		}
 		// Always given, 0 too: a report without it is a count the

@@ -1769,8 +1769,10 @@ func firstCommitDue(dt float64) float64 {
 // slows down or hangs inside a poll reads ever slower, never below what
 // it does. With no estimate yet, the bound is no better than a guess
 // until the poll has taken longer than the budget (its first record is
-// late by then): from then on it is the reading. A report
-// with nothing in hand is a consumer waiting for records (the lag came
+// late by then): from then on it is the reading. (The hook's
+// KeepUntilFinished mode reports a count of the records finished, in any
+// order, which moves with each: standing still, it finished none.) A
+// report with nothing in hand is a consumer waiting for records (the lag came
 // after the report): not busy, nothing measured; the time busy starts
 // again at the next report with work in hand (as after a move to no lag:
 // the poll came after it).
