@@ -375,10 +375,14 @@ func (p *kafkaPart) unfinished(dst []handRecord) []handRecord {
 // record polled, and an allocation a halving (KeepUntilFinished: the
 // default mode keeps its room, one poll's records).
 func (p *kafkaPart) shrink() {
-	n := p.held()
-	if cap(p.inHand) <= keepRoom || 4*n > cap(p.inHand) {
-		return
+	if cap(p.inHand) > keepRoom && 4*p.held() <= cap(p.inHand) {
+		p.giveBack()
 	}
+}
+
+// giveBack moves the unfinished records to a new slice (see shrink).
+func (p *kafkaPart) giveBack() {
+	n := p.held()
 	var s []handRecord
 	if n > 0 {
 		s = p.unfinished(make([]handRecord, 0, max(2*n, keepRoom)))

@@ -156,8 +156,8 @@ func handoffRun(t *testing.T, addr string, keep bool) {
 		Groups: kafka.Filter{Include: []string{group}}}}})
 
 	// Twenty more a partition, three seconds old. Partition 0's worker
-	// finishes five (offsets 10-14) and is stuck on offset 15 with 15
-	// queued; partition 1's finishes its twenty.
+	// finishes five (offsets 10-14) and is stuck on offset 15 with 14
+	// queued behind it (15 unfinished); partition 1's finishes its twenty.
 	head := time.Now().Add(-3 * time.Second).Truncate(time.Millisecond)
 	stamp := func(i int) time.Time { return head.Add(time.Duration(i) * time.Millisecond) }
 	for p := range int32(2) {
@@ -183,7 +183,7 @@ func handoffRun(t *testing.T, addr string, keep bool) {
 	}
 	if !keep {
 		// The default mode: the poll loop polled on, so the hook reports
-		// the 15 queued records finished, and the daemon trusts it over
+		// the 15 unfinished records finished, and the daemon trusts it over
 		// the commits.
 		poll(t, 20*time.Second, func() (bool, string) {
 			tg, p, ok := target(lagAPI(t, base))
@@ -191,12 +191,13 @@ func handoffRun(t *testing.T, addr string, keep bool) {
 				fmt.Sprintf("%s lag %d; partition 0: %+v", tg.Source, tg.Lag, p)
 		})
 		tg, p, _ := target(lagAPI(t, base))
-		t.Logf("default mode, 15 records queued behind a stuck worker: lag %d, head age %.2fs, partition 0 reported %+v (committed lag %d)",
+		t.Logf("default mode, 15 records unfinished (a stuck worker, 14 queued behind it): lag %d, head age %.2fs, partition 0 reported %+v (committed lag %d)",
 			tg.Lag, tg.HeadAgeSeconds, p.Reported, tg.CommittedLag)
 		return
 	}
-	// Partition 0 at its first unfinished record, with its age and the
-	// 15 records from it on; partition 1 idle at its end.
+	// Partition 0 at its first unfinished record (finished in order: the
+	// count finished is that offset), with its age and the 15 unfinished
+	// records; partition 1 idle at its end.
 	poll(t, 20*time.Second, func() (bool, string) {
 		r := lagAPI(t, base)
 		tg, p, ok := target(r)
