@@ -30,9 +30,7 @@ type slowConsumer struct {
 	slowAt        int
 	slow          float64
 
-	now     float64
-	written []float64 // produce time of each record, seconds
-	endF    float64
+	producedLog
 	pos     int     // first record of the poll in hand
 	hand    int     // records in hand
 	done    float64 // of them finished
@@ -48,11 +46,7 @@ type slowConsumer struct {
 func (c *slowConsumer) run(d, produce float64) {
 	const tick = 0.001
 	for t := 0.0; t < d-1e-9; t += tick {
-		c.now += tick
-		c.endF += produce * tick
-		for len(c.written) < int(c.endF) {
-			c.written = append(c.written, c.now)
-		}
+		c.tick(tick, produce)
 		if c.done >= float64(c.hand) {
 			c.pos += c.hand
 			c.hand, c.done, c.pollAt = min(len(c.written)-c.pos, c.maxPoll), 0, c.now
@@ -95,22 +89,53 @@ func (c *slowConsumer) state(at time.Time, dt float64) lag.State {
 	if c.nats && held > 0 {
 		held = 1
 	}
-	lagN := int64(end - pos)
 	rep := lag.Report{At: at, Position: int64(pos)}
-	s := lag.State{Target: ordersK, At: at, Status: lag.StatusOK, Lag: lagN, HeadAgeKnown: true,
-		ConsumeRateInstant: float64(pos-c.lastPos) / dt, ProduceRateInstant: float64(end-c.lastEnd) / dt,
-		RatesKnown: true, Members: 1, Source: lag.SourceConsumer}
+	var age time.Duration
 	if held > 0 {
-		s.HeadAge = time.Duration((c.now - c.written[pos]) * float64(time.Second))
-		rep.HeadTime = at.Add(-s.HeadAge)
+		age = time.Duration((c.now - c.written[pos]) * float64(time.Second))
 		if !c.noCount {
 			rep.Held, rep.HeldFor = int64(held), time.Duration(heldFor*float64(time.Second))
 		}
 	}
+	s := reportedState(rep, end, c.lastPos, c.lastEnd, age, held > 0, dt)
+	c.lastPos, c.lastEnd = pos, end
+	return s
+}
+
+// producedLog is what the producers of a simulated consumer wrote: when, in
+// seconds, each record (by offset) was written.
+type producedLog struct {
+	now     float64
+	written []float64
+	endF    float64
+}
+
+// tick advances the time by dt seconds, the producers writing at produce
+// msg/s.
+func (w *producedLog) tick(dt, produce float64) {
+	w.now += dt
+	w.endF += produce * dt
+	for len(w.written) < int(w.endF) {
+		w.written = append(w.written, w.now)
+	}
+}
+
+// reportedState is the daemon's state of one partition whose position
+// comes from the consumer's report rep (in hand, its head age old, when
+// inHand), the end at end, dt after a reading at lastPos and lastEnd.
+func reportedState(rep lag.Report, end, lastPos, lastEnd int, age time.Duration, inHand bool, dt float64) lag.State {
+	pos := int(rep.Position)
+	lagN := int64(end - pos)
+	s := lag.State{Target: ordersK, At: rep.At, Status: lag.StatusOK, Lag: lagN, HeadAgeKnown: true,
+		ConsumeRateInstant: float64(pos-lastPos) / dt, ProduceRateInstant: float64(end-lastEnd) / dt,
+		RatesKnown: true, Members: 1, Source: lag.SourceConsumer}
+	if inHand {
+		s.HeadAge = age
+		rep.HeadTime = rep.At.Add(-age)
+	}
 	s.Partitions = []lag.PartitionState{{PartitionSample: lag.PartitionSample{End: int64(end), Lag: lagN, Reported: rep},
 		Source: lag.SourceConsumer, Position: int64(pos)}}
 	s.ConsumeRate, s.ProduceRate = s.ConsumeRateInstant, s.ProduceRateInstant
-	c.lastPos, c.lastEnd = pos, end
 	return s
 }
 

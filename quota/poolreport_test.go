@@ -23,9 +23,7 @@ type poolConsumer struct {
 	slowAt int
 	slow   float64
 
-	now      float64
-	written  []float64 // produce time of each record, seconds
-	endF     float64
+	producedLog
 	finished float64 // records finished, counting the slow one while it holds its worker
 	stuck    bool
 	finAt    float64
@@ -38,11 +36,7 @@ type poolConsumer struct {
 func (c *poolConsumer) run(d, produce float64) {
 	const tick = 0.001
 	for t := 0.0; t < d-1e-9; t += tick {
-		c.now += tick
-		c.endF += produce * tick
-		for len(c.written) < int(c.endF) {
-			c.written = append(c.written, c.now)
-		}
+		c.tick(tick, produce)
 		r := c.rate
 		if c.stuck {
 			r *= float64(c.w-1) / float64(c.w)
@@ -70,20 +64,14 @@ func (c *poolConsumer) state(at time.Time, dt float64) lag.State {
 		done, head = done-1, c.slowAt
 	}
 	held, pos := polled-done, done
-	lagN := int64(end - pos)
 	rep := lag.Report{At: at, Position: int64(pos)}
-	s := lag.State{Target: ordersK, At: at, Status: lag.StatusOK, Lag: lagN, HeadAgeKnown: true,
-		ConsumeRateInstant: float64(pos-c.lastPos) / dt, ProduceRateInstant: float64(end-c.lastEnd) / dt,
-		RatesKnown: true, Members: 1, Source: lag.SourceConsumer}
+	var age time.Duration
 	if held > 0 {
-		s.HeadAge = time.Duration((c.now - c.written[head]) * float64(time.Second))
-		rep.HeadTime = at.Add(-s.HeadAge)
+		age = time.Duration((c.now - c.written[head]) * float64(time.Second))
 		rep.Held = int64(held)
 		rep.HeldFor = time.Duration(math.Floor((c.now-c.finAt)*1000)) * time.Millisecond
 	}
-	s.Partitions = []lag.PartitionState{{PartitionSample: lag.PartitionSample{End: int64(end), Lag: lagN, Reported: rep},
-		Source: lag.SourceConsumer, Position: int64(pos)}}
-	s.ConsumeRate, s.ProduceRate = s.ConsumeRateInstant, s.ProduceRateInstant
+	s := reportedState(rep, end, c.lastPos, c.lastEnd, age, held > 0, dt)
 	c.lastPos, c.lastEnd = pos, end
 	return s
 }
