@@ -467,7 +467,7 @@ func (r *KafkaReporter) Skipped(rec *kgo.Record) {
 // capacity the daemon can read before the position moves.
 func (r *KafkaReporter) snapshot(now time.Time) (string, []quotaproto.ConsumerTopic) {
 	r.mu.Lock()
-	cl, group, born := r.cl, r.group, r.born
+	cl, group, born, asked := r.cl, r.group, r.born, r.asked
 	if !r.polled {
 		cl = nil
 	}
@@ -493,8 +493,8 @@ func (r *KafkaReporter) snapshot(now time.Time) (string, []quotaproto.ConsumerTo
 			}
 		}
 	}
-	if r.asked != nil {
-		r.asked()
+	if asked != nil {
+		asked()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
