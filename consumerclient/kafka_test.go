@@ -504,3 +504,85 @@ func TestSplit(t *testing.T) {
 		})
 	}
 }
+
+// TestKafkaReporterLastPoll: the reports say what the consumer's busy run
+// (its finished polls that found records waiting, here one) handed out,
+// per partition, over the run's length (a poll's start to the next poll's
+// start), and nothing once the last poll had to wait for its records (the
+// consumer caught up). The daemon reads them as the rate of each
+// partition (lag.Report.PollRate) over that length (PollFor).
+func TestKafkaReporterLastPoll(t *testing.T) {
+	const topic, group = "polls", "billing"
+	c := newKafkaCluster(t, topic, 2)
+	obs, err := kafka.New(kafka.Config{Cluster: "main", Brokers: c.ListenAddrs(), RequestTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	d := newTestDaemon(t, quotaserver.Auth{}, 500*time.Millisecond, lag.KindKafka, obs)
+	rep, err := NewKafkaReporter(Config{URL: d.URL, Cluster: "main", Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	cl := newKafkaClient(t, c, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
+	target := lag.Target{Kind: lag.KindKafka, Cluster: "main", Topic: topic, Group: group}
+	now := time.Now().Truncate(time.Millisecond)
+	produce(t, c, topic, 0, 5, now)
+	produce(t, c, topic, 1, 5, now)
+	pollN(t, cl, 10) // joins the group
+	// A poll that waits (200 ms, nothing comes): the consumer caught up,
+	// no busy run before the one below.
+	waitCtx, waited := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	cl.PollFetches(waitCtx)
+	waited()
+
+	// Two busy polls: 30 records waiting on partition 0 (one batch: one
+	// fetch), taken at once, worked on for 300 ms, then 10 more the same
+	// way; then a poll that waits (nothing more). The run is both polls.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var start time.Time
+	n := 0
+	for i, k := range []int{30, 10} {
+		produce(t, c, topic, 0, k, now)
+		for got := 0; got == 0; {
+			if i == 0 {
+				start = time.Now()
+			}
+			got = len(cl.PollFetches(ctx).Records())
+			n += got
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	length := time.Since(start)
+	polls := make(chan int, 1)
+	go func() { polls <- len(cl.PollFetches(ctx).Records()) }()
+	st := d.waitState(t, target, "the busy poll reported", func(st lag.State) bool {
+		return len(st.Partitions) == 2 && st.Partitions[0].Reported.PollFor >= 600*time.Millisecond
+	})
+	if r := st.Partitions[0].Reported; r.PollRate < float64(n)/(length+100*time.Millisecond).Seconds() || r.PollRate > float64(n)/0.6 {
+		t.Errorf("partition 0: the busy polls handed out %d records and the next started %v after the first, reported %.1f/s, want %d over about that long", n, length, r.PollRate, n)
+	}
+	if r := st.Partitions[0].Reported; r.PollFor < 600*time.Millisecond || r.PollFor > length+100*time.Millisecond {
+		t.Errorf("partition 0: the busy run's length reported %v, want about %v", r.PollFor, length)
+	}
+	if r := st.Partitions[1].Reported; r.PollFor != st.Partitions[0].Reported.PollFor || r.PollRate != 0 {
+		t.Errorf("partition 1 had no records in the busy polls, reported %.1f/s over %v, want 0 over the run's length", r.PollRate, r.PollFor)
+	}
+
+	// The next poll waits for its record (300 ms), and the one after it
+	// starts at once: the last poll found the consumer caught up.
+	time.Sleep(300 * time.Millisecond)
+	produce(t, c, topic, 0, 1, now)
+	if n := <-polls; n != 1 {
+		t.Fatalf("the waiting poll returned %d records, want the 1 written", n)
+	}
+	go func() { polls <- len(cl.PollFetches(ctx).Records()) }()
+	d.waitState(t, target, "a caught-up poll reported as no busy poll", func(st lag.State) bool {
+		return len(st.Partitions) == 2 && st.Partitions[0].Reported.Position == 46 &&
+			st.Partitions[0].Reported.PollFor == 0 && st.Partitions[1].Reported.PollFor == 0
+	})
+	cancel()
+	<-polls
+}

@@ -612,3 +612,60 @@ func TestConsumerReportUnknownCluster(t *testing.T) {
 		t.Fatalf("want one warning naming cluster main and the watched kafka clusters; got:\n%s", out)
 	}
 }
+
+// TestConsumerReportLastPoll: a partition's busy run (lastPoll
+// records over lastPollMs) is read as its rate, idle or in hand; without
+// lastPollMs none is given. On NATS the members' rates add up, over the
+// shortest of their polls, given only when every fresh member gives one;
+// a malformed pair is refused.
+func TestConsumerReportLastPoll(t *testing.T) {
+	clk := &fakeClock{t: ct0}
+	ts, c, _ := newConsumersServer(t, Auth{}, ConsumersConfig{Now: clk.Now})
+	post := func(kind, topic, member, part string) int {
+		t.Helper()
+		body := fmt.Sprintf(`{"kind":%q,"group":"billing","member":%q,"topics":[{"topic":%q,"partitions":[%s]}]}`, kind, member, topic, part)
+		code, _ := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", body)
+		return code
+	}
+	overlay := func(kind lag.Kind, topic string) lag.Report {
+		s := lag.Sample{Target: lag.Target{Kind: kind, Cluster: "main", Topic: topic, Group: "billing"},
+			Partitions: []lag.PartitionSample{{Partition: 0}}}
+		c.Overlay(&s, clk.Now())
+		return s.Partitions[0].Reported
+	}
+	head := ct0.Add(-time.Second).UnixMilli()
+	if code := post("kafka", "orders", "a", fmt.Sprintf(`{"partition":0,"position":40,"headTimeMs":%d,"lastPoll":300,"lastPollMs":600}`, head)); code != 204 {
+		t.Fatalf("a Kafka report with lastPoll: %d", code)
+	}
+	if r := overlay(lag.KindKafka, "orders"); r.PollFor != 600*time.Millisecond || r.PollRate != 500 {
+		t.Errorf("300 records over 600 ms: reported %+v, want 500/s over 600 ms", r)
+	}
+	if code := post("kafka", "idle", "a", `{"partition":0,"position":40,"idle":true,"lastPollMs":250}`); code != 204 {
+		t.Fatalf("an idle Kafka report with lastPollMs: %d", code)
+	}
+	if r := overlay(lag.KindKafka, "idle"); r.PollFor != 250*time.Millisecond || r.PollRate != 0 {
+		t.Errorf("none of this partition's records in the last busy poll: reported %+v, want 0/s over 250 ms", r)
+	}
+	if code := post("kafka", "alone", "a", `{"partition":0,"position":40,"idle":true,"lastPoll":3}`); code != 204 {
+		t.Errorf("lastPoll without lastPollMs: %d, want 204 (not read)", code)
+	}
+	if r := overlay(lag.KindKafka, "alone"); r.PollFor != 0 {
+		t.Errorf("lastPoll without lastPollMs: reported %+v, want none given", r)
+	}
+	for _, bad := range []string{`"lastPoll":-1,"lastPollMs":5`, `"lastPollMs":-5`, `"lastPoll":1073741825,"lastPollMs":5`} {
+		if code := post("kafka", "orders", "a", fmt.Sprintf(`{"partition":0,"position":40,"idle":true,%s}`, bad)); code != 400 {
+			t.Errorf("a report with %s: %d, want 400", bad, code)
+		}
+	}
+
+	post("nats", "TWO", "a", fmt.Sprintf(`{"partition":0,"position":40,"headTimeMs":%d,"lastPoll":100,"lastPollMs":1000}`, head))
+	post("nats", "TWO", "b", `{"partition":0,"position":60,"idle":true,"lastPoll":150,"lastPollMs":500}`)
+	if r := overlay(lag.KindNATS, "TWO"); r.PollFor != 500*time.Millisecond || r.PollRate != 400 {
+		t.Errorf("two members at 100/s over 1 s and 300/s over 500 ms: reported %+v, want 400/s over 500 ms", r)
+	}
+	post("nats", "ONE", "a", fmt.Sprintf(`{"partition":0,"position":40,"headTimeMs":%d,"lastPoll":100,"lastPollMs":1000}`, head))
+	post("nats", "ONE", "b", `{"partition":0,"position":60,"idle":true}`)
+	if r := overlay(lag.KindNATS, "ONE"); r.PollFor != 0 {
+		t.Errorf("b gives no rate (caught up, or older): reported %+v, want none given", r)
+	}
+}
