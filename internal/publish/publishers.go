@@ -184,8 +184,7 @@ func (p *ClientQuotaPublisher) Publish(ctx context.Context, s Snapshot) error {
 	}
 	want, sent := p.rates(s)
 	p.checkHeeded(s)
-	out := p.steer.NextCapped(p.now(), want, sent, p.holds(s), p.busiest(s, 0), p.busiest(s, p.Interval))
-	_, err := p.Quotas.Apply(ctx, out)
+	_, err := p.Quotas.Apply(ctx, p.steer.NextBounded(p.now(), want, sent, p.holds(s), p.busiest(s)))
 	if err != nil {
 		return fmt.Errorf("cluster %s: %w", p.Cluster, err)
 	}
@@ -407,20 +406,17 @@ func (p *ClientQuotaPublisher) rates(s Snapshot) (want, sent map[string]float64)
 // what holds such a producer LongestHold (see [Steering.NextBounded]):
 // quotas steered from the split alone held the bench's legacy producers
 // 10 to 173 s at a response on Kafka 4.3.1.
-//
-// With ahead, each producer's window one ahead from now, at the rate of its
-// last reading: what [Steering.NextCapped] takes a client-id's window to
-// hold at most by the next publish.
-func (p *ClientQuotaPublisher) busiest(s Snapshot, ahead time.Duration) map[string]float64 {
+func (p *ClientQuotaPublisher) busiest(s Snapshot) map[string]float64 {
 	if p.Sizes == nil || p.BytesPerMessage > 0 || p.Interval <= 0 {
 		return nil
 	}
+	span := p.steer.Window.Span()
 	out := map[string]float64{}
 	for _, l := range s.Leases {
 		if _, ok := p.quoted(s, l); !ok || l.IsUnlimited() {
 			continue
 		}
-		top, ok := p.Sizes.Busiest(l.Topic.Name, p.steer.Window, ahead)
+		top, ok := p.Sizes.Busiest(l.Topic.Name, span)
 		if !ok {
 			continue
 		}

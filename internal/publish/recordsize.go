@@ -117,68 +117,37 @@ func NewRecordSizes(cl *kgo.Client) *RecordSizes {
 const BusiestSlack = 2 * time.Second
 
 // Busiest returns the records per second the busiest single producer of
-// topic sent over the broker's quota window w (the records it wrote in the
-// last span and BusiestSlack, per second of span), as the brokers' producer
-// state tells (DescribeProducers: an idempotent or transactional producer's
-// last sequence number on a partition grows by the records it wrote), with
-// what it sends in the next ahead at the rate of its last reading, and
+// topic sent over the last span (the records it wrote in the last span
+// and BusiestSlack, per second of span), as the brokers' producer state tells
+// (DescribeProducers: an idempotent or transactional producer's last
+// sequence number on a partition grows by the records it wrote), and
 // whether it is known: two readings that saw the topic's producers, the
 // last one successful (a broker that refuses the request leaves it
 // unknown; producers that are neither idempotent nor transactional are
-// not described). A producer is one producer ID: a client-id that
+// not described). Over a span longer than the readings cover, the rate
+// over what they cover. A producer is one producer ID: a client-id that
 // several processes share sends the sum of theirs.
-//
-// While the readings cover less than the span, a producer's rate over
-// what they cover stands for the rest of the span, unless all it ever
-// wrote is known and gives less: a producer first described after the
-// first reading wrote nothing before it, and one first described at it
-// under its first epoch wrote its sequence numbers (plus one each)
-// before. Kafka divides a client's window by (Num - 1) x Size at least,
-// even one that began less than that ago, so a producer that started a
-// second ago at R records per second counts about R/10 on the default
-// window, not R (the bench's legacy producers start with the run). A
-// client-id a process used within the window before the producer
-// started holds that one's records too.
-func (r *RecordSizes) Busiest(topic string, w Window, ahead time.Duration) (float64, bool) {
+func (r *RecordSizes) Busiest(topic string, span time.Duration) (float64, bool) {
 	ps, ok := r.producers[topic]
 	if !ok || ps.since.IsZero() || !ps.at.After(ps.since) {
 		return 0, false
 	}
-	if w.Num <= 0 || w.Size <= 0 {
-		w = DefaultWindow
-	}
-	span := w.Span()
 	from := ps.at.Add(-span - BusiestSlack)
-	covered, short := span, ps.since.After(from)
-	if short {
+	covered := span
+	if ps.since.After(from) {
 		from, covered = ps.since, min(span, ps.at.Sub(ps.since))
 	}
 	var top float64
-	rate := func(id int64) float64 {
-		ss := ps.sent[id]
-		var n, last float64
+	for _, ss := range ps.sent {
+		var n float64
 		for _, x := range ss {
 			if x.at.After(from) {
 				n += x.records
 			}
 		}
-		if len(ss) > 0 && ss[len(ss)-1].at.Equal(ps.at) && ss[len(ss)-1].dur > 0 {
-			last = ss[len(ss)-1].records / ss[len(ss)-1].dur.Seconds()
-		}
-		more := last * max(ahead, 0).Seconds()
-		v := (n + more) / covered.Seconds()
-		if base, known := ps.before[id]; known && short {
-			v = min(v, (base+n+more)/max(time.Duration(w.Num-1)*w.Size, covered).Seconds())
-		}
-		return v
+		top = max(top, n)
 	}
-	for id := range ps.sent {
-		top = max(top, rate(id))
-	}
-	for id := range ps.before {
-		top = max(top, rate(id))
-	}
-	return top, true
+	return top / covered.Seconds(), true
 }
 
 // Rate returns the records per second topic's end offsets grew by between
@@ -436,18 +405,14 @@ type producerSeq struct {
 // their last sequences, and the records each wrote between readings
 // (the readings since since, at most ProducerMemory back).
 type producerState struct {
-	seqs map[producerPart]producerSeq
-	sent map[int64][]producerSent // by producer ID
-	// before is, for a producer whose whole past is known, the records it
-	// wrote before the first reading (0: first described after it)
-	before    map[int64]float64
+	seqs      map[producerPart]producerSeq
+	sent      map[int64][]producerSent // by producer ID
 	since, at time.Time
 }
 
 type producerSent struct {
 	at      time.Time
 	records float64
-	dur     time.Duration // since the reading before
 }
 
 // ProducerMemory is how far back RecordSizes keeps what each producer
@@ -480,12 +445,8 @@ func (r *RecordSizes) readProducers(topic string, ps kadm.DescribedProducersTopi
 	}
 	st := r.producers[topic]
 	if st == nil || !ok {
-		r.producers[topic] = &producerState{seqs: cur, sent: map[int64][]producerSent{}, before: firstEpoch(cur), at: at}
+		r.producers[topic] = &producerState{seqs: cur, sent: map[int64][]producerSent{}, at: at}
 		return
-	}
-	known := map[int64]bool{}
-	for k := range st.seqs {
-		known[k.id] = true
 	}
 	wrote := map[int64]float64{}
 	for k, c := range cur {
@@ -497,11 +458,6 @@ func (r *RecordSizes) readProducers(topic string, ps kadm.DescribedProducersTopi
 			// New on the partition, or a new epoch (franz-go bumps it
 			// after failed records): its sequence started at 0.
 			wrote[k.id] += float64(c.seq) + 1
-			if !known[k.id] && len(st.sent[k.id]) == 0 {
-				if st.before != nil {
-					st.before[k.id] = 0 // all it ever wrote, counted here
-				}
-			}
 		}
 	}
 	if st.since.IsZero() {
@@ -509,11 +465,8 @@ func (r *RecordSizes) readProducers(topic string, ps kadm.DescribedProducersTopi
 	}
 	st.seqs, st.at = cur, at
 	st.since = later(st.since, at.Add(-ProducerMemory))
-	if at.Sub(st.since) >= ProducerMemory {
-		st.before = nil // the readings cover every window since
-	}
 	for id, n := range wrote {
-		st.sent[id] = append(st.sent[id], producerSent{at, n, at.Sub(prev)})
+		st.sent[id] = append(st.sent[id], producerSent{at, n})
 	}
 	for id, ss := range st.sent {
 		for len(ss) > 0 && !ss[0].at.After(st.since) {
@@ -521,27 +474,10 @@ func (r *RecordSizes) readProducers(topic string, ps kadm.DescribedProducersTopi
 		}
 		if len(ss) == 0 {
 			delete(st.sent, id)
-			delete(st.before, id)
 			continue
 		}
 		st.sent[id] = ss
 	}
-}
-
-// firstEpoch returns, for each producer of seqs under its first epoch on
-// every partition, the records its sequence numbers say it ever wrote.
-func firstEpoch(seqs map[producerPart]producerSeq) map[int64]float64 {
-	out, later := map[int64]float64{}, map[int64]bool{}
-	for k, c := range seqs {
-		if c.epoch != 0 || c.seq < 0 {
-			later[k.id] = true
-		}
-		out[k.id] += float64(c.seq) + 1
-	}
-	for id := range later {
-		delete(out, id)
-	}
-	return out
 }
 
 func later(a, b time.Time) time.Time {

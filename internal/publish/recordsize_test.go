@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"slices"
 	"sync"
@@ -296,6 +295,22 @@ func TestMeasureSizesTopicAtFirstReading(t *testing.T) {
 // back counts nothing; a span longer than the readings cover is the rate over what
 // they cover; a failed reading forgets the producers.
 func TestRecordSizesBusiest(t *testing.T) {
+	describe := func(seqs map[int64][3]int32, at time.Time) kadm.DescribedProducersTopics {
+		ps := kadm.DescribedProducers{}
+		for id, s := range seqs { // s: partition, last sequence, epoch
+			ps[id] = kadm.DescribedProducer{Topic: "t", Partition: s[0], ProducerID: id, ProducerEpoch: int16(s[2]), LastSequence: s[1], LastTimestamp: at.UnixMilli()}
+		}
+		parts := kadm.DescribedProducersPartitions{}
+		for _, d := range ps {
+			p := parts[d.Partition]
+			if p.ActiveProducers == nil {
+				p = kadm.DescribedProducersPartition{Topic: "t", Partition: d.Partition, ActiveProducers: kadm.DescribedProducers{}}
+			}
+			p.ActiveProducers[d.ProducerID] = d
+			parts[d.Partition] = p
+		}
+		return kadm.DescribedProducersTopics{"t": {Topic: "t", Partitions: parts}}
+	}
 	r := &RecordSizes{producers: map[string]*producerState{}}
 	t0 := time.Unix(1000, 0)
 	// Readings BusiestSlack and a second apart: a span of a second then
@@ -303,96 +318,36 @@ func TestRecordSizesBusiest(t *testing.T) {
 	step := BusiestSlack + time.Second
 	read := func(n int, seqs map[int64][3]int32) {
 		at := t0.Add(time.Duration(n) * step)
-		r.readProducers("t", describeProducers(seqs, at), nil, at.Add(-step), n > 0, at)
+		r.readProducers("t", describe(seqs, at), nil, at.Add(-step), n > 0, at)
 	}
 	read(0, map[int64][3]int32{1: {0, 99}, 2: {1, 9}})
-	if _, ok := r.Busiest("t", DefaultWindow, 0); ok {
+	if _, ok := r.Busiest("t", 11*time.Second); ok {
 		t.Fatal("busiest known after one reading")
 	}
 	read(1, map[int64][3]int32{1: {0, 199}, 2: {1, 59}})             // 100 and 50
 	read(2, map[int64][3]int32{1: {0, 219}, 2: {1, 59}, 3: {2, 99}}) // 20, 0 and a new one's 100
-	if got, want := r.Busiest("t", DefaultWindow, 0); got != 120/(2*step.Seconds()) || !want {
+	if got, want := r.Busiest("t", 11*time.Second); got != 120/(2*step.Seconds()) || !want {
 		t.Errorf("busiest over 2 readings: %v records/s, want 1's 120 over %s", got, 2*step)
 	}
-	if got, _ := r.Busiest("t", Window{Num: 1, Size: time.Second}, 0); got != 100 {
+	if got, _ := r.Busiest("t", time.Second); got != 100 {
 		t.Errorf("busiest over the last second: %v records/s, want 3's 100", got)
 	}
 	// Bytes stay in Kafka's window a little longer than its span: over a
 	// span shorter than the readings' distance by less than
 	// BusiestSlack, the reading before the last still counts.
-	if got, _ := r.Busiest("t", Window{Num: 2, Size: (step - time.Second) / 2}, 0); got != 120/(step-time.Second).Seconds() {
+	if got, _ := r.Busiest("t", step-time.Second); got != 120/(step-time.Second).Seconds() {
 		t.Errorf("busiest over %s: %v records/s, want 1's 120 over it", step-time.Second, got)
 	}
 	read(3, map[int64][3]int32{1: {0, 5}, 2: {1, 59}, 3: {2, 99}}) // 1 went back: nothing
-	if got, _ := r.Busiest("t", Window{Num: 1, Size: time.Second}, 0); got != 0 {
+	if got, _ := r.Busiest("t", time.Second); got != 0 {
 		t.Errorf("busiest over the last second, a sequence gone back: %v records/s, want 0", got)
 	}
 	read(4, map[int64][3]int32{1: {0, 5}, 2: {1, 39, 1}, 3: {2, 99}}) // 2's new epoch: 40 from 0
-	if got, _ := r.Busiest("t", Window{Num: 1, Size: time.Second}, 0); got != 40 {
+	if got, _ := r.Busiest("t", time.Second); got != 40 {
 		t.Errorf("busiest over the last second, a new epoch: %v records/s, want 40", got)
 	}
 	r.readProducers("t", nil, errors.New("refused"), t0.Add(4*step), true, t0.Add(5*step))
-	if _, ok := r.Busiest("t", DefaultWindow, 0); ok {
+	if _, ok := r.Busiest("t", 11*time.Second); ok {
 		t.Error("busiest known after a failed reading")
-	}
-}
-
-// describeProducers is a DescribeProducers answer for topic "t": per
-// producer ID, its partition, last sequence and epoch, all written at.
-func describeProducers(seqs map[int64][3]int32, at time.Time) kadm.DescribedProducersTopics {
-	ps := kadm.DescribedProducers{}
-	for id, s := range seqs { // s: partition, last sequence, epoch
-		ps[id] = kadm.DescribedProducer{Topic: "t", Partition: s[0], ProducerID: id, ProducerEpoch: int16(s[2]), LastSequence: s[1], LastTimestamp: at.UnixMilli()}
-	}
-	parts := kadm.DescribedProducersPartitions{}
-	for _, d := range ps {
-		p := parts[d.Partition]
-		if p.ActiveProducers == nil {
-			p = kadm.DescribedProducersPartition{Topic: "t", Partition: d.Partition, ActiveProducers: kadm.DescribedProducers{}}
-		}
-		p.ActiveProducers[d.ProducerID] = d
-		parts[d.Partition] = p
-	}
-	return kadm.DescribedProducersTopics{"t": {Topic: "t", Partitions: parts}}
-}
-
-// TestRecordSizesBusiestYoung: while the readings cover less than the
-// window, a producer whose whole past is known counts as Kafka counts a
-// young window, over (Num - 1) x Size: one first described after the
-// first reading (it wrote nothing before), one described at it under its
-// first epoch (its sequence numbers are all it wrote); one under a later
-// epoch is still taken to have sent at its rate over what the readings
-// cover. With ahead, each adds its last reading's rate for that long.
-// Once the readings cover the window, the known past no longer counts.
-func TestRecordSizesBusiestYoung(t *testing.T) {
-	r := &RecordSizes{producers: map[string]*producerState{}}
-	t0 := time.Unix(1000, 0)
-	read := func(sec int, seqs map[int64][3]int32) {
-		at := t0.Add(time.Duration(sec) * time.Second)
-		r.readProducers("t", describeProducers(seqs, at), nil, at.Add(-time.Second), sec > 0, at)
-	}
-	read(0, map[int64][3]int32{1: {0, 99}, 2: {1, 9, 1}})
-	read(1, map[int64][3]int32{1: {0, 2099}, 2: {1, 509, 1}, 3: {2, 999}})
-	// 1: 2,100 ever over 10 s; 2: 500 in the second covered; 3: 1,000
-	// ever over 10 s.
-	if got, _ := r.Busiest("t", DefaultWindow, 0); got != 500 {
-		t.Errorf("busiest, young: %v records/s, want 2's 500", got)
-	}
-	read(2, map[int64][3]int32{1: {0, 4099}, 2: {1, 509, 1}, 3: {2, 9999}})
-	// 1: 4,100 ever; 2: 500 over 2 s; 3: 10,000 ever, and 9,000 a
-	// second for a second ahead.
-	if got, _ := r.Busiest("t", DefaultWindow, 0); got != 1000 {
-		t.Errorf("busiest, young, 3 bursting: %v records/s, want 3's 1,000", got)
-	}
-	if got, _ := r.Busiest("t", DefaultWindow, time.Second); got != 1900 {
-		t.Errorf("busiest a second ahead: %v records/s, want 3's 1,900", got)
-	}
-	for sec := 3; sec <= 16; sec++ {
-		read(sec, map[int64][3]int32{1: {0, 4099 + int32(sec-2)*110}, 2: {1, 509, 1}, 3: {2, 9999}})
-	}
-	// The readings cover the window and BusiestSlack, 3's burst out of
-	// them: 1's 110 a second over 13 s, per second of the span.
-	if got, _ := r.Busiest("t", DefaultWindow, 0); math.Abs(got-110*13/11.0) > 1e-9 {
-		t.Errorf("busiest, covered: %v records/s, want 1's %v", got, 110*13/11.0)
 	}
 }

@@ -183,22 +183,6 @@ const LongestHold = 6 * time.Second
 // client-ids), and Kafka holds a client-id f x (window + hold) - window
 // when it sent f times the estimate.
 func (s *Steering) NextBounded(now time.Time, want, sent map[string]float64, hold map[string]time.Duration, bound map[string]float64) map[string]float64 {
-	return s.NextCapped(now, want, sent, hold, bound, nil)
-}
-
-// NextCapped is NextBounded that, while steering, takes a client-id's
-// estimate of the broker's window one Hold from now to be at most
-// most[id], a byte rate its window cannot hold more than then (the
-// busiest producer's window as Kafka counts it, with what it sends until
-// then, see [RecordSizes.Busiest]). The estimate from sent takes a client
-// first seen to have sent at its first rate over the whole span; Kafka
-// divides a window that began less than (Num - 1) x Size ago by that
-// much, so a producer that started a second before the first cut fills a
-// tenth of what the estimate credits it with, and a value that holds it a
-// Hold by the estimate holds it for much less (the bench's legacy rows at
-// 10x admitted 95% of an offer twice the consumer's capacity in the first
-// 10 s).
-func (s *Steering) NextCapped(now time.Time, want, sent map[string]float64, hold map[string]time.Duration, bound, most map[string]float64) map[string]float64 {
 	if s.last == nil {
 		s.last, s.est, s.peak, s.past = map[string]float64{}, map[string]float64{}, map[string]sample{}, map[string][]sample{}
 	}
@@ -259,9 +243,6 @@ func (s *Steering) NextCapped(now time.Time, want, sent map[string]float64, hold
 			h = hold[id]
 		}
 		est := sum / span.Seconds()
-		if m, ok := most[id]; ok && h > 0 {
-			est = min(est, m)
-		}
 		pk := s.peak[id]
 		pk.rate *= math.Exp2(-now.Sub(pk.at).Seconds() / span.Seconds())
 		pk = sample{now, max(pk.rate, est)}
