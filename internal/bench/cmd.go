@@ -83,7 +83,8 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// shortens the phases and the loads.
 		selected, _ = SelectRows(FullMatrix(), *rows)
 	}
-	selected = append(selected, namedRows(LegacyRows(), *rows)...)
+	selected = append(selected, namedRows(LegacyRows(), string(Legacy), *rows)...)
+	selected = append(selected, namedRows(WorkerRows(), string(Workers), *rows)...)
 	if len(*add) > 0 && len(*rows) == 0 {
 		selected = nil
 	}
@@ -127,14 +128,15 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // listRows prints rows for --list, one name a line (a star for the rows
 // issue 12 asks for on real brokers), and on stderr what runs only by
-// name: the legacy rows and the hot-partition scenario. No row (a
+// name: the legacy rows, the workers rows and the hot-partition scenario
+// (those of them it did not list). No row (a
 // --rows pattern that matches nothing) is exit 2, as a run of it is.
 func listRows(rows []Row, patterns []string, stdout, stderr io.Writer) int {
 	if len(rows) == 0 {
 		fmt.Fprintf(stderr, "lagbridge bench: no row matches --rows %s (see --list without --rows)\n", strings.Join(patterns, ","))
 		return 2
 	}
-	legacy := false
+	legacy, workers := false, false
 	for _, r := range rows {
 		star := ""
 		if r.Star {
@@ -142,13 +144,20 @@ func listRows(rows []Row, patterns []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "%s%s\n", r.Name(), star)
 		legacy = legacy || r.Producer == Legacy
+		workers = workers || r.Consumer == Workers
+	}
+	names := func(rs []Row) string {
+		var ns []string
+		for _, r := range rs {
+			ns = append(ns, r.Name())
+		}
+		return strings.Join(ns, ", ")
 	}
 	if !legacy {
-		var names []string
-		for _, r := range LegacyRows() {
-			names = append(names, r.Name())
-		}
-		fmt.Fprintf(stderr, "not in the matrix: %s (--rows legacy: Kafka client quotas, real Kafka only); --hot-partition: the hot-partition scenario\n", strings.Join(names, ", "))
+		fmt.Fprintf(stderr, "not in the matrix: %s (--rows legacy: Kafka client quotas, real Kafka only); --hot-partition: the hot-partition scenario\n", names(LegacyRows()))
+	}
+	if !workers {
+		fmt.Fprintf(stderr, "not in the matrix: %s (--rows workers: records handed to a worker per partition)\n", names(WorkerRows()))
 	}
 	return 0
 }

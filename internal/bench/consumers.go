@@ -103,13 +103,15 @@ func (c *consumer) Close() {
 // startConsumer starts the consumer of kind on w, processing at the
 // scenario's capacity, and returns once it is ready (a Kafka group has
 // assigned partitions). daemon is the daemon's base URL, where the Hook
-// consumer reports.
+// and Workers consumers report.
 func startConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, kind ConsumerKind, daemon string, log *slog.Logger) (*consumer, error) {
 	switch kind {
 	case Marks20ms:
 		return startMarksConsumer(ctx, w, scn, rec)
 	case AckEach, AckBatch:
 		return startNATSConsumer(ctx, w, scn, rec, kind == AckBatch)
+	case Workers, workersPlain:
+		return startWorkersConsumer(ctx, w, scn, rec, kind == Workers, daemon, log, nil)
 	}
 	return startKafkaConsumer(ctx, w, scn, rec, kind, daemon, log)
 }

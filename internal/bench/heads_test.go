@@ -183,7 +183,8 @@ func TestTrueHeadAge(t *testing.T) {
 }
 
 // TestTrueHeadAgeThroughConsumers runs every consumer of the bench (on
-// kfake: commit per poll, the guard, the hook, both autocommits and marks;
+// kfake: commit per poll, the guard, the hook, the workers, both autocommits
+// and marks;
 // on the embedded nats-server: ack each and ack batch; each marks what it
 // processed in its own loop) on a backlog of 1,000 stored records created
 // 5 ms apart, at 400/s: while they work through it, the true head age is
@@ -196,7 +197,7 @@ func TestTrueHeadAgeThroughConsumers(t *testing.T) {
 	}
 	scn := Scenario{Normal: 400, Slow: 400, NormalFor: time.Minute, Deadline: time.Hour,
 		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
-	kinds := []ConsumerKind{CommitPerPoll, Guard, Hook, AutoCommit5s, AutoCommit1s, Marks20ms, AckEach, AckBatch}
+	kinds := []ConsumerKind{CommitPerPoll, Guard, Hook, Workers, AutoCommit5s, AutoCommit1s, Marks20ms, AckEach, AckBatch}
 	for _, kind := range kinds {
 		broker := BrokerKafka
 		if !kind.kafkaKind() {

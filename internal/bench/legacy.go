@@ -28,14 +28,14 @@ func LegacyRows() []Row {
 }
 
 // namedRows returns the rows of extra (rows in no matrix) that a --rows
-// pattern naming their producer kind selects: `--rows legacy` runs the
-// legacy rows, and a pattern that does not say "legacy" (say
-// 'kafka/commit-per-poll/*') leaves them out as before.
-func namedRows(extra []Row, patterns []string) []Row {
+// pattern saying word (the kind that sets them apart) selects: `--rows
+// legacy` runs the legacy rows, and a pattern that does not say "legacy"
+// (say 'kafka/commit-per-poll/*') leaves them out as before.
+func namedRows(extra []Row, word string, patterns []string) []Row {
 	var out []Row
 	for _, r := range extra {
 		for _, p := range patterns {
-			if !strings.Contains(p, string(r.Producer)) {
+			if !strings.Contains(p, word) {
 				continue
 			}
 			if sel, _ := SelectRows([]Row{r}, []string{p}); len(sel) > 0 {

@@ -51,7 +51,7 @@ func TestLegacyRowsSelected(t *testing.T) {
 		{nil, 0},
 	}
 	for _, c := range cases {
-		if got := namedRows(LegacyRows(), c.patterns); len(got) != c.want {
+		if got := namedRows(LegacyRows(), string(Legacy), c.patterns); len(got) != c.want {
 			t.Errorf("%q: %d rows, want %d", c.patterns, len(got), c.want)
 		}
 	}

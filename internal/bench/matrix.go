@@ -32,6 +32,16 @@ const (
 	// the consumer's position to the daemon. The naive side runs
 	// AutoCommit5s.
 	Hook ConsumerKind = "hook"
+	// Workers is a poll loop that hands each partition's records to that
+	// partition's worker goroutine and polls on (franz-go's
+	// goroutine-per-partition example), with franz-go's default
+	// autocommit and the consumer hook in its KeepUntilFinished mode: a
+	// record stays in hand until its worker calls Done. The naive side
+	// runs the same consumer without the hook. Only by name (WorkerRows).
+	Workers ConsumerKind = "workers"
+	// workersPlain is the Workers consumer without the hook: the naive
+	// side of the Workers rows, never a row of its own.
+	workersPlain ConsumerKind = "workers-plain"
 	// Marks20ms is the tuned consumer earlier versions of this benchmark
 	// used for every run: it works through fetched records oldest first
 	// across partitions and commits marked offsets every 20 ms. No real
@@ -56,20 +66,26 @@ func (k ConsumerKind) naive() ConsumerKind {
 		return CommitPerPoll
 	case Hook:
 		return AutoCommit5s
+	case Workers:
+		return workersPlain
 	}
 	return k
 }
+
+// reports reports whether k reports its position with the consumer hook.
+func (k ConsumerKind) reports() bool { return k == Hook || k == Workers }
 
 // CommitInterval is how long the broker's committed position can trail
 // the consumer's real one, from commits alone: the autocommit interval,
 // the ack batch (100 messages at the reduced 400 msg/s), or zero for
 // consumers that commit what they processed after every poll (their
-// cadence is the poll's processing time, not a setting). For Hook it is
+// cadence is the poll's processing time, not a setting). For Hook and
+// Workers it is
 // the commit interval of the consumer the hook rides on; the reports it
 // sends do not depend on it.
 func (k ConsumerKind) CommitInterval() time.Duration {
 	switch k {
-	case AutoCommit5s, Hook:
+	case AutoCommit5s, Hook, Workers, workersPlain:
 		return 5 * time.Second
 	case AutoCommit1s:
 		return time.Second
@@ -182,7 +198,7 @@ func (r Row) validate() []error {
 		add("broker %q is not %q or %q", r.Broker, BrokerKafka, BrokerNATS)
 	}
 	switch r.Consumer {
-	case AutoCommit5s, AutoCommit1s, CommitPerPoll, Guard, Hook, Marks20ms, AckEach, AckBatch:
+	case AutoCommit5s, AutoCommit1s, CommitPerPoll, Guard, Hook, Workers, Marks20ms, AckEach, AckBatch:
 	default:
 		add("unknown consumer %q", r.Consumer)
 	}

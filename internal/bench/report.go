@@ -34,7 +34,7 @@ func DefaultTargets(scn Scenario) Targets {
 // tellsPosition reports whether a consumer's broker-side position is close
 // to its real one: it commits after every poll, or reports it.
 func tellsPosition(k ConsumerKind) bool {
-	return k == CommitPerPoll || k == Guard || k == Hook || k == AckEach
+	return k == CommitPerPoll || k == Guard || k.reports() || k == AckEach
 }
 
 // Check lists the targets the lagbridge run lb misses, in words, next to
@@ -64,7 +64,7 @@ func (t Targets) Check(lb Result, naive *Result) []string {
 			miss = append(miss, fmt.Sprintf("admitted %s of the offer %s", pct(p.AdmittedShare), phaseWords(p.Name)))
 		}
 	}
-	if lb.Row.Consumer != Hook && lb.Bound > 0 && lb.Excess > t.MaxExcessRatio*lb.Bound {
+	if !lb.Row.Consumer.reports() && lb.Bound > 0 && lb.Excess > t.MaxExcessRatio*lb.Bound {
 		miss = append(miss, fmt.Sprintf("excess after the drop %s > %.1fx the bound %s", num(math.Round(lb.Excess)), t.MaxExcessRatio, num(math.Round(lb.Bound))))
 	}
 	if tellsPosition(lb.Row.Consumer) {
@@ -199,7 +199,7 @@ func Markdown(scn Scenario, results []Result) string {
 			return s
 		}
 		excess := "-"
-		if l.Row.Consumer != Hook {
+		if !l.Row.Consumer.reports() {
 			excess = fmt.Sprintf("%s / %s", num(math.Round(l.Excess)), num(math.Round(l.Bound)))
 			if l.Bound > 0 {
 				excess += fmt.Sprintf(" (%.2f)", l.Excess/l.Bound)
