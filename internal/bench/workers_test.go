@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -83,7 +84,10 @@ func TestWorkersStuckWorker(t *testing.T) {
 		}
 		return int(k)
 	}
-	waitUntil(t, "partition 0 finished and the stuck record reported", func() bool {
+	state := func() string {
+		return fmt.Sprintf("%d processed, reported %+v and %+v", processed(), reported(0), reported(1))
+	}
+	waitUntil(t, "partition 0 finished and the stuck record reported", state, func() bool {
 		p0, p1 := reported(0), reported(1)
 		return processed() >= n+stuckAt && p0.Idle && p0.Position == n &&
 			p1.Position == stuckAt && p1.HeadTimeMs == created(stuckAt).UnixMilli()
@@ -97,7 +101,7 @@ func TestWorkersStuckWorker(t *testing.T) {
 	}
 
 	close(release)
-	waitUntil(t, "everything finished and reported", func() bool {
+	waitUntil(t, "everything finished and reported", state, func() bool {
 		p1 := reported(1)
 		return processed() == 2*n && p1.Idle && p1.Position == n
 	})
@@ -106,12 +110,13 @@ func TestWorkersStuckWorker(t *testing.T) {
 	}
 }
 
-// waitUntil polls cond every 10ms until it holds, failing after 15s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
+// waitUntil polls cond every 10ms until it holds, failing after 15s with
+// what and state().
+func waitUntil(t *testing.T, what string, state func() string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(15 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: never happened", what)
+			t.Fatalf("%s: never happened (%s)", what, state())
 		}
 	}
 }
