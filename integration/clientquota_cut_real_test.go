@@ -1,0 +1,115 @@
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/lagbridge/lagbridge/integration/kafkatest"
+	"github.com/lagbridge/lagbridge/internal/publish"
+	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// longestThrottle records the longest throttle_time_ms the broker gave
+// its clients (kgo.HookBrokerThrottle).
+type longestThrottle struct{ ns atomic.Int64 }
+
+func (m *longestThrottle) OnBrokerThrottle(_ kgo.BrokerMetadata, d time.Duration, _ bool) {
+	for cur := m.ns.Load(); int64(d) > cur && !m.ns.CompareAndSwap(cur, int64(d)); cur = m.ns.Load() {
+	}
+}
+
+// TestRealKafkaClientQuotaCutBounded: a cut to 0 msg/s steered onto a
+// policy's client.id holds its producers about an interval at a response,
+// never minutes, for the producers the broker's producer list does not
+// describe as one: a non-idempotent producer (librdkafka's default, Java
+// before 3.0: never listed) and a client.id three idempotent processes
+// share (each listed on its own). Kafka's throttle has no upper bound: a
+// quota set too low is a hold of minutes (session 23's young-window cap,
+// reverted: 3 m 3 s and 24 s at one response; before and after it 1.05 s
+// and 3.6 s). Legacy producers: 16 records of 256 B a request, a 2 s
+// context each, as a request handler sends.
+func TestRealKafkaClientQuotaCutBounded(t *testing.T) {
+	cases := []struct {
+		name   string
+		procs  int
+		opts   []kgo.Opt
+		mature time.Duration // producing before the first quota
+		steps  int           // publishes a second apart, the first 4 unlimited
+	}{
+		{"non-idempotent", 1, []kgo.Opt{kgo.DisableIdempotentWrite()}, 0, 14},
+		{"shared client.id", 3, nil, 12 * time.Second, 16},
+	}
+	addr := kafkatest.Bootstrap(t)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			topic, id := unique("quotacut"), unique("legacy")
+			createTopic(t, addr, topic, 1, nil)
+			m := &longestThrottle{}
+			var prods []*kgo.Client
+			for range c.procs {
+				opts := append([]kgo.Opt{kgo.ClientID(id), kgo.DefaultProduceTopic(topic), kgo.WithHooks(m)}, c.opts...)
+				prods = append(prods, client(t, addr, opts...))
+			}
+			pols, err := quota.NewPolicies([]quota.Policy{{Name: "legacy", MaxAge: 2 * time.Second, KafkaClientQuota: true,
+				Producers: []quota.ProducerSpec{{ID: id}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			qt := quota.Topic{Kind: lag.KindKafka, Cluster: "real", Name: topic}
+			snap := func(rate float64) publish.Snapshot {
+				return publish.Snapshot{Policies: pols,
+					Topics: map[quota.Topic]quota.TopicDecision{qt: {Policy: "legacy", Rate: rate, ProduceRate: 2000}},
+					Leases: []quota.Lease{{Producer: id, Topic: qt, Rate: rate}}}
+			}
+			p := &publish.ClientQuotaPublisher{Cluster: "real", Quotas: publish.NewClientQuotas(client(t, addr), testLogger(t)),
+				Sizes: publish.NewRecordSizes(client(t, addr)), Log: testLogger(t), Interval: time.Second}
+			t.Cleanup(func() { _ = p.Clear(ctxT(t, 30*time.Second)) })
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			var stored atomic.Int64
+			for _, prod := range prods {
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						recs := make([]*kgo.Record, 16)
+						for i := range recs {
+							v := make([]byte, 256)
+							_, _ = rand.Read(v)
+							recs[i] = &kgo.Record{Value: v}
+						}
+						rc, done := context.WithTimeout(ctx, 2*time.Second)
+						if prod.ProduceSync(rc, recs...).FirstErr() == nil {
+							stored.Add(16)
+						}
+						done()
+						time.Sleep(5 * time.Millisecond)
+					}
+				})
+			}
+			defer func() { cancel(); wg.Wait() }()
+			time.Sleep(c.mature)
+			for i := range c.steps {
+				rate := 1e6
+				if i >= 4 {
+					rate = 0
+				}
+				if err := p.Publish(ctxT(t, 30*time.Second), snap(rate)); err != nil {
+					t.Fatal(err)
+				}
+				cur, _ := publish.NewClientQuotas(client(t, addr), testLogger(t)).Current(ctxT(t, 10*time.Second))
+				t.Logf("t=%2ds rate %g: stored %.0f B/s; records stored so far %d; longest throttle %s",
+					i, rate, cur[id], stored.Load(), time.Duration(m.ns.Load()))
+				time.Sleep(time.Second)
+			}
+			if l := time.Duration(m.ns.Load()); l > 5*time.Second {
+				t.Errorf("%d producer(s) of one client.id cut to 0 were throttled %s at one response, want about an interval", c.procs, l)
+			}
+		})
+	}
+}
