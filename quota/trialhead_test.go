@@ -2,8 +2,11 @@ package quota
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
 )
 
 // TestSimRelearnLearnsTrialHead: the worst run of TestSimOneSecondGrid's
@@ -80,7 +83,8 @@ func TestRelearnToldLearnsTrialHead(t *testing.T) {
 
 // TestRisenHeadGate: risenHead holds only a target whose standing wait a
 // trial told, read through commits, whose head at the commit rose by more
-// than E/4 while it consumed less than keepUpRatio of what was produced.
+// than E/4 while it consumed less than keepUpRatio of what was produced,
+// with no partition listed.
 func TestRisenHeadGate(t *testing.T) {
 	base := func() (*control, *reading) {
 		return &control{floorTold: true}, &reading{commits: true, headRose: true, consumed: 366, produced: 744}
@@ -94,11 +98,37 @@ func TestRisenHeadGate(t *testing.T) {
 		"not read at commits":  func(_ *control, v *reading) { v.commits = false },
 		"head did not rise":    func(_ *control, v *reading) { v.headRose = false },
 		"consumed the produce": func(_ *control, v *reading) { v.consumed = keepUpRatio * v.produced },
+		"a partition listed":   func(_ *control, v *reading) { v.avoid = []int32{0} },
 	} {
 		tc, v := base()
 		mut(tc, v)
 		if risenHead(tc, v) {
 			t.Errorf("%s: want not held", name)
+		}
+	}
+}
+
+// TestControllerSlowPartitionListedAfterTrialTold:
+// TestControllerSlowPartitionListedByItsDrain's replay on a target whose
+// standing wait a trial told earlier in its life (tc.floorTold is never
+// reset). risenHead read the topic's head, risen by partition 0's queue,
+// as a consumer falling behind and held the topic at what it consumed
+// (follow at 36-37 msg/s, partition 0 listed): the slow partition is
+// listed, so the topic is not cut below the 300 msg/s offer.
+func TestControllerSlowPartitionListedAfterTrialTold(t *testing.T) {
+	ctl := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+	ds := replayEdited(t, "hot250-stepdown.jsonl", 0, ctl, func(st *lag.State) {
+		if tc := ctl.targets[st.Target]; tc != nil {
+			tc.floorTold = true
+		}
+	})
+	if len(ds) != 18 {
+		t.Fatalf("%d decisions, want 18", len(ds))
+	}
+	for i, d := range ds[13:] {
+		if !slices.Contains(d.AvoidPartitions, 0) || d.Rate < 300 {
+			t.Errorf("decision %d (%s): %s at %.0f/s, partitions avoided %v: want partition 0 listed and at least the 300 msg/s offer (%s)",
+				13+i, d.At.Format("15:04:05.000"), d.Rule, d.Rate, d.AvoidPartitions, d.Reason)
 		}
 	}
 }
