@@ -93,6 +93,10 @@ func TestRisenHeadGate(t *testing.T) {
 	if !risenHead(tc, v) {
 		t.Errorf("the seed-3 reading (366 of 744 msg/s, head risen): want held")
 	}
+	tc, v = base()
+	if v.consumed = 0.92 * v.produced; !risenHead(tc, v) {
+		t.Errorf("92%% of the produce consumed (under keepUpRatio's 95%%), head risen: want held")
+	}
 	for name, mut := range map[string]func(*control, *reading){
 		"no trial told":        func(tc *control, _ *reading) { tc.floorTold = false },
 		"not read at commits":  func(_ *control, v *reading) { v.commits = false },
@@ -130,5 +134,59 @@ func TestControllerSlowPartitionListedAfterTrialTold(t *testing.T) {
 			t.Errorf("decision %d (%s): %s at %.0f/s, partitions avoided %v: want partition 0 listed and at least the 300 msg/s offer (%s)",
 				13+i, d.At.Format("15:04:05.000"), d.Rule, d.Rate, d.AvoidPartitions, d.Reason)
 		}
+	}
+}
+
+// TestRelearnToldLearnsOlderHead: a relearn trial let through at a head of
+// 0.86 s, told by a reading that consumed what was produced and whose head
+// at the commit is older (0.94 s, within E/4 of the trial's), learns that
+// head: the larger of the trial's and the telling reading's.
+func TestRelearnToldLearnsOlderHead(t *testing.T) {
+	at := leaseT0.Add(33 * time.Second)
+	tc := &control{limited: true, floor: 0.14, floorSeen: floorLearn, staleHead: 0.86, staleBy: at.Add(time.Second)}
+	v := &reading{at: at, dt: 1, cadence: 1, engageWait: 0.4, budget: 2, headKnown: true, headAge: 0.94,
+		lag: 200, consumed: 400, produced: 400}
+	relearnStanding(tc, v, 0.5)
+	if math.Abs(tc.floor-0.94) > 1e-9 || !tc.floorTold {
+		t.Errorf("standing wait %.2fs (told %v): want the telling reading's 0.94s, told", tc.floor, tc.floorTold)
+	}
+}
+
+// TestHeadRose: a measured reading's head at the commit rose when it is
+// more than E/4 older than the last measured reading's, and never against
+// a last reading whose head was not known (prevHead -1).
+func TestHeadRose(t *testing.T) {
+	c := newCtl(t, ControllerConfig{Interval: time.Second})
+	for _, k := range []struct {
+		name       string
+		prev, head float64
+		want       bool
+	}{
+		{"rose by 0.15s, over E/4 (0.1s)", 0.30, 0.45, true},
+		{"rose by 0.08s, under E/4", 0.30, 0.38, false},
+		{"no head known before", -1, 0.5, false},
+	} {
+		tc := &control{prevHead: k.prev}
+		v := &reading{measured: true, dt: 1, engageWait: 0.4, budget: 2, headKnown: true, headAge: k.head}
+		c.trialUnderCut(tc, v)
+		if v.headRose != k.want || tc.prevHead != k.head {
+			t.Errorf("%s: head rose %v, last head %.2fs: want %v, %.2fs", k.name, v.headRose, tc.prevHead, k.want, k.head)
+		}
+	}
+}
+
+// TestRisenHeadHeldAtConsumedOrLaw: a reading risenHead holds is held at
+// what the consumer consumed or the law, whichever is lower, and the
+// release count starts again: a law of 420 msg/s under 480 consumed
+// (produced 744, the rate in force 900) is followed at 420.
+func TestRisenHeadHeldAtConsumedOrLaw(t *testing.T) {
+	c := newCtl(t, ControllerConfig{Interval: time.Second})
+	st := &lag.State{Status: lag.StatusOK, At: leaseT0}
+	tc := &control{limited: true, floorTold: true, rate: 900, release: 3, floor: 0.9}
+	v := &reading{measured: true, commits: true, headRose: true, keepsUp: true, headKnown: true, headAge: 0.5,
+		dt: 1, engageWait: 0.4, budget: 2, consumed: 480, produced: 744, law: 420}
+	rule, reason := c.regime(tc, st, v)
+	if rule != RuleFollow || tc.rate != 420 || tc.release != 0 {
+		t.Errorf("%s at %.0f/s, release %d (%s): want follow at the law's 420/s, release 0", rule, tc.rate, tc.release, reason)
 	}
 }
