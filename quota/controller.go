@@ -396,7 +396,8 @@ type control struct {
 	// seconds; floorSeen counts the readings it was learned from.
 	floor     float64
 	floorSeen int
-	// floorTold: a trial told tc.floor a standing wait (see raiseFloor).
+	// floorTold: a trial told tc.floor a standing wait (raiseFloor, for
+	// trialUnderCut and relearnStanding); never reset.
 	floorTold bool
 	// floorEarly: tc.floor holds a standing wait learned from the first
 	// floorLearn readings (see learnFloor); floorLess counts the healthy
@@ -2788,8 +2789,8 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		return follow(tc, st, v, inForce)
 	case risenHead(tc, v):
 		tc.rate, tc.release = min(v.law, v.consumed), 0
-		return RuleFollow, fmt.Sprintf("head at the commit rose to %s, consumed %.0f/s of %.0f/s, within the standing wait a trial told (%s): keeping %.0f/s",
-			secs(v.headAge), v.consumed, v.produced, secs(tc.floor), tc.rate)
+		return RuleFollow, fmt.Sprintf("head at the commit rose to %s (standing wait a trial told: %s), consumed %.0f/s of %.0f/s: keeping %.0f/s",
+			secs(v.headAge), secs(tc.floor), v.consumed, v.produced, tc.rate)
 	case v.estimated && tc.behindAt && tc.overshot && v.binding:
 		// Caught up by the estimate only: between the commits of a
 		// consumer whose last commit showed the backlog a probe made,
@@ -2803,16 +2804,17 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 }
 
 // risenHead reports whether a target whose standing wait a trial told
-// (tc.floorTold, see relearnStanding) shows a queue that standing wait
-// hides: read through commits, its head at the commit rose by more than
-// E/4 since the last measured reading while it consumed less than
-// keepUpRatio of what was produced. The standing wait a trial tells can
+// (tc.floorTold, set by raiseFloor for the under-cut trial, trialUnderCut,
+// and the relearn trial, relearnStanding; never reset) shows a queue that
+// standing wait hides: read through commits, its head at the commit rose
+// by more than E/4 since the last measured reading while it consumed less
+// than keepUpRatio of what was produced. The standing wait a trial tells can
 // be most of a commit interval (0.8-0.9 s at 1 s auto-commits), and a
 // head within it reads as no queue, so a consumer at its limit whose
 // trial passed (the law cut the probe at the next reading, before a
 // commit showed its surplus, and it caught up) was probed from a lumpy
 // reading (606 msg/s consumed for a consumer of 400) to 909 and 1,364
-// msg/s, its head 0.48 s read as caught up while it consumed 366 of 744
+// msg/s, its head 0.48 s read as caught up while it consumed 486 of 744
 // msg/s; a queue of 1.5-4 s followed, dead work 3.8% in that run
 // (TestSimOneSecondGrid at 2x, seed 3 with the first commit at 0.02 s).
 // Such a reading is held at what the consumer consumed (the law, if

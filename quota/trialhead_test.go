@@ -36,7 +36,7 @@ func TestSimRelearnLearnsTrialHead(t *testing.T) {
 // shows its surplus, and the consumer of 400 msg/s catches up, so the
 // trial passes and 0.93 s is learned. A lumpy commit then reads 606 msg/s
 // consumed, a probe steps to 909 msg/s, and the next reading (head 0.48
-// s, within that standing wait; 366 msg/s consumed of 744) read as caught
+// s, within that standing wait; 486 msg/s consumed of 744) read as caught
 // up probed to 1,364 msg/s: a queue of 1.5-4 s, dead work 3.8% (0.0%
 // before the trial's head was learned). Held at what it consumed: 0.0%,
 // and the consumer refused while idle 0.10 s after the restore (1.10 s
@@ -67,17 +67,26 @@ func gridCase(t *testing.T, seed uint64, commitAt, load float64) (naive, lb auto
 }
 
 // TestRelearnToldLearnsTrialHead: a relearn trial let through at a head
-// of 0.86 s, told by a reading whose commit came just before the
-// observation (head 0.04 s) and that consumed what was produced, learns
-// the trial's head as the standing wait, not the telling one's.
+// of 0.86 s, told by a reading that consumed what was produced, learns the
+// larger of the trial's head and the telling reading's as the standing
+// wait: the trial's when the commit came just before the observation
+// (head 0.04 s), the telling one's when it is older (0.94 s, within E/4).
 func TestRelearnToldLearnsTrialHead(t *testing.T) {
 	at := leaseT0.Add(33 * time.Second)
-	tc := &control{limited: true, floor: 0.14, floorSeen: floorLearn, staleHead: 0.86, staleBy: at.Add(time.Second)}
-	v := &reading{at: at, dt: 1, cadence: 1, engageWait: 0.4, budget: 2, headKnown: true, headAge: 0.04,
-		lag: 12, consumed: 618, produced: 228}
-	relearnStanding(tc, v, 0.5)
-	if math.Abs(tc.floor-0.86) > 1e-9 || !tc.floorTold || tc.staleHead != 0 {
-		t.Errorf("standing wait %.2fs (told %v, trial pending at %.2fs): want the trial's 0.86s, told, no trial pending", tc.floor, tc.floorTold, tc.staleHead)
+	for _, k := range []struct {
+		head, lag, consumed, produced, want float64
+	}{
+		{0.04, 12, 618, 228, 0.86},
+		{0.94, 200, 400, 400, 0.94},
+	} {
+		tc := &control{limited: true, floor: 0.14, floorSeen: floorLearn, staleHead: 0.86, staleBy: at.Add(time.Second)}
+		v := &reading{at: at, dt: 1, cadence: 1, engageWait: 0.4, budget: 2, headKnown: true, headAge: k.head,
+			lag: k.lag, consumed: k.consumed, produced: k.produced}
+		relearnStanding(tc, v, 0.5)
+		if math.Abs(tc.floor-k.want) > 1e-9 || !tc.floorTold || tc.staleHead != 0 {
+			t.Errorf("told at a head of %.2fs: standing wait %.2fs (told %v, trial pending at %.2fs): want %.2fs, told, no trial pending",
+				k.head, tc.floor, tc.floorTold, tc.staleHead, k.want)
+		}
 	}
 }
 
@@ -87,11 +96,11 @@ func TestRelearnToldLearnsTrialHead(t *testing.T) {
 // with no partition listed.
 func TestRisenHeadGate(t *testing.T) {
 	base := func() (*control, *reading) {
-		return &control{floorTold: true}, &reading{commits: true, headRose: true, consumed: 366, produced: 744}
+		return &control{floorTold: true}, &reading{commits: true, headRose: true, consumed: 486, produced: 744}
 	}
 	tc, v := base()
 	if !risenHead(tc, v) {
-		t.Errorf("the seed-3 reading (366 of 744 msg/s, head risen): want held")
+		t.Errorf("the seed-3 reading (486 of 744 msg/s, head risen): want held")
 	}
 	tc, v = base()
 	if v.consumed = 0.92 * v.produced; !risenHead(tc, v) {
@@ -137,21 +146,6 @@ func TestControllerSlowPartitionListedAfterTrialTold(t *testing.T) {
 	}
 }
 
-// TestRelearnToldLearnsOlderHead: a relearn trial let through at a head of
-// 0.86 s, told by a reading that consumed what was produced and whose head
-// at the commit is older (0.94 s, within E/4 of the trial's), learns that
-// head: the larger of the trial's and the telling reading's.
-func TestRelearnToldLearnsOlderHead(t *testing.T) {
-	at := leaseT0.Add(33 * time.Second)
-	tc := &control{limited: true, floor: 0.14, floorSeen: floorLearn, staleHead: 0.86, staleBy: at.Add(time.Second)}
-	v := &reading{at: at, dt: 1, cadence: 1, engageWait: 0.4, budget: 2, headKnown: true, headAge: 0.94,
-		lag: 200, consumed: 400, produced: 400}
-	relearnStanding(tc, v, 0.5)
-	if math.Abs(tc.floor-0.94) > 1e-9 || !tc.floorTold {
-		t.Errorf("standing wait %.2fs (told %v): want the telling reading's 0.94s, told", tc.floor, tc.floorTold)
-	}
-}
-
 // TestHeadRose: a measured reading's head at the commit rose when it is
 // more than E/4 older than the last measured reading's, and never against
 // a last reading whose head was not known (prevHead -1).
@@ -177,16 +171,19 @@ func TestHeadRose(t *testing.T) {
 
 // TestRisenHeadHeldAtConsumedOrLaw: a reading risenHead holds is held at
 // what the consumer consumed or the law, whichever is lower, and the
-// release count starts again: a law of 420 msg/s under 480 consumed
-// (produced 744, the rate in force 900) is followed at 420.
+// release count starts again: 480 msg/s consumed of 744 produced, the rate
+// in force 900, is followed at a law of 420, and at 480 under a law of
+// 600.
 func TestRisenHeadHeldAtConsumedOrLaw(t *testing.T) {
 	c := newCtl(t, ControllerConfig{Interval: time.Second})
 	st := &lag.State{Status: lag.StatusOK, At: leaseT0}
-	tc := &control{limited: true, floorTold: true, rate: 900, release: 3, floor: 0.9}
-	v := &reading{measured: true, commits: true, headRose: true, keepsUp: true, headKnown: true, headAge: 0.5,
-		dt: 1, engageWait: 0.4, budget: 2, consumed: 480, produced: 744, law: 420}
-	rule, reason := c.regime(tc, st, v)
-	if rule != RuleFollow || tc.rate != 420 || tc.release != 0 {
-		t.Errorf("%s at %.0f/s, release %d (%s): want follow at the law's 420/s, release 0", rule, tc.rate, tc.release, reason)
+	for _, k := range []struct{ law, want float64 }{{420, 420}, {600, 480}} {
+		tc := &control{limited: true, floorTold: true, rate: 900, release: 3, floor: 0.9}
+		v := &reading{measured: true, commits: true, headRose: true, keepsUp: true, headKnown: true, headAge: 0.5,
+			dt: 1, engageWait: 0.4, budget: 2, consumed: 480, produced: 744, law: k.law}
+		rule, reason := c.regime(tc, st, v)
+		if rule != RuleFollow || tc.rate != k.want || tc.release != 0 {
+			t.Errorf("law %.0f/s: %s at %.0f/s, release %d (%s): want follow at %.0f/s, release 0", k.law, rule, tc.rate, tc.release, reason, k.want)
+		}
 	}
 }
