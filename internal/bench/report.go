@@ -215,7 +215,7 @@ func Markdown(scn Scenario, results []Result) string {
 			adm(ph[0]), adm(ph[2]), excess, misses)
 	}
 	b.WriteString("\nRows marked * are the ones to run on real Kafka and NATS as well. ")
-	b.WriteString("Targets: never worse than naive (goodput, dead work); no false throttling before the drop and after the restore + one commit + one observation interval (0 false-throttle seconds there, and >= 99% admitted where the offer is below capacity; the slow phase and the blind window between the restore and the after phase are shown, not judged); rows that read commits only: excess after the drop <= 1.2x the bound; commit per poll, the guard, the hook, ack each: goodput >= 95%, dead work <= 1%, true head age p99 <= the deadline (the bench's own measure; the daemon's in parentheses).\n\n")
+	b.WriteString("Targets: never worse than naive (goodput, dead work); no false throttling before the drop and after the restore + one commit + one observation interval (0 false-throttle seconds there, and >= 99% admitted where the offer is below capacity; the slow phase and the blind window between the restore and the after phase are shown, not judged); rows that read commits only: excess after the drop <= 1.2x the bound; commit per poll, the guard, the hook, the workers, ack each: goodput >= 95%, dead work <= 1%, true head age p99 <= the deadline (the bench's own measure; the daemon's in parentheses).\n\n")
 	for _, row := range rowsOf(results) {
 		var cols []Result
 		for _, r := range results {
