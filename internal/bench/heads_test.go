@@ -218,13 +218,7 @@ func TestTrueHeadAgeThroughConsumers(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			processed := func() int {
-				var k int64
-				for b := range rec.n {
-					k += rec.good[0][b].Load() + rec.dead[0][b].Load()
-				}
-				return int(k)
-			}
+			processed := func() int { return processedOf(rec) }
 			checked := 0
 			deadline := time.Now().Add(30 * time.Second)
 			for processed() < n && time.Now().Before(deadline) {

@@ -80,9 +80,8 @@ func (k ConsumerKind) reports() bool { return k == Hook || k == Workers }
 // the ack batch (100 messages at the reduced 400 msg/s), or zero for
 // consumers that commit what they processed after every poll (their
 // cadence is the poll's processing time, not a setting). For Hook and
-// Workers it is
-// the commit interval of the consumer the hook rides on; the reports it
-// sends do not depend on it.
+// Workers it is the commit interval of the consumer the hook rides on;
+// the reports it sends do not depend on it.
 func (k ConsumerKind) CommitInterval() time.Duration {
 	switch k {
 	case AutoCommit5s, Hook, Workers, workersPlain:

@@ -99,8 +99,10 @@ func (s *workerSet) get(p int32) *partWorker {
 // worker or not. With hook, the consumer hook reports to daemon with
 // KeepUntilFinished, each worker calls Done for each record it finishes,
 // and the revoke and lost callbacks call Revoked once their workers
-// stopped. stall, when set (tests), is called before a worker processes a
-// record. It returns once the group has assigned partitions.
+// stopped. Setting the revoke callback replaces franz-go's default commit
+// on revoke: the bench's one member is revoked only when it closes, after
+// the run is measured. stall, when set (tests), is called before a worker
+// processes a record. It returns once the group has assigned partitions.
 func startWorkersConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, hook bool, daemon string, log *slog.Logger, stall func(context.Context, *kgo.Record)) (*consumer, error) {
 	var rep *consumerclient.KafkaReporter
 	if hook {

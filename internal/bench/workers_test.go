@@ -77,13 +77,7 @@ func TestWorkersStuckWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	processed := func() int {
-		var k int64
-		for b := range rec.n {
-			k += rec.good[0][b].Load() + rec.dead[0][b].Load()
-		}
-		return int(k)
-	}
+	processed := func() int { return processedOf(rec) }
 	state := func() string {
 		return fmt.Sprintf("%d processed, reported %+v and %+v", processed(), reported(0), reported(1))
 	}
@@ -109,6 +103,16 @@ func TestWorkersStuckWorker(t *testing.T) {
 	if a := rec.heads.age(time.Now()); a != 0 {
 		t.Errorf("all finished, true head age %v, want 0", a)
 	}
+}
+
+// processedOf counts the records rec's one class processed (good or
+// dead).
+func processedOf(rec *recorder) int {
+	var k int64
+	for b := range rec.n {
+		k += rec.good[0][b].Load() + rec.dead[0][b].Load()
+	}
+	return int(k)
 }
 
 // waitUntil polls cond every 10ms until it holds, failing after 15s with
