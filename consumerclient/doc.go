@@ -49,14 +49,7 @@
 // long the consumer has finished none (since the poll, or the last
 // finished record; with KeepUntilFinished, since the last finished record
 // or since the partition took its first record in hand): the daemon
-// bounds the consumer's capacity by it before the position moves. Every
-// partition also says what the last finished polls that found records
-// waiting handed out of it, over their length (back to the last poll that
-// waited for its records, the older half forgotten past a second; none
-// once the last poll waited, and none with KeepUntilFinished, where a
-// poll finishes nothing): what the consumer consumed while busy, which
-// the daemon reads before it has measured anything (a consumer that
-// falls behind from the start).
+// bounds the consumer's capacity by it before the position moves.
 //
 // NATS JetStream: wrap the handler, or call Received and Done around each
 // message (a ttl/natsguard guard with the reporter as its Progress does):
@@ -66,9 +59,7 @@
 //	cc, err := consumer.Consume(rep.Wrap(handle))
 //
 // It also says how many messages it holds from its oldest in hand on and
-// for how long it has finished none, as the Kafka hook does, and how many
-// it finished since its last report, over that time, when it had nothing
-// in hand for less than a tenth of it.
+// for how long it has finished none, as the Kafka hook does.
 //
 // Each reporter owns one goroutine, started by its constructor and stopped
 // by Close, that sends a report every Config.Interval (250ms by default) to

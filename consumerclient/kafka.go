@@ -23,14 +23,7 @@ import (
 // head time its timestamp, the age of the work the consumer is doing; with
 // none, the partition is idle at the offset after the last record polled.
 // A ttl/kafkaguard Guard with the reporter as its Progress finishes
-// records one by one instead, as it handles or skips them. Once a poll
-// that found records waiting has finished (the next poll started), every
-// partition also says how many of its records the busy run handed out,
-// and the run's length (protocol 1.6's lastPoll, lastPollMs): the
-// finished polls that found records waiting, back to the last one that
-// waited for its records (the older half forgotten past a second). After
-// a poll that waited (the consumer caught up), none; none with
-// KeepUntilFinished (a poll finishes nothing).
+// records one by one instead, as it handles or skips them.
 //
 // With Config.KeepUntilFinished, a polled record stays in hand until the
 // consumer says it is finished ([KafkaReporter.Done] for that record,
@@ -76,15 +69,6 @@ type KafkaReporter struct {
 	// asked, for tests, runs in snapshot once the client was asked what
 	// it owns, before r.mu is taken again.
 	asked func()
-	// The polls, numbered from 1 (gen, the one in progress): pollAt is
-	// when it started and tookAt when it handed out its first record.
-	// runFor is the length of the busy run: the finished polls that found
-	// records waiting since the last that waited for them (run runGen),
-	// the older half forgotten whenever it passes a second (see pollEnd).
-	// Not with keep: a poll then finishes nothing.
-	gen, runGen    uint64
-	runFor         time.Duration
-	pollAt, tookAt time.Time
 }
 
 type topicPartition struct {
@@ -110,10 +94,6 @@ type kafkaPart struct {
 	skipped int64
 	// born is KafkaReporter.born when the partition was first seen.
 	born uint64
-	// polled counts the records poll polledGen handed out here, run
-	// those of the busy run runGen's finished polls.
-	polled, run       int64
-	polledGen, runGen uint64
 }
 
 type handRecord struct {
@@ -125,7 +105,7 @@ type handRecord struct {
 // sends nothing until its hook has seen records). Close stops it. The
 // error wraps [ErrInvalidConfig], or is a metrics registration error.
 func NewKafkaReporter(cfg Config) (*KafkaReporter, error) {
-	r := &KafkaReporter{group: cfg.Group, parts: make(map[topicPartition]*kafkaPart), keep: cfg.KeepUntilFinished, gen: 1}
+	r := &KafkaReporter{group: cfg.Group, parts: make(map[topicPartition]*kafkaPart), keep: cfg.KeepUntilFinished}
 	s, err := newSender(cfg, quotaproto.KindKafka, r.snapshot)
 	if err != nil {
 		return nil, err
@@ -183,7 +163,6 @@ func (h *kafkaHook) OnClientClosed(cl *kgo.Client) {
 		r.polled = false
 		clear(r.parts)
 		r.hand, r.last = r.hand[:0], nil
-		r.runGen, r.runFor, r.pollAt = r.runGen+1, 0, time.Time{}
 	}
 }
 
@@ -191,13 +170,9 @@ func (h *kafkaHook) OnClientClosed(cl *kgo.Client) {
 // (unless KeepUntilFinished: then the records wait for Done or Finished).
 func (h *kafkaHook) OnPollStart(context.Context) {
 	r := (*KafkaReporter)(h)
-	now := time.Now()
 	r.mu.Lock()
 	r.polled = r.cl != nil
 	r.taking = !r.keep
-	if !r.keep {
-		r.pollEnd(now)
-	}
 	for _, p := range r.hand {
 		p.clear()
 	}
@@ -220,13 +195,8 @@ func (h *kafkaHook) OnFetchRecordUnbuffered(rec *kgo.Record, polled bool) {
 	r.mu.Lock()
 	if r.taking {
 		r.moved, r.taking = time.Now(), false
-		r.tookAt = r.moved
 	}
 	p := r.part(rec.Topic, rec.Partition)
-	if p.polledGen != r.gen {
-		p.polled, p.polledGen = 0, r.gen
-	}
-	p.polled++
 	full := false
 	if r.keep {
 		full = r.keepRecord(p, rec.Offset)
@@ -243,52 +213,6 @@ func (h *kafkaHook) OnFetchRecordUnbuffered(rec *kgo.Record, polled bool) {
 			"whose queues it drops) gets here only with that many records waiting in its queues",
 			"topic", rec.Topic, "partition", rec.Partition, "records", keepMax)
 	}
-}
-
-// pollEnd ends the poll in progress at now, when the next one starts (its
-// records are finished by then). A poll that found records waiting (it
-// handed out its first within a millisecond, or a tenth of its length)
-// joins the busy run; one that waited for its records (or got none)
-// found the consumer caught up, and ends it: its records over its length
-// are what was written, not what the consumer can do. Once the run
-// passes a second its older half is forgotten (halved), so that it says
-// what the consumer did lately. r.mu is held.
-func (r *KafkaReporter) pollEnd(now time.Time) {
-	if r.pollAt.IsZero() {
-		r.pollAt = now
-		return
-	}
-	length := now.Sub(r.pollAt)
-	busy := !r.tookAt.IsZero()
-	if wait := r.tookAt.Sub(r.pollAt); busy && wait >= time.Millisecond && wait*10 >= length {
-		busy = false
-	}
-	switch {
-	case !busy:
-		r.runGen, r.runFor = r.runGen+1, 0
-	default:
-		if r.runFor >= time.Second {
-			r.runFor /= 2
-			for _, p := range r.parts {
-				if p.runGen == r.runGen {
-					p.run /= 2
-				}
-			}
-		}
-		r.runFor += length
-		for _, p := range r.hand {
-			if p.polledGen != r.gen {
-				continue // counted (listed twice), or revoked
-			}
-			if p.runGen != r.runGen {
-				p.run, p.runGen = 0, r.runGen
-			}
-			p.run += p.polled
-			p.polledGen = 0
-		}
-	}
-	r.gen++
-	r.pollAt, r.tookAt = now, time.Time{}
 }
 
 // keepMax is how many unfinished records a partition keeps in hand at
@@ -604,12 +528,6 @@ func (r *KafkaReporter) snapshot(now time.Time) (string, []quotaproto.ConsumerTo
 		// daemon does not know (see quotaproto.ConsumerPartition).
 		cp.Skipped = new(int64)
 		*cp.Skipped = p.skipped
-		if r.runFor > 0 {
-			cp.LastPollMs = min(max(r.runFor.Milliseconds(), 1), quotaproto.MaxHeldMs)
-			if p.runGen == r.runGen {
-				cp.LastPoll = min(p.run, quotaproto.MaxHeld)
-			}
-		}
 		byTopic[tp.topic] = append(byTopic[tp.topic], cp)
 	}
 	return group, sortedTopics(byTopic)

@@ -39,12 +39,6 @@ const MaxInHand = 1 << 16
 // and the bound looser (the daemon then lowers the quota less, and climbs
 // back less after a stall).
 //
-// Each report also says how many messages it finished since the last
-// report, over that time, when it had nothing in hand for less than a
-// tenth of it (protocol 1.6's lastPoll and lastPollMs: what it consumed
-// while busy; the daemon adds up its members' and reads the sum while it
-// has measured nothing yet).
-//
 // The daemon reads the count only while one member reports alone: it
 // takes that member for the whole consumer. Give every instance a
 // reporter, every daemon replica's URL (a replica uses only the reports
@@ -65,13 +59,6 @@ type natsStream struct {
 	// was last done, or received with none in hand (see snapshot).
 	high  uint64
 	moved time.Time
-	// The window since the last report (from the first message before
-	// it): done messages finished in it, idle the time with none in hand
-	// before idleFrom (when none has been in hand since; zero while one
-	// is).
-	winAt, idleFrom time.Time
-	done            int64
-	idle            time.Duration
 }
 
 // NewNATSReporter validates cfg and starts the reporter's goroutine (it
@@ -99,13 +86,6 @@ func (r *NATSReporter) Received(msg jetstream.Msg) {
 		st.high = max(st.high, md.Sequence.Stream)
 		if len(st.inHand) == 0 {
 			st.moved = time.Now()
-			if st.winAt.IsZero() {
-				st.winAt = st.moved
-			}
-			if !st.idleFrom.IsZero() {
-				st.idle += st.moved.Sub(later(st.idleFrom, st.winAt))
-				st.idleFrom = time.Time{}
-			}
 		}
 		if len(st.inHand) >= MaxInHand {
 			return
@@ -126,10 +106,6 @@ func (r *NATSReporter) Done(msg jetstream.Msg) {
 		delete(st.inHand, md.Sequence.Stream)
 		st.next = max(st.next, md.Sequence.Stream+1)
 		st.moved = time.Now()
-		st.done++
-		if len(st.inHand) == 0 {
-			st.idleFrom = st.moved
-		}
 	})
 }
 
@@ -198,34 +174,7 @@ func (r *NATSReporter) snapshot(now time.Time) (string, []quotaproto.ConsumerTop
 			p.Held = int64(min(st.high-uint64(p.Position)+1, quotaproto.MaxHeld))
 			p.HeldMs = min(max(now.Sub(st.moved).Milliseconds(), 0), quotaproto.MaxHeldMs)
 		}
-		p.LastPoll, p.LastPollMs = st.window(now)
 		byTopic[name] = []quotaproto.ConsumerPartition{p}
 	}
 	return r.group, sortedTopics(byTopic)
-}
-
-// window returns the messages finished since the last report and the time
-// since, in milliseconds, when the stream had nothing in hand for less
-// than a tenth of it (0, 0 otherwise), and starts the next window at now.
-func (st *natsStream) window(now time.Time) (done, ms int64) {
-	idle := st.idle
-	if !st.idleFrom.IsZero() {
-		idle += now.Sub(later(st.idleFrom, st.winAt))
-	}
-	if span := now.Sub(st.winAt); !st.winAt.IsZero() && st.done > 0 && idle*10 < span {
-		done, ms = min(st.done, quotaproto.MaxHeld), min(max(span.Milliseconds(), 1), quotaproto.MaxHeldMs)
-	}
-	if !st.winAt.IsZero() {
-		st.winAt = now
-	}
-	st.done, st.idle = 0, 0
-	return done, ms
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

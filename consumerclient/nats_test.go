@@ -320,38 +320,3 @@ func TestNATSReporterHeldOutOfOrder(t *testing.T) {
 		t.Errorf("received 3, 2, 1: %+v, want position 1 holding 3", p)
 	}
 }
-
-// TestNATSReporterLastPoll: each report says how many messages the
-// instance finished since the last one, over that time, while it was
-// busy (nothing in hand less than a tenth of it), and nothing for a time
-// it spent waiting for messages (caught up). Messages of the embedded
-// server; the reports taken as the sender takes them (snapshot), from a
-// reporter without a sender.
-func TestNATSReporterLastPoll(t *testing.T) {
-	_, cons := newJetStream(t, "POLLS", "polls.new", "worker", 4)
-	rep := &NATSReporter{streams: make(map[string]*natsStream)}
-	msgs := fetchN(t, cons, 4)
-	start := time.Now()
-	rep.Received(msgs[0])
-	for i := range 3 {
-		time.Sleep(50 * time.Millisecond)
-		rep.Done(msgs[i])
-		if i < 2 {
-			rep.Received(msgs[i+1])
-		}
-	}
-	now := time.Now()
-	_, topics := rep.snapshot(now)
-	if p := topics[0].Partitions[0]; p.LastPoll != 3 || p.LastPollMs < 150 || p.LastPollMs > now.Sub(start).Milliseconds() {
-		t.Errorf("three messages finished back to back over %v: reported %d over %d ms, want 3 over that time", now.Sub(start), p.LastPoll, p.LastPollMs)
-	}
-
-	// Caught up: nothing in hand for 200 ms, then one message for 20 ms.
-	time.Sleep(200 * time.Millisecond)
-	rep.Received(msgs[3])
-	time.Sleep(20 * time.Millisecond)
-	rep.Done(msgs[3])
-	if _, topics := rep.snapshot(time.Now()); topics[0].Partitions[0].LastPoll != 0 || topics[0].Partitions[0].LastPollMs != 0 {
-		t.Errorf("a report after 200 ms with nothing in hand gives %+v, want no poll counts", topics[0].Partitions[0])
-	}
-}

@@ -188,27 +188,45 @@ func TestKafkaReporterDaemonWithoutSkips(t *testing.T) {
 	const topic = "noskips"
 	c := newKafkaCluster(t, topic, 1)
 	produce(t, c, topic, 0, 5, time.Now())
-	old := &strictDaemon[report14]{}
-	ts := httptest.NewServer(old)
+	var mu sync.Mutex
+	var refused []string
+	var stored []report14
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var rep report14
+		err := quotaserver.DecodeStrict(body, &rep, "kind", "group", "topics", "topics[].topic", "topics[].partitions",
+			"topics[].partitions[].partition", "topics[].partitions[].position")
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			refused = append(refused, err.Error())
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(quotaproto.ErrorBody{Error: "malformed body: " + err.Error()})
+			return
+		}
+		stored = append(stored, rep)
+		w.WriteHeader(http.StatusNoContent)
+	}))
 	defer ts.Close()
 	rep, recs := hookedPoll(t, c, topic, ts.URL, 5)
 	rep.Skipped(recs[0]) // as the guard does for an expired record, before Finished
 	rep.Finished(recs[0])
 	waitFor(t, "three reports with the held count stored", func() bool {
-		old.mu.Lock()
-		defer old.mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
 		n := 0
-		for _, r := range old.stored {
+		for _, r := range stored {
 			if p := r.Topics[0].Partitions[0]; p.Position == recs[1].Offset && p.Held == 4 {
 				n++
 			}
 		}
 		return n >= 3
 	})
-	old.mu.Lock()
-	defer old.mu.Unlock()
-	if len(old.refused) != 1 || !quotaproto.RefusesField("malformed body: "+old.refused[0], "skipped") {
-		t.Errorf("the 1.4 daemon refused %q, want the first report only, for skipped", old.refused)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refused) != 1 || !quotaproto.RefusesField("malformed body: "+refused[0], "skipped") {
+		t.Errorf("the 1.4 daemon refused %q, want the first report only, for skipped", refused)
 	}
 	if n := rep.s.count(outcomeRefused); n != 0 {
 		t.Errorf("the hook counts %d refused reports, want 0", n)
@@ -273,99 +291,4 @@ func hookedPoll(t *testing.T, c *kfake.Cluster, topic, url string, n int) (*Kafk
 	t.Cleanup(rep.Close)
 	cl := newKafkaClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
 	return rep, pollN(t, cl, n)
-}
-
-// strictDaemon is the consumer-report endpoint of an older daemon whose
-// strict decoder reads a report as R: its 400 text for a field it does
-// not know ("malformed body: ..."), what it refused and what it stored.
-type strictDaemon[R any] struct {
-	mu      sync.Mutex
-	refused []string
-	stored  []R
-}
-
-func (o *strictDaemon[R]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	var rep R
-	err := quotaserver.DecodeStrict(body, &rep, "kind", "group", "topics", "topics[].topic", "topics[].partitions",
-		"topics[].partitions[].partition", "topics[].partitions[].position")
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if err != nil {
-		o.refused = append(o.refused, err.Error())
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadRequest)
-		_ = json.NewEncoder(w).Encode(quotaproto.ErrorBody{Error: "malformed body: " + err.Error()})
-		return
-	}
-	o.stored = append(o.stored, rep)
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// report15 is a consumer report as a daemon of protocol 1.5 reads it:
-// held, heldMs and skipped, no lastPoll.
-type report15 struct {
-	Kind     string `json:"kind"`
-	Cluster  string `json:"cluster,omitempty"`
-	Group    string `json:"group"`
-	Member   string `json:"member,omitempty"`
-	SentAtMs int64  `json:"sentAtMs,omitempty"`
-	Topics   []struct {
-		Topic      string `json:"topic"`
-		Partitions []struct {
-			Partition  int32  `json:"partition"`
-			Position   int64  `json:"position"`
-			HeadTimeMs int64  `json:"headTimeMs,omitempty"`
-			Idle       bool   `json:"idle,omitempty"`
-			Held       int64  `json:"held,omitempty"`
-			HeldMs     int64  `json:"heldMs,omitempty"`
-			Skipped    *int64 `json:"skipped,omitempty"`
-		} `json:"partitions"`
-	} `json:"topics"`
-}
-
-// TestKafkaReporterDaemonWithoutPollCounts: a hook of protocol 1.6 whose
-// consumer finished a busy poll, against a daemon of 1.5, which refuses
-// the poll counts as unknown fields. The hook sends the same report
-// without them, keeping the held and skip counts the daemon knows.
-func TestKafkaReporterDaemonWithoutPollCounts(t *testing.T) {
-	const topic = "nopolls"
-	c := newKafkaCluster(t, topic, 1)
-	produce(t, c, topic, 0, 5, time.Now())
-	old := &strictDaemon[report15]{}
-	ts := httptest.NewServer(old)
-	defer ts.Close()
-	rep, err := NewKafkaReporter(Config{URL: ts.URL, Interval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rep.Close()
-	cl := newKafkaClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
-	pollN(t, cl, 5)
-	// A busy poll: 5 records waiting, taken at once, worked on for 600
-	// ms; the next poll ends it (and holds the last record written).
-	produce(t, c, topic, 0, 5, time.Now())
-	pollN(t, cl, 5)
-	time.Sleep(600 * time.Millisecond)
-	produce(t, c, topic, 0, 1, time.Now())
-	recs := pollN(t, cl, 1)
-	waitFor(t, "three reports of the last record in hand stored", func() bool {
-		old.mu.Lock()
-		defer old.mu.Unlock()
-		n := 0
-		for _, r := range old.stored {
-			if p := r.Topics[0].Partitions[0]; p.Position == recs[0].Offset && p.Held == 1 && p.Skipped != nil {
-				n++
-			}
-		}
-		return n >= 3
-	})
-	old.mu.Lock()
-	defer old.mu.Unlock()
-	if len(old.refused) != 1 || !quotaproto.RefusesField("malformed body: "+old.refused[0], "lastPoll", "lastPollMs") {
-		t.Errorf("the 1.5 daemon refused %q, want one report, for lastPoll", old.refused)
-	}
-	if n := rep.s.count(outcomeRefused); n != 0 {
-		t.Errorf("the hook counts %d refused reports, want 0", n)
-	}
 }

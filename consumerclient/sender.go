@@ -91,9 +91,6 @@ var newer = [...]newerField{
 	{protocol: "1.5", what: "skip counts", names: []string{"skipped"},
 		has:   func(p quotaproto.ConsumerPartition) bool { return p.Skipped != nil },
 		strip: func(p *quotaproto.ConsumerPartition) { p.Skipped = nil }},
-	{protocol: "1.6", what: "poll counts", names: []string{"lastPoll", "lastPollMs"},
-		has:   func(p quotaproto.ConsumerPartition) bool { return p.LastPoll != 0 || p.LastPollMs != 0 },
-		strip: func(p *quotaproto.ConsumerPartition) { p.LastPoll, p.LastPollMs = 0, 0 }},
 }
 
 // in says whether a partition of topics carries the field.

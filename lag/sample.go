@@ -220,16 +220,6 @@ type Report struct {
 	Skipped    int64  `json:"skipped,omitempty"`
 	SkipsGiven bool   `json:"skipsGiven,omitempty"`
 	Member     string `json:"member,omitempty"`
-	// PollRate is what the reporting member (on NATS, the sum over the
-	// members, when every fresh one gives it) consumed of this partition,
-	// messages per second, over its busy run (its last finished polls that
-	// found records waiting), and PollFor that run's length (on NATS, the
-	// shortest of the members'), when given
-	// (quotaproto.ConsumerPartition.LastPoll over LastPollMs). PollFor 0:
-	// not given (the reporter is older, has no such poll, or its last poll
-	// waited for its records: caught up).
-	PollRate float64       `json:"pollRate,omitempty"`
-	PollFor  time.Duration `json:"pollFor,omitempty"`
 }
 
 // IsZero reports whether r carries no report.

@@ -1643,9 +1643,6 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	case moved:
 		v.consumed, v.span = st.ConsumeRateInstant*v.dt/span, span
 		leaveOutSkipped(st, v)
-		if rate, ok := behindByPoll(tc, st, v); ok {
-			v.consumed = rate
-		}
 		tc.moveAt, tc.spanProduced, tc.moveLag = st.At, 0, st.Lag
 		if firstCommit(tc, st) {
 			v.lower, tc.sightAt = true, time.Time{}
@@ -1797,75 +1794,18 @@ func reportStill(tc *control, st *lag.State, v *reading) {
 		// Busy since its poll, at or before this report.
 		tc.moveAt, tc.spanProduced, tc.moveLag = st.At, 0, st.Lag
 	}
-	if rate, ok := behindByPoll(tc, st, v); ok {
-		v.consumed, v.span, v.measured = rate, v.dt, true
-		v.spanProduced = v.produced * v.dt
-		return
-	}
-	bound, busy, held := heldBound(st)
-	if held {
+	if bound, busy, ok := heldBound(st); ok {
 		stillBound(tc, v, bound, busy, v.produced*busy)
 		return
 	}
 	if first {
 		return
 	}
-	busy = repAt.Sub(tc.moveAt).Seconds()
+	busy := repAt.Sub(tc.moveAt).Seconds()
 	if busy <= v.dt {
 		return
 	}
 	stillBound(tc, v, float64(tc.moveLag)/busy, busy, tc.spanProduced)
-}
-
-// behindByPoll is the consumer's rate by its last busy polls (pollRate)
-// while nothing has been measured yet, ok when it is below what the
-// producers send (keepUpRatio): the consumer falls behind. Only then:
-// a consumer that keeps up with a fixed cost per poll reads what was
-// written, and is read as before (TestControllerStartupBatchPollRate).
-// A position that stood still reads it as its consumption; the first
-// move measured takes it over the move (a poll-sized move over a short
-// interval read 4,267/s of 2,000; TestControllerStartupBusyPoll).
-func behindByPoll(tc *control, st *lag.State, v *reading) (float64, bool) {
-	if tc.measuredSeen > 0 || tc.capacity > 0 || tc.stalled {
-		return 0, false
-	}
-	rate, ok := pollRate(st)
-	return rate, ok && rate < keepUpRatio*v.produced
-}
-
-// minPollFor is the shortest busy run pollRate reads: a few
-// records over a few milliseconds are the scheduler's, not the consumer's
-// (a poll of 2 records in 3 ms read 667/s of a consumer of 2,000 that kept
-// up at 5x on kfake, at load 14).
-const minPollFor = 100 * time.Millisecond
-
-// pollRate is what the consumer of st consumed, messages per second, by
-// what its members' reports say of their last busy polls (the polls that
-// found records waiting since the last that waited, lag.Report.PollRate):
-// their records over their lengths, which add up over partitions and
-// members. ok only when every
-// partition is read from a fresh report that gives it, from a poll of at
-// least minPollFor: a member caught up (its last poll waited for records),
-// an older reporter or a partition read from commits give no rate.
-//
-// reportStill reads it while nothing has been measured yet: a consumer
-// whose position stands still because it works through one long poll
-// has measured nothing, and "wait 0s <= engage: unlimited" let a backlog
-// grow at the offer less its capacity until the poll ended (at 10x on
-// kfake, a consumer of 2,000/s offered 4,000/s from the start: 2.6-21.9%
-// dead before the drop in 5 of 12 runs, session 21), while the record in
-// hand's age cannot tell it from a consumer that keeps up with a fixed
-// cost per poll (session 22, TestControllerStartupBatchPoll). The last
-// poll can: the first read 2,000/s, the second what was written.
-func pollRate(st *lag.State) (rate float64, ok bool) {
-	for i := range st.Partitions {
-		ps := &st.Partitions[i]
-		if ps.Source != lag.SourceConsumer || ps.Reported.PollFor < minPollFor {
-			return 0, false
-		}
-		rate += ps.Reported.PollRate
-	}
-	return rate, len(st.Partitions) > 0
 }
 
 // stillBound takes bound, an upper bound of what a consumer whose position

@@ -275,9 +275,6 @@ func (c *Consumers) put(rep quotaproto.ConsumerReport, now time.Time) (refused i
 			if p.Held > 0 {
 				r.Held, r.HeldFor = p.Held, time.Duration(p.HeldMs)*time.Millisecond
 			}
-			if p.LastPollMs > 0 {
-				r.PollRate, r.PollFor = float64(p.LastPoll)*1000/float64(p.LastPollMs), time.Duration(p.LastPollMs)*time.Millisecond
-			}
 			ms := parts[p.Partition]
 			if i := slices.IndexFunc(ms, func(m memberReport) bool { return m.member == rep.Member }); i >= 0 {
 				ms[i].report = r
@@ -352,9 +349,6 @@ func (c *Consumers) sweep(cutoff time.Time) {
 // member reports alone: one member's count bounds only that member, and
 // the position in hand of several moves by what the others finished
 // before (a count from it would read their work as this interval's).
-// Their rates over their busy runs (lag.Report.PollRate) add up,
-// over the shortest of those polls, given only when every fresh member
-// gives one.
 func (c *Consumers) Overlay(s *lag.Sample, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -367,8 +361,7 @@ func (c *Consumers) Overlay(s *lag.Sample, now time.Time) {
 	for i := range s.Partitions {
 		p := &s.Partitions[i]
 		var newest, inHand, idle lag.Report
-		members, polled := 0, 0
-		pollRate, pollFor := 0.0, time.Duration(0)
+		members := 0
 		for _, parts := range sources {
 			for _, m := range parts[p.Partition] {
 				r := m.report
@@ -379,13 +372,6 @@ func (c *Consumers) Overlay(s *lag.Sample, now time.Time) {
 					r.At = now // received while the cycle was being read
 				}
 				members++
-				if r.PollFor > 0 {
-					polled++
-					pollRate += r.PollRate
-					if pollFor == 0 || r.PollFor < pollFor {
-						pollFor = r.PollFor
-					}
-				}
 				if r.At.After(newest.At) {
 					newest = r
 				}
@@ -409,9 +395,6 @@ func (c *Consumers) Overlay(s *lag.Sample, now time.Time) {
 			}
 		default:
 			p.Reported = lag.Report{At: newest.At, Position: idle.Position}
-		}
-		if s.Target.Kind == lag.KindNATS && polled == members && members > 0 {
-			p.Reported.PollRate, p.Reported.PollFor = pollRate, pollFor
 		}
 	}
 }

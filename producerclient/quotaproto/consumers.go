@@ -131,23 +131,6 @@ type ConsumerPartition struct {
 	// skip costs the consumer nothing), at most the partition's move;
 	// a count that went back, or a report without it, counts nothing.
 	Skipped *int64 `json:"skipped,omitempty"`
-	// LastPoll and LastPollMs optionally (protocol 1.6) describe the
-	// reporting member's busy run: its last finished polls that found
-	// records waiting (each waited for them less than a millisecond or a
-	// tenth of its length), back to the last one that waited; a reporter
-	// may forget the run's older part. LastPollMs is their length, each
-	// from its start to the next poll's (by then every record it handed
-	// out was finished, 1 to MaxHeldMs), LastPoll (0 to MaxHeld) how many
-	// of this partition's records they handed out. LastPollMs 0: not
-	// given (an older reporter, no such poll yet, or the last poll waited
-	// for its records: a consumer caught up; LastPoll is then not read).
-	// Over a member's partitions the counts over the length are what it
-	// consumed while busy, before its position moves (the daemon reads it
-	// while it has measured nothing yet). A NATS reporter gives the
-	// messages finished since its last report over that time, when it had
-	// nothing in hand for less than a tenth of it.
-	LastPoll   int64 `json:"lastPoll,omitempty"`
-	LastPollMs int64 `json:"lastPollMs,omitempty"`
 }
 
 // HeadTime returns HeadTimeMs as a time, zero when idle or unset.
@@ -246,12 +229,6 @@ func (r ConsumerReport) Validate() error {
 				bad("%s.skipped %d must be from 0 to %d", at, *p.Skipped, int64(MaxSkipped))
 			}
 			switch {
-			case p.LastPoll < 0 || p.LastPoll > MaxHeld:
-				bad("%s.lastPoll %d must be from 0 to %d", at, p.LastPoll, MaxHeld)
-			case p.LastPollMs < 0 || p.LastPollMs > MaxHeldMs:
-				bad("%s.lastPollMs %d must be from 0 (not given) to %d", at, p.LastPollMs, MaxHeldMs)
-			}
-			switch {
 			case p.HeldMs < 0 || p.HeldMs > MaxHeldMs:
 				bad("%s.heldMs %d must be from 0 to %d", at, p.HeldMs, MaxHeldMs)
 			case p.HeldMs > 0 && p.Held <= 0:
@@ -274,7 +251,7 @@ func RefusesHeld(errText string) bool { return RefusesField(errText, "held", "he
 
 // RefusesField says whether a daemon's error text refuses the report for
 // one of a partition's fields named as unknown (RefusesHeld for any
-// newer field: "skipped", protocol 1.5; "lastPoll", 1.6).
+// newer field: "skipped", protocol 1.5).
 func RefusesField(errText string, names ...string) bool {
 	for _, f := range names {
 		if strings.Contains(errText, "partitions[]."+f+": unknown field") {
