@@ -70,6 +70,16 @@ func (p *pacer) take(ctx context.Context) error {
 	return nil
 }
 
+// processed records a Kafka record a consumer finished: its class's
+// consumption (when its value decodes) and, for the true head age, that it
+// is no longer waiting.
+func (r *recorder) processed(k *kgo.Record, deadline time.Duration) {
+	if created, class, err := decode(k.Value); err == nil {
+		r.consumed(class, created, time.Now(), deadline)
+	}
+	r.done(k.Partition, k.Offset)
+}
+
 // capacityAt is the scenario's capacity at the recorder's clock (Normal
 // before the run starts).
 func capacityAt(scn Scenario, rec *recorder) func(time.Time) float64 {
@@ -173,10 +183,7 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 		if err := p.take(cctx); err != nil {
 			return err
 		}
-		if created, class, err := decode(r.Value); err == nil {
-			rec.consumed(class, created, time.Now(), scn.Deadline)
-		}
-		rec.done(r.Partition, r.Offset)
+		rec.processed(r, scn.Deadline)
 		return nil
 	}
 	c.wg.Go(func() {
@@ -363,10 +370,7 @@ func startMarksConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 			if p.take(cctx) != nil {
 				return
 			}
-			if created, class, err := decode(r.Value); err == nil {
-				rec.consumed(class, created, time.Now(), scn.Deadline)
-			}
-			rec.done(r.Partition, r.Offset)
+			rec.processed(r, scn.Deadline)
 			cl.MarkCommitRecords(r)
 		}
 	})

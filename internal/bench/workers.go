@@ -126,10 +126,7 @@ func startWorkersConsumer(ctx context.Context, w *world, scn Scenario, rec *reco
 		if err := take(); err != nil {
 			return err
 		}
-		if created, class, err := decode(r.Value); err == nil {
-			rec.consumed(class, created, time.Now(), scn.Deadline)
-		}
-		rec.done(r.Partition, r.Offset)
+		rec.processed(r, scn.Deadline)
 		if rep != nil {
 			rep.Done(r)
 		}
