@@ -26,8 +26,8 @@ func (m *longestThrottle) OnBrokerThrottle(_ kgo.BrokerMetadata, d time.Duration
 }
 
 // TestRealKafkaClientQuotaCutBounded: a cut to 0 msg/s steered onto a
-// policy's client.id holds its producers about an interval at a response,
-// never minutes, for the producers the broker's producer list does not
+// policy's client.id holds its producers under issue 17's 10 s at a
+// response, never minutes, for the producers the broker's producer list does not
 // describe as one: a non-idempotent producer (librdkafka's default, Java
 // before 3.0: never listed) and a client.id three idempotent processes
 // share (each listed on its own). Kafka's throttle has no upper bound: a
@@ -107,8 +107,13 @@ func TestRealKafkaClientQuotaCutBounded(t *testing.T) {
 					i, rate, cur[id], stored.Load(), time.Duration(m.ns.Load()))
 				time.Sleep(time.Second)
 			}
-			if l := time.Duration(m.ns.Load()); l > 5*time.Second {
-				t.Errorf("%d producer(s) of one client.id cut to 0 were throttled %s at one response, want about an interval", c.procs, l)
+			// Bound: issue 17's longest throttle, under 10 s. The reverted
+			// cap held 3 m and 24 s; a fresh-clone CI run of the code
+			// before and after it held the shared client.id 7.4 s once
+			// (3.6 s in the other runs): the steps down to 0 reach
+			// quotas Kafka's rule turns into holds of several intervals.
+			if l := time.Duration(m.ns.Load()); l >= 10*time.Second {
+				t.Errorf("%d producer(s) of one client.id cut to 0 were throttled %s at one response, want under 10 s (issue 17)", c.procs, l)
 			}
 		})
 	}
