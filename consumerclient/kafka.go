@@ -296,7 +296,10 @@ func (r *KafkaReporter) Finished(rec *kgo.Record) {
 // lag the daemon reads is the records not finished, in the broker or in
 // hand, and the position moves with every Done; the head time is that of
 // the oldest unfinished record. A record not in hand (finished already,
-// polled before its partition was revoked or polled again) is ignored.
+// or polled before its partition was revoked) is ignored. A late Done for
+// a record polled again since (its partition assigned again, or a seek
+// back) finishes the new copy in hand, whose offset it shares: until that
+// copy's own Done, the lag reads one short.
 // Cost: a clock read, a lock and a binary search over the partition's
 // records in hand; no allocation (BenchmarkKafkaHookKeep).
 func (r *KafkaReporter) Done(rec *kgo.Record) {
