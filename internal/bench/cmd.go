@@ -38,6 +38,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	hotInterval := fs.Duration("hot-interval", time.Second, "the daemon's observation interval in the hot-partition scenario")
 	hotCommit := fs.Duration("hot-commit", 250*time.Millisecond, "in the hot-partition scenario, how often the consumer commits what it processed (5s: franz-go's and Java's default autocommit interval)")
 	hotKeys := fs.String("hot-keys", HotBoth, "in the hot-partition scenario, which runs: keyless (franz-go's sticky partitioner), keyed (keys spread over all partitions) or both")
+	hotConsumer := fs.String("hot-consumer", HotPlain, "in the hot-partition scenario, the consumer: plain (its commits alone tell the daemon where it is) or hook (the same, with consumerclient's hook reporting what it finished every 250ms)")
 	hotSlowAfter := fs.Duration("hot-slow-after", 0, "in the hot-partition scenario, partition 0's consumer slows down this long after the start (0: slow from the start); the figures count from then on")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: lagbridge bench [flags]\n\nThe overload benchmark matrix: naive producers vs lagbridge, side by side, per consumer, producer and observation interval.\n\n")
@@ -55,7 +56,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *hot {
-		return hotCommand(ctx, HotOptions{Duration: time.Duration(*scale * float64(time.Minute)), Interval: *hotInterval, SlowAfter: *hotSlowAfter, Keys: *hotKeys, CommitEvery: *hotCommit, KafkaBrokers: *kafkaAddr, Out: stdout}, *out, *verbose, stderr)
+		return hotCommand(ctx, HotOptions{Duration: time.Duration(*scale * float64(time.Minute)), Interval: *hotInterval, SlowAfter: *hotSlowAfter, Keys: *hotKeys, Consumer: *hotConsumer, CommitEvery: *hotCommit, KafkaBrokers: *kafkaAddr, Out: stdout}, *out, *verbose, stderr)
 	}
 	if *short && !fs.Changed("loads") {
 		*loadList = "2,10"

@@ -17,6 +17,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/lagbridge/lagbridge/consumerclient"
 	"github.com/lagbridge/lagbridge/producerclient"
 	"github.com/lagbridge/lagbridge/ttl"
 )
@@ -57,6 +58,12 @@ type HotOptions struct {
 	// Keys selects the runs by keying: HotKeyless, HotKeyed or HotBoth;
 	// empty means HotBoth (keyless, then keyed).
 	Keys string
+	// Consumer selects the consumer: HotPlain (commits alone tell the
+	// daemon where it is) or HotHook (the same consumer with the consumer
+	// hook of consumerclient reporting to the run's daemon every 250ms,
+	// as a consumer that hands records to a goroutine per partition
+	// wires it); empty means HotPlain.
+	Consumer string
 	// KafkaBrokers, when set, runs on this real cluster (seed addresses)
 	// instead of an embedded kfake, with a topic and group of its own per
 	// run, deleted at the end.
@@ -72,6 +79,12 @@ const (
 	HotKeyless = "keyless" // keyless records only (franz-go's sticky partitioner)
 	HotKeyed   = "keyed"   // keyed records only, keys spread over all partitions
 	HotBoth    = "both"    // keyless, then keyed
+)
+
+// The consumers [HotOptions].Consumer selects.
+const (
+	HotPlain = "plain" // commits only
+	HotHook  = "hook"  // commits, and the consumer hook reporting to the daemon
 )
 
 // keyings is the keyed flag of each keying k runs, in order; nil for an
@@ -91,6 +104,9 @@ func keyings(k string) []bool {
 func (o HotOptions) withDefaults() HotOptions {
 	if o.Keys == "" {
 		o.Keys = HotBoth
+	}
+	if o.Consumer == "" {
+		o.Consumer = HotPlain
 	}
 	if o.Duration == 0 {
 		o.Duration = time.Minute
@@ -146,6 +162,9 @@ func (o HotOptions) Validate() error {
 	}
 	if keyings(o.Keys) == nil {
 		add("keys must be %s, %s or %s, got %q", HotKeyless, HotKeyed, HotBoth, o.Keys)
+	}
+	if o.Consumer != HotPlain && o.Consumer != HotHook {
+		add("consumer must be %s or %s, got %q", HotPlain, HotHook, o.Consumer)
 	}
 	if o.Deadline < 0 || o.Interval < 0 || o.CommitEvery < 0 {
 		add("deadline, interval and commit interval must be > 0, got %v, %v, %v", o.Deadline, o.Interval, o.CommitEvery)
@@ -228,8 +247,8 @@ func RunHot(ctx context.Context, o HotOptions) ([]HotResult, error) {
 		return nil, err
 	}
 	o = o.withDefaults()
-	fmt.Fprintf(o.Out, "lagbridge bench, hot partition: %d partitions, partition 0 processed at %s msg/s (from %s), the others at %s; %s msg/s offered; runs of %s; deadline %s\n",
-		partitions, num(o.Capacity/o.Slower), dur(o.SlowAfter), num(o.Capacity), num(o.Offered), dur(o.Duration), dur(o.Deadline))
+	fmt.Fprintf(o.Out, "lagbridge bench, hot partition: %d partitions, partition 0 processed at %s msg/s (from %s), the others at %s; %s msg/s offered; runs of %s; deadline %s; commits every %s%s\n",
+		partitions, num(o.Capacity/o.Slower), dur(o.SlowAfter), num(o.Capacity), num(o.Offered), dur(o.Duration), dur(o.Deadline), dur(o.CommitEvery), hookNote(o))
 	id := runID(time.Now())
 	var out []HotResult
 	n, kk := 0, keyings(o.Keys)
@@ -247,6 +266,15 @@ func RunHot(ctx context.Context, o HotOptions) ([]HotResult, error) {
 	}
 	fmt.Fprintf(o.Out, "\n%s", HotMarkdown(o, out))
 	return out, nil
+}
+
+// hookNote says, after the commit interval, that the consumer hook
+// reports too (HotHook); empty for HotPlain.
+func hookNote(o HotOptions) string {
+	if o.Consumer == HotHook {
+		return " and the consumer hook reporting what is finished every 250ms"
+	}
+	return ""
 }
 
 func keyName(keyed bool) string {
@@ -286,7 +314,7 @@ func runHot(ctx context.Context, o HotOptions, keyed bool, mode, id string) (Hot
 	}
 	defer func() { _ = d.stop() }()
 	res := HotResult{Broker: w.name, Mode: mode, Keyed: keyed}
-	c, err := startHotConsumer(ctx, w, o)
+	c, err := startHotConsumer(ctx, w, o, d.base)
 	if err != nil {
 		return res, err
 	}
@@ -571,6 +599,8 @@ func (p *hotProducer) fill(r *HotResult) {
 // moves only as records are processed.
 type hotConsumer struct {
 	cl *kgo.Client
+	// rep is the consumer hook's reporter (HotHook), nil without.
+	rep *consumerclient.KafkaReporter
 	// from is when partition 0 slows down, UnixNano (0: not set yet):
 	// records created before are not counted.
 	from   atomic.Int64
@@ -589,17 +619,38 @@ type hotPart struct {
 	dead int64
 }
 
-func startHotConsumer(ctx context.Context, w *world, o HotOptions) (*hotConsumer, error) {
+func startHotConsumer(ctx context.Context, w *world, o HotOptions, daemon string) (*hotConsumer, error) {
 	assigned := make(chan struct{})
 	var once sync.Once
-	cl, err := kgo.NewClient(kgo.SeedBrokers(w.kafkaAddrs...), kgo.ConsumerGroup(w.group), kgo.ConsumeTopics(w.topic),
+	opts := []kgo.Opt{kgo.SeedBrokers(w.kafkaAddrs...), kgo.ConsumerGroup(w.group), kgo.ConsumeTopics(w.topic),
 		kgo.AutoCommitMarks(), kgo.AutoCommitInterval(o.CommitEvery),
-		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { once.Do(func() { close(assigned) }) }))
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { once.Do(func() { close(assigned) }) })}
+	var rep *consumerclient.KafkaReporter
+	if o.Consumer == HotHook {
+		// The workers poll on while a partition's records wait in its
+		// queue: they stay in hand until the worker finishes each one.
+		var err error
+		if rep, err = consumerclient.NewKafkaReporter(consumerclient.Config{URL: daemon, Cluster: w.name, Logger: o.Log.With("consumer", w.group), KeepUntilFinished: true}); err != nil {
+			return nil, err
+		}
+		// The bench's one member is revoked only when it closes, after
+		// the run is measured: the callback replaces franz-go's commit on
+		// revoke, so it commits the marks itself.
+		revoke := func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+			rep.Revoked(m)
+			_ = cl.CommitMarkedOffsets(ctx)
+		}
+		opts = append(opts, kgo.WithHooks(rep.Hook()), kgo.OnPartitionsRevoked(revoke), kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { rep.Revoked(m) }))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
+		if rep != nil {
+			rep.Close()
+		}
 		return nil, err
 	}
 	cctx, cancel := context.WithCancel(context.Background())
-	c := &hotConsumer{cl: cl, cancel: cancel}
+	c := &hotConsumer{cl: cl, rep: rep, cancel: cancel}
 	for i := range c.parts {
 		c.parts[i] = &hotPart{wake: make(chan struct{}, 1)}
 	}
@@ -674,7 +725,18 @@ func (c *hotConsumer) work(ctx context.Context, hp *hotPart, pc *pacer, deadline
 		}
 		hp.mu.Unlock()
 		c.cl.MarkCommitRecords(r)
+		if c.rep != nil {
+			c.rep.Done(r)
+		}
 	}
+}
+
+// doneOf is how many counted records partition p's worker processed.
+func (c *hotConsumer) doneOf(p int) int64 {
+	hp := c.parts[p]
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	return hp.done
 }
 
 // counted reports whether a record created at created counts: it was
@@ -706,6 +768,9 @@ func (c *hotConsumer) Close() {
 		c.cancel()
 		c.wg.Wait()
 		c.cl.Close()
+		if c.rep != nil {
+			c.rep.Close()
+		}
 	})
 }
 
@@ -736,8 +801,8 @@ func HotMarkdown(o HotOptions, rs []HotResult) string {
 	if o.SlowAfter > 0 {
 		slow = "from " + dur(o.SlowAfter) + " on (at " + num(o.Capacity) + " before; the figures count the records produced from then on)"
 	}
-	fmt.Fprintf(&b, "Hot partition: %d partitions, partition 0's consumer at %s msg/s %s, the others at %s; %s msg/s offered; %s per run; deadline %s; commits every %s; observed every %s.\n\n",
-		partitions, num(o.Capacity/o.Slower), slow, num(o.Capacity), num(o.Offered), dur(o.Duration), dur(o.Deadline), dur(o.CommitEvery), dur(o.Interval))
+	fmt.Fprintf(&b, "Hot partition: %d partitions, partition 0's consumer at %s msg/s %s, the others at %s; %s msg/s offered; %s per run; deadline %s; commits every %s%s; observed every %s.\n\n",
+		partitions, num(o.Capacity/o.Slower), slow, num(o.Capacity), num(o.Offered), dur(o.Duration), dur(o.Deadline), dur(o.CommitEvery), hookNote(o), dur(o.Interval))
 	b.WriteString("| broker | keys | mode | refused (% of offered) | refused per partition p0..p5 (keyless) | share to p0 | p0 head age p50 / p99 | p0 dead work | others: head age p99 (max), dead work |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {

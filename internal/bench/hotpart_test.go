@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -113,9 +114,10 @@ func TestHotOptionsValidate(t *testing.T) {
 	if err := (HotOptions{}).Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	err := HotOptions{Offered: -1, SlowAfter: 2 * time.Minute, Deadline: -time.Second, Keys: "Keyed"}.Validate()
-	if !errors.Is(err, ErrInvalidOptions) || strings.Count(err.Error(), "\n") != 3 || !strings.Contains(err.Error(), `keys must be keyless, keyed or both, got "Keyed"`) {
-		t.Fatalf("%v: want four problems, the keys' among them", err)
+	err := HotOptions{Offered: -1, SlowAfter: 2 * time.Minute, Deadline: -time.Second, Keys: "Keyed", Consumer: "hooked"}.Validate()
+	if !errors.Is(err, ErrInvalidOptions) || strings.Count(err.Error(), "\n") != 4 || !strings.Contains(err.Error(), `keys must be keyless, keyed or both, got "Keyed"`) ||
+		!strings.Contains(err.Error(), `consumer must be plain or hook, got "hooked"`) {
+		t.Fatalf("%v: want five problems, the keys' and the consumer's among them", err)
 	}
 }
 
@@ -177,5 +179,56 @@ func TestHotCountUnfinished(t *testing.T) {
 	p.count(rec, 1, errors.Join(&producerclient.RejectError{Attempts: 0}, context.DeadlineExceeded))
 	if p.unfinished.Load() != 0 || p.refused.Load() != 1 || p.refusedBy[1].Load() != 1 {
 		t.Errorf("a deadline, the run going on: unfinished %d, refused %d (p1 %d), want 0, 1, 1", p.unfinished.Load(), p.refused.Load(), p.refusedBy[1].Load())
+	}
+}
+
+// TestHotConsumerHook runs the hot-partition consumer on kfake over two
+// partitions of 200 stored records each, partition 0's consumer at
+// 10 msg/s, the others' at 1,000, reporting to a test endpoint. With the
+// hook (HotHook) the report says where each partition's worker really is,
+// though the consumer polled everything at once and commits every 5 s:
+// partition 1 idle at its end, partition 0 at the first record its worker
+// has not finished (neither 0 nor the end of what was polled), with that
+// record's creation time as its head time. Without it (HotPlain) nothing
+// is reported.
+func TestHotConsumerHook(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs kfake for a few seconds")
+	}
+	const n = 200
+	for _, kind := range []string{HotPlain, HotHook} {
+		t.Run(kind, func(t *testing.T) {
+			start := time.Now()
+			w, rec := headsWorld(t, BrokerKafka, start)
+			base := start.Add(-5 * time.Second)
+			created := func(i int) time.Time { return base.Add(time.Duration(i) * time.Millisecond) }
+			storeParts(t, w, rec, n, []int32{0, 1}, created)
+			url, reported, reports := reportSink(t)
+			o := HotOptions{Capacity: 1000, Slower: 100, CommitEvery: 5 * time.Second, Consumer: kind}.withDefaults()
+			c, err := startHotConsumer(context.Background(), w, o, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.from.Store(base.UnixNano())
+			state := func() string {
+				return fmt.Sprintf("p0 processed %d, %d reports, reported %+v and %+v", c.doneOf(0), reports(), reported(0), reported(1))
+			}
+			if kind == HotPlain {
+				waitUntil(t, "partition 0 processed 10 records", state, func() bool { return c.doneOf(0) >= 10 })
+				if k := reports(); k != 0 {
+					t.Errorf("the plain consumer sent %d reports", k)
+				}
+				return
+			}
+			waitUntil(t, "partition 0's worker reported where it is", state, func() bool {
+				p0, p1 := reported(0), reported(1)
+				return p1.Idle && p1.Position == n &&
+					p0.Position >= 5 && p0.Position < n-10 && p0.HeadTimeMs == created(int(p0.Position)).UnixMilli()
+			})
+			if p0 := reported(0); int64(c.doneOf(0)) < p0.Position {
+				t.Errorf("reported position %d with %d processed", p0.Position, c.doneOf(0))
+			}
+		})
 	}
 }

@@ -40,29 +40,7 @@ func TestWorkersStuckWorker(t *testing.T) {
 	created := func(i int) time.Time { return base.Add(time.Duration(i) * time.Millisecond) }
 	storeParts(t, w, rec, n, []int32{0, 1}, created)
 
-	var mu sync.Mutex
-	last := map[int32]quotaproto.ConsumerPartition{}
-	ts := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var rep quotaproto.ConsumerReport
-		if r.URL.Path != quotaproto.PathConsumerReport || json.NewDecoder(r.Body).Decode(&rep) != nil {
-			rw.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		mu.Lock()
-		for _, tp := range rep.Topics {
-			for _, p := range tp.Partitions {
-				last[p.Partition] = p
-			}
-		}
-		mu.Unlock()
-		rw.WriteHeader(http.StatusNoContent)
-	}))
-	defer ts.Close()
-	reported := func(p int32) quotaproto.ConsumerPartition {
-		mu.Lock()
-		defer mu.Unlock()
-		return last[p]
-	}
+	url, reported, _ := reportSink(t)
 	release := make(chan struct{})
 	stall := func(ctx context.Context, r *kgo.Record) {
 		if r.Partition == 1 && r.Offset == stuckAt {
@@ -72,7 +50,7 @@ func TestWorkersStuckWorker(t *testing.T) {
 			}
 		}
 	}
-	c, err := startWorkersConsumer(context.Background(), w, scn, rec, true, ts.URL, slog.New(slog.NewTextHandler(io.Discard, nil)), stall)
+	c, err := startWorkersConsumer(context.Background(), w, scn, rec, true, url, slog.New(slog.NewTextHandler(io.Discard, nil)), stall)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +81,42 @@ func TestWorkersStuckWorker(t *testing.T) {
 	if a := rec.heads.age(time.Now()); a != 0 {
 		t.Errorf("all finished, true head age %v, want 0", a)
 	}
+}
+
+// reportSink is a test endpoint for the consumer hook's reports: its URL,
+// the last report of each partition, and how many reports it took.
+func reportSink(t *testing.T) (string, func(p int32) quotaproto.ConsumerPartition, func() int) {
+	var mu sync.Mutex
+	last := map[int32]quotaproto.ConsumerPartition{}
+	n := 0
+	ts := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var rep quotaproto.ConsumerReport
+		if r.URL.Path != quotaproto.PathConsumerReport || json.NewDecoder(r.Body).Decode(&rep) != nil {
+			rw.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		n++
+		for _, tp := range rep.Topics {
+			for _, p := range tp.Partitions {
+				last[p.Partition] = p
+			}
+		}
+		mu.Unlock()
+		rw.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(ts.Close)
+	reported := func(p int32) quotaproto.ConsumerPartition {
+		mu.Lock()
+		defer mu.Unlock()
+		return last[p]
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n
+	}
+	return ts.URL, reported, count
 }
 
 // processedOf counts the records rec's one class processed (good or
