@@ -79,8 +79,11 @@ type Config struct {
 	// in any order (see KafkaReporter.Done). Every record polled must be
 	// finished, or its partition given to KafkaReporter.Revoked: one left
 	// unfinished stays the partition's head, its age growing, and counts
-	// as lag. The NATS reporter keeps each message until Done anyway and
-	// ignores it.
+	// as lag. The reports then say each partition is finished at its own
+	// pace (ownPace, protocol 1.6): the daemon reads a partition's moves
+	// as its own consumer's drain, not one poll loop's, and lists a slow
+	// partition by its own wait. The NATS reporter keeps each message
+	// until Done anyway and ignores it.
 	KeepUntilFinished bool
 	// Member names this instance in its reports (1-128 characters of
 	// A-Z a-z 0-9 . _ : -). The instances of one NATS consumer need

@@ -531,6 +531,9 @@ func (r *KafkaReporter) snapshot(now time.Time) (string, []quotaproto.ConsumerTo
 		// daemon does not know (see quotaproto.ConsumerPartition).
 		cp.Skipped = new(int64)
 		*cp.Skipped = p.skipped
+		// Each record finished as it is, whatever the polls: the
+		// partition's moves are its own consumer's.
+		cp.OwnPace = r.keep
 		byTopic[tp.topic] = append(byTopic[tp.topic], cp)
 	}
 	return group, sortedTopics(byTopic)

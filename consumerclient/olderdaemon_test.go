@@ -284,11 +284,122 @@ func TestKafkaReporterOlderDaemonUpgraded(t *testing.T) {
 // records, which stay in hand. Both are closed when the test ends.
 func hookedPoll(t *testing.T, c *kfake.Cluster, topic, url string, n int) (*KafkaReporter, []*kgo.Record) {
 	t.Helper()
-	rep, err := NewKafkaReporter(Config{URL: url, Interval: 20 * time.Millisecond})
+	return hookedPollWith(t, c, topic, Config{URL: url}, n)
+}
+
+// hookedPollWith is hookedPoll with cfg (its Interval 20ms).
+func hookedPollWith(t *testing.T, c *kfake.Cluster, topic string, cfg Config, n int) (*KafkaReporter, []*kgo.Record) {
+	t.Helper()
+	cfg.Interval = 20 * time.Millisecond
+	rep, err := NewKafkaReporter(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rep.Close)
 	cl := newKafkaClient(t, c, kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
 	return rep, pollN(t, cl, n)
+}
+
+// report15 is a consumer report as a daemon of protocol 1.5 reads it: no
+// ownPace.
+type report15 struct {
+	Kind     string `json:"kind"`
+	Cluster  string `json:"cluster,omitempty"`
+	Group    string `json:"group"`
+	Member   string `json:"member,omitempty"`
+	SentAtMs int64  `json:"sentAtMs,omitempty"`
+	Topics   []struct {
+		Topic      string `json:"topic"`
+		Partitions []struct {
+			Partition  int32  `json:"partition"`
+			Position   int64  `json:"position"`
+			HeadTimeMs int64  `json:"headTimeMs,omitempty"`
+			Idle       bool   `json:"idle,omitempty"`
+			Held       int64  `json:"held,omitempty"`
+			HeldMs     int64  `json:"heldMs,omitempty"`
+			Skipped    *int64 `json:"skipped,omitempty"`
+		} `json:"partitions"`
+	} `json:"topics"`
+}
+
+// TestKafkaReporterOwnPace: a hook with KeepUntilFinished says of every
+// partition that it finishes its records at the partition's own pace
+// (ownPace, protocol 1.6); a poll loop's hook does not. A daemon of 1.5
+// refuses the field as unknown: the hook sends the same report without
+// it, keeping the held and skip counts, and counts no refusal.
+func TestKafkaReporterOwnPace(t *testing.T) {
+	const topic = "ownpace"
+	for _, keep := range []bool{false, true} {
+		var mu sync.Mutex
+		var current []quotaproto.ConsumerReport
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var rep quotaproto.ConsumerReport
+			if json.NewDecoder(r.Body).Decode(&rep) == nil {
+				mu.Lock()
+				current = append(current, rep)
+				mu.Unlock()
+			}
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		t.Cleanup(ts.Close) // after the reporter's Close
+		c := newKafkaCluster(t, topic, 1)
+		produce(t, c, topic, 0, 5, time.Now())
+		hookedPollWith(t, c, topic, Config{URL: ts.URL, KeepUntilFinished: keep}, 5)
+		waitFor(t, "a report in hand", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.ContainsFunc(current, func(r quotaproto.ConsumerReport) bool { return r.Topics[0].Partitions[0].HeadTimeMs > 0 })
+		})
+		mu.Lock()
+		for _, r := range current {
+			if p := r.Topics[0].Partitions[0]; p.OwnPace != keep {
+				t.Errorf("KeepUntilFinished %v: reported %+v, want ownPace %v", keep, p, keep)
+			}
+		}
+		mu.Unlock()
+	}
+	c := newKafkaCluster(t, topic, 1)
+	produce(t, c, topic, 0, 5, time.Now())
+	var mu sync.Mutex
+	var refused []string
+	var older []report15
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var rep report15
+		err := quotaserver.DecodeStrict(body, &rep, "kind", "group", "topics", "topics[].topic", "topics[].partitions",
+			"topics[].partitions[].partition", "topics[].partitions[].position")
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			refused = append(refused, err.Error())
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(quotaproto.ErrorBody{Error: "malformed body: " + err.Error()})
+			return
+		}
+		older = append(older, rep)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer ts.Close()
+	rep, recs := hookedPollWith(t, c, topic, Config{URL: ts.URL, KeepUntilFinished: true}, 5)
+	rep.Done(recs[0])
+	waitFor(t, "three reports with the held and skip counts stored", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, r := range older {
+			if p := r.Topics[0].Partitions[0]; p.Position == recs[1].Offset && p.Held == 4 && p.Skipped != nil {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refused) != 1 || !quotaproto.RefusesField("malformed body: "+refused[0], "ownPace") {
+		t.Errorf("the 1.5 daemon refused %q, want the first report only, for ownPace", refused)
+	}
+	if n := rep.s.count(outcomeRefused); n != 0 {
+		t.Errorf("the hook counts %d refused reports, want 0", n)
+	}
 }

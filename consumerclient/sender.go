@@ -91,6 +91,9 @@ var newer = [...]newerField{
 	{protocol: "1.5", what: "skip counts", names: []string{"skipped"},
 		has:   func(p quotaproto.ConsumerPartition) bool { return p.Skipped != nil },
 		strip: func(p *quotaproto.ConsumerPartition) { p.Skipped = nil }},
+	{protocol: "1.6", what: "own-pace flags", names: []string{"ownPace"},
+		has:   func(p quotaproto.ConsumerPartition) bool { return p.OwnPace },
+		strip: func(p *quotaproto.ConsumerPartition) { p.OwnPace = false }},
 }
 
 // in says whether a partition of topics carries the field.

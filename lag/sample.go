@@ -220,6 +220,11 @@ type Report struct {
 	Skipped    int64  `json:"skipped,omitempty"`
 	SkipsGiven bool   `json:"skipsGiven,omitempty"`
 	Member     string `json:"member,omitempty"`
+	// OwnPace is the reporter's word that it finishes this partition's
+	// messages at the partition's own pace, each reported as it is
+	// finished (quotaproto.ConsumerPartition.OwnPace, protocol 1.6): its
+	// moves are its own consumer's drain, not a poll loop's. Kafka only.
+	OwnPace bool `json:"ownPace,omitempty"`
 }
 
 // IsZero reports whether r carries no report.

@@ -3694,8 +3694,10 @@ func partWait(pt, next partTrack, had, havePrev bool, ps *lag.PartitionState, st
 	dt, pos := v.dt, ps.End-ps.Lag
 	// polled: a position from the consumer's reports, of a target whose
 	// consumption was measured: its wait is the poll loop's (see
-	// polledWait) once it moved or is first seen.
-	polled := ps.Source == lag.SourceConsumer && v.measured && v.consumed > 0
+	// polledWait) once it moved or is first seen, unless the reporter
+	// finishes the partition's records at its own pace (a worker per
+	// partition: its moves are its own drain).
+	polled := ps.Source == lag.SourceConsumer && v.measured && v.consumed > 0 && !ps.Reported.OwnPace
 	wait = -1.0 // unknown
 	if ps.Lag > 0 && had && havePrev && dt > 0 && !ps.Stale && !pt.moveAt.IsZero() {
 		// Its consume rate over the span since its previous move: a

@@ -268,7 +268,7 @@ func (c *Consumers) put(rep quotaproto.ConsumerReport, now time.Time) (refused i
 		target := lag.Target{Kind: lag.Kind(rep.Kind), Cluster: rep.Cluster, Topic: t.Topic, Group: rep.Group}
 		parts := c.reports[target]
 		for _, p := range t.Partitions {
-			r := lag.Report{At: now, Position: p.Position, HeadTime: p.HeadTime(), Member: rep.Member}
+			r := lag.Report{At: now, Position: p.Position, HeadTime: p.HeadTime(), Member: rep.Member, OwnPace: p.OwnPace}
 			if p.Skipped != nil {
 				r.Skipped, r.SkipsGiven = *p.Skipped, true
 			}

@@ -544,6 +544,28 @@ func TestConsumerReportSkipped(t *testing.T) {
 	}
 }
 
+// TestConsumerReportOwnPace: a Kafka partition reported at its own pace
+// (ownPace, protocol 1.6) says so in its Reported; one without the field
+// does not.
+func TestConsumerReportOwnPace(t *testing.T) {
+	clk := &fakeClock{t: ct0}
+	ts, c, _ := newConsumersServer(t, Auth{}, ConsumersConfig{Now: clk.Now})
+	head := ct0.Add(-time.Second).UnixMilli()
+	body := fmt.Sprintf(`{"kind":"kafka","cluster":"main","group":"billing","topics":[{"topic":"orders","partitions":[`+
+		`{"partition":0,"position":100,"headTimeMs":%d,"held":40,"heldMs":50,"ownPace":true},{"partition":1,"position":9,"idle":true}]}]}`, head)
+	if code, msg := do(t, "POST", ts.URL+quotaproto.PathConsumerReport, "", body); code != 204 {
+		t.Fatalf("report with ownPace: %d %s", code, msg)
+	}
+	s := sampleOf("main", 0, 1)
+	c.Overlay(&s, ct0)
+	if r := s.Partitions[0].Reported; !r.OwnPace || r.Position != 100 || r.Held != 40 {
+		t.Errorf("partition 0: reported %+v, want at its own pace at 100", r)
+	}
+	if r := s.Partitions[1].Reported; r.OwnPace || r.IsZero() {
+		t.Errorf("partition 1: reported %+v, want reported, not at its own pace", r)
+	}
+}
+
 // TestConsumerReportHeldMembers: the one-member rule's edges. A member
 // with messages in hand and a member that is idle are two: no count (one
 // instance's stall must not bound a consumer whose other instance can take

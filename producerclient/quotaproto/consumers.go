@@ -131,6 +131,16 @@ type ConsumerPartition struct {
 	// skip costs the consumer nothing), at most the partition's move;
 	// a count that went back, or a report without it, counts nothing.
 	Skipped *int64 `json:"skipped,omitempty"`
+	// OwnPace optionally (protocol 1.6) says that the consumer finishes
+	// this partition's messages at the partition's own pace, each
+	// reported finished as it is (a worker per partition, or a pool:
+	// consumerclient's KeepUntilFinished), not in one poll loop that works
+	// through every partition's polls in turn. A move of its position is
+	// then its consumer's drain of it, and the daemon reads the
+	// partition's own wait from it (its lag over that drain) instead of
+	// the poll loop's (the target's lag over the target's consumption).
+	// False or absent: a poll loop, or not given (an older reporter).
+	OwnPace bool `json:"ownPace,omitempty"`
 }
 
 // HeadTime returns HeadTimeMs as a time, zero when idle or unset.
@@ -251,7 +261,7 @@ func RefusesHeld(errText string) bool { return RefusesField(errText, "held", "he
 
 // RefusesField says whether a daemon's error text refuses the report for
 // one of a partition's fields named as unknown (RefusesHeld for any
-// newer field: "skipped", protocol 1.5).
+// newer field: "skipped", protocol 1.5; "ownPace", 1.6).
 func RefusesField(errText string, names ...string) bool {
 	for _, f := range names {
 		if strings.Contains(errText, "partitions[]."+f+": unknown field") {
