@@ -279,7 +279,7 @@ func TestNATSReporterHeldTime(t *testing.T) {
 // without them and keeps doing so, and counts no refusal.
 func TestNATSReporterOlderDaemon(t *testing.T) {
 	_, cons := newJetStream(t, "OLD", "old.new", "worker", 2)
-	old := &olderDaemon{}
+	old := &olderDaemon[report12]{}
 	ts := httptest.NewServer(old)
 	defer ts.Close()
 	rep, err := NewNATSReporter(Config{URL: ts.URL, Interval: 20 * time.Millisecond})

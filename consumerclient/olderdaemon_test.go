@@ -37,20 +37,26 @@ type report12 struct {
 	} `json:"topics"`
 }
 
-// olderDaemon is the consumer-report endpoint of a 1.2 daemon: the
-// daemon's strict decoder over the 1.2 report, its 400 text ("malformed
-// body: ...").
-type olderDaemon struct {
+// olderDaemon is the consumer-report endpoint of an older daemon that
+// reads reports as T (report12: protocol 1.2): the daemon's strict decoder
+// over T, its 400 text ("malformed body: ..."). It keeps the reports it
+// took as the current protocol reads them (the same fields: it took
+// nothing it does not know).
+type olderDaemon[T any] struct {
 	mu      sync.Mutex
 	refused []string
-	stored  []report12
+	stored  []quotaproto.ConsumerReport
 }
 
-func (o *olderDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (o *olderDaemon[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	var rep report12
+	var rep T
 	err := quotaserver.DecodeStrict(body, &rep, "kind", "group", "topics", "topics[].topic", "topics[].partitions",
 		"topics[].partitions[].partition", "topics[].partitions[].position")
+	var taken quotaproto.ConsumerReport
+	if err == nil {
+		err = json.Unmarshal(body, &taken)
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if err != nil {
@@ -60,22 +66,27 @@ func (o *olderDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(quotaproto.ErrorBody{Error: "malformed body: " + err.Error()})
 		return
 	}
-	o.stored = append(o.stored, rep)
+	o.stored = append(o.stored, taken)
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// inHand counts the reports stored whose first partition is in hand at
-// position.
-func (o *olderDaemon) inHand(position int64) int {
+// count counts the reports stored whose first partition is as ok says.
+func (o *olderDaemon[T]) count(ok func(quotaproto.ConsumerPartition) bool) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	n := 0
 	for _, r := range o.stored {
-		if p := r.Topics[0].Partitions[0]; p.Position == position && p.HeadTimeMs > 0 {
+		if ok(r.Topics[0].Partitions[0]) {
 			n++
 		}
 	}
 	return n
+}
+
+// inHand counts the reports stored whose first partition is in hand at
+// position.
+func (o *olderDaemon[T]) inHand(position int64) int {
+	return o.count(func(p quotaproto.ConsumerPartition) bool { return p.Position == position && p.HeadTimeMs > 0 })
 }
 
 // TestKafkaReporterOlderDaemon: a hook of protocol 1.3 against a daemon of
@@ -89,7 +100,7 @@ func TestKafkaReporterOlderDaemon(t *testing.T) {
 	const topic = "older"
 	c := newKafkaCluster(t, topic, 1)
 	produce(t, c, topic, 0, 5, time.Now())
-	old := &olderDaemon{}
+	old := &olderDaemon[report12]{}
 	ts := httptest.NewServer(old)
 	defer ts.Close()
 	rep, inHand := hookedPoll(t, c, topic, ts.URL, 5)
@@ -116,7 +127,7 @@ func TestKafkaReporterMixedReplicas(t *testing.T) {
 	const topic = "mixed"
 	c := newKafkaCluster(t, topic, 1)
 	produce(t, c, topic, 0, 5, time.Now())
-	old := &olderDaemon{}
+	old := &olderDaemon[report12]{}
 	oldSrv := httptest.NewServer(old)
 	defer oldSrv.Close()
 	var mu sync.Mutex
@@ -188,45 +199,19 @@ func TestKafkaReporterDaemonWithoutSkips(t *testing.T) {
 	const topic = "noskips"
 	c := newKafkaCluster(t, topic, 1)
 	produce(t, c, topic, 0, 5, time.Now())
-	var mu sync.Mutex
-	var refused []string
-	var stored []report14
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var rep report14
-		err := quotaserver.DecodeStrict(body, &rep, "kind", "group", "topics", "topics[].topic", "topics[].partitions",
-			"topics[].partitions[].partition", "topics[].partitions[].position")
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			refused = append(refused, err.Error())
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			_ = json.NewEncoder(w).Encode(quotaproto.ErrorBody{Error: "malformed body: " + err.Error()})
-			return
-		}
-		stored = append(stored, rep)
-		w.WriteHeader(http.StatusNoContent)
-	}))
+	old := &olderDaemon[report14]{}
+	ts := httptest.NewServer(old)
 	defer ts.Close()
 	rep, recs := hookedPoll(t, c, topic, ts.URL, 5)
 	rep.Skipped(recs[0]) // as the guard does for an expired record, before Finished
 	rep.Finished(recs[0])
 	waitFor(t, "three reports with the held count stored", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, r := range stored {
-			if p := r.Topics[0].Partitions[0]; p.Position == recs[1].Offset && p.Held == 4 {
-				n++
-			}
-		}
-		return n >= 3
+		return old.count(func(p quotaproto.ConsumerPartition) bool { return p.Position == recs[1].Offset && p.Held == 4 }) >= 3
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	if len(refused) != 1 || !quotaproto.RefusesField("malformed body: "+refused[0], "skipped") {
-		t.Errorf("the 1.4 daemon refused %q, want the first report only, for skipped", refused)
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	if len(old.refused) != 1 || !quotaproto.RefusesField("malformed body: "+old.refused[0], "skipped") {
+		t.Errorf("the 1.4 daemon refused %q, want the first report only, for skipped", old.refused)
 	}
 	if n := rep.s.count(outcomeRefused); n != 0 {
 		t.Errorf("the hook counts %d refused reports, want 0", n)
@@ -242,7 +227,7 @@ func TestKafkaReporterOlderDaemonUpgraded(t *testing.T) {
 	const topic = "upgraded"
 	c := newKafkaCluster(t, topic, 1)
 	produce(t, c, topic, 0, 5, time.Now())
-	old := &olderDaemon{}
+	old := &olderDaemon[report12]{}
 	var upgraded atomic.Bool
 	var mu sync.Mutex
 	var after []bool // per report the upgraded daemon stored: it carried held
@@ -360,44 +345,20 @@ func TestKafkaReporterOwnPace(t *testing.T) {
 	}
 	c := newKafkaCluster(t, topic, 1)
 	produce(t, c, topic, 0, 5, time.Now())
-	var mu sync.Mutex
-	var refused []string
-	var older []report15
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var rep report15
-		err := quotaserver.DecodeStrict(body, &rep, "kind", "group", "topics", "topics[].topic", "topics[].partitions",
-			"topics[].partitions[].partition", "topics[].partitions[].position")
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			refused = append(refused, err.Error())
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			_ = json.NewEncoder(w).Encode(quotaproto.ErrorBody{Error: "malformed body: " + err.Error()})
-			return
-		}
-		older = append(older, rep)
-		w.WriteHeader(http.StatusNoContent)
-	}))
+	old := &olderDaemon[report15]{}
+	ts := httptest.NewServer(old)
 	defer ts.Close()
 	rep, recs := hookedPollWith(t, c, topic, Config{URL: ts.URL, KeepUntilFinished: true}, 5)
 	rep.Done(recs[0])
 	waitFor(t, "three reports with the held and skip counts stored", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, r := range older {
-			if p := r.Topics[0].Partitions[0]; p.Position == recs[1].Offset && p.Held == 4 && p.Skipped != nil {
-				n++
-			}
-		}
-		return n >= 3
+		return old.count(func(p quotaproto.ConsumerPartition) bool {
+			return p.Position == recs[1].Offset && p.Held == 4 && p.Skipped != nil
+		}) >= 3
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	if len(refused) != 1 || !quotaproto.RefusesField("malformed body: "+refused[0], "ownPace") {
-		t.Errorf("the 1.5 daemon refused %q, want the first report only, for ownPace", refused)
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	if len(old.refused) != 1 || !quotaproto.RefusesField("malformed body: "+old.refused[0], "ownPace") {
+		t.Errorf("the 1.5 daemon refused %q, want the first report only, for ownPace", old.refused)
 	}
 	if n := rep.s.count(outcomeRefused); n != 0 {
 		t.Errorf("the hook counts %d refused reports, want 0", n)

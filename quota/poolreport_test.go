@@ -64,7 +64,7 @@ func (c *poolConsumer) state(at time.Time, dt float64) lag.State {
 		done, head = done-1, c.slowAt
 	}
 	held, pos := polled-done, done
-	rep := lag.Report{At: at, Position: int64(pos)}
+	rep := lag.Report{At: at, Position: int64(pos), OwnPace: true} // KeepUntilFinished says so (protocol 1.6)
 	var age time.Duration
 	if held > 0 {
 		age = time.Duration((c.now - c.written[head]) * float64(time.Second))

@@ -198,11 +198,7 @@ func TestHotConsumerHook(t *testing.T) {
 	const n = 200
 	for _, kind := range []string{HotPlain, HotHook} {
 		t.Run(kind, func(t *testing.T) {
-			start := time.Now()
-			w, rec := headsWorld(t, BrokerKafka, start)
-			base := start.Add(-5 * time.Second)
-			created := func(i int) time.Time { return base.Add(time.Duration(i) * time.Millisecond) }
-			storeParts(t, w, rec, n, []int32{0, 1}, created)
+			w, _, created := storedTwo(t, n)
 			url, reported, reports := reportSink(t)
 			o := HotOptions{Capacity: 1000, Slower: 100, CommitEvery: 5 * time.Second, Consumer: kind}.withDefaults()
 			c, err := startHotConsumer(context.Background(), w, o, url)
@@ -210,7 +206,7 @@ func TestHotConsumerHook(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			c.from.Store(base.UnixNano())
+			c.from.Store(created(0).UnixNano())
 			state := func() string {
 				return fmt.Sprintf("p0 processed %d, %d reports, reported %+v and %+v", c.doneOf(0), reports(), reported(0), reported(1))
 			}

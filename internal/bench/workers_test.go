@@ -34,12 +34,7 @@ func TestWorkersStuckWorker(t *testing.T) {
 	const n, stuckAt = 200, 50
 	scn := Scenario{Normal: 1000, Slow: 1000, NormalFor: time.Minute, Deadline: time.Hour,
 		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
-	start := time.Now()
-	w, rec := headsWorld(t, BrokerKafka, start)
-	base := start.Add(-5 * time.Second)
-	created := func(i int) time.Time { return base.Add(time.Duration(i) * time.Millisecond) }
-	storeParts(t, w, rec, n, []int32{0, 1}, created)
-
+	w, rec, created := storedTwo(t, n)
 	url, reported, _ := reportSink(t)
 	release := make(chan struct{})
 	stall := func(ctx context.Context, r *kgo.Record) {
@@ -138,6 +133,18 @@ func waitUntil(t *testing.T, what string, state func() string, cond func() bool)
 			t.Fatalf("%s: never happened (%s)", what, state())
 		}
 	}
+}
+
+// storedTwo is a kfake world with n records stored in each of partitions
+// 0 and 1, record i of each created at created(i), 5 s ago and 1 ms apart.
+func storedTwo(t *testing.T, n int) (w *world, rec *recorder, created func(int) time.Time) {
+	t.Helper()
+	start := time.Now()
+	w, rec = headsWorld(t, BrokerKafka, start)
+	base := start.Add(-5 * time.Second)
+	created = func(i int) time.Time { return base.Add(time.Duration(i) * time.Millisecond) }
+	storeParts(t, w, rec, n, []int32{0, 1}, created)
+	return w, rec, created
 }
 
 // storeParts stores n records in each of parts, record i of each created
