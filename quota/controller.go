@@ -109,6 +109,11 @@ const bindRatio = 0.9
 // (from the engage threshold up).
 const maxFill = 0.1
 
+// stillAged is how much of the time since a step down's pause a head
+// must have aged, at least, for the observation after it to read as
+// nothing consumed since (see stillAfterPause).
+const stillAged = 0.75
+
 // floorMemory is the time constant over which the controller forgets the
 // standing wait of a healthy target (see judge), seconds.
 const floorMemory = 30.0
@@ -442,8 +447,17 @@ type control struct {
 	// seconds between observations.
 	shadowUntil time.Time
 	shadowGap   float64
-	// paused: the last decision paused admission on a step down.
-	paused bool
+	// paused: the last decision paused admission on a step down;
+	// pauseHead and pauseAt are that observation's head age, seconds,
+	// and time (see stillAfterPause), pausePos and pauseMove the sum of
+	// its committed offsets and when they last moved; stillHeld: the
+	// pause was kept because nothing was consumed since (see endHold).
+	paused    bool
+	stillHeld bool
+	pauseHead float64
+	pauseAt   time.Time
+	pausePos  int64
+	pauseMove time.Time
 	// headLate: the last observation's head was older than MaxAge.
 	headLate bool
 	// saturated: the last observation that measured the consumption found
@@ -714,7 +728,13 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	tc.has, tc.last, tc.lastAt, tc.lastFresh = true, d, st.At, now
 	tc.headLate = v.headAge > p.MaxAge.Seconds()
 	tc.hand = handOf(&st, tc.hand.parts)
-	tc.paused = v.stepDown && v.engaged && st.Status != lag.StatusStopped
+	// A reading that read still but drained (wait over the budget)
+	// keeps no pause: as without stillAfterPause, the next one may step
+	// down.
+	tc.paused = v.stepDown && v.engaged && st.Status != lag.StatusStopped && (!v.stillHead || rule == RuleStepDown)
+	tc.stillHeld = tc.paused && v.stillHead
+	tc.pauseHead, tc.pauseAt = st.HeadAge.Seconds(), st.At
+	tc.pausePos, tc.pauseMove = committedPos(&st), lastMove(&st)
 	return d
 }
 
@@ -858,6 +878,7 @@ type reading struct {
 	// wait, seconds, as they were then (unlimitedReason).
 	standing, allowance float64
 	stepDown            bool    // capacity fell during the interval: pause
+	stillHead           bool    // paused, and nothing consumed since: pause again (stillAfterPause)
 	law                 float64 // the saturated law's rate (0 while draining dead work)
 	probe               float64 // the multiplicative step of a probe
 	// wasSaturated: the last measured observation found the consumer
@@ -996,6 +1017,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	if v.measured {
 		c.measured(tc, st, p, v, sight)
 	}
+	endHold(tc, st, v)
 	tc.othersLag = v.lag
 	backlog(tc, v, st.At)
 	v.rawWait = waitOf(v)
@@ -1010,7 +1032,85 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 		}
 	}
 	c.judge(tc, v)
+	v.stillHead = stillAfterPause(tc, st, v)
 	c.saturatedLaw(tc, v)
+}
+
+// stillAfterPause reports whether a target paused on a step down (see
+// saturatedLaw) shows, at the next observation, that its consumer still
+// consumes next to nothing: read from commits (or estimated between them,
+// lag.SourceEstimate) at a learned cadence, no commit since the pause, the
+// last one overdue as overdue has it (1.5 commit intervals and one
+// observation ago: a poll in hand longer than any before the drop; at
+// 1.5 intervals alone, a cadence learned as 250 ms for commits every
+// 0.5 s at 10x held a lumpy pause 376 ms after a commit), and the head
+// aged by at least stillAged of the time since the pause (the position
+// moved over less than a quarter of what was written in that time). The pause is a measure for one
+// interval, and the observation after it measures nothing: a consumer
+// that commits every poll holds the poll it had at the drop, lag/'s
+// estimate between commits stops at what the last commit explains, and
+// the capacity estimate stays at the rate from before the drop. Commit
+// per poll and the ttl guard at 10x, read every 250 ms, were re-opened
+// at 1,497, 1,224 and 978 msg/s (at "capacity 1,972/s") and 1,407 and
+// 1,130 msg/s (1,829/s) for a consumer down to 400/s, their heads aging
+// 0.27-0.30 s an observation (lagbridge bench on kfake, session 23;
+// TestControllerStillAfterPause). A lumpy reading that fired the step
+// down (a consumer keeping up that committed less in one interval)
+// shows its head moving at the next observation (0.04-0.05 s aged), or
+// a commit, and goes on as before.
+func stillAfterPause(tc *control, st *lag.State, v *reading) bool {
+	if !tc.paused || !st.HeadAgeKnown || st.Lag <= 0 || st.CommitInterval <= 0 ||
+		(st.Source != lag.SourceCommits && st.Source != lag.SourceEstimate) {
+		return false
+	}
+	since := st.At.Sub(tc.pauseAt).Seconds()
+	last := lastMove(st)
+	return since > 0 && !last.After(tc.pauseAt) &&
+		st.At.Sub(last).Seconds() > 1.5*st.CommitInterval.Seconds()+v.dt &&
+		st.HeadAge.Seconds()-tc.pauseHead >= stillAged*since
+}
+
+// endHold reads the commit that ends a pause kept by stillAfterPause (the
+// first since the pause): what the consumer committed from its last
+// commit before the pause to this one, over the time between them, is
+// the capacity when it is below the estimate. That span holds the poll in
+// hand at the drop, partly worked through at the old capacity, so it
+// overstates the new one, never understates it. Taken by the estimate
+// (read through a position estimated between commits, such a commit
+// measures nothing, see commitSpan), commit per poll at 10x re-opened at
+// "capacity 2,037/s", 1,526 msg/s, on the commit that came 1.5 s after
+// the pause for a consumer of 400, and was drained one reading later
+// (lagbridge bench on kfake, session 24). Only after a pause that was
+// kept (rule step-down): a drain whose reading also read still is not
+// one (taken so, it moved the simulator's 1 s auto-commit grid).
+func endHold(tc *control, st *lag.State, v *reading) {
+	if !tc.stillHeld {
+		return
+	}
+	last := lastMove(st)
+	if !last.After(tc.pauseMove) {
+		return
+	}
+	tc.stillHeld = false
+	span := last.Sub(tc.pauseMove).Seconds()
+	if span <= 0 || tc.pauseMove.IsZero() {
+		return
+	}
+	if r := float64(max(committedPos(st)-tc.pausePos, 0)) / span; r < v.capacity {
+		tc.capacity, v.capacity = r, r
+	}
+}
+
+// committedPos is the sum of st's committed offsets, on the partitions
+// with a commit that are not stale.
+func committedPos(st *lag.State) int64 {
+	var pos int64
+	for i := range st.Partitions {
+		if ps := &st.Partitions[i]; ps.Committed >= 0 && !ps.Stale {
+			pos += ps.Committed
+		}
+	}
+	return pos
 }
 
 // noteShown keeps tc.shown, the highest consume rate measured while
@@ -2234,13 +2334,7 @@ func spanRate(tc *control, st *lag.State, newest time.Time) float64 {
 	if tc.spanAt.IsZero() || !newest.After(tc.spanAt) {
 		return 0
 	}
-	var pos int64
-	for i := range st.Partitions {
-		if ps := &st.Partitions[i]; ps.Committed >= 0 && !ps.Stale {
-			pos += ps.Committed
-		}
-	}
-	return max(float64(pos-tc.spanPos), 0) / newest.Sub(tc.spanAt).Seconds()
+	return max(float64(committedPos(st)-tc.spanPos), 0) / newest.Sub(tc.spanAt).Seconds()
 }
 
 // blindStep is the relative step of a probe above what a consumer kept
@@ -2644,6 +2738,7 @@ func (c *Controller) saturatedLaw(tc *control, v *reading) {
 	// at 0/s for another second (TestControllerNoStepDownCaughtUp).
 	v.stepDown = v.measured && tc.has && v.wasSaturated && !tc.paused && v.prevCap > 0 &&
 		v.consumed < (1-cfg.StepThreshold)*v.prevCap && v.backlog > 0 && v.backlog >= v.consumed*v.dt
+	v.stepDown = v.stepDown || v.stillHead
 	if v.stepDown {
 		law = 0
 	}
@@ -2710,6 +2805,9 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		case v.wait >= v.budget:
 			tc.drained = true
 			return RuleDrain, fmt.Sprintf("wait %s >= budget %s: a new message would be dead on arrival, draining", secs(v.wait), secs(v.budget))
+		case v.stillHead:
+			return RuleStepDown, fmt.Sprintf("paused on a step down, and nothing consumed since (head %s, no commit for %s, commit interval %s): capacity still not measured, admitting nothing (wait %s)",
+				secs(st.HeadAge.Seconds()), st.At.Sub(lastMove(st)).Round(time.Millisecond), st.CommitInterval.Round(time.Millisecond), secs(v.wait))
 		case v.stepDown:
 			return RuleStepDown, fmt.Sprintf("capacity fell from %.0f/s to at most %.0f/s during the interval: admitting nothing until the next observation measures it (wait %s)", v.prevCap, v.consumed, secs(v.wait))
 		}

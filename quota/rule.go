@@ -34,7 +34,8 @@ const (
 	// until the backlog drains.
 	RuleDrain
 	// RuleStepDown: capacity fell during the interval: pause for one
-	// interval and measure.
+	// interval and measure; paused so, and nothing consumed since with
+	// the commit overdue: pause again (stillAfterPause).
 	RuleStepDown
 	// RuleSaturated: the consumer is saturated: rate = capacity plus the
 	// backlog error over tau.

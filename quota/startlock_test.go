@@ -109,31 +109,44 @@ func replayWith(t *testing.T, name string, skip int, ctl *Controller) []Decision
 // edit first (nil: as recorded).
 func replayEdited(t *testing.T, name string, skip int, ctl *Controller, edit func(*lag.State)) []Decision {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	p := Policy{Name: "bench", MaxAge: 2 * time.Second}
 	var out []Decision
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var r struct {
-			Now   time.Time `json:"now"`
-			State lag.State `json:"state"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
-		if skip > 0 {
-			skip--
+	for i, r := range readRecording(t, name) {
+		if i < skip {
 			continue
 		}
 		if edit != nil {
 			edit(&r.State)
 		}
 		out = append(out, ctl.Step(r.State, p, r.Now))
+	}
+	return out
+}
+
+// recorded is one line of a recording: a state as the daemon decided on
+// it, and when.
+type recorded struct {
+	Now   time.Time `json:"now"`
+	State lag.State `json:"state"`
+}
+
+// readRecording reads testdata/name, one recorded object a line.
+func readRecording(t *testing.T, name string) []recorded {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []recorded
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var r recorded
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
