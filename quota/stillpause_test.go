@@ -35,25 +35,14 @@ func TestControllerStillAfterPause(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rec := readRecording(t, name)
 			ds := replayStates(t, name, 250*time.Millisecond)
-			drop := rec[0].State.At.Add(10 * time.Second)
-			k := -1
-			for i, d := range ds {
-				st := rec[i].State
-				if st.At.Before(drop) {
-					// Before the drop: a pause is followed by a decision
-					// that admits.
-					if i > 0 && ds[i-1].Rule == RuleStepDown && d.Rate == 0 {
-						t.Errorf("decision %d at %.2f s, before the drop, after a step down: %s at 0/s (%s)",
-							i, st.At.Sub(rec[0].State.At).Seconds(), d.Rule, d.Reason)
-					}
-					continue
+			k := dropStepDown(t, rec, ds)
+			for i := 1; i < k; i++ {
+				// Before the drop: a pause is followed by a decision
+				// that admits.
+				if d := ds[i]; ds[i-1].Rule == RuleStepDown && d.Rate == 0 && rec[i].State.At.Before(rec[0].State.At.Add(10*time.Second)) {
+					t.Errorf("decision %d at %.2f s, before the drop, after a step down: %s at 0/s (%s)",
+						i, rec[i].State.At.Sub(rec[0].State.At).Seconds(), d.Rule, d.Reason)
 				}
-				if k < 0 && d.Rule == RuleStepDown {
-					k = i
-				}
-			}
-			if k < 0 {
-				t.Fatal("no step down after the drop")
 			}
 			pausedAt, bound := rec[k].State.At, rec[k].State.ConsumeRateInstant
 			committed := false
@@ -83,17 +72,7 @@ func TestControllerStillAfterPauseHeadMoves(t *testing.T) {
 	const name = "cpp250-10x-drop.jsonl"
 	rec := readRecording(t, name)
 	ds := replayStates(t, name, 250*time.Millisecond)
-	drop := rec[0].State.At.Add(10 * time.Second)
-	k := -1
-	for i, d := range ds {
-		if rec[i].State.At.After(drop) && d.Rule == RuleStepDown {
-			k = i
-			break
-		}
-	}
-	if k < 0 || k+1 >= len(ds) {
-		t.Fatal("no step down after the drop, with a reading after it")
-	}
+	k := dropStepDown(t, rec, ds)
 	head, at := rec[k].State.HeadAge, rec[k].State.At
 	edited := replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}), func(st *lag.State) {
 		if st.At.After(at) {
@@ -103,4 +82,19 @@ func TestControllerStillAfterPauseHeadMoves(t *testing.T) {
 	if d := edited[k+1]; d.Rule == RuleStepDown {
 		t.Errorf("decision %d, the head not aged since the step down: %s at %.0f/s (%s)", k+1, d.Rule, d.Rate, d.Reason)
 	}
+}
+
+// dropStepDown is the index of the first step down at or after the drop,
+// 10 s into the recording rec whose decisions are ds; the test fails
+// without one, or without a reading after it.
+func dropStepDown(t *testing.T, rec []recorded, ds []Decision) int {
+	t.Helper()
+	drop := rec[0].State.At.Add(10 * time.Second)
+	for i, d := range ds {
+		if !rec[i].State.At.Before(drop) && d.Rule == RuleStepDown && i+1 < len(ds) {
+			return i
+		}
+	}
+	t.Fatal("no step down after the drop, with a reading after it")
+	return -1
 }
