@@ -82,7 +82,8 @@ type Config struct {
 	// as lag. The reports then say each partition is finished at its own
 	// pace (ownPace, protocol 1.6): the daemon reads a partition's moves
 	// as its own consumer's drain, not one poll loop's, and lists a slow
-	// partition by its own wait. The NATS reporter keeps each message
+	// partition by its own wait while the whole target keeps up (workers
+	// sharing a capacity that is short drain each partition by its share). The NATS reporter keeps each message
 	// until Done anyway and ignores it.
 	KeepUntilFinished bool
 	// Member names this instance in its reports (1-128 characters of

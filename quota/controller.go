@@ -3793,9 +3793,13 @@ func partWait(pt, next partTrack, had, havePrev bool, ps *lag.PartitionState, st
 	// polled: a position from the consumer's reports, of a target whose
 	// consumption was measured: its wait is the poll loop's (see
 	// polledWait) once it moved or is first seen, unless the reporter
-	// finishes the partition's records at its own pace (a worker per
-	// partition: its moves are its own drain).
-	polled := ps.Source == lag.SourceConsumer && v.measured && v.consumed > 0 && !ps.Reported.OwnPace
+	// finishes the partition's records at its own pace (ownPace: a worker
+	// per partition) and the loop keeps up: its moves are then its own
+	// drain. Workers that share one capacity (a pool, a pacer) say
+	// ownPace too; while the loop is behind, each partition's drain is
+	// its share of that capacity, and read as its own it listed healthy
+	// partitions at heads of 0.4-1.3 s (TestControllerOwnPaceSharedPoolNotListed).
+	polled := ps.Source == lag.SourceConsumer && v.measured && v.consumed > 0 && (!ps.Reported.OwnPace || polledWait(st, v) > v.setWait)
 	wait = -1.0 // unknown
 	if ps.Lag > 0 && had && havePrev && dt > 0 && !ps.Stale && !pt.moveAt.IsZero() {
 		// Its consume rate over the span since its previous move: a

@@ -133,11 +133,11 @@ type ConsumerPartition struct {
 	Skipped *int64 `json:"skipped,omitempty"`
 	// OwnPace optionally (protocol 1.6) says that the consumer finishes
 	// this partition's messages at the partition's own pace, each
-	// reported finished as it is (a worker per partition, or a pool:
+	// reported finished as it is (a worker per partition:
 	// consumerclient's KeepUntilFinished), not in one poll loop that works
 	// through every partition's polls in turn. A move of its position is
-	// then its consumer's drain of it, and the daemon reads the
-	// partition's own wait from it (its lag over that drain) instead of
+	// then its consumer's drain of it, and while the target keeps up the
+	// daemon reads the partition's own wait from it (its lag over that drain) instead of
 	// the poll loop's (the target's lag over the target's consumption).
 	// False or absent: a poll loop, or not given (an older reporter).
 	OwnPace bool `json:"ownPace,omitempty"`
