@@ -406,46 +406,25 @@ func (p *ClientQuotaPublisher) rates(s Snapshot) (want, sent map[string]float64)
 // what holds such a producer LongestHold (see [Steering.NextBounded]):
 // quotas steered from the split alone held the bench's legacy producers
 // 10 to 173 s at a response on Kafka 4.3.1.
-//
-// A client-id that is its topic's only limited writer has the topic's
-// whole window at most, every producer's ([RecordSizes.Window]): that is
-// its bound when more, once the readings cover the window. A client.id
-// three processes share (three producer IDs, each a third of it) was held
-// 3.6 to 7.6 s at a response by the busiest one's bound on Kafka 4.3.1,
-// 2.8 to 3.6 s by the topic's.
 func (p *ClientQuotaPublisher) busiest(s Snapshot) map[string]float64 {
 	if p.Sizes == nil || p.BytesPerMessage > 0 || p.Interval <= 0 {
 		return nil
 	}
 	span := p.steer.Window.Span()
-	writers := map[string]map[string]bool{} // a topic's limited client-ids
-	for _, l := range s.Leases {
-		if _, ok := p.quoted(s, l); ok && !l.IsUnlimited() {
-			if writers[l.Topic.Name] == nil {
-				writers[l.Topic.Name] = map[string]bool{}
-			}
-			writers[l.Topic.Name][l.Producer] = true
-		}
-	}
 	out := map[string]float64{}
 	for _, l := range s.Leases {
 		if _, ok := p.quoted(s, l); !ok || l.IsUnlimited() {
 			continue
 		}
 		top, ok := p.Sizes.Busiest(l.Topic.Name, span)
-		if ok {
-			if ls, found := p.leaders[l.Topic.Name]; found && len(ls) > 0 {
-				top *= slices.Max(slices.Collect(maps.Values(ls)))
-			}
+		if !ok {
+			continue
 		}
-		if len(writers[l.Topic.Name]) == 1 {
-			if all, known := p.Sizes.Window(l.Topic.Name, p.steer.Window); known {
-				top, ok = max(top, all), true
-			}
+		share := 1.0
+		if ls, ok := p.leaders[l.Topic.Name]; ok && len(ls) > 0 {
+			share = slices.Max(slices.Collect(maps.Values(ls)))
 		}
-		if ok {
-			out[l.Producer] += top * p.bytesPer(l.Topic.Name, l.Producer)
-		}
+		out[l.Producer] += top * p.bytesPer(l.Topic.Name, l.Producer) * share
 	}
 	return out
 }

@@ -45,7 +45,6 @@ type RecordSizes struct {
 	acc       map[string]*sizeAcc
 	rate      map[string]float64 // records per second between the last two readings
 	producers map[string]*producerState
-	windows   map[string]*topicWindow
 	at        map[string]time.Time
 	rounds    int
 }
@@ -105,7 +104,7 @@ const RequestFraming = 30
 // built from cl's options (its brokers, TLS and SASL).
 func NewRecordSizes(cl *kgo.Client) *RecordSizes {
 	return &RecordSizes{Now: time.Now, adm: kadm.NewClient(cl), opts: cl.Opts(), last: map[string]map[int32]logPoint{}, acc: map[string]*sizeAcc{},
-		rate: map[string]float64{}, producers: map[string]*producerState{}, windows: map[string]*topicWindow{}, at: map[string]time.Time{}}
+		rate: map[string]float64{}, producers: map[string]*producerState{}, at: map[string]time.Time{}}
 }
 
 // BusiestSlack is how much longer than a quota window [RecordSizes.Busiest]
@@ -149,74 +148,6 @@ func (r *RecordSizes) Busiest(topic string, span time.Duration) (float64, bool) 
 		top = max(top, n)
 	}
 	return top / covered.Seconds(), true
-}
-
-// Window returns the records per second that every producer of topic
-// together sent over the broker's quota window w (the growth of its end
-// offsets in the last span and BusiestSlack, per second of span: whoever
-// wrote them, every producer of a client.id that several processes share,
-// producers the brokers do not describe, any epoch), and whether it is
-// known: readings that gave every partition's end offset, since the span
-// and BusiestSlack before the last (one without every partition's, or
-// whose offsets went back, starts over). A client-id that is the topic's
-// only writer has no more of the topic's in its window.
-func (r *RecordSizes) Window(topic string, w Window) (float64, bool) {
-	tw := r.windows[topic]
-	if w.Num <= 0 || w.Size <= 0 {
-		w = DefaultWindow
-	}
-	span := w.Span()
-	if tw == nil || span+BusiestSlack > ProducerMemory {
-		return 0, false
-	}
-	from := tw.at.Add(-span - BusiestSlack)
-	if tw.first.After(from) {
-		return 0, false // the readings cover less than the window
-	}
-	var n float64
-	for _, g := range tw.grew {
-		if g.at.After(from) {
-			n += g.records
-		}
-	}
-	return n / span.Seconds(), true
-}
-
-// topicWindow is what [RecordSizes.Window] reads: a topic's end offsets
-// at the last reading, the first of the readings since that gave every
-// partition's, and the topic's growth at each since (ProducerMemory back).
-type topicWindow struct {
-	ends      map[int32]int64
-	grew      []producerSent
-	first, at time.Time
-}
-
-// readWindow takes one reading of topic's end offsets (ends, every
-// partition's if complete) at at. An incomplete reading, or one that
-// lacks a partition of the last or whose offsets went back, starts over.
-func (r *RecordSizes) readWindow(topic string, ends map[int32]int64, complete bool, at time.Time) {
-	tw := r.windows[topic]
-	grown, ok := 0.0, tw != nil && complete && len(ends) == len(tw.ends)
-	for p, e := range ends {
-		if !ok {
-			break
-		}
-		was, found := tw.ends[p]
-		ok = found && e >= was
-		grown += float64(e - was)
-	}
-	switch {
-	case ok:
-		tw.grew = append(tw.grew, producerSent{at: at, records: grown})
-		for len(tw.grew) > 0 && !tw.grew[0].at.After(at.Add(-ProducerMemory)) {
-			tw.grew = tw.grew[1:]
-		}
-		tw.ends, tw.at = ends, at
-	case complete:
-		r.windows[topic] = &topicWindow{ends: ends, first: at, at: at}
-	default:
-		delete(r.windows, topic)
-	}
 }
 
 // Rate returns the records per second topic's end offsets grew by between
@@ -277,21 +208,14 @@ func (r *RecordSizes) Measure(ctx context.Context, topics []string) error {
 	defer cancel()
 	for _, topic := range topics {
 		now := map[int32]logPoint{}
-		offsets, complete := map[int32]int64{}, true
 		ends.Each(func(o kadm.ListedOffset) {
-			if o.Topic != topic {
+			if o.Topic != topic || o.Err != nil {
 				return
 			}
-			if o.Err != nil {
-				complete = false
-				return
-			}
-			offsets[o.Partition] = o.Offset
 			if s, ok := sizes[topic][o.Partition]; ok {
 				now[o.Partition] = logPoint{size: s, end: o.Offset}
 			}
 		})
-		r.readWindow(topic, offsets, complete && len(offsets) > 0, at)
 		if len(now) == 0 {
 			continue
 		}
