@@ -42,6 +42,11 @@ func TestControllerStillPauseKeptOnlyWhenRead(t *testing.T) {
 		{"reported positions", func(st *lag.State, _ time.Duration) { st.Source = lag.SourceConsumer }, false},
 		{"head aged 0.6 of the time", func(st *lag.State, s time.Duration) { st.HeadAge = head + s*6/10 }, false},
 		{"head aged 0.9 of the time", func(st *lag.State, s time.Duration) { st.HeadAge = head + s*9/10 }, true},
+		// The last commit 1.13 s before the reading, read every 250 ms:
+		// at a cadence of 700 ms that is 1.26 intervals and a reading
+		// (not overdue at 1.5), at 550 ms 1.6 intervals and a reading.
+		{"last commit 1.26 intervals and a reading ago", func(st *lag.State, _ time.Duration) { st.CommitInterval = 700 * time.Millisecond }, false},
+		{"last commit 1.6 intervals and a reading ago", func(st *lag.State, _ time.Duration) { st.CommitInterval = 550 * time.Millisecond }, true},
 	} {
 		if d := afterDropStep(t, tc.edit); kept(d) != tc.want {
 			t.Errorf("%s: %s at %.0f/s (%s), kept pause want %v", tc.name, d.Rule, d.Rate, d.Reason, tc.want)
@@ -81,5 +86,62 @@ func TestControllerEndHoldStaleNotZero(t *testing.T) {
 				t.Errorf("%s: decision %d (%.2f s): capacity 0, %s at %.0f/s (%s)", mode, i, rec[i].State.At.Sub(rec[0].State.At).Seconds(), d.Rule, d.Rate, d.Reason)
 			}
 		}
+	}
+}
+
+// TestControllerStillReadDrainKeepsNoPause: the reading after the drop's
+// step down, its lag read 8 times over (a wait of 5.4 s at 1,972/s),
+// drains though it reads still; the reading after that is no kept pause
+// (a drain keeps no pause: Step's tc.paused).
+func TestControllerStillReadDrainKeepsNoPause(t *testing.T) {
+	const name = "cpp250-10x-drop.jsonl"
+	rec := readRecording(t, name)
+	k := dropStepDown(t, rec, replayStates(t, name, 250*time.Millisecond))
+	at := rec[k+1].State.At
+	ds := replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}), func(st *lag.State) {
+		if st.At.Equal(at) {
+			st.Lag *= 8
+			for i := range st.Partitions {
+				st.Partitions[i].Lag *= 8
+			}
+		}
+	})
+	if d := ds[k+1]; d.Rule != RuleDrain {
+		t.Fatalf("decision %d, lag read 8 times over: %s at %.0f/s (%s), want a drain", k+1, d.Rule, d.Rate, d.Reason)
+	}
+	if d := ds[k+2]; d.Rule == RuleStepDown {
+		t.Errorf("decision %d, after a drain: %s at %.0f/s (%s), want no kept pause", k+2, d.Rule, d.Rate, d.Reason)
+	}
+}
+
+// TestControllerEndHoldNeverRaises: the commit that ends the kept pause
+// read 1,000 records further on each of the six partitions (from it on:
+// 6,000 more over the 1.51 s since the last commit before the pause,
+// about 4,650/s) does not raise the estimate at that commit (endHold
+// lowers it only; the commit measures nothing there, as an estimated
+// position's commit does).
+func TestControllerEndHoldNeverRaises(t *testing.T) {
+	const name = "cpp250-10x-drop.jsonl"
+	rec := readRecording(t, name)
+	k := dropStepDown(t, rec, replayStates(t, name, 250*time.Millisecond))
+	end := -1
+	for i := k + 1; i < len(rec) && end < 0; i++ {
+		if lastMove(&rec[i].State).After(rec[k].State.At) {
+			end = i
+		}
+	}
+	if end < 0 {
+		t.Fatal("no commit after the drop's step down")
+	}
+	ds := replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}), func(st *lag.State) {
+		if !st.At.Before(rec[end].State.At) {
+			for i := range st.Partitions {
+				ps := &st.Partitions[i]
+				ps.Committed, ps.Position, ps.End = ps.Committed+1000, ps.Position+1000, ps.End+1000
+			}
+		}
+	})
+	if before, d := ds[k].Capacity, ds[end]; d.Capacity > before {
+		t.Errorf("decision %d, the commit that ends the kept pause: capacity %.0f/s, above %.0f/s before the pause (%s at %.0f/s: %s)", end, d.Capacity, before, d.Rule, d.Rate, d.Reason)
 	}
 }
