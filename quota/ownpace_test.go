@@ -65,3 +65,61 @@ func TestControllerOwnPaceListedByItsWait(t *testing.T) {
 		t.Errorf("poll loop: partition 0 first listed at reading %d, want %d (its head past 2 s)", got, late)
 	}
 }
+
+// ownPaceReplay replays the hook recording of
+// TestControllerOwnPaceListedByItsWait with every reported partition
+// at its own pace and each state passed through edit (with its index)
+// first, and returns the decisions.
+func ownPaceReplay(t *testing.T, edit func(i int, st *lag.State)) []Decision {
+	t.Helper()
+	i := 0
+	return replayEdited(t, "hot1s-ac5s-hook-keep.jsonl", 0, newCtl(t, ControllerConfig{Interval: time.Second}), func(st *lag.State) {
+		for j := range st.Partitions {
+			if ps := &st.Partitions[j]; !ps.Reported.IsZero() {
+				ps.Reported.OwnPace = true
+			}
+		}
+		edit(i, st)
+		i++
+	})
+}
+
+// TestControllerOwnPaceFirstSightOwnWait: partition 0 of the hook
+// recording left out of the first 12 readings (as if handed to the group
+// there), first seen with 62 records and its commit rate read at the
+// 20 msg/s its worker slowed to: at its own pace its first-sight wait is
+// its own (3.1 s), and it is listed at once; the poll loop's (0.2 s, the
+// loop keeping up) would list it only a reading later.
+func TestControllerOwnPaceFirstSightOwnWait(t *testing.T) {
+	const sight = 12
+	ds := ownPaceReplay(t, func(i int, st *lag.State) {
+		if st.Partitions[0].Partition != 0 {
+			t.Fatalf("reading %d: first partition %d, want 0", i, st.Partitions[0].Partition)
+		}
+		switch {
+		case i < sight:
+			st.Partitions = st.Partitions[1:]
+		case i == sight:
+			st.Partitions[0].CommitRate = 20
+		}
+	})
+	if d := ds[sight]; !slices.Equal(d.AvoidPartitions, []int32{0}) {
+		t.Errorf("decision %d, partition 0 first seen: avoid %v, %s (%s), want [0]", sight, d.AvoidPartitions, d.Rule, d.Reason)
+	}
+}
+
+// TestControllerOwnPaceKnownSlow: the hook recording at its own pace with
+// partition 0's head age read at most 0.3 s (under lateHead: as young as
+// a healthy partition's): its own drain (its worker slowed to 20 msg/s),
+// measured with work left behind, lists it by knownSlow whatever its head
+// says, as for a partition read from commits; by its head alone it would
+// never be.
+func TestControllerOwnPaceKnownSlow(t *testing.T) {
+	ds := ownPaceReplay(t, func(_ int, st *lag.State) {
+		ps := &st.Partitions[0]
+		ps.HeadAge = min(ps.HeadAge, 300*time.Millisecond)
+	})
+	if !slices.ContainsFunc(ds, func(d Decision) bool { return slices.Contains(d.AvoidPartitions, 0) }) {
+		t.Error("partition 0, its consumer slowed to 20 msg/s, its head read at most 0.3 s: never listed")
+	}
+}
