@@ -1110,7 +1110,7 @@ func endHold(tc *control, st *lag.State, v *reading) {
 	var counted bool
 	for i := range st.Partitions {
 		ps := &st.Partitions[i]
-		if ps.Committed < 0 || ps.Stale {
+		if !withCommit(ps) {
 			continue
 		}
 		j, found := slices.BinarySearchFunc(tc.pauseCommits, ps.Partition, func(c partCommit, p int32) int { return cmp.Compare(c.partition, p) })
@@ -1135,7 +1135,7 @@ type partCommit struct {
 func appendCommits(dst []partCommit, st *lag.State) []partCommit {
 	from := len(dst)
 	for i := range st.Partitions {
-		if ps := &st.Partitions[i]; ps.Committed >= 0 && !ps.Stale {
+		if ps := &st.Partitions[i]; withCommit(ps) {
 			dst = append(dst, partCommit{ps.Partition, ps.Committed})
 		}
 	}
@@ -1143,12 +1143,16 @@ func appendCommits(dst []partCommit, st *lag.State) []partCommit {
 	return dst
 }
 
+// withCommit says whether ps has a committed offset to count: it has a
+// commit and is not stale.
+func withCommit(ps *lag.PartitionState) bool { return ps.Committed >= 0 && !ps.Stale }
+
 // committedPos is the sum of st's committed offsets, on the partitions
 // with a commit that are not stale.
 func committedPos(st *lag.State) int64 {
 	var pos int64
 	for i := range st.Partitions {
-		if ps := &st.Partitions[i]; ps.Committed >= 0 && !ps.Stale {
+		if ps := &st.Partitions[i]; withCommit(ps) {
 			pos += ps.Committed
 		}
 	}
@@ -2689,7 +2693,7 @@ func (c *Controller) commitSpan(tc *control, st *lag.State, v *reading) (float64
 	behind := false
 	for i := range st.Partitions {
 		ps := &st.Partitions[i]
-		if ps.Committed < 0 || ps.Stale {
+		if !withCommit(ps) {
 			continue
 		}
 		pos += ps.Committed
