@@ -32,8 +32,9 @@ type Writer struct {
 	// Held is true when the client-id's stored quota is below what it was
 	// estimated to send ([Steering.Last]): Kafka throttles it.
 	Held bool
-	// Cap is the most it can be sending to the topic (its stored quota,
-	// in the unit of the rate shared); +Inf when it has none.
+	// Cap is the most it can be sending to the topic (what its stored
+	// quota lets through, [Steering.Room], in the unit of the rate
+	// shared); +Inf when it has none.
 	Cap float64
 }
 

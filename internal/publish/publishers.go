@@ -318,9 +318,10 @@ func (p *ClientQuotaPublisher) Want(s Snapshot) map[string]float64 {
 // ([RecordSizes.Rate], unsmoothed, so that a rise shows at once), or its
 // smoothed produce rate when sizes are not measured. [Share] splits that
 // among the client-ids quoted on it, the ones Kafka is not holding first,
-// each at most what its stored quota lets through (the quota binds on
-// each broker: the quota over its bytes per record and over the share
-// of the topic the busiest broker leads). With the whole topic's rate
+// each at most what its stored quota lets through since the last reading
+// ([Steering.Room]: the window's room, not a quota's worth a second; the
+// quota binds on each broker: that over its bytes per record and over
+// the share of the topic the busiest broker leads). With the whole topic's rate
 // as each one's, no quota could bind when several client-ids write a
 // topic (a producer sending a third of it is never slowed by 11/12 of
 // all of it);
@@ -348,7 +349,7 @@ func (p *ClientQuotaPublisher) rates(s Snapshot) (want, sent map[string]float64)
 			byTopic[l.Topic] = append(byTopic[l.Topic], writer{l, p.bytesPer(l.Topic.Name, l.Producer)})
 		}
 	}
-	per := map[string][]TopicRate{}
+	per, now := map[string][]TopicRate{}, p.now()
 	for _, t := range order {
 		d := s.Topics[t]
 		rate := d.ProduceRate
@@ -367,8 +368,9 @@ func (p *ClientQuotaPublisher) rates(s Snapshot) (want, sent map[string]float64)
 		ws := make([]Writer, len(byTopic[t]))
 		for i, w := range byTopic[t] {
 			ws[i].Cap = math.Inf(1)
-			if stored, held, ok := p.steer.Last(w.lease.Producer); ok {
-				ws[i] = Writer{Held: held, Cap: stored / (w.bytes * busiest)}
+			if _, held, ok := p.steer.Last(w.lease.Producer); ok {
+				room, _ := p.steer.Room(w.lease.Producer, now)
+				ws[i] = Writer{Held: held, Cap: room / (w.bytes * busiest)}
 			}
 		}
 		shares := Share(rate, ws)

@@ -1,0 +1,121 @@
+package publish
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/quota"
+)
+
+// quotaWindow is one broker's quota window for a client-id as Kafka keeps
+// it: samples of one second, the last 11; the rate is their sum over
+// their span (10 s at least); a request that takes the rate over the
+// quota q is answered with a throttle of (rate - q) / q x span.
+type quotaWindow map[int64]float64
+
+func (w quotaWindow) record(at time.Duration, bytes, q float64) time.Duration {
+	now := int64(at / time.Second)
+	w[now] += bytes
+	var sum float64
+	for s, b := range w {
+		if s <= now-11 {
+			delete(w, s)
+			continue
+		}
+		sum += b
+	}
+	span := 10 + (at - time.Duration(now)*time.Second).Seconds()
+	if rate := sum / span; rate > q {
+		return time.Duration((rate - q) / q * span * float64(time.Second))
+	}
+	return 0
+}
+
+// longCut steers three request handlers' producers sharing client.id
+// legacy (16 records of 300 B at a time, synchronously, muted while Kafka
+// throttles them) on kfake's three brokers leading orders unevenly, 20 s
+// unlimited, then cut s of a cut to 0, with other records/s written to
+// the topic by producers no policy lists. Kafka's window and throttle
+// rule are played per broker (kfake keeps the quota, it does not
+// throttle). It returns the longest throttle and the listed records
+// stored during the cut.
+func longCut(t *testing.T, cut int, other float64) (longest time.Duration, admitted int) {
+	cl := ledUnevenly(t)
+	pols, topic := legacyPolicy(t)
+	q := NewClientQuotas(cl, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var at time.Duration
+	t0 := time.Unix(1000, 0)
+	p := &ClientQuotaPublisher{Cluster: "c1", Quotas: q, BytesPerMessage: 300, Interval: time.Second,
+		Now: func() time.Time { return t0.Add(at) }}
+	brokers := []int32{0, 0, 1, 2} // the leader of each partition
+	wins := map[int32]quotaWindow{0: {}, 1: {}, 2: {}}
+	var muted [3]time.Duration
+	stored := map[int32]float64{0: Ceiling, 1: Ceiling, 2: Ceiling}
+	const tick = 10 * time.Millisecond
+	var lastSec int
+	for ; at < time.Duration(20+cut)*time.Second; at += tick {
+		for i := range muted {
+			if at < muted[i] {
+				continue
+			}
+			var hold time.Duration
+			for _, b := range brokers { // 4 records to each partition
+				hold = max(hold, wins[b].record(at, 4*300, stored[b]))
+			}
+			muted[i] = at + hold
+			longest = max(longest, hold)
+			lastSec += 16
+			if at >= 20*time.Second {
+				admitted += 16
+			}
+		}
+		if (at+tick)%time.Second != 0 {
+			continue
+		}
+		rate := quota.Unlimited
+		if at >= 20*time.Second {
+			rate = 0
+		}
+		s := Snapshot{Policies: pols,
+			Topics: map[quota.Topic]quota.TopicDecision{topic: {Policy: "in", Rate: rate, ProduceRate: float64(lastSec) + other}},
+			Leases: []quota.Lease{{Producer: "legacy", Topic: topic, Rate: rate}}}
+		lastSec = 0
+		if err := p.Publish(ctx(t), s); err != nil {
+			t.Fatal(err)
+		}
+		cur, err := q.Current(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b := range stored {
+			stored[b] = cur["legacy"]
+		}
+	}
+	return longest, admitted
+}
+
+// TestClientQuotaLongCutShared: a client.id three request handlers share,
+// cut to 0 for 60 s, is never held 10 s at a response (issue 17), alone
+// on its topic or beside producers no policy lists, and alone the cut
+// binds: it stores under a quarter of its demand (288,000 records in
+// 60 s). Before [Steering.Room] the value taken after the burst a
+// throttle's end lets through counted a quota's worth a second for that
+// burst, not the window's room: held 7.3 s after 30 s of cut here, 9.9 s
+// after 40 s, 24 s after 60 s and 106 s after 90 s (22 to 37 s on Kafka
+// 4.3.1 after 30 s). Beside 1,000 unlisted records/s the cut hardly
+// binds, as before: the split credits the listed client-id with the
+// topic's rate up to what its quota lets through.
+func TestClientQuotaLongCutShared(t *testing.T) {
+	for _, other := range []float64{0, 1000} {
+		longest, admitted := longCut(t, 60, other)
+		t.Logf("beside %v unlisted records/s: longest throttle %s, %d records stored during the 60 s cut", other, longest, admitted)
+		if longest >= 10*time.Second {
+			t.Errorf("beside %v unlisted records/s: held %s at a response, want under 10 s", other, longest)
+		}
+		if other == 0 && admitted > 288_000/4 {
+			t.Errorf("alone: %d records stored during the cut to 0, want at most a quarter of the demand", admitted)
+		}
+	}
+}
