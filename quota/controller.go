@@ -728,11 +728,10 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	tc.has, tc.last, tc.lastAt, tc.lastFresh = true, d, st.At, now
 	tc.headLate = v.headAge > p.MaxAge.Seconds()
 	tc.hand = handOf(&st, tc.hand.parts)
-	// A reading that read still but drained (wait over the budget)
-	// keeps no pause: as without stillAfterPause, the next one may step
-	// down.
-	tc.paused = v.stepDown && v.engaged && st.Status != lag.StatusStopped && (!v.stillHead || rule == RuleStepDown)
-	tc.stillHeld = tc.paused && v.stillHead
+	// A reading that read still keeps the pause whether it paused or
+	// drained (see keptPause).
+	tc.paused = v.stepDown && v.engaged && st.Status != lag.StatusStopped
+	tc.stillHeld = tc.paused && v.stillHead && (rule == RuleStepDown || v.keptDrain)
 	tc.pauseHead, tc.pauseAt = st.HeadAge.Seconds(), st.At
 	tc.pauseCommits, tc.pauseMove = tc.pauseCommits[:0], lastMove(&st)
 	if tc.paused {
@@ -882,6 +881,7 @@ type reading struct {
 	standing, allowance float64
 	stepDown            bool    // capacity fell during the interval: pause
 	stillHead           bool    // paused, and nothing consumed since: pause again (stillAfterPause)
+	keptDrain           bool    // stillHead, the head past the budget: the drain keeps the pause (keptPause)
 	law                 float64 // the saturated law's rate (0 while draining dead work)
 	probe               float64 // the multiplicative step of a probe
 	// wasSaturated: the last measured observation found the consumer
@@ -1073,6 +1073,29 @@ func stillAfterPause(tc *control, st *lag.State, v *reading) bool {
 		st.HeadAge.Seconds()-tc.pauseHead >= stillAged*since
 }
 
+// keptPause is the rule of a reading that keeps a pause (see
+// stillAfterPause): the step down, at 0/s, until the head is past the
+// budget; from there on the drain, which says what holds: a consumer
+// that consumes nothing while its head ages past the budget (a hung
+// member: alive, never committing) is no capacity still to measure. Kept
+// so, a hung member read "capacity still not measured" under the step
+// down up to the hard age (review-tenx, session 24; the wait stayed
+// below the budget, the producers held at 0/s adding no lag). Either
+// keeps the pause (Step): the drain of a kept pause re-opens at no stale
+// capacity. Only the rule and reason differ: tc.drained stays as the
+// step down leaves it (set, the next commit's probe cap read the pause
+// as a drain: a behaviour of its own, not measured).
+func keptPause(st *lag.State, v *reading) (Rule, string) {
+	head, since := st.HeadAge.Seconds(), st.At.Sub(lastMove(st)).Round(time.Millisecond)
+	if head > v.budget {
+		v.keptDrain = true
+		return RuleDrain, fmt.Sprintf("paused on a step down, and nothing consumed since (no commit for %s, commit interval %s): head %s > budget %s, draining",
+			since, st.CommitInterval.Round(time.Millisecond), secs(head), secs(v.budget))
+	}
+	return RuleStepDown, fmt.Sprintf("paused on a step down, and nothing consumed since (head %s, no commit for %s, commit interval %s): capacity still not measured, admitting nothing (wait %s)",
+		secs(head), since, st.CommitInterval.Round(time.Millisecond), secs(v.wait))
+}
+
 // endHold reads the commit that ends a pause kept by stillAfterPause (the
 // first since the pause): what the consumer committed from its last
 // commit before the pause to this one, over the time between them, is
@@ -1091,8 +1114,10 @@ func stillAfterPause(tc *control, st *lag.State, v *reading) bool {
 // "capacity 2,037/s", 1,526 msg/s, on the commit that came 1.5 s after
 // the pause for a consumer of 400, and was drained one reading later
 // (lagbridge bench on kfake, session 24). Only after a pause that was
-// kept (rule step-down): a drain whose reading also read still is not
-// one (taken so, it moved the simulator's 1 s auto-commit grid).
+// kept (rule step-down, or keptPause's drain on the head: a poll in hand
+// longer than the budget, or a member hung and back, read so too): a
+// drain on the wait whose reading also read still is not one (taken so,
+// it moved the simulator's 1 s auto-commit grid).
 func endHold(tc *control, st *lag.State, v *reading) {
 	if !tc.stillHeld {
 		return
@@ -2852,8 +2877,7 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 			tc.drained = true
 			return RuleDrain, fmt.Sprintf("wait %s >= budget %s: a new message would be dead on arrival, draining", secs(v.wait), secs(v.budget))
 		case v.stillHead:
-			return RuleStepDown, fmt.Sprintf("paused on a step down, and nothing consumed since (head %s, no commit for %s, commit interval %s): capacity still not measured, admitting nothing (wait %s)",
-				secs(st.HeadAge.Seconds()), st.At.Sub(lastMove(st)).Round(time.Millisecond), st.CommitInterval.Round(time.Millisecond), secs(v.wait))
+			return keptPause(st, v)
 		case v.stepDown:
 			return RuleStepDown, fmt.Sprintf("capacity fell from %.0f/s to at most %.0f/s during the interval: admitting nothing until the next observation measures it (wait %s)", v.prevCap, v.consumed, secs(v.wait))
 		}

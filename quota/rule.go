@@ -30,12 +30,14 @@ const (
 	RuleHardAge
 	// RuleUnlimited: the predicted wait is under the engage threshold.
 	RuleUnlimited
-	// RuleDrain: the predicted wait reached the budget: admit nothing
-	// until the backlog drains.
+	// RuleDrain: the predicted wait reached the budget, or a kept pause
+	// (see RuleStepDown) has its head past the budget (keptPause): admit
+	// nothing until the backlog drains.
 	RuleDrain
 	// RuleStepDown: capacity fell during the interval: pause for one
 	// interval and measure; paused so, and nothing consumed since with
-	// the commit overdue: pause again (stillAfterPause).
+	// the commit overdue: pause again (stillAfterPause), while the head
+	// is within the budget.
 	RuleStepDown
 	// RuleSaturated: the consumer is saturated: rate = capacity plus the
 	// backlog error over tau.

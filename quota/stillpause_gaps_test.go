@@ -89,31 +89,6 @@ func TestControllerEndHoldStaleNotZero(t *testing.T) {
 	}
 }
 
-// TestControllerStillReadDrainKeepsNoPause: the reading after the drop's
-// step down, its lag read 8 times over (a wait of 5.4 s at 1,972/s),
-// drains though it reads still; the reading after that is no kept pause
-// (a drain keeps no pause: Step's tc.paused).
-func TestControllerStillReadDrainKeepsNoPause(t *testing.T) {
-	const name = "cpp250-10x-drop.jsonl"
-	rec := readRecording(t, name)
-	k := dropStepDown(t, rec, replayStates(t, name, 250*time.Millisecond))
-	at := rec[k+1].State.At
-	ds := replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}), func(st *lag.State) {
-		if st.At.Equal(at) {
-			st.Lag *= 8
-			for i := range st.Partitions {
-				st.Partitions[i].Lag *= 8
-			}
-		}
-	})
-	if d := ds[k+1]; d.Rule != RuleDrain {
-		t.Fatalf("decision %d, lag read 8 times over: %s at %.0f/s (%s), want a drain", k+1, d.Rule, d.Rate, d.Reason)
-	}
-	if d := ds[k+2]; d.Rule == RuleStepDown {
-		t.Errorf("decision %d, after a drain: %s at %.0f/s (%s), want no kept pause", k+2, d.Rule, d.Rate, d.Reason)
-	}
-}
-
 // TestControllerEndHoldNeverRaises: the commit that ends the kept pause
 // read 1,000 records further on each of the six partitions (from it on:
 // 6,000 more over the 1.51 s since the last commit before the pause,
