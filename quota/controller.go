@@ -729,9 +729,10 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	tc.headLate = v.headAge > p.MaxAge.Seconds()
 	tc.hand = handOf(&st, tc.hand.parts)
 	// A reading that read still keeps the pause whether it paused or
-	// drained (see keptPause).
+	// drained (see keptPause), and the commit that ends it is read by
+	// endHold either way.
 	tc.paused = v.stepDown && v.engaged && st.Status != lag.StatusStopped
-	tc.stillHeld = tc.paused && v.stillHead && (rule == RuleStepDown || v.keptDrain)
+	tc.stillHeld = tc.paused && v.stillHead
 	tc.pauseHead, tc.pauseAt = st.HeadAge.Seconds(), st.At
 	tc.pauseCommits, tc.pauseMove = tc.pauseCommits[:0], lastMove(&st)
 	if tc.paused {
@@ -881,7 +882,6 @@ type reading struct {
 	standing, allowance float64
 	stepDown            bool    // capacity fell during the interval: pause
 	stillHead           bool    // paused, and nothing consumed since: pause again (stillAfterPause)
-	keptDrain           bool    // stillHead, the head past the budget: the drain keeps the pause (keptPause)
 	law                 float64 // the saturated law's rate (0 while draining dead work)
 	probe               float64 // the multiplicative step of a probe
 	// wasSaturated: the last measured observation found the consumer
@@ -1088,11 +1088,10 @@ func stillAfterPause(tc *control, st *lag.State, v *reading) bool {
 func keptPause(st *lag.State, v *reading) (Rule, string) {
 	head, since := st.HeadAge.Seconds(), st.At.Sub(lastMove(st)).Round(time.Millisecond)
 	if head > v.budget {
-		v.keptDrain = true
-		return RuleDrain, fmt.Sprintf("paused on a step down, and nothing consumed since (no commit for %s, commit interval %s): head %s > budget %s, draining",
+		return RuleDrain, fmt.Sprintf("paused on a step down, and nothing committed since (no commit for %s, commit interval %s): head %s > budget %s, draining",
 			since, st.CommitInterval.Round(time.Millisecond), secs(head), secs(v.budget))
 	}
-	return RuleStepDown, fmt.Sprintf("paused on a step down, and nothing consumed since (head %s, no commit for %s, commit interval %s): capacity still not measured, admitting nothing (wait %s)",
+	return RuleStepDown, fmt.Sprintf("paused on a step down, and nothing committed since (head %s, no commit for %s, commit interval %s): capacity still not measured, admitting nothing (wait %s)",
 		secs(head), since, st.CommitInterval.Round(time.Millisecond), secs(v.wait))
 }
 
@@ -1114,10 +1113,11 @@ func keptPause(st *lag.State, v *reading) (Rule, string) {
 // "capacity 2,037/s", 1,526 msg/s, on the commit that came 1.5 s after
 // the pause for a consumer of 400, and was drained one reading later
 // (lagbridge bench on kfake, session 24). Only after a pause that was
-// kept (rule step-down, or keptPause's drain on the head: a poll in hand
-// longer than the budget, or a member hung and back, read so too): a
-// drain on the wait whose reading also read still is not one (taken so,
-// it moved the simulator's 1 s auto-commit grid).
+// kept, whatever its last reading's rule (step-down, keptPause's drain on
+// the head, or a drain on the wait): skipped after a drain on the wait,
+// the commit re-opened at 978/s on the 1,972/s from before the drop
+// (review-keptpause, session 25; the simulator's 1 s auto-commit grid
+// moves by a second of 162 refused while idle).
 func endHold(tc *control, st *lag.State, v *reading) {
 	if !tc.stillHeld {
 		return
@@ -3499,7 +3499,15 @@ func plan(d *Decision, v *reading, p *Policy) *Plan {
 // follower's replication adds tens of milliseconds), so a plan takes
 // effect only when no newer decision arrived. 0: nothing to plan (no
 // capacity measured, or the law still at 0 after the pause).
+//
+// A pause kept because nothing was committed since (stillAfterPause)
+// plans nothing: its capacity is the one from before the drop, and a plan
+// on it re-opened producers at ~1,800/s for a hung member, to take effect
+// at a daemon restart or a lost push (review-keptpause, session 25).
 func planAfter(v *reading) (float64, float64) {
+	if v.stillHead {
+		return 0, 0 // nothing measured since the pause: no capacity to plan on
+	}
 	c := v.capacity
 	if v.consumed > 0 {
 		c = min(c, v.consumed)

@@ -35,7 +35,7 @@ const (
 	// nothing until the backlog drains.
 	RuleDrain
 	// RuleStepDown: capacity fell during the interval: pause for one
-	// interval and measure; paused so, and nothing consumed since with
+	// interval and measure; paused so, and nothing committed since with
 	// the commit overdue: pause again (stillAfterPause), while the head
 	// is within the budget.
 	RuleStepDown

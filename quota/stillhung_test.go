@@ -75,7 +75,7 @@ func TestControllerHungKeptPauseDrains(t *testing.T) {
 			t.Errorf("decision %d, hung, head %s: %s at %.0f/s (%s), want 0/s", i, head, d.Rule, d.Rate, d.Reason)
 		case head <= budget && d.Rule != RuleStepDown:
 			t.Errorf("decision %d, hung, head %s within the budget: %s (%s), want the pause kept", i, head, d.Rule, d.Reason)
-		case head > budget && (d.Rule != RuleDrain || !strings.Contains(d.Reason, "nothing consumed since")):
+		case head > budget && (d.Rule != RuleDrain || !strings.Contains(d.Reason, "nothing committed since")):
 			t.Errorf("decision %d, hung, head %s past the budget: %s (%s), want the drain of a kept pause", i, head, d.Rule, d.Reason)
 		case head > budget:
 			drained++
@@ -116,7 +116,7 @@ func TestControllerKeptDrainEndHold(t *testing.T) {
 		}
 	})
 	for i := k + 1; i < end; i++ {
-		if d := ds[i]; d.Rule != RuleDrain || d.Rate != 0 || !strings.Contains(d.Reason, "nothing consumed since") {
+		if d := ds[i]; d.Rule != RuleDrain || d.Rate != 0 || !strings.Contains(d.Reason, "nothing committed since") {
 			t.Errorf("decision %d, kept, the head past the budget: %s at %.0f/s (%s), want the drain of a kept pause", i, d.Rule, d.Rate, d.Reason)
 		}
 	}
