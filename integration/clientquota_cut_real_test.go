@@ -49,6 +49,7 @@ func TestRealKafkaClientQuotaCutBounded(t *testing.T) {
 		// through is then in the window the next value is taken from
 		// (main held it 22 to 37 s at one response).
 		{"shared client.id, 30 s cut", 3, nil, 12 * time.Second, 34},
+		{"shared client.id, 60 s cut", 3, nil, 12 * time.Second, 64},
 	}
 	addr := kafkatest.Bootstrap(t)
 	for _, c := range cases {

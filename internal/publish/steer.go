@@ -99,6 +99,8 @@ type Steering struct {
 	est  map[string]float64 // the window rate estimated at the last call
 	peak map[string]sample  // the highest window rate estimated, fading
 	past map[string][]sample
+	rel  map[string]float64 // the fewest bytes seen released after a silence under a throttle
+	top  map[string]float64 // the highest window rate estimated, not fading
 }
 
 // MinShare is the least share of the highest rate a client-id was
@@ -145,6 +147,41 @@ func (s *Steering) Room(id string, now time.Time) (float64, bool) {
 	held := windowSum(ps, now.Add(-span), prev)
 	return max(stored, (stored*span.Seconds()-held)/dt), true
 }
+
+// noteRelease keeps, for client-id id, the fewest bytes it was seen to
+// send at rate r since the last call when it sent nothing in the reading
+// before while the value stored held it: what a throttle's end released
+// at once (a synchronous producer's request; the producers of a shared
+// client.id released together send one each). Kafka holds a client whose
+// quota Q is under its release B about B / Q at a response (the window
+// then holds a release per hold), whatever the window's span, so the
+// steering never stores less than B a hold (see [Steering.NextBounded]).
+// A stored value that kept falling under a cut to 0, as its estimate and
+// MinShare's peak fade, came below one release's worth: Kafka 4.3.1 held
+// the three producers of a shared client.id 11 s at a response 48 s into
+// the cut, 31 s at 57 s and 96 s by 175 s.
+func (s *Steering) noteRelease(id string, now time.Time, r float64) {
+	ps := s.past[id]
+	if r <= 0 || len(ps) == 0 || ps[len(ps)-1].rate > 0 {
+		return
+	}
+	if _, held, _ := s.Last(id); !held {
+		return
+	}
+	b := r * now.Sub(ps[len(ps)-1].at).Seconds()
+	if cur, ok := s.rel[id]; b > 0 && (!ok || b < cur) {
+		s.rel[id] = b
+	}
+}
+
+// ReleaseShare is the most of the highest rate a client-id was estimated
+// to send that the release floor keeps ([Steering.NextBounded]): a
+// producer that buffers while Kafka holds it releases what it buffered,
+// which grows with the hold, and a floor of that over a hold let such a
+// producer's whole demand through a cut to 0. A tenth keeps the cut's
+// bite and still covers a synchronous producer sending a request a
+// second or more (held then at most 10 s a response).
+const ReleaseShare = 0.1
 
 type sample struct {
 	at   time.Time
@@ -208,10 +245,15 @@ const LongestHold = 6 * time.Second
 // (the busiest producer's of its topics). The estimate from sent may be
 // short (it is an estimate of how a topic's rate splits among its
 // client-ids), and Kafka holds a client-id f x (window + hold) - window
-// when it sent f times the estimate.
+// when it sent f times the estimate. Nor, while steering, less than the
+// fewest bytes the client-id was seen to release at a throttle's end
+// (see noteRelease) a hold, up to ReleaseShare of the highest rate it was
+// estimated to send: a floor that does not fade, so a cut that lasts
+// still holds it about a hold at a response.
 func (s *Steering) NextBounded(now time.Time, want, sent map[string]float64, hold map[string]time.Duration, bound map[string]float64) map[string]float64 {
 	if s.last == nil {
 		s.last, s.est, s.peak, s.past = map[string]float64{}, map[string]float64{}, map[string]sample{}, map[string][]sample{}
+		s.rel, s.top = map[string]float64{}, map[string]float64{}
 	}
 	span := s.Window.Span()
 	seen := map[string]bool{}
@@ -230,6 +272,7 @@ func (s *Steering) NextBounded(now time.Time, want, sent map[string]float64, hol
 		if prev, ok := s.last[id]; ok && !known {
 			r = prev
 		}
+		s.noteRelease(id, now, r)
 		ps := append(s.past[id], sample{now, max(r, 0)})
 		if r > 0 && !slices.ContainsFunc(s.past[id], func(p sample) bool { return p.rate > 0 }) {
 			// Seen idle until now: the broker's window may still hold
@@ -257,6 +300,8 @@ func (s *Steering) NextBounded(now time.Time, want, sent map[string]float64, hol
 			delete(s.last, id)
 			delete(s.est, id)
 			delete(s.peak, id)
+			delete(s.rel, id)
+			delete(s.top, id)
 			if sum == 0 {
 				delete(s.past, id) // idle and unquoted: nothing to remember
 				continue
@@ -274,9 +319,10 @@ func (s *Steering) NextBounded(now time.Time, want, sent map[string]float64, hol
 		pk.rate *= math.Exp2(-now.Sub(pk.at).Seconds() / span.Seconds())
 		pk = sample{now, max(pk.rate, est)}
 		s.peak[id] = pk
+		s.top[id] = max(s.top[id], est)
 		v := max(w, Floor(est, s.Window, h), 0)
 		if h > 0 { // steering: never near nothing either
-			v = max(v, MinShare*pk.rate, Floor(bound[id], s.Window, LongestHold))
+			v = max(v, MinShare*pk.rate, Floor(bound[id], s.Window, LongestHold), min(s.rel[id]/h.Seconds(), ReleaseShare*s.top[id]))
 		}
 		out[id], s.last[id], s.est[id] = v, v, est
 	}

@@ -244,3 +244,42 @@ func TestSteeringBoundedByBusiest(t *testing.T) {
 		t.Logf("bounded %v: longest throttle %s", bounded, longest)
 	}
 }
+
+// TestSteeringRoom pins what a client-id can have sent since the last
+// call under the value stored then: its quota times the window's span,
+// less what the window still holds, over the time since; never less than
+// its quota.
+func TestSteeringRoom(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	s := Steering{Hold: time.Second}
+	if _, ok := s.Room("a", t0); ok {
+		t.Fatal("Room of a client that got no value: ok")
+	}
+	s.Next(t0, map[string]float64{"a": 1100}, map[string]float64{"a": 1100})
+	s.Next(t0.Add(time.Second), map[string]float64{"a": 2200}, map[string]float64{"a": 0})
+	cases := []struct {
+		at   time.Duration
+		want float64
+	}{
+		// Stored 2,200; the window from 8 s before t0 to the last call
+		// holds 8 s of 1,100 and 1 s of nothing: (2,200 x 11 - 8,800) / 2.
+		{3 * time.Second, 7700},
+		// From 9.5 s before t0: (24,200 - 10,450) / 0.5.
+		{1500 * time.Millisecond, 27500},
+		{time.Second, 2200}, // no time since: the quota
+	}
+	for _, c := range cases {
+		if got, ok := s.Room("a", t0.Add(c.at)); !ok || math.Abs(got-c.want) > 1e-6 {
+			t.Errorf("Room at t0+%s = %v, %v; want %v", c.at, got, ok, c.want)
+		}
+	}
+	// A value below the window's rate (stored 1,100 x 11/12 under a cut
+	// to 100): the window one second later holds more than the quota's
+	// span's worth, and the room is the quota.
+	s = Steering{Hold: time.Second}
+	s.Next(t0, map[string]float64{"a": 1100}, map[string]float64{"a": 1100})
+	s.Next(t0.Add(time.Second), map[string]float64{"a": 100}, map[string]float64{"a": 1100})
+	if got, _ := s.Room("a", t0.Add(2*time.Second)); math.Abs(got-1100*11.0/12) > 1e-6 {
+		t.Errorf("Room under a cut = %v, want the stored %v", got, 1100*11.0/12)
+	}
+}
