@@ -180,7 +180,7 @@ func (s *Steering) noteRelease(id string, now time.Time, r float64) {
 // which grows with the hold, and a floor of that over a hold let such a
 // producer's whole demand through a cut to 0. A tenth keeps the cut's
 // bite and still covers a synchronous producer sending a request a
-// second or more (held then at most 10 s a response).
+// second or more (held then about 10 s a response at most).
 const ReleaseShare = 0.1
 
 type sample struct {
