@@ -25,14 +25,7 @@ func TestControllerWaitDrainBeforeEndingCommit(t *testing.T) {
 	}
 	plain := replayStates(t, name, 250*time.Millisecond)
 	w := rec[end-1].State.At
-	ds := replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}), func(st *lag.State) {
-		if st.At.Equal(w) {
-			st.Lag *= 8
-			for i := range st.Partitions {
-				st.Partitions[i].Lag *= 8
-			}
-		}
-	})
+	ds := replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}), lagTimesAt(w, 8))
 	for i := k; i <= end+2 && i < len(ds); i++ {
 		t.Logf("%d plain: %s %.0f/s cap %.0f | edited: %s %.0f/s cap %.0f (%.90s)", i, plain[i].Rule, plain[i].Rate, plain[i].Capacity, ds[i].Rule, ds[i].Rate, ds[i].Capacity, ds[i].Reason)
 	}
@@ -51,18 +44,39 @@ func TestControllerKeptPausePlansNoStaleReopen(t *testing.T) {
 	rec := readRecording(t, name)
 	k := dropStepDown(t, rec, replayStates(t, name, 250*time.Millisecond))
 	frozen := rec[k].State
-	frozen.Partitions = slices.Clone(frozen.Partitions)
+	ds := replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}), frozenAfter(frozen))
+	for i := k + 1; i < len(ds) && i < k+12; i++ {
+		if d := ds[i]; d.Rate == 0 && d.Then != nil && d.Then.Rate > ds[k].Then.Rate {
+			t.Errorf("decision %d, hung, %s (%.60s): Then %.0f/s at +%s, above the step down's own plan %.0f/s", i, d.Rule, d.Reason, d.Then.Rate, d.Then.At.Sub(d.At), ds[k].Then.Rate)
+		}
+	}
+}
+
+// lagTimesAt is a replay edit that reads the lag n times over at the
+// reading at at (every partition's too).
+func lagTimesAt(at time.Time, n int64) func(*lag.State) {
+	return func(st *lag.State) {
+		if st.At.Equal(at) {
+			st.Lag *= n
+			for i := range st.Partitions {
+				st.Partitions[i].Lag *= n
+			}
+		}
+	}
+}
+
+// frozenAfter is a replay edit that freezes the recording at from (a
+// member hung there: alive, nothing consumed or produced), the head aging
+// with the clock.
+func frozenAfter(from lag.State) func(*lag.State) {
+	frozen := from
+	frozen.Partitions = slices.Clone(from.Partitions)
 	frozen.ConsumeRateInstant, frozen.ProduceRate = 0, 0
-	ds := replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}), func(st *lag.State) {
+	return func(st *lag.State) {
 		if at := st.At; at.After(frozen.At) {
 			*st = frozen
 			st.Partitions = slices.Clone(frozen.Partitions)
 			st.At, st.HeadAge = at, frozen.HeadAge+at.Sub(frozen.At)
-		}
-	})
-	for i := k + 1; i < len(ds) && i < k+12; i++ {
-		if d := ds[i]; d.Rate == 0 && d.Then != nil && d.Then.Rate > ds[k].Then.Rate {
-			t.Errorf("decision %d, hung, %s (%.60s): Then %.0f/s at +%s, above the step down's own plan %.0f/s", i, d.Rule, d.Reason, d.Then.Rate, d.Then.At.Sub(d.At), ds[k].Then.Rate)
 		}
 	}
 }

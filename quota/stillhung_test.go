@@ -1,7 +1,6 @@
 package quota
 
 import (
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,14 +20,7 @@ func TestControllerStillReadDrainKeepsPause(t *testing.T) {
 	rec := readRecording(t, name)
 	k := dropStepDown(t, rec, replayStates(t, name, 250*time.Millisecond))
 	at := rec[k+1].State.At
-	ds := replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}), func(st *lag.State) {
-		if st.At.Equal(at) {
-			st.Lag *= 8
-			for i := range st.Partitions {
-				st.Partitions[i].Lag *= 8
-			}
-		}
-	})
+	ds := replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}), lagTimesAt(at, 8))
 	if d := ds[k+1]; d.Rule != RuleDrain {
 		t.Fatalf("decision %d, lag read 8 times over: %s at %.0f/s (%s), want a drain", k+1, d.Rule, d.Rate, d.Reason)
 	}
@@ -54,15 +46,7 @@ func TestControllerHungKeptPauseDrains(t *testing.T) {
 	rec := readRecording(t, name)
 	k := dropStepDown(t, rec, replayStates(t, name, 250*time.Millisecond))
 	frozen := rec[k].State
-	frozen.Partitions = slices.Clone(frozen.Partitions)
-	frozen.ConsumeRateInstant, frozen.ProduceRate = 0, 0
-	ds := replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}), func(st *lag.State) {
-		if at := st.At; at.After(frozen.At) {
-			*st = frozen
-			st.Partitions = slices.Clone(frozen.Partitions)
-			st.At, st.HeadAge = at, frozen.HeadAge+at.Sub(frozen.At)
-		}
-	})
+	ds := replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}), frozenAfter(frozen))
 	budget := 2 * time.Second
 	var kept, drained int
 	for i := k + 1; i < len(ds); i++ {
