@@ -425,3 +425,39 @@ func TestClientQuotaLogUnlimited(t *testing.T) {
 		t.Errorf("a finite quota's line: %s", held)
 	}
 }
+
+// TestClientQuotaSharesHeldLast: of two client-ids writing one topic, the
+// one whose stored value is below what it was estimated to send (Kafka
+// holds it) is taken to send only what the other cannot account for:
+// here nothing, the free one sending all of the topic's 100 msg/s within
+// its room. Split in equal parts instead, the held one would be credited
+// with half of the other's traffic, and its value would keep it bursting.
+func TestClientQuotaSharesHeldLast(t *testing.T) {
+	pols, err := quota.NewPolicies([]quota.Policy{
+		{Name: "in", MaxAge: time.Second, KafkaClientQuota: true, Producers: []quota.ProducerSpec{{ID: "a"}, {ID: "b"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "orders"}
+	t0 := time.Unix(1000, 0)
+	now := t0
+	p := &ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 10, Interval: time.Second, Now: func() time.Time { return now }}
+	// a is stored 917 B/s against the 1,000 it was seen to send (held);
+	// b is stored 5,000 B/s, above its 1,000 (not held).
+	p.steer.Hold = time.Second
+	p.steer.Next(t0, map[string]float64{"a": 100, "b": 5000}, map[string]float64{"a": 1000, "b": 1000})
+	if _, held, _ := p.steer.Last("a"); !held {
+		t.Fatal("a is not held: the test no longer sets up a held client-id")
+	}
+	if _, held, _ := p.steer.Last("b"); held {
+		t.Fatal("b is held: the test no longer sets up a free client-id")
+	}
+	now = t0.Add(time.Second)
+	s := Snapshot{Policies: pols, Topics: map[quota.Topic]quota.TopicDecision{orders: {Policy: "in", Rate: 510, ProduceRate: 100}},
+		Leases: []quota.Lease{{Producer: "a", Topic: orders, Rate: 10}, {Producer: "b", Topic: orders, Rate: 500}}}
+	_, sent := p.rates(s)
+	if want := map[string]float64{"a": 0, "b": 1000}; !maps.Equal(sent, want) {
+		t.Errorf("sent %v, want %v: the held client-id takes only what the free one cannot account for", sent, want)
+	}
+}
