@@ -128,6 +128,9 @@ type control struct {
 	// may reach until the next commit while overshot, msg/s.
 	behindAt, sureCaught, overshot, drained bool
 	capCap, capBase                         float64
+	// reopen: what the consumer showed when a commit re-opened producers
+	// held at 0 (see reopenCap).
+	reopen reopened
 	// sinceCommit: messages produced since lastCommit.
 	sinceCommit float64
 	// spanAt and spanPos: the newest commit of a consumer whose position
@@ -359,7 +362,10 @@ func (c *Controller) Step(st lag.State, p Policy, now time.Time) Decision {
 	}
 	var v reading
 	c.measure(tc, &st, &p, &v)
+	held := tc.limited && tc.rate <= 0
+	c.reopenSpan(tc, &st, &v)
 	rule, reason := c.regime(tc, &st, &v)
+	noteReopen(tc, &st, &v, held)
 	if v.relearn && rule != RuleRelearn {
 		// The trial did not go through (another rule decided): nothing
 		// to tell from the next reading; the next qualifying one tries.

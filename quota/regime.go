@@ -122,6 +122,12 @@ func (c *Controller) caughtUp(tc *control, st *lag.State, v *reading, inForce fl
 	if v.capped {
 		tc.rate, probed = min(tc.rate, tc.capCap), min(probed, tc.capCap)
 	}
+	reopenCapped := false
+	if cp := reopenCap(tc, v); cp > 0 {
+		cp = max(cp, inForce)
+		reopenCapped = tc.rate > cp
+		tc.rate, probed = min(tc.rate, cp), min(probed, cp)
+	}
 	if v.produced < c.cfg.ReleaseRatio*inForce || inForce <= 0 {
 		// (A rate of 0 cannot be probed up: caught up, it is released.)
 		tc.release++
@@ -149,6 +155,10 @@ func (c *Controller) caughtUp(tc *control, st *lag.State, v *reading, inForce fl
 		}
 		return RuleRelearn, fmt.Sprintf("head at the commit held at %s for %d readings, past the standing wait learned (%s): a probe to %.0f/s tells a standing wait its commit timer moved to from a queue",
 			secs(v.headAge), floorLearn, secs(tc.floor), tc.rate)
+	}
+	if reopenCapped {
+		return RuleProbe, fmt.Sprintf("caught up by the estimate between commits since a commit re-opened a hold that kept a pause (capacity %.0f/s then): probing from %.0f/s, a step above that at most until the commits show more",
+			tc.reopen.base, tc.rate)
 	}
 	return RuleProbe, fmt.Sprintf("caught up: probing from %.0f/s", tc.rate)
 }
