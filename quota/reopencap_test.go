@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
 )
 
 // TestControllerReopenProbeCapped replays lagbridge bench at 10x on kfake,
@@ -44,5 +46,36 @@ func TestControllerReopenProbeCapped(t *testing.T) {
 	}
 	if probes < 2 {
 		t.Errorf("%d probes after the re-open, want the recording's 2", probes)
+	}
+}
+
+// TestReopenSpanLifts: the cap of a re-open (reopenCap) holds while the
+// commits since show the consumer consuming about what it showed (400/s
+// over 0.5 s after a re-open at 390/s), is not lifted by commits less than
+// half an interval apart, and lifts once they show more than StepThreshold
+// above it (2,000/s over 0.5 s: a capacity that came back, the restore).
+func TestReopenSpanLifts(t *testing.T) {
+	c := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+	t0 := time.Date(2026, 12, 3, 22, 0, 0, 0, time.UTC)
+	tc := &control{reopen: reopened{base: 390, at: t0, pos: 600}}
+	v := &reading{dt: 0.25}
+	at := func(d time.Duration, committed int64) *lag.State {
+		lc := t0.Add(d)
+		return &lag.State{At: lc.Add(100 * time.Millisecond), Partitions: []lag.PartitionState{
+			{PartitionSample: lag.PartitionSample{Partition: 0, Committed: committed / 2}, LastCommit: lc},
+			{PartitionSample: lag.PartitionSample{Partition: 1, Committed: committed - committed/2}, LastCommit: lc},
+		}}
+	}
+	c.reopenSpan(tc, at(500*time.Millisecond, 800), v)
+	if tc.reopen.base != 390 || tc.reopen.pos != 800 {
+		t.Fatalf("400/s over 0.5 s: reopen %+v, want the cap kept at 390/s and the span moved to 800", tc.reopen)
+	}
+	c.reopenSpan(tc, at(600*time.Millisecond, 1000), v)
+	if tc.reopen.base != 390 || tc.reopen.pos != 800 {
+		t.Fatalf("2,000/s over 0.1 s: reopen %+v, want it kept, the span where it was", tc.reopen)
+	}
+	c.reopenSpan(tc, at(time.Second, 1800), v)
+	if tc.reopen.base != 0 {
+		t.Errorf("2,000/s over 0.5 s: reopen %+v, want the cap lifted", tc.reopen)
 	}
 }
