@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,10 +18,24 @@ import (
 )
 
 // longestThrottle records the longest throttle_time_ms the broker gave
-// its clients (kgo.HookBrokerThrottle).
-type longestThrottle struct{ ns atomic.Int64 }
+// its clients (kgo.HookBrokerThrottle), and when each throttle of 2 s or
+// more came, in seconds since t0 (unix nanoseconds, set at the first
+// publish): where in a cut the longest holds come (the first cut, the
+// step down about 11 s after it, the trickle).
+type longestThrottle struct {
+	ns   atomic.Int64
+	t0   atomic.Int64
+	mu   sync.Mutex
+	long []string
+}
 
 func (m *longestThrottle) OnBrokerThrottle(_ kgo.BrokerMetadata, d time.Duration, _ bool) {
+	if d >= 2*time.Second {
+		at := time.Since(time.Unix(0, m.t0.Load())).Seconds()
+		m.mu.Lock()
+		m.long = append(m.long, fmt.Sprintf("t=%.1fs: throttled %s", at, d))
+		m.mu.Unlock()
+	}
 	for cur := m.ns.Load(); int64(d) > cur && !m.ns.CompareAndSwap(cur, int64(d)); cur = m.ns.Load() {
 	}
 }
@@ -103,6 +118,7 @@ func TestRealKafkaClientQuotaCutBounded(t *testing.T) {
 			defer func() { cancel(); wg.Wait() }()
 			time.Sleep(c.mature)
 			var atCut int64
+			m.t0.Store(time.Now().UnixNano())
 			for i := range c.steps {
 				rate := 1e6
 				if i >= 4 {
@@ -119,6 +135,9 @@ func TestRealKafkaClientQuotaCutBounded(t *testing.T) {
 					i, rate, cur[id], stored.Load(), time.Duration(m.ns.Load()))
 				time.Sleep(time.Second)
 			}
+			m.mu.Lock()
+			t.Logf("throttles of 2 s or more: %v", m.long)
+			m.mu.Unlock()
 			t.Logf("records stored during the %d s cut: %d", c.steps-4, stored.Load()-atCut)
 			// Bound: issue 17's longest throttle, under 10 s. The reverted
 			// cap held 3 m and 24 s; a fresh-clone CI run of the code
