@@ -25,9 +25,9 @@ import (
 // keptclimb2 (the fix at b1ce217): the drop's drain read still (no commit
 // since the pause before it, so the pause was kept), the commit after it
 // re-opened at 242/s (capacity 380/s), and the first readings estimated
-// between commits after the consumer caught up read 1,483/s consumed (a capacity estimate of 1,583/s): main
-// probed 1,810 and 2,715 msg/s there, the fix 570/s; the next reading read
-// "saturated: capacity 321/s".
+// between commits after the consumer caught up read 1,483/s consumed (a
+// capacity estimate of 1,583/s): main probed 1,810 and 2,715 msg/s there,
+// the fix 570/s; the next reading read "saturated: capacity 321/s".
 //
 // Probes on those readings are capped one probe step above the capacity
 // at the re-open (reopenCap).
