@@ -40,7 +40,9 @@ import (
 // than half its share: the band between is hysteresis (at 250 ms the rate
 // of a 20 msg/s consumer is read from 5 records, give or take one, and
 // one read just over half its share freed it, at once listed again:
-// TestSimHotPartitionTrialsBackOff).
+// TestSimHotPartitionTrialsBackOff). lateSoon lists a partition reported
+// at its own pace a reading early, when its wait and one more interval
+// reach the budget.
 //
 // Head ages are taken at the commit (less v.since), as for the target.
 func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading) (late []int32, fewBad bool) {
@@ -67,6 +69,7 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 	offerShare := max(v.produced, st.ProduceRate) / float64(max(len(st.Partitions)-listed, 1))
 	tc.gen++
 	othersKept := keptUpSomewhere(tc, st)
+	behind := unlistedBehind(tc, st, v, lateHead)
 	v.rise = sharedRise(tc, st, v, dt)
 	others := false // a partition not late was written to
 	for _, ps := range st.Partitions {
@@ -79,6 +82,7 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 		// it lists no partition (see polledWait).
 		isLate := ps.Lag > 0 && (head > p.MaxAge.Seconds() || (wait >= budget && head > lateHead && !loop))
 		isLate = isLate || (!loop && had && othersKept && knownSlow(pt, next, head, partCadence(&ps, v), budget, offerShare))
+		isLate = isLate || (!loop && had && othersKept && behind == 1 && lateSoon(pt, next, &ps, wait, head, lateHead, budget, c.cfg.Interval.Seconds()))
 		if (v.shadow || v.rise) && !pt.late && head <= p.MaxAge.Seconds() {
 			// A stall the observer shared, or one every partition's
 			// head shows, lists no partition by its wait: the listed
@@ -95,6 +99,9 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 			next.rate = ps.CommitRate
 		}
 		next.inAvg = pt.inAvg + min(dt, 1)*(next.in-pt.inAvg)
+		if isLate && !pt.late {
+			next.rate = listedRate(pt, next, &ps, st)
+		}
 		isLate = keepLate(tc, pt, &next, had, &ps, st, v, isLate, head, wait, share, dt)
 		tc.parts[ps.Partition] = next
 		if isLate {
@@ -488,4 +495,70 @@ func partCadence(ps *lag.PartitionState, v *reading) float64 {
 		return v.cadence
 	}
 	return 0
+}
+
+// lateSoon reports whether a partition not late by its wait yet will be
+// before the list made at the next reading can take effect: its wait and
+// one more interval reach the budget (wait + interval >= budget) while
+// its head is past lateHead. A list made at a reading reaches the
+// producers only then: in the interval before it, a sticky partitioner's
+// batches keep landing on the partition (more than it drains: in > out),
+// and a drain measured over a span the consumer slowed inside overstates
+// what it drains now (a worker at 20 msg/s read at 28 over the second it
+// slowed in). Lagbridge bench --hot-partition --hot-commit 5s
+// --hot-consumer hook on kfake at 1 s: partition 0 at lag 27, head 0.60
+// s, wait 1.61 s was listed one reading later by its wait, at lag 47
+// (2.35 s of its work): p99 2.00 s, 1.1% dead
+// (TestControllerOwnPaceListedSoon). Only where the reading is exact and
+// the partition's own (a position its consumer reports at its own pace,
+// lag.SourceConsumer with OwnPace), its drain was measured at an earlier
+// reading (pt.rate: a change of pace, not a first sight), and the caller
+// checks that it is the only partition not listed with its head past
+// lateHead and that the consumer kept up elsewhere (othersKept): a
+// consumer pool saturated as a whole, every partition behind, is the
+// target's business: read with no regard to the others behind, the
+// demo's hook recordings (as if at their own pace) listed 9 and 30
+// partition-entries over the run instead of 5 and 17
+// (TestControllerOwnPaceSoonNotPool).
+func lateSoon(pt, next partTrack, ps *lag.PartitionState, wait, head, lateHead, budget, interval float64) bool {
+	if ps.Lag <= 0 || ps.Source != lag.SourceConsumer || !ps.Reported.OwnPace || pt.rate <= 0 || next.in <= next.out {
+		return false
+	}
+	return wait >= 0 && head > lateHead && wait+interval >= budget
+}
+
+// unlistedBehind counts the partitions of st not listed (at the last
+// observation) with lag whose head, at the commit, is past lateHead (see
+// lateSoon).
+func unlistedBehind(tc *control, st *lag.State, v *reading, lateHead float64) int {
+	n := 0
+	for i := range st.Partitions {
+		ps := &st.Partitions[i]
+		if ps.Lag > 0 && !tc.parts[ps.Partition].late && ps.HeadAge.Seconds()-v.since > lateHead {
+			n++
+		}
+	}
+	return n
+}
+
+// listedRate is the rate a partition listed now (not at the last
+// observation) is taken to drain at, for its keyless rate (partLimit):
+// the rate known, or the drain since its last move (over which its wait
+// was read, see partWait) when that is lower. The rate known may be from
+// before its consumer slowed, measured while it drained all it was fed:
+// a worker slowed to 20 msg/s, listed on a drain of 28 read over the
+// second it slowed in, was given the keyless rate of the 58 msg/s it
+// drained before, its even share of 300 msg/s, and producers went on
+// writing to it at that share until the next reading
+// (TestControllerOwnPaceListedSoon). A drain read over a span the
+// partition ran out of work in is what it was fed, below its capacity:
+// its keyless rate then starts low and grows as its consumer keeps up
+// (partLimit).
+func listedRate(pt, next partTrack, ps *lag.PartitionState, st *lag.State) float64 {
+	span := st.At.Sub(pt.moveAt).Seconds()
+	pos := ps.End - ps.Lag
+	if pt.moveAt.IsZero() || span <= 0 || pos == pt.movePos || next.rate <= 0 {
+		return next.rate
+	}
+	return min(next.rate, float64(pos-pt.movePos)/span)
 }

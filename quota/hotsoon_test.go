@@ -1,0 +1,125 @@
+package quota
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// TestControllerOwnPaceListedSoon replays lagbridge bench --hot-partition
+// --hot-commit 5s --hot-slow-after 10s --hot-consumer hook on kfake at 1 s
+// (1c73e84, keyless, the first 20 readings): six partitions, each
+// processed by a worker of its own, the hook reporting at its own pace.
+// Partition 0's worker slows to 20 msg/s inside the second before reading
+// 10, which shows it at lag 27, head 0.60 s, drained at 28 msg/s over
+// that second while the sticky partitioner wrote 46 (a wait of 1.61 s);
+// main listed it at reading 11, by its wait, at lag 47 (2.35 s of its
+// work), and that run's partition 0 ended at p99 2.00 s, 1.1% dead. Its
+// wait and one more interval reach the budget: it is listed at reading
+// 10 (lateSoon), at a keyless rate from the drain just read (listedRate:
+// 28 msg/s less its backlog, a share of 0.05, where the rate it drained
+// at before it slowed, 58 msg/s, gave it its even share, 1/6: in the
+// bench, 44 records by the next reading), and no other partition is listed, the topic
+// unlimited.
+// The same readings from a poll loop's reporter (not at its own pace) are
+// read as before.
+func TestControllerOwnPaceListedSoon(t *testing.T) {
+	const file = "hot1s-ac5s-hook-soon.jsonl"
+	replay := func(own bool) []Decision {
+		return replayEdited(t, file, 0, newCtl(t, ControllerConfig{Interval: time.Second}), func(st *lag.State) {
+			for i := range st.Partitions {
+				if ps := &st.Partitions[i]; !ps.Reported.IsZero() {
+					ps.Reported.OwnPace = own
+				}
+			}
+		})
+	}
+	firstListed := func(ds []Decision) int {
+		return slices.IndexFunc(ds, func(d Decision) bool { return slices.Contains(d.AvoidPartitions, 0) })
+	}
+	ds := replay(true)
+	if got := firstListed(ds); got != 10 {
+		t.Errorf("partition 0 first listed at reading %d, want 10 (lag 27, head 0.60 s)", got)
+	} else if sh := shareOf(ds[got].PartitionShares, 0); sh > 0.1 {
+		t.Errorf("partition 0 listed with a keyless share of %.3f, want at most 0.1 (its drain of 28 msg/s less its backlog, of 300 msg/s)", sh)
+	}
+	for i, d := range ds {
+		if len(d.AvoidPartitions) > 0 && !slices.Equal(d.AvoidPartitions, []int32{0}) {
+			t.Errorf("decision %d: avoid %v, want [0] or none", i, d.AvoidPartitions)
+		}
+		if !d.IsUnlimited() {
+			t.Errorf("decision %d: %s at %.0f/s (%s), want the topic unlimited", i, d.Rule, d.Rate, d.Reason)
+		}
+	}
+	if got := firstListed(replay(false)); got == 10 {
+		t.Errorf("poll loop: partition 0 listed at reading 10: its wait is the loop's, not its own")
+	}
+}
+
+// TestControllerOwnPaceSoonNotPool replays the demo's two hook recordings
+// (demo-kafka-hook-lateshare-back and -held: a pool of workers saturated
+// as a whole) as if reported at their own pace. lateSoon lists no
+// partition there: at the first fresh reading of -back partition 2 showed
+// lag 239, head 0.70 s, drained at 261 msg/s while written 305 (a wait of
+// 1.09 s), but its drain was not measured before (a first move, not a
+// change of pace), and in -held several partitions at once were behind.
+// Read by wait + interval alone, -back listed partition 2 from decision 1
+// on and -held listed partitions through 30 decisions; the first lists
+// are those of the readings without the rule (decisions 11 and 9), and
+// so are the partitions listed over all decisions (5 and 17; read with
+// no regard to the other partitions behind, 9 and 30).
+func TestControllerOwnPaceSoonNotPool(t *testing.T) {
+	for file, want := range map[string][2]int{"demo-kafka-hook-lateshare-back.jsonl": {11, 5}, "demo-kafka-hook-lateshare-held.jsonl": {9, 17}} {
+		ds := replayEdited(t, file, 0, newCtl(t, ControllerConfig{Interval: time.Second}), func(st *lag.State) {
+			for i := range st.Partitions {
+				if ps := &st.Partitions[i]; !ps.Reported.IsZero() {
+					ps.Reported.OwnPace = true
+				}
+			}
+		})
+		got := slices.IndexFunc(ds, func(d Decision) bool { return len(d.AvoidPartitions) > 0 })
+		if got != want[0] {
+			t.Errorf("%s: first list at decision %d (%v), want %d", file, got, ds[max(got, 0)].AvoidPartitions, want[0])
+		}
+		listed := 0
+		for _, d := range ds {
+			listed += len(d.AvoidPartitions)
+		}
+		if listed != want[1] {
+			t.Errorf("%s: %d partitions listed over the decisions, want %d", file, listed, want[1])
+		}
+	}
+}
+
+// TestLateSoon: the wait and one more interval against the budget, only
+// for a partition reported at its own pace, whose drain was measured
+// before, written more than it drained, with its head past lateHead.
+func TestLateSoon(t *testing.T) {
+	var own lag.PartitionState
+	own.Lag, own.Source, own.Reported.OwnPace = 27, lag.SourceConsumer, true
+	loop := own
+	loop.Reported.OwnPace = false
+	slowed := partTrack{rate: 57.9}
+	fed, drained := partTrack{in: 46, out: 28}, partTrack{in: 20, out: 28}
+	for _, c := range []struct {
+		name       string
+		pt, next   partTrack
+		ps         lag.PartitionState
+		wait, head float64
+		want       bool
+	}{
+		{"wait and an interval reach the budget", slowed, fed, own, 1.61, 0.60, true},
+		{"wait and an interval short of it", slowed, fed, own, 0.99, 0.60, false},
+		{"head inside lateHead", slowed, fed, own, 1.61, 0.45, false},
+		{"wait unknown", slowed, fed, own, -1, 0.60, false},
+		{"drains more than written", slowed, drained, own, 1.61, 0.60, false},
+		{"no drain measured before", partTrack{}, fed, own, 1.61, 0.60, false},
+		{"a poll loop's report", slowed, fed, loop, 1.61, 0.60, false},
+	} {
+		if got := lateSoon(c.pt, c.next, &c.ps, c.wait, c.head, 0.5, 2, 1); got != c.want {
+			t.Errorf("%s: lateSoon = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
