@@ -20,11 +20,10 @@ import (
 // wait and one more interval reach the budget: it is listed at reading
 // 10 (lateSoon), at a keyless rate from the drain just read (listedRate:
 // 28 msg/s less its backlog, a share of 0.05, where the rate it drained
-// at before it slowed, 58 msg/s, gave it its even share, 1/6: in the
-// bench, 44 records by the next reading), and no other partition is listed, the topic
-// unlimited.
-// The same readings from a poll loop's reporter (not at its own pace) are
-// read as before.
+// at before it slowed, 58 msg/s, gave it its even share, 1/6; in the
+// bench so listed, its lag grew to 38-45 by the next reading), and no
+// other partition is listed, the topic unlimited. The same readings from
+// a poll loop's reporter (not at its own pace) are read as before.
 func TestControllerOwnPaceListedSoon(t *testing.T) {
 	const file = "hot1s-ac5s-hook-soon.jsonl"
 	replay := func(own bool) []Decision {
@@ -65,11 +64,11 @@ func TestControllerOwnPaceListedSoon(t *testing.T) {
 // lag 239, head 0.70 s, drained at 261 msg/s while written 305 (a wait of
 // 1.09 s), but its drain was not measured before (a first move, not a
 // change of pace), and in -held several partitions at once were behind.
-// Read by wait + interval alone, -back listed partition 2 from decision 1
-// on and -held listed partitions through 30 decisions; the first lists
-// are those of the readings without the rule (decisions 11 and 9), and
-// so are the partitions listed over all decisions (5 and 17; read with
-// no regard to the other partitions behind, 9 and 30).
+// Read with no regard to its drain measured before, -back listed
+// partition 2 from decision 1 on; with no regard to the other partitions
+// behind, the lists of -back and -held held 9 and 30 partition-entries
+// over the run. The first lists are those of the readings without the
+// rule (decisions 11 and 9), and so are the entries (5 and 17).
 func TestControllerOwnPaceSoonNotPool(t *testing.T) {
 	for file, want := range map[string][2]int{"demo-kafka-hook-lateshare-back.jsonl": {11, 5}, "demo-kafka-hook-lateshare-held.jsonl": {9, 17}} {
 		ds := replayEdited(t, file, 0, newCtl(t, ControllerConfig{Interval: time.Second}), func(st *lag.State) {
