@@ -257,17 +257,24 @@ func TestClientQuotaWant(t *testing.T) {
 	}
 }
 
-// TestClientQuotaShares: what each client-id is allowed and what it is
-// taken to send when several share a topic, and when one is granted a
-// finite rate on one topic and an unlimited one on another.
-func TestClientQuotaShares(t *testing.T) {
+// twoClientIDs is a policy listing client-ids a and b, with client
+// quotas, and its topic orders on cluster c1.
+func twoClientIDs(tb testing.TB) (*quota.Policies, quota.Topic) {
+	tb.Helper()
 	pols, err := quota.NewPolicies([]quota.Policy{
 		{Name: "in", MaxAge: time.Second, KafkaClientQuota: true, Producers: []quota.ProducerSpec{{ID: "a"}, {ID: "b"}}},
 	})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	orders := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "orders"}
+	return pols, quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "orders"}
+}
+
+// TestClientQuotaShares: what each client-id is allowed and what it is
+// taken to send when several share a topic, and when one is granted a
+// finite rate on one topic and an unlimited one on another.
+func TestClientQuotaShares(t *testing.T) {
+	pols, orders := twoClientIDs(t)
 	events := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "events"}
 	topics := map[quota.Topic]quota.TopicDecision{orders: {Policy: "in", ProduceRate: 100}, events: {Policy: "in", ProduceRate: 30}}
 	cases := []struct {
@@ -433,13 +440,7 @@ func TestClientQuotaLogUnlimited(t *testing.T) {
 // its room. Split in equal parts instead, the held one would be credited
 // with half of the other's traffic, and its value would keep it bursting.
 func TestClientQuotaSharesHeldLast(t *testing.T) {
-	pols, err := quota.NewPolicies([]quota.Policy{
-		{Name: "in", MaxAge: time.Second, KafkaClientQuota: true, Producers: []quota.ProducerSpec{{ID: "a"}, {ID: "b"}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	orders := quota.Topic{Kind: lag.KindKafka, Cluster: "c1", Name: "orders"}
+	pols, orders := twoClientIDs(t)
 	t0 := time.Unix(1000, 0)
 	now := t0
 	p := &ClientQuotaPublisher{Cluster: "c1", BytesPerMessage: 10, Interval: time.Second, Now: func() time.Time { return now }}
