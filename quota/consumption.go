@@ -239,6 +239,7 @@ func twoMoves(tc *control, st *lag.State, v *reading, span, produced float64) (f
 	if w := tc.prevMove; w.span > 0 {
 		v.prevProduced = w.produced / w.span
 		v.keptTwo = own.msgs+w.msgs >= keepUpRatio*(own.produced+w.produced)
+		v.twoRate = (own.msgs + w.msgs) / (span + w.span)
 	}
 	if w := tc.prevMove; w.span > 0 && othersHead(st, tc.last.AvoidPartitions)-behindWait(tc, v) <= v.engageWait {
 		if avg := (own.msgs + w.msgs) / (span + w.span); avg > v.consumed {

@@ -138,6 +138,9 @@ type control struct {
 	// then (see commitSpan).
 	spanAt  time.Time
 	spanPos int64
+	// span2At and span2Pos: the commit before that one (see pollBurst).
+	span2At  time.Time
+	span2Pos int64
 	// prevMove is what the previous move of a position read from commits
 	// measured (see consumption).
 	prevMove moveWindow
@@ -560,6 +563,10 @@ type reading struct {
 	// two commits), the consumer consumed keepUpRatio of what was
 	// produced (a position read from commits as often as observations).
 	keptTwo bool
+	// twoRate: what the consumer consumed over this move and the one
+	// before, msg/s (0: not read so), for positions read from commits as
+	// often as observations, or every other one (see pollBurst).
+	twoRate float64
 	// lower: the consumption measured is a lower bound of the
 	// consumer's rate (the first commit after first sight, see
 	// consumption); sightCommit: that commit measures nothing, and its
