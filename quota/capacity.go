@@ -619,22 +619,23 @@ func unlimitedReason(v *reading) string {
 
 // pollBurst reads a rise of a consumer that commits each poll, about once
 // or twice per observation (v.cadence), at the 250 ms interval's setpoint
-// (datesSetpoint), over the two moves it spans (v.twoRate, the late
+// (datesSetpoint), over the two moves it ends (v.twoRate: or, for a
+// position estimated between commits, the two commit spans; the late
 // partitions' drain left out as from v.consumed) when the move is a
-// poll's burst: a poll's work is committed when the poll ends, so one
-// observation's move holds work done partly in the observation before
-// (whose move read low), and reads faster than the consumer is. A burst
-// rises more than stepThreshold above both the estimate and the two
-// moves, with a queue (the head, less the standing wait of a cadence that
-// runs behind, past E/2), while saturated, and either the two moves show
-// no rise or the move before was read at a pause (a step down or a drain
-// on such a low move restarted the estimate from it). Taken as the
-// capacity, such moves of a consumer of 2,000 msg/s restarted the
-// estimate at 2,802-3,058 msg/s, the law admitted up to 3,975 msg/s on
-// it, and the standing backlog at a 10x drop was 684 records, over the
-// setpoint's 500 (lagbridge bench, kafka/commit-per-poll/sync/250ms at 10x
-// on kfake; TestControllerPollBurst). A rise the two moves show after a
-// reading that admitted (a restore) is read as it is.
+// poll's burst: a poll's work is committed when the poll ends, and a poll
+// is as large as the backlog it found, so one observation's move holds
+// work done partly in the observation before (whose move read low), and
+// reads faster than the consumer is. A burst rises more than
+// stepThreshold above both the estimate and the two moves, while
+// saturated and with the avoid list unchanged, and either the two moves
+// show no rise or the last decision was a pause (a step down or a drain
+// on the low move restarted the estimate from it). Taken as the capacity,
+// such moves of a consumer of 2,000 msg/s restarted the estimate at
+// 2,582-3,058 msg/s after a pause, and the law admitted up to 3,975 msg/s
+// on it (lagbridge bench, kafka/commit-per-poll/sync/250ms at 10x on
+// kfake; TestControllerPollBurst). A rise the two moves show after a
+// reading that admitted (a restore) is read as it is. (A low move with a
+// queue is still believed: a capacity drop must be seen at once.)
 func pollBurst(tc *control, v *reading, cInst, stepThreshold float64) float64 {
 	if v.twoRate <= 0 || v.cadence <= 0 || v.cadence > 2.5*v.dt || !datesSetpoint(tc, v) ||
 		tc.capacity <= 0 || tc.stalled || !v.wasSaturated || !slices.Equal(v.avoid, tc.last.AvoidPartitions) {

@@ -564,8 +564,9 @@ type reading struct {
 	// produced (a position read from commits as often as observations).
 	keptTwo bool
 	// twoRate: what the consumer consumed over this move and the one
-	// before, msg/s (0: not read so), for positions read from commits as
-	// often as observations, or every other one (see pollBurst).
+	// before (a position read from commits at a learned cadence), or
+	// over its last two commit spans (a position estimated between
+	// commits), msg/s; 0: not read so (see pollBurst).
 	twoRate float64
 	// lower: the consumption measured is a lower bound of the
 	// consumer's rate (the first commit after first sight, see
