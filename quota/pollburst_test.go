@@ -40,7 +40,7 @@ func TestControllerPollBurst(t *testing.T) {
 	}
 	a, b := rec[first].State, rec[last].State
 	committed := float64(committedPos(&b)-committedPos(&a)) / b.At.Sub(a.At).Seconds()
-	ceiling := (1 + defaultStepThreshold(t)) * committed
+	ceiling := (1 + DefaultControllerConfig.StepThreshold) * committed
 	t.Logf("committed %.0f/s, ceiling %.0f/s, readings %d-%d", committed, ceiling, first, last)
 	for i := first; i <= last; i++ {
 		if d := ds[i]; d.Capacity > ceiling {
@@ -48,10 +48,4 @@ func TestControllerPollBurst(t *testing.T) {
 				i, rec[i].State.At.Sub(start).Seconds(), d.Capacity, ceiling, committed, d.Rule, d.Rate, d.Reason)
 		}
 	}
-}
-
-// defaultStepThreshold is the controller's default StepThreshold.
-func defaultStepThreshold(t *testing.T) float64 {
-	t.Helper()
-	return newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}).cfg.StepThreshold
 }
