@@ -86,9 +86,14 @@ func TestRealKafkaClientQuotaCutBounded(t *testing.T) {
 				t.Fatal(err)
 			}
 			qt := quota.Topic{Kind: lag.KindKafka, Cluster: "real", Name: topic}
+			// produced is the topic's produce rate as the daemon measures it
+			// (its growth since the last publish): the publisher reads the
+			// window a client-id filled from it until it has measured the
+			// topic's record sizes itself.
+			var produced float64
 			snap := func(rate float64) publish.Snapshot {
 				return publish.Snapshot{Policies: pols,
-					Topics: map[quota.Topic]quota.TopicDecision{qt: {Policy: "legacy", Rate: rate, ProduceRate: 2000}},
+					Topics: map[quota.Topic]quota.TopicDecision{qt: {Policy: "legacy", Rate: rate, ProduceRate: produced}},
 					Leases: []quota.Lease{{Producer: id, Topic: qt, Rate: rate}}}
 			}
 			p := &publish.ClientQuotaPublisher{Cluster: "real", Quotas: publish.NewClientQuotas(client(t, addr), testLogger(t)),
@@ -119,6 +124,10 @@ func TestRealKafkaClientQuotaCutBounded(t *testing.T) {
 			time.Sleep(c.mature)
 			var atCut int64
 			m.t0.Store(time.Now().UnixNano())
+			last, lastAt := stored.Load(), time.Now()
+			if c.mature > 0 {
+				produced = float64(last) / c.mature.Seconds()
+			}
 			for i := range c.steps {
 				rate := 1e6
 				if i >= 4 {
@@ -126,6 +135,10 @@ func TestRealKafkaClientQuotaCutBounded(t *testing.T) {
 				}
 				if i == 4 {
 					atCut = stored.Load()
+				}
+				if i > 0 {
+					now := stored.Load()
+					produced, last, lastAt = float64(now-last)/time.Since(lastAt).Seconds(), now, time.Now()
 				}
 				if err := p.Publish(ctxT(t, 30*time.Second), snap(rate)); err != nil {
 					t.Fatal(err)
