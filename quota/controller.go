@@ -269,6 +269,10 @@ type partTrack struct {
 	// some observation since the partition was last unlisted (see
 	// holdLate).
 	full, capSeen bool
+	// slowed: over the interval it drained less than half what the other
+	// partitions drained on average, and less than it is fed (see
+	// slowAlone).
+	slowed bool
 	// head is its HeadAge at this observation, seconds (see sharedRise).
 	head float64
 	// committed is its committed offset at this observation; freshAt the

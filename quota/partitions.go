@@ -68,15 +68,16 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 	share := v.produced / float64(max(len(st.Partitions)-listed+1, 1))
 	offerShare := max(v.produced, st.ProduceRate) / float64(max(len(st.Partitions)-listed, 1))
 	tc.gen++
-	othersKept := keptUpSomewhere(tc, st)
-	behind := unlistedBehind(tc, st, v, lateHead)
+	othersKept, behind := keptUpSomewhere(tc, st), unlistedBehind(tc, st, v, lateHead)
 	v.rise = sharedRise(tc, st, v, dt)
+	drained, drains := partDrains(tc, st, dt)
 	others := false // a partition not late was written to
 	for _, ps := range st.Partitions {
 		pt, had := tc.parts[ps.Partition]
 		head := max(ps.HeadAge.Seconds()-v.since, 0)
 		next := trackPart(pt, had, &ps, st, dt)
 		next.gen = tc.gen
+		next.slowed = had && !ps.Stale && slowAlone(next, drained, drains)
 		wait, loop := partWait(pt, next, had, havePrev, &ps, st, v)
 		// A wait that is the poll loop's (loop) is the target's business:
 		// it lists no partition (see polledWait).
@@ -98,7 +99,6 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 			// commits while it had a backlog.
 			next.rate = ps.CommitRate
 		}
-		next.inAvg = pt.inAvg + min(dt, 1)*(next.in-pt.inAvg)
 		if isLate && !pt.late {
 			next.rate = listedRate(pt, next, &ps, st)
 		}
@@ -315,6 +315,7 @@ func trackPart(pt partTrack, had bool, ps *lag.PartitionState, st *lag.State, dt
 		next.in = float64(max(ps.End-(pt.pos+pt.lag), 0)) / dt
 		next.out = float64(max(pos-pt.pos-ps.Skipped, 0)) / dt
 	}
+	next.inAvg = pt.inAvg + min(dt, 1)*(next.in-pt.inAvg)
 	return next
 }
 
@@ -333,8 +334,10 @@ func partWait(pt, next partTrack, had, havePrev bool, ps *lag.PartitionState, st
 	// drain. Workers that share one capacity (a pool, a pacer) say
 	// ownPace too; while the loop is behind, each partition's drain is
 	// its share of that capacity, and read as its own it listed healthy
-	// partitions at heads of 0.4-1.3 s (TestControllerOwnPaceSharedPoolNotListed).
-	polled := ps.Source == lag.SourceConsumer && v.measured && v.consumed > 0 && (!ps.Reported.OwnPace || polledWait(st, v) > v.setWait)
+	// partitions at heads of 0.4-1.3 s (TestControllerOwnPaceSharedPoolNotListed);
+	// unless it slowed alone (see slowAlone) over this interval and the
+	// one before: its drain is then its worker's.
+	polled := ps.Source == lag.SourceConsumer && v.measured && v.consumed > 0 && (!ps.Reported.OwnPace || (polledWait(st, v) > v.setWait && !(pt.slowed && next.slowed)))
 	wait = -1.0 // unknown
 	if ps.Lag > 0 && had && havePrev && dt > 0 && !ps.Stale && !pt.moveAt.IsZero() {
 		// Its consume rate over the span since its previous move: a
@@ -561,4 +564,46 @@ func listedRate(pt, next partTrack, ps *lag.PartitionState, st *lag.State) float
 		return next.rate
 	}
 	return min(next.rate, float64(pos-pt.movePos)/span)
+}
+
+// partDrains is what the consumer drained from the partitions of st seen
+// at the last observation (not stale) over the interval dt, msg/s in all,
+// and how many partitions that is (see slowAlone).
+func partDrains(tc *control, st *lag.State, dt float64) (sum float64, n int) {
+	for i := range st.Partitions {
+		ps := &st.Partitions[i]
+		if pt, had := tc.parts[ps.Partition]; had && !ps.Stale && dt > 0 {
+			sum += trackPart(pt, had, ps, st, dt).out
+			n++
+		}
+	}
+	return sum, n
+}
+
+// slowAlone reports whether a partition's consumer slowed on its own:
+// over the interval it drained less than half what the others drained on
+// average (sum over n partitions, its own drain included) and less than
+// it is fed (next.inAvg, about the last second). partWait reads a
+// partition so slowed at this reading and the one before by its own
+// drain while the poll loop is behind: one slow worker among workers
+// that keep up. At 250 ms the setpoint is one interval, about one hook
+// report of what the healthy partitions are fed, so a slow worker's
+// 18-28 records put the loop's wait over it; read as the loop's, a worker
+// slowed to 20 msg/s, fed about 50, beside five that drained 44-55 msg/s
+// on average at heads of 0.22-0.23 s, was listed only by its head past
+// MaxAge (lagbridge bench --hot-partition --hot-commit 5s --hot-consumer
+// hook --hot-interval 250ms on kfake: p0 p99 4.07 s, 9.0% dead;
+// TestControllerOwnPaceSlowAloneListed). Workers that share a capacity
+// drain about alike when it is short (the workers row at 2x: 53-74 msg/s
+// each), and a pool's single intervals are lumpy (the demo's hook
+// recordings: one partition drained 34 msg/s beside others' 200-900, and
+// 355 the interval before): read on one interval, or with no regard to
+// the others' drain, the rule listed healthy partitions of a pool
+// (TestControllerOwnPaceSoonNotPool, TestControllerOwnPaceSharedPoolNotListed).
+func slowAlone(next partTrack, sum float64, n int) bool {
+	if n < 2 {
+		return false
+	}
+	others := (sum - next.out) / float64(n-1)
+	return next.out < others/2 && next.out < next.inAvg
 }
