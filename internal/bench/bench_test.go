@@ -358,6 +358,24 @@ func TestMarkdown(t *testing.T) {
 	}
 }
 
+// TestMarkdownPhaseNote: the header names the phases of a +no-commit-yet
+// row, which drops the capacity at 1 s, not only the run's defaults.
+func TestMarkdownPhaseNote(t *testing.T) {
+	scn := DefaultScenario()
+	rs := results()
+	if md := Markdown(scn, rs); strings.Contains(md, " rows: ") {
+		t.Errorf("a note without a row of other phases:\n%s", md)
+	}
+	row := Row{Broker: BrokerKafka, Consumer: AutoCommit5s, Producer: Sync, Interval: time.Second, Extra: NoCommitYet}
+	for i := range rs {
+		rs[i].Row = row
+	}
+	want := "(+no-commit-yet rows: 400 msg/s from 1.00s to 21.00s, runs of 36.00s)"
+	if md := Markdown(scn, rs); !strings.Contains(md, want) {
+		t.Errorf("%q not in\n%s", want, md)
+	}
+}
+
 func TestChart(t *testing.T) {
 	b, err := Chart(testScenario(), results())
 	if err != nil {

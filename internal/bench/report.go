@@ -168,10 +168,10 @@ func Misses(scn Scenario, results []Result) map[string][]string {
 // It is a pure function.
 func Markdown(scn Scenario, results []Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Consumer capacity %s msg/s, %s msg/s from %s to %s, then %s msg/s again until %s; deadline %s; "+
+	fmt.Fprintf(&b, "Consumer capacity %s msg/s, %s msg/s from %s to %s, then %s msg/s again until %s%s; deadline %s; "+
 		"producers %s; lagbridge side: SDK in Drop mode under the daemon (policy maxAge %s).\n\n",
-		num(scn.Normal), num(scn.Slow), dur(scn.DropAt()), dur(scn.RecoverAt()), num(scn.Normal), dur(scn.Duration()), dur(scn.Deadline),
-		mix(scn), dur(scn.Deadline))
+		num(scn.Normal), num(scn.Slow), dur(scn.DropAt()), dur(scn.RecoverAt()), num(scn.Normal), dur(scn.Duration()),
+		phaseNote(scn, rowsOf(results)), dur(scn.Deadline), mix(scn), dur(scn.Deadline))
 	b.WriteString("| row | load | goodput, % of possible (naive / lagbridge) | dead work | true head age p99 (daemon's) | refused before / slow / blind / after (whole run) | false-throttle s before / slow / blind / after (whole run) | admitted before / after | excess after the drop / bound (ratio) | lagbridge misses |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	t := DefaultTargets(scn)

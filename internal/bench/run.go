@@ -37,8 +37,9 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(o.Out, "lagbridge bench: %d rows x %d loads, runs of %s (capacity %s msg/s, %s from %s to %s; deadline %s)\n",
-		len(o.Rows), len(o.Loads), dur(base.Duration()), num(base.Normal), num(base.Slow), dur(base.DropAt()), dur(base.RecoverAt()), dur(base.Deadline))
+	fmt.Fprintf(o.Out, "lagbridge bench: %d rows x %d loads, runs of %s (capacity %s msg/s, %s from %s to %s; deadline %s)%s\n",
+		len(o.Rows), len(o.Loads), dur(base.Duration()), num(base.Normal), num(base.Slow), dur(base.DropAt()), dur(base.RecoverAt()), dur(base.Deadline),
+		phaseNote(base, o.Rows))
 	var results []Result
 	var runErr error
 	id := runID(time.Now())
