@@ -596,10 +596,11 @@ func partDrains(tc *control, st *lag.State, dt float64) (sum float64, n int) {
 // TestControllerOwnPaceSlowAloneListed). Workers that share a capacity
 // drain about alike when it is short (the workers row at 2x: 53-74 msg/s
 // each), and a pool's single intervals are lumpy (the demo's hook
-// recordings: one partition drained 34 msg/s beside others' 200-900, and
-// 355 the interval before): read on one interval, or with no regard to
-// the others' drain, the rule listed healthy partitions of a pool
-// (TestControllerOwnPaceSoonNotPool, TestControllerOwnPaceSharedPoolNotListed).
+// recordings: a partition drained 34 msg/s beside others' 222-948 at one
+// interval, and 34 after 355 at another): read on one interval, or with
+// no regard to the others' drain, the rule listed healthy partitions of a
+// pool (TestControllerOwnPaceSoonNotPool,
+// TestControllerOwnPaceSharedPoolNotListed).
 func slowAlone(next partTrack, sum float64, n int) bool {
 	if n < 2 {
 		return false
