@@ -114,11 +114,122 @@ func TestLateSoon(t *testing.T) {
 		{"head inside lateHead", slowed, fed, own, 1.61, 0.45, false},
 		{"wait unknown", slowed, fed, own, -1, 0.60, false},
 		{"drains more than written", slowed, drained, own, 1.61, 0.60, false},
+		{"drains at the rate known", slowed, partTrack{in: 46, out: 40}, own, 1.61, 0.60, false},
+		{"drains at soonPace of it", partTrack{rate: 50}, partTrack{in: 46, out: 30}, own, 1.61, 0.60, true},
 		{"no drain measured before", partTrack{}, fed, own, 1.61, 0.60, false},
 		{"a poll loop's report", slowed, fed, loop, 1.61, 0.60, false},
 	} {
 		if got := lateSoon(c.pt, c.next, &c.ps, c.wait, c.head, 0.5, 2, 1); got != c.want {
 			t.Errorf("%s: lateSoon = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// ownPaceSim is six partitions, a worker each (partCap msg/s), 300 msg/s
+// of keyless records from producers sticky for `sticky` records, 5 s
+// commits, each partition's position and head reported at its own pace
+// (simConfig.reportOwn), observed every second.
+func ownPaceSim(t *testing.T, producers int, sticky float64, partCap func(p int, at float64) float64) *simResult {
+	ps := producersOffering(producers, 300)
+	for _, p := range ps {
+		p.honorAvoid = true
+	}
+	return runSim(t, simConfig{
+		interval: time.Second, duration: 120 * time.Second, partitions: 6,
+		capacity: constant(100000), commitEvery: 5 * time.Second, steadyCommits: true,
+		partCap: partCap, reportOwn: true, sticky: sticky,
+		policy: drainPolicy(), producers: ps, ctl: ControllerConfig{Interval: time.Second},
+	})
+}
+
+// jitterWorker is a worker at base msg/s, +-frac, redrawn every 250 ms.
+func jitterWorker(base, frac float64, seed uint64) func(p int, at float64) float64 {
+	return func(p int, at float64) float64 {
+		k := (uint64(at*4)+seed*1000003)*2654435761 ^ uint64(p+1)*40503
+		k ^= k >> 13
+		k *= 0x5bd1e995
+		k ^= k >> 15
+		return base * (1 + frac*(2*float64(k%10000)/10000-1))
+	}
+}
+
+// TestControllerOwnPaceHealthyNotSoon: every worker drains 56-84 msg/s of
+// the 50 it is fed, six producers sticky for 20 records: none is late,
+// though a sticky burst puts a healthy partition's head past lateHead
+// with more written than drained that second. lateSoon as first landed
+// (9fd5fcf, no change of pace checked) listed 180 partition-entries over
+// these six seeds where main before it listed none.
+func TestControllerOwnPaceHealthyNotSoon(t *testing.T) {
+	listed := 0
+	for seed := uint64(1); seed <= 6; seed++ {
+		res := ownPaceSim(t, 6, 20, jitterWorker(70, 0.2, seed))
+		for _, s := range res.steps {
+			listed += len(s.dec.AvoidPartitions)
+		}
+	}
+	if listed > 3 {
+		t.Errorf("%d partition-entries of healthy workers listed over 6 runs, want at most 3 (main before lateSoon: 0)", listed)
+	}
+}
+
+// TestControllerOwnPaceRecoveredNotRelisted: partition 0's worker drains
+// 10 msg/s for 2 s, then 70 (1.4x its share of 50). Once freed, it is
+// not listed again late in the run: its known rate is its own drain, not
+// the low drain its listing was given for its keyless rate (listedRate),
+// and a sticky burst at its usual pace is no change of pace (lateSoon).
+func TestControllerOwnPaceRecoveredNotRelisted(t *testing.T) {
+	res := ownPaceSim(t, 1, 40, func(p int, at float64) float64 {
+		switch {
+		case p != 0 || at < 10:
+			return 2000
+		case at < 12:
+			return 10
+		}
+		return 70
+	})
+	for _, s := range res.steps {
+		if s.t >= 70 && slices.Contains(s.dec.AvoidPartitions, 0) {
+			t.Fatalf("t=%.0f s: partition 0, recovered at 12 s to 1.4x its share, listed", s.t)
+		}
+	}
+}
+
+// TestListedRateNotNegative: a position that went back (a new owner
+// after a rebalance resumes from the group's commit, behind the old
+// owner's last report) is no drain.
+func TestListedRateNotNegative(t *testing.T) {
+	at := time.Unix(1000, 0)
+	pt := partTrack{movePos: 500, moveAt: at.Add(-time.Second)}
+	ps := lag.PartitionState{PartitionSample: lag.PartitionSample{End: 560, Lag: 80}} // position 480
+	if r := listedRate(pt, partTrack{rate: 58}, &ps, &lag.State{At: at}); r < 0 {
+		t.Errorf("listedRate = %.0f msg/s for a position that went back 20 records", r)
+	}
+}
+
+// TestControllerOwnPaceRecoveredNotHeld: partition 0's worker drains 20
+// msg/s for 3 s, then 60 (1.2x its share of 50). Relisted by a sticky
+// burst after its first hold ran out, it is freed again within a few
+// readings: the drain its listing read for its keyless rate (listedRate)
+// is not kept as its known rate, which held it listed from 89 s to the
+// end of the run, at the even share, as a slow partition on probe.
+func TestControllerOwnPaceRecoveredNotHeld(t *testing.T) {
+	res := ownPaceSim(t, 1, 40, func(p int, at float64) float64 {
+		switch {
+		case p != 0 || at < 10:
+			return 2000
+		case at < 13:
+			return 20
+		}
+		return 60
+	})
+	run := 0
+	for _, s := range res.steps {
+		if s.t < 45 || !slices.Contains(s.dec.AvoidPartitions, 0) {
+			run = 0
+			continue
+		}
+		if run++; run > 10 {
+			t.Fatalf("t=%.0f s: partition 0, recovered at 13 s to 1.2x its share, listed for %d readings in a row", s.t, run)
 		}
 	}
 }

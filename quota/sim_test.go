@@ -172,6 +172,9 @@ type simConfig struct {
 	// half an interval off the leader) that takes over from the leader
 	// killed at failover.kill (see simFailover).
 	failover *simFailover
+	// reportOwn: each partition's consumer reports its
+	// exact position and head at its own pace (the hook, protocol 1.6).
+	reportOwn bool
 }
 
 // simFailover is a leader's loss in the simulator, as internal/replica
@@ -623,6 +626,18 @@ func (s *sim) observe(t, dt float64) {
 			}
 			if noCommit {
 				ps = lag.PartitionSample{Partition: int32(i), End: end, Committed: -1}
+			}
+			if cfg.reportOwn {
+				rep := lag.Report{At: now, Position: min(int64(math.Floor(part.consumed+1e-9)), end), OwnPace: true}
+				if rep.Position < end {
+					for _, c := range part.q {
+						if c.n >= 1e-6 {
+							rep.HeadTime = c.t
+							break
+						}
+					}
+				}
+				ps.Reported = rep
 			}
 			smp.Partitions = append(smp.Partitions, ps)
 		}
