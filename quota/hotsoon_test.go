@@ -153,6 +153,20 @@ func jitterWorker(base, frac float64, seed uint64) func(p int, at float64) float
 	}
 }
 
+// slowedThen is partition 0's worker at slow msg/s from 10 s to until,
+// then at after; every other worker (and partition 0's before) at 2,000.
+func slowedThen(slow, until, after float64) func(p int, at float64) float64 {
+	return func(p int, at float64) float64 {
+		switch {
+		case p != 0 || at < 10:
+			return 2000
+		case at < until:
+			return slow
+		}
+		return after
+	}
+}
+
 // TestControllerOwnPaceHealthyNotSoon: every worker drains 56-84 msg/s of
 // the 50 it is fed, six producers sticky for 20 records: none is late,
 // though a sticky burst puts a healthy partition's head past lateHead
@@ -178,15 +192,7 @@ func TestControllerOwnPaceHealthyNotSoon(t *testing.T) {
 // the low drain its listing was given for its keyless rate (listedRate),
 // and a sticky burst at its usual pace is no change of pace (lateSoon).
 func TestControllerOwnPaceRecoveredNotRelisted(t *testing.T) {
-	res := ownPaceSim(t, 1, 40, func(p int, at float64) float64 {
-		switch {
-		case p != 0 || at < 10:
-			return 2000
-		case at < 12:
-			return 10
-		}
-		return 70
-	})
+	res := ownPaceSim(t, 1, 40, slowedThen(10, 12, 70))
 	for _, s := range res.steps {
 		if s.t >= 70 && slices.Contains(s.dec.AvoidPartitions, 0) {
 			t.Fatalf("t=%.0f s: partition 0, recovered at 12 s to 1.4x its share, listed", s.t)
@@ -213,15 +219,7 @@ func TestListedRateNotNegative(t *testing.T) {
 // is not kept as its known rate, which held it listed from 89 s to the
 // end of the run, at the even share, as a slow partition on probe.
 func TestControllerOwnPaceRecoveredNotHeld(t *testing.T) {
-	res := ownPaceSim(t, 1, 40, func(p int, at float64) float64 {
-		switch {
-		case p != 0 || at < 10:
-			return 2000
-		case at < 13:
-			return 20
-		}
-		return 60
-	})
+	res := ownPaceSim(t, 1, 40, slowedThen(20, 13, 60))
 	run := 0
 	for _, s := range res.steps {
 		if s.t < 45 || !slices.Contains(s.dec.AvoidPartitions, 0) {
