@@ -9,8 +9,9 @@ import (
 // reopened is what a consumer showed at the commit that re-opened its
 // producers after they were held at 0 (a step down's pause, kept or not,
 // or a drain): the capacity estimate then (base, msg/s; 0: none), and the
-// newest commit since (at) with the sum of the committed offsets then
-// (pos); while held, kept: the hold kept a step down's pause.
+// newest commit before it (at) with the sum of the committed offsets then
+// (pos), moved on by reopenSpan; while held, kept: the hold kept a step
+// down's pause, and at, pos: the newest commit.
 type reopened struct {
 	kept bool
 	base float64
@@ -34,7 +35,8 @@ type reopened struct {
 // kafka/commit-per-poll/sync/250ms at 10x on kfake: a kept pause, a drain,
 // then "caught up: probing from X/s" and "saturated: capacity 376/s";
 // TestControllerReopenProbeCapped). The cap holds until the commits show
-// more (see reopenSpan): a capacity that came back (the restore) climbs as
+// more (see reopenSpan), the re-opening commit's own span included: a
+// capacity that came back (the restore, also during the hold) climbs as
 // before.
 func reopenCap(tc *control, v *reading) float64 {
 	if tc.reopen.base <= 0 || !v.estimated {
@@ -75,9 +77,15 @@ func noteReopen(tc *control, st *lag.State, v *reading, held bool) {
 	case !tc.limited:
 		tc.reopen = reopened{}
 	case tc.rate <= 0:
-		tc.reopen = reopened{kept: held && tc.reopen.kept || v.stillHead}
+		// The newest commit while held: the re-opening commit's span
+		// starts there, and reopenSpan judges it too. The capacity
+		// estimate is frozen through a hold: a drain that read still at
+		// 15.75 s and re-opened at 36.5 s, past the restore, armed the cap
+		// on 87/s for a consumer back at 2,000/s, and held it at 131/s
+		// until the next commit (TestControllerReopenCapLiftsAfterRestore).
+		tc.reopen = reopened{kept: held && tc.reopen.kept || v.stillHead, at: lastMove(st), pos: committedPos(st)}
 	case held && tc.reopen.kept && v.measured && v.capacity > 0:
-		tc.reopen = reopened{base: v.capacity, at: lastMove(st), pos: committedPos(st)}
+		tc.reopen = reopened{base: v.capacity, at: tc.reopen.at, pos: tc.reopen.pos}
 	case held:
 		tc.reopen = reopened{}
 	}
