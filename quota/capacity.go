@@ -360,6 +360,7 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 	if st.Source == lag.SourceConsumer && tc.fellFrom <= 0 && !tc.fellSpent && cInst < (1-c.cfg.StepThreshold)*tc.capacity {
 		tc.fellFrom = tc.capacity
 	}
+	tc.capBefore = tc.capacity
 	if !tc.has || tc.capacity <= 0 || tc.stalled || math.Abs(cInst-tc.capacity) > c.cfg.StepThreshold*tc.capacity {
 		tc.capacity = cInst
 	} else {
@@ -635,7 +636,12 @@ func unlimitedReason(v *reading) string {
 // on it (lagbridge bench, kafka/commit-per-poll/sync/250ms at 10x on
 // kfake; TestControllerPollBurst). A rise the two moves show after a
 // reading that admitted (a restore) is read as it is. (A low move with a
-// queue is still believed: a capacity drop must be seen at once.)
+// queue is still believed: a capacity drop must be seen at once.) After a
+// pause a burst is not held below the estimate from before it
+// (tc.capBefore, up to the move): a false step down on a low move
+// restarted the estimate low, and the two moves, the low one in them,
+// held the true 2,080 msg/s that corrected it at 1,440 while the consumer
+// idled (review-standing; TestSimCommitCadenceNotHeldBeforeDrop).
 func pollBurst(tc *control, v *reading, cInst, stepThreshold float64) float64 {
 	if v.twoRate <= 0 || v.cadence <= 0 || v.cadence > 2.5*v.dt || !datesSetpoint(tc, v) ||
 		tc.capacity <= 0 || tc.stalled || !v.wasSaturated || !slices.Equal(v.avoid, tc.last.AvoidPartitions) {
@@ -648,6 +654,9 @@ func pollBurst(tc *control, v *reading, cInst, stepThreshold float64) float64 {
 	paused := tc.last.Rate == 0 && (tc.last.Rule == RuleStepDown || tc.last.Rule == RuleDrain)
 	if two > (1+stepThreshold)*tc.capacity && !paused {
 		return cInst
+	}
+	if paused {
+		return max(two, tc.capacity, min(cInst, tc.capBefore))
 	}
 	return max(two, tc.capacity)
 }

@@ -141,6 +141,9 @@ type control struct {
 	// span2At and span2Pos: the commit before that one (see pollBurst).
 	span2At  time.Time
 	span2Pos int64
+	// capBefore: the capacity estimate before the previous reading updated
+	// it (see pollBurst).
+	capBefore float64
 	// prevMove is what the previous move of a position read from commits
 	// measured (see consumption).
 	prevMove moveWindow
