@@ -51,7 +51,7 @@ func TestSlowAlone(t *testing.T) {
 		{"at half the others'", 25, 56, 25 + 5*50, 6, false},
 		{"one partition", 20, 56, 20, 1, false},
 	} {
-		if got := slowAlone(partTrack{out: c.out, inAvg: c.in}, c.sum, c.n); got != c.want {
+		if got := slowAlone(partTrack{out: c.out, inAvg: c.in}, drains{c.sum, c.in * float64(c.n)}, c.n); got != c.want {
 			t.Errorf("%s: slowAlone = %v, want %v", c.name, got, c.want)
 		}
 	}

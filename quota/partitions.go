@@ -586,23 +586,31 @@ func listedRate(pt, next partTrack, ps *lag.PartitionState, st *lag.State) float
 }
 
 // partDrains is what the consumer drained from the partitions of st seen
-// at the last observation (not stale) over the interval dt, msg/s in all,
-// and how many partitions that is (see slowAlone).
-func partDrains(tc *control, st *lag.State, dt float64) (sum float64, n int) {
+// at the last observation (not stale) over the interval dt, and what they
+// were fed, msg/s in all, and how many partitions that is (see slowAlone).
+func partDrains(tc *control, st *lag.State, dt float64) (sum drains, n int) {
 	for i := range st.Partitions {
 		ps := &st.Partitions[i]
 		if pt, had := tc.parts[ps.Partition]; had && !ps.Stale && dt > 0 {
-			sum += trackPart(pt, had, ps, st, dt).out
+			next := trackPart(pt, had, ps, st, dt)
+			sum.out += next.out
+			sum.in += next.inAvg
 			n++
 		}
 	}
 	return sum, n
 }
 
+// drains: what partitions drained (out) and were fed (in), msg/s.
+type drains struct{ out, in float64 }
+
 // slowAlone reports whether a partition's consumer slowed on its own:
-// over the interval it drained less than half what the others drained on
-// average (sum over n partitions, its own drain included) and less than
-// it is fed (next.inAvg, about the last second). partWait reads a
+// over the interval it drained, for what it is fed (next.inAvg, about the
+// last second), less than half what the others drained for what they are
+// fed (sum over n partitions, its own included), and less than it is fed.
+// A short pool drains each partition about in proportion to its feed: by
+// the drains alone a partition fed 2% of the offer read as a slow worker
+// (TestControllerOwnPacePoolFedLittleNotListed). partWait reads a
 // partition so slowed at this reading and the one before by its own
 // drain while the poll loop is behind: one slow worker among workers
 // that keep up. At 250 ms the setpoint is one interval, about one hook
@@ -620,10 +628,10 @@ func partDrains(tc *control, st *lag.State, dt float64) (sum float64, n int) {
 // no regard to the others' drain, the rule listed healthy partitions of a
 // pool (TestControllerOwnPaceSoonNotPool,
 // TestControllerOwnPaceSharedPoolNotListed).
-func slowAlone(next partTrack, sum float64, n int) bool {
-	if n < 2 {
+func slowAlone(next partTrack, sum drains, n int) bool {
+	out, in := sum.out-next.out, sum.in-next.inAvg
+	if n < 2 || in <= 0 || out <= 0 {
 		return false
 	}
-	others := (sum - next.out) / float64(n-1)
-	return next.out < others/2 && next.out < next.inAvg
+	return next.out*in < next.inAvg*out/2 && next.out < next.inAvg
 }
