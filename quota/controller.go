@@ -692,8 +692,9 @@ func (c *Controller) Adopt(d Decision) {
 	tc.limited = !d.IsUnlimited() && !math.IsNaN(d.Rate) && d.Rate >= 0
 	if !tc.limited {
 		// A release the leader decided between two of this follower's
-		// readings ends the episode restoredProbe reads (satCap).
-		tc.satCap, tc.restored = 0, false
+		// readings ends the episode restoredProbe reads (satCap), and
+		// its re-open cap (reopenCap).
+		tc.satCap, tc.restored, tc.reopen = 0, false, reopened{}
 	}
 	if tc.limited {
 		// The rate of the partitions not avoided (see withShares).

@@ -47,9 +47,12 @@ func reopenCap(tc *control, v *reading) float64 {
 
 // reopenSpan lifts tc.reopen once the commits since the re-open show the
 // consumer consumed, over at least half an interval from one commit to a
-// later one, more than StepThreshold above tc.reopen.base: it has more
-// than it showed (its capacity came back, or the cap is not binding it),
-// and the probe is its own again. Before the regime of the reading.
+// later one, more than StepThreshold above tc.reopen.base, or at least
+// keepUpRatio of the cap where the probe step is smaller than that (a
+// consumer that takes everything the cap admits could never show more
+// than the cap): it has more than it showed (its capacity came back, or
+// the cap is binding it), and the probe is its own again. Before the
+// regime of the reading.
 func (c *Controller) reopenSpan(tc *control, st *lag.State, v *reading) {
 	newest := lastMove(st)
 	if tc.reopen.base <= 0 || !newest.After(tc.reopen.at) {
@@ -60,7 +63,7 @@ func (c *Controller) reopenSpan(tc *control, st *lag.State, v *reading) {
 	case pos < tc.reopen.pos:
 		tc.reopen.at, tc.reopen.pos = newest, pos
 	case span < v.dt/2:
-	case float64(pos-tc.reopen.pos)/span > (1+c.cfg.StepThreshold)*tc.reopen.base:
+	case float64(pos-tc.reopen.pos)/span > min(1+c.cfg.StepThreshold, keepUpRatio*(1+max(v.probe, 0)))*tc.reopen.base:
 		tc.reopen = reopened{}
 	default:
 		tc.reopen.at, tc.reopen.pos = newest, pos

@@ -77,7 +77,7 @@ func TestReopenSpanLifts(t *testing.T) {
 	c := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
 	t0 := time.Date(2026, 12, 3, 22, 0, 0, 0, time.UTC)
 	tc := &control{reopen: reopened{base: 390, at: t0, pos: 600}}
-	v := &reading{dt: 0.25}
+	v := &reading{dt: 0.25, probe: DefaultControllerConfig.Probe} // measure sets probe on every reading
 	at := func(d time.Duration, committed int64) *lag.State {
 		lc := t0.Add(d)
 		return &lag.State{At: lc.Add(100 * time.Millisecond), Partitions: []lag.PartitionState{

@@ -77,7 +77,7 @@ func TestReopenSpanStep(t *testing.T) {
 		return &lag.State{At: lc.Add(100 * time.Millisecond), Partitions: []lag.PartitionState{
 			{PartitionSample: lag.PartitionSample{Partition: 0, Committed: committed}, LastCommit: lc}}}
 	}
-	v := &reading{dt: 0.25}
+	v := &reading{dt: 0.25, probe: DefaultControllerConfig.Probe} // measure sets probe on every reading
 	tc := &control{reopen: reopened{base: 400, at: t0, pos: 1000}}
 	c.reopenSpan(tc, at(time.Second, 1480), v)
 	if tc.reopen.base != 400 {
