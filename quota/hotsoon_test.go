@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -100,6 +101,10 @@ func TestLateSoon(t *testing.T) {
 	own.Lag, own.Source, own.Reported.OwnPace = 27, lag.SourceConsumer, true
 	loop := own
 	loop.Reported.OwnPace = false
+	// A report gone stale: the position is from commits again, while
+	// Reported still holds the last report's OwnPace.
+	commits := own
+	commits.Source = lag.SourceCommits
 	slowed := partTrack{rate: 57.9}
 	fed, drained := partTrack{in: 46, out: 28}, partTrack{in: 20, out: 28}
 	for _, c := range []struct {
@@ -118,10 +123,17 @@ func TestLateSoon(t *testing.T) {
 		{"drains at soonPace of it", partTrack{rate: 50}, partTrack{in: 46, out: 30}, own, 1.61, 0.60, true},
 		{"no drain measured before", partTrack{}, fed, own, 1.61, 0.60, false},
 		{"a poll loop's report", slowed, fed, loop, 1.61, 0.60, false},
+		{"a report gone stale, the position from commits", slowed, fed, commits, 1.61, 0.60, false},
+		{"wait and an interval at the budget exactly", slowed, fed, own, 1, 0.60, true},
 	} {
 		if got := lateSoon(c.pt, c.next, &c.ps, c.wait, c.head, 0.5, 2, 1); got != c.want {
 			t.Errorf("%s: lateSoon = %v, want %v", c.name, got, c.want)
 		}
+	}
+	// An unknown wait (-1) with an interval past the budget by more than
+	// one: -1 + interval alone reaches it.
+	if lateSoon(slowed, fed, &own, -1, 0.60, 0.5, 1, 2.5) {
+		t.Error("wait unknown, interval 2.5 s, budget 1 s: lateSoon = true, want false")
 	}
 }
 
@@ -228,6 +240,30 @@ func TestControllerOwnPaceRecoveredNotHeld(t *testing.T) {
 		}
 		if run++; run > 10 {
 			t.Fatalf("t=%.0f s: partition 0, recovered at 13 s to 1.2x its share, listed for %d readings in a row", s.t, run)
+		}
+	}
+}
+
+// TestListedRate: a partition listed now drains at the lower of its known
+// rate and its drain since its last move; with no move seen yet (moveAt
+// zero: a span since year 1 would read a drain of about 0), a span of
+// nothing, or no known rate, the known rate stands.
+func TestListedRate(t *testing.T) {
+	at := time.Unix(1000, 0)
+	ps := lag.PartitionState{PartitionSample: lag.PartitionSample{End: 560, Lag: 80}} // position 480
+	known := partTrack{rate: 58}
+	for _, c := range []struct {
+		name string
+		pt   partTrack
+		want float64
+	}{
+		{"drained 20 over 1 s", partTrack{movePos: 460, moveAt: at.Add(-time.Second)}, 20},
+		{"drained 100 over 1 s, above the rate known", partTrack{movePos: 380, moveAt: at.Add(-time.Second)}, 58},
+		{"no move seen yet", partTrack{movePos: 460}, 58},
+		{"moved at this observation", partTrack{movePos: 460, moveAt: at}, 58},
+	} {
+		if got := listedRate(c.pt, known, &ps, &lag.State{At: at}); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: listedRate = %.2f msg/s, want %.0f", c.name, got, c.want)
 		}
 	}
 }
