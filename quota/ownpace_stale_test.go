@@ -1,0 +1,83 @@
+package quota
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// staleReadings steps a controller at 250 ms through three partitions
+// reported at their own pace, each fed 10 records an interval and
+// draining them (lag 2), for 12 readings; then one reading where drain[i]
+// records of partition i are drained and the partitions in stale carry
+// their sample of the reading before, marked Stale. It returns the
+// partitions' records after that reading.
+func staleReadings(t *testing.T, drain [3]int64, stale ...int32) map[int32]partTrack {
+	t.Helper()
+	parts, _ := threeParts(t, [][3]int64{drain}, stale...)
+	return parts
+}
+
+// threeParts is staleReadings with one reading after the 12 for each
+// element of drains (stale applies to the last); it returns the decisions
+// of those readings too.
+func threeParts(t *testing.T, drains [][3]int64, stale ...int32) (map[int32]partTrack, []Decision) {
+	t.Helper()
+	c := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+	p := Policy{Name: "bench", MaxAge: 2 * time.Second}
+	var prev []lag.PartitionState
+	var ds []Decision
+	pos := [3]int64{}
+	last := 12 + len(drains)
+	for k := 1; k <= last; k++ {
+		at := leaseT0.Add(time.Duration(k) * 250 * time.Millisecond)
+		s := lag.State{Target: ordersK, At: at, Status: lag.StatusOK, HeadAgeKnown: true, RatesKnown: true, Members: 1, Source: lag.SourceConsumer,
+			ProduceRate: 120, ConsumeRate: 120, ProduceRateInstant: 120, ConsumeRateInstant: 120}
+		var parts []lag.PartitionState
+		for i := range int32(3) {
+			end := int64(10 * k)
+			pos[i] = end - 2
+			if k > 12 {
+				pos[i] = prev[i].Position + drains[k-13][i]
+			}
+			ps := lag.PartitionState{PartitionSample: lag.PartitionSample{Partition: i, End: end, Lag: end - pos[i],
+				Reported: lag.Report{At: at, Position: pos[i], OwnPace: true, HeadTime: at.Add(-100 * time.Millisecond)}},
+				HeadAge: 100 * time.Millisecond, Source: lag.SourceConsumer, Position: pos[i]}
+			if k == last && slices.Contains(stale, i) {
+				ps = prev[i]
+				ps.Stale = true
+			}
+			parts = append(parts, ps)
+			s.Lag += ps.Lag
+		}
+		s.Partitions, prev = parts, parts
+		if d := c.Step(s, p, at); k > 12 {
+			ds = append(ds, d)
+		}
+	}
+	return c.targets[ordersK].parts, ds
+}
+
+// TestSlowedNotStale: a partition whose reading is stale measured no
+// drain (trackPart leaves its out at 0): it is not slowed alone by it,
+// whatever the others drained.
+func TestSlowedNotStale(t *testing.T) {
+	if parts := staleReadings(t, [3]int64{10, 10, 10}, 0); parts[0].slowed {
+		t.Errorf("partition 0 stale: slowed, want not (its drain was not read)")
+	}
+	if parts := staleReadings(t, [3]int64{4, 10, 10}); !parts[0].slowed {
+		t.Errorf("partition 0 drained 4 of the 10 it was fed, the others 10: not slowed, want slowed")
+	}
+}
+
+// TestSlowedOthersNotStale: the others' drain slowAlone holds a partition
+// against leaves a stale partition out: its drain was not read (0), and
+// counted, with what it was fed, it halved what the others drained for
+// their feed.
+func TestSlowedOthersNotStale(t *testing.T) {
+	if parts := staleReadings(t, [3]int64{4, 10, 10}, 1); !parts[0].slowed {
+		t.Errorf("partition 0 drained 4 of 10, partition 2 10 of 10, partition 1 stale: not slowed, want slowed")
+	}
+}
