@@ -67,11 +67,15 @@ func TestControllerOwnPaceListedSoon(t *testing.T) {
 // change of pace), and in -held several partitions at once were behind.
 // Read with no regard to its drain measured before, -back listed
 // partition 2 from decision 1 on; with no regard to the other partitions
-// behind, the lists of -back and -held held 9 and 30 partition-entries
+// behind, the lists of -back and -held held 12 and 25 partition-entries
 // over the run. The first lists are those of the readings without the
-// rule (decisions 11 and 9), and so are the entries (5 and 17).
+// rule (decisions 11 and 9), and so are the entries (8 and 17). (-back
+// held 5 before fedShare: at decision 13 knownSlow listed partition 3, fed
+// under the even share, beside 0 and 1, and with three of six listed the
+// list was dropped (AvoidBelow), freeing 0 and 1 two readings before
+// their hysteresis did; partition 3, lag 0, was listed again at 15.)
 func TestControllerOwnPaceSoonNotPool(t *testing.T) {
-	for file, want := range map[string][2]int{"demo-kafka-hook-lateshare-back.jsonl": {11, 5}, "demo-kafka-hook-lateshare-held.jsonl": {9, 17}} {
+	for file, want := range map[string][2]int{"demo-kafka-hook-lateshare-back.jsonl": {11, 8}, "demo-kafka-hook-lateshare-held.jsonl": {9, 17}} {
 		ds := replayEdited(t, file, 0, newCtl(t, ControllerConfig{Interval: time.Second}), func(st *lag.State) {
 			for i := range st.Partitions {
 				if ps := &st.Partitions[i]; !ps.Reported.IsZero() {

@@ -81,3 +81,20 @@ func TestSlowedOthersNotStale(t *testing.T) {
 		t.Errorf("partition 0 drained 4 of 10, partition 2 10 of 10, partition 1 stale: not slowed, want slowed")
 	}
 }
+
+// TestControllerOwnPaceFedShareListedByDrain: a partition fed its even
+// share (10 of the 30 records an interval) that drains 4 of them two
+// readings in a row is listed by its drain (knownSlow) at the second,
+// though partition 2 drains only 6 of its 10: not slowed alone (0.4 of
+// its feed is not under half the others' 0.8), it is held against the
+// share as before fedShare; only a partition fed less than that needs
+// slowAlone to be read by its drain.
+func TestControllerOwnPaceFedShareListedByDrain(t *testing.T) {
+	parts, ds := threeParts(t, [][3]int64{{4, 10, 6}, {4, 10, 6}})
+	if parts[0].slowed {
+		t.Fatalf("partition 0 slowed alone: the case tests nothing")
+	}
+	if !slices.Equal(ds[1].AvoidPartitions, []int32{0}) {
+		t.Errorf("second reading: avoid %v (%s), want [0]", ds[1].AvoidPartitions, ds[1].Reason)
+	}
+}

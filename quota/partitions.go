@@ -82,7 +82,7 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 		// A wait that is the poll loop's (loop) is the target's business:
 		// it lists no partition (see polledWait).
 		isLate := ps.Lag > 0 && (head > p.MaxAge.Seconds() || (wait >= budget && head > lateHead && !loop))
-		isLate = isLate || (!loop && had && othersKept && knownSlow(pt, next, head, partCadence(&ps, v), budget, offerShare))
+		isLate = isLate || (!loop && had && othersKept && knownSlow(pt, next, head, partCadence(&ps, v), budget, fedShare(pt, next, &ps, offerShare)))
 		isLate = isLate || (!loop && had && othersKept && behind == 1 && lateSoon(pt, next, &ps, wait, head, lateHead, budget, c.cfg.Interval.Seconds()))
 		if (v.shadow || v.rise) && !pt.late && head <= p.MaxAge.Seconds() {
 			// A stall the observer shared, or one every partition's
@@ -247,10 +247,11 @@ func pruneParts(tc *control, n int) {
 // there in part at the last observation (its position is short of that
 // observation's end), and at that rate either it holds the budget or more,
 // or it drains less than half the share of the produce rate it gets
-// (share, of the producers' offer) while its head is older than its commit
-// cadence (cad: what a healthy partition read through commits shows):
-// keyless producers write to it faster than it drains, and its backlog can
-// only grow. The caller
+// (share, of the producers' offer; for one reported at its own pace and
+// fed less, see fedShare) while its head is older than its commit cadence
+// (cad: what a healthy partition read through commits shows): keyless
+// producers write to it faster than it drains, and its backlog can only
+// grow. The caller
 // checks that the consumer kept up on some other partition (see
 // keptUpSomewhere): a stall of the whole consumer leaves every partition's
 // work behind, and is the target's business. At 250 ms on kfake a
@@ -264,6 +265,34 @@ func knownSlow(pt, next partTrack, head, cad, budget, share float64) bool {
 		return false
 	}
 	return float64(next.lag)/next.rate >= budget || (next.rate < share/2 && head > cad)
+}
+
+// fedShare is the share knownSlow holds a partition's drain against:
+// share, the offer split evenly over the partitions not listed; but for a
+// partition reported at its own pace (ownPace), not listed, that is fed
+// less than that (fed: over the last interval, or smoothed if more; a
+// trial's feed shows at once), its feed, and only while it slowed alone
+// (slowAlone) at this reading and the one before; else its drain lists it
+// not (0). A short pool drains each partition about in proportion to its
+// feed: fed 3-5% of the offer (one pool of 240 msg/s offered 480, at
+// 250 ms), a partition drained under half the even share and was listed
+// 106-120 times at heads of 0-250 ms; and a trickle's drain is read from a
+// record or two: fed 7% of a pool of 120 msg/s, one record drained of the
+// two fed read as half its feed, and slowed alone at that one reading it
+// was listed 120 times (TestControllerOwnPacePoolFedLittleNotListed). A slow worker fed little
+// beside a pool drains, for its feed, under half what the others drain for
+// theirs (TestControllerOwnPaceSlowWorkerFedLittleListed). A listed
+// partition is fed what producers were steered to give it, no evidence of
+// its consumer: held against its share, as before.
+func fedShare(pt, next partTrack, ps *lag.PartitionState, share float64) float64 {
+	fed := max(next.in, next.inAvg)
+	if pt.late || ps.Source != lag.SourceConsumer || !ps.Reported.OwnPace || fed >= share {
+		return share
+	}
+	if !(pt.slowed && next.slowed) {
+		return 0
+	}
+	return fed
 }
 
 // keptUpSomewhere reports whether, on some partition that had lag at the
