@@ -83,6 +83,13 @@ type control struct {
 	// moveLag is the lag at moveAt (see reportStill).
 	moveLag  int64
 	interval float64 // smoothed observation interval, seconds
+	// pollPos is the committed position (the sum over the partitions with
+	// a commit) last seen to move, pollAt the State.At it was seen at,
+	// pollLag the committed lag then and pollFed the messages produced in
+	// that reading's interval (see pollOverdue).
+	pollPos, pollLag int64
+	pollAt           time.Time
+	pollFed          float64
 	// shadowUntil: readings up to this time are in the shadow of an
 	// observer's stall (see observerStall), after a gap of shadowGap
 	// seconds between observations.
@@ -609,6 +616,11 @@ type reading struct {
 	// spanMeasured: a commit that corrected the estimate measured the
 	// consumption from the commit before it (see correctedSpan).
 	spanMeasured bool
+	// overdue: no commit since the poll in hand began, for longer than
+	// that poll takes at the capacity estimate overdueFrom; v.capacity is
+	// the most the consumer consumes (pollOverdue).
+	overdue     bool
+	overdueFrom float64
 	// shadow: the reading is in the shadow of a stall the observer
 	// shared (see observerStall); held: it read a stall of the whole
 	// consumer there, which is not believed yet.

@@ -72,6 +72,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 		c.measured(tc, st, p, v, sight)
 	}
 	endHold(tc, st, v)
+	c.pollOverdue(tc, st, v)
 	tc.othersLag = v.lag
 	backlog(tc, v, st.At)
 	v.rawWait = waitOf(v)

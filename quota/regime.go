@@ -39,6 +39,9 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		case v.stepDown:
 			return RuleStepDown, fmt.Sprintf("capacity fell from %.0f/s to at most %.0f/s during the interval: admitting nothing until the next observation measures it (wait %s)", v.prevCap, v.consumed, secs(v.wait))
 		}
+		if v.overdue {
+			return RuleSaturated, overdueReason(tc, st, v)
+		}
 		tc.satCap = max(tc.satCap, v.capacity)
 		return RuleSaturated, fmt.Sprintf("saturated: capacity %.0f/s, wait %s, target %s", v.capacity, secs(v.wait), secs(v.setWait))
 	case !v.measured && st.Source == lag.SourceConsumer:

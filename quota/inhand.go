@@ -1,0 +1,80 @@
+package quota
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// pollOverdue caps the capacity a reading between the commits of a
+// consumer that commits about once per observation (or more often) reads
+// at, when the poll in hand is overdue at the capacity estimate.
+//
+// Such a consumer commits what a poll returned once it has processed
+// the poll (commit per poll; franz-go's auto-commit commits the polls
+// before the one in hand, on its timer). The poll in hand when its
+// position was last seen to move holds at most the committed lag of that
+// reading, when that lag is more than was produced in the interval before
+// it: the commit fell in that interval, so the lag was not 0 then, and the
+// next poll began at once with what was there (a poll of a consumer
+// caught up waits for records, which may come after the reading). No
+// commit for busy seconds since is then a consumer that consumed fewer
+// than that lag in busy seconds: pollLag/busy is the most it consumes. While that is at least
+// the estimate less a step, nothing is known (a long poll of a consumer
+// as fast as before); below it, the reading's wait and law are read at
+// it, as the backlog extrapolated since the move at it (see backlog). The
+// estimate itself is left as it is: the next commit measures the span.
+//
+// Why: commit per poll read every second holds the poll it fetched at
+// 2,000 msg/s when its capacity falls to 400: no commit lands for
+// seconds, the interval measures nothing, and the readings between went
+// on at the capacity from before the drop, "saturated: capacity 1164/s,
+// wait 739ms" with the committed lag 1,671 -> 3,191 and the head 1.39 ->
+// 3.39 s, admitting 893 and 1,026 msg/s for a consumer of 400; the commit
+// that ended the poll drained at 6.4 s of wait (lagbridge bench
+// kafka/commit-per-poll/sync/1s at 10x on kfake; TestControllerPollOverdue).
+//
+// Only where the bound cannot be a healthy long poll's: more than one and
+// a half observations after the move, and the head at the committed
+// position past the budget (a consumer of the estimate's capacity, held
+// at its setpoint, starts each poll with a head within it). A timer's commit (auto-commit)
+// lands up to one of its intervals after the poll ended: a 1 s auto-commit
+// whose poll and timer together outlast the bound while its head is past
+// the budget reads slower than it is for that reading (the simulator's
+// 1 s grid, previous poll at 2x: 3 readings in 40 runs, in the slow phase,
+// read 249-288/s for a consumer of 400).
+func (c *Controller) pollOverdue(tc *control, st *lag.State, v *reading) {
+	pos := committedPos(st)
+	if pos != tc.pollPos || tc.pollAt.IsZero() {
+		tc.pollPos, tc.pollAt, tc.pollLag, tc.pollFed = pos, st.At, st.CommittedLag, v.produced*v.dt
+		return
+	}
+	busy := st.At.Sub(tc.pollAt).Seconds()
+	if !pollPaced(st, v) || (v.measured && st.Source == lag.SourceCommits) || v.shadow ||
+		v.capacity <= 0 || float64(tc.pollLag) <= tc.pollFed || busy <= 1.5*v.dt ||
+		st.CommittedHeadAge.Seconds() <= v.budget {
+		return
+	}
+	bound := float64(tc.pollLag) / busy
+	if bound >= (1-c.cfg.StepThreshold)*v.capacity {
+		return
+	}
+	v.overdueFrom, v.capacity, v.overdue = v.capacity, bound, true
+}
+
+// pollPaced reports whether st reads a consumer from its commits (or
+// lag/'s estimate between them) at a learned cadence of at most one and
+// a half observations: one whose poll in hand began at most about one
+// observation before its position was seen to move (see pollOverdue).
+func pollPaced(st *lag.State, v *reading) bool {
+	return (st.Source == lag.SourceCommits || st.Source == lag.SourceEstimate) &&
+		st.CommitInterval > 0 && st.CommitInterval.Seconds() <= 1.5*v.dt
+}
+
+// overdueReason is the reason of a saturated reading at the capacity of
+// an overdue poll (see pollOverdue).
+func overdueReason(tc *control, st *lag.State, v *reading) string {
+	return fmt.Sprintf("saturated: no commit for %s, the poll in hand at most %d messages: capacity at most %.0f/s (estimate %.0f/s), wait %s, target %s",
+		st.At.Sub(tc.pollAt).Round(time.Millisecond), tc.pollLag, v.capacity, v.overdueFrom, secs(v.wait), secs(v.setWait))
+}

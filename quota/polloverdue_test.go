@@ -1,0 +1,74 @@
+package quota
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// TestControllerPollOverdue replays lagbridge bench
+// kafka/commit-per-poll/sync/1s at 10x on kfake (main at b3bef3d, session
+// 27): a consumer that commits each poll, read every second, whose
+// capacity falls from 2,000 to 400 msg/s 10 s in, while it holds the
+// poll it fetched at the old capacity. Its position was last seen to move
+// at the reading after the drop (committed lag 1,671); the next commit
+// came three readings later. The reading 2 s after that move, the head at
+// the committed position 3.39 s old, read "saturated: capacity 1164/s,
+// wait 739ms" and admitted 1,026 msg/s: the poll in hand, at most 1,671
+// messages, had taken longer than at 835/s (pollOverdue). From the
+// drop on, at most one reading may admit above twice the capacity after
+// it before a decision admits no more than that capacity.
+func TestControllerPollOverdue(t *testing.T) {
+	const name, after = "cpp1s-10x-late.jsonl", 400.0
+	rec := readRecording(t, name)
+	ds := replayStates(t, name, time.Second)
+	drop := rec[0].State.At.Add(10 * time.Second)
+	high := 0
+	for i, d := range ds {
+		st := rec[i].State
+		if st.At.Before(drop) {
+			continue
+		}
+		t.Logf("decision %d at %.2f s after the drop: %s at %.0f/s, capacity %.0f/s (%s)", i, st.At.Sub(drop).Seconds(), d.Rule, d.Rate, d.Capacity, d.Reason)
+		if d.Rate <= after {
+			break
+		}
+		if d.Rate > 2*after {
+			high++
+		}
+	}
+	if high > 1 {
+		t.Errorf("%d readings after the drop admitted above %.0f/s before one admitted at most %.0f/s, want at most 1", high, 2*after, after)
+	}
+}
+
+// TestControllerPollOverdueHeadWithin: the same recording with the head
+// at the committed position held within the budget from the drop on (a
+// consumer held at its setpoint starts each poll so): a poll as long is
+// no evidence, and the readings from the drop to the next commit read
+// at the estimate, which nothing measures between commits.
+func TestControllerPollOverdueHeadWithin(t *testing.T) {
+	const name = "cpp1s-10x-late.jsonl"
+	rec := readRecording(t, name)
+	drop := rec[0].State.At.Add(10 * time.Second)
+	ds := replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: time.Second}), func(st *lag.State) {
+		if !st.At.Before(drop) {
+			st.CommittedHeadAge = min(st.CommittedHeadAge, 1900*time.Millisecond)
+		}
+	})
+	k := 1
+	for k < len(rec) && rec[k].State.At.Before(drop) {
+		k++
+	}
+	for i := k + 1; i < len(ds); i++ {
+		st := rec[i].State
+		if committedPos(&st) != committedPos(&rec[i-1].State) {
+			break
+		}
+		if d := ds[i]; d.Capacity != ds[i-1].Capacity {
+			t.Errorf("decision %d at %.2f s after the drop, no commit since the one before, the head at the commit within the budget: capacity %.0f/s after %.0f/s (%s, %s)",
+				i, st.At.Sub(drop).Seconds(), d.Capacity, ds[i-1].Capacity, d.Rule, d.Reason)
+		}
+	}
+}
