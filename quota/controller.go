@@ -84,12 +84,10 @@ type control struct {
 	moveLag  int64
 	interval float64 // smoothed observation interval, seconds
 	// pollPos is the committed position (the sum over the partitions with
-	// a commit) last seen to move, pollAt the State.At it was seen at,
-	// pollLag the committed lag then and pollFed the messages produced in
-	// that reading's interval (see pollOverdue).
+	// a commit) last seen to move, pollAt the State.At it was seen at and
+	// pollLag the committed lag then (see pollOverdue).
 	pollPos, pollLag int64
 	pollAt           time.Time
-	pollFed          float64
 	// shadowUntil: readings up to this time are in the shadow of an
 	// observer's stall (see observerStall), after a gap of shadowGap
 	// seconds between observations.
