@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -80,6 +81,43 @@ func TestControllerPollOverdueHeadWithin(t *testing.T) {
 		if d := ds[i]; d.Capacity != ds[i-1].Capacity {
 			t.Errorf("decision %d at %.2f s after the drop, no commit since the one before, the head at the commit within the budget: capacity %.0f/s after %.0f/s (%s, %s)",
 				i, st.At.Sub(drop).Seconds(), d.Capacity, ds[i-1].Capacity, d.Rule, d.Reason)
+		}
+	}
+}
+
+// TestControllerPollOverdueCaughtUpAtMove: a consumer caught up at the
+// reading that saw its position move (committed lag 0) holds no poll the
+// bound could read: the rule stays out, where a bound of 0 read capacity 0
+// (review-inhand: the replay's reading 12 went from 1,256/s to 0 with the
+// `pollLag <= 0` clause dropped).
+func TestControllerPollOverdueCaughtUpAtMove(t *testing.T) {
+	i := -1
+	ds := replayEdited(t, "cpp1s-10x-late.jsonl", 0, newCtl(t, ControllerConfig{Interval: time.Second}), func(st *lag.State) {
+		if i++; i == 10 {
+			st.CommittedLag, st.Lag = 0, 0
+		}
+	})
+	for j := 11; j <= 12; j++ {
+		if d := ds[j]; d.Capacity != ds[j-1].Capacity {
+			t.Errorf("decision %d: %s capacity %.0f after %.0f (%s)", j, d.Rule, d.Capacity, ds[j-1].Capacity, d.Reason)
+		}
+	}
+}
+
+// TestControllerPollOverdueWithinStep: a bound within StepThreshold of the
+// estimate is a long poll of a consumer as fast as before: with the lag at
+// the move 2,100 the bound reads 1,049/s against the estimate's 1,164,
+// and no reading is overdue.
+func TestControllerPollOverdueWithinStep(t *testing.T) {
+	i := -1
+	ds := replayEdited(t, "cpp1s-10x-late.jsonl", 0, newCtl(t, ControllerConfig{Interval: time.Second}), func(st *lag.State) {
+		if i++; i == 10 {
+			st.CommittedLag, st.Lag = 2100, 2100
+		}
+	})
+	for j, d := range ds {
+		if strings.Contains(d.Reason, "poll in hand") {
+			t.Errorf("decision %d: %s", j, d.Reason)
 		}
 	}
 }

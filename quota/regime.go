@@ -33,7 +33,7 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 		switch {
 		case v.wait >= v.budget:
 			tc.drained = true
-			return RuleDrain, fmt.Sprintf("wait %s >= budget %s: a new message would be dead on arrival, draining", secs(v.wait), secs(v.budget))
+			return RuleDrain, fmt.Sprintf("wait %s >= budget %s: a new message would be dead on arrival, draining", secs(v.wait), secs(v.budget)) + overdueNote(tc, st, v)
 		case v.stillHead:
 			return keptPause(st, v)
 		case v.stepDown:
