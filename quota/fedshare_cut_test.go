@@ -79,3 +79,27 @@ func TestControllerOwnPaceFedLittleHeldAgainstFeed(t *testing.T) {
 		}
 	}
 }
+
+// TestFedShareOwnReportsOnly: fedShare reads a partition by its own feed
+// only while its position is its consumer's own report: a report older
+// than ReportFresh leaves the position from commits with Reported.OwnPace
+// still set, and that partition is held against the even share as any
+// partition read from commits (review-fedfive's M2), as is one already
+// listed (M1).
+func TestFedShareOwnReportsOnly(t *testing.T) {
+	var ps lag.PartitionState
+	ps.Source, ps.Reported.OwnPace = lag.SourceConsumer, true
+	next := partTrack{in: 5, inAvg: 5}
+	sum := drains{out: 300, in: 300}
+	if got := fedShare(partTrack{}, next, &ps, 50, sum, 6); got != 0 {
+		t.Fatalf("own report, fed 5 of a mean 50, not slowed: share %.0f, want 0", got)
+	}
+	commits := ps
+	commits.Source = lag.SourceCommits
+	if got := fedShare(partTrack{}, next, &commits, 50, sum, 6); got != 50 {
+		t.Errorf("a stale report, the position from commits: share %.0f, want the even share 50", got)
+	}
+	if got := fedShare(partTrack{late: true}, next, &ps, 50, sum, 6); got != 50 {
+		t.Errorf("listed: share %.0f, want the even share 50", got)
+	}
+}
