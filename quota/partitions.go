@@ -82,7 +82,7 @@ func (c *Controller) lateParts(tc *control, st *lag.State, p *Policy, v *reading
 		// A wait that is the poll loop's (loop) is the target's business:
 		// it lists no partition (see polledWait).
 		isLate := ps.Lag > 0 && (head > p.MaxAge.Seconds() || (wait >= budget && head > lateHead && !loop))
-		isLate = isLate || (!loop && had && othersKept && knownSlow(pt, next, head, healthyHead(tc, st, &ps, v), budget, fedShare(pt, next, &ps, offerShare, drained, drains)))
+		isLate = isLate || (!loop && had && othersKept && knownSlow(pt, next, head, partCadence(&ps, v), budget, fedShare(pt, next, &ps, offerShare, drained, drains)))
 		isLate = isLate || (!loop && had && othersKept && behind == 1 && lateSoon(pt, next, &ps, wait, head, lateHead, budget, c.cfg.Interval.Seconds()))
 		if (v.shadow || v.rise) && !pt.late && head <= p.MaxAge.Seconds() {
 			// A stall the observer shared, or one every partition's
@@ -670,42 +670,4 @@ func slowAlone(next partTrack, sum drains, n int) bool {
 		return false
 	}
 	return next.out*in < next.inAvg*out/2 && next.out < next.inAvg
-}
-
-// healthyHead is the head age, seconds, a healthy partition ps read
-// through commits shows (see knownSlow): the larger of its commit cadence
-// and the oldest head of the other partitions with lag that are not
-// marked late. One poll loop drains every partition and each commit moves
-// them all, so a partition it is not slow on is no older than they are.
-// A consumer that commits each poll drains in one observation what its
-// poll happened to hold of a partition: read from such a move, a
-// partition of a loop 0.35 s behind on all six drained 152 msg/s of a
-// share of 667 while its head (0.346 s) was no older than the others'
-// (0.24-0.352 s), and knownSlow listed it. Its lag left out of the wait,
-// the topic's consumption read low: four step downs and estimates of
-// 460-1,351 msg/s for a consumer of 2,000 before the drop (lagbridge bench
-// kafka/guard/sync/250ms at 10x on kfake;
-// TestControllerKnownSlowNotWithOthers). A position estimated between
-// commits has no cadence of its own (partCadence is 0): its head is taken
-// as it is.
-func healthyHead(tc *control, st *lag.State, ps *lag.PartitionState, v *reading) float64 {
-	cad := partCadence(ps, v)
-	if cad <= 0 {
-		return cad
-	}
-	return max(cad, othersOldest(tc, st, ps.Partition, v.since))
-}
-
-// othersOldest is the oldest head, seconds at the commit (less since), of
-// the partitions of st other than part that have lag and are not marked
-// late (tc.parts).
-func othersOldest(tc *control, st *lag.State, part int32, since float64) float64 {
-	var oldest float64
-	for i := range st.Partitions {
-		ps := &st.Partitions[i]
-		if ps.Partition != part && ps.Lag > 0 && !tc.parts[ps.Partition].late {
-			oldest = max(oldest, ps.HeadAge.Seconds()-since)
-		}
-	}
-	return oldest
 }
