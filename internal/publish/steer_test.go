@@ -283,3 +283,38 @@ func TestSteeringRoom(t *testing.T) {
 		t.Errorf("Room under a cut = %v, want the stored %v", got, 1100*11.0/12)
 	}
 }
+
+// TestSteeringWindowOneSampleLate: a client trickling 5,000 B/s under a
+// cut to 0 with one release of 375 kB among its readings, and Kafka's
+// window as the readings see it one sample longer than its span (the
+// broker counts a request when it handles it, the daemon a reading's
+// bytes over the whole interval before it). When the release leaves the
+// steering's span it is still in Kafka's window for up to a sample: the
+// value stored then holds the client no longer than LongestHold. On
+// Kafka 4.3.1 under load the window counted bytes written 11.6 s before
+// (the readings' time), and the value stepped down from the span alone
+// (29,737 to 17,065 B/s a second after such a release left the span)
+// held three producers of a shared client.id 14.6 s at a response.
+func TestSteeringWindowOneSampleLate(t *testing.T) {
+	s := Steering{Hold: time.Second}
+	t0 := time.Unix(1000, 0)
+	var sent []float64
+	for sec := range 40 {
+		r := 5000.0
+		if sec == 15 {
+			r = 375_000
+		}
+		sent = append(sent, r)
+		q := s.Next(t0.Add(time.Duration(sec)*time.Second), map[string]float64{"a": 0}, map[string]float64{"a": r})["a"]
+		// Kafka's window one sample late: the last Num+1 readings, over
+		// the span.
+		var sum float64
+		for _, v := range sent[max(len(sent)-DefaultWindow.Num-1, 0):] {
+			sum += v
+		}
+		rate, span := sum/DefaultWindow.Span().Seconds(), DefaultWindow.Span()
+		if d := time.Duration((rate - q) / q * float64(span)); d > LongestHold+time.Millisecond {
+			t.Errorf("t=%d s: stored %.0f B/s under a window of %.0f B/s: held %s, want at most %s", sec, q, rate, d, LongestHold)
+		}
+	}
+}
