@@ -292,7 +292,7 @@ func TestSteeringRoom(t *testing.T) {
 // steering's span it is still in Kafka's window for up to a sample: the
 // value stored then holds the client no longer than LongestHold. On
 // Kafka 4.3.1 under load the window counted bytes written 11.6 s before
-// (the readings' time), and the value stepped down from the span alone
+// (by the producers' write times), and the value stepped down from the span alone
 // (29,737 to 17,065 B/s a second after such a release left the span)
 // held three producers of a shared client.id 14.6 s at a response.
 func TestSteeringWindowOneSampleLate(t *testing.T) {
