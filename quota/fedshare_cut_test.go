@@ -18,7 +18,7 @@ func TestControllerOwnPaceCutSlowWorkerListed(t *testing.T) {
 	for range 8 {
 		drains = append(drains, [3]int64{3, 5, 5})
 	}
-	ds := feedPartsOffer(t, [3]int64{5, 5, 5}, [3]int64{2, 2, 2}, drains, 300)
+	_, ds := partsRun{feeds: [3]int64{5, 5, 5}, lag0: [3]int64{2, 2, 2}, head: 600 * time.Millisecond, offer: 300}.run(t, drains)
 	first := -1
 	for i, d := range ds {
 		if first < 0 && len(d.AvoidPartitions) > 0 {
@@ -30,49 +30,12 @@ func TestControllerOwnPaceCutSlowWorkerListed(t *testing.T) {
 	}
 }
 
-// feedPartsOffer is threeParts (ownpace_stale_test.go) with partition i fed
-// feeds[i] records an interval of 250 ms and lag0[i] behind through 12 readings,
-// then draining drains[r][i] at reading r (at most what it has); the smoothed
-// produce rate is offer (0: the feed's), producers cut below what they offer.
-func feedPartsOffer(t *testing.T, feeds, lag0 [3]int64, drains [][3]int64, offer float64) []Decision {
-	t.Helper()
-	c := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
-	p := Policy{Name: "bench", MaxAge: 2 * time.Second}
-	var prev []lag.PartitionState
-	var ds []Decision
-	rate := float64(feeds[0]+feeds[1]+feeds[2]) * 4
-	prod := max(rate, offer)
-	pos := [3]int64{}
-	for k := 1; k <= 12+len(drains); k++ {
-		at := leaseT0.Add(time.Duration(k) * 250 * time.Millisecond)
-		s := lag.State{Target: ordersK, At: at, Status: lag.StatusOK, HeadAgeKnown: true, RatesKnown: true, Members: 1, Source: lag.SourceConsumer,
-			ProduceRate: prod, ConsumeRate: rate, ProduceRateInstant: rate, ConsumeRateInstant: rate}
-		var parts []lag.PartitionState
-		for i := range int32(3) {
-			end := feeds[i] * int64(k)
-			pos[i] = end - lag0[i]
-			if k > 12 {
-				pos[i] = min(prev[i].Position+drains[k-13][i], end)
-			}
-			parts = append(parts, lag.PartitionState{PartitionSample: lag.PartitionSample{Partition: i, End: end, Lag: end - pos[i],
-				Reported: lag.Report{At: at, Position: pos[i], OwnPace: true, HeadTime: at.Add(-600 * time.Millisecond)}},
-				HeadAge: 600 * time.Millisecond, Source: lag.SourceConsumer, Position: pos[i]})
-			s.Lag += end - pos[i]
-		}
-		s.Partitions, prev = parts, parts
-		if d := c.Step(s, p, at); k > 12 {
-			ds = append(ds, d)
-		}
-	}
-	return ds
-}
-
 // TestControllerOwnPaceFedLittleHeldAgainstFeed: partition 0, fed 2 records an interval (8 msg/s,
 // a fifth of the even share of 40), drains 1 (4 msg/s, half its feed) while
 // partition 1 catches up (22 an interval of 14 fed): slowed alone, but its drain
 // is not under half its feed: not listed by it (against the even share it would be: 4 < 20).
 func TestControllerOwnPaceFedLittleHeldAgainstFeed(t *testing.T) {
-	ds := feedPartsOffer(t, [3]int64{2, 14, 14}, [3]int64{2, 20, 2}, [][3]int64{{1, 22, 14}, {1, 22, 14}, {1, 22, 14}, {1, 22, 14}}, 0)
+	_, ds := partsRun{feeds: [3]int64{2, 14, 14}, lag0: [3]int64{2, 20, 2}, head: 600 * time.Millisecond}.run(t, [][3]int64{{1, 22, 14}, {1, 22, 14}, {1, 22, 14}, {1, 22, 14}})
 	for i, d := range ds {
 		if len(d.AvoidPartitions) > 0 {
 			t.Errorf("reading %d: avoid %v, want none", i, d.AvoidPartitions)

@@ -85,8 +85,7 @@ func pollPaced(st *lag.State, v *reading) bool {
 // overdueReason is the reason of a saturated reading at the capacity of
 // an overdue poll (see pollOverdue).
 func overdueReason(tc *control, st *lag.State, v *reading) string {
-	return fmt.Sprintf("saturated: no commit for %s, the poll in hand at most %d messages: capacity at most %.0f/s (estimate %.0f/s), wait %s, target %s",
-		st.At.Sub(tc.pollAt).Round(time.Millisecond), tc.pollLag, v.capacity, v.overdueFrom, secs(v.wait), secs(v.setWait))
+	return fmt.Sprintf("saturated: %s (estimate %.0f/s), wait %s, target %s", overdueBound(tc, st, v), v.overdueFrom, secs(v.wait), secs(v.setWait))
 }
 
 // overdueNote is what a reading at the capacity of an overdue poll (see
@@ -96,6 +95,12 @@ func overdueNote(tc *control, st *lag.State, v *reading) string {
 	if !v.overdue {
 		return ""
 	}
-	return fmt.Sprintf(" (no commit for %s, the poll in hand at most %d messages: capacity at most %.0f/s, estimate %.0f/s)",
-		st.At.Sub(tc.pollAt).Round(time.Millisecond), tc.pollLag, v.capacity, v.overdueFrom)
+	return fmt.Sprintf(" (%s, estimate %.0f/s)", overdueBound(tc, st, v), v.overdueFrom)
+}
+
+// overdueBound says where an overdue poll's bound comes from: the time
+// since the move, the poll in hand, the capacity it bounds.
+func overdueBound(tc *control, st *lag.State, v *reading) string {
+	return fmt.Sprintf("no commit for %s, the poll in hand at most %d messages: capacity at most %.0f/s",
+		st.At.Sub(tc.pollAt).Round(time.Millisecond), tc.pollLag, v.capacity)
 }

@@ -25,27 +25,50 @@ func staleReadings(t *testing.T, drain [3]int64, stale ...int32) map[int32]partT
 // of those readings too.
 func threeParts(t *testing.T, drains [][3]int64, stale ...int32) (map[int32]partTrack, []Decision) {
 	t.Helper()
+	return partsRun{feeds: [3]int64{10, 10, 10}, lag0: [3]int64{2, 2, 2}, head: 100 * time.Millisecond, stale: stale}.run(t, drains)
+}
+
+// partsRun steps a controller at 250 ms through three partitions reported
+// at their own pace: partition i fed feeds[i] records an interval and
+// lag0[i] behind through 12 readings, its head head old; then one reading
+// for each element of drains, where drains[r][i] records of partition i
+// are drained (at most what it has), and at the last the partitions in
+// stale carry their sample of the reading before, marked Stale. The
+// produce rate read is offer, or the feed's when that is more (producers
+// cut below what they offer). It returns the partitions' records after
+// the last reading and the decisions of the readings after the 12.
+type partsRun struct {
+	feeds, lag0 [3]int64
+	head        time.Duration
+	offer       float64
+	stale       []int32
+}
+
+func (r partsRun) run(t *testing.T, drains [][3]int64) (map[int32]partTrack, []Decision) {
+	t.Helper()
 	c := newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
 	p := Policy{Name: "bench", MaxAge: 2 * time.Second}
 	var prev []lag.PartitionState
 	var ds []Decision
+	rate := float64(r.feeds[0]+r.feeds[1]+r.feeds[2]) * 4
+	prod := max(rate, r.offer)
 	pos := [3]int64{}
 	last := 12 + len(drains)
 	for k := 1; k <= last; k++ {
 		at := leaseT0.Add(time.Duration(k) * 250 * time.Millisecond)
 		s := lag.State{Target: ordersK, At: at, Status: lag.StatusOK, HeadAgeKnown: true, RatesKnown: true, Members: 1, Source: lag.SourceConsumer,
-			ProduceRate: 120, ConsumeRate: 120, ProduceRateInstant: 120, ConsumeRateInstant: 120}
+			ProduceRate: prod, ConsumeRate: rate, ProduceRateInstant: rate, ConsumeRateInstant: rate}
 		var parts []lag.PartitionState
 		for i := range int32(3) {
-			end := int64(10 * k)
-			pos[i] = end - 2
+			end := r.feeds[i] * int64(k)
+			pos[i] = end - r.lag0[i]
 			if k > 12 {
-				pos[i] = prev[i].Position + drains[k-13][i]
+				pos[i] = min(prev[i].Position+drains[k-13][i], end)
 			}
 			ps := lag.PartitionState{PartitionSample: lag.PartitionSample{Partition: i, End: end, Lag: end - pos[i],
-				Reported: lag.Report{At: at, Position: pos[i], OwnPace: true, HeadTime: at.Add(-100 * time.Millisecond)}},
-				HeadAge: 100 * time.Millisecond, Source: lag.SourceConsumer, Position: pos[i]}
-			if k == last && slices.Contains(stale, i) {
+				Reported: lag.Report{At: at, Position: pos[i], OwnPace: true, HeadTime: at.Add(-r.head)}},
+				HeadAge: r.head, Source: lag.SourceConsumer, Position: pos[i]}
+			if k == last && slices.Contains(r.stale, i) {
 				ps = prev[i]
 				ps.Stale = true
 			}
