@@ -1045,3 +1045,24 @@ func TestKafkaZeroRateRetryAfterIsTheLeases(t *testing.T) {
 		}
 	}
 }
+
+// TestKafkaAttemptsExhaustedMessage pins the message of a record whose
+// retries ran out: it says the count once. It read "...; gave up after 3
+// attempts; after 3 attempt(s): ..." (a new user's pass on real Kafka,
+// producing to a topic that did not exist, session 29).
+func TestKafkaAttemptsExhaustedMessage(t *testing.T) {
+	c := newKfake(t, 1, "orders")
+	var atBroker atomic.Int64
+	failProduce(c, kerr.NotEnoughReplicas.Code, &atBroker)
+	p := newKafkaProducer(t, newKgo(t, c), Config{Throttle: ThrottleConfig{Disabled: true},
+		Retry: RetryConfig{MaxAttempts: 3, Backoff: time.Millisecond, MaxBackoff: time.Millisecond}})
+	err := p.Produce(ctxFor(t, 30*time.Second), &kgo.Record{Topic: "orders", Value: []byte("x")})
+	var re *RejectError
+	if !errors.As(err, &re) || re.Attempts != 3 || !errors.Is(err, kerr.NotEnoughReplicas) {
+		t.Fatalf("got %v, want a RejectError after 3 attempts carrying the broker's error", err)
+	}
+	msg := err.Error()
+	if n := strings.Count(msg, "attempt"); n != 1 || !strings.Contains(msg, "Retry.MaxAttempts reached; after 3 attempt(s)") {
+		t.Fatalf("message %q: want the attempts counted once, after the reason that they ran out", msg)
+	}
+}

@@ -78,7 +78,9 @@ func (c *core) failed(m *msg, err error, class errClass, own context.Context) (t
 		return 0, final(reasonStop, SignalStop, nil, "the quota says stop: "+v.reason, 0)
 	}
 	if int(m.attempts) >= c.cfg.Retry.MaxAttempts {
-		return 0, final(reasonBroker, class.signal, nil, fmt.Sprintf("%s; gave up after %d attempts", class.why, m.attempts), 0)
+		// The count itself is RejectError.Attempts (its message says
+		// "after N attempt(s)"); the reason says why the retries ended.
+		return 0, final(reasonBroker, class.signal, nil, class.why+"; Retry.MaxAttempts reached", 0)
 	}
 	delay := c.backoff(int(m.attempts))
 	if v.signal == SignalSlowDown && v.retryAfter > delay {
