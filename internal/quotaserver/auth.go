@@ -210,10 +210,10 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, endpoint s
 }
 
 // permits checks that a token with perms (from authenticate) may act for
-// producer (or a consumer report's group); it writes the error itself:
-// 403 when the token does not list it, or lists it by a pattern that
-// matches MaxIDs other ids already.
-func (s *Server) permits(w http.ResponseWriter, endpoint string, perms *scope, producer string) bool {
+// producer (or a consumer report's group; what names which, for the
+// message); it writes the error itself: 403 when the token does not list
+// it, or lists it by a pattern that matches MaxIDs other ids already.
+func (s *Server) permits(w http.ResponseWriter, endpoint string, perms *scope, what, producer string) bool {
 	if s.tokens == nil {
 		return true
 	}
@@ -224,7 +224,7 @@ func (s *Server) permits(w http.ResponseWriter, endpoint string, perms *scope, p
 	case full:
 		s.fail(w, endpoint, http.StatusForbidden, "this token acts for %d ids its patterns match already (its maxIds); %q must wait until one is unused for %v", perms.max, producer, PatternIdle)
 	default:
-		s.fail(w, endpoint, http.StatusForbidden, "this token may not act for producer %q", producer)
+		s.fail(w, endpoint, http.StatusForbidden, "this token may not act for %s %q", what, producer)
 	}
 	return false
 }

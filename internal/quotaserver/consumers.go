@@ -204,7 +204,7 @@ func (c *Consumers) report(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A consumer report speaks for a group: the token must list it.
-	if !c.srv.permits(w, ep, perms, rep.Group) {
+	if !c.srv.permits(w, ep, perms, "consumer group", rep.Group) {
 		return
 	}
 	n := c.put(rep, c.now())

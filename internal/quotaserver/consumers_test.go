@@ -87,8 +87,9 @@ func TestConsumerReportRequests(t *testing.T) {
 		// Refused before the body is read.
 		{"no token, bad body", "POST", "", "", `{"junk":1}`, 401, "bearer"},
 		{"unknown token", "POST", "guess-guess-guess-1", "", good, 401, "unknown token"},
-		// A token speaks for the groups it lists only.
-		{"other group", "POST", "token-of-billing-01", "", consumerReport("shipping", "0:1:idle"), 403, "shipping"},
+		// A token speaks for the groups it lists only; the answer names
+		// a group as one (it said "producer", session 29).
+		{"other group", "POST", "token-of-billing-01", "", consumerReport("shipping", "0:1:idle"), 403, `may not act for consumer group \"shipping\"`},
 		{"not json", "POST", "token-of-billing-01", "", "{", 400, "malformed"},
 		{"unknown field", "POST", "token-of-billing-01", "", strings.Replace(good, `"kind"`, `"knd"`, 1), 400, "unknown field"},
 		{"trailing data", "POST", "token-of-billing-01", "", good + "{}", 400, "trailing"},

@@ -193,7 +193,7 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, ep, http.StatusBadRequest, "%s", strings.ReplaceAll(err.Error(), "\n", "; "))
 		return
 	}
-	if !s.permits(w, ep, perms, rep.Producer) {
+	if !s.permits(w, ep, perms, "producer", rep.Producer) {
 		return
 	}
 	// ?version= is the version of the set the producer holds, as for a
@@ -307,7 +307,7 @@ func (s *Server) producerParam(w http.ResponseWriter, ep string, q url.Values, p
 		s.fail(w, ep, http.StatusBadRequest, "producer %q must be 1-128 characters of A-Z a-z 0-9 . _ : -", p)
 		return "", false
 	}
-	return p, s.permits(w, ep, perms, p)
+	return p, s.permits(w, ep, perms, "producer", p)
 }
 
 // goDuration is the form of ?timeout= in the spec: what Go's
