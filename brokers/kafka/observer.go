@@ -279,7 +279,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 		return nil, err
 	}
 	if metaErr != nil {
-		return nil, fmt.Errorf("%w: metadata: %w", ErrUnavailable, metaErr)
+		return nil, fmt.Errorf("%w: metadata: %w%s", ErrUnavailable, metaErr, notKafkaHint(metaErr))
 	}
 	// Phase 2: the group list, from every broker.
 	var lg listing
@@ -867,4 +867,18 @@ func applyHead(ps *lag.PartitionSample, e headEntry, end int64) bool {
 		ps.Lag = max(0, end-e.scanned)
 		return false
 	}
+}
+
+// notKafkaHint says what a metadata reply franz-go refused as larger than
+// BrokerMaxReadBytes (100 MiB) usually means: the address is not a Kafka
+// listener, and its first four bytes were read as a size (a NATS server's
+// "INFO" is 1,229,866,575). franz-go names an HTTP reply and a TLS alert
+// itself; every other protocol read "invalid large response size ... >
+// limit ...: response exceeds BrokerMaxReadBytes" and nothing more. Its
+// sentinel is unexported, so it is matched by its text; "" otherwise.
+func notKafkaHint(err error) string {
+	if !strings.Contains(err.Error(), "response exceeds BrokerMaxReadBytes") {
+		return ""
+	}
+	return " (the reply to the first request was not Kafka's: is each of kafka[].brokers a Kafka listener, host:port, and not another service's port?)"
 }

@@ -3,6 +3,8 @@ package kafka
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -800,6 +802,40 @@ func TestUnavailable(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("took %v", d)
+	}
+}
+
+// TestNotKafkaListener: a broker address where another protocol answers
+// (a NATS server's port: its "INFO {...}" greeting read as a 1.2 GB size)
+// fails with ErrUnavailable and a hint that says the address is not a
+// Kafka listener; franz-go alone said "invalid large response size
+// 1229866575 > limit 104857600: response exceeds BrokerMaxReadBytes" (a
+// new user's swapped kafka and nats addresses, session 29).
+func TestNotKafkaListener(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = conn.Write([]byte("INFO {\"server_id\":\"x\",\"version\":\"2.15.2\"}\r\n"))
+			_ = conn.Close()
+		}
+	}()
+	o, err := New(Config{Cluster: "nats-port", Brokers: []string{ln.Addr().String()}, RequestTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	_, err = o.Observe(ctxT(t))
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "not Kafka's: is each of kafka[].brokers a Kafka listener") {
+		t.Fatalf("err %v, want ErrUnavailable saying the address is not a Kafka listener", err)
 	}
 }
 
