@@ -121,7 +121,7 @@ func (c *Config) Validate() error {
 		if u, err := url.Parse(raw); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			add("url %q must be an http:// or https:// URL with a host", raw)
 		} else if c.Token != "" && u.Scheme == "http" && !c.AllowPlaintextToken && !loopback(u.Hostname()) {
-			add("a token over http:// to %s would cross the network in clear: use https://, or set allowPlaintextToken", u.Host)
+			add("a token over http:// to %s would cross the network in clear: use https://, or set Config.AllowPlaintextToken", u.Host)
 		}
 	}
 	if c.Group != "" && !quotaproto.ValidGroup(c.Group) {

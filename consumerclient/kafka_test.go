@@ -349,7 +349,7 @@ func TestConfigValidate(t *testing.T) {
 		{"interval out of range", Config{URL: "http://x", Interval: 5 * time.Second}, []string{"interval"}},
 		{"negative timeout", Config{URL: "http://x", Timeout: -1}, []string{"timeout"}},
 		// A bearer token never crosses the network in clear by default.
-		{"token over http", Config{URL: "http://lagbridge:9464", Token: "t"}, []string{"in clear"}},
+		{"token over http", Config{URL: "http://lagbridge:9464", Token: "t"}, []string{"in clear", "Config.AllowPlaintextToken"}},
 		{"token over http, allowed", Config{URL: "http://lagbridge:9464", Token: "t", AllowPlaintextToken: true}, nil},
 		{"token over http to loopback", Config{URL: "http://127.0.0.1:9464", Token: "t"}, nil},
 		{"token over http to localhost", Config{URL: "http://localhost:9464", Token: "t"}, nil},
