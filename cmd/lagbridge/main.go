@@ -137,6 +137,15 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	cfg, err := config.Load(fs)
 	if err != nil {
 		report(stderr, err)
+		// What could be read gets its warnings now too (a policy
+		// matching no cluster, ...), not only once the problems are
+		// fixed; read from a config with problems, some may go with them.
+		if ws := cfg.Warnings(); len(ws) > 0 {
+			fmt.Fprintf(stderr, "and %d warning(s) on what could be read (a problem above may be their cause):\n", len(ws))
+			for _, w := range ws {
+				fmt.Fprintf(stderr, "  - warning: %s\n", w)
+			}
+		}
 		return 1
 	}
 	for _, w := range cfg.Warnings() {

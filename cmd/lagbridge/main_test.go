@@ -226,3 +226,27 @@ metrics: {producerGrants: true}
 		}
 	}
 }
+
+// TestCheckWarnsBesideProblems: `lagbridge check` on a file with problems
+// prints the warnings of what it could read too, after the problems (here
+// a policy whose match.cluster names no cluster of the file, beside its
+// hardAge below its maxAge), not only once the problems are fixed (a new
+// user's pass, session 29: the misspelt cluster came up in a second round).
+func TestCheckWarnsBesideProblems(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "lcoal.yaml")
+	if err := os.WriteFile(p, []byte(`listen: '127.0.0.1:9464'
+kafka: [{cluster: local, brokers: ['127.0.0.1:9092']}]
+quota:
+  policies:
+    - {name: orders, match: {topic: orders, cluster: lcoal}, maxAge: 2s, hardAge: 1s, producers: [{id: checkout}]}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI("check", "--config", p)
+	problem := strings.Index(stderr, "  - quota.policies[0].hardAge: must be >= maxAge")
+	warning := strings.Index(stderr, `  - warning: quota.policies[0].match: policy "orders" matches none of the clusters this config watches (kafka local)`)
+	if code != 1 || problem < 0 || warning < problem || !strings.Contains(stderr, "config has 1 problem(s)") ||
+		!strings.Contains(stderr, "and 1 warning(s) on what could be read") {
+		t.Fatalf("exit %d, want 1 with the problem, then the warning about match.cluster:\n%s", code, stderr)
+	}
+}

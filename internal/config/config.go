@@ -861,8 +861,11 @@ func (c Config) Logger(w interface{ Write([]byte) (int, error) }) *slog.Logger {
 // clustersMatched counts the Kafka and the NATS clusters of c that p's
 // match.kind and match.cluster select (its topic and group patterns aside).
 func (c Config) clustersMatched(p quota.Policy) (kafkaHits, natsHits int) {
-	p.Match.Topic, p.Match.Group = "", ""
-	ps, err := quota.NewPolicies([]quota.Policy{p})
+	// The match's kind and cluster alone, so that a policy with a problem
+	// elsewhere (a hardAge below its maxAge) is still told it matches no
+	// cluster: `lagbridge check` prints warnings beside the problems.
+	m := quota.Policy{Name: p.Name, Match: quota.Match{Kind: p.Match.Kind, Cluster: p.Match.Cluster}, MaxAge: time.Second}
+	ps, err := quota.NewPolicies([]quota.Policy{m})
 	if err != nil {
 		return -1, -1 // invalid: Validate says why
 	}
