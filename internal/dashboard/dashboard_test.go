@@ -371,6 +371,33 @@ func TestBrowserFakeAPI(t *testing.T) {
 	}
 }
 
+// TestBrowserWithoutToken: a daemon that needs a read token, opened
+// without #token=: the page says what to do and does not claim there are
+// no quotas (its Producers section kept the placeholder "no quotas
+// configured" while every API call was refused: a new user's pass,
+// session 29).
+func TestBrowserWithoutToken(t *testing.T) {
+	b := chromium.Start(t, 1400, 1000)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	mux := http.NewServeMux()
+	mux.Handle("/", Handler())
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"error":"a read or admin bearer token is required"}`)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	if err := b.Navigate(ctx, srv.URL+"/?refresh=100ms"); err != nil {
+		t.Fatal(err)
+	}
+	st := waitPage(t, b, 20*time.Second, func(s pageState) bool { return strings.Contains(s.Text, "needs a read or admin token") })
+	if strings.Contains(st.Text, "no quotas configured") {
+		t.Errorf("refused every call, the page says there are no quotas: %q", st.Text)
+	}
+}
+
 // The fake API's JSON must stay valid JSON as it is edited.
 func TestFakeAPIIsJSON(t *testing.T) {
 	srv := fakeAPI(t, true)
