@@ -43,17 +43,27 @@ import (
 // Only where the bound cannot be a healthy long poll's: more than one and
 // a half observations after the move, and the head at the committed
 // position past the budget (a consumer of the estimate's capacity, held
-// at its setpoint, starts each poll with a head within it). A timer's commit (auto-commit)
-// lands up to one of its intervals after the poll ended: a 1 s auto-commit
-// whose poll and timer together outlast the bound while its head is past
-// the budget reads slower than it is for that reading (the simulator's
-// 1 s grid, previous poll at 2x: 3 readings in 40 runs, in the slow phase,
-// read 249-288/s for a consumer of 400; in 2 of those 3 the wait at the
-// bound reached the budget and the reading drained, where it had admitted
-// 446 and 502 msg/s, and those runs refused 2 s more while idle after the
-// restore: review-inhand). No sound test tells that timer from the late
-// poll: the heads at the commit were 3.14-3.62 s there, 3.39 s in the
-// late run.
+// at its setpoint, starts each poll with a head within it).
+//
+// A timer's commit (auto-commit) lands at its first tick after the poll
+// ended. A steady timer of the observation's period (franz-go's
+// time.Ticker) ticks once in every interval, so two readings without a
+// move are two ticks the poll outlasted, and the bound holds (but for a
+// tick within its jitter of a reading); a timer whose ticks drift can
+// tick once in two readings, and the bound then reads up to twice too
+// low. The simulator's 1 s grid (±10% drift a commit), previous poll at
+// 2x: 3 readings in 40 runs, in the slow phase, read 249-288/s for a
+// consumer of 400 (the second tick after the move's 2.04-2.13 s after
+// it, the poll ended 0.10-0.15 s after the one between); 2 of them
+// drained where the reading had admitted 446 and 502 msg/s, and those
+// runs refused 2 s more while idle after the restore (review-inhand).
+// The same grid with the timer steady fires at no reading of 96 runs
+// over 12 phases, with ±50 ms of jitter a tick at 1 of 104 (±20 ms:
+// none). Commits cannot tell which consumer it is: one that commits each
+// poll at 231/s commits the same offsets at the same readings as the
+// grid's drifting timer at 400/s (seed 2), and a drifting timer at the
+// old 1,164/s (ticks 1.10 and 0.93 s apart) those of the late run up to
+// its fire (session 29, overdue1s).
 func (c *Controller) pollOverdue(tc *control, st *lag.State, v *reading) {
 	pos := committedPos(st)
 	if pos != tc.pollPos || tc.pollAt.IsZero() {
