@@ -239,24 +239,23 @@ func (s *Story) Speed() int64 { return s.speed.Load() }
 // handlers each take the next request, send its one message with send and
 // wait, under a context that ends when the request's caller gives up
 // (MessageDeadline after it arrived). A request that finds the backlog
-// full is turned away and counted as failed.
+// full is turned away and counted as failed. When ctx ends no request
+// arrives any more, and the handlers answer those already waiting, each
+// within its own deadline, before they return: the demo's end cuts no
+// request short, so every offered one is counted acked, shed or failed.
 func (s *Story) serve(ctx context.Context, r float64, t *Tally, send func(context.Context) error) {
 	reqs := make(chan time.Time, requestBacklog)
 	for range requestHandlers {
 		s.wg.Go(func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case arrived := <-reqs:
-					rctx, cancel := context.WithDeadline(ctx, arrived.Add(MessageDeadline))
-					t.count(send(rctx))
-					cancel()
-				}
+			for arrived := range reqs {
+				rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), arrived.Add(MessageDeadline))
+				t.count(send(rctx))
+				cancel()
 			}
 		})
 	}
 	s.wg.Go(func() {
+		defer close(reqs)
 		pace(ctx, r, func(n int) {
 			now := time.Now()
 			for range n {
@@ -271,20 +270,26 @@ func (s *Story) serve(ctx context.Context, r float64, t *Tally, send func(contex
 	})
 }
 
+// produceAsync and publishAsync offer r msg/s until ctx ends. Each record
+// is produced under a context the demo's end does not cancel, and Close
+// flushes the producers before closing them: a record in flight at the end
+// is delivered, or fails for a reason of its own, not for the end.
 func produceAsync(ctx context.Context, p *producerclient.KafkaProducer, r float64, t *Tally) {
+	pctx := context.WithoutCancel(ctx)
 	pace(ctx, r, func(n int) {
 		for range n {
 			t.Offered.Add(1)
-			p.ProduceAsync(ctx, &kgo.Record{Value: []byte("order")}, func(_ *kgo.Record, err error) { t.count(err) })
+			p.ProduceAsync(pctx, &kgo.Record{Value: []byte("order")}, func(_ *kgo.Record, err error) { t.count(err) })
 		}
 	})
 }
 
 func publishAsync(ctx context.Context, p *producerclient.NATSProducer, r float64, t *Tally) {
+	pctx := context.WithoutCancel(ctx)
 	pace(ctx, r, func(n int) {
 		for range n {
 			t.Offered.Add(1)
-			p.PublishAsync(ctx, nats.NewMsg(NATSSubject), func(_ *nats.Msg, _ *jetstream.PubAck, err error) { t.count(err) })
+			p.PublishAsync(pctx, nats.NewMsg(NATSSubject), func(_ *nats.Msg, _ *jetstream.PubAck, err error) { t.count(err) })
 		}
 	})
 }
@@ -382,10 +387,24 @@ func (s *Story) consumeNATS(ctx context.Context, c jetstream.Consumer, g *natsgu
 	})
 }
 
-// Close stops producers and consumers and waits for them. Idempotent.
+// flushWait bounds how long Close waits for the records in flight at the
+// end to be acknowledged.
+const flushWait = 10 * time.Second
+
+// Close stops producers and consumers and waits for them: the offering
+// stops, the requests already waiting are answered, the records in flight
+// are flushed (for up to flushWait), then everything closes. Idempotent.
 func (s *Story) Close() {
 	s.cancel()
 	s.wg.Wait()
+	fctx, cancel := context.WithTimeout(context.Background(), flushWait)
+	defer cancel()
+	for _, p := range s.kp {
+		_ = p.Flush(fctx) // what is still in flight after it fails at Close, counted
+	}
+	for _, p := range s.np {
+		_ = p.Flush(fctx)
+	}
 	for _, p := range s.kp {
 		p.Close()
 	}
