@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"os"
 	"reflect"
 	"regexp"
 	"slices"
@@ -87,6 +88,10 @@ type Config struct {
 	Metrics Metrics `mapstructure:"metrics"`
 	// HA runs several replicas, one leader per cluster (see HA).
 	HA HA `mapstructure:"ha"`
+
+	// ignoredEnv is Load's word on the LAGBRIDGE_* variables no setting
+	// reads (ignoredEnv), for Warnings.
+	ignoredEnv []string
 }
 
 // Metrics chooses what /metrics exposes. /metrics needs no token, so what
@@ -320,6 +325,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 			errs = append(errs, e)
 		}
 	}
+	c.ignoredEnv = ignoredEnv(os.Environ())
 	for _, e := range split(c.Validate()) {
 		// A secret whose file could not be read, or a value that could not
 		// be decoded (or a part of it), is reported once, as such, not also
@@ -554,7 +560,14 @@ func keysAt(path string) []string {
 // map ("quota.maxProducers", "metrics.producerGrants", ...): the settings
 // LAGBRIDGE_<KEY> reaches (dots become underscores).
 func envKeys() []string {
-	var keys []string
+	keys, _ := envSettings()
+	return keys
+}
+
+// envSettings returns the keys of Config's settings outside a list or a
+// map (envKeys), and those of its lists and maps ("quota.policies",
+// "kafka"), which the environment does not reach.
+func envSettings() (keys, lists []string) {
 	var walk func(t reflect.Type, prefix string)
 	walk = func(t reflect.Type, prefix string) {
 		eachSetting(t, func(key string, f reflect.StructField) bool {
@@ -564,6 +577,7 @@ func envKeys() []string {
 			}
 			switch {
 			case ft.Kind() == reflect.Slice, ft.Kind() == reflect.Array, ft.Kind() == reflect.Map:
+				lists = append(lists, prefix+key)
 			case ft.Kind() == reflect.Struct && !reflect.PointerTo(ft).Implements(textUnmarshaler):
 				walk(ft, prefix+key+".")
 			default:
@@ -573,7 +587,61 @@ func envKeys() []string {
 		})
 	}
 	walk(reflect.TypeFor[Config](), "")
-	return keys
+	return keys, lists
+}
+
+// envName is the environment variable that reaches setting key:
+// LAGBRIDGE_ and the key in capitals, dots and dashes as underscores.
+func envName(key string) string {
+	return "LAGBRIDGE_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(key))
+}
+
+// notSettings are the LAGBRIDGE_* variables that lagbridge reads and that
+// are no setting of the daemon: the CLI's (status, why, ...), and those of
+// the tests, the bench and integration/kafka/kafka.sh. TestNotSettingsKnown
+// keeps the list whole.
+var notSettings = []string{
+	"LAGBRIDGE_URL", "LAGBRIDGE_TOKEN",
+	"LAGBRIDGE_KAFKA_BOOTSTRAP", "LAGBRIDGE_KAFKA_HOME", "LAGBRIDGE_KAFKA_RUN", "LAGBRIDGE_KAFKA_SH", "LAGBRIDGE_KAFKA_MVN_ARGS",
+	"LAGBRIDGE_REQUIRE_KAFKA", "LAGBRIDGE_REQUIRE_CHROMIUM", "LAGBRIDGE_REQUIRE_TOOLS", "LAGBRIDGE_CHROMIUM",
+	"LAGBRIDGE_TEST_LOGS", "LAGBRIDGE_UPDATE", "LAGBRIDGE_ARTIFACTS", "LAGBRIDGE_BENCH_BROKER",
+	"LAGBRIDGE_HA_TRACE", "LAGBRIDGE_HA_AA", "LAGBRIDGE_HA_COMMIT", "LAGBRIDGE_HA_NO_CLIENT_QUOTAS",
+	"LAGBRIDGE_SIM_SPREAD", "LAGBRIDGE_SIM_SPREAD_TRACE", "LAGBRIDGE_STARTUP_TRACE",
+}
+
+// ignoredEnv returns, one sentence each, the LAGBRIDGE_* variables of
+// environ (KEY=value) that no setting reads and that are not notSettings:
+// viper passes over them without a word, so LAGBRIDGE_LISTN=:9000 would
+// leave the daemon on :9464. A name within a letter or two of a setting's
+// is said with it; one under a list's name (LAGBRIDGE_QUOTA_POLICIES_0_MAXAGE)
+// is said to be out of the environment's reach.
+func ignoredEnv(environ []string) []string {
+	keys, lists := envSettings()
+	known := map[string]bool{"LAGBRIDGE_CONFIG": true}
+	names := make([]string, 0, len(keys))
+	for _, k := range keys {
+		known[envName(k)] = true
+		names = append(names, envName(k))
+	}
+	for _, n := range notSettings {
+		known[n] = true
+	}
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "LAGBRIDGE_") || known[name] {
+			continue
+		}
+		msg := fmt.Sprintf("environment: %s is not a setting and is ignored", name)
+		if i := slices.IndexFunc(lists, func(l string) bool { return strings.HasPrefix(name, envName(l)+"_") }); i >= 0 {
+			msg += fmt.Sprintf(": %s is a list, which only the config file sets", lists[i])
+		} else if near := nearestKey(name, names); near != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", near)
+		}
+		out = append(out, msg)
+	}
+	slices.Sort(out)
+	return out
 }
 
 var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
@@ -901,9 +969,11 @@ func (c Config) clusterList() string {
 // /metrics, a policy that lists nobody (also one asking for Kafka client
 // quotas, which go by the listed producers' client.ids), a listed id
 // that no SDK or report may use, a policy that matches none of the
-// clusters (or asks for Kafka client quotas and matches no Kafka cluster). Nil when there is nothing to say.
+// clusters (or asks for Kafka client quotas and matches no Kafka cluster),
+// and, for a Config from Load, a LAGBRIDGE_* variable that no setting reads
+// (misspelt, or naming a list's element). Nil when there is nothing to say.
 func (c Config) Warnings() []string {
-	var out []string
+	out := slices.Clone(c.ignoredEnv)
 	for i, k := range c.Kafka {
 		if k.TLS.InsecureSkipVerify {
 			out = append(out, fmt.Sprintf("kafka[%d].tls.insecureSkipVerify: the certificates of cluster %q are not verified: anyone on the network path can pose as the brokers; for tests only", i, k.Cluster))

@@ -1,0 +1,103 @@
+package config
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestIgnoredEnv: a LAGBRIDGE_* variable that no setting reads is a
+// warning of Load's Config, with the setting it is a letter or two from,
+// or with the list it names an element of; a setting's own variable, the
+// CLI's and the tests' are not. Before, viper passed over them without a
+// word (a new user's LAGBRIDGE_LISTN left the daemon on :9464).
+func TestIgnoredEnv(t *testing.T) {
+	t.Setenv("LAGBRIDGE_LISTN", "127.0.0.1:9000")
+	t.Setenv("LAGBRIDGE_QUOTA_POLICIES_0_MAXAGE", "1s")
+	t.Setenv("LAGBRIDGE_NOSUCHTHING", "1")
+	t.Setenv("LAGBRIDGE_INTERVAL", "2s")            // a setting
+	t.Setenv("LAGBRIDGE_KAFKA_BOOTSTRAP", "x:9092") // the tests'
+	t.Setenv("LAGBRIDGE_URL", "http://127.0.0.1:1") // the CLI's
+	c, err := load(t, "--config", writeFile(t, good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range c.Warnings() {
+		if strings.HasPrefix(w, "environment: ") {
+			got = append(got, w)
+		}
+	}
+	want := []string{
+		"environment: LAGBRIDGE_LISTN is not a setting and is ignored (did you mean LAGBRIDGE_LISTEN?)",
+		"environment: LAGBRIDGE_NOSUCHTHING is not a setting and is ignored",
+		"environment: LAGBRIDGE_QUOTA_POLICIES_0_MAXAGE is not a setting and is ignored: quota.policies is a list, which only the config file sets",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if c.Interval.String() != "2s" {
+		t.Errorf("LAGBRIDGE_INTERVAL=2s read as %v", c.Interval)
+	}
+}
+
+// TestNotSettingsKnown: every LAGBRIDGE_* name the repository's Go code
+// and shell scripts read is a setting's variable, LAGBRIDGE_CONFIG, or one
+// of notSettings, so that ignoredEnv never warns of a variable lagbridge's
+// own tools use. This package's tests (which name wrong ones on purpose)
+// aside.
+func TestNotSettingsKnown(t *testing.T) {
+	keys, _ := envSettings()
+	known := map[string]bool{"LAGBRIDGE_CONFIG": true}
+	for _, k := range keys {
+		known[envName(k)] = true
+	}
+	for _, n := range notSettings {
+		known[n] = true
+	}
+	goName := regexp.MustCompile(`"(LAGBRIDGE_[A-Z0-9_]*[A-Z0-9])"`)
+	shName := regexp.MustCompile(`\$\{?(LAGBRIDGE_[A-Z0-9_]*[A-Z0-9])`)
+	root := filepath.Join("..", "..")
+	found := 0
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		var re *regexp.Regexp
+		switch {
+		case strings.HasSuffix(p, ".go") && !(filepath.Dir(p) == filepath.Join(root, "internal", "config") && strings.HasSuffix(p, "_test.go")):
+			re = goName
+		case strings.HasSuffix(p, ".sh"):
+			re = shName
+		default:
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range re.FindAllSubmatch(b, -1) {
+			found++
+			if !known[string(m[1])] {
+				t.Errorf("%s reads %s, which is neither a setting nor in notSettings: add it there", p, m[1])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found < 10 {
+		t.Fatalf("found %d LAGBRIDGE_* names in the repository, want many: is the walk rooted right?", found)
+	}
+}
