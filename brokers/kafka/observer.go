@@ -870,14 +870,24 @@ func applyHead(ps *lag.PartitionSample, e headEntry, end int64) bool {
 }
 
 // notKafkaHint says what a metadata reply franz-go refused as larger than
-// BrokerMaxReadBytes (100 MiB) usually means: the address is not a Kafka
-// listener, and its first four bytes were read as a size (a NATS server's
-// "INFO" is 1,229,866,575). franz-go names an HTTP reply and a TLS alert
+// BrokerMaxReadBytes usually means when the size it read is at least 512
+// MiB: the address is not a Kafka listener, and the first four bytes of
+// another protocol's greeting were read as a size (a NATS server's "INFO"
+// is 1,229,866,575; any reply starting with a printable ASCII byte is at
+// least 0x20000000). A smaller size is a real Kafka answer over the limit
+// (a caller's lower kgo.BrokerMaxReadBytes, or a cluster's metadata over
+// 100 MiB), and gets no hint. franz-go names an HTTP reply and a TLS alert
 // itself; every other protocol read "invalid large response size ... >
 // limit ...: response exceeds BrokerMaxReadBytes" and nothing more. Its
 // sentinel is unexported, so it is matched by its text; "" otherwise.
 func notKafkaHint(err error) string {
-	if !strings.Contains(err.Error(), "response exceeds BrokerMaxReadBytes") {
+	var size, limit int64
+	msg := err.Error()
+	i := strings.Index(msg, "invalid large response size ")
+	if i < 0 || !strings.Contains(msg, "response exceeds BrokerMaxReadBytes") {
+		return ""
+	}
+	if _, serr := fmt.Sscanf(msg[i:], "invalid large response size %d > limit %d", &size, &limit); serr != nil || size < 1<<29 {
 		return ""
 	}
 	return " (the reply to the first request was not Kafka's: is each of kafka[].brokers a Kafka listener, host:port, and not another service's port?)"

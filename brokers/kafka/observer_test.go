@@ -839,6 +839,20 @@ func TestNotKafkaListener(t *testing.T) {
 	}
 }
 
+// TestNotKafkaListenerKafkaOverLimit: a real Kafka answer over the
+// caller's kgo.BrokerMaxReadBytes (here kfake's metadata for 8 topics of
+// 50 partitions, about 10 kB, against a 1,500-byte limit) is Kafka's, and
+// gets franz-go's error without the not-Kafka hint.
+func TestNotKafkaListenerKafkaOverLimit(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, kfake.SeedTopics(50, "a", "b", "c", "d", "e", "f", "g", "h"))
+	o := newObserver(t, c, nil, kgo.FetchMaxBytes(1000), kgo.BrokerMaxReadBytes(1500))
+	_, err := o.Observe(ctxT(t))
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "response exceeds BrokerMaxReadBytes") || strings.Contains(err.Error(), "not Kafka's") {
+		t.Fatalf("err %v, want ErrUnavailable with franz-go's size error and no not-Kafka hint", err)
+	}
+}
+
 // TestClose: Close is idempotent and Observe after it fails with
 // ErrClosed.
 func TestClose(t *testing.T) {

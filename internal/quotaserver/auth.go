@@ -202,7 +202,11 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, endpoint s
 		return m, true
 	}
 	if s.admins[h] || s.readers[h] {
-		s.fail(w, endpoint, http.StatusForbidden, "an admin or read token may not act for producers; use a producer token")
+		what := "act for producers"
+		if endpoint == "consumer-report" {
+			what = "report for consumer groups"
+		}
+		s.fail(w, endpoint, http.StatusForbidden, "an admin or read token may not %s; use a producer token", what)
 		return nil, false
 	}
 	s.unauthorized(w, endpoint, "unknown token")

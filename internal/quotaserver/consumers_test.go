@@ -74,7 +74,7 @@ func TestConsumerReportRequests(t *testing.T) {
 	auth := Auth{Tokens: []Token{
 		{Token: "token-of-billing-01", Producers: []string{"billing"}},
 		{Token: "token-of-everyone-01", Producers: []string{"*"}, MaxIDs: 10},
-	}}
+	}, AdminTokens: []string{"admin-token-0123456"}}
 	ts, c, reg := newConsumersServer(t, auth, ConsumersConfig{})
 	const path = quotaproto.PathConsumerReport
 	good := consumerReport("billing", "0:10:1764560000000")
@@ -90,6 +90,9 @@ func TestConsumerReportRequests(t *testing.T) {
 		// A token speaks for the groups it lists only; the answer names
 		// a group as one (it said "producer", session 29).
 		{"other group", "POST", "token-of-billing-01", "", consumerReport("shipping", "0:1:idle"), 403, `may not act for consumer group \"shipping\"`},
+		// An admin token reads; it reports for no group (it said "may
+		// not act for producers").
+		{"admin token", "POST", "admin-token-0123456", "", good, 403, "may not report for consumer groups"},
 		{"not json", "POST", "token-of-billing-01", "", "{", 400, "malformed"},
 		{"unknown field", "POST", "token-of-billing-01", "", strings.Replace(good, `"kind"`, `"knd"`, 1), 400, "unknown field"},
 		{"trailing data", "POST", "token-of-billing-01", "", good + "{}", 400, "trailing"},
@@ -129,7 +132,7 @@ func TestConsumerReportRequests(t *testing.T) {
 	if n != 2 {
 		t.Errorf("%d partitions stored, want 2", n)
 	}
-	for code, want := range map[string]float64{"401": 3, "403": 1, "400": 5, "415": 1, "413": 1, "204": 2} {
+	for code, want := range map[string]float64{"401": 3, "403": 2, "400": 5, "415": 1, "413": 1, "204": 2} {
 		if got := testutil.ToFloat64(c.total.WithLabelValues(code)); got != want {
 			t.Errorf("lagbridge_consumer_reports_total{code=%q} = %v, want %v", code, got, want)
 		}

@@ -190,6 +190,16 @@ func TestAuth(t *testing.T) {
 			}
 		})
 	}
+	// The 403 names a producer as one (a consumer report's names a group).
+	for _, path := range []string{"/v1/leases", "/v1/leases/watch?producer=svc-b&timeout=0s"} {
+		method, body := "POST", other
+		if strings.Contains(path, "watch") {
+			method, body = "GET", ""
+		}
+		if _, got := do(t, method, ts.URL+path, "token-of-svc-a-0123", body); !strings.Contains(got, `may not act for producer \"svc-b\"`) {
+			t.Errorf("%s %s with svc-a's token: %s, want it to name producer svc-b", method, path, got)
+		}
+	}
 	bad := Auth{Tokens: []Token{{Token: "short", Producers: []string{"a b"}}, {Token: "long-enough-token-1"}, {Token: "long-enough-token-2", Producers: []string{"*"}}}}
 	err := bad.Validate()
 	for _, want := range []string{"tokens[0].token", "tokens[0].producers[0]", "tokens[1].producers", "tokens[2].maxIds"} {
