@@ -953,11 +953,17 @@ func (c Config) clustersMatched(p quota.Policy) (kafkaHits, natsHits int) {
 // clusterList names c's clusters with their kinds: "kafka main, nats js".
 func (c Config) clusterList() string {
 	var names []string
+	name := func(kind, cluster string) string {
+		if cluster == "" {
+			cluster = "(unnamed)" // an entry that failed to decode, said above
+		}
+		return kind + " " + cluster
+	}
 	for _, k := range c.Kafka {
-		names = append(names, "kafka "+k.Cluster)
+		names = append(names, name("kafka", k.Cluster))
 	}
 	for _, n := range c.NATS {
-		names = append(names, "nats "+n.Cluster)
+		names = append(names, name("nats", n.Cluster))
 	}
 	return strings.Join(names, ", ")
 }

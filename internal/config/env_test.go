@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/lagbridge/lagbridge/brokers/kafka"
 )
 
 // TestIgnoredEnv: a LAGBRIDGE_* variable that no setting reads is a
@@ -99,5 +101,15 @@ func TestNotSettingsKnown(t *testing.T) {
 	}
 	if found < 10 {
 		t.Fatalf("found %d LAGBRIDGE_* names in the repository, want many: is the walk rooted right?", found)
+	}
+}
+
+// TestClusterListUnnamed: a cluster entry that failed to decode (kafka:
+// nope) has no name, and the warnings that list the config's clusters
+// say so, where they read "(kafka )" (review-newuser5).
+func TestClusterListUnnamed(t *testing.T) {
+	c := Config{Kafka: []kafka.Config{{}, {Cluster: "main"}}}
+	if got, want := c.clusterList(), "kafka (unnamed), kafka main"; got != want {
+		t.Errorf("clusterList() = %q, want %q", got, want)
 	}
 }
