@@ -17,7 +17,10 @@
 //     one shared [RetryBudget] (a ratio of requests with a floor, or
 //     gRPC-style tokens), honours the lease's retry-after and stop, and
 //     throttles adaptively when the broker rejects most requests (the SRE
-//     book's requests vs K*accepts over two minutes).
+//     book's requests vs K*accepts over two minutes). A Kafka answer that
+//     is the request's own fault (a topic that does not exist, a record
+//     too large, not authorized) is a stop, not retried, and counts toward
+//     neither: it says nothing about the broker's load.
 //   - Deadline and criticality travel with every message as the
 //     lagbridge-deadline and lagbridge-criticality headers (format in the
 //     ttl package); a context deadline becomes the message's deadline; on

@@ -102,26 +102,35 @@ func TestClassifyKafka(t *testing.T) {
 		err       error
 		signal    Signal
 		retriable bool
+		ownFault  bool // kept out of the adaptive throttle and the retry budget
 	}{
 		// A lost leader: another partition may do.
-		{"not leader", kerr.NotLeaderForPartition, SignalAvoidPartitions, true},
+		{"not leader", kerr.NotLeaderForPartition, SignalAvoidPartitions, true, false},
 		// Too few replicas: same.
-		{"not enough replicas", fmt.Errorf("x: %w", kerr.NotEnoughReplicas), SignalAvoidPartitions, true},
+		{"not enough replicas", fmt.Errorf("x: %w", kerr.NotEnoughReplicas), SignalAvoidPartitions, true, false},
 		// Broker quota: slow down.
-		{"throttling", kerr.ThrottlingQuotaExceeded, SignalSlowDown, true},
+		{"throttling", kerr.ThrottlingQuotaExceeded, SignalSlowDown, true, false},
+		// The broker took too long: overload.
+		{"timed out", kerr.RequestTimedOut, SignalSlowDown, true, false},
 		// A record too large will never fit.
-		{"too large", kerr.MessageTooLarge, SignalStop, false},
+		{"too large", kerr.MessageTooLarge, SignalStop, false, true},
 		// Not authorized: retrying will not help.
-		{"auth", kerr.TopicAuthorizationFailed, SignalStop, false},
+		{"auth", kerr.TopicAuthorizationFailed, SignalStop, false, true},
+		// A topic that does not exist (as franz-go fails it under
+		// KafkaClientOpts), or was deleted: stop.
+		{"unknown topic", fmt.Errorf("no partitions available after attempting to refresh metadata 1 times, last err: %w", kerr.UnknownTopicOrPartition), SignalStop, false, true},
+		{"unknown topic id", kerr.UnknownTopicID, SignalStop, false, true},
+		// The broker failed on its own: stop, but it counts.
+		{"unknown server error", kerr.UnknownServerError, SignalStop, false, false},
 		// The client is gone.
-		{"client closed", kgo.ErrClientClosed, SignalStop, false},
+		{"client closed", kgo.ErrClientClosed, SignalStop, false, false},
 		// Anything else: slow down and retry within budget.
-		{"unknown", errors.New("boom"), SignalSlowDown, true},
+		{"unknown", errors.New("boom"), SignalSlowDown, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := classifyKafka(tc.err)
-			if c.signal != tc.signal || c.retriable != tc.retriable {
-				t.Fatalf("classify(%v) = %v retriable %v; want %v %v", tc.err, c.signal, c.retriable, tc.signal, tc.retriable)
+			if c.signal != tc.signal || c.retriable != tc.retriable || c.ownFault != tc.ownFault {
+				t.Fatalf("classify(%v) = %v retriable %v own fault %v; want %v %v %v", tc.err, c.signal, c.retriable, c.ownFault, tc.signal, tc.retriable, tc.ownFault)
 			}
 		})
 	}

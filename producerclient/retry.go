@@ -44,8 +44,10 @@ func (c *core) finish(m *msg) {
 
 // failed decides what follows a failed attempt: a retry after the
 // returned delay, or the final rejection. class is the broker-specific
-// classification of err; own is the message's own context besides the
-// call's (a Kafka record's Context), or nil.
+// classification of err (a failure that is the request's own,
+// class.ownFault, is kept out of the adaptive throttle and the retry
+// budget); own is the message's own context besides the call's (a Kafka
+// record's Context), or nil.
 func (c *core) failed(m *msg, err error, class errClass, own context.Context) (time.Duration, *RejectError) {
 	if r := c.callerEnded(m, own, err); r != nil {
 		return 0, r
@@ -56,8 +58,10 @@ func (c *core) failed(m *msg, err error, class errClass, own context.Context) (t
 		why := class.why
 		t.lastWhy.Store(&why)
 	}
-	t.throttle.outcome(m.sent, false)
-	c.budget.outcome(false)
+	if !class.ownFault {
+		t.throttle.outcome(m.sent, false)
+		c.budget.outcome(false)
+	}
 	final := func(rsn reason, sig Signal, extra error, why string, after time.Duration) *RejectError {
 		r := reject(t.name, sig, ErrBrokerRejected, why, after, err)
 		r.extra = extra

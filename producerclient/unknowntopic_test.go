@@ -1,0 +1,75 @@
+package producerclient
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestKafkaUnknownTopicIsNotOverload: producing to a topic that does not
+// exist (a typo) with the library's defaults. The failures were retried
+// and counted as the broker's rejections, so the retries of the very
+// first call were refused locally: "slow-down (throttled locally after
+// broker rejections) ... probability 0.50", the broker's
+// UNKNOWN_TOPIC_OR_PARTITION only in the words of the last failure (a new
+// user's pass, session 29). Now each call is a stop with the broker's
+// error, after one attempt, and the throttle stays at 0.
+func TestKafkaUnknownTopicIsNotOverload(t *testing.T) {
+	c := newKfake(t, 1, "orders")
+	p := newKafkaProducer(t, newKgo(t, c), Config{})
+	for i := 0; i < 3; i++ {
+		err := p.Produce(ctxFor(t, 30*time.Second), &kgo.Record{Topic: "ordres", Value: []byte("x")})
+		var re *RejectError
+		if !errors.As(err, &re) || !errors.Is(err, ErrStop) || !errors.Is(err, ErrBrokerRejected) ||
+			!errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, ErrThrottled) || re.Attempts != 1 {
+			t.Fatalf("call %d: %v; want a stop after 1 attempt carrying UNKNOWN_TOPIC_OR_PARTITION", i, err)
+		}
+	}
+	if s := p.Stats().Topics["ordres"]; s.ThrottleProbability != 0 || s.Retries != 0 {
+		t.Fatalf("throttle probability %.2f, %d retries; want 0 and 0: a missing topic is not overload", s.ThrottleProbability, s.Retries)
+	}
+}
+
+// TestKafkaOwnFaultsNotCounted: broker answers that are the request's own
+// fault (a missing topic, a record too large, no authorization, an invalid
+// record) end the message with a stop and the broker's error, and count
+// toward neither the adaptive throttle nor the retry budget; an overload
+// or unavailability answer (NOT_ENOUGH_REPLICAS) still counts toward both.
+// The answers come from kfake's per-request fault injection.
+func TestKafkaOwnFaultsNotCounted(t *testing.T) {
+	for _, tc := range []struct {
+		err   *kerr.Error
+		count bool
+	}{
+		{kerr.UnknownTopicOrPartition, false},
+		{kerr.MessageTooLarge, false},
+		{kerr.TopicAuthorizationFailed, false},
+		{kerr.InvalidRecord, false},
+		{kerr.NotEnoughReplicas, true},
+	} {
+		t.Run(tc.err.Message, func(t *testing.T) {
+			c := newKfake(t, 1, "orders")
+			failProduce(c, tc.err.Code, nil)
+			p := newKafkaProducer(t, newKgo(t, c), Config{Retry: RetryConfig{
+				Backoff: time.Millisecond, MaxBackoff: time.Millisecond, Budget: RetryBudgetConfig{Kind: BudgetTokens}}})
+			for i := 0; i < 4; i++ {
+				err := p.Produce(ctxFor(t, 30*time.Second), &kgo.Record{Topic: "orders", Value: []byte("x")})
+				if !errors.Is(err, ErrBrokerRejected) && !errors.Is(err, ErrThrottled) {
+					t.Fatalf("call %d: %v; want the broker's rejection", i, err)
+				}
+				if !tc.count && (!errors.Is(err, ErrStop) || !errors.Is(err, tc.err) || errors.Is(err, ErrThrottled)) {
+					t.Fatalf("call %d: %v; want a stop carrying %s", i, err, tc.err.Message)
+				}
+			}
+			s := p.Stats()
+			pr, tokens := s.Topics["orders"].ThrottleProbability, s.RetryBudgetTokens
+			t.Logf("%s: throttle probability %.2f, budget tokens %.1f", tc.err.Message, pr, tokens)
+			if (pr > 0) != tc.count || (tokens < 10) != tc.count {
+				t.Fatalf("throttle probability %.2f, budget tokens %.1f of 10: want counted %v by both", pr, tokens, tc.count)
+			}
+		})
+	}
+}
