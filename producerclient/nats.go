@@ -571,7 +571,11 @@ const (
 )
 
 // classifyNATS maps a publish failure to a signal and whether a retry may
-// help.
+// help. A refusal of the message itself (too large, a wrong expected
+// sequence, no such stream, any other 4xx) is the request's own fault
+// (ownFault): it counts toward neither the adaptive throttle nor the retry
+// budget. "No stream answered" still counts: it cannot be told from a
+// stream without a leader.
 func classifyNATS(err error, m *nats.Msg) errClass {
 	var api *jetstream.APIError
 	if errors.As(err, &api) {
@@ -580,18 +584,19 @@ func classifyNATS(err error, m *nats.Msg) errClass {
 			return errClass{signal: SignalSlowDown, retriable: true, why: "the stream refused the message: " + api.Description}
 		case jetstream.JSErrCodeStreamMessageExceedsMaximum, jetstream.JSErrCodeStreamNotFound,
 			jsErrWrongLastSequence, jsErrWrongLastSequence2, jsErrMsgTTLInvalid, jsErrMsgTTLDisabled:
-			return errClass{signal: SignalStop, why: "the stream refused the message for good: " + api.Description}
+			return errClass{signal: SignalStop, ownFault: true, why: "the stream refused the message for good: " + api.Description}
 		}
 		if api.Code >= 500 || api.Code == 429 {
 			return errClass{signal: SignalSlowDown, retriable: true, why: "JetStream is unavailable: " + api.Description}
 		}
-		return errClass{signal: SignalStop, why: "JetStream refused the message: " + api.Description}
+		// A 4xx: the request's own (as classifyKafka's ownFault).
+		return errClass{signal: SignalStop, ownFault: true, why: "JetStream refused the message: " + api.Description}
 	}
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
 		return errClass{signal: SignalSlowDown, retriable: true, why: "no stream answered (none captures the subject, or it has no leader)"}
 	case errors.Is(err, nats.ErrMaxPayload):
-		return errClass{signal: SignalStop, why: "the message exceeds the server's max payload"}
+		return errClass{signal: SignalStop, ownFault: true, why: "the message exceeds the server's max payload"}
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining):
 		return errClass{signal: SignalStop, why: "the NATS connection is closed"}
 	case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),

@@ -285,26 +285,30 @@ func TestClassifyNATS(t *testing.T) {
 		msg       *nats.Msg
 		signal    Signal
 		retriable bool
+		ownFault  bool // kept out of the adaptive throttle and the retry budget
 	}{
 		// A full stream with discard-new: slow down; consumers may drain it.
-		{"stream full", full, nil, SignalSlowDown, true},
+		{"stream full", full, nil, SignalSlowDown, true, false},
 		// The message can never fit.
-		{"too large", &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamMessageExceedsMaximum}, nil, SignalStop, false},
+		{"too large", &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamMessageExceedsMaximum}, nil, SignalStop, false, true},
+		{"max payload", nats.ErrMaxPayload, nil, SignalStop, false, true},
 		// Optimistic concurrency lost: retrying the same message fails again.
-		{"wrong last seq", &jetstream.APIError{Code: 400, ErrorCode: jsErrWrongLastSequence}, nil, SignalStop, false},
+		{"wrong last seq", &jetstream.APIError{Code: 400, ErrorCode: jsErrWrongLastSequence}, nil, SignalStop, false, true},
+		// Any other refusal of the request.
+		{"other 4xx", &jetstream.APIError{Code: 400, ErrorCode: 10999}, nil, SignalStop, false, true},
 		// No stream answered (none, or no leader yet).
-		{"no responders", jetstream.ErrNoStreamResponse, nil, SignalSlowDown, true},
+		{"no responders", jetstream.ErrNoStreamResponse, nil, SignalSlowDown, true, false},
 		// A timeout without a message id is not retried: it could duplicate.
-		{"timeout no id", context.DeadlineExceeded, &nats.Msg{}, SignalSlowDown, false},
+		{"timeout no id", context.DeadlineExceeded, &nats.Msg{}, SignalSlowDown, false, false},
 		// With a message id the stream deduplicates: retried.
-		{"timeout with id", nats.ErrTimeout, withID, SignalSlowDown, true},
+		{"timeout with id", nats.ErrTimeout, withID, SignalSlowDown, true, false},
 		// The connection is gone.
-		{"closed", nats.ErrConnectionClosed, nil, SignalStop, false},
+		{"closed", nats.ErrConnectionClosed, nil, SignalStop, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := classifyNATS(tc.err, tc.msg)
-			if c.signal != tc.signal || c.retriable != tc.retriable {
-				t.Fatalf("classify(%v) = %v retriable %v, want %v %v", tc.err, c.signal, c.retriable, tc.signal, tc.retriable)
+			if c.signal != tc.signal || c.retriable != tc.retriable || c.ownFault != tc.ownFault {
+				t.Fatalf("classify(%v) = %v retriable %v own fault %v, want %v %v %v", tc.err, c.signal, c.retriable, c.ownFault, tc.signal, tc.retriable, tc.ownFault)
 			}
 		})
 	}

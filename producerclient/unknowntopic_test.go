@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -71,5 +73,27 @@ func TestKafkaOwnFaultsNotCounted(t *testing.T) {
 				t.Fatalf("throttle probability %.2f, budget tokens %.1f of 10: want counted %v by both", pr, tokens, tc.count)
 			}
 		})
+	}
+}
+
+// TestNATSOwnFaultsNotCounted: a message the stream refuses for itself
+// (larger than the stream's MaxMsgSize) is a stop carrying the server's
+// error, and counts toward neither the adaptive throttle nor the retry
+// budget; before, 4 of them set the throttle's probability to 0.80 (the
+// subject's good messages then refused locally).
+func TestNATSOwnFaultsNotCounted(t *testing.T) {
+	_, _, js := startNATS(t)
+	createStream(t, js, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, MaxMsgSize: 16})
+	p := newNATSProducer(t, js, Config{Retry: RetryConfig{Budget: RetryBudgetConfig{Kind: BudgetTokens}}})
+	for i := 0; i < 4; i++ {
+		_, err := p.Publish(ctxFor(t, 10*time.Second), &nats.Msg{Subject: "orders.a", Data: make([]byte, 64)})
+		var api *jetstream.APIError
+		if !errors.Is(err, ErrStop) || !errors.As(err, &api) || errors.Is(err, ErrThrottled) {
+			t.Fatalf("publish %d: %v; want a stop carrying the stream's refusal", i, err)
+		}
+	}
+	s := p.Stats()
+	if pr, tokens := s.Topics["ORDERS"].ThrottleProbability, s.RetryBudgetTokens; pr != 0 || tokens != 10 {
+		t.Fatalf("throttle probability %.2f, budget tokens %.1f of 10; want 0 and 10: a message too large is not overload", pr, tokens)
 	}
 }
