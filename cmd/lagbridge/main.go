@@ -183,6 +183,10 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	cfg, err := config.Load(fs)
 	if err != nil {
 		report(stderr, err)
+		// A misspelt LAGBRIDGE_CONFIG is often why Load failed: say so.
+		for _, w := range cfg.Warnings() {
+			fmt.Fprintf(stderr, "  - warning: %s\n", w)
+		}
 		return 1
 	}
 	log := cfg.Logger(stderr)

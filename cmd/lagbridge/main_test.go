@@ -250,3 +250,17 @@ quota:
 		t.Fatalf("exit %d, want 1 with the problem, then the warning about match.cluster:\n%s", code, stderr)
 	}
 }
+
+// TestRunMisspeltConfigVariable: `run` with LAGBRIDGE_CONFG (for
+// LAGBRIDGE_CONFIG) fails for want of clusters and says which variable
+// was meant; before, a failed Load dropped the warnings and run said only
+// "no config file given" (review-lead).
+func TestRunMisspeltConfigVariable(t *testing.T) {
+	// Built from parts: internal/config's TestNotSettingsKnown takes a
+	// whole quoted LAGBRIDGE_* name for a variable lagbridge reads.
+	t.Setenv("LAGBRIDGE_"+"CONFG", "/nonexistent/lagbridge.yaml")
+	code, _, stderr := runCLI("run", "--listen", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(stderr, "LAGBRIDGE_CONFG is not a setting and is ignored (did you mean LAGBRIDGE_CONFIG?)") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and the misspelt variable named", code, stderr)
+	}
+}

@@ -325,7 +325,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 			errs = append(errs, e)
 		}
 	}
-	c.ignoredEnv = ignoredEnv(os.Environ())
+	c.ignoredEnv = ignoredEnv(os.Environ(), v.AllKeys())
 	for _, e := range split(c.Validate()) {
 		// A secret whose file could not be read, or a value that could not
 		// be decoded (or a part of it), is reported once, as such, not also
@@ -615,16 +615,23 @@ var notSettings = []string{
 // leave the daemon on :9464. A name within a letter or two of a setting's
 // is said with it; one under a list's name (LAGBRIDGE_QUOTA_POLICIES_0_MAXAGE)
 // is said to be out of the environment's reach.
-func ignoredEnv(environ []string) []string {
+//
+// read are the keys viper knows (from the file, defaults, bindings):
+// AutomaticEnv lets LAGBRIDGE_<KEY> override each of them, lists and
+// <key>File secrets the file sets included, so those are not ignored.
+func ignoredEnv(environ, read []string) []string {
 	keys, lists := envSettings()
-	known := map[string]bool{"LAGBRIDGE_CONFIG": true}
-	names := make([]string, 0, len(keys))
+	names := []string{"LAGBRIDGE_CONFIG"}
 	for _, k := range keys {
-		known[envName(k)] = true
 		names = append(names, envName(k))
 	}
-	for _, n := range notSettings {
+	names = append(names, notSettings...)
+	known := map[string]bool{}
+	for _, n := range names {
 		known[n] = true
+	}
+	for _, k := range read {
+		known[envName(k)] = true
 	}
 	var out []string
 	for _, kv := range environ {
@@ -633,14 +640,24 @@ func ignoredEnv(environ []string) []string {
 			continue
 		}
 		msg := fmt.Sprintf("environment: %s is not a setting and is ignored", name)
-		if i := slices.IndexFunc(lists, func(l string) bool { return strings.HasPrefix(name, envName(l)+"_") }); i >= 0 {
+		if i := slices.IndexFunc(lists, func(l string) bool { return name == envName(l) || strings.HasPrefix(name, envName(l)+"_") }); i >= 0 {
 			msg += fmt.Sprintf(": %s is a list, which only the config file sets", lists[i])
-		} else if near := nearestKey(name, names); near != "" {
-			msg += fmt.Sprintf(" (did you mean %s?)", near)
+		} else if near := nearestKey(strings.TrimPrefix(name, "LAGBRIDGE_"), suffixes(names)); near != "" {
+			msg += fmt.Sprintf(" (did you mean LAGBRIDGE_%s?)", near)
 		}
 		out = append(out, msg)
 	}
 	slices.Sort(out)
+	return out
+}
+
+// suffixes returns names without their LAGBRIDGE_ prefix, so that a hint
+// is a letter or two from the part the user typed, not from the prefix.
+func suffixes(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = strings.TrimPrefix(n, "LAGBRIDGE_")
+	}
 	return out
 }
 

@@ -47,6 +47,39 @@ func TestIgnoredEnv(t *testing.T) {
 	}
 }
 
+// TestIgnoredEnvReadByViper: a variable for a key the file sets is read
+// by viper's AutomaticEnv, lists and secret lists included, so it is no
+// warning (review-lead: LAGBRIDGE_QUOTA_AUTH_ADMINTOKENSFILE replaced the
+// file's admin tokens while the log said it was ignored); hints are a
+// letter or two from the part after LAGBRIDGE_ (LAGBRIDGE_TOKEN_FILE was
+// "did you mean LAGBRIDGE_TLS_KEYFILE?"), and name LAGBRIDGE_CONFIG too.
+func TestIgnoredEnvReadByViper(t *testing.T) {
+	t.Setenv("LAGBRIDGE_QUOTA_AUTH_READTOKENS", "0123456789abcdef-env")
+	t.Setenv("LAGBRIDGE_TOKEN_FILE", "x")
+	t.Setenv("LAGBRIDGE_CONFG", "x")
+	body := strings.Replace(good, "quota: {auth: {mode: none}}", "quota: {auth: {mode: none, readTokens: ['0123456789abcdef-file']}}", 1)
+	c, err := load(t, "--config", writeFile(t, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Quota.Auth.ReadTokens; len(got) != 1 || got[0] != "0123456789abcdef-env" {
+		t.Fatalf("read tokens %q: the environment's should replace the file's", got)
+	}
+	var got []string
+	for _, w := range c.Warnings() {
+		if strings.HasPrefix(w, "environment: ") {
+			got = append(got, w)
+		}
+	}
+	want := []string{
+		"environment: LAGBRIDGE_CONFG is not a setting and is ignored (did you mean LAGBRIDGE_CONFIG?)",
+		"environment: LAGBRIDGE_TOKEN_FILE is not a setting and is ignored",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // TestNotSettingsKnown: every LAGBRIDGE_* name the repository's Go code
 // and shell scripts read is a setting's variable, LAGBRIDGE_CONFIG, or one
 // of notSettings, so that ignoredEnv never warns of a variable lagbridge's

@@ -392,8 +392,11 @@ func (s *Story) consumeNATS(ctx context.Context, c jetstream.Consumer, g *natsgu
 const flushWait = 10 * time.Second
 
 // Close stops producers and consumers and waits for them: the offering
-// stops, the requests already waiting are answered, the records in flight
-// are flushed (for up to flushWait), then everything closes. Idempotent.
+// stops, the requests already waiting are answered (each within its
+// deadline while the brokers answer; a broker that takes requests and
+// never answers holds Close in franz-go's send, which ignores the context
+// of a record already sent), the records in flight are flushed (for up to
+// flushWait), then everything closes. Idempotent.
 func (s *Story) Close() {
 	s.cancel()
 	s.wg.Wait()
