@@ -728,6 +728,28 @@ func (e *Engine) Renumber(floor uint64) {
 	e.kickPublishers()
 }
 
+// RenumberAbove gives producer's set a new version above held, and
+// publishes it, when its version is below held (a set the producer holds
+// at the same version is this one); it reports whether it did. A leader
+// calls it for a producer that holds a set of another replica's numbered
+// above the leader's (internal/replica: Held), which the producer's
+// version guard would otherwise hold over the leader's until its leases
+// expire. Safe for concurrent use.
+func (e *Engine) RenumberAbove(producer string, held uint64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, ok := e.published[producer]
+	if !ok || p.set.Version >= held {
+		return false
+	}
+	e.version = max(e.version+1, held+1, uint64(max(e.now().UnixMicro(), 0)))
+	p.set.Version = e.version
+	e.published[producer] = p
+	e.hub.Publish(p.set)
+	e.kickPublishers()
+	return true
+}
+
 func (e *Engine) kickPublishers() {
 	for _, k := range e.kicks {
 		select {

@@ -222,3 +222,36 @@ func TestRenumber(t *testing.T) {
 		t.Errorf("a change after renumbering: version %d, want above %d", set.Version, floor+2)
 	}
 }
+
+// TestRenumberAbove: a producer that holds a version above its set's (a
+// follower's) gets its set, alone, numbered above it; one that holds the
+// set's own version, or an older one, changes nothing.
+func TestRenumberAbove(t *testing.T) {
+	c := &clock{now: t0}
+	e, hub := newEngine(t, c)
+	for _, p := range []string{"a", "b"} {
+		if _, err := e.Report(quotaproto.Report{Producer: p, Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _, _ := hub.Current("a")
+	b, _, _ := hub.Current("b")
+	for _, held := range []uint64{a.Version, a.Version - 1, 0} {
+		if e.RenumberAbove("a", held) {
+			t.Errorf("held %d (the set's %d): renumbered", held, a.Version)
+		}
+	}
+	if e.RenumberAbove("nobody", a.Version+10) {
+		t.Error("an unknown producer's set renumbered")
+	}
+	held := b.Version + 1000
+	if !e.RenumberAbove("a", held) {
+		t.Fatalf("held %d above the set's %d: not renumbered", held, a.Version)
+	}
+	if got, _, _ := hub.Current("a"); got.Version <= held || len(got.Leases) != len(a.Leases) {
+		t.Errorf("a: version %d with %d leases, want above %d with %d", got.Version, len(got.Leases), held, len(a.Leases))
+	}
+	if got, _, _ := hub.Current("b"); got.Version != b.Version {
+		t.Errorf("b: version %d, want %d (untouched)", got.Version, b.Version)
+	}
+}

@@ -369,3 +369,51 @@ func TestLeaderServesOnceWrittenKafka(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaderServesAboveHeld: a follower that stood in after the new
+// leader renumbered its sets, not yet having read them (under load, in
+// TestHALeaseReplication on Kafka: r2 stood in 5.7 ms after r1 took
+// over), serves its producers versions above the leader's, and the
+// leader's own after its (numbered above them) until the set changes. A
+// producer of that follower that fails over to the leader tells it the
+// version it holds: the leader serves it its set above that version (once
+// written), not the lower one the producer's version guard ignores until
+// its leases expire, and the follower then serves the leader's numbers
+// again. Red before: the leader answered its lower version for as long as
+// the set did not change.
+func TestLeaderServesAboveHeld(t *testing.T) {
+	js := embedded.JetStreamTest(t)
+	lch := &late{Channel: NewNATS(js, NATSBucket("above"))}
+	lead, f := newNode(t, lch, true), newNode(t, NewNATS(js, NATSBucket("above")), false)
+	leadURL, _ := serveHTTP(t, lead)
+	syncP(t, lead, f)
+	served := servedP
+	// The follower serves above the leader's set: its own, then the
+	// leader's renumbered above it (the stand-in after the takeover).
+	lch.mu.Lock()
+	lch.held = true
+	lch.mu.Unlock()
+	before := served(lead)
+	lead.eng.Renumber(before)
+	waitFor(t, "the leader serves its next set", func() bool { return served(lead) > before })
+	f.rep.Held("p", served(lead))
+	lch.release(t)
+	leader := served(lead)
+	waitFor(t, "the follower serves the leader's set above its own", func() bool { return served(f) > leader })
+	held := served(f)
+	// The follower's producer fails over to the leader.
+	var got uint64
+	for deadline := time.Now().Add(10 * time.Second); got <= held && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		got = watchSet(t, leadURL, held, time.Second).Version
+	}
+	if got <= held {
+		t.Fatalf("the leader answers version %d to a producer holding %d (the follower's)", got, held)
+	}
+	waitFor(t, "the follower serves the leader's version again", func() bool { return served(f) == served(lead) })
+	// A producer holding what the leader serves changes nothing.
+	lead.rep.Held("p", got)
+	time.Sleep(100 * time.Millisecond)
+	if v := served(lead); v != got {
+		t.Errorf("the leader serves version %d after a producer held its own %d", v, got)
+	}
+}

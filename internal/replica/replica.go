@@ -28,6 +28,9 @@ type Engine interface {
 	quotaserver.Engine
 	// Renumber republishes every set above floor.
 	Renumber(floor uint64)
+	// RenumberAbove republishes producer's set above held when its
+	// version is below; it reports whether it did.
+	RenumberAbove(producer string, held uint64) bool
 	// Follow adopts the leader's decisions while following.
 	Follow(ds []quota.Decision)
 	// StandIn says whether the engine's sets are served while the
@@ -504,8 +507,22 @@ func (r *Replicator) Report(rep quotaproto.Report) (quotaproto.LeaseSet, error) 
 // failover, whatever moment the leader died at. A version beyond
 // heldLead of the wall clock in microseconds (no daemon made it) is
 // ignored.
+//
+// On the leader, a held version above its set's is one a follower served:
+// a follower that stood in after this leader renumbered its sets, before
+// it read them, serves versions above the leader's, and the leader's after
+// its own numbered above them, until the set changes. The leader gives the
+// producer's set a version above the held one (written, then served), so
+// the producer is not served a set its version guard ignores until its
+// leases expire, and the follower serves the leader's numbers again.
 func (r *Replicator) Held(producer string, version uint64) {
 	if version > uint64(max(time.Now().Add(heldLead).UnixMicro(), 0)) {
+		return
+	}
+	if r.sink.isLeading() {
+		if r.eng.RenumberAbove(producer, version) {
+			r.cfg.Log.Debug("a producer holds a set a follower numbered above this leader's: renumbering it above", "producer", producer, "version", version)
+		}
 		return
 	}
 	if r.sink.hold(producer, version) {
