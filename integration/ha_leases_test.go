@@ -135,25 +135,34 @@ func TestHALeaseReplication(t *testing.T) {
 				}
 			}
 			pl, pf := unique("pl"), unique("pf")
-			same := func(d time.Duration, replicas ...*haReplica) (map[string]quotaproto.LeaseSet, time.Duration) {
+			// same waits until every follower serves the leader's sets
+			// as the leader numbers them. A follower that stood in (a
+			// leader's record over a second late: load 15-18) serves the
+			// leader's sets numbered above its own until a set changes:
+			// each follower's version is told to the leader as a
+			// producer of it failing over would, and the leader numbers
+			// the set above it.
+			same := func(d time.Duration) (map[string]quotaproto.LeaseSet, time.Duration) {
 				t.Helper()
 				start := time.Now()
 				var want map[string]quotaproto.LeaseSet
 				poll(t, d, func() (bool, string) {
 					want = map[string]quotaproto.LeaseSet{}
 					for _, p := range []string{pl, pf} {
-						for i, r := range replicas {
-							s, ok := servedSet(t, r.base, p)
-							if !ok || s.Version <= 1 {
-								return false, fmt.Sprintf("%s serves %s no leader's set yet (%+v)", r.id, p, s)
-							}
-							if i == 0 {
-								want[p] = s
+						for _, f := range rs {
+							if f == lead {
 								continue
 							}
-							if s.Version != want[p].Version || len(s.Leases) != len(want[p].Leases) {
-								return false, fmt.Sprintf("%s serves %s version %d, %s version %d", r.id, p, s.Version, replicas[0].id, want[p].Version)
+							b, ok := servedSet(t, f.base, p)
+							if !ok {
+								return false, fmt.Sprintf("%s serves %s no set yet", f.id, p)
 							}
+							a, _ := heldSet(t, lead.base, p, b.Version)
+							c, _ := servedSet(t, f.base, p)
+							if a.Version <= 1 || c.Version != a.Version || len(c.Leases) != len(a.Leases) {
+								return false, fmt.Sprintf("%s serves %s version %d, then %d; the leader %s %d to a producer holding %d", f.id, p, b.Version, c.Version, lead.id, a.Version, b.Version)
+							}
+							want[p] = a
 						}
 					}
 					return true, ""
@@ -166,7 +175,7 @@ func TestHALeaseReplication(t *testing.T) {
 			pfTopics := []string{"orders"}
 			keepReporting(t, pl, func() []string { return []string{"orders"} }, func() string { return lead.base }, func() string { return follower.base })
 			keepReporting(t, pf, func() []string { mu.Lock(); defer mu.Unlock(); return pfTopics }, func() string { return follower.base })
-			sets, took := same(cfg.Interval+10*time.Second, rs...)
+			sets, took := same(cfg.Interval + 10*time.Second)
 			t.Logf("%s: every replica serves the leader's sets %v after the reports (interval %v)", name, took.Round(time.Millisecond), 250*time.Millisecond)
 
 			// A new version on the leader reaches the followers.
