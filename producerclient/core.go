@@ -39,8 +39,11 @@ type topic struct {
 	accepted   atomic.Uint64
 	brokerErrs atomic.Uint64
 	lastWhy    atomic.Pointer[string] // the last broker failure's classification
-	retries    atomic.Uint64
-	rejected   [numReasons]atomic.Uint64
+	// missingRetried: a missing-topic answer was already retried once on
+	// this topic (errClass.firstRetry).
+	missingRetried atomic.Bool
+	retries        atomic.Uint64
+	rejected       [numReasons]atomic.Uint64
 }
 
 // changedCh returns a channel closed at the next change of t's view.

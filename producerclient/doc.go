@@ -17,10 +17,13 @@
 //     one shared [RetryBudget] (a ratio of requests with a floor, or
 //     gRPC-style tokens), honours the lease's retry-after and stop, and
 //     throttles adaptively when the broker rejects most requests (the SRE
-//     book's requests vs K*accepts over two minutes). A Kafka answer that
-//     is the request's own fault (a topic that does not exist, a record
-//     too large, not authorized) is a stop, not retried, and counts toward
-//     neither: it says nothing about the broker's load.
+//     book's requests vs K*accepts over two minutes). A broker answer that
+//     is the request's own fault (a Kafka topic that does not exist, a
+//     record too large, not authorized; a JetStream refusal of the message
+//     itself) is a stop and counts toward neither: it says nothing about
+//     the broker's load. A missing Kafka topic is retried once, the first
+//     time a producer hears it for the topic (one created a moment ago
+//     that the broker's metadata lists ~100 ms late), then not again.
 //   - Deadline and criticality travel with every message as the
 //     lagbridge-deadline and lagbridge-criticality headers (format in the
 //     ttl package); a context deadline becomes the message's deadline; on

@@ -564,6 +564,7 @@ func readNATSMeta(h nats.Header) (m ttl.Meta, hasCrit bool) {
 // jetstream_errors_generated.go).
 const (
 	jsErrStreamStoreFailed  = 10077 // "maximum messages exceeded", "maximum bytes exceeded", ...
+	jsErrAccountResources   = 10002 // 400 "resource limits exceeded for account": the account's store is full
 	jsErrMsgTTLInvalid      = 10165
 	jsErrMsgTTLDisabled     = 10166
 	jsErrWrongLastSequence  = 10071
@@ -580,7 +581,7 @@ func classifyNATS(err error, m *nats.Msg) errClass {
 	var api *jetstream.APIError
 	if errors.As(err, &api) {
 		switch api.ErrorCode {
-		case jsErrStreamStoreFailed:
+		case jsErrStreamStoreFailed, jsErrAccountResources:
 			return errClass{signal: SignalSlowDown, retriable: true, why: "the stream refused the message: " + api.Description}
 		case jetstream.JSErrCodeStreamMessageExceedsMaximum, jetstream.JSErrCodeStreamNotFound,
 			jsErrWrongLastSequence, jsErrWrongLastSequence2, jsErrMsgTTLInvalid, jsErrMsgTTLDisabled:

@@ -289,6 +289,10 @@ func TestClassifyNATS(t *testing.T) {
 	}{
 		// A full stream with discard-new: slow down; consumers may drain it.
 		{"stream full", full, nil, SignalSlowDown, true, false},
+		// The account's JetStream store is full (a 400): the same pushback.
+		{"account full", &jetstream.APIError{Code: 400, ErrorCode: 10002, Description: "resource limits exceeded for account"}, nil, SignalSlowDown, true, false},
+		// The stream's ingest queue is full (a 4xx, but overload).
+		{"too many requests", &jetstream.APIError{Code: 429, ErrorCode: 10167, Description: "too many requests"}, nil, SignalSlowDown, true, false},
 		// The message can never fit.
 		{"too large", &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamMessageExceedsMaximum}, nil, SignalStop, false, true},
 		{"max payload", nats.ErrMaxPayload, nil, SignalStop, false, true},

@@ -74,6 +74,9 @@ func (c *core) failed(m *msg, err error, class errClass, own context.Context) (t
 	if m.ctx.Err() != nil {
 		return 0, final(reasonCanceled, SignalSlowDown, nil, "context done", 0)
 	}
+	if class.firstRetry && m.attempts == 1 && !t.missingRetried.Swap(true) {
+		class.retriable = true
+	}
 	if !class.retriable {
 		return 0, final(reasonBroker, class.signal, nil, class.why, 0)
 	}
@@ -96,7 +99,7 @@ func (c *core) failed(m *msg, err error, class errClass, own context.Context) (t
 	if m.hasDL && c.mono.nanos()+int64(delay) >= m.dl {
 		return 0, final(reasonBroker, class.signal, nil, class.why+"; the deadline comes before the next retry", delay)
 	}
-	if !c.budget.tryRetry() {
+	if !class.firstRetry && !c.budget.tryRetry() {
 		return 0, final(reasonRetryBudget, class.signal, ErrRetryBudgetExhausted, class.why, delay)
 	}
 	t.retries.Add(1)
