@@ -132,7 +132,8 @@ func startConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, k
 // autocommit; CommitPerPoll: autocommit off, a synchronous commit after
 // each poll; Guard: the same behind the ttl guard's documented loop; Hook:
 // AutoCommit5s with the consumer hook of consumerclient reporting to
-// daemon, the poll loop unchanged). Every other client setting is
+// daemon, the poll loop unchanged; JavaAutoCommit5s: Java's poll loop, see
+// javaPoll). Every other client setting is
 // franz-go's and consumerclient's default. It returns once the group has
 // assigned partitions.
 func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, kind ConsumerKind, daemon string, log *slog.Logger) (*consumer, error) {
@@ -141,11 +142,20 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 	opts := []kgo.Opt{kgo.SeedBrokers(w.kafkaAddrs...), kgo.ConsumerGroup(w.group), kgo.ConsumeTopics(w.topic),
 		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { once.Do(func() { close(assigned) }) })}
 	perPoll := kind == CommitPerPoll || kind == Guard
+	java := kind == JavaAutoCommit5s
 	switch {
 	case kind == AutoCommit1s:
 		opts = append(opts, kgo.AutoCommitInterval(time.Second))
 	case perPoll:
 		opts = append(opts, kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll())
+	case java:
+		// Java's consumer rebalances only inside poll() and, with
+		// auto-commit, commits what earlier polls returned (synchronously)
+		// before it gives partitions up.
+		opts = append(opts, kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
+			kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, _ map[string][]int32) {
+				cl.CommitOffsetsSync(ctx, cl.UncommittedOffsets(), nil)
+			}))
 	}
 	var rep *consumerclient.KafkaReporter
 	if kind == Hook {
@@ -190,8 +200,14 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 		// With BlockRebalanceOnPoll, leaving the group on Close waits
 		// until the last poll is allowed to rebalance.
 		defer cl.AllowRebalance()
+		nextCommit := time.Now().Add(javaCommitInterval)
 		for cctx.Err() == nil {
-			recs := cl.PollFetches(cctx).Records()
+			var recs []*kgo.Record
+			if java {
+				nextCommit = javaPoll(cctx, cl, nextCommit, &recs)
+			} else {
+				recs = cl.PollFetches(cctx).Records()
+			}
 			if cctx.Err() != nil {
 				return
 			}
@@ -216,6 +232,37 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 		}
 	})
 	return waitAssigned(ctx, c, assigned, w.group)
+}
+
+// javaCommitInterval and javaMaxPollRecords are the Java consumer's
+// defaults, auto.commit.interval.ms (5000) and max.poll.records (500).
+const (
+	javaCommitInterval = 5 * time.Second
+	javaMaxPollRecords = 500
+)
+
+// javaPoll is one poll() of Java's KafkaConsumer with enable.auto.commit
+// (KafkaConsumer's documentation: offsets are committed automatically
+// every auto.commit.interval.ms, the commit made within poll() of the
+// positions, which advance past each record poll() returns; the classic
+// consumer's ConsumerCoordinator.maybeAutoCommitOffsetsAsync checks the
+// interval on each poll and restarts it when it sends a commit, so the
+// interval is a lower bound between commits): once nextCommit has passed, it
+// commits asynchronously the positions of everything earlier polls
+// returned, then rebalances if the group asks and returns up to
+// javaMaxPollRecords records into recs. A poll waiting for records wakes
+// at the next commit's time to make it, as Java's does; a poll's records
+// being processed delay it. It returns the next commit's time.
+func javaPoll(ctx context.Context, cl *kgo.Client, nextCommit time.Time, recs *[]*kgo.Record) time.Time {
+	if now := time.Now(); !now.Before(nextCommit) {
+		cl.CommitOffsets(ctx, cl.UncommittedOffsets(), nil)
+		nextCommit = now.Add(javaCommitInterval)
+	}
+	cl.AllowRebalance()
+	pctx, cancel := context.WithDeadline(ctx, nextCommit)
+	defer cancel()
+	*recs = cl.PollRecords(pctx, javaMaxPollRecords).Records()
+	return nextCommit
 }
 
 // skips is the guard's Progress in the bench: it counts each record the

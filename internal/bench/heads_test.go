@@ -184,7 +184,7 @@ func TestTrueHeadAge(t *testing.T) {
 }
 
 // TestTrueHeadAgeThroughConsumers runs every consumer of the bench (on
-// kfake: commit per poll, the guard, the hook, the workers, both autocommits
+// kfake: commit per poll, the guard, the hook, the workers, the autocommits
 // and marks;
 // on the embedded nats-server: ack each and ack batch; each marks what it
 // processed in its own loop) on a backlog of 1,000 stored records created
@@ -198,7 +198,7 @@ func TestTrueHeadAgeThroughConsumers(t *testing.T) {
 	}
 	scn := Scenario{Normal: 400, Slow: 400, NormalFor: time.Minute, Deadline: time.Hour,
 		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
-	kinds := []ConsumerKind{CommitPerPoll, Guard, Hook, Workers, AutoCommit5s, AutoCommit1s, Marks20ms, AckEach, AckBatch}
+	kinds := []ConsumerKind{CommitPerPoll, Guard, Hook, Workers, AutoCommit5s, JavaAutoCommit5s, AutoCommit1s, Marks20ms, AckEach, AckBatch}
 	for _, kind := range kinds {
 		broker := BrokerKafka
 		if !kind.kafkaKind() {

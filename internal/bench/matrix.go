@@ -19,6 +19,13 @@ const (
 	// default autocommit: every 5 s, the offsets of what the previous
 	// poll returned (Java's default interval is 5 s too).
 	AutoCommit5s ConsumerKind = "autocommit-5s"
+	// JavaAutoCommit5s is the poll loop of Java's KafkaConsumer with its
+	// defaults (enable.auto.commit, auto.commit.interval.ms 5000,
+	// max.poll.records 500): the commit is made inside poll(), at the
+	// first poll after the interval elapsed, of everything earlier polls
+	// returned; a poll handled record by record delays it. Only by name
+	// (--row kafka/autocommit-5s-java/sync/1s).
+	JavaAutoCommit5s ConsumerKind = "autocommit-5s-java"
 	// AutoCommit1s is the same loop with kgo.AutoCommitInterval(1s).
 	AutoCommit1s ConsumerKind = "autocommit-1s"
 	// CommitPerPoll disables autocommit and commits synchronously after
@@ -84,7 +91,7 @@ func (k ConsumerKind) reports() bool { return k == Hook || k == Workers }
 // the reports it sends do not depend on it.
 func (k ConsumerKind) CommitInterval() time.Duration {
 	switch k {
-	case AutoCommit5s, Hook, Workers, workersPlain:
+	case AutoCommit5s, JavaAutoCommit5s, Hook, Workers, workersPlain:
 		return 5 * time.Second
 	case AutoCommit1s:
 		return time.Second
@@ -197,7 +204,7 @@ func (r Row) validate() []error {
 		add("broker %q is not %q or %q", r.Broker, BrokerKafka, BrokerNATS)
 	}
 	switch r.Consumer {
-	case AutoCommit5s, AutoCommit1s, CommitPerPoll, Guard, Hook, Workers, Marks20ms, AckEach, AckBatch:
+	case AutoCommit5s, JavaAutoCommit5s, AutoCommit1s, CommitPerPoll, Guard, Hook, Workers, Marks20ms, AckEach, AckBatch:
 	default:
 		add("unknown consumer %q", r.Consumer)
 	}

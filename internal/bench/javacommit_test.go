@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestJavaAutoCommitAtPollTimes runs the autocommit-5s-java consumer on a
+// backlog of 4,000 records at 200 msg/s (polls of 500 records, 2.5 s each)
+// and watches its commits arrive at kfake: each commits exactly what the
+// consumer had processed when it was sent, give or take the few records
+// processed while it travelled (at most 25, 125 ms), because Java's
+// consumer commits in poll(), between two polls' records; and each comes
+// at least the interval (5 s, less 100 ms for the trip) after the one
+// before. franz-go's timer autocommit, which commits what the previous
+// poll returned at ticks that fall inside a poll, commits 0-500 records
+// behind what was processed (red with javaPoll committing on a 5 s timer
+// instead: "commit 1 of 3 at offset 500 with 938 processed").
+func TestJavaAutoCommitAtPollTimes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs kfake for about 20s")
+	}
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	start := time.Now()
+	w, err := startWorld(context.Background(), Options{KafkaBrokers: kc.ListenAddrs()}, Row{Broker: BrokerKafka}, runID(start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	rec := newRecorder(1, time.Minute, 100*time.Millisecond)
+	rec.begin(start)
+	const n = 4000
+	storeBacklog(t, w, rec, n, func(i int) time.Time { return start.Add(time.Duration(i-n) * time.Millisecond) })
+
+	type commit struct {
+		at                time.Time
+		offset, processed int64
+	}
+	var (
+		mu      sync.Mutex
+		commits []commit
+	)
+	kc.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r := req.(*kmsg.OffsetCommitRequest)
+		if r.Group != w.group {
+			return nil, nil, false
+		}
+		for _, tp := range r.Topics {
+			for _, p := range tp.Partitions {
+				if p.Partition == 0 && p.Offset > 0 {
+					mu.Lock()
+					commits = append(commits, commit{time.Now(), p.Offset, int64(processedOf(rec))})
+					mu.Unlock()
+				}
+			}
+		}
+		return nil, nil, false
+	})
+
+	scn := Scenario{Normal: 200, Slow: 200, NormalFor: time.Minute, Deadline: time.Hour,
+		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
+	c, err := startConsumer(context.Background(), w, scn, rec, JavaAutoCommit5s, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const want = 3
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		mu.Lock()
+		k := len(commits)
+		mu.Unlock()
+		if k >= want {
+			break
+		}
+	}
+	c.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(commits) < want {
+		t.Fatalf("%d commits in 30s, want %d", len(commits), want)
+	}
+	for i, cm := range commits[:want] {
+		if d := cm.processed - cm.offset; d < 0 || d > 25 {
+			t.Errorf("commit %d of %d at offset %d with %d processed: not made between two polls", i+1, want, cm.offset, cm.processed)
+		}
+		if i > 0 {
+			if gap := cm.at.Sub(commits[i-1].at); gap < javaCommitInterval-100*time.Millisecond {
+				t.Errorf("commit %d of %d %v after the one before, want at least %v", i+1, want, gap, javaCommitInterval)
+			}
+		}
+		t.Logf("commit %d at %v: offset %d, %d processed", i+1, cm.at.Sub(start).Round(time.Millisecond), cm.offset, cm.processed)
+	}
+}
+
+// TestJavaAutoCommitRow checks that the Java consumer's row reads by name
+// and is a Kafka row only.
+func TestJavaAutoCommitRow(t *testing.T) {
+	r, err := ParseRow("kafka/autocommit-5s-java/sync/1s")
+	if err != nil || r.Consumer != JavaAutoCommit5s || r.Consumer.naive() != JavaAutoCommit5s || r.Consumer.CommitInterval() != 5*time.Second {
+		t.Errorf("kafka/autocommit-5s-java/sync/1s: %+v, %v", r, err)
+	}
+	if _, err := ParseRow("nats/autocommit-5s-java/sync/1s"); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("nats/autocommit-5s-java/sync/1s: %v, want ErrInvalidOptions", err)
+	}
+}
