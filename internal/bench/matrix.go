@@ -23,8 +23,8 @@ const (
 	// defaults (enable.auto.commit, auto.commit.interval.ms 5000,
 	// max.poll.records 500): the commit is made inside poll(), at the
 	// first poll after the interval elapsed, of everything earlier polls
-	// returned; a poll handled record by record delays it. Only by name
-	// (--row kafka/autocommit-5s-java/sync/1s).
+	// returned; a poll handled record by record delays it. In the full
+	// matrix at 1 s.
 	JavaAutoCommit5s ConsumerKind = "autocommit-5s-java"
 	// AutoCommit1s is the same loop with kgo.AutoCommitInterval(1s).
 	AutoCommit1s ConsumerKind = "autocommit-1s"
@@ -231,7 +231,8 @@ func (r Row) validate() []error {
 // FullMatrix is every row of issue 12's matrix:
 //   - Kafka, synchronous producers, at 1 s and 250 ms: franz-go's default
 //     autocommit (5 s), autocommit 1 s, commit per poll, the ttl guard,
-//     the consumer hook, and the 20 ms commits earlier versions used;
+//     the consumer hook, and the 20 ms commits earlier versions used; at
+//     1 s, Java's 5 s auto-commit too;
 //   - Kafka, the guard, at 1 s: asynchronous and batch producers;
 //   - NATS, at 1 s and 250 ms: acking each message and acking in batches;
 //   - at 1 s: an abandoned second group (Kafka) and durable (NATS) on the
@@ -245,6 +246,9 @@ func FullMatrix() []Row {
 		for _, c := range []ConsumerKind{AutoCommit5s, AutoCommit1s, CommitPerPoll, Guard, Hook, Marks20ms} {
 			star := (c == AutoCommit5s && iv == time.Second) || c == CommitPerPoll || c == Guard || c == Hook
 			rows = append(rows, Row{Broker: BrokerKafka, Consumer: c, Producer: Sync, Interval: iv, Star: star})
+			if c == AutoCommit5s && iv == time.Second {
+				rows = append(rows, Row{Broker: BrokerKafka, Consumer: JavaAutoCommit5s, Producer: Sync, Interval: iv})
+			}
 		}
 	}
 	for _, p := range []ProducerKind{Async, Batch} {

@@ -29,7 +29,7 @@ func TestFullMatrix(t *testing.T) {
 	}
 	// What issue 12 asks the matrix to hold.
 	for _, name := range []string{
-		"kafka/autocommit-5s/sync/1s", "kafka/autocommit-1s/sync/1s", "kafka/commit-per-poll/sync/250ms",
+		"kafka/autocommit-5s/sync/1s", "kafka/autocommit-5s-java/sync/1s", "kafka/autocommit-1s/sync/1s", "kafka/commit-per-poll/sync/250ms",
 		"kafka/guard/sync/1s", "kafka/hook/sync/250ms", "kafka/marks-20ms/sync/250ms",
 		"kafka/guard/async/1s", "kafka/guard/batch/1s",
 		"nats/ack-each/sync/1s", "nats/ack-batch/sync/250ms",
