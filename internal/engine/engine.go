@@ -166,6 +166,8 @@ type namedDemand struct {
 type published struct {
 	fingerprint string
 	set         quotaproto.LeaseSet
+	// above is when RenumberAbove last renumbered the set.
+	above time.Time
 }
 
 // New validates cfg and returns an engine; Start runs its publishing
@@ -739,16 +741,27 @@ func (e *Engine) RenumberAbove(producer string, held uint64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	p, ok := e.published[producer]
-	if !ok || p.set.Version >= held {
+	now := e.now()
+	us := uint64(max(now.UnixMicro(), 0))
+	// A follower numbers its sets from the versions it read or the wall
+	// clock, one up per set: a held version far above both is no
+	// replica's, and a producer (or its token) asks at most once an
+	// interval: every renumbering is a write of the lease state.
+	if !ok || p.set.Version >= held || held > max(e.version, us)+aboveLead || now.Sub(p.above) < e.interval {
 		return false
 	}
-	e.version = max(e.version+1, held+1, uint64(max(e.now().UnixMicro(), 0)))
+	e.version = max(e.version+1, held+1, us)
 	p.set.Version = e.version
+	p.above = now
 	e.published[producer] = p
 	e.hub.Publish(p.set)
 	e.kickPublishers()
 	return true
 }
+
+// aboveLead is how far above the engine's versions and the wall clock
+// (microseconds) a held version RenumberAbove acts on may be.
+const aboveLead = uint64(time.Second / time.Microsecond)
 
 func (e *Engine) kickPublishers() {
 	for _, k := range e.kicks {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"testing"
 	"time"
 
@@ -253,5 +254,41 @@ func TestRenumberAbove(t *testing.T) {
 	}
 	if got, _, _ := hub.Current("b"); got.Version != b.Version {
 		t.Errorf("b: version %d, want %d (untouched)", got.Version, b.Version)
+	}
+}
+
+// TestRenumberAboveBounded: a caller that tells the leader one version
+// more than it was served, again and again, gets the set renumbered (a
+// write of the lease state) at most once an interval, and a held version
+// far ahead of the clock and the engine's versions moves nothing (it
+// would number every producer's later sets above it).
+func TestRenumberAboveBounded(t *testing.T) {
+	c := &clock{now: t0}
+	e, hub := newEngine(t, c)
+	for _, p := range []string{"a", "b"} {
+		if _, err := e.Report(quotaproto.Report{Producer: p, Topics: []quotaproto.TopicDemand{{Topic: "orders"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for range 100 {
+		a, _, _ := hub.Current("a")
+		if e.RenumberAbove("a", a.Version+1) {
+			n++
+		}
+		c.now = c.now.Add(10 * time.Millisecond)
+	}
+	if n != 1 {
+		t.Errorf("renumbered %d times in 1 s (interval 1 s), want 1", n)
+	}
+	c.now = c.now.Add(time.Second)
+	a, _, _ := hub.Current("a")
+	for _, held := range []uint64{a.Version + uint64(time.Minute/time.Microsecond), math.MaxUint64} {
+		if e.RenumberAbove("a", held) {
+			t.Errorf("held %d, far ahead of the clock: renumbered the set", held)
+		}
+	}
+	if !e.RenumberAbove("a", a.Version+1) {
+		t.Error("an interval later: not renumbered")
 	}
 }
