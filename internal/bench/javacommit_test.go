@@ -115,3 +115,57 @@ func TestJavaAutoCommitRow(t *testing.T) {
 		t.Errorf("nats/autocommit-5s-java/sync/1s: %v, want ErrInvalidOptions", err)
 	}
 }
+
+// TestJavaAutoCommitWakesIdlePoll: with 600 records stored and none
+// produced after, the third poll waits for records that never come; Java's
+// poll wakes at the commit's time, so what the first two returned (600) is
+// committed about 5 s after the consumer started.
+func TestJavaAutoCommitWakesIdlePoll(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs kfake for about 6s")
+	}
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	start := time.Now()
+	w, err := startWorld(context.Background(), Options{KafkaBrokers: kc.ListenAddrs()}, Row{Broker: BrokerKafka}, runID(start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	rec := newRecorder(1, time.Minute, 100*time.Millisecond)
+	rec.begin(start)
+	const n = 600
+	storeBacklog(t, w, rec, n, func(i int) time.Time { return start.Add(time.Duration(i-n) * time.Millisecond) })
+	committed := make(chan int64, 16)
+	kc.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if r := req.(*kmsg.OffsetCommitRequest); r.Group == w.group {
+			for _, tp := range r.Topics {
+				for _, p := range tp.Partitions {
+					if p.Partition == 0 {
+						committed <- p.Offset
+					}
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	scn := Scenario{Normal: 200, Slow: 200, NormalFor: time.Minute, Deadline: time.Hour,
+		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
+	began := time.Now()
+	c, err := startConsumer(context.Background(), w, scn, rec, JavaAutoCommit5s, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case off := <-committed:
+		if off != n || time.Since(began) > javaCommitInterval+time.Second {
+			t.Errorf("first commit at offset %d, %v after the start; want %d within %v", off, time.Since(began), n, javaCommitInterval+time.Second)
+		}
+	case <-time.After(javaCommitInterval + 3*time.Second):
+		t.Errorf("no commit %v after the start: the waiting poll did not wake for it", javaCommitInterval+3*time.Second)
+	}
+}
