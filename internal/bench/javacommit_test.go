@@ -28,22 +28,6 @@ func TestJavaAutoCommitAtPollTimes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs kfake for about 20s")
 	}
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
-	start := time.Now()
-	w, err := startWorld(context.Background(), Options{KafkaBrokers: kc.ListenAddrs()}, Row{Broker: BrokerKafka}, runID(start))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	rec := newRecorder(1, time.Minute, 100*time.Millisecond)
-	rec.begin(start)
-	const n = 4000
-	storeBacklog(t, w, rec, n, func(i int) time.Time { return start.Add(time.Duration(i-n) * time.Millisecond) })
-
 	type commit struct {
 		at                time.Time
 		offset, processed int64
@@ -52,30 +36,13 @@ func TestJavaAutoCommitAtPollTimes(t *testing.T) {
 		mu      sync.Mutex
 		commits []commit
 	)
-	kc.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		r := req.(*kmsg.OffsetCommitRequest)
-		if r.Group != w.group {
-			return nil, nil, false
+	c, start := startJavaOnBacklog(t, 4000, func(rec *recorder, offset int64) {
+		if offset > 0 {
+			mu.Lock()
+			commits = append(commits, commit{time.Now(), offset, int64(processedOf(rec))})
+			mu.Unlock()
 		}
-		for _, tp := range r.Topics {
-			for _, p := range tp.Partitions {
-				if p.Partition == 0 && p.Offset > 0 {
-					mu.Lock()
-					commits = append(commits, commit{time.Now(), p.Offset, int64(processedOf(rec))})
-					mu.Unlock()
-				}
-			}
-		}
-		return nil, nil, false
 	})
-
-	scn := Scenario{Normal: 200, Slow: 200, NormalFor: time.Minute, Deadline: time.Hour,
-		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
-	c, err := startConsumer(context.Background(), w, scn, rec, JavaAutoCommit5s, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	const want = 3
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		mu.Lock()
@@ -124,28 +91,46 @@ func TestJavaAutoCommitWakesIdlePoll(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs kfake for about 6s")
 	}
+	const n = 600
+	committed := make(chan int64, 16)
+	_, began := startJavaOnBacklog(t, n, func(_ *recorder, offset int64) { committed <- offset })
+	select {
+	case off := <-committed:
+		if off != n || time.Since(began) > javaCommitInterval+time.Second {
+			t.Errorf("first commit at offset %d, %v after the start; want %d within %v", off, time.Since(began), n, javaCommitInterval+time.Second)
+		}
+	case <-time.After(javaCommitInterval + 3*time.Second):
+		t.Errorf("no commit %v after the start: the waiting poll did not wake for it", javaCommitInterval+3*time.Second)
+	}
+}
+
+// startJavaOnBacklog starts kfake, a bench world on it with n records
+// stored (dated a millisecond apart up to now), a hook that calls onCommit
+// with each partition-0 offset the world's group commits, and then the
+// autocommit-5s-java consumer at 200 msg/s; it returns the consumer and
+// when it started. All stop at the test's end.
+func startJavaOnBacklog(t *testing.T, n int, onCommit func(rec *recorder, offset int64)) (*consumer, time.Time) {
+	t.Helper()
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer kc.Close()
+	t.Cleanup(kc.Close)
 	start := time.Now()
 	w, err := startWorld(context.Background(), Options{KafkaBrokers: kc.ListenAddrs()}, Row{Broker: BrokerKafka}, runID(start))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
+	t.Cleanup(w.Close)
 	rec := newRecorder(1, time.Minute, 100*time.Millisecond)
 	rec.begin(start)
-	const n = 600
 	storeBacklog(t, w, rec, n, func(i int) time.Time { return start.Add(time.Duration(i-n) * time.Millisecond) })
-	committed := make(chan int64, 16)
 	kc.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		if r := req.(*kmsg.OffsetCommitRequest); r.Group == w.group {
 			for _, tp := range r.Topics {
 				for _, p := range tp.Partitions {
 					if p.Partition == 0 {
-						committed <- p.Offset
+						onCommit(rec, p.Offset)
 					}
 				}
 			}
@@ -159,13 +144,6 @@ func TestJavaAutoCommitWakesIdlePoll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	select {
-	case off := <-committed:
-		if off != n || time.Since(began) > javaCommitInterval+time.Second {
-			t.Errorf("first commit at offset %d, %v after the start; want %d within %v", off, time.Since(began), n, javaCommitInterval+time.Second)
-		}
-	case <-time.After(javaCommitInterval + 3*time.Second):
-		t.Errorf("no commit %v after the start: the waiting poll did not wake for it", javaCommitInterval+3*time.Second)
-	}
+	t.Cleanup(c.Close)
+	return c, began
 }

@@ -28,12 +28,7 @@ func TestIgnoredEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, w := range c.Warnings() {
-		if strings.HasPrefix(w, "environment: ") {
-			got = append(got, w)
-		}
-	}
+	got := envWarnings(c)
 	want := []string{
 		"environment: LAGBRIDGE_LISTN is not a setting and is ignored (did you mean LAGBRIDGE_LISTEN?)",
 		"environment: LAGBRIDGE_NOSUCHTHING is not a setting and is ignored",
@@ -65,12 +60,7 @@ func TestIgnoredEnvReadByViper(t *testing.T) {
 	if got := c.Quota.Auth.ReadTokens; len(got) != 1 || got[0] != "0123456789abcdef-env" {
 		t.Fatalf("read tokens %q: the environment's should replace the file's", got)
 	}
-	var got []string
-	for _, w := range c.Warnings() {
-		if strings.HasPrefix(w, "environment: ") {
-			got = append(got, w)
-		}
-	}
+	got := envWarnings(c)
 	want := []string{
 		"environment: LAGBRIDGE_CONFG is not a setting and is ignored (did you mean LAGBRIDGE_CONFIG?)",
 		"environment: LAGBRIDGE_TOKEN_FILE is not a setting and is ignored",
@@ -145,4 +135,15 @@ func TestClusterListUnnamed(t *testing.T) {
 	if got, want := c.clusterList(), "kafka (unnamed), kafka main"; got != want {
 		t.Errorf("clusterList() = %q, want %q", got, want)
 	}
+}
+
+// envWarnings returns c's warnings on the environment's variables.
+func envWarnings(c Config) []string {
+	var out []string
+	for _, w := range c.Warnings() {
+		if strings.HasPrefix(w, "environment: ") {
+			out = append(out, w)
+		}
+	}
+	return out
 }
