@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -193,6 +194,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	for _, w := range cfg.Warnings() {
 		log.Warn("config: " + w)
 	}
+	defer ignoreHangup(log)()
 	a, err := app.New(ctx, cfg, log)
 	if err != nil {
 		log.Error("start", "err", err)
@@ -203,6 +205,34 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// ignoreHangup logs and ignores SIGHUP until the returned stop is called
+// (it waits for the goroutine it starts). Operators send SIGHUP to make a
+// daemon reload; lagbridge reloads nothing on a signal, and Go's default
+// (death at once, exit 129, no graceful stop, which systemd counts as a
+// clean exit and so Restart=on-failure does not restart) is the worst
+// answer to it.
+func ignoreHangup(log *slog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-hup:
+				log.Warn("SIGHUP ignored: lagbridge reloads nothing on a signal. The daemon's own TLS files (tls.certFile, keyFile, clientCAFile) are read again when they change; the config file and the token and password files it names only at start: restart to apply a change to them")
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		wg.Wait()
+	}
 }
 
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {

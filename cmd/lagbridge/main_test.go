@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func runCLI(args ...string) (int, string, string) {
@@ -262,5 +266,80 @@ func TestRunMisspeltConfigVariable(t *testing.T) {
 	code, _, stderr := runCLI("run", "--listen", "127.0.0.1:0")
 	if code != 1 || !strings.Contains(stderr, "LAGBRIDGE_CONFG is not a setting and is ignored (did you mean LAGBRIDGE_CONFIG?)") {
 		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and the misspelt variable named", code, stderr)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a daemon's log read while it runs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitLog polls the log until it holds want; it fails the test if the
+// daemon exits first (done) or a minute passes.
+func waitLog(t *testing.T, log *syncBuffer, want string, done <-chan int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(log.String(), want) {
+		select {
+		case code := <-done:
+			t.Fatalf("run exited %d before logging %q:\n%s", code, want, log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the log after a minute:\n%s", want, log.String())
+		}
+	}
+}
+
+// TestRunIgnoresSIGHUP: SIGHUP, which operators send to make a daemon
+// reload, is logged as ignored (saying what reloads and what needs a
+// restart), and the daemon keeps serving until SIGTERM stops it
+// gracefully. Before, Go's default handling killed it at once (exit 129,
+// no graceful stop), and systemd counts a death by SIGHUP as clean, so
+// deploy/systemd's Restart=on-failure left it down. Red before: the test
+// binary itself dies of the SIGHUP.
+func TestRunIgnoresSIGHUP(t *testing.T) {
+	// A NATS cluster nobody listens on: the daemon runs, observing nothing.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := filepath.Join(t.TempDir(), "lagbridge.yaml")
+	if err := os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\nnats: [{cluster: none, urls: [\"nats://"+addr+"\"]}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var log syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"run", "--config", cfg}, io.Discard, &log) }()
+	waitLog(t, &log, "lagbridge running", done)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, &log, "SIGHUP ignored", done)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d after SIGTERM, want 0:\n%s", code, log.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("run did not stop a minute after SIGTERM:\n%s", log.String())
 	}
 }
