@@ -63,6 +63,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			httpError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s; allowed: %s", r.Method, r.URL.Path, allow))
 			return
 		}
+		// The API answers its errors in JSON (docs/quota-protocol.yaml),
+		// a path it does not serve too; the page's catch-all has none there.
+		// (pattern "" is the mux's redirect of an unclean path: left to it.)
+		if pattern == "/" && strings.HasPrefix(r.URL.Path, "/v1/") {
+			httpError(w, http.StatusNotFound, fmt.Sprintf("no API endpoint %s (see docs/quota-protocol.yaml and the README's HTTP and metrics)", r.URL.Path))
+			return
+		}
 	}
 	h.Mux.ServeHTTP(w, r)
 }
