@@ -387,6 +387,80 @@ func exposedNames(tb testing.TB, base string) map[string]bool {
 	return names
 }
 
+// exposedLabels returns, per metric name on the daemon's /metrics, the
+// label names its series carry.
+func exposedLabels(tb testing.TB, base string) map[string]map[string]bool {
+	tb.Helper()
+	code, body := get(tb, base+"/metrics")
+	if code != 200 {
+		tb.Fatalf("/metrics: %d", code)
+	}
+	out := map[string]map[string]bool{}
+	for _, line := range strings.Split(body, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.IndexAny(line, "{ ")
+		if i <= 0 {
+			continue
+		}
+		name := line[:i]
+		if out[name] == nil {
+			out[name] = map[string]bool{}
+		}
+		if line[i] == '{' {
+			for _, m := range exposedLabel.FindAllStringSubmatch(line[i:], -1) {
+				out[name][m[1]] = true
+			}
+		}
+	}
+	return out
+}
+
+// labelRefs' and exposedLabels' pieces.
+var (
+	selectorLabels   = regexp.MustCompile(`([A-Za-z_:][\w:]*)\s*\{([^}]*)\}`)
+	matcherLabel     = regexp.MustCompile(`([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)`)
+	listLabels       = regexp.MustCompile(`(?i)\b(?:by|without|on|ignoring)\s*\(([^)]*)\)`)
+	labelValuesLabel = regexp.MustCompile(`^\s*label_values\(.*,\s*([A-Za-z_]\w*)\s*\)\s*$`)
+	exposedLabel     = regexp.MustCompile(`[{,]([A-Za-z_]\w*)="`)
+)
+
+// labelRefs returns the label names a PromQL expression (as metricNames
+// takes it) relies on: by metric, the labels its selectors match on
+// (sel); and the labels of its by, without, on and ignoring lists and of a
+// Grafana label_values(metric, label) query (list), which must be on one
+// of its metrics.
+func labelRefs(expr string) (sel map[string][]string, list []string) {
+	if labelOnly.MatchString(expr) {
+		return nil, nil
+	}
+	expr = grafanaVar.ReplaceAllString(expr, "0")
+	expr = stringLit.ReplaceAllString(expr, `""`)
+	add := func(to []string, l string) []string {
+		if l = strings.TrimSpace(l); l != "" && !slices.Contains(to, l) {
+			to = append(to, l)
+		}
+		return to
+	}
+	sel = map[string][]string{}
+	for _, m := range selectorLabels.FindAllStringSubmatch(expr, -1) {
+		for _, l := range matcherLabel.FindAllStringSubmatch(m[2], -1) {
+			sel[m[1]] = add(sel[m[1]], l[1])
+		}
+	}
+	for _, m := range listLabels.FindAllStringSubmatch(expr, -1) {
+		for _, l := range strings.Split(m[1], ",") {
+			list = add(list, l)
+		}
+	}
+	if m := labelValuesLabel.FindStringSubmatch(expr); m != nil {
+		list = add(list, m[1])
+	}
+	sort.Strings(list)
+	return sel, list
+}
+
 var (
 	grafanaVar   = regexp.MustCompile(`\$\{[^}]*\}|\$[A-Za-z_]\w*`)
 	stringLit    = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|` + "`[^`]*`")
@@ -463,6 +537,38 @@ func TestMetricNames(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if got := metricNames(c.expr); !slices.Equal(got, c.want) {
 				t.Errorf("metricNames(%q) = %v, want %v", c.expr, got, c.want)
+			}
+		})
+	}
+}
+
+// TestLabelRefs pins labelRefs on the shapes the dashboards and alerts use.
+func TestLabelRefs(t *testing.T) {
+	cases := []struct {
+		name, expr string
+		sel        map[string][]string
+		list       []string
+	}{
+		// Matchers with Grafana variables and regexes; a string holding
+		// "=" or a brace is a value, not a matcher.
+		{"selector", `lagbridge_target_status{cluster=~"$cluster", status="a=b{c}"} == 1`,
+			map[string][]string{"lagbridge_target_status": {"cluster", "status"}}, nil},
+		// by lists, and selectors inside functions and ranges.
+		{"by", `histogram_quantile(0.99, sum by (le, cluster) (rate(lagbridge_observe_duration_seconds_bucket{cluster!=""}[$__rate_interval])))`,
+			map[string][]string{"lagbridge_observe_duration_seconds_bucket": {"cluster"}}, []string{"cluster", "le"}},
+		// without and on lists; a selector without matchers adds nothing.
+		{"without on", `sum without (signal) (lagbridge_quota_signal) unless on (cluster) lagbridge_targets`,
+			map[string][]string{}, []string{"cluster", "signal"}},
+		// label_values(metric, label): the label must be on the metric.
+		{"label_values", `label_values(lagbridge_consumer_lag_messages{cluster=~"$cluster"}, topic)`,
+			map[string][]string{"lagbridge_consumer_lag_messages": {"cluster"}}, []string{"topic"}},
+		{"label only", `label_values(cluster)`, nil, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sel, list := labelRefs(c.expr)
+			if fmt.Sprint(sel) != fmt.Sprint(c.sel) || !slices.Equal(list, c.list) {
+				t.Errorf("labelRefs(%q) = %v, %v; want %v, %v", c.expr, sel, list, c.sel, c.list)
 			}
 		})
 	}
@@ -570,11 +676,15 @@ func TestDashboardMetricNames(t *testing.T) {
 		}
 		return len(missing) == 0, fmt.Sprintf("not yet on /metrics: %v", missing)
 	})
+	// The labels the queries match on and aggregate by are the ones the
+	// series carry (job and instance are Prometheus's target labels).
+	labels := exposedLabels(t, base)
+	carries := func(n, l string) bool { return l == "job" || l == "instance" || labels[n][l] }
 	check := func(what string, exprs map[string]string, extra ...string) {
 		if len(exprs) == 0 {
 			t.Errorf("%s: no queries found", what)
 		}
-		used := 0
+		used, labelled := 0, 0
 		for where, e := range exprs {
 			names := metricNames(e)
 			used += len(names)
@@ -583,8 +693,28 @@ func TestDashboardMetricNames(t *testing.T) {
 					t.Errorf("%s, %s: metric %q is not exported by the daemon\n  query: %s", what, where, n, e)
 				}
 			}
+			sel, list := labelRefs(e)
+			for n, ls := range sel {
+				for _, l := range ls {
+					labelled++
+					if labels[n] != nil && !carries(n, l) {
+						t.Errorf("%s, %s: metric %q has no label %q on /metrics\n  query: %s", what, where, n, l, e)
+					}
+				}
+			}
+			for _, l := range list {
+				labelled++
+				seen, on := false, false
+				for _, n := range names {
+					seen = seen || labels[n] != nil
+					on = on || carries(n, l)
+				}
+				if seen && !on {
+					t.Errorf("%s, %s: no metric of the query has label %q on /metrics\n  query: %s", what, where, l, e)
+				}
+			}
 		}
-		t.Logf("%s: %d queries, %d metric references, all exported", what, len(exprs), used)
+		t.Logf("%s: %d queries, %d metric references, all exported; %d label references", what, len(exprs), used, labelled)
 	}
 	check("deploy/grafana/lagbridge.json", grafanaExprs(t))
 	// lagbridge_kafka_client_quota_unheeded exists only where a policy
