@@ -222,7 +222,7 @@ func ignoreHangup(log *slog.Logger) (stop func()) {
 		for {
 			select {
 			case <-hup:
-				log.Warn("SIGHUP ignored: lagbridge reloads nothing on a signal. The daemon's own TLS files (tls.certFile, keyFile, clientCAFile) are read again when they change; the config file and the token and password files it names only at start: restart to apply a change to them")
+				log.Warn("SIGHUP ignored: lagbridge reloads nothing on a signal. The daemon's own TLS files (tls.certFile, keyFile, clientCAFile) and the quota protocol's token files (tokenFile, adminTokensFile, readTokensFile) are read again when they change; the config file and the broker passwords only at start: restart to apply a change to them")
 			case <-done:
 				return
 			}

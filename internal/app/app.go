@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -60,6 +61,7 @@ type App struct {
 	clientQuotas []*publish.ClientQuotaPublisher
 	ln           net.Listener
 	tls          *servertls.Reloader // nil: plain HTTP
+	qs           *quotaserver.Server
 	// el elects, per cluster, the replica that publishes (ha:); empty
 	// without replicas: this one always publishes.
 	el elections
@@ -327,6 +329,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	}
 	qs := quotaserver.New(a.Hub, served, cfg.Quota.Auth, a.Registry,
 		quotaserver.WithLimits(quotaserver.Limits{MaxStreams: cfg.Quota.MaxStreams, MaxLongPolls: cfg.Quota.MaxLongPolls}))
+	a.qs = qs
 	qs.Register(a.Handler.Mux)
 	consumers.Register(a.Handler.Mux, qs)
 	a.Handler.ReadAccess = qs.ReadAccess
@@ -410,6 +413,7 @@ func (a *App) Run(ctx context.Context) error {
 	for _, l := range a.loops {
 		wg.Go(func() { _ = l.Run(ctx) })
 	}
+	wg.Go(func() { a.reloadTokens(ctx, tokenReloadEvery) })
 	a.log.Info("lagbridge running", "version", Version, "listen", a.Addr(), "tls", a.tls != nil, "clusters", len(a.loops), "interval", a.cfg.Interval)
 	<-ctx.Done()
 	a.log.Info("shutting down")
@@ -477,4 +481,45 @@ func listedProducers(policies []quota.Policy) func(string) bool {
 		}
 	}
 	return func(id string) bool { return ids[id] }
+}
+
+// tokenReloadEvery is how often the quota protocol's token files are read
+// again: a rotated token (a Kubernetes Secret's update, a rewritten file)
+// is in force within about a second of the file's change.
+const tokenReloadEvery = time.Second
+
+// reloadTokens reads the token files every period until ctx ends and puts
+// changed tokens in force (config.ReloadAuth, quotaserver.SetAuth). Files
+// that do not read or validate (a half-written file, an empty one, a
+// token also in another role) leave the tokens in force, logged once per
+// distinct problem. Tokens are never logged.
+func (a *App) reloadTokens(ctx context.Context, period time.Duration) {
+	cur := a.cfg
+	log := a.log.With("component", "auth")
+	t := time.NewTicker(period)
+	defer t.Stop()
+	var failed string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		auth, changed, err := cur.ReloadAuth()
+		if err == nil && changed {
+			err = a.qs.SetAuth(auth)
+		}
+		if err != nil {
+			if msg := err.Error(); msg != failed {
+				log.Warn("quota token files not reloaded; the tokens in force stay", "err", strings.ReplaceAll(msg, "\n", "; "))
+				failed = msg
+			}
+			continue
+		}
+		failed = ""
+		if changed {
+			cur.Quota.Auth = auth
+			log.Info("quota token files reloaded", "producerTokens", len(auth.Tokens), "adminTokens", len(auth.AdminTokens), "readTokens", len(auth.ReadTokens))
+		}
+	}
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -172,5 +174,70 @@ func TestListenInUse(t *testing.T) {
 	want := ln.Addr().String() + " is in use (another lagbridge, or its demo?): give a free address with --listen (or listen in the file)"
 	if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, syscall.EADDRINUSE) {
 		t.Fatalf("err %v, want one saying %q and matching EADDRINUSE", err, want)
+	}
+}
+
+// TestReloadsTokenFiles: a token file rewritten while the daemon runs (as
+// a Kubernetes Secret update swaps it) is in force within a few periods:
+// the new admin token reads /v1/quotas, the old one gets 401; before, the
+// files were read at start only (the old token 200, the new one 401 until
+// a restart). What a bad file does is config's TestReloadAuth (an error,
+// the loaded tokens) and reloadTokens' (nothing applied on an error).
+func TestReloadsTokenFiles(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	dir := t.TempDir()
+	swap := func(name, body string) string { // write and rename, as the kubelet swaps a Secret
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p+".new", []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(p+".new", p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	prod, admins := swap("producer-token", "producer-token-0123456\n"), swap("admin-tokens", "admin-token-old-012345\n")
+	file := filepath.Join(dir, "lagbridge.yaml")
+	body := fmt.Sprintf("listen: 127.0.0.1:0\ninterval: 250ms\nkafka: [{cluster: k, brokers: [%q]}]\nquota:\n  auth:\n    tokens: [{tokenFile: %q, producers: [svc-a]}]\n    adminTokensFile: %q\n",
+		c.ListenAddrs()[0], prod, admins)
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs := config.Flags("test")
+	if err := fs.Parse([]string{"--config", file}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + start(t, cfg) + "/v1/quotas"
+	get := func(token string) int {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("admin-token-old-012345"); code != 200 {
+		t.Fatalf("old admin token before the swap: %d", code)
+	}
+	swap("admin-tokens", "admin-token-new-012345\n")
+	deadline := time.Now().Add(30 * time.Second)
+	for get("admin-token-new-012345") != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("the new admin token is still refused 30 s after its file changed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code := get("admin-token-old-012345"); code != 401 {
+		t.Errorf("old admin token after the reload: %d, want 401", code)
 	}
 }

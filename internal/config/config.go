@@ -92,6 +92,8 @@ type Config struct {
 	// ignoredEnv is Load's word on the LAGBRIDGE_* variables no setting
 	// reads (ignoredEnv), for Warnings.
 	ignoredEnv []string
+	// authFiles are the token files Load read (ReloadAuth).
+	authFiles authFiles
 }
 
 // Metrics chooses what /metrics exposes. /metrics needs no token, so what
@@ -297,7 +299,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	}
 	// What viper.Unmarshal does, with the secret files read in between.
 	settings := v.AllSettings()
-	errs, unread := resolveSecrets(settings)
+	errs, unread, files := resolveSecrets(settings)
 	var spelled map[string]string
 	if file != "" {
 		var twins []error
@@ -326,6 +328,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 		}
 	}
 	c.ignoredEnv = ignoredEnv(os.Environ(), v.AllKeys())
+	c.authFiles = files
 	for _, e := range split(c.Validate()) {
 		// A secret whose file could not be read, or a value that could not
 		// be decoded (or a part of it), is reported once, as such, not also

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lagbridge/lagbridge/brokers/kafka"
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/quota"
 )
 
@@ -781,5 +783,79 @@ func TestDurationStringSaysWhatIsWrong(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
+	}
+}
+
+// TestReloadAuth: ReloadAuth reads the token files again and returns the
+// config's auth with their current tokens, validated; a file that does
+// not read, an empty one, or a token put in a second role leaves the
+// loaded auth and says why. Inline tokens and everything else stay.
+func TestReloadAuth(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	prod, admins, reads := write("producer", "0123456789abcdef-producer\n"), write("admins", "0123456789abcdef-admin-1\n"), write("reads", "0123456789abcdef-read-1\n")
+	c, err := load(t, "--config", writeFile(t, fmt.Sprintf(`
+listen: 127.0.0.1:9464
+kafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]
+quota:
+  auth:
+    tokens:
+      - {tokenFile: %q, producers: [svc-a]}
+      - {token: 0123456789abcdef-inline, producers: ["batch-*"], maxIds: 3}
+    adminTokensFile: %q
+    readTokensFile: %q
+`, prod, admins, reads)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, changed, err := c.ReloadAuth(); err != nil || changed || !reflect.DeepEqual(a, c.Quota.Auth) {
+		t.Fatalf("unchanged files: changed %v, err %v, auth %+v", changed, err, a)
+	}
+	write("producer", "0123456789abcdef-rotated\n")
+	write("admins", "0123456789abcdef-admin-2\n0123456789abcdef-admin-3\n")
+	a, changed, err := c.ReloadAuth()
+	if err != nil || !changed {
+		t.Fatalf("rotated: changed %v, err %v", changed, err)
+	}
+	want := c.Quota.Auth
+	want.Tokens = []quotaserver.Token{{Token: "0123456789abcdef-rotated", Producers: []string{"svc-a"}}, c.Quota.Auth.Tokens[1]}
+	want.AdminTokens = []string{"0123456789abcdef-admin-2", "0123456789abcdef-admin-3"}
+	if !reflect.DeepEqual(a, want) {
+		t.Errorf("rotated: %+v\nwant %+v", a, want)
+	}
+	if c.Quota.Auth.Tokens[0].Token != "0123456789abcdef-producer" {
+		t.Errorf("ReloadAuth changed the loaded config's token: %q", c.Quota.Auth.Tokens[0].Token)
+	}
+	bad := []struct {
+		name, file, body, msg string
+	}{
+		{"empty", "producer", "", "quota.auth.tokens[0].tokenFile: " + prod + " is empty"},
+		{"too short", "producer", "short\n", "auth.tokens[0].token: must be at least 16 characters"},
+		{"two roles", "reads", "0123456789abcdef-inline\n", "auth.readTokens[0]: the same as auth.tokens[1].token"},
+		{"blank list", "admins", "\n \n", "quota.auth.adminTokensFile: " + admins + " holds no token"},
+	}
+	for _, b := range bad {
+		t.Run(b.name, func(t *testing.T) {
+			write("producer", "0123456789abcdef-producer\n")
+			write("admins", "0123456789abcdef-admin-1\n")
+			write("reads", "0123456789abcdef-read-1\n")
+			write(b.file, b.body)
+			a, changed, err := c.ReloadAuth()
+			if err == nil || !strings.Contains(err.Error(), b.msg) || changed || !reflect.DeepEqual(a, c.Quota.Auth) {
+				t.Errorf("changed %v, err %v, auth %+v; want the loaded auth and an error with %q", changed, err, a, b.msg)
+			}
+		})
+	}
+	if err := os.Remove(prod); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.ReloadAuth(); err == nil || !strings.Contains(err.Error(), "quota.auth.tokens[0].tokenFile:") {
+		t.Errorf("a removed file: %v", err)
 	}
 }

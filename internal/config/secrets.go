@@ -1,9 +1,13 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
 )
 
 // resolveSecrets replaces every secret file setting in settings (as viper
@@ -27,9 +31,12 @@ import (
 //
 // It returns one error per problem and the paths of the values it could not
 // read, so that Load does not also report them as missing.
-func resolveSecrets(settings map[string]any) (errs []error, unread map[string]bool) {
+//
+// It also returns the files of the quota protocol's tokens (authFiles), which
+// Config.ReloadAuth reads again.
+func resolveSecrets(settings map[string]any) (errs []error, unread map[string]bool, files authFiles) {
 	unread = map[string]bool{}
-	resolve := func(at string, m map[string]any, key string, list bool) {
+	resolve := func(at string, m map[string]any, key string, list bool) (path string) {
 		fileKey := key + "File"
 		fk, ok := lookup(m, fileKey)
 		if !ok {
@@ -41,44 +48,29 @@ func resolveSecrets(settings map[string]any) (errs []error, unread map[string]bo
 			errs = append(errs, fmt.Errorf("%s%s: %s", at, fileKey, fmt.Sprintf(format, args...)))
 			unread[at+key] = true
 		}
-		path, _ := raw.(string)
+		path, _ = raw.(string)
 		if path == "" {
 			fail("must be the path of a file, got %v", raw)
-			return
+			return ""
 		}
 		if k, ok := lookup(m, key); ok && isSet(m[k]) {
 			errs = append(errs, fmt.Errorf("%s%s: set together with %s%s; give the secret inline or in a file, not both", at, fileKey, at, key))
-			return
+			return ""
 		}
-		b, err := os.ReadFile(path)
+		one, tokens, err := readSecret(path, list)
 		if err != nil {
 			fail("%v", err)
-			return
+			return ""
 		}
-		s := string(b)
 		if k, ok := lookup(m, key); ok {
 			delete(m, k)
 		}
 		if list {
-			var tokens []string
-			for _, line := range strings.Split(s, "\n") {
-				if line = strings.TrimSpace(line); line != "" {
-					tokens = append(tokens, line)
-				}
-			}
-			if len(tokens) == 0 {
-				fail("%s holds no token", path)
-				return
-			}
 			m[key] = tokens
-			return
+		} else {
+			m[key] = one
 		}
-		s = strings.TrimSuffix(strings.TrimSuffix(s, "\n"), "\r")
-		if s == "" {
-			fail("%s is empty", path)
-			return
-		}
-		m[key] = s
+		return path
 	}
 	for i, k := range maps(settings, "kafka") {
 		at := fmt.Sprintf("kafka[%d].sasl.", i)
@@ -94,13 +86,105 @@ func resolveSecrets(settings map[string]any) (errs []error, unread map[string]bo
 	if q, ok := child(settings, "quota"); ok {
 		if auth, ok := child(q, "auth"); ok {
 			for i, t := range maps(auth, "tokens") {
-				resolve(fmt.Sprintf("quota.auth.tokens[%d].", i), t, "token", false)
+				if p := resolve(fmt.Sprintf("quota.auth.tokens[%d].", i), t, "token", false); p != "" {
+					if files.tokens == nil {
+						files.tokens = map[int]string{}
+					}
+					files.tokens[i] = p
+				}
 			}
-			resolve("quota.auth.", auth, "adminTokens", true)
-			resolve("quota.auth.", auth, "readTokens", true)
+			files.admin = resolve("quota.auth.", auth, "adminTokens", true)
+			files.read = resolve("quota.auth.", auth, "readTokens", true)
 		}
 	}
-	return errs, unread
+	return errs, unread, files
+}
+
+// readSecret reads a secret file: one value without its trailing newline,
+// or (list) one token per non-blank line. An empty value or list is an
+// error.
+func readSecret(path string, list bool) (one string, tokens []string, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", nil, err
+	}
+	s := string(b)
+	if list {
+		for _, line := range strings.Split(s, "\n") {
+			if line = strings.TrimSpace(line); line != "" {
+				tokens = append(tokens, line)
+			}
+		}
+		if len(tokens) == 0 {
+			return "", nil, fmt.Errorf("%s holds no token", path)
+		}
+		return "", tokens, nil
+	}
+	s = strings.TrimSuffix(strings.TrimSuffix(s, "\n"), "\r")
+	if s == "" {
+		return "", nil, fmt.Errorf("%s is empty", path)
+	}
+	return s, nil, nil
+}
+
+// authFiles are the files the quota protocol's tokens came from: by index
+// of quota.auth.tokens, and the admin and read tokens files ("": none).
+type authFiles struct {
+	tokens      map[int]string
+	admin, read string
+}
+
+// ReloadAuth reads the quota protocol's token files again
+// (quota.auth.tokens[].tokenFile, adminTokensFile, readTokensFile) and
+// returns c.Quota.Auth with their current contents, validated as Load
+// validates them; everything else (the producers and maxIds of each token,
+// the inline tokens) is the config's as loaded. changed reports whether a
+// token differs from c's. With an error, auth is c's: keep serving it.
+// The files are read whole each call: a few hundred bytes.
+func (c Config) ReloadAuth() (auth quotaserver.Auth, changed bool, err error) {
+	old := c.Quota.Auth
+	if len(c.authFiles.tokens) == 0 && c.authFiles.admin == "" && c.authFiles.read == "" {
+		return old, false, nil
+	}
+	auth = old
+	auth.Tokens = slices.Clone(old.Tokens)
+	var errs []error
+	for i, path := range c.authFiles.tokens {
+		if i >= len(auth.Tokens) {
+			continue
+		}
+		tok, _, err := readSecret(path, false)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("quota.auth.tokens[%d].tokenFile: %w", i, err))
+			continue
+		}
+		auth.Tokens[i].Token = tok
+	}
+	for _, f := range []struct {
+		name, path string
+		to         *[]string
+	}{{"adminTokensFile", c.authFiles.admin, &auth.AdminTokens}, {"readTokensFile", c.authFiles.read, &auth.ReadTokens}} {
+		if f.path == "" {
+			continue
+		}
+		_, tokens, err := readSecret(f.path, true)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("quota.auth.%s: %w", f.name, err))
+			continue
+		}
+		*f.to = tokens
+	}
+	if err := errors.Join(errs...); err != nil {
+		return old, false, err
+	}
+	if err := auth.Validate(); err != nil {
+		return old, false, err
+	}
+	changed = !slices.Equal(auth.AdminTokens, old.AdminTokens) || !slices.Equal(auth.ReadTokens, old.ReadTokens)
+	for i := range auth.Tokens {
+		changed = changed || auth.Tokens[i].Token != old.Tokens[i].Token
+	}
+	return auth, changed, nil
 }
 
 // lookup finds key in m whatever its case (viper lower-cases keys).

@@ -158,6 +158,58 @@ func Loopback(listen string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// authState is the tokens in force: a Server holds one, replaced whole by
+// SetAuth.
+type authState struct {
+	// token hash -> what the token may act for; nil map: auth off.
+	tokens map[[32]byte]*scope
+	// scopes are tokens' values by index of Auth.Tokens.
+	scopes  []*scope
+	admins  tokenSet
+	readers tokenSet // nil: /v1/lag open, /v1/quotas open unless auth is on
+}
+
+// newAuthState hashes auth's tokens. The scope of a token (its producers,
+// maxIds and the ids its patterns hold) is prev's of the same index when
+// prev has one: a rotated token keeps its entry's places.
+func newAuthState(auth Auth, prev *authState) *authState {
+	st := &authState{admins: hashTokens(auth.AdminTokens), readers: hashTokens(auth.ReadTokens)}
+	if auth.Open() {
+		return st
+	}
+	st.tokens = map[[32]byte]*scope{}
+	for i, t := range auth.Tokens {
+		sc := newScope(t)
+		if prev != nil && i < len(prev.scopes) {
+			sc = prev.scopes[i]
+		}
+		st.scopes = append(st.scopes, sc)
+		st.tokens[sha256.Sum256([]byte(t.Token))] = sc
+	}
+	return st
+}
+
+// SetAuth replaces the tokens in force with auth's: new requests are
+// checked against them at once (a stream or long-poll already open goes on).
+// auth must be valid (Validate) and the same config with other token
+// values (a token file rotated: config.ReloadAuth): the i-th producer token
+// keeps the i-th entry's producers, maxIds and the ids its patterns hold.
+// It refuses to open a server that has tokens or to close an open one
+// (ErrAuthMode). Safe for concurrent use.
+func (s *Server) SetAuth(auth Auth) error {
+	prev := s.auth.Load()
+	if (prev.tokens == nil) != auth.Open() || (prev.readers == nil) != (len(auth.ReadTokens) == 0) ||
+		len(prev.scopes) != len(auth.Tokens) {
+		return ErrAuthMode
+	}
+	s.auth.Store(newAuthState(auth, prev))
+	return nil
+}
+
+// ErrAuthMode is SetAuth's error for tokens that would open, close or
+// reshape the server's authentication: that takes a restart.
+var ErrAuthMode = errors.New("quotaserver: new tokens would change which endpoints need a token, or the producer tokens' entries; restart to change them")
+
 // tokenSet is a set of token hashes; nil means "not configured".
 type tokenSet map[[32]byte]bool
 
@@ -189,7 +241,8 @@ func (s *Server) unauthorized(w http.ResponseWriter, endpoint, msg string) {
 // token, 403 for an admin or read token.
 // Every endpoint calls it (or readable) before any other work.
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, endpoint string) (*scope, bool) {
-	if s.tokens == nil {
+	st := s.auth.Load()
+	if st.tokens == nil {
 		return nil, true
 	}
 	tok := bearer(r)
@@ -198,10 +251,10 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, endpoint s
 		return nil, false
 	}
 	h := sha256.Sum256([]byte(tok))
-	if m := s.tokens[h]; m != nil {
+	if m := st.tokens[h]; m != nil {
 		return m, true
 	}
-	if s.admins[h] || s.readers[h] {
+	if st.admins[h] || st.readers[h] {
 		what := "act for producers"
 		if endpoint == "consumer-report" {
 			what = "report for consumer groups"
@@ -218,7 +271,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, endpoint s
 // message); it writes the error itself: 403 when the token does not list
 // it, or lists it by a pattern that matches MaxIDs other ids already.
 func (s *Server) permits(w http.ResponseWriter, endpoint string, perms *scope, what, producer string) bool {
-	if s.tokens == nil {
+	if perms == nil { // auth off (authenticate's nil scope)
 		return true
 	}
 	ok, full := perms.allows(producer, s.Now())
@@ -239,7 +292,8 @@ func (s *Server) permits(w http.ResponseWriter, endpoint string, perms *scope, w
 // needed. It writes the error itself: 401 without a known token, 403
 // with a producer token.
 func (s *Server) readable(w http.ResponseWriter, r *http.Request, endpoint string, closed bool) bool {
-	if s.readers == nil && !closed {
+	st := s.auth.Load()
+	if st.readers == nil && !closed {
 		return true
 	}
 	tok := bearer(r)
@@ -248,10 +302,10 @@ func (s *Server) readable(w http.ResponseWriter, r *http.Request, endpoint strin
 		return false
 	}
 	h := sha256.Sum256([]byte(tok))
-	if s.readers[h] || s.admins[h] {
+	if st.readers[h] || st.admins[h] {
 		return true
 	}
-	if s.tokens[h] != nil {
+	if st.tokens[h] != nil {
 		s.fail(w, endpoint, http.StatusForbidden, "a producer token may not read this; use a read or admin token")
 		return false
 	}
@@ -284,7 +338,7 @@ func (s *Server) ReadGuard(h http.Handler) http.Handler {
 // the quota protocol is guarded.
 func (s *Server) ClosedReadGuard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.readable(w, r, "read", s.tokens != nil) {
+		if s.readable(w, r, "read", s.auth.Load().tokens != nil) {
 			h.ServeHTTP(w, r)
 		}
 	})

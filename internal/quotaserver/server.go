@@ -2,7 +2,6 @@ package quotaserver
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,10 +59,8 @@ type Server struct {
 
 	hub    *Hub
 	engine Engine
-	// token hash -> what the token may act for; nil map: auth off.
-	tokens  map[[32]byte]*scope
-	admins  tokenSet
-	readers tokenSet // nil: /v1/lag open, /v1/quotas open unless auth is on
+	// The tokens in force (SetAuth replaces them).
+	auth    atomic.Pointer[authState]
 	limits  Limits
 	streams atomic.Int64 // open streams
 	polls   atomic.Int64 // waiting long-polls
@@ -124,14 +121,7 @@ func New(hub *Hub, engine Engine, auth Auth, reg prometheus.Registerer, opts ...
 	for _, o := range opts {
 		o(s)
 	}
-	if !auth.Open() {
-		s.tokens = map[[32]byte]*scope{}
-		for _, t := range auth.Tokens {
-			s.tokens[sha256.Sum256([]byte(t.Token))] = newScope(t)
-		}
-	}
-	s.admins = hashTokens(auth.AdminTokens)
-	s.readers = hashTokens(auth.ReadTokens)
+	s.auth.Store(newAuthState(auth, nil))
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lagbridge_quota_requests_total", Help: "Quota protocol requests by endpoint and status code (4xx are protocol errors).",
 	}, []string{"endpoint", "code"})
@@ -477,7 +467,7 @@ func (s *Server) quotas(w http.ResponseWriter, r *http.Request) {
 	const ep = "quotas"
 	// With producer auth on, /v1/quotas shows every producer's grant:
 	// only admin and read tokens see it.
-	if !s.readable(w, r, ep, s.tokens != nil) {
+	if !s.readable(w, r, ep, s.auth.Load().tokens != nil) {
 		return
 	}
 	sets := s.hub.All()

@@ -648,3 +648,68 @@ func TestDecodeStrictIntegers(t *testing.T) {
 		})
 	}
 }
+
+// TestSetAuth: rotated tokens are in force at once: the old one gets 401,
+// the new one acts for the same entry's producers and keeps the places its
+// patterns hold (maxIds); admin and read tokens rotate alike. Changes that
+// would open or close an endpoint, or change the entries, are refused.
+func TestSetAuth(t *testing.T) {
+	auth := Auth{
+		Tokens:      []Token{{Token: "token-of-svc-a-0123", Producers: []string{"svc-a"}}, {Token: "token-of-any-one-01", Producers: []string{"*"}, MaxIDs: 1}},
+		AdminTokens: []string{"admin-token-0123456"},
+		ReadTokens:  []string{"read-token-01234567"},
+	}
+	ts, _, s := newTestServerS(t, auth)
+	other := strings.Replace(goodReport, "svc-a", "svc-b", 1)
+	third := strings.Replace(goodReport, "svc-a", "svc-c", 1)
+	for _, c := range []struct{ token, body string }{{"token-of-svc-a-0123", goodReport}, {"token-of-any-one-01", other}} {
+		if code, body := do(t, "POST", ts.URL+"/v1/leases", c.token, c.body); code != 200 {
+			t.Fatalf("before: %d %s", code, body)
+		}
+	}
+	rotated := auth
+	rotated.Tokens = []Token{{Token: "token-of-svc-a-NEW1", Producers: []string{"svc-a"}}, {Token: "token-of-any-one-NEW", Producers: []string{"*"}, MaxIDs: 1}}
+	rotated.AdminTokens = []string{"admin-token-NEW4567"}
+	rotated.ReadTokens = []string{"read-token-NEW34567"}
+	if err := s.SetAuth(rotated); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, method, path, token, body string
+		code                            int
+	}{
+		{"old producer token", "POST", "/v1/leases", "token-of-svc-a-0123", goodReport, 401},
+		{"new producer token", "POST", "/v1/leases", "token-of-svc-a-NEW1", goodReport, 200},
+		// The new token has its entry's producers, no more.
+		{"new token, other producer", "POST", "/v1/leases", "token-of-svc-a-NEW1", other, 403},
+		// The pattern token's one place is still held by svc-b: svc-c
+		// does not get it (a fresh scope would give it), svc-b keeps it.
+		{"pattern token, a second id", "POST", "/v1/leases", "token-of-any-one-NEW", third, 403},
+		{"pattern token, held id", "POST", "/v1/leases", "token-of-any-one-NEW", other, 200},
+		{"old admin token", "GET", "/v1/quotas", "admin-token-0123456", "", 401},
+		{"new admin token", "GET", "/v1/quotas", "admin-token-NEW4567", "", 200},
+		{"old read token", "GET", "/v1/quotas", "read-token-01234567", "", 401},
+		{"new read token", "GET", "/v1/quotas", "read-token-NEW34567", "", 200},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if code, body := do(t, c.method, ts.URL+c.path, c.token, c.body); code != c.code {
+				t.Fatalf("%d %s, want %d", code, body, c.code)
+			}
+		})
+	}
+	// Opening the protocol, dropping the read tokens (opening /v1/lag),
+	// or another number of producer entries takes a restart.
+	noRead := rotated
+	noRead.ReadTokens = nil
+	fewer := rotated
+	fewer.Tokens = rotated.Tokens[:1]
+	for name, a := range map[string]Auth{"open": {}, "no read tokens": noRead, "fewer entries": fewer} {
+		if err := s.SetAuth(a); !errors.Is(err, ErrAuthMode) {
+			t.Errorf("%s: %v, want ErrAuthMode", name, err)
+		}
+	}
+	if code, _ := do(t, "POST", ts.URL+"/v1/leases", "token-of-svc-a-NEW1", goodReport); code != 200 {
+		t.Errorf("after the refused changes the rotated token gets %d, want 200", code)
+	}
+}
