@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -125,8 +124,21 @@ func TestLateReportCyclesEarly(t *testing.T) {
 	if gap := at.Sub(caughtUp); gap >= interval/2 {
 		t.Errorf("the cycle that saw the late records came %v after the one before, want an early one (a quarter interval after, %v), not at the next interval (%v)", gap, interval/4, interval)
 	}
-	if n, err := testutil.GatherAndCount(a.Registry, "lagbridge_observe_early_cycles_total"); err != nil || n != 1 {
-		t.Errorf("lagbridge_observe_early_cycles_total: %d series (%v), want one", n, err)
+	// The series is there from the first cycle (at 0): count the cycles.
+	early := 0.0
+	mfs, err := a.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "lagbridge_observe_early_cycles_total" {
+			for _, m := range mf.GetMetric() {
+				early += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if early < 1 {
+		t.Errorf("lagbridge_observe_early_cycles_total: %v, want at least one early cycle", early)
 	}
 	decided := false
 	for _, d := range a.Engine.Decisions() {

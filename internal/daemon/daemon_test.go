@@ -569,3 +569,21 @@ lagbridge_consumer_skipped_total{cluster="js",group="counted",topic="S"} 7
 		t.Errorf("/v1/lag of a target not counted: skipsCounted true")
 	}
 }
+
+// TestEarlyCyclesFromZero: lagbridge_observe_early_cycles_total has every
+// observed cluster at 0 from its first cycle, as
+// lagbridge_observe_errors_total has, so that rate() and increase() see
+// the first early cycle.
+func TestEarlyCyclesFromZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, testStore())
+	m.observed("c1", time.Millisecond, nil)
+	want := `
+# HELP lagbridge_observe_early_cycles_total Observation cycles of a cluster run before the interval was up because a consumer's own report showed a target late (the message in hand older than the engage threshold).
+# TYPE lagbridge_observe_early_cycles_total counter
+lagbridge_observe_early_cycles_total{cluster="c1"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lagbridge_observe_early_cycles_total"); err != nil {
+		t.Error(err)
+	}
+}

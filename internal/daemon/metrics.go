@@ -85,6 +85,7 @@ func (m *Metrics) observed(cluster string, d time.Duration, err error) {
 	if err != nil {
 		c.Inc()
 	}
+	m.earlyCycles.WithLabelValues(cluster) // from 0, as the errors: rate() sees the first
 }
 
 // early counts one early cycle; called by Loop.

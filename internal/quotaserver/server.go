@@ -134,6 +134,9 @@ func New(hub *Hub, engine Engine, auth Auth, reg prometheus.Registerer, opts ...
 	s.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lagbridge_quota_watchers_refused_total", Help: "Streams and long-polls answered 503 because their cap (quota.maxStreams, quota.maxLongPolls) was reached.",
 	}, []string{"kind"})
+	for _, k := range []string{"long-poll", "stream"} { // from 0: rate() sees the first refusal
+		s.refused.WithLabelValues(k)
+	}
 	reg.MustRegister(s.requests, s.pushes, s.watchers, s.refused)
 	return s
 }

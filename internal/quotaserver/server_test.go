@@ -713,3 +713,20 @@ func TestSetAuth(t *testing.T) {
 		t.Errorf("after the refused changes the rotated token gets %d, want 200", code)
 	}
 }
+
+// TestWatchersRefusedFromZero: lagbridge_quota_watchers_refused_total has
+// both kinds at 0 from the start, so that rate() and increase() see the
+// first refusal (a series born at 1 reads as no increase).
+func TestWatchersRefusedFromZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	New(NewHub(), &echoEngine{}, Auth{}, reg)
+	want := `
+# HELP lagbridge_quota_watchers_refused_total Streams and long-polls answered 503 because their cap (quota.maxStreams, quota.maxLongPolls) was reached.
+# TYPE lagbridge_quota_watchers_refused_total counter
+lagbridge_quota_watchers_refused_total{kind="long-poll"} 0
+lagbridge_quota_watchers_refused_total{kind="stream"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lagbridge_quota_watchers_refused_total"); err != nil {
+		t.Error(err)
+	}
+}
