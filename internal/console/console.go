@@ -10,6 +10,7 @@ package console
 import (
 	"cmp"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -93,6 +94,12 @@ func noDaemon(err error) bool {
 	return errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial" && !op.Timeout()
 }
 
+// untrusted reports whether err is a server certificate of an unknown CA.
+func untrusted(err error) bool {
+	var ua x509.UnknownAuthorityError
+	return errors.As(err, &ua)
+}
+
 // get decodes the JSON answer of GET path into v.
 func (c *Client) get(ctx context.Context, path string, v any) error {
 	hc := c.HTTP
@@ -111,6 +118,9 @@ func (c *Client) get(ctx context.Context, path string, v any) error {
 	if err != nil {
 		if noDaemon(err) {
 			return fmt.Errorf("%w (is a lagbridge daemon running there? --url or LAGBRIDGE_URL says where)", err)
+		}
+		if untrusted(err) {
+			return fmt.Errorf("%w (the daemon's certificate is signed by a CA this machine does not trust: give that CA as SSL_CERT_FILE=ca.crt, which Go reads)", err)
 		}
 		return err
 	}

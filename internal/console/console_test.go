@@ -240,3 +240,23 @@ func TestWhyUnknownProducer(t *testing.T) {
 		}
 	}
 }
+
+// TestUntrustedCAHint: a daemon serving HTTPS with a certificate of a
+// private CA (cert-manager's, one made with openssl) is refused by status
+// and why, which have no CA flag; the error says how to give the CA (Go
+// reads SSL_CERT_FILE). A daemon that is not there keeps its own hint.
+func TestUntrustedCAHint(t *testing.T) {
+	const hint = "SSL_CERT_FILE="
+	private := httptest.NewTLSServer(http.NotFoundHandler())
+	defer private.Close()
+	c := &Client{BaseURL: private.URL, HTTP: &http.Client{Timeout: 5 * time.Second}}
+	err := Status(context.Background(), c, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), hint) {
+		t.Errorf("a private CA: %v, want the hint %q", err, hint)
+	}
+	// The server's own client trusts it: no hint, no error of that kind.
+	c.HTTP = private.Client()
+	if err := Status(context.Background(), c, &bytes.Buffer{}); err != nil && strings.Contains(err.Error(), hint) {
+		t.Errorf("a trusted CA: %v", err)
+	}
+}
