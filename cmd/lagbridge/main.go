@@ -16,10 +16,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -265,6 +268,9 @@ func cmdConsole(ctx context.Context, name string, args []string, stdout, stderr 
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	addr := fs.String("url", envOr("LAGBRIDGE_URL", "http://127.0.0.1:9464"), "the daemon's HTTP address (env LAGBRIDGE_URL)")
 	token := fs.String("token", os.Getenv("LAGBRIDGE_TOKEN"), "bearer token for the daemon's API (env LAGBRIDGE_TOKEN)")
+	caFile := fs.String("cacert", "", "PEM file of the CA that signed the daemon's HTTPS certificate (default: the system's, or SSL_CERT_FILE)")
+	certFile := fs.String("cert", "", "PEM client certificate, for a daemon with tls.clientCAFile (with --key)")
+	keyFile := fs.String("key", "", "PEM key of --cert")
 	var producer *string
 	var since *time.Duration
 	if name == "why" {
@@ -275,6 +281,14 @@ func cmdConsole(ctx context.Context, name string, args []string, stdout, stderr 
 		return code
 	}
 	c := &console.Client{BaseURL: *addr, Token: *token}
+	if *caFile != "" || *certFile != "" || *keyFile != "" {
+		tc, err := clientTLS(*caFile, *certFile, *keyFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "lagbridge %s: %v\n", name, err)
+			return 2
+		}
+		c.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+	}
 	if !strings.Contains(c.BaseURL, "://") {
 		c.BaseURL = "http://" + c.BaseURL
 	}
@@ -289,6 +303,34 @@ func cmdConsole(ctx context.Context, name string, args []string, stdout, stderr 
 		return 1
 	}
 	return 0
+}
+
+// clientTLS is the TLS of status and why: the CA in caFile (else the
+// system's) and the client certificate in certFile and keyFile (both or
+// neither).
+func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cacert: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--cacert: no PEM certificate in %s", caFile)
+		}
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("--cert and --key go together")
+	}
+	if certFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cert, --key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return tc, nil
 }
 
 func envOr(key, def string) string {

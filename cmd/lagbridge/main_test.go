@@ -2,15 +2,19 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lagbridge/lagbridge/internal/testpki"
 )
 
 func runCLI(args ...string) (int, string, string) {
@@ -341,5 +345,67 @@ func TestRunIgnoresSIGHUP(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatalf("run did not stop a minute after SIGTERM:\n%s", log.String())
+	}
+}
+
+// TestConsoleClientTLS: status reaches a daemon that serves HTTPS with a
+// private CA and asks for client certificates (tls.clientCAFile, clientAuth
+// require) with --cacert, --cert and --key; before, it had no way to (the
+// system's roots only, no client certificate), and refused either way.
+func TestConsoleClientTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, "console-test-ca")
+	cert, key := ca.Leaf(t, "lagbridge", true)
+	ccert, ckey := ca.Leaf(t, "operator", false)
+	caFile := testpki.Write(t, dir, "ca.crt", ca.PEM)
+	certFile, keyFile := testpki.Write(t, dir, "client.crt", ccert), testpki.Write(t, dir, "client.key", ckey)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nothing := ln.Addr().String() // a NATS cluster nobody listens on
+	ln.Close()
+	cfg := filepath.Join(dir, "lagbridge.yaml")
+	body := fmt.Sprintf("listen: 127.0.0.1:0\nnats: [{cluster: none, urls: [\"nats://%s\"]}]\ntls: {certFile: %q, keyFile: %q, clientCAFile: %q, clientAuth: require}\n",
+		nothing, testpki.Write(t, dir, "tls.crt", cert), testpki.Write(t, dir, "tls.key", key), caFile)
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var log syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"run", "--config", cfg}, io.Discard, &log) }()
+	waitLog(t, &log, "lagbridge running", done)
+	// Running, so its handler takes the SIGTERM that stops it.
+	defer func() {
+		if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+			t.Error(err)
+		}
+		<-done
+	}()
+	m := regexp.MustCompile(`listen=(\S+)`).FindStringSubmatch(log.String())
+	if m == nil {
+		t.Fatalf("no listen address in the log:\n%s", log.String())
+	}
+	url := "https://" + m[1]
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		// The system's roots do not know the CA: the error says what to give.
+		{"no flags", nil, 1, "--cacert"},
+		// The CA alone: the daemon refuses a client without a certificate.
+		{"CA only", []string{"--cacert", caFile}, 1, "certificate"},
+		{"cert without key", []string{"--cacert", caFile, "--cert", certFile}, 2, "--cert and --key go together"},
+		{"CA and client certificate", []string{"--cacert", caFile, "--cert", certFile, "--key", keyFile}, 0, "CLUSTER"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(append([]string{"status", "--url", url}, c.args...)...)
+			if code != c.code || !strings.Contains(stdout+stderr, c.want) {
+				t.Errorf("exit %d, want %d with %q:\n%s%s", code, c.code, c.want, stdout, stderr)
+			}
+		})
 	}
 }

@@ -120,7 +120,7 @@ func (c *Client) get(ctx context.Context, path string, v any) error {
 			return fmt.Errorf("%w (is a lagbridge daemon running there? --url or LAGBRIDGE_URL says where)", err)
 		}
 		if untrusted(err) {
-			return fmt.Errorf("%w (the daemon's certificate is signed by a CA this machine does not trust: give that CA as SSL_CERT_FILE=ca.crt, which Go reads)", err)
+			return fmt.Errorf("%w (the daemon's certificate is signed by a CA this machine does not trust: give that CA with --cacert, or as SSL_CERT_FILE=ca.crt)", err)
 		}
 		return err
 	}
