@@ -51,13 +51,27 @@ type NATSProducer struct {
 	mu     sync.RWMutex
 	routes map[string]natsRoute // subject -> stream
 	ttls   map[string]ttlInfo   // stream -> per-message TTL allowed
+
+	// lookup lets one stream lookup at a time run for a failed publish
+	// (see noStreamErr): a burst of failures to one subject asks JetStream
+	// once.
+	lookup chan struct{}
 }
 
+// natsRoute is the stream that captures a subject, as JetStream's stream
+// list said at checked: found (topic is the stream), missing (no stream
+// captures it), or neither (the lookup failed; topic is the subject).
 type natsRoute struct {
 	topic   string
 	found   bool
+	missing bool
 	checked time.Time
 }
+
+// noStreamFresh is how long a failed publish trusts the route cache's
+// verdict on its subject before asking JetStream again: at most one
+// lookup a second per subject however many publishes fail.
+const noStreamFresh = time.Second
 
 type ttlInfo struct {
 	allowed bool
@@ -82,7 +96,7 @@ func NewNATS(js jetstream.JetStream, cfg Config) (*NATSProducer, error) {
 		return nil, err
 	}
 	p := &NATSProducer{c: c, js: js, queue: make(chan *npending, c.cfg.NATS.MaxPendingAcks),
-		routes: map[string]natsRoute{}, ttls: map[string]ttlInfo{}}
+		routes: map[string]natsRoute{}, ttls: map[string]ttlInfo{}, lookup: make(chan struct{}, 1)}
 	c.goroutine(p.collect)
 	if err := c.start(js); err != nil {
 		p.Close()
@@ -146,6 +160,7 @@ func (p *NATSProducer) Publish(ctx context.Context, m *nats.Msg, opts ...CallOpt
 		if p.ttlRefused(err, m, stream) {
 			continue
 		}
+		err = p.noStreamErr(ctx, err, m.Subject)
 		delay, rej := p.c.failed(&ms, err, classifyNATS(err, m), nil)
 		if rej != nil {
 			return nil, p.failSync(&ms, m, rej)
@@ -263,18 +278,37 @@ func (p *NATSProducer) resultAsync(np *npending, ack *jetstream.PubAck, err erro
 		}
 		return
 	}
+	if isNoStream(err) {
+		// The stream lookup is a request: not on the ack goroutine.
+		if !p.c.spawn(func() { p.failedAsync(np, p.noStreamErr(np.m.ctx, err, np.nm.Subject), false) }) {
+			p.finishAsync(np, nil, p.c.closedReject(np.m.t, np.m.attempts, err))
+		}
+		return
+	}
+	p.failedAsync(np, err, true)
+}
+
+// failedAsync decides what follows a failed async attempt: the final
+// rejection, or a retry after the backoff (on a new goroutine when spawn
+// is set, else on this one, itself spawned).
+func (p *NATSProducer) failedAsync(np *npending, err error, spawn bool) {
 	delay, rej := p.c.failed(&np.m, err, classifyNATS(err, np.nm), nil)
 	if rej != nil {
 		p.finishAsync(np, nil, rej)
 		return
 	}
-	if !p.c.spawn(func() {
+	retry := func() {
 		if rej := p.c.waitRetry(&np.m, delay, err); rej != nil {
 			p.finishAsync(np, nil, rej)
 			return
 		}
 		p.sendAsync(np, p.c.mono.nanos())
-	}) {
+	}
+	if !spawn {
+		retry()
+		return
+	}
+	if !p.c.spawn(retry) {
 		p.finishAsync(np, nil, p.c.closedReject(np.m.t, np.m.attempts, err))
 	}
 }
@@ -449,15 +483,27 @@ func (p *NATSProducer) topicOf(ctx context.Context, subject string) string {
 	if ok && r.found {
 		return r.topic
 	}
-	now := p.c.clock.Now()
-	if ok && now.Sub(r.checked) < 10*time.Second {
+	if ok && p.c.clock.Now().Sub(r.checked) < 10*time.Second {
 		return r.topic
 	}
+	return p.route(ctx, subject).topic
+}
+
+// route asks JetStream which stream captures subject (up to 5 s) and
+// caches the answer.
+func (p *NATSProducer) route(ctx context.Context, subject string) natsRoute {
+	now := p.c.clock.Now()
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	r = natsRoute{topic: subject, checked: now}
-	if name, err := p.js.StreamNameBySubject(lctx, subject); err == nil && name != "" {
+	defer context.AfterFunc(p.c.ctx, cancel)() // Close does not wait for it
+	r := natsRoute{topic: subject, checked: now}
+	name, err := p.js.StreamNameBySubject(lctx, subject)
+	switch {
+	case err == nil && name != "":
 		r.topic, r.found = name, true
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		// The stream list answered, and no stream captures subject.
+		r.missing = true
 	}
 	p.mu.Lock()
 	if len(p.routes) >= routeCacheMax {
@@ -465,8 +511,65 @@ func (p *NATSProducer) topicOf(ctx context.Context, subject string) string {
 	}
 	p.routes[subject] = r
 	p.mu.Unlock()
-	return r.topic
+	return r
 }
+
+// isNoStream reports whether err is a publish that no stream answered:
+// none captures the subject, or the one that does has no leader (or the
+// server's interest in it has not reached the client's server yet).
+func isNoStream(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// noStreamErr tells the two apart when no stream answered a publish to
+// subject: when JetStream's stream list has no stream that captures
+// subject, it returns an error naming the subject that matches
+// jetstream.ErrStreamNotFound (classifyNATS: a stop, the request's own)
+// and err; otherwise (a stream captures it, or the lookup failed) err
+// unchanged. The verdict is cached (noStreamFresh, routeCacheMax), and
+// one lookup at a time runs: the others wait for it and read its answer.
+func (p *NATSProducer) noStreamErr(ctx context.Context, err error, subject string) error {
+	if !isNoStream(err) {
+		return err
+	}
+	fresh := func() (natsRoute, bool) {
+		p.mu.RLock()
+		r, ok := p.routes[subject]
+		p.mu.RUnlock()
+		return r, ok && (r.found || r.missing) && p.c.clock.Now().Sub(r.checked) < noStreamFresh
+	}
+	r, ok := fresh()
+	if !ok {
+		select {
+		case p.lookup <- struct{}{}:
+		case <-ctx.Done():
+			return err
+		case <-p.c.ctx.Done():
+			return err
+		}
+		if r, ok = fresh(); !ok {
+			r = p.route(ctx, subject)
+		}
+		<-p.lookup
+	}
+	if !r.missing {
+		return err
+	}
+	return &noStreamError{subject: subject, err: err}
+}
+
+// noStreamError is a publish to a subject that no stream captures.
+type noStreamError struct {
+	subject string
+	err     error // the publish's own error (no responders)
+}
+
+func (e *noStreamError) Error() string {
+	return fmt.Sprintf("no stream captures subject %q: %v", e.subject, e.err)
+}
+
+// Unwrap returns jetstream.ErrStreamNotFound and the publish's error.
+func (e *noStreamError) Unwrap() []error { return []error{jetstream.ErrStreamNotFound, e.err} }
 
 // ttlAllowed reports whether stream takes Nats-TTL headers.
 func (p *NATSProducer) ttlAllowed(ctx context.Context, stream string) bool {
@@ -575,9 +678,20 @@ const (
 // help. A refusal of the message itself (too large, a wrong expected
 // sequence, no such stream, any other 4xx) is the request's own fault
 // (ownFault): it counts toward neither the adaptive throttle nor the retry
-// budget. "No stream answered" still counts: it cannot be told from a
-// stream without a leader.
+// budget, and so is a publish to a subject no stream captures (a
+// *noStreamError, from noStreamErr's look at the stream list). "No stream
+// answered" otherwise (a stream without a leader, or a failed lookup)
+// still counts, as unavailability.
 func classifyNATS(err error, m *nats.Msg) errClass {
+	var ns *noStreamError
+	if errors.As(err, &ns) {
+		// A misspelt subject, or a stream not created yet: as Kafka's
+		// missing topic, not retried, except once the first time the
+		// producer hears it for the subject (firstRetry: a stream created
+		// a moment ago, whose interest has not reached the client's
+		// server, or that the cached verdict predates).
+		return errClass{signal: SignalStop, ownFault: true, firstRetry: true, why: "JetStream's stream list has no stream for the subject"}
+	}
 	var api *jetstream.APIError
 	if errors.As(err, &api) {
 		switch api.ErrorCode {
@@ -594,8 +708,8 @@ func classifyNATS(err error, m *nats.Msg) errClass {
 		return errClass{signal: SignalStop, ownFault: true, why: "JetStream refused the message: " + api.Description}
 	}
 	switch {
-	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
-		return errClass{signal: SignalSlowDown, retriable: true, why: "no stream answered (none captures the subject, or it has no leader)"}
+	case isNoStream(err):
+		return errClass{signal: SignalSlowDown, retriable: true, why: "no stream answered (it has no leader, or the stream list could not be read)"}
 	case errors.Is(err, nats.ErrMaxPayload):
 		return errClass{signal: SignalStop, ownFault: true, why: "the message exceeds the server's max payload"}
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining):

@@ -300,8 +300,13 @@ func TestClassifyNATS(t *testing.T) {
 		{"wrong last seq", &jetstream.APIError{Code: 400, ErrorCode: jsErrWrongLastSequence}, nil, SignalStop, false, true},
 		// Any other refusal of the request.
 		{"other 4xx", &jetstream.APIError{Code: 400, ErrorCode: 10999}, nil, SignalStop, false, true},
-		// No stream answered (none, or no leader yet).
+		// No stream answered, and the stream list did not say none
+		// captures the subject (no leader yet, or the lookup failed).
 		{"no responders", jetstream.ErrNoStreamResponse, nil, SignalSlowDown, true, false},
+		// No stream answered, and the stream list has none that
+		// captures the subject (noStreamErr): a stop, the request's own
+		// (retried once per subject by firstRetry, not here).
+		{"no stream", &noStreamError{subject: "ordres.a", err: jetstream.ErrNoStreamResponse}, nil, SignalStop, false, true},
 		// A timeout without a message id is not retried: it could duplicate.
 		{"timeout no id", context.DeadlineExceeded, &nats.Msg{}, SignalSlowDown, false, false},
 		// With a message id the stream deduplicates: retried.
