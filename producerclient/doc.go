@@ -20,10 +20,16 @@
 //     book's requests vs K*accepts over two minutes). A broker answer that
 //     is the request's own fault (a Kafka topic that does not exist, a
 //     record too large, not authorized; a JetStream refusal of the message
-//     itself) is a stop and counts toward neither: it says nothing about
-//     the broker's load. A missing Kafka topic is retried once, the first
-//     time a producer hears it for the topic (one created a moment ago
-//     that the broker's metadata lists ~100 ms late), then not again.
+//     itself; a subject that JetStream's stream list says no stream
+//     captures, asked once when no stream answered a publish, the answer
+//     cached for a second) is a stop and counts toward neither: it says
+//     nothing about the broker's load. A missing Kafka topic or NATS
+//     stream is retried once, the first time a producer hears it for the
+//     topic or subject (one created a moment ago that the broker's
+//     metadata lists ~100 ms late), then not again. A Kafka partition
+//     whose leader moved or is not elected yet (NOT_LEADER_FOR_PARTITION,
+//     LEADER_NOT_AVAILABLE) is retried within the retry budget and does
+//     not count toward the adaptive throttle.
 //   - Deadline and criticality travel with every message as the
 //     lagbridge-deadline and lagbridge-criticality headers (format in the
 //     ttl package); a context deadline becomes the message's deadline; on

@@ -98,39 +98,44 @@ func TestRejectErrorMessage(t *testing.T) {
 
 func TestClassifyKafka(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		err       error
-		signal    Signal
-		retriable bool
-		ownFault  bool // kept out of the adaptive throttle and the retry budget
+		name        string
+		err         error
+		signal      Signal
+		retriable   bool
+		ownFault    bool // kept out of the adaptive throttle and the retry budget
+		leaderMoved bool // kept out of the adaptive throttle only
 	}{
 		// A lost leader: another partition may do.
-		{"not leader", kerr.NotLeaderForPartition, SignalAvoidPartitions, true, false},
-		// Too few replicas: same.
-		{"not enough replicas", fmt.Errorf("x: %w", kerr.NotEnoughReplicas), SignalAvoidPartitions, true, false},
+		{"not leader", kerr.NotLeaderForPartition, SignalAvoidPartitions, true, false, true},
+		// A partition not led yet (franz-go fails it from the metadata):
+		// the same.
+		{"leader not available", fmt.Errorf("no partitions available after attempting to refresh metadata 1 times, last err: %w", kerr.LeaderNotAvailable), SignalAvoidPartitions, true, false, true},
+		// Too few replicas: another partition may do; it counts toward
+		// the throttle (the partition is led, but unavailable).
+		{"not enough replicas", fmt.Errorf("x: %w", kerr.NotEnoughReplicas), SignalAvoidPartitions, true, false, false},
 		// Broker quota: slow down.
-		{"throttling", kerr.ThrottlingQuotaExceeded, SignalSlowDown, true, false},
+		{"throttling", kerr.ThrottlingQuotaExceeded, SignalSlowDown, true, false, false},
 		// The broker took too long: overload.
-		{"timed out", kerr.RequestTimedOut, SignalSlowDown, true, false},
+		{"timed out", kerr.RequestTimedOut, SignalSlowDown, true, false, false},
 		// A record too large will never fit.
-		{"too large", kerr.MessageTooLarge, SignalStop, false, true},
+		{"too large", kerr.MessageTooLarge, SignalStop, false, true, false},
 		// Not authorized: retrying will not help.
-		{"auth", kerr.TopicAuthorizationFailed, SignalStop, false, true},
+		{"auth", kerr.TopicAuthorizationFailed, SignalStop, false, true, false},
 		// A topic that does not exist (as franz-go fails it under
 		// KafkaClientOpts), or was deleted: stop.
-		{"unknown topic", fmt.Errorf("no partitions available after attempting to refresh metadata 1 times, last err: %w", kerr.UnknownTopicOrPartition), SignalStop, false, true},
-		{"unknown topic id", kerr.UnknownTopicID, SignalStop, false, true},
+		{"unknown topic", fmt.Errorf("no partitions available after attempting to refresh metadata 1 times, last err: %w", kerr.UnknownTopicOrPartition), SignalStop, false, true, false},
+		{"unknown topic id", kerr.UnknownTopicID, SignalStop, false, true, false},
 		// The broker failed on its own: stop, but it counts.
-		{"unknown server error", kerr.UnknownServerError, SignalStop, false, false},
+		{"unknown server error", kerr.UnknownServerError, SignalStop, false, false, false},
 		// The client is gone.
-		{"client closed", kgo.ErrClientClosed, SignalStop, false, false},
+		{"client closed", kgo.ErrClientClosed, SignalStop, false, false, false},
 		// Anything else: slow down and retry within budget.
-		{"unknown", errors.New("boom"), SignalSlowDown, true, false},
+		{"unknown", errors.New("boom"), SignalSlowDown, true, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := classifyKafka(tc.err)
-			if c.signal != tc.signal || c.retriable != tc.retriable || c.ownFault != tc.ownFault {
-				t.Fatalf("classify(%v) = %v retriable %v own fault %v; want %v %v %v", tc.err, c.signal, c.retriable, c.ownFault, tc.signal, tc.retriable, tc.ownFault)
+			if c.signal != tc.signal || c.retriable != tc.retriable || c.ownFault != tc.ownFault || c.leaderMoved != tc.leaderMoved {
+				t.Fatalf("classify(%v) = %v retriable %v own fault %v leader moved %v; want %v %v %v %v", tc.err, c.signal, c.retriable, c.ownFault, c.leaderMoved, tc.signal, tc.retriable, tc.ownFault, tc.leaderMoved)
 			}
 		})
 	}

@@ -474,9 +474,16 @@ func classifyKafka(err error) errClass {
 	var ke *kerr.Error
 	if errors.As(err, &ke) {
 		switch ke {
-		case kerr.NotLeaderForPartition, kerr.LeaderNotAvailable, kerr.NotEnoughReplicas,
-			kerr.NotEnoughReplicasAfterAppend, kerr.KafkaStorageError, kerr.ReplicaNotAvailable,
-			kerr.FencedLeaderEpoch, kerr.UnknownLeaderEpoch, kerr.PreferredLeaderNotAvailable:
+		case kerr.NotLeaderForPartition, kerr.LeaderNotAvailable, kerr.FencedLeaderEpoch, kerr.UnknownLeaderEpoch:
+			// The leader moved, or the partition is not led yet (Kafka
+			// 4.3.1 answered NOT_LEADER_FOR_PARTITION to half the
+			// produces right after CreateTopics of 8 partitions, for up
+			// to 3 attempts): the retry, after franz-go's metadata load,
+			// finds the leader. Not the downstream's overload: kept out
+			// of the adaptive throttle (leaderMoved).
+			return errClass{signal: SignalAvoidPartitions, retriable: true, leaderMoved: true, why: "the partition is unavailable: " + ke.Message}
+		case kerr.NotEnoughReplicas, kerr.NotEnoughReplicasAfterAppend, kerr.KafkaStorageError,
+			kerr.ReplicaNotAvailable, kerr.PreferredLeaderNotAvailable:
 			return errClass{signal: SignalAvoidPartitions, retriable: true, why: "the partition is unavailable: " + ke.Message}
 		case kerr.ThrottlingQuotaExceeded:
 			return errClass{signal: SignalSlowDown, retriable: true, why: "the broker's quota is exceeded"}
@@ -522,6 +529,12 @@ type errClass struct {
 	// (a topic created a moment ago that the broker's metadata does not
 	// list yet).
 	firstRetry bool
+	// leaderMoved: the partition's leader moved or is not elected yet,
+	// which says nothing about the downstream's load: it does not count
+	// toward the adaptive throttle. It is retried (another partition may
+	// do: avoid-partitions) and counts toward the retry budget, which
+	// bounds the retries of a partition that stays without a leader.
+	leaderMoved bool
 }
 
 // Headers.

@@ -46,7 +46,8 @@ func (c *core) finish(m *msg) {
 // returned delay, or the final rejection. class is the broker-specific
 // classification of err (a failure that is the request's own,
 // class.ownFault, is kept out of the adaptive throttle and the retry
-// budget); own is the message's own context besides the call's (a Kafka
+// budget, and class.leaderMoved out of the throttle);
+// own is the message's own context besides the call's (a Kafka
 // record's Context), or nil.
 func (c *core) failed(m *msg, err error, class errClass, own context.Context) (time.Duration, *RejectError) {
 	if r := c.callerEnded(m, own, err); r != nil {
@@ -59,7 +60,9 @@ func (c *core) failed(m *msg, err error, class errClass, own context.Context) (t
 		t.lastWhy.Store(&why)
 	}
 	if !class.ownFault {
-		t.throttle.outcome(m.sent, false)
+		if !class.leaderMoved {
+			t.throttle.outcome(m.sent, false)
+		}
 		c.budget.outcome(false)
 	}
 	final := func(rsn reason, sig Signal, extra error, why string, after time.Duration) *RejectError {
