@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -485,41 +486,64 @@ func listedProducers(policies []quota.Policy) func(string) bool {
 
 // tokenReloadEvery is how often the quota protocol's token files are read
 // again: a rotated token (a Kubernetes Secret's update, a rewritten file)
-// is in force within about a second of the file's change.
+// is in force within about two seconds of the file's change (two reads
+// that agree, tokenReload).
 const tokenReloadEvery = time.Second
 
 // reloadTokens reads the token files every period until ctx ends and puts
-// changed tokens in force (config.ReloadAuth, quotaserver.SetAuth). Files
-// that do not read or validate (a half-written file, an empty one, a
-// token also in another role) leave the tokens in force, logged once per
-// distinct problem. Tokens are never logged.
+// changed tokens in force (tokenReload.step). Tokens are never logged.
 func (a *App) reloadTokens(ctx context.Context, period time.Duration) {
-	cur := a.cfg
-	log := a.log.With("component", "auth")
+	r := tokenReload{cur: a.cfg, qs: a.qs, log: a.log.With("component", "auth")}
 	t := time.NewTicker(period)
 	defer t.Stop()
-	var failed string
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		auth, changed, err := cur.ReloadAuth()
-		if err == nil && changed {
-			err = a.qs.SetAuth(auth)
+		r.step()
+	}
+}
+
+// tokenReload is reloadTokens' state; one goroutine owns it.
+type tokenReload struct {
+	cur config.Config // its Quota.Auth: the tokens in force
+	qs  *quotaserver.Server
+	log *slog.Logger
+	// pending is a change read once and not yet applied: a file caught
+	// mid-write (a token cut short but still 16 characters, a list cut
+	// after a line) validates too, so a change is applied only when the
+	// next read agrees with it.
+	pending *quotaserver.Auth
+	// failed is the last problem logged: each distinct one is logged once.
+	failed string
+}
+
+// step reads the token files once (config.ReloadAuth) and puts a change in
+// force (quotaserver.SetAuth) once two reads in a row agree on it. Files
+// that do not read or validate (an empty one, a token also in another
+// role) leave the tokens in force, logged once per distinct problem.
+func (r *tokenReload) step() {
+	auth, changed, err := r.cur.ReloadAuth()
+	if err == nil && changed && (r.pending == nil || !reflect.DeepEqual(*r.pending, auth)) {
+		r.pending = &auth
+		return
+	}
+	r.pending = nil
+	if err == nil && changed {
+		err = r.qs.SetAuth(auth)
+	}
+	if err != nil {
+		if msg := err.Error(); msg != r.failed {
+			r.log.Warn("quota token files not reloaded; the tokens in force stay", "err", strings.ReplaceAll(msg, "\n", "; "))
+			r.failed = msg
 		}
-		if err != nil {
-			if msg := err.Error(); msg != failed {
-				log.Warn("quota token files not reloaded; the tokens in force stay", "err", strings.ReplaceAll(msg, "\n", "; "))
-				failed = msg
-			}
-			continue
-		}
-		failed = ""
-		if changed {
-			cur.Quota.Auth = auth
-			log.Info("quota token files reloaded", "producerTokens", len(auth.Tokens), "adminTokens", len(auth.AdminTokens), "readTokens", len(auth.ReadTokens))
-		}
+		return
+	}
+	r.failed = ""
+	if changed {
+		r.cur.Quota.Auth = auth
+		r.log.Info("quota token files reloaded", "producerTokens", len(auth.Tokens), "adminTokens", len(auth.AdminTokens), "readTokens", len(auth.ReadTokens))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/lagbridge/lagbridge/brokers/kafka"
@@ -239,5 +241,67 @@ func TestReloadsTokenFiles(t *testing.T) {
 	}
 	if code := get("admin-token-old-012345"); code != 401 {
 		t.Errorf("old admin token after the reload: %d, want 401", code)
+	}
+}
+
+// TestTokenReloadWaitsForTwoReads: a token file caught mid-write (the new
+// admin token cut after 20 of its 26 characters: still a valid token) is
+// not put in force; the change is applied when two reads in a row agree,
+// and logged once.
+func TestTokenReloadWaitsForTwoReads(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	prod, admins := write("producer-token", "producer-token-0123456\n"), write("admin-tokens", "admin-token-old-0123456789\n")
+	file := write("lagbridge.yaml", fmt.Sprintf("listen: 127.0.0.1:0\nkafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]\nquota:\n  auth:\n    tokens: [{tokenFile: %q, producers: [svc-a]}]\n    adminTokensFile: %q\n", prod, admins))
+	fs := config.Flags("test")
+	if err := fs.Parse([]string{"--config", file}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	qs := quotaserver.New(quotaserver.NewHub(), nil, cfg.Quota.Auth, prometheus.NewRegistry())
+	r := tokenReload{cur: cfg, qs: qs, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	guarded := qs.ClosedReadGuard(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	code := func(token string) int {
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/v1/events", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		guarded.ServeHTTP(w, req)
+		return w.Code
+	}
+	const old, partial, full = "admin-token-old-0123456789", "admin-token-new-0123", "admin-token-new-0123456789"
+	steps := []struct {
+		name, body       string
+		old, partial, nw int
+	}{
+		{"caught mid-write", partial, 200, 401, 401},
+		{"written, read once", full + "\n", 200, 401, 401},
+		{"read twice", full + "\n", 401, 401, 200},
+		{"unchanged", full + "\n", 401, 401, 200},
+		{"unchanged, read again", full + "\n", 401, 401, 200},
+	}
+	for _, s := range steps {
+		write("admin-tokens", s.body)
+		r.step()
+		if got := [3]int{code(old), code(partial), code(full)}; got != [3]int{s.old, s.partial, s.nw} {
+			t.Errorf("%s: old, cut, new token: %v, want %v", s.name, got, [3]int{s.old, s.partial, s.nw})
+		}
+	}
+	if n := strings.Count(logs.String(), "quota token files reloaded"); n != 1 {
+		t.Errorf("logged the reload %d times, want once:\n%s", n, logs.String())
+	}
+	for _, tok := range []string{old, partial, "producer-token-0123456"} {
+		if strings.Contains(logs.String(), tok) {
+			t.Errorf("a token in the log:\n%s", logs.String())
+		}
 	}
 }
