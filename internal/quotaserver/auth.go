@@ -167,13 +167,16 @@ type authState struct {
 	scopes  []*scope
 	admins  tokenSet
 	readers tokenSet // nil: /v1/lag open, /v1/quotas open unless auth is on
+	// replaced is closed when SetAuth puts other tokens in force: an open
+	// stream checks then that its token still is one (revoked).
+	replaced chan struct{}
 }
 
 // newAuthState hashes auth's tokens. The scope of a token (its producers,
 // maxIds and the ids its patterns hold) is prev's of the same index when
 // prev has one: a rotated token keeps its entry's places.
 func newAuthState(auth Auth, prev *authState) *authState {
-	st := &authState{admins: hashTokens(auth.AdminTokens), readers: hashTokens(auth.ReadTokens)}
+	st := &authState{admins: hashTokens(auth.AdminTokens), readers: hashTokens(auth.ReadTokens), replaced: make(chan struct{})}
 	if auth.Open() {
 		return st
 	}
@@ -190,7 +193,9 @@ func newAuthState(auth Auth, prev *authState) *authState {
 }
 
 // SetAuth replaces the tokens in force with auth's: new requests are
-// checked against them at once (a stream or long-poll already open goes on).
+// checked against them at once, and a stream open with a token no longer
+// in force (or now another entry's) ends (a long-poll already waiting
+// answers as usual).
 // auth must be valid (Validate) and the same config with other token
 // values (a token file rotated: config.ReloadAuth): the i-th producer token
 // keeps the i-th entry's producers, maxIds and the ids its patterns hold.
@@ -202,8 +207,23 @@ func (s *Server) SetAuth(auth Auth) error {
 		len(prev.scopes) != len(auth.Tokens) {
 		return ErrAuthMode
 	}
-	s.auth.Store(newAuthState(auth, prev))
+	if !s.auth.CompareAndSwap(prev, newAuthState(auth, prev)) {
+		return s.SetAuth(auth) // another SetAuth came between
+	}
+	close(prev.replaced)
 	return nil
+}
+
+// revoked reports whether the producer token of r, which authenticate
+// found to act as perms, no longer does (SetAuth rotated it away). It
+// returns the state it checked against, whose replaced says when to check
+// again.
+func (s *Server) revoked(r *http.Request, perms *scope) (bool, *authState) {
+	st := s.auth.Load()
+	if st.tokens == nil {
+		return false, st
+	}
+	return st.tokens[sha256.Sum256([]byte(bearer(r)))] != perms, st
 }
 
 // ErrAuthMode is SetAuth's error for tokens that would open, close or

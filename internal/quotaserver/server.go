@@ -439,12 +439,20 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	hb := time.NewTicker(s.heartbeat)
 	defer hb.Stop()
+	gone, st := s.revoked(r, perms)
+	if gone { // rotated away since authenticate
+		return
+	}
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case <-s.hub.Done():
 			return
+		case <-st.replaced: // tokens rotated: this one may be gone
+			if gone, st = s.revoked(r, perms); gone {
+				return
+			}
 		case <-hb.C:
 			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
 				return

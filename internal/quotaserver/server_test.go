@@ -730,3 +730,66 @@ lagbridge_quota_watchers_refused_total{kind="stream"} 0
 		t.Error(err)
 	}
 }
+
+// TestSetAuthEndsRevokedStreams: a stream opened with a producer token
+// that a rotation takes out of force ends (the client reconnects and gets
+// 401); a stream of a token still in force goes on and gets its pushes.
+func TestSetAuthEndsRevokedStreams(t *testing.T) {
+	auth := Auth{Tokens: []Token{{Token: "token-of-svc-a-0123", Producers: []string{"svc-a"}}, {Token: "token-of-svc-b-0123", Producers: []string{"svc-b"}}}}
+	ts, _, s := newTestServerS(t, auth)
+	other := strings.Replace(goodReport, "svc-a", "svc-b", 1)
+	open := func(producer, token string) <-chan string {
+		if code, body := do(t, "POST", ts.URL+"/v1/leases", token, strings.Replace(goodReport, "svc-a", producer, 1)); code != 200 {
+			t.Fatalf("report: %d %s", code, body)
+		}
+		req, _ := http.NewRequest("GET", ts.URL+"/v1/leases/stream?producer="+producer, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("stream: %v %v", resp, err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		lines := make(chan string, 100)
+		go func() {
+			defer close(lines)
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+		}()
+		return lines
+	}
+	next := func(lines <-chan string, prefix string) (string, bool) {
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					return "", false
+				}
+				if strings.HasPrefix(l, prefix) {
+					return l, true
+				}
+			case <-deadline:
+				t.Fatalf("no %q line nor end in 10 s", prefix)
+			}
+		}
+	}
+	a, b := open("svc-a", "token-of-svc-a-0123"), open("svc-b", "token-of-svc-b-0123")
+	next(a, "data: ")
+	next(b, "data: ")
+	rotated := auth
+	rotated.Tokens = []Token{{Token: "token-of-svc-a-NEW1", Producers: []string{"svc-a"}}, auth.Tokens[1]}
+	if err := s.SetAuth(rotated); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := next(a, "data: "); ok {
+		t.Errorf("the revoked token's stream goes on: %s", l)
+	}
+	if code, body := do(t, "POST", ts.URL+"/v1/leases", "token-of-svc-b-0123", other); code != 200 {
+		t.Fatalf("report: %d %s", code, body)
+	}
+	if _, ok := next(b, "data: "); !ok {
+		t.Error("the stream of a token still in force ended")
+	}
+}
