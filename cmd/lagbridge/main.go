@@ -225,7 +225,7 @@ func ignoreHangup(log *slog.Logger) (stop func()) {
 		for {
 			select {
 			case <-hup:
-				log.Warn("SIGHUP ignored: lagbridge reloads nothing on a signal. The daemon's own TLS files (tls.certFile, keyFile, clientCAFile) and the quota protocol's token files (tokenFile, adminTokensFile, readTokensFile) are read again when they change; the config file and the broker passwords only at start: restart to apply a change to them")
+				log.Warn("SIGHUP ignored: lagbridge reloads nothing on a signal. The daemon's own TLS files (tls.certFile, keyFile, clientCAFile) and the quota protocol's token files (quota.auth's tokens[].tokenFile, adminTokensFile, readTokensFile) are read again when they change; the config file and the broker passwords and tokens (kafka[].sasl.passwordFile, nats[].passwordFile, nats[].tokenFile) only at start: restart to apply a change to them")
 			case <-done:
 				return
 			}
@@ -287,7 +287,14 @@ func cmdConsole(ctx context.Context, name string, args []string, stdout, stderr 
 			fmt.Fprintf(stderr, "lagbridge %s: %v\n", name, err)
 			return 2
 		}
-		c.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+		// The default transport's proxy (HTTPS_PROXY), dial and handshake
+		// timeouts stay; only the TLS changes, and HTTP/1.1 as the default
+		// client speaks with a TLS config of its own: HTTP/2's "client conn
+		// could not be established" hides why the handshake failed.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tc
+		tr.ForceAttemptHTTP2 = false
+		c.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: tr}
 	}
 	if !strings.Contains(c.BaseURL, "://") {
 		c.BaseURL = "http://" + c.BaseURL

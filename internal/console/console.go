@@ -10,6 +10,7 @@ package console
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -94,6 +96,20 @@ func noDaemon(err error) bool {
 	return errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial" && !op.Timeout()
 }
 
+// clientCertRefused reports whether err, on an HTTPS request, is how a
+// daemon that asks for client certificates (tls.clientCAFile, clientAuth
+// require) refuses a client without one: under TLS 1.3 the server checks
+// the client's certificate after the client's handshake is done, so the
+// client hears it as the server's alert or, when its request was still
+// being written, as a broken pipe or a reset connection.
+func clientCertRefused(req *http.Request, err error) bool {
+	if req.URL.Scheme != "https" {
+		return false
+	}
+	var alert tls.AlertError
+	return errors.As(err, &alert) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
 // untrusted reports whether err is a server certificate of an unknown CA.
 func untrusted(err error) bool {
 	var ua x509.UnknownAuthorityError
@@ -121,6 +137,9 @@ func (c *Client) get(ctx context.Context, path string, v any) error {
 		}
 		if untrusted(err) {
 			return fmt.Errorf("%w (the daemon's certificate is signed by a CA this machine does not trust: give that CA with --cacert, or as SSL_CERT_FILE=ca.crt)", err)
+		}
+		if clientCertRefused(req, err) {
+			return fmt.Errorf("%w (a daemon that asks for client certificates, tls.clientCAFile, refuses a client without one: give it with --cert and --key)", err)
 		}
 		return err
 	}
