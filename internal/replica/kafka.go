@@ -151,14 +151,7 @@ func (k *kafkaChannel) create(ctx context.Context, cl *kgo.Client) error {
 		err = r.Err
 	}
 	if errors.Is(err, kerr.TopicAlreadyExists) {
-		var ts kadm.TopicDetails
-		if ts, err = adm.ListTopics(ctx, k.topic); err == nil {
-			err = ts.Error()
-			parts = int32(len(ts[k.topic].Partitions))
-			if err == nil && parts == 0 {
-				err = errors.New("no partitions listed yet")
-			}
-		}
+		parts, err = k.listed(ctx, adm)
 	}
 	if err != nil {
 		return fmt.Errorf("lease state topic %q: %w", k.topic, err)
@@ -168,6 +161,39 @@ func (k *kafkaChannel) create(ctx context.Context, cl *kgo.Client) error {
 	k.mu.Unlock()
 	return nil
 }
+
+// listed is the number of partitions of the topic another client created.
+// Created a moment ago (the replicas' writers and reader all create it at
+// a first start, one of them first), Kafka 4.3.1 answers its metadata
+// UNKNOWN_TOPIC_OR_PARTITION, or lists it without partitions, until the
+// broker hosts them: that is waited out, as endOffsets does, for up to
+// newTopicWait, rather than returned, which failed a new leader's first
+// write of its sets (TestLeaderServesOnceWrittenKafka/real, 2-3 of 60
+// under load) and every other first write that lost the creation.
+func (k *kafkaChannel) listed(ctx context.Context, adm *kadm.Client) (int32, error) {
+	deadline := time.Now().Add(newTopicWait)
+	for {
+		ts, err := adm.ListTopics(ctx, k.topic)
+		var parts int32
+		if err == nil {
+			err = ts.Error()
+			parts = int32(len(ts[k.topic].Partitions))
+			if err == nil && parts == 0 {
+				err = errNotListed
+			}
+		}
+		if (!errors.Is(err, kerr.UnknownTopicOrPartition) && !errors.Is(err, errNotListed)) || time.Now().After(deadline) {
+			return parts, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(newTopicPoll):
+		}
+	}
+}
+
+var errNotListed = errors.New("no partitions listed yet")
 
 // The kinds of records that have a partition each (partition).
 const (
