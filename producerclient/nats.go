@@ -53,19 +53,21 @@ type NATSProducer struct {
 	ttls   map[string]ttlInfo   // stream -> per-message TTL allowed
 
 	// lookup lets one stream lookup at a time run for a failed publish
-	// (see noStreamErr): a burst of failures to one subject asks JetStream
-	// once.
+	// (see noStreamErr); a failure that finds it taken does not wait: it
+	// stays what it was (unavailability).
 	lookup chan struct{}
 }
 
 // natsRoute is the stream that captures a subject, as JetStream's stream
 // list said at checked: found (topic is the stream), missing (no stream
 // captures it), or neither (the lookup failed; topic is the subject).
+// failed is when a later lookup failed (a found route is kept then).
 type natsRoute struct {
 	topic   string
 	found   bool
 	missing bool
 	checked time.Time
+	failed  time.Time
 }
 
 // noStreamFresh is how long a failed publish trusts the route cache's
@@ -509,6 +511,14 @@ func (p *NATSProducer) route(ctx context.Context, subject string) natsRoute {
 	if len(p.routes) >= routeCacheMax {
 		p.routes = map[string]natsRoute{}
 	}
+	if old, ok := p.routes[subject]; ok && old.found && !r.found && !r.missing {
+		// A failed lookup (no meta leader) says nothing new: keep the
+		// stream as the lease key, and note the failure.
+		old.failed = now
+		r = old
+	} else if !r.found && !r.missing {
+		r.failed = now
+	}
 	p.routes[subject] = r
 	p.mu.Unlock()
 	return r
@@ -526,8 +536,10 @@ func isNoStream(err error) bool {
 // subject, it returns an error naming the subject that matches
 // jetstream.ErrStreamNotFound (classifyNATS: a stop, the request's own)
 // and err; otherwise (a stream captures it, or the lookup failed) err
-// unchanged. The verdict is cached (noStreamFresh, routeCacheMax), and
-// one lookup at a time runs: the others wait for it and read its answer.
+// unchanged. Every verdict, a failed lookup's too, is cached
+// (noStreamFresh, routeCacheMax), a failed lookup never replaces a found
+// stream, and one lookup at a time runs: a failure that finds one running
+// does not wait for it and keeps err (unavailability).
 func (p *NATSProducer) noStreamErr(ctx context.Context, err error, subject string) error {
 	if !isNoStream(err) {
 		return err
@@ -536,15 +548,16 @@ func (p *NATSProducer) noStreamErr(ctx context.Context, err error, subject strin
 		p.mu.RLock()
 		r, ok := p.routes[subject]
 		p.mu.RUnlock()
-		return r, ok && (r.found || r.missing) && p.c.clock.Now().Sub(r.checked) < noStreamFresh
+		now := p.c.clock.Now()
+		return r, ok && ((r.found || r.missing) && now.Sub(r.checked) < noStreamFresh ||
+			!r.failed.IsZero() && now.Sub(r.failed) < noStreamFresh)
 	}
 	r, ok := fresh()
 	if !ok {
 		select {
 		case p.lookup <- struct{}{}:
-		case <-ctx.Done():
-			return err
-		case <-p.c.ctx.Done():
+		default:
+			// Another lookup runs: do not queue behind it.
 			return err
 		}
 		if r, ok = fresh(); !ok {
@@ -679,18 +692,25 @@ const (
 // sequence, no such stream, any other 4xx) is the request's own fault
 // (ownFault): it counts toward neither the adaptive throttle nor the retry
 // budget, and so is a publish to a subject no stream captures (a
-// *noStreamError, from noStreamErr's look at the stream list). "No stream
+// *noStreamError, from noStreamErr's look at the stream list; a
+// slow-down, since a mapped or imported subject's stream without a leader
+// reads the same). "No stream
 // answered" otherwise (a stream without a leader, or a failed lookup)
 // still counts, as unavailability.
 func classifyNATS(err error, m *nats.Msg) errClass {
 	var ns *noStreamError
 	if errors.As(err, &ns) {
-		// A misspelt subject, or a stream not created yet: as Kafka's
-		// missing topic, not retried, except once the first time the
-		// producer hears it for the subject (firstRetry: a stream created
-		// a moment ago, whose interest has not reached the client's
-		// server, or that the cached verdict predates).
-		return errClass{signal: SignalStop, ownFault: true, firstRetry: true, why: "JetStream's stream list has no stream for the subject"}
+		// A misspelt subject, or a stream not created yet: not overload,
+		// not retried, except once the first time the producer hears it
+		// for the subject (firstRetry: a stream created a moment ago,
+		// whose interest has not reached the client's server, or that the
+		// cached verdict predates). A slow-down, not a stop as Kafka's
+		// missing topic: the stream list holds only the streams' own
+		// subjects, so a subject an account mapping, an import or another
+		// domain leads to a stream without a leader reads the same
+		// (review-sdkerr: a three-server cluster with a mapping), and
+		// that stream's messages are not to be dropped for good.
+		return errClass{signal: SignalSlowDown, ownFault: true, firstRetry: true, why: "JetStream's stream list has no stream for the subject"}
 	}
 	var api *jetstream.APIError
 	if errors.As(err, &api) {
