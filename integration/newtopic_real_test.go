@@ -30,7 +30,9 @@ import (
 // main the first NOT_LEADER_FOR_PARTITION counted toward the new topic's
 // adaptive throttle, which refused the retry locally with probability
 // 0.50: 50 and 61 of 200 calls came back "throttled locally" (session 30,
-// sdkerr). Now a first attempt's leader answer does not count: none may.
+// sdkerr). Now no leader answer counts toward the throttle (a partition
+// that stays without a leader is bounded by the retry budget and avoided,
+// not shed): none may.
 func TestRealKafkaNewTopicNotThrottled(t *testing.T) {
 	addr := kafkatest.Bootstrap(t)
 	n := 100

@@ -20,10 +20,13 @@
 //     book's requests vs K*accepts over two minutes). A broker answer that
 //     is the request's own fault (a Kafka topic that does not exist, a
 //     record too large, not authorized; a JetStream refusal of the message
-//     itself; a subject that JetStream's stream list says no stream
-//     captures, asked once when no stream answered a publish, the answer
-//     cached for a second) is a stop and counts toward neither: it says
-//     nothing about the broker's load. A missing Kafka topic or NATS
+//     itself) is a stop and counts toward neither: it says nothing about
+//     the broker's load. Nor does a subject that JetStream's stream list
+//     says no stream captures (asked once when no stream answered a
+//     publish, the answer cached for a second), which is a slow-down
+//     carrying jetstream.ErrStreamNotFound, not a stop: the list holds only
+//     the streams' own subjects, so a subject that an account mapping or
+//     an import leads to a stream without a leader reads the same. A missing Kafka topic or NATS
 //     stream is retried once, the first time a producer hears it for the
 //     topic or subject (one created a moment ago that the broker's
 //     metadata lists ~100 ms late), then not again. A Kafka partition

@@ -110,6 +110,10 @@ func TestClassifyKafka(t *testing.T) {
 		// A partition not led yet (franz-go fails it from the metadata):
 		// the same.
 		{"leader not available", fmt.Errorf("no partitions available after attempting to refresh metadata 1 times, last err: %w", kerr.LeaderNotAvailable), SignalAvoidPartitions, true, false, true},
+		// A leader epoch the broker does not know yet, or an older one:
+		// the leader moved, the same.
+		{"fenced leader epoch", kerr.FencedLeaderEpoch, SignalAvoidPartitions, true, false, true},
+		{"unknown leader epoch", kerr.UnknownLeaderEpoch, SignalAvoidPartitions, true, false, true},
 		// Too few replicas: another partition may do; it counts toward
 		// the throttle (the partition is led, but unavailable).
 		{"not enough replicas", fmt.Errorf("x: %w", kerr.NotEnoughReplicas), SignalAvoidPartitions, true, false, false},

@@ -304,9 +304,10 @@ func TestClassifyNATS(t *testing.T) {
 		// captures the subject (no leader yet, or the lookup failed).
 		{"no responders", jetstream.ErrNoStreamResponse, nil, SignalSlowDown, true, false},
 		// No stream answered, and the stream list has none that
-		// captures the subject (noStreamErr): a stop, the request's own
+		// captures the subject (noStreamErr): a slow-down (a mapped
+		// subject's stream without a leader reads the same), the request's own
 		// (retried once per subject by firstRetry, not here).
-		{"no stream", &noStreamError{subject: "ordres.a", err: jetstream.ErrNoStreamResponse}, nil, SignalStop, false, true},
+		{"no stream", &noStreamError{subject: "ordres.a", err: jetstream.ErrNoStreamResponse}, nil, SignalSlowDown, false, true},
 		// A timeout without a message id is not retried: it could duplicate.
 		{"timeout no id", context.DeadlineExceeded, &nats.Msg{}, SignalSlowDown, false, false},
 		// With a message id the stream deduplicates: retried.

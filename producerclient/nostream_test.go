@@ -10,16 +10,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// TestNATSNoStreamIsStop: a publish to a subject that no stream captures
+// TestNATSNoStreamIsNotOverload: a publish to a subject that no stream captures
 // (a typo: "ordres.a" beside the stream ORDERS on "orders.>"), library
 // defaults. On main the server's "no responders" was a retried slow-down
 // counted toward the adaptive throttle and the retry budget, so the first
 // call read "slow-down (throttled locally after broker rejections) ...
 // probability 0.50". Now the SDK asks JetStream's stream list, and each
-// call is a stop carrying jetstream.ErrStreamNotFound and the subject (the
-// first after one retry, as Kafka's missing topic), outside the throttle
-// and the budget. A stream created afterwards takes the next publish.
-func TestNATSNoStreamIsStop(t *testing.T) {
+// call is a slow-down carrying jetstream.ErrStreamNotFound and the subject
+// (the first after one retry, as Kafka's missing topic), outside the
+// throttle and the budget; not a stop, which a mapped subject's stream
+// without a leader would read as too (TestNATSLeaderlessStreamIsNotStop). A stream created afterwards takes the next publish.
+func TestNATSNoStreamIsNotOverload(t *testing.T) {
 	_, _, js := startNATS(t)
 	createStream(t, js, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
 	p := newNATSProducer(t, js, Config{Retry: RetryConfig{Budget: RetryBudgetConfig{Kind: BudgetTokens}}})
@@ -28,10 +29,10 @@ func TestNATSNoStreamIsStop(t *testing.T) {
 		_, err := p.Publish(ctxFor(t, 10*time.Second), &nats.Msg{Subject: "ordres.a", Data: []byte("x")})
 		t.Logf("publish %d (%v): %v", i, time.Since(start).Round(time.Millisecond), err)
 		var re *RejectError
-		if !errors.As(err, &re) || !errors.Is(err, ErrStop) || !errors.Is(err, ErrBrokerRejected) ||
+		if !errors.As(err, &re) || !errors.Is(err, ErrSlowDown) || !errors.Is(err, ErrBrokerRejected) ||
 			!errors.Is(err, jetstream.ErrStreamNotFound) || !errors.Is(err, jetstream.ErrNoStreamResponse) ||
 			errors.Is(err, ErrThrottled) || re.Attempts != wantAttempts(i) || !strings.Contains(err.Error(), `"ordres.a"`) {
-			t.Fatalf("publish %d: %v; want a stop after %d attempt(s) naming the subject, carrying ErrStreamNotFound", i, err, wantAttempts(i))
+			t.Fatalf("publish %d: %v; want a slow-down after %d attempt(s) naming the subject, carrying ErrStreamNotFound", i, err, wantAttempts(i))
 		}
 	}
 	done := make(chan error, 1)
@@ -39,8 +40,8 @@ func TestNATSNoStreamIsStop(t *testing.T) {
 		func(_ *nats.Msg, _ *jetstream.PubAck, err error) { done <- err }); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; !errors.Is(err, ErrStop) || !errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, ErrThrottled) {
-		t.Fatalf("async publish: %v; want a stop carrying ErrStreamNotFound", err)
+	if err := <-done; !errors.Is(err, ErrSlowDown) || !errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, ErrThrottled) {
+		t.Fatalf("async publish: %v; want a slow-down carrying ErrStreamNotFound", err)
 	}
 	s := p.Stats()
 	if pr, tokens := s.Topics["ordres.a"].ThrottleProbability, s.RetryBudgetTokens; pr != 0 || tokens != 10 {
@@ -70,7 +71,10 @@ func TestNATSNoStreamLookupFails(t *testing.T) {
 	if errors.Is(err, ErrStop) || errors.Is(err, jetstream.ErrStreamNotFound) || !errors.Is(err, ErrSlowDown) {
 		t.Fatalf("%v; want the slow-down of a publish no stream answered", err)
 	}
-	if s := p.Stats().Topics["ordres.a"]; s.Attempts < 2 || s.ThrottleProbability == 0 {
-		t.Fatalf("%d attempts, throttle probability %.2f; want retried and counted", s.Attempts, s.ThrottleProbability)
+	// Counted: the throttle's probability is above 0 (the retry itself may
+	// be refused by it locally, with probability 0.50 after one failure, so
+	// the number of attempts is 1 or more).
+	if s := p.Stats().Topics["ordres.a"]; s.ThrottleProbability == 0 {
+		t.Fatalf("%d attempts, throttle probability %.2f; want counted", s.Attempts, s.ThrottleProbability)
 	}
 }
