@@ -300,7 +300,9 @@ func (c *core) beforeSend(m *msg, now int64) *RejectError {
 	m.sent = now
 	ok, p := t.throttle.allow(now)
 	if !ok {
-		return c.rejectCount(t, reasonThrottled, throttledReject(t, p))
+		r := throttledReject(t, p)
+		r.Attempts = int(m.attempts) // a retry's: the sends before it
+		return c.rejectCount(t, reasonThrottled, r)
 	}
 	if m.attempts == 0 {
 		c.budget.request(c.budgetNow(now))
