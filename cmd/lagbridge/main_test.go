@@ -9,12 +9,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lagbridge/lagbridge/internal/testpki"
+	"github.com/lagbridge/lagbridge/internal/testutil"
 )
 
 func runCLI(args ...string) (int, string, string) {
@@ -273,27 +273,9 @@ func TestRunMisspeltConfigVariable(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer for a daemon's log read while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitLog polls the log until it holds want; it fails the test if the
 // daemon exits first (done) or a minute passes.
-func waitLog(t *testing.T, log *syncBuffer, want string, done <-chan int) {
+func waitLog(t *testing.T, log *testutil.Buffer, want string, done <-chan int) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for !strings.Contains(log.String(), want) {
@@ -327,7 +309,7 @@ func TestRunIgnoresSIGHUP(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\nnats: [{cluster: none, urls: [\"nats://"+addr+"\"]}]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var log syncBuffer
+	var log testutil.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run([]string{"run", "--config", cfg}, io.Discard, &log) }()
 	waitLog(t, &log, "lagbridge running", done)
@@ -371,7 +353,7 @@ func TestConsoleClientTLS(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var log syncBuffer
+	var log testutil.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run([]string{"run", "--config", cfg}, io.Discard, &log) }()
 	waitLog(t, &log, "lagbridge running", done)
