@@ -205,13 +205,7 @@ GrqeBRpYAP51hhr+8Uakojx6ay8fkeW/tOuFNA2GFdd2fXyu4xEsN2HNPQCXY+Gh
 // with one warning per risk.
 func TestCheckSecurity(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, body string) string { return testpki.Write(t, dir, name, []byte(body)) }
 	open := write("open.yaml", "listen: ':9464'\nkafka: [{cluster: main, brokers: ['127.0.0.1:9092']}]\n")
 	code, _, stderr := runCLI("check", "--config", open)
 	if code != 1 || !strings.Contains(stderr, "quota.auth: the quota protocol would be open to anyone who can reach :9464") ||

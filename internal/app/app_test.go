@@ -250,13 +250,7 @@ func TestReloadsTokenFiles(t *testing.T) {
 // and logged once.
 func TestTokenReloadWaitsForTwoReads(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, body string) string { return testpki.Write(t, dir, name, []byte(body)) }
 	prod, admins := write("producer-token", "producer-token-0123456\n"), write("admin-tokens", "admin-token-old-0123456789\n")
 	file := write("lagbridge.yaml", fmt.Sprintf("listen: 127.0.0.1:0\nkafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]\nquota:\n  auth:\n    tokens: [{tokenFile: %q, producers: [svc-a]}]\n    adminTokensFile: %q\n", prod, admins))
 	fs := config.Flags("test")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lagbridge/lagbridge/brokers/kafka"
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
+	"github.com/lagbridge/lagbridge/internal/testpki"
 	"github.com/lagbridge/lagbridge/quota"
 )
 
@@ -792,13 +793,7 @@ func TestDurationStringSaysWhatIsWrong(t *testing.T) {
 // loaded auth and says why. Inline tokens and everything else stay.
 func TestReloadAuth(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, body string) string { return testpki.Write(t, dir, name, []byte(body)) }
 	prod, admins, reads := write("producer", "0123456789abcdef-producer\n"), write("admins", "0123456789abcdef-admin-1\n"), write("reads", "0123456789abcdef-read-1\n")
 	c, err := load(t, "--config", writeFile(t, fmt.Sprintf(`
 listen: 127.0.0.1:9464
