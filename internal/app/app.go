@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -68,6 +69,10 @@ type App struct {
 	el elections
 	// rep replicates the lease state between replicas; nil without.
 	rep *replica.Replicator
+	// leaseCluster is the cluster rep's lease state travels through.
+	leaseCluster string
+	// wasReady: /readyz answered ready once (ha:, App.ready).
+	wasReady atomic.Bool
 	// sh splits the observation across replicas (ha.shards); empty
 	// without: this replica observes everything.
 	sh sharding
@@ -245,6 +250,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		if gatedBy(quotaGates, leaseEl) {
 			presenceID = ha.ID
 		}
+		a.leaseCluster = leaseEl.Cluster()
 		a.rep = replica.New(replica.Config{Channel: leaseCh, Elector: leaseEl, Hub: a.Hub,
 			Lifetime: lease.WithDefaults().Lifetime, Interval: cfg.Interval, Silence: max(ha.SessionTimeout/3, 4*cfg.Interval),
 			Serve: max(ha.SessionTimeout/6, 4*cfg.Interval), ID: presenceID, Session: ha.SessionTimeout, Log: log.With("component", "ha")})
@@ -362,14 +368,31 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 }
 
 // ready is /readyz with replicas: every election answered and, on a
-// follower, the replicated lease state read once.
-func (a *App) ready() (string, bool) {
-	roles, ok := a.el.ready()
-	if shards, synced := a.sh.ready(); shards != "" {
+// follower, the replicated lease state read once. The elections and shard
+// assignments of the clusters in unreached (every cycle failed so far)
+// are not waited for, nor, once this replica was ready, any election or
+// assignment that has not answered (a cluster reached only later): the replica serves
+// leases without them. The lease state is always waited for: without it a
+// follower serves no decision of the leader's (its cluster unreached
+// keeps the replica out of service).
+func (a *App) ready(unreached []string) (string, bool) {
+	skip := map[string]bool{}
+	for _, c := range unreached {
+		skip[c] = true
+	}
+	roles, ok := a.el.ready(skip, a.wasReady.Load())
+	if shards, synced := a.sh.ready(skip, a.wasReady.Load()); shards != "" {
 		roles, ok = roles+"; "+shards, ok && synced
 	}
 	if a.rep != nil && !a.rep.Synced() {
-		return roles + "; lease state not yet synced", false
+		why := "lease state not yet synced"
+		if c := a.leaseCluster; skip[c] {
+			why += fmt.Sprintf(" (it travels through %s, never observed)", c)
+		}
+		return roles + "; " + why, false
+	}
+	if ok {
+		a.wasReady.Store(true)
 	}
 	return roles, ok
 }

@@ -161,18 +161,25 @@ func (el *elections) release(ctx context.Context) {
 	el.stop = nil
 }
 
-// ready reports whether every election has answered, and the replica's
-// role per cluster, with the epoch it leads in ("leader of a (epoch 7);
-// follower of b"), so that an operator comparing replicas sees which
-// leadership is the newest without reading /metrics.
-func (el *elections) ready() (string, bool) {
+// ready reports whether every election waited for has answered, and the
+// replica's role per cluster, with the epoch it leads in ("leader of a
+// (epoch 7); follower of b"), so that an operator comparing replicas sees
+// which leadership is the newest without reading /metrics. The elections
+// of the clusters in skip, and with late every election, are not waited
+// for: one not answered yet reads "election not answered yet of c".
+func (el *elections) ready(skip map[string]bool, late bool) (string, bool) {
 	now := time.Now()
 	roles := map[leader.Role][]string{}
+	var notWaited []string
 	for _, c := range el.order {
 		e := el.byCluster[c]
 		r, name := e.Role(now), c
 		if epoch, ok := e.Leading(now); ok && r == leader.RoleLeader {
 			name = fmt.Sprintf("%s (epoch %d)", c, epoch)
+		}
+		if r == leader.RoleUnknown && (skip[c] || late) {
+			notWaited = append(notWaited, c)
+			continue
 		}
 		roles[r] = append(roles[r], name)
 	}
@@ -186,6 +193,10 @@ func (el *elections) ready() (string, bool) {
 			}
 			parts = append(parts, fmt.Sprintf("%s of %s", name, strings.Join(cs, ", ")))
 		}
+	}
+	if len(notWaited) > 0 {
+		slices.Sort(notWaited)
+		parts = append(parts, "election not answered yet of "+strings.Join(notWaited, ", "))
 	}
 	return strings.Join(parts, "; "), len(roles[leader.RoleUnknown]) == 0
 }

@@ -113,3 +113,51 @@ func TestGatedStandIn(t *testing.T) {
 		}
 	}
 }
+
+// roled is an election whose role the test sets (RoleUnknown: not
+// answered yet, as the election of a cluster the replica cannot reach).
+type roled struct {
+	leader.Single
+	role leader.Role
+}
+
+func (r *roled) Role(time.Time) leader.Role { return r.role }
+func (r *roled) Leading(time.Time) (int64, bool) {
+	return 3, r.role == leader.RoleLeader
+}
+
+// TestReadyElections: /readyz with replicas waits for the election of
+// every cluster observed, not for that of a cluster never observed
+// (unreached), nor, once the replica was ready, for one reached later
+// (its election answers a few cycles after it: the replica would leave
+// service meanwhile).
+func TestReadyElections(t *testing.T) {
+	a, b := &roled{Single: leader.Single{Name: "a"}, role: leader.RoleLeader}, &roled{Single: leader.Single{Name: "b"}}
+	app := &App{}
+	app.el.add(a)
+	app.el.add(b)
+	steps := []struct {
+		name      string
+		unreached []string
+		ok        bool
+		roles     string
+	}{
+		// b observed, its election silent: not ready, as before.
+		{"starting", nil, false, "leader of a (epoch 3); not yet synced of b"},
+		// b never observed: its election is not waited for.
+		{"b unreached", []string{"b"}, true, "leader of a (epoch 3); election not answered yet of b"},
+		// b reached later, its election not answered yet: ready was
+		// answered once, so it stays.
+		{"b reached later", nil, true, "leader of a (epoch 3); election not answered yet of b"},
+	}
+	for _, s := range steps {
+		roles, ok := app.ready(s.unreached)
+		if ok != s.ok || roles != s.roles {
+			t.Errorf("%s: %v %q, want %v %q", s.name, ok, roles, s.ok, s.roles)
+		}
+	}
+	b.role = leader.RoleFollower
+	if roles, ok := app.ready(nil); !ok || roles != "leader of a (epoch 3); follower of b" {
+		t.Errorf("b answered: %v %q", ok, roles)
+	}
+}

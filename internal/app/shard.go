@@ -95,8 +95,10 @@ func (s *sharding) offer(cluster string, now time.Time) {
 }
 
 // ready says which shards this replica observes ("observes shards 0, 2 of
-// 4 of a") and whether every assignment and the exchange answered.
-func (s *sharding) ready() (string, bool) {
+// 4 of a") and whether every assignment (but those of the clusters in
+// skip, never observed, and with late all of them: the replica was ready
+// once) and the exchange answered.
+func (s *sharding) ready(skip map[string]bool, late bool) (string, bool) {
 	now := time.Now()
 	var parts []string
 	ok := true
@@ -105,7 +107,7 @@ func (s *sharding) ready() (string, bool) {
 		owned, synced := a.Owned(now)
 		switch {
 		case !synced:
-			ok = false
+			ok = ok && (skip[c] || late)
 			parts = append(parts, fmt.Sprintf("shards of %s not yet assigned", c))
 		case len(owned) == 0:
 			parts = append(parts, fmt.Sprintf("observes no shard of %d of %s", a.Count(), c))

@@ -30,7 +30,7 @@ func server(tb testing.TB, token string) string {
 	store.Update(daemon.ClusterStatus{Name: "c", Kind: lag.KindKafka, Observed: true, LastSuccess: now},
 		[]lag.State{{Target: tg, Status: lag.StatusLagging, Lag: 3400, HeadAge: 3400 * time.Millisecond, HeadAgeKnown: true, At: now, Uncommitted: 2}})
 	h := daemon.NewHandler(store, prometheus.NewRegistry())
-	h.Election = func() (string, bool) { return "leader of c (epoch 7)", true }
+	h.Election = func([]string) (string, bool) { return "leader of c (epoch 7)", true }
 	h.Shards = func() []daemon.ShardView {
 		return []daemon.ShardView{{Cluster: "c", Shard: 0, Owner: "r1"}, {Cluster: "c", Shard: 1, Owner: "r0", Self: true},
 			{Cluster: "c", Shard: 2, Owner: "r1"}, {Cluster: "c", Shard: 3}, {Cluster: "c", Shard: 4, Owner: "r1", StandIn: true, Assigned: "r2"}}

@@ -587,3 +587,62 @@ lagbridge_observe_early_cycles_total{cluster="c1"} 0
 		t.Error(err)
 	}
 }
+
+// TestReadyz: /readyz waits for every cluster's first cycle, then answers
+// ready while at least one cluster is observed, naming each one never
+// observed with its error; the elections (ha) hear which.
+func TestReadyz(t *testing.T) {
+	type cl struct {
+		name     string
+		observed bool
+		cycled   bool
+		err      string
+	}
+	cases := []struct {
+		name     string
+		clusters []cl
+		code     int
+		body     string
+		// heard is what Election was given ("-": not asked).
+		heard string
+	}{
+		// c2's first cycle has not ended: not ready yet.
+		{"starting", []cl{{"c1", true, true, ""}, {"c2", false, false, ""}}, 503,
+			"not ready: no successful observation yet of c2 (first cycle running)\n", "-"},
+		// c2 failed every cycle: ready for c1, c2 named with its error (one line).
+		{"one unreached", []cl{{"c1", true, true, ""}, {"c2", false, true, "dial tcp 127.0.0.1:1:\nconnection refused"}}, 200,
+			"ready: leader of c1; never observed c2 since start: dial tcp 127.0.0.1:1: connection refused\n", "c2"},
+		// Nothing observed: nothing to serve.
+		{"none reached", []cl{{"c1", false, true, "e1"}, {"c2", false, true, "e2"}}, 503,
+			"not ready: no cluster observed yet; never observed c1 since start: e1; never observed c2 since start: e2\n", "-"},
+		// Observed once and failing now: still ready (its targets go stale).
+		{"observed, failing now", []cl{{"c1", true, true, "gone"}}, 200, "ready: leader of c1\n", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			kinds := map[string]lag.Kind{}
+			for _, x := range c.clusters {
+				kinds[x.name] = lag.KindKafka
+			}
+			store := NewStore(kinds)
+			for _, x := range c.clusters {
+				st := ClusterStatus{Name: x.name, Kind: lag.KindKafka, Observed: x.observed, Err: x.err}
+				if x.cycled {
+					st.LastCycle = t0
+				}
+				store.Update(st, nil)
+			}
+			h := NewHandler(store, prometheus.NewRegistry())
+			heard := "-"
+			h.Election = func(unreached []string) (string, bool) {
+				heard = strings.Join(unreached, ",")
+				return "leader of c1", true
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			if rec.Code != c.code || rec.Body.String() != c.body || heard != c.heard {
+				t.Errorf("%d %q (election heard %q), want %d %q (%q)", rec.Code, rec.Body, heard, c.code, c.body, c.heard)
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -29,9 +30,11 @@ type Handler struct {
 	ReadAccess func(http.ResponseWriter, *http.Request) bool
 	// Election, when set (replicas, ha:), says this replica's role per
 	// cluster ("leader of a; follower of b") and whether every election
-	// has answered: until then /readyz answers 503 (not yet synced).
+	// it waits for has answered: until then /readyz answers 503 (not yet
+	// synced). unreached are the clusters no cycle observed yet although
+	// one ended (Store.Readiness): their elections are not waited for.
 	// Set it before serving; nil: one replica, /readyz says "ready".
-	Election func() (roles string, ok bool)
+	Election func(unreached []string) (roles string, ok bool)
 	// Shards, when set (ha.shards), says which replica observes which
 	// shard of each cluster; /v1/lag lists it beside this replica's own
 	// targets. Set it before serving; nil: no sharding.
@@ -92,24 +95,61 @@ func (h *Handler) allowed(r *http.Request) string {
 	return strings.Join(allow, ", ")
 }
 
+// readyz answers 200 once the daemon can serve leases for what it
+// observes: every cluster's first cycle has ended, at least one cluster
+// was observed, and (ha:) the elections and lease state it waits for
+// answered. A cluster whose every cycle failed (wrong address,
+// credentials, TLS, an outage at start) does not keep the replica out of
+// service: the body names it with its error ("never observed b: ..."),
+// lagbridge_observe_errors_total counts its cycles and the alert
+// LagbridgeClusterNeverObserved fires after 5 minutes; quotas on its
+// targets are open (no target, no decision) until it answers. With every
+// cluster unreached the replica serves nothing it observes: 503.
 func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if ok, missing := h.store.Ready(); !ok {
+	observed, starting, unreached := h.store.Readiness()
+	var notes, names []string
+	for _, st := range unreached {
+		names = append(names, st.Name)
+		notes = append(notes, fmt.Sprintf("never observed %s since start: %s", st.Name, oneLine(st.Err, 300)))
+	}
+	note := ""
+	if len(notes) > 0 {
+		note = "; " + strings.Join(notes, "; ")
+	}
+	switch {
+	case len(starting) > 0:
 		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, "not ready: no successful observation yet of %s\n", strings.Join(missing, ", "))
+		fmt.Fprintf(w, "not ready: no successful observation yet of %s (first cycle running)%s\n", strings.Join(starting, ", "), note)
+		return
+	case len(observed) == 0:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not ready: no cluster observed yet%s\n", note)
 		return
 	}
 	if h.Election != nil {
-		roles, ok := h.Election()
+		roles, ok := h.Election(names)
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: %s\n", roles)
+			fmt.Fprintf(w, "not ready: %s%s\n", roles, note)
 			return
 		}
-		fmt.Fprintf(w, "ready: %s\n", roles)
+		fmt.Fprintf(w, "ready: %s%s\n", roles, note)
 		return
 	}
-	fmt.Fprintln(w, "ready")
+	fmt.Fprintf(w, "ready%s\n", note)
+}
+
+// oneLine is s on one line, cut to at most n bytes (at a rune boundary).
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }
 
 // LagResponse is the body of GET /v1/lag. Durations are in seconds.

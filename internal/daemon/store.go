@@ -115,8 +115,9 @@ func (s *Store) States() []lag.State {
 	return out
 }
 
-// Ready reports whether every cluster completed one cycle, and the names of
-// those that did not.
+// Ready reports whether every cluster was observed once (a cycle returned
+// data), and the names of those that were not. /readyz asks less
+// (Readiness).
 func (s *Store) Ready() (bool, []string) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -127,4 +128,23 @@ func (s *Store) Ready() (bool, []string) {
 		}
 	}
 	return len(missing) == 0, missing
+}
+
+// Readiness sorts the clusters for /readyz: those observed once, those
+// whose first cycle has not ended yet (starting), and those whose every
+// cycle so far failed (unreached, with the newest cycle's error in Err).
+func (s *Store) Readiness() (observed, starting []string, unreached []ClusterStatus) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, n := range s.order {
+		switch st := s.clusters[n].status; {
+		case st.Observed:
+			observed = append(observed, n)
+		case st.LastCycle.IsZero():
+			starting = append(starting, n)
+		default:
+			unreached = append(unreached, st)
+		}
+	}
+	return observed, starting, unreached
 }
