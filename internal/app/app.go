@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -397,6 +398,25 @@ func (a *App) ready(unreached []string) (string, bool) {
 	return roles, ok
 }
 
+// httpErrorLog is the HTTP server's error log: its lines at WARN, but a
+// TLS handshake that the client ended without a word (EOF, or a reset) at
+// DEBUG. That is what a TCP check of the port does (a load balancer's, a
+// Kubernetes tcpSocket probe, a port scan): session 30 saw one WARN line
+// for each. A handshake that failed for a reason (a certificate, a TLS
+// version, plain HTTP) stays at WARN.
+type httpErrorLog struct{ log *slog.Logger }
+
+func (w httpErrorLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSuffix(string(p), "\n")
+	level := slog.LevelWarn
+	if strings.HasPrefix(msg, "http: TLS handshake error from ") &&
+		(strings.HasSuffix(msg, ": EOF") || strings.HasSuffix(msg, ": connection reset by peer")) {
+		level = slog.LevelDebug
+	}
+	w.log.Log(context.Background(), level, msg)
+	return len(p), nil
+}
+
 // Addr is the address the HTTP server listens on.
 func (a *App) Addr() string { return a.ln.Addr().String() }
 
@@ -413,7 +433,7 @@ func (a *App) Run(ctx context.Context) error {
 	// are long by design. Report bodies have their own read deadline
 	// (quotaserver); idle keep-alive connections are closed after 2 min.
 	srv := &http.Server{Handler: a.Handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
+		ErrorLog: log.New(httpErrorLog{a.log}, "", 0)}
 	var wg sync.WaitGroup
 	srvErr := make(chan error, 1)
 	serve := func() error { return srv.Serve(a.ln) }

@@ -29,6 +29,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/internal/servertls"
 	"github.com/lagbridge/lagbridge/internal/testpki"
+	"github.com/lagbridge/lagbridge/internal/testutil"
 )
 
 // testConfig watches an in-process Kafka (kfake) and listens on listen.
@@ -297,5 +298,59 @@ func TestTokenReloadWaitsForTwoReads(t *testing.T) {
 		if strings.Contains(logs.String(), tok) {
 			t.Errorf("a token in the log:\n%s", logs.String())
 		}
+	}
+}
+
+// TestTLSHandshakeLog: a TCP connection to the TLS port closed without a
+// handshake (a load balancer's TCP check, a tcpSocket probe) is logged at
+// DEBUG, not WARN as every such check was (session 30); a handshake that
+// fails for a reason (TLS 1.1 offered) stays at WARN.
+func TestTLSHandshakeLog(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, "lagbridge-test-ca")
+	cert, key := ca.Leaf(t, "lagbridge", true)
+	cfg := testConfig(t, "127.0.0.1:0")
+	cfg.TLS = servertls.Config{CertFile: testpki.Write(t, dir, "tls.crt", cert), KeyFile: testpki.Write(t, dir, "tls.key", key)}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var logs testutil.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := New(ctx, cfg, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	c, err := net.Dial("tcp", a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	old, err := tls.Dial("tcp", a.Addr(), &tls.Config{RootCAs: ca.Pool, MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11})
+	if err == nil {
+		old.Close()
+		t.Fatal("TLS 1.1 served")
+	}
+	line := func(sub string) string {
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "TLS handshake error") && strings.Contains(l, sub) {
+				return l
+			}
+		}
+		return ""
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for (line(": EOF") == "" || line("unsupported versions") == "") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polling the log the server writes
+	}
+	if l := line(": EOF"); !strings.Contains(l, "level=DEBUG") {
+		t.Errorf("the closed TCP connection's line: %q, want it at DEBUG", l)
+	}
+	if l := line("unsupported versions"); !strings.Contains(l, "level=WARN") {
+		t.Errorf("TLS 1.1's line: %q, want it at WARN", l)
 	}
 }
