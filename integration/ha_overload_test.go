@@ -323,7 +323,9 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 	} else {
 		brokerYAML += "quota:\n  policies:\n" + policy
 	}
-	yaml := fmt.Sprintf("interval: %s\nlog: {level: info, format: json}\nrules: {lagAge: %s}\n%sha:\n  enabled: true\n  name: %s\n  sessionTimeout: %s\n",
+	// At debug: quotaWrites reads every "kafka client quota set" line,
+	// and most are at DEBUG (a move of less than a factor of 2).
+	yaml := fmt.Sprintf("interval: %s\nlog: {level: debug, format: json}\nrules: {lagAge: %s}\n%sha:\n  enabled: true\n  name: %s\n  sessionTimeout: %s\n",
 		haInterval, overloadDeadline, brokerYAML, unique("hao"), haSession)
 	dir := t.TempDir()
 	var ps []*haProcess

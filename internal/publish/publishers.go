@@ -156,9 +156,15 @@ func (p *ClientQuotaPublisher) Name() string { return "kafka-client-quotas/" + p
 // Reset forgets the steering's memory of the quotas it stored and of
 // what producers sent: another replica led meanwhile, so the quotas on the
 // broker and the rates they let through are no longer the ones it
-// remembers, and the next Publish steers from what producers send now.
+// remembers, and the next Publish steers from what producers send now
+// (and logs each client-id's first write at INFO again).
 // Called on the publishing goroutine only.
-func (p *ClientQuotaPublisher) Reset() { p.steer = Steering{Window: p.steer.Window} }
+func (p *ClientQuotaPublisher) Reset() {
+	p.steer = Steering{Window: p.steer.Window}
+	if p.Quotas != nil {
+		p.Quotas.forgetLogged()
+	}
+}
 
 // Publish implements Publisher: it measures record sizes (a failed
 // measurement keeps the last figures), then steers and applies the
