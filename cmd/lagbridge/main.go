@@ -225,7 +225,7 @@ func ignoreHangup(log *slog.Logger) (stop func()) {
 		for {
 			select {
 			case <-hup:
-				log.Warn("SIGHUP ignored: lagbridge reloads nothing on a signal. The daemon's own TLS files (tls.certFile, keyFile, clientCAFile) and the quota protocol's token files (quota.auth's tokens[].tokenFile, adminTokensFile, readTokensFile) are read again when they change; the config file and the broker passwords and tokens (kafka[].sasl.passwordFile, nats[].passwordFile, nats[].tokenFile) only at start: restart to apply a change to them")
+				log.Warn("SIGHUP ignored: lagbridge reloads nothing on a signal. Read again when they change: the daemon's own TLS files (tls.certFile, keyFile, clientCAFile) and the quota protocol's token files (quota.auth's tokens[].tokenFile, adminTokensFile, readTokensFile). Read at each NATS connect: nats[].credsFile, and nats[].nkeyFile's seed (its public key at start). Read at start only, restart to apply a change: the config file and the LAGBRIDGE_* variables, the broker passwords and tokens (kafka[].sasl.passwordFile, nats[].passwordFile, nats[].tokenFile) and the brokers' TLS files (kafka[].tls, nats[].tls)")
 			case <-done:
 				return
 			}
