@@ -360,7 +360,7 @@ func startDaemon(ctx context.Context, o Options, scn Scenario, w *world, interva
 		return nil, fmt.Errorf("daemon config: %w", err)
 	}
 	dctx, cancel := context.WithCancel(ctx)
-	a, err := app.New(dctx, cfg, o.Log.With("component", "daemon"))
+	a, err := app.New(dctx, cfg, o.Log.With("side", "daemon")) // the daemon adds its own component keys
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("start daemon: %w", err)

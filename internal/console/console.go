@@ -228,7 +228,7 @@ func Status(ctx context.Context, c *Client, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "lagbridge at %s, %s\n", c.BaseURL, lagResp.GeneratedAt.Local().Format("15:04:05"))
 	if ready := c.readiness(ctx); ready != "" && ready != "ready" {
-		fmt.Fprintf(w, "replica: %s\n", ready) // with ha: leader or follower, per cluster
+		fmt.Fprintf(w, "readyz: %s\n", ready) // /readyz's body: a cluster never reached; with ha, the role per cluster
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

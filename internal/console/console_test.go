@@ -82,7 +82,7 @@ func TestWhyAndStatus(t *testing.T) {
 		// status: the target with its status, lag and head age; no
 		// quota engine on this API.
 		{"status", "s3cret", func(c *Client, w *bytes.Buffer) error { return Status(ctx, c, w) },
-			[]string{"replica: ready: leader of c (epoch 7)", "c/orders/billing", "lagging (2 without commit)", "3400", "3.40s", "quotas: this daemon has no quota engine",
+			[]string{"readyz: ready: leader of c (epoch 7)", "c/orders/billing", "lagging (2 without commit)", "3400", "3.40s", "quotas: this daemon has no quota engine",
 				"shards of c: (unassigned) 3; r0 (this replica) 1; r1 0, 2, 4 (for r2)"}, nil},
 	}
 	for _, c := range cases {
@@ -223,7 +223,7 @@ func TestWhyUnknownProducer(t *testing.T) {
 	// One replica (no election), not observed yet: status says why it
 	// is not ready (a ready one, plain "ready", gets no line).
 	var st bytes.Buffer
-	if err := Status(context.Background(), &Client{BaseURL: srv.URL}, &st); err != nil || !strings.Contains(st.String(), "replica: not ready: no successful observation yet of c") {
+	if err := Status(context.Background(), &Client{BaseURL: srv.URL}, &st); err != nil || !strings.Contains(st.String(), "readyz: not ready: no successful observation yet of c") {
 		t.Errorf("status of one replica not observed yet: %v\n%s", err, st.String())
 	}
 	for _, c := range cases {
