@@ -138,6 +138,10 @@ type Result struct {
 	EndLag                     int64
 	EndHeadAge, EndTrueHeadAge time.Duration
 
+	// Schedule is how the run kept its schedule from start to end (see
+	// [ScheduleOf] and [Stall]).
+	Schedule Schedule
+
 	Series *Series
 }
 
@@ -207,6 +211,8 @@ func Analyze(scn Scenario, row Row, broker, mode string, load float64, s *Series
 	r.AdmittedBefore = rate(acked, 0, drop, bin)
 	r.Excess = ExcessAfterDrop(acked, s.Bin, drop, restore, scn.Slow)
 	r.Bound = ExcessBound(r.AdmittedBefore, scn.Slow, row.Consumer.CommitInterval(), row.Interval)
+
+	r.Schedule = ScheduleOf(s, 0, r.Duration)
 
 	r.EndLag, r.EndHeadAge, r.EndTrueHeadAge = -1, Never, Never
 	for i := len(s.TrueHeadAge) - 1; i >= 0; i-- {

@@ -358,6 +358,80 @@ func TestMarkdown(t *testing.T) {
 	}
 }
 
+// TestMarkdownStall: a run the machine stalled says so next to its
+// misses, with how (the load generator 1.5 s late, the daemon's
+// observations 1.2 s apart, on a 250 ms row), naming the side; a run that
+// kept its schedule does not. Without the note a miss of a loaded run
+// read as lagbridge's (session 30's matrix: nats/ack-batch/sync/250ms 2x,
+// 7 false-throttle seconds before the drop in a run whose generator sent
+// nothing for 1.5 s at a time; 0 in three runs alone).
+func TestMarkdownStall(t *testing.T) {
+	scn := testScenario()
+	c := func(v int64) func(int) int64 { return func(int) int64 { return v } }
+	every := func(step, until time.Duration, skip ...time.Duration) []time.Duration {
+		var out []time.Duration
+		for at := step; at < until; at += step {
+			if !slices.Contains(skip, at) {
+				out = append(out, at)
+			}
+		}
+		return out
+	}
+	var rs []Result
+	for _, load := range []float64{2, 5} {
+		naive := series(c(50), c(50), c(20), c(30), func(i int) float64 { return float64(i) / 10 })
+		lb := series(c(50), c(10), c(10), c(0), func(int) float64 { return 0.3 })
+		naive.Behind, lb.Behind = make([]float64, 40), make([]float64, 40)
+		naive.Cycles, lb.Cycles = every(250*time.Millisecond, 4*time.Second), every(250*time.Millisecond, 4*time.Second)
+		naive.Behind[5] = 0.2 // within the row's 250 ms: on schedule
+		if load == 2 {
+			// [2.0, 2.1 s): 1.5 s late; no observation from 2.0 to 3.2 s.
+			lb.Behind[20] = 1.5
+			lb.Cycles = every(200*time.Millisecond, 4*time.Second, 2200*time.Millisecond, 2400*time.Millisecond, 2600*time.Millisecond, 2800*time.Millisecond, 3000*time.Millisecond)
+		}
+		rs = append(rs, Analyze(scn, testRow, "kfake", ModeNaive, load, naive, Totals{Attempts: 2000}),
+			Analyze(scn, testRow, "kfake", ModeLagbridge, load, lb, Totals{Attempts: 400}))
+	}
+	md := Markdown(scn, rs)
+	want := "goodput 66.7% < 95.0% (the machine stalled the run, lagbridge: generator 1.50s late at 2.10s, observations 1.20s apart at 3.20s) |"
+	if !strings.Contains(md, want) {
+		t.Errorf("%q not in\n%s", want, md)
+	}
+	if n := strings.Count(md, "the machine stalled the run,"); n != 1 {
+		t.Errorf("%d runs stalled, want 1 (the 2x lagbridge run):\n%s", n, md)
+	}
+	if want := "| schedule: generator late at worst / daemon's longest gap between observations / consumer behind its capacity at worst | 0.20s / 0.25s / 0.00s | 1.50s / 1.20s / 0.00s |"; !strings.Contains(md, want) {
+		t.Errorf("%q not in\n%s", want, md)
+	}
+}
+
+// TestStall: the thresholds, one interval late for the generator, two
+// apart for the daemon's observations and the deadline (1 s here) behind
+// for the consumer, are exclusive; a run nothing observed (no cycles) is
+// not judged on its gaps.
+func TestStall(t *testing.T) {
+	iv, dl := 250*time.Millisecond, time.Second
+	for _, tc := range []struct {
+		name string
+		sc   Schedule
+		want string
+	}{
+		{"on schedule", Schedule{Behind: iv, Consumer: dl, Gap: 2 * iv, Cycles: 10}, ""},
+		{"generator", Schedule{Behind: iv + time.Millisecond, BehindAt: time.Second, Gap: 2 * iv, Cycles: 10}, "generator 0.25s late at 1.00s"},
+		{"consumer", Schedule{Consumer: dl + 10*time.Millisecond, ConsumerAt: 2 * time.Second, Gap: 2 * iv, Cycles: 10}, "consumer 1.01s behind its capacity at 2.00s"},
+		{"daemon", Schedule{Gap: 2*iv + time.Millisecond, GapAt: 3 * time.Second, Cycles: 10}, "observations 0.50s apart at 3.00s"},
+		{"all", Schedule{Behind: 2 * time.Second, BehindAt: time.Second, Consumer: 2 * time.Second, ConsumerAt: 2 * time.Second, Gap: time.Second, GapAt: 3 * time.Second, Cycles: 10},
+			"generator 2.00s late at 1.00s, consumer 2.00s behind its capacity at 2.00s, observations 1.00s apart at 3.00s"},
+		{"no cycles", Schedule{Gap: 10 * time.Second, GapAt: 10 * time.Second}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Stall(Result{Row: testRow, Scenario: testScenario(), Schedule: tc.sc}); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestMarkdownPhaseNote: the header names the phases of a +no-commit-yet
 // row, which drops the capacity at 1 s, not only the run's defaults.
 func TestMarkdownPhaseNote(t *testing.T) {
@@ -431,8 +505,18 @@ func TestCSV(t *testing.T) {
 	// Bin 1 (0.1s): 1,000 msg/s capacity, 500 offered/s, 100 stored/s,
 	// true head age 0.15, the daemon's 0.3, allowed unlimited, no
 	// decision.
-	if want := "0.100,1000,500,100,100,0,0,0.15,0.3,0,inf,,0,0,,0"; lines[1] != want {
+	if want := "0.100,1000,500,100,100,0,0,0.15,0.3,0,inf,,0,0,,0,,,0"; lines[1] != want {
 		t.Errorf("got %q, want %q", lines[1], want)
+	}
+	// The schedule's columns: the generator 0.4 s late and the consumer
+	// 0.2 s behind in bin 2 ([0.1 s, 0.2 s)), two cycles ending in it.
+	r := results()[1]
+	r.Series.Behind, r.Series.ConsumerBehind = make([]float64, 40), make([]float64, 40)
+	r.Series.Behind[1], r.Series.ConsumerBehind[1] = 0.4, 0.2
+	r.Series.Cycles = []time.Duration{50 * time.Millisecond, 120 * time.Millisecond, 180 * time.Millisecond}
+	lines = strings.Split(strings.TrimSpace(string(CSV(r))), "\n")
+	if !strings.HasSuffix(lines[0], ",refused,generator_late_s,consumer_late_s,cycles") || !strings.HasSuffix(lines[1], ",0,0,1") || !strings.HasSuffix(lines[2], ",0.4,0.2,2") {
+		t.Errorf("schedule columns:\n%s\n%s\n%s", lines[0], lines[1], lines[2])
 	}
 }
 

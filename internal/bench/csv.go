@@ -14,14 +14,18 @@ import (
 // stored, good, dead and skipped counts; the bench's true head age (s, at
 // the bin's end); then the sampled daemon and SDK figures (the daemon's
 // head age s, lag, allowed and decided msg/s, the decision's capacity
-// estimate, predicted wait and reason), and the SDK's refusals per second.
+// estimate, predicted wait and reason), the SDK's refusals per second, and
+// how the run kept its schedule: how late the load generator sent and the
+// consumer let a message go at worst (s, see Series.Behind and
+// Series.ConsumerBehind) and the daemon's observation cycles that ended
+// in the bin.
 // Empty cells are unknown; "inf" is unlimited. It is a pure function.
 func CSV(r Result) []byte {
 	s, scn := r.Series, r.Scenario
 	var b bytes.Buffer
 	w := csv.NewWriter(&b)
 	_ = w.Write([]string{"t_s", "capacity", "offered", "stored", "good", "dead", "skipped", "true_head_age_s", "daemon_head_age_s", "lag",
-		"allowed", "decided", "decision_capacity", "decision_wait_s", "decision_reason", "refused"})
+		"allowed", "decided", "decision_capacity", "decision_wait_s", "decision_reason", "refused", "generator_late_s", "consumer_late_s", "cycles"})
 	rate := 1 / s.Bin.Seconds()
 	f := func(v float64) string {
 		switch {
@@ -45,12 +49,19 @@ func CSV(r Result) []byte {
 		}
 		return f(float64(n) * rate)
 	}
+	cycles := make([]int, s.Bins())
+	for _, c := range s.Cycles {
+		if i := int(c / s.Bin); i >= 0 && i < len(cycles) {
+			cycles[i]++
+		}
+	}
 	for i := range s.Bins() {
 		t := time.Duration(i+1) * s.Bin
 		_ = w.Write([]string{fmt.Sprintf("%.3f", t.Seconds()), f(scn.Capacity(t - s.Bin/2)),
 			per(s.Offered, i), per(s.Acked, i), per(s.Good, i), per(s.Dead, i), per(s.Skipped, i),
 			f(round3(val(s.TrueHeadAge, i))), f(round3(s.HeadAge[i])), f(s.Lag[i]), f(round3(s.Allowed[i])), f(round3(s.Decided[i])),
-			f(round3(s.Capacity[i])), f(round3(s.Wait[i])), s.Reason[i], per(s.Refused, i)})
+			f(round3(s.Capacity[i])), f(round3(s.Wait[i])), s.Reason[i], per(s.Refused, i),
+			f(round3(val(s.Behind, i))), f(round3(val(s.ConsumerBehind, i))), strconv.Itoa(cycles[i])})
 	}
 	w.Flush()
 	return b.Bytes()
