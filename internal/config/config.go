@@ -61,6 +61,15 @@ type Config struct {
 	// Interval is the observation interval of every cluster. Default 1s,
 	// from 100ms to 1m. Env LAGBRIDGE_INTERVAL, flag --interval.
 	Interval time.Duration `mapstructure:"interval"`
+	// EngagedInterval is the observation interval of a cluster while a
+	// policy is engaged on it (a target limited, or its wait above the
+	// engage threshold), until it has not been for 8 cycles: a drop in
+	// the consumers' capacity is then seen in a quarter of the time.
+	// Never faster than 4 times what the cluster's last observation took.
+	// Default max(250ms, interval/4); from 100ms to 1m; equal to or above
+	// the interval: off (every cycle at the interval). Env
+	// LAGBRIDGE_ENGAGEDINTERVAL. See EngagedCadence.
+	EngagedInterval time.Duration `mapstructure:"engagedInterval"`
 	// ShutdownTimeout bounds the graceful shutdown. Default 10s.
 	ShutdownTimeout time.Duration `mapstructure:"shutdownTimeout"`
 	Log             Log           `mapstructure:"log"`
@@ -210,14 +219,33 @@ func (c Config) Lag() lag.Rules {
 	return r
 }
 
+// EngagedCadence is the observation interval while a policy is engaged
+// (EngagedInterval, its default when unset); the interval when that is not
+// shorter (off).
+func (c Config) EngagedCadence() time.Duration {
+	e := c.EngagedInterval
+	if e == 0 {
+		e = max(250*time.Millisecond, c.Interval/4)
+	}
+	return min(e, c.Interval)
+}
+
 // ObservedNATS returns the NATS clusters as the daemon observes them: a
-// cluster's interval, when unset, is the daemon's. Everything else is the
+// cluster's interval, when unset, is the daemon's, and then its
+// infoInterval, when unset, the engaged interval (EngagedCadence): a
+// stream's infos are fetched at every cycle, also at the faster cycles
+// while a policy is engaged, rather than at every fourth of them (the
+// observer repeats its last readings in between); at the interval's
+// cycles that is once a cycle, as before. Everything else is the
 // observer's own default (nats.Config.WithDefaults).
 func (c Config) ObservedNATS() []nats.Config {
 	out := make([]nats.Config, len(c.NATS))
 	for i, n := range c.NATS {
 		if n.Interval == 0 {
 			n.Interval = c.Interval
+			if n.InfoInterval == 0 {
+				n.InfoInterval = c.EngagedCadence()
+			}
 		}
 		out[i] = n
 	}
@@ -251,6 +279,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	v.AutomaticEnv()
 	v.SetDefault("listen", DefaultListen)
 	v.SetDefault("interval", DefaultInterval.String())
+	v.SetDefault("engagedInterval", "0s")
 	v.SetDefault("shutdownTimeout", "10s")
 	v.SetDefault("log.level", "info")
 	v.SetDefault("log.format", "text")
@@ -789,6 +818,9 @@ func (c Config) Validate() error {
 	}
 	if c.Interval < 100*time.Millisecond || c.Interval > time.Minute {
 		add("interval", "must be from 100ms to 1m, got %v", c.Interval)
+	}
+	if c.EngagedInterval != 0 && (c.EngagedInterval < 100*time.Millisecond || c.EngagedInterval > time.Minute) {
+		add("engagedInterval", "must be from 100ms to 1m (equal to the interval or more: off), got %v", c.EngagedInterval)
 	}
 	if c.ShutdownTimeout <= 0 {
 		add("shutdownTimeout", "must be positive, got %v", c.ShutdownTimeout)

@@ -854,3 +854,68 @@ quota:
 		t.Errorf("a removed file: %v", err)
 	}
 }
+
+// TestEngagedInterval: the observation interval while a policy is engaged
+// defaults to a quarter of the interval, at least 250 ms (so none at a
+// 250 ms interval); one equal to the interval or above turns it off; one
+// out of 100ms..1m is refused with the other problems, from the file or
+// the environment.
+func TestEngagedInterval(t *testing.T) {
+	const base = "listen: 127.0.0.1:9464\nkafka: [{cluster: main, brokers: ['127.0.0.1:9092']}]\n"
+	for _, c := range []struct {
+		yaml string
+		want time.Duration
+	}{
+		{"", 250 * time.Millisecond},
+		{"interval: 4s\n", time.Second},
+		{"interval: 250ms\n", 250 * time.Millisecond},
+		{"engagedInterval: 100ms\n", 100 * time.Millisecond},
+		{"engagedInterval: 1s\n", time.Second},
+		{"engagedInterval: 5s\n", time.Second},
+	} {
+		cfg, err := load(t, "--config", writeFile(t, base+c.yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", c.yaml, err)
+		}
+		if got := cfg.EngagedCadence(); got != c.want {
+			t.Errorf("%q: engaged cadence %v, want %v", c.yaml, got, c.want)
+		}
+	}
+	for _, bad := range []string{"engagedInterval: 50ms\ninterval: 10ms\n", "engagedInterval: 2m\n", "engagedInterval: -1s\n"} {
+		_, err := load(t, "--config", writeFile(t, base+bad))
+		if err == nil || !strings.Contains(err.Error(), "engagedInterval: must be from 100ms to 1m") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	t.Setenv("LAGBRIDGE_ENGAGEDINTERVAL", "300ms")
+	if cfg, err := load(t, "--config", writeFile(t, base)); err != nil || cfg.EngagedCadence() != 300*time.Millisecond {
+		t.Errorf("LAGBRIDGE_ENGAGEDINTERVAL=300ms: %v, %v", cfg.EngagedCadence(), err)
+	}
+}
+
+// TestNATSInfoFollowsEngagedInterval: a NATS cluster that keeps the
+// daemon's interval fetches its streams' infos at most every engaged
+// interval, so that the faster cycles read fresh infos rather than
+// repeat the last ones; an infoInterval or a cluster interval set in the
+// file is kept.
+func TestNATSInfoFollowsEngagedInterval(t *testing.T) {
+	c, err := load(t, "--config", writeFile(t, `
+listen: 127.0.0.1:9464
+nats:
+  - {cluster: a, urls: ['nats://127.0.0.1:4222']}
+  - {cluster: b, urls: ['nats://127.0.0.1:4222'], infoInterval: 2s}
+  - {cluster: c, urls: ['nats://127.0.0.1:4222'], interval: 5s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := c.ObservedNATS()
+	for i, want := range []time.Duration{250 * time.Millisecond, 2 * time.Second, 5 * time.Second} {
+		if got := ns[i].WithDefaults().InfoInterval; got != want {
+			t.Errorf("cluster %s: infoInterval %v, want %v", ns[i].Cluster, got, want)
+		}
+	}
+	if got := c.Lag().StaleAfter; got != 15*time.Second {
+		t.Errorf("staleAfter %v, want 15s (3 x cluster c's)", got)
+	}
+}

@@ -19,6 +19,7 @@ type Metrics struct {
 	observeDuration *prometheus.HistogramVec
 	observeErrors   *prometheus.CounterVec
 	earlyCycles     *prometheus.CounterVec
+	fastCycles      *prometheus.CounterVec
 
 	lagDesc, ageDesc, consumeDesc, produceDesc, drainDesc *prometheus.Desc
 	statusDesc, staleDesc, membersDesc, uncommittedDesc   *prometheus.Desc
@@ -45,6 +46,10 @@ func NewMetrics(reg prometheus.Registerer, store *Store) *Metrics {
 		earlyCycles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lagbridge_observe_early_cycles_total",
 			Help: "Observation cycles of a cluster run before the interval was up because a consumer's own report showed a target late (the message in hand older than the engage threshold).",
+		}, []string{"cluster"}),
+		fastCycles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lagbridge_observe_engaged_cycles_total",
+			Help: "Observation cycles of a cluster followed by the next at the engaged interval rather than the interval, because a policy was engaged on the cluster (a target limited or its wait above the engage threshold) or was until a few cycles before.",
 		}, []string{"cluster"}),
 		lagDesc: prometheus.NewDesc("lagbridge_consumer_lag_messages", "Unconsumed messages of a consumer group (Kafka) or consumer (NATS: pending plus ack pending).", targetLabels, nil),
 		ageDesc: prometheus.NewDesc("lagbridge_head_age_seconds", "Age of the oldest unconsumed message.", targetLabels, nil),
@@ -74,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer, store *Store) *Metrics {
 			"Unix time of the start of the newest observation cycle that returned data.", []string{"cluster"}, nil),
 		targetsDesc: prometheus.NewDesc("lagbridge_targets", "Targets watched on a cluster.", []string{"cluster"}, nil),
 	}
-	reg.MustRegister(m.observeDuration, m.observeErrors, m.earlyCycles, m)
+	reg.MustRegister(m.observeDuration, m.observeErrors, m.earlyCycles, m.fastCycles, m)
 	return m
 }
 
@@ -90,6 +95,9 @@ func (m *Metrics) observed(cluster string, d time.Duration, err error) {
 
 // early counts one early cycle; called by Loop.
 func (m *Metrics) early(cluster string) { m.earlyCycles.WithLabelValues(cluster).Inc() }
+
+// fast counts one cycle followed at the engaged interval; called by Loop.
+func (m *Metrics) fast(cluster string) { m.fastCycles.WithLabelValues(cluster).Inc() }
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {

@@ -859,6 +859,33 @@ func (e *Engine) ClusterDecisions(cluster string) map[lag.Target]quota.Decision 
 	return maps.Clone(e.decisions[cluster])
 }
 
+// Engaged reports whether a policy is engaged on cluster as of its newest
+// decisions: a target limited (a finite rate, or a signal other than ok)
+// or its predicted wait above the policy's engage threshold (Urgent).
+// Decisions that observing sooner cannot change do not count: a held one
+// (the cluster's data is stale), fail-open, an abandoned target, an
+// invalid policy, rates not known yet. The daemon.Loop's Engaged hook:
+// while it holds, the cluster is observed at the engaged interval.
+func (e *Engine) Engaged(cluster string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for t, d := range e.decisions[cluster] {
+		switch d.Rule {
+		case quota.RuleHold, quota.RuleFailOpen, quota.RuleAbandoned, quota.RuleInvalidPolicy, quota.RuleRatesUnknown:
+			continue
+		}
+		if !d.IsUnlimited() || d.Signal != quota.SignalOK {
+			return true
+		}
+		if p, ok := e.policies.Match(t); ok {
+			if engage := e.ctl.EngageWait(&p, e.interval); engage > 0 && d.Wait > engage {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // producerStats returns the number of producers kept and of reports
 // refused for want of room.
 func (e *Engine) producerStats() (known int, busy uint64) {

@@ -292,3 +292,36 @@ func TestRenumberAboveBounded(t *testing.T) {
 		t.Error("an interval later: not renumbered")
 	}
 }
+
+// TestEngaged: Engaged says whether a policy is engaged on a cluster (the
+// daemon observes it faster then): no while the consumer keeps up, yes
+// once the drop has its producers limited, no on another cluster; and no
+// for decisions observing sooner cannot change (an abandoned target, a
+// held one), limited as they may be.
+func TestEngaged(t *testing.T) {
+	c := &clock{now: t0}
+	e, _ := newEngine(t, c, twoProducers)
+	w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 1000, consume: 2000}
+	w.cycles(3)
+	if e.Engaged("c1") {
+		t.Fatalf("engaged while the consumer keeps up: %+v", e.Decisions())
+	}
+	w.consume = 400
+	w.cycles(4)
+	if d := e.Decisions(); len(d) != 1 || d[0].IsUnlimited() {
+		t.Fatalf("not limited after the drop: %+v", d)
+	}
+	if !e.Engaged("c1") || e.Engaged("c2") {
+		t.Errorf("after the drop: engaged c1 %v (want true), c2 %v (want false)", e.Engaged("c1"), e.Engaged("c2"))
+	}
+	for _, r := range []quota.Rule{quota.RuleAbandoned, quota.RuleHold} {
+		e.mu.Lock()
+		d := e.decisions["c1"][target]
+		d.Rule = r
+		e.decisions["c1"][target] = d
+		e.mu.Unlock()
+		if e.Engaged("c1") {
+			t.Errorf("engaged by a %s decision", r)
+		}
+	}
+}
