@@ -82,7 +82,12 @@ type partTrack struct {
 	intervals   [numIntervals]time.Duration
 	nInt        int           // intervals recorded, up to numIntervals
 	ci          time.Duration // median of intervals; 0 while none
-	ends        []endPoint
+	// seenGap is the readings' spacing at the newest move when the move
+	// before it was seen at the reading just before (every reading saw
+	// one): the intervals then measure the readings' spacing, and the
+	// cadence is only known to be no longer. 0 otherwise.
+	seenGap time.Duration
+	ends    []endPoint
 
 	// counted is the best position at the newest reading, never moving
 	// back except on an offset reset: the consumed counter of the rates.
@@ -179,6 +184,10 @@ func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, g
 				pt.prodRate = float64(p.End-pt.moveEnd) / time.Duration(now-pt.moveReadAt).Seconds()
 			}
 			pt.moveEnd, pt.moveReadAt = p.End, now
+			pt.seenGap = 0
+			if len(pt.moves) > 0 && pt.between == 0 {
+				pt.seenGap = gap
+			}
 			pt.moves = append(pt.moves, move{at: mid, pos: pos})
 			if p.Lag > 0 {
 				pt.emptyAt = 0
@@ -429,7 +438,12 @@ func (pt *partTrack) best(r Rules, gap time.Duration, now time.Time) bestPos {
 	n := len(pt.moves)
 	// A consumer that commits about once per reading is read exactly
 	// enough by its commits.
-	if p.Lag == 0 || pt.ci <= gap*3/2 || n == 0 || pt.moves[n-1].pos != cpos {
+	// So is one whose cadence was learned from moves at every reading of
+	// a slower spacing than now's (the daemon's loop went faster): until
+	// it is seen to skip a reading, its cadence is not known to be longer
+	// than the new spacing.
+	if p.Lag == 0 || pt.ci <= gap*3/2 || n == 0 || pt.moves[n-1].pos != cpos ||
+		(pt.seenGap > gap*3/2 && pt.ci <= pt.seenGap*3/2) {
 		return b
 	}
 	last, caught := pt.moves[n-1].at, pt.caught
