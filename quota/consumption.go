@@ -159,7 +159,7 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 		// (correctedSpan). (A first commit
 		// behind the position a group without one was first seen at
 		// is no fresh start: the span runs on from first sight.)
-		tc.moveAt, tc.spanProduced = st.At, 0
+		tc.moveAt, tc.spanProduced, tc.moveGap = st.At, 0, 0
 		c.correctedSpan(tc, st, v)
 		return
 	}
@@ -175,7 +175,7 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 		// not committed since long before this controller started
 		// (a restart, a takeover) consumes nothing, whatever rate it
 		// has yet to show.
-		tc.moveAt, tc.spanProduced, tc.quick, tc.still = lastMove(st), 0, 0, true
+		tc.moveAt, tc.spanProduced, tc.quick, tc.still, tc.moveGap = lastMove(st), 0, 0, true, 0
 		if !overdue(tc, st, v, st.At.Sub(tc.moveAt).Seconds()) {
 			return
 		}
@@ -196,13 +196,14 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	case moved && firstCommit(tc, st) && !behindAtCommit(st, v):
 		// No evidence yet: measure from this commit on (its lag is the
 		// backlog, see backlog).
-		tc.moveAt, tc.spanProduced, tc.moveLag, tc.sightAt = st.At, 0, st.Lag, time.Time{}
+		tc.moveAt, tc.spanProduced, tc.moveLag, tc.sightAt, tc.moveGap = st.At, 0, st.Lag, time.Time{}, v.dt
 		v.sightCommit = true
 		return
 	case moved:
+		span = moveSpan(tc, st, v, span)
 		v.consumed, v.span = st.ConsumeRateInstant*v.dt/span, span
 		leaveOutSkipped(st, v)
-		tc.moveAt, tc.spanProduced, tc.moveLag = st.At, 0, st.Lag
+		tc.moveAt, tc.spanProduced, tc.moveLag, tc.moveGap = st.At, 0, st.Lag, v.dt
 		if firstCommit(tc, st) {
 			v.lower, tc.sightAt = true, time.Time{}
 		}
@@ -218,6 +219,38 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	v.spanProduced = produced
 	v.keepsUp = v.consumed*span >= keepUpRatio*produced
 }
+
+// moveSpan is the span, seconds, that a move seen now is measured over,
+// from span, the time since the reading that saw the move before it. A
+// move is dated half its reading's spacing before that reading (as lag/
+// dates a commit): at an even spacing the two halves cancel. When the
+// readings came faster since (the loop's engaged interval, an early
+// cycle), the move before may have come anywhere in its longer spacing,
+// and the span runs from the middle of it: from the reading alone, the
+// first 0.2 s span after a 1 s reading read a commit-per-poll consumer
+// slowed to 400 msg/s as consuming 1,078/s, taken as its capacity, and
+// 1,183 msg/s were admitted past it (lagbridge bench on kfake, 2x at 1 s
+// with the engaged interval, session 30; TestControllerFasterReadingsSpan).
+// Not for a position the consumer reported: its report is dated by the
+// consumer (widened there, TestControllerStallThenDropSkips read a
+// catch-up above 600/s at 3 readings and TestControllerLateShareBack a
+// share below its case, from the early cycles of their reports). Only
+// when the spacing shrank by fasterSpacing or more, as lag/ tells a
+// faster reading (partTrack.seenGap): within the jitter of an even
+// spacing the halves cancel on average, and widening at every shorter
+// one would only lower the readings (no test tells this guard; none of
+// the package's fails without it). Never shortened: readings that come
+// slower again are measured as before.
+func moveSpan(tc *control, st *lag.State, v *reading, span float64) float64 {
+	if st.Source == lag.SourceConsumer || tc.moveGap < fasterSpacing*v.dt {
+		return span
+	}
+	return span + (tc.moveGap-v.dt)/2
+}
+
+// fasterSpacing is how many times longer than now's the spacing at the
+// move before must be for moveSpan to date that move within it.
+const fasterSpacing = 1.5
 
 // twoMoves reads a move of a position read from commits about as often as
 // it is observed (a learned cadence), and returns the span and the
@@ -346,13 +379,13 @@ func reportStill(tc *control, st *lag.State, v *reading) {
 	tc.spanProduced += v.produced * v.dt
 	repAt := st.At.Add(-st.Uncertainty)
 	if idleReported(st) {
-		tc.moveAt, tc.spanProduced = time.Time{}, 0
+		tc.moveAt, tc.spanProduced, tc.moveGap = time.Time{}, 0, 0
 		return
 	}
 	first := !tc.has || tc.moveAt.IsZero() || tc.moveLag <= 0
 	if first {
 		// Busy since its poll, at or before this report.
-		tc.moveAt, tc.spanProduced, tc.moveLag = st.At, 0, st.Lag
+		tc.moveAt, tc.spanProduced, tc.moveLag, tc.moveGap = st.At, 0, st.Lag, 0
 	}
 	if bound, busy, ok := heldBound(st); ok {
 		stillBound(tc, v, bound, busy, v.produced*busy)

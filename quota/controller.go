@@ -81,7 +81,10 @@ type control struct {
 	moveAt       time.Time
 	spanProduced float64
 	// moveLag is the lag at moveAt (see reportStill).
-	moveLag  int64
+	moveLag int64
+	// moveGap is the spacing of the readings at moveAt when a move was
+	// seen there, seconds (0 otherwise; see moveSpan).
+	moveGap  float64
 	interval float64 // smoothed observation interval, seconds
 	// pollPos is the committed position (the sum over the partitions with
 	// a commit) last seen to move, pollAt the State.At it was seen at and
