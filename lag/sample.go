@@ -75,6 +75,12 @@ type Sample struct {
 	// after a daemon restart or a shard move its topic binds from that
 	// first reading on.
 	LastActive time.Time
+	// LastAck, when not zero, is when the broker last processed an
+	// acknowledgement of this target's consumer, by the broker's clock
+	// (NATS: AckFloor.Last; Kafka: zero, its commits carry no time the
+	// daemon reads). The Tracker keeps how long before each reading it
+	// was (State.AckAge).
+	LastAck time.Time
 	// Partitions holds one entry per partition (Kafka) or a single entry
 	// with Partition 0 (NATS). Partitions that could not be observed carry
 	// Err and Stale; they keep their previous values in the State.

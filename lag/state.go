@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -189,6 +190,14 @@ type State struct {
 	// LastLive is zero (never seen live) or Rules.AbandonAfter ago or more.
 	Live     Liveness  `json:"live"`
 	LastLive time.Time `json:"lastLive,omitzero"`
+
+	// AckAge is the longest time from the broker's last processed
+	// acknowledgement (Sample.LastAck) to the reading over the target's
+	// last ackAgeReadings fresh readings; 0 while fewer of them carried
+	// one (Kafka: always). A consumer that acknowledges at least every d
+	// has an AckAge under d; one that acknowledges every 1 s reads under
+	// 250 ms at 4 readings in a row 1 time in 256 (see MovesWithin).
+	AckAge time.Duration `json:"ackAge,omitempty"`
 
 	// ProduceRate and ConsumeRate are exponentially weighted rates in
 	// messages per second (time constant Rules.RateWindow). RatesKnown is
@@ -390,7 +399,14 @@ type track struct {
 	// LiveUnknown (LiveUnknown: none yet).
 	knownLive Liveness
 	listed    uint64 // the Prune generation that last listed the target
+	// ackAges are the newest fresh readings' At - Sample.LastAck, newest
+	// first; nAck how many of them in a row carried a LastAck.
+	ackAges [ackAgeReadings]time.Duration
+	nAck    int
 }
+
+// ackAgeReadings is how many readings in a row State.AckAge is taken over.
+const ackAgeReadings = 4
 
 // NewTracker returns a Tracker. rules gives the thresholds for a target;
 // nil means DefaultRules for all.
@@ -463,6 +479,9 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 	// A reading repeated with the same At (an adapter between two
 	// refreshes) counts its skips once.
 	newReading := !tr.haveSample || s.At.After(tr.lastFresh)
+	if fresh > 0 && newReading {
+		tr.foldAck(s)
+	}
 	consuming, corrected := false, false
 	for _, p := range s.Partitions {
 		pt, had := tr.parts[p.Partition]
@@ -604,6 +623,45 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 	}
 	Evaluate(st, r, now, tr.lastFresh)
 	return t.snapshot(tr)
+}
+
+// foldAck records the age of a fresh reading's last acknowledgement and
+// sets State.AckAge.
+func (tr *track) foldAck(s Sample) {
+	tr.state.AckAge = 0
+	if s.LastAck.IsZero() {
+		tr.nAck = 0
+		return
+	}
+	copy(tr.ackAges[1:], tr.ackAges[:ackAgeReadings-1])
+	// Never 0, which says unknown; the broker's clock ahead of ours: 1 ns.
+	tr.ackAges[0] = max(s.At.Sub(s.LastAck), time.Nanosecond)
+	tr.nAck = min(tr.nAck+1, ackAgeReadings)
+	if tr.nAck == ackAgeReadings {
+		tr.state.AckAge = slices.Max(tr.ackAges[:])
+	}
+}
+
+// MovesWithin reports whether the target's consumed position is known to
+// move at least every d, so that readings every d follow the consumer
+// rather than the lumps of its commits: every lagging partition read
+// from a fresh report of the consumer (Source SourceConsumer), or a
+// commit cadence learned at d or under (CommitInterval, the slowest
+// partition's; learned from readings at least as close, since readings
+// further apart than the cadence learn their own spacing), or every one
+// of the last ackAgeReadings readings came within d of an
+// acknowledgement (AckAge). A target read from commits made every second
+// (a commit per poll of a second's records, a 1 s auto-commit) does not.
+func (s State) MovesWithin(d time.Duration) bool {
+	switch {
+	case d <= 0:
+		return false
+	case s.Source == SourceConsumer:
+		return true
+	case s.CommitInterval > 0 && s.CommitInterval <= d:
+		return true
+	}
+	return s.AckAge > 0 && s.AckAge <= d
 }
 
 // position is where the consumer of p reads next: its commit, or the log

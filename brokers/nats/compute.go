@@ -59,7 +59,10 @@ type reading struct {
 	delivered uint64 // Delivered.Consumer
 	// active is the later of the last delivery and the last
 	// acknowledgement (Sample.LastActive); zero when neither happened.
-	active   time.Time
+	active time.Time
+	// acked is AckFloor.Last, when the server last processed an
+	// acknowledgement (Sample.LastAck); zero when it never did.
+	acked    time.Time
 	problems []string
 }
 
@@ -245,6 +248,9 @@ func read(ci *jetstream.ConsumerInfo, sv streamView) reading {
 
 	push := ci.Config.DeliverSubject != ""
 	r.delivered = ci.Delivered.Consumer
+	if ci.AckFloor.Last != nil {
+		r.acked = *ci.AckFloor.Last
+	}
 	for _, t := range []*time.Time{ci.Delivered.Last, ci.AckFloor.Last} {
 		if t != nil && t.After(r.active) {
 			r.active = *t

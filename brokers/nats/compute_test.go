@@ -270,8 +270,14 @@ func TestReadAckCounters(t *testing.T) {
 			Delivered:     jetstream.SequenceInfo{Consumer: 12, Stream: 60},
 			NumAckPending: 2, NumPending: 7,
 		}
-		if got := read(&ci, sv).acks; got != tc.want {
+		r := read(&ci, sv)
+		if got := r.acks; got != tc.want {
 			t.Errorf("%s: ack counters %+v, want %+v", tc.name, got, tc.want)
+		}
+		// The last ack's time is read for every consumer (Sample.LastAck,
+		// the daemon's engaged cadence), filtered or not.
+		if !r.acked.Equal(acked) {
+			t.Errorf("%s: last ack %v, want %v", tc.name, r.acked, acked)
 		}
 	}
 }

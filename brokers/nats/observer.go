@@ -638,6 +638,7 @@ func (o *Observer) refresh(ctx context.Context, j refreshJob, cs *cycleCounters)
 			Members:      r.members,
 			Live:         live,
 			LastActive:   r.active,
+			LastAck:      r.acked,
 			Partitions:   []lag.PartitionSample{r.part},
 			SkipsCounted: o.skipsCounted(),
 		})

@@ -62,9 +62,13 @@ type Config struct {
 	// from 100ms to 1m. Env LAGBRIDGE_INTERVAL, flag --interval.
 	Interval time.Duration `mapstructure:"interval"`
 	// EngagedInterval is the observation interval of a cluster while a
-	// policy is engaged on it (a target limited, or its wait above the
-	// engage threshold), until it has not been for 8 cycles: a drop in
-	// the consumers' capacity is then seen in a quarter of the time.
+	// policy is engaged on one of its targets whose position moves at
+	// least that often (a consumer's fresh reports, a commit cadence that
+	// fine, a NATS consumer acking within it: lag.State.MovesWithin) (a
+	// target limited, or its wait above the engage threshold), until it
+	// has not been for 8 cycles: a drop in the consumers' capacity is then
+	// seen in a quarter of the time. A cluster whose engaged targets are
+	// read from commits made about once an interval keeps the interval.
 	// Never faster than 4 times what the cluster's last observation took.
 	// Default max(250ms, interval/4); from 100ms to 1m; equal to or above
 	// the interval: off (every cycle at the interval). Env

@@ -484,6 +484,10 @@ type slowSource struct {
 	mu    sync.Mutex
 	slow  map[int]time.Duration
 	reads []time.Time
+	// report: the target's consumer reports its position (fresh at each
+	// reading); commits: its commit moves at every reading. Neither: the
+	// commit never moves.
+	report, commits bool
 }
 
 func (f *slowSource) Observe(ctx context.Context) ([]lag.Sample, error) {
@@ -500,7 +504,15 @@ func (f *slowSource) Observe(ctx context.Context) ([]lag.Sample, error) {
 	at := time.Now()
 	f.reads = append(f.reads, at)
 	tg := lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "t", Group: "g"}
-	return []lag.Sample{{Target: tg, At: at, Members: 1, Partitions: []lag.PartitionSample{{End: 100, Lag: 1, Committed: 99}}}}, nil
+	p := lag.PartitionSample{End: 100, Lag: 1, Committed: 99}
+	if f.commits {
+		n := int64(len(f.reads))
+		p = lag.PartitionSample{End: 100 * (n + 1), Lag: 50, Committed: 100*(n+1) - 50, HeadKnown: true, HeadTime: at.Add(-time.Millisecond)}
+	}
+	if f.report {
+		p.Reported = lag.Report{At: at, Position: p.Committed}
+	}
+	return []lag.Sample{{Target: tg, At: at, Members: 1, Partitions: []lag.PartitionSample{p}}}, nil
 }
 
 // TestLoopLateCycleSpacing: a cycle that runs past the interval is not

@@ -37,13 +37,13 @@ func readings(src *slowSource, n int, settle time.Duration) int {
 // in lagbridge_observe_engaged_cycles_total. Red when Engaged is not
 // asked (1 reading) and when the cycles never go back (more than 11).
 func TestLoopEngagedCadence(t *testing.T) {
-	src := &slowSource{}
+	src := &slowSource{report: true}
 	store := NewStore(map[string]lag.Kind{"c1": lag.KindKafka})
 	reg := prometheus.NewPedanticRegistry()
 	m := NewMetrics(reg, store)
 	var mu sync.Mutex
 	asked := 0
-	engaged := func() bool {
+	engaged := func([]lag.Target) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		asked++
@@ -71,7 +71,7 @@ func TestLoopEngagedCadenceOff(t *testing.T) {
 	for _, fast := range []time.Duration{0, time.Hour} {
 		src := &slowSource{}
 		l := &Loop{Name: "c1", Kind: lag.KindKafka, Source: src, Interval: time.Hour, Store: NewStore(map[string]lag.Kind{"c1": lag.KindKafka}),
-			Engaged: func() bool { return true }, EngagedInterval: fast}
+			Engaged: func([]lag.Target) bool { return true }, EngagedInterval: fast}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error)
 		go func() { done <- l.Run(ctx) }()
@@ -100,12 +100,12 @@ func TestEngagedCadenceCost(t *testing.T) {
 		}
 	}
 	const took = 30 * time.Millisecond
-	src := &slowSource{slow: map[int]time.Duration{}}
+	src := &slowSource{slow: map[int]time.Duration{}, report: true}
 	for i := range 6 {
 		src.slow[i] = took
 	}
 	l := &Loop{Name: "c1", Kind: lag.KindKafka, Source: src, Interval: time.Hour, Store: NewStore(map[string]lag.Kind{"c1": lag.KindKafka}),
-		Engaged: func() bool { return true }, EngagedInterval: 10 * time.Millisecond}
+		Engaged: func([]lag.Target) bool { return true }, EngagedInterval: 10 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- l.Run(ctx) }()
@@ -121,5 +121,57 @@ func TestEngagedCadenceCost(t *testing.T) {
 		if gap := src.reads[i].Sub(src.reads[i-1]); gap < (observeCostFactor-1)*took+took {
 			t.Errorf("reading %d came %v after the one before, want at least %v", i, gap, observeCostFactor*took)
 		}
+	}
+}
+
+// TestLoopEngagedOnlyFineTargets: the engaged cadence is for targets whose
+// position moves at least every EngagedInterval. A consumer that reports
+// its position switches the loop to it; a target read from its commits,
+// whose cadence the loop's readings an interval apart cannot show finer
+// than the interval, is not asked about and keeps the interval's
+// readings, engaged as its policy may be (the hook says yes to all). Red
+// when every target is asked about (the engaged cadence of session 30:
+// 1 + engagedHold readings of the commits where 1 is wanted).
+func TestLoopEngagedOnlyFineTargets(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		report, commits bool
+		want            int
+	}{
+		{"reported", true, false, 3},
+		{"commits", false, true, 1},
+		{"still", false, false, 1},
+	} {
+		src := &slowSource{report: c.report, commits: c.commits}
+		var mu sync.Mutex
+		var asked [][]lag.Target
+		engaged := func(fine []lag.Target) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, fine)
+			return true
+		}
+		l := &Loop{Name: "c1", Kind: lag.KindKafka, Source: src, Interval: time.Hour, Store: NewStore(map[string]lag.Kind{"c1": lag.KindKafka}),
+			Engaged: engaged, EngagedInterval: 10 * time.Millisecond}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- l.Run(ctx) }()
+		n := readings(src, c.want, 200*time.Millisecond)
+		cancel()
+		<-done
+		mu.Lock()
+		if c.want == 1 && n != 1 {
+			t.Errorf("%s: %d readings, want 1 (the next an hour later); asked about %v", c.name, n, asked)
+		}
+		if c.want > 1 && n < c.want {
+			t.Errorf("%s: %d readings, want at least %d at the engaged interval", c.name, n, c.want)
+		}
+		for _, fine := range asked {
+			if !c.report || len(fine) != 1 {
+				t.Errorf("%s: asked about %v", c.name, fine)
+				break
+			}
+		}
+		mu.Unlock()
 	}
 }

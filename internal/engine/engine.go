@@ -859,17 +859,24 @@ func (e *Engine) ClusterDecisions(cluster string) map[lag.Target]quota.Decision 
 	return maps.Clone(e.decisions[cluster])
 }
 
-// Engaged reports whether a policy is engaged on cluster as of its newest
-// decisions: a target limited (a finite rate, or a signal other than ok)
-// or its predicted wait above the policy's engage threshold (Urgent).
-// Decisions that observing sooner cannot change do not count: a held one
-// (the cluster's data is stale), fail-open, an abandoned target, an
-// invalid policy, rates not known yet. The daemon.Loop's Engaged hook:
-// while it holds, the cluster is observed at the engaged interval.
-func (e *Engine) Engaged(cluster string) bool {
+// Engaged reports whether a policy is engaged on one of the targets of
+// cluster as of its newest decisions: a target limited (a finite rate,
+// or a signal other than ok) or its predicted wait above the policy's
+// engage threshold (Urgent). Decisions that observing sooner cannot
+// change do not count: a held one (the cluster's data is stale),
+// fail-open, an abandoned target, an invalid policy, rates not known
+// yet. The daemon.Loop's Engaged hook: while it holds, the cluster is
+// observed at the engaged interval; the loop asks about the targets
+// whose position moves that finely (lag.State.MovesWithin).
+func (e *Engine) Engaged(cluster string, targets []lag.Target) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for t, d := range e.decisions[cluster] {
+	ds := e.decisions[cluster]
+	for _, t := range targets {
+		d, ok := ds[t]
+		if !ok {
+			continue
+		}
 		switch d.Rule {
 		case quota.RuleHold, quota.RuleFailOpen, quota.RuleAbandoned, quota.RuleInvalidPolicy, quota.RuleRatesUnknown:
 			continue

@@ -297,13 +297,15 @@ func TestRenumberAboveBounded(t *testing.T) {
 // daemon observes it faster then): no while the consumer keeps up, yes
 // once the drop has its producers limited, no on another cluster; and no
 // for decisions observing sooner cannot change (an abandoned target, a
-// held one), limited as they may be.
+// held one), limited as they may be; and no when asked only about other
+// targets (the loop asks about those whose position moves finely enough).
 func TestEngaged(t *testing.T) {
+	all := []lag.Target{target}
 	c := &clock{now: t0}
 	e, _ := newEngine(t, c, twoProducers)
 	w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 1000, consume: 2000}
 	w.cycles(3)
-	if e.Engaged("c1") {
+	if e.Engaged("c1", all) {
 		t.Fatalf("engaged while the consumer keeps up: %+v", e.Decisions())
 	}
 	w.consume = 400
@@ -311,8 +313,13 @@ func TestEngaged(t *testing.T) {
 	if d := e.Decisions(); len(d) != 1 || d[0].IsUnlimited() {
 		t.Fatalf("not limited after the drop: %+v", d)
 	}
-	if !e.Engaged("c1") || e.Engaged("c2") {
-		t.Errorf("after the drop: engaged c1 %v (want true), c2 %v (want false)", e.Engaged("c1"), e.Engaged("c2"))
+	if !e.Engaged("c1", all) || e.Engaged("c2", all) {
+		t.Errorf("after the drop: engaged c1 %v (want true), c2 %v (want false)", e.Engaged("c1", all), e.Engaged("c2", all))
+	}
+	other := target
+	other.Group = "other"
+	if e.Engaged("c1", nil) || e.Engaged("c1", []lag.Target{other}) {
+		t.Error("engaged when asked about no target or only another one")
 	}
 	for _, r := range []quota.Rule{quota.RuleAbandoned, quota.RuleHold} {
 		e.mu.Lock()
@@ -320,7 +327,7 @@ func TestEngaged(t *testing.T) {
 		d.Rule = r
 		e.decisions["c1"][target] = d
 		e.mu.Unlock()
-		if e.Engaged("c1") {
+		if e.Engaged("c1", all) {
 			t.Errorf("engaged by a %s decision", r)
 		}
 	}
