@@ -712,3 +712,21 @@ func TestTrueHeadAgeWindows(t *testing.T) {
 		t.Errorf("before the drop %v, want 90ms", r.Phases[0].TrueHeadAgeP99)
 	}
 }
+
+// TestShedReasons: the SDK's refusals by reason print most first, ties by
+// name, zero counts left out, "none" for none.
+func TestShedReasons(t *testing.T) {
+	for _, tc := range []struct {
+		shed map[string]int64
+		want string
+	}{
+		{nil, "none"},
+		{map[string]int64{"rate": 0}, "none"},
+		{map[string]int64{"expired": 20, "rate": 129906, "canceled": 4, "in_flight": 0}, "rate 129906, expired 20, canceled 4"},
+		{map[string]int64{"throttled": 3, "stop": 3}, "stop 3, throttled 3"},
+	} {
+		if got := shedReasons(tc.shed); got != tc.want {
+			t.Errorf("shedReasons(%v) = %q, want %q", tc.shed, got, tc.want)
+		}
+	}
+}

@@ -149,6 +149,37 @@ func aboveSeconds(r Result) string {
 		r.Blind.AboveOnlySeconds, r.Phases[2].AboveOnlySeconds)
 }
 
+// shedReasons is what the SDK refused before sending, by reason
+// (lagbridge_client_rejected_total's labels: rate, in_flight, throttled,
+// stop, expired, ...), most first, ties by name: "none" when nothing.
+// It tells the quota's refusals (rate, stop) from the SDK's own checks.
+func shedReasons(shed map[string]int64) string {
+	type kv struct {
+		why string
+		n   int64
+	}
+	var all []kv
+	for why, n := range shed {
+		if n > 0 {
+			all = append(all, kv{why, n})
+		}
+	}
+	if len(all) == 0 {
+		return "none"
+	}
+	slices.SortFunc(all, func(a, b kv) int {
+		if a.n != b.n {
+			return int(b.n - a.n)
+		}
+		return strings.Compare(a.why, b.why)
+	})
+	parts := make([]string, len(all))
+	for i, e := range all {
+		parts[i] = fmt.Sprintf("%s %d", e.why, e.n)
+	}
+	return strings.Join(parts, ", ")
+}
+
 // pair is a row's naive and lagbridge results at one load.
 type pair struct {
 	row        Row

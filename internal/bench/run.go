@@ -68,6 +68,7 @@ loop:
 				if mode == ModeLagbridge {
 					fmt.Fprintf(o.Out, "  refused with the rate in force above the offer (the bucket's burst), before / slow / blind / after (whole run): %s; false-throttle seconds with only those: %s\n",
 						aboveRefused(r), aboveSeconds(r))
+					fmt.Fprintf(o.Out, "  refused by the SDK before sending, by reason (whole run): %s\n", shedReasons(r.Totals.Shed))
 				}
 				if mode == ModeNaive {
 					naive[key] = r
