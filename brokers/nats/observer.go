@@ -638,7 +638,7 @@ func (o *Observer) refresh(ctx context.Context, j refreshJob, cs *cycleCounters)
 			Members:      r.members,
 			Live:         live,
 			LastActive:   r.active,
-			LastAck:      r.acked,
+			LastAck:      ackOnOurClock(r.acked, ci.TimeStamp, at),
 			Partitions:   []lag.PartitionSample{r.part},
 			SkipsCounted: o.skipsCounted(),
 		})
@@ -739,9 +739,26 @@ func (o *Observer) target(stream, consumer string) lag.Target {
 	return lag.Target{Kind: lag.KindNATS, Cluster: o.cfg.Cluster, Topic: stream, Group: consumer}
 }
 
+// ackOnOurClock is the last acknowledgement acked (the server's clock,
+// AckFloor.Last) on the observer's clock, for a consumer info the server
+// gathered at ts (its TimeStamp) and read at at: at less the ack's age
+// at ts, so that a server clock ahead of or behind the daemon's does not
+// shift lag.State.AckAge (ahead by 750 ms, a consumer acking once a second
+// read every second or every 250 ms qualified for the engaged cadence at
+// every reading). Without a TimeStamp (servers before 2.10), acked as it
+// is.
+func ackOnOurClock(acked, ts, at time.Time) time.Time {
+	if acked.IsZero() || ts.IsZero() {
+		return acked
+	}
+	return at.Add(-max(ts.Sub(acked), 0))
+}
+
 // assemble copies every stream's readings into the result, marking those
-// of failed refreshes (Stale, Err) and those older than 3*InfoInterval
-// (Stale).
+// of failed refreshes (Stale, Err) and those older than 3 x the longer of
+// InfoInterval and Interval (Stale): the daemon's engaged cadence sets an
+// unset infoInterval to 250 ms at a 1 s interval, and a stream the listing
+// missed once (missing) must not turn stale at the next 1 s cycle.
 func (o *Observer) assemble(now time.Time) []lag.Sample {
 	names := make([]string, 0, len(o.state))
 	n := 0
@@ -751,7 +768,7 @@ func (o *Observer) assemble(now time.Time) []lag.Sample {
 	}
 	slices.Sort(names)
 	out := make([]lag.Sample, 0, n)
-	staleAfter := 3 * o.cfg.InfoInterval
+	staleAfter := 3 * max(o.cfg.InfoInterval, o.cfg.Interval)
 	for _, name := range names {
 		st := o.state[name]
 		old := now.Sub(st.fetchedAt) > staleAfter
