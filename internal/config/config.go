@@ -70,7 +70,7 @@ type Config struct {
 	// seen in a quarter of the time. A cluster whose engaged targets are
 	// read from commits made about once an interval keeps the interval.
 	// Never faster than 4 times what the cluster's last observation took.
-	// Default max(250ms, interval/4); from 100ms to 1m; equal to or above
+	// Default max(250ms, interval/4); from 250ms to 1m; equal to or above
 	// the interval: off (every cycle at the interval). Env
 	// LAGBRIDGE_ENGAGEDINTERVAL. See EngagedCadence.
 	EngagedInterval time.Duration `mapstructure:"engagedInterval"`
@@ -823,8 +823,13 @@ func (c Config) Validate() error {
 	if c.Interval < 100*time.Millisecond || c.Interval > time.Minute {
 		add("interval", "must be from 100ms to 1m, got %v", c.Interval)
 	}
-	if c.EngagedInterval != 0 && (c.EngagedInterval < 100*time.Millisecond || c.EngagedInterval > time.Minute) {
-		add("engagedInterval", "must be from 100ms to 1m (equal to the interval or more: off), got %v", c.EngagedInterval)
+	// Not under 250 ms: a consumer's fresh report qualifies a target for
+	// the engaged cadence (lag.State.MovesWithin) and reporters send one
+	// every 250 ms (consumerclient.DefaultInterval); over shorter spans a
+	// reported position reads as moved by a whole poll or not at all
+	// (daemon's minEarlySpan).
+	if c.EngagedInterval != 0 && (c.EngagedInterval < 250*time.Millisecond || c.EngagedInterval > time.Minute) {
+		add("engagedInterval", "must be from 250ms to 1m (equal to the interval or more: off), got %v", c.EngagedInterval)
 	}
 	if c.ShutdownTimeout <= 0 {
 		add("shutdownTimeout", "must be positive, got %v", c.ShutdownTimeout)

@@ -858,7 +858,7 @@ quota:
 // TestEngagedInterval: the observation interval while a policy is engaged
 // defaults to a quarter of the interval, at least 250 ms (so none at a
 // 250 ms interval); one equal to the interval or above turns it off; one
-// out of 100ms..1m is refused with the other problems, from the file or
+// out of 250ms..1m is refused with the other problems, from the file or
 // the environment.
 func TestEngagedInterval(t *testing.T) {
 	const base = "listen: 127.0.0.1:9464\nkafka: [{cluster: main, brokers: ['127.0.0.1:9092']}]\n"
@@ -869,7 +869,7 @@ func TestEngagedInterval(t *testing.T) {
 		{"", 250 * time.Millisecond},
 		{"interval: 4s\n", time.Second},
 		{"interval: 250ms\n", 250 * time.Millisecond},
-		{"engagedInterval: 100ms\n", 100 * time.Millisecond},
+		{"engagedInterval: 250ms\n", 250 * time.Millisecond},
 		{"engagedInterval: 1s\n", time.Second},
 		{"engagedInterval: 5s\n", time.Second},
 	} {
@@ -881,9 +881,9 @@ func TestEngagedInterval(t *testing.T) {
 			t.Errorf("%q: engaged cadence %v, want %v", c.yaml, got, c.want)
 		}
 	}
-	for _, bad := range []string{"engagedInterval: 50ms\ninterval: 10ms\n", "engagedInterval: 2m\n", "engagedInterval: -1s\n"} {
+	for _, bad := range []string{"engagedInterval: 50ms\ninterval: 10ms\n", "engagedInterval: 100ms\n", "engagedInterval: 2m\n", "engagedInterval: -1s\n"} {
 		_, err := load(t, "--config", writeFile(t, base+bad))
-		if err == nil || !strings.Contains(err.Error(), "engagedInterval: must be from 100ms to 1m") {
+		if err == nil || !strings.Contains(err.Error(), "engagedInterval: must be from 250ms to 1m") {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}
