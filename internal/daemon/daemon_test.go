@@ -488,6 +488,8 @@ type slowSource struct {
 	// reading); commits: its commit moves at every reading. Neither: the
 	// commit never moves.
 	report, commits bool
+	// coarse: a second target, t2, whose commit never moves.
+	coarse bool
 }
 
 func (f *slowSource) Observe(ctx context.Context) ([]lag.Sample, error) {
@@ -512,7 +514,12 @@ func (f *slowSource) Observe(ctx context.Context) ([]lag.Sample, error) {
 	if f.report {
 		p.Reported = lag.Report{At: at, Position: p.Committed}
 	}
-	return []lag.Sample{{Target: tg, At: at, Members: 1, Partitions: []lag.PartitionSample{p}}}, nil
+	out := []lag.Sample{{Target: tg, At: at, Members: 1, Partitions: []lag.PartitionSample{p}}}
+	if f.coarse {
+		t2 := lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "t2", Group: "g"}
+		out = append(out, lag.Sample{Target: t2, At: at, Members: 1, Partitions: []lag.PartitionSample{{End: 100, Lag: 1, Committed: 99}}})
+	}
+	return out, nil
 }
 
 // TestLoopLateCycleSpacing: a cycle that runs past the interval is not

@@ -175,3 +175,44 @@ func TestLoopEngagedOnlyFineTargets(t *testing.T) {
 		mu.Unlock()
 	}
 }
+
+// TestLoopEngagedMixedCluster: a cluster holding a reporting target (t)
+// and one read from commits that never show a cadence (t2) cycles at the
+// engaged interval while only the reporting one is engaged, and keeps the
+// interval while the coarse one is engaged too, since the cluster's fast
+// cycles would read it at 250 ms as well. Red (3+ readings where 1 is
+// wanted) when Loop.engaged asks only about the fine targets.
+func TestLoopEngagedMixedCluster(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		coarseEngaged bool
+		want          int
+	}{
+		{"only the reporting one engaged", false, 3},
+		{"the coarse one engaged too", true, 1},
+	} {
+		src := &slowSource{report: true, coarse: true}
+		engaged := func(ts []lag.Target) bool {
+			for _, tg := range ts {
+				if tg.Topic == "t" || (tg.Topic == "t2" && c.coarseEngaged) {
+					return true
+				}
+			}
+			return false
+		}
+		l := &Loop{Name: "c1", Kind: lag.KindKafka, Source: src, Interval: time.Hour, Store: NewStore(map[string]lag.Kind{"c1": lag.KindKafka}),
+			Engaged: engaged, EngagedInterval: 10 * time.Millisecond}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- l.Run(ctx) }()
+		n := readings(src, c.want, 200*time.Millisecond)
+		cancel()
+		<-done
+		if c.want == 1 && n != 1 {
+			t.Errorf("%s: %d readings, want 1 (the next an hour later)", c.name, n)
+		}
+		if c.want > 1 && n < c.want {
+			t.Errorf("%s: %d readings, want at least %d at the engaged interval", c.name, n, c.want)
+		}
+	}
+}
