@@ -67,8 +67,8 @@ type Config struct {
 	// fine, a NATS consumer acking within it: lag.State.MovesWithin) (a
 	// target limited, or its wait above the engage threshold), until it
 	// has not been for 8 cycles: a drop in the consumers' capacity is then
-	// seen in a quarter of the time. A cluster whose engaged targets are
-	// read from commits made about once an interval keeps the interval.
+	// seen in a quarter of the time. A cluster where a target read from
+	// commits made about once an interval is engaged keeps the interval.
 	// Never faster than 4 times what the cluster's last observation took.
 	// Default max(250ms, interval/4); from 250ms to 1m; equal to or above
 	// the interval: off (every cycle at the interval). Env
