@@ -195,8 +195,14 @@ type State struct {
 	// acknowledgement (Sample.LastAck) to the reading over the target's
 	// last ackAgeReadings fresh readings; 0 while fewer of them carried
 	// one (Kafka: always). A consumer that acknowledges at least every d
-	// has an AckAge under d; one that acknowledges every 1 s reads under
-	// 250 ms at 4 readings in a row 1 time in 256 (see MovesWithin).
+	// has an AckAge under d. One that acknowledges every 1 s reads under
+	// 250 ms at 4 readings in a row 1 time in 256 when the readings fall
+	// at random phases, but about 1 time in 4 when they keep step with its
+	// acks (a steady 1 s timer on both sides): such a consumer then
+	// switches the cluster to the engaged cadence, drops out after 4 fast
+	// readings and 8 held cycles, and comes back (review-fastcycle3: 39%
+	// of the time fast in a simulated loop; not guarded yet, see
+	// MovesWithin).
 	AckAge time.Duration `json:"ackAge,omitempty"`
 
 	// ProduceRate and ConsumeRate are exponentially weighted rates in
