@@ -202,6 +202,7 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 	case moved:
 		span = moveSpan(tc, st, v, span, c.cfg.Interval.Seconds())
 		v.consumed, v.span = st.ConsumeRateInstant*v.dt/span, span
+		tc.movePoll, tc.movePollAt = reportedPoll(st), st.At
 		leaveOutSkipped(st, v)
 		tc.moveAt, tc.spanProduced, tc.moveLag, tc.moveGap = st.At, 0, st.Lag, v.dt
 		if firstCommit(tc, st) {
@@ -231,10 +232,20 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 // slowed to 400 msg/s as consuming 1,078/s, taken as its capacity, and
 // 1,183 msg/s were admitted past it (lagbridge bench on kfake, 2x at 1 s
 // with the engaged interval, session 30; TestControllerFasterReadingsSpan).
-// Not for a position the consumer reported: its report is dated by the
-// consumer (widened there, TestControllerStallThenDropSkips read a
-// catch-up above 600/s at 3 readings and TestControllerLateShareBack a
-// share below its case, from the early cycles of their reports). Only
+// A position the consumer reported is not widened so (widened there,
+// TestControllerStallThenDropSkips read a catch-up above 600/s at 3
+// readings and TestControllerLateShareBack a share below its case, from
+// the early cycles of their reports): it is measured from the poll start
+// the report at the move before showed to this one's (reportedPoll), when
+// that is longer. A report shows a poll's first record, made on the
+// reporter's own 0.25 s tick: a 0.25 s span between two readings held two
+// poll starts where the one before held none, and the consumer read at up
+// to twice its rate (3,344-3,756/s for a consumer of 2,000/s right after
+// the switch to the engaged interval, lagbridge bench kafka/hook/sync/1s
+// 10x on kfake, session 31; TestControllerSwitchReportSpan read 3,600/s).
+// Never shortened (measured from poll start to poll start whatever the
+// readings' span, TestControllerStallTwiceClose read the catch-up after a
+// stall low and refused producers at 847-889/s). For commits, only
 // when the spacing shrank by fasterSpacing or more, as lag/ tells a
 // faster reading (partTrack.seenGap): within the jitter of an even
 // spacing the halves cancel on average, and widening at every shorter
@@ -248,11 +259,44 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 // TestMoveSpanOnlyFaster). Never shortened: readings that come slower
 // again are measured as before.
 func moveSpan(tc *control, st *lag.State, v *reading, span, base float64) float64 {
-	if st.Source == lag.SourceConsumer || tc.moveGap < fasterSpacing*v.dt ||
+	if st.Source == lag.SourceConsumer {
+		if at := reportedPoll(st); !at.IsZero() && tc.movePollAt.Equal(tc.moveAt) && !tc.movePoll.IsZero() && at.After(tc.movePoll) {
+			return max(span, at.Sub(tc.movePoll).Seconds())
+		}
+		return span
+	}
+	if tc.moveGap < fasterSpacing*v.dt ||
 		tc.moveGap < base*3/4 || v.dt > base/2 {
 		return span
 	}
 	return span + (tc.moveGap-v.dt)/2
+}
+
+// reportedPoll is when the poll whose first record st's reports show as
+// the position started (Reported.At - HeldFor): a reported position moves
+// when a poll starts, by the whole poll before it, so a move is measured
+// from the poll start the report before it showed to this one, not from
+// reading to reading. Zero unless every partition with lag is read from a
+// fresh report of one poll with records in hand (see heldBound), and none
+// finishes at its own pace (its position moves record by record).
+func reportedPoll(st *lag.State) time.Time {
+	var at time.Time
+	for i := range st.Partitions {
+		ps := &st.Partitions[i]
+		if ps.Lag <= 0 {
+			continue
+		}
+		r := ps.Reported
+		if ps.Source != lag.SourceConsumer || r.OwnPace || r.HeadTime.IsZero() || r.Held <= 0 || r.HeldFor <= 0 {
+			return time.Time{}
+		}
+		since := r.At.Add(-r.HeldFor)
+		if !at.IsZero() && !since.Equal(at) {
+			return time.Time{}
+		}
+		at = since
+	}
+	return at
 }
 
 // fasterSpacing is how many times longer than now's the spacing at the
@@ -393,6 +437,7 @@ func reportStill(tc *control, st *lag.State, v *reading) {
 	if first {
 		// Busy since its poll, at or before this report.
 		tc.moveAt, tc.spanProduced, tc.moveLag, tc.moveGap = st.At, 0, st.Lag, 0
+		tc.movePoll, tc.movePollAt = reportedPoll(st), st.At
 	}
 	if bound, busy, ok := heldBound(st); ok {
 		stillBound(tc, v, bound, busy, v.produced*busy)

@@ -84,8 +84,11 @@ type control struct {
 	moveLag int64
 	// moveGap is the spacing of the readings at moveAt when a move was
 	// seen there, seconds (0 otherwise; see moveSpan).
-	moveGap  float64
-	interval float64 // smoothed observation interval, seconds
+	moveGap float64
+	// movePoll is when the poll the consumer's report showed at
+	// movePollAt started (see reportedPoll); zero: not known.
+	movePoll, movePollAt time.Time
+	interval             float64 // smoothed observation interval, seconds
 	// pollPos is the committed position (the sum over the partitions with
 	// a commit) last seen to move, pollAt the State.At it was seen at and
 	// pollLag the committed lag then (see pollOverdue).
