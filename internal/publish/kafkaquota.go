@@ -98,6 +98,7 @@ func (c *ClientQuotas) logQuotaSet(id string, value, wanted, was float64, has bo
 	level := slog.LevelDebug
 	switch {
 	case !logged, // the first this process sets
+		!has,                                    // the broker held none (unlimited): someone else cleared it
 		(last >= Ceiling) != (value >= Ceiling), // limited from unlimited, or lifted
 		value > last*logFactor, value*logFactor < last:
 		level = slog.LevelInfo
