@@ -330,6 +330,26 @@ func TestTLSHandshakeLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
+	// A reset before a word (SetLinger(0): an RST, as some load balancers
+	// end their checks): DEBUG too.
+	rst, err := net.Dial("tcp", a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rst.(*net.TCPConn).SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	rst.Close()
+	// Half a ClientHello, then the end: a client that gave up mid-way
+	// ("unexpected EOF") stays at WARN.
+	half, err := net.Dial("tcp", a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := half.Write([]byte{0x16, 0x03, 0x01, 0x00, 0x10, 1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	half.Close()
 	old, err := tls.Dial("tcp", a.Addr(), &tls.Config{RootCAs: ca.Pool, MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11})
 	if err == nil {
 		old.Close()
@@ -344,11 +364,17 @@ func TestTLSHandshakeLog(t *testing.T) {
 		return ""
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for (line(": EOF") == "" || line("unsupported versions") == "") && time.Now().Before(deadline) {
+	for (line(": EOF") == "" || line("unsupported versions") == "" || line("reset by peer") == "" || line("unexpected EOF") == "") && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond) // polling the log the server writes
 	}
 	if l := line(": EOF"); !strings.Contains(l, "level=DEBUG") {
 		t.Errorf("the closed TCP connection's line: %q, want it at DEBUG", l)
+	}
+	if l := line("reset by peer"); !strings.Contains(l, "level=DEBUG") {
+		t.Errorf("the reset TCP connection's line: %q, want it at DEBUG", l)
+	}
+	if l := line("unexpected EOF"); !strings.Contains(l, "level=WARN") {
+		t.Errorf("the half ClientHello's line: %q, want it at WARN", l)
 	}
 	if l := line("unsupported versions"); !strings.Contains(l, "level=WARN") {
 		t.Errorf("TLS 1.1's line: %q, want it at WARN", l)
