@@ -92,6 +92,14 @@ func TestReadyWithoutOneCluster(t *testing.T) {
 		readyz(t, r.base, 200, "leader of real", "election not answered yet of dead", "never observed dead since start: ")
 	})
 
+	t.Run("ha.shards, a second Kafka cluster never reached", func(t *testing.T) {
+		// Its shards are never assigned: not waited for either.
+		dead := kafka.Config{Cluster: "dead", Brokers: []string{fmt.Sprintf("127.0.0.1:%d", freePort(t))}}
+		r := startReplica(t, config.Config{Kafka: []kafka.Config{real, dead},
+			HA: config.HA{Enabled: true, Name: unique("rdy"), SessionTimeout: 6 * time.Second, Shards: 2}}, "a")
+		readyz(t, r.base, 200, "observes shards 0, 1 of 2 of real", "shards of dead not yet assigned", "never observed dead since start: ")
+	})
+
 	t.Run("ha, the lease state through a NATS reached later", func(t *testing.T) {
 		port := freePort(t)
 		r := startReplica(t, config.Config{Kafka: []kafka.Config{real}, NATS: []nats.Config{late(port)},
