@@ -607,16 +607,21 @@ lagbridge_observe_early_cycles_total{cluster="c1"} 0
 	}
 }
 
-// TestReadyz: /readyz waits for every cluster's first cycle, then answers
+// TestReadyz: /readyz waits for every cluster's first cycles, then answers
 // ready while at least one cluster is observed, naming each one never
-// observed with its error; the elections (ha) hear which.
+// observed (not its error: /readyz is open to anyone); the elections (ha)
+// hear which. A cluster counts as never observed only once its failed
+// cycles are at least unreachedCycles over at least unreachedGrace: red
+// with either bound dropped ("failing briefly" turns ready).
 func TestReadyz(t *testing.T) {
 	type cl struct {
 		name     string
 		observed bool
-		cycled   bool
+		cycles   int // cycles ended, 2 s apart (6 s with slow)
 		err      string
+		slow     bool
 	}
+	const waiting = "not ready: no successful observation yet of c2 (first cycles running or failing for under 5s)\n"
 	cases := []struct {
 		name     string
 		clusters []cl
@@ -626,16 +631,22 @@ func TestReadyz(t *testing.T) {
 		heard string
 	}{
 		// c2's first cycle has not ended: not ready yet.
-		{"starting", []cl{{"c1", true, true, ""}, {"c2", false, false, ""}}, 503,
-			"not ready: no successful observation yet of c2 (first cycle running)\n", "-"},
-		// c2 failed every cycle: ready for c1, c2 named with its error (one line).
-		{"one unreached", []cl{{"c1", true, true, ""}, {"c2", false, true, "dial tcp 127.0.0.1:1:\nconnection refused"}}, 200,
-			"ready: leader of c1; never observed c2 since start: dial tcp 127.0.0.1:1: connection refused\n", "c2"},
+		{"starting", []cl{{"c1", true, 1, "", false}, {"c2", false, 0, "", false}}, 503, waiting, "-"},
+		// c2 failed twice (a metadata timeout, a server up late): not yet.
+		{"failing briefly", []cl{{"c1", true, 1, "", false}, {"c2", false, 2, "timeout", false}}, 503, waiting, "-"},
+		// Three failed cycles within 4 s: not yet either.
+		{"failing for 4 s", []cl{{"c1", true, 1, "", false}, {"c2", false, 3, "timeout", false}}, 503, waiting, "-"},
+		// Two slow cycles (timeouts) 6 s apart: not yet, two are too few.
+		{"two slow cycles", []cl{{"c1", true, 1, "", false}, {"c2", false, 2, "timeout", true}}, 503, waiting, "-"},
+		// c2 failed every cycle for 6 s: ready for c1, c2 named without
+		// its error (it names hosts; /v1/lag and the log have it).
+		{"one unreached", []cl{{"c1", true, 1, "", false}, {"c2", false, 4, "dial tcp 10.0.0.7:9092:\nconnection refused", false}}, 200,
+			"ready: leader of c1; never observed c2 since start (its error: /v1/lag, the log)\n", "c2"},
 		// Nothing observed: nothing to serve.
-		{"none reached", []cl{{"c1", false, true, "e1"}, {"c2", false, true, "e2"}}, 503,
-			"not ready: no cluster observed yet; never observed c1 since start: e1; never observed c2 since start: e2\n", "-"},
+		{"none reached", []cl{{"c1", false, 4, "e1", false}, {"c2", false, 4, "e2", false}}, 503,
+			"not ready: no cluster observed yet; never observed c1 since start (its error: /v1/lag, the log); never observed c2 since start (its error: /v1/lag, the log)\n", "-"},
 		// Observed once and failing now: still ready (its targets go stale).
-		{"observed, failing now", []cl{{"c1", true, true, "gone"}}, 200, "ready: leader of c1\n", ""},
+		{"observed, failing now", []cl{{"c1", true, 1, "gone", false}}, 200, "ready: leader of c1\n", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -646,10 +657,17 @@ func TestReadyz(t *testing.T) {
 			store := NewStore(kinds)
 			for _, x := range c.clusters {
 				st := ClusterStatus{Name: x.name, Kind: lag.KindKafka, Observed: x.observed, Err: x.err}
-				if x.cycled {
-					st.LastCycle = t0
+				if x.cycles == 0 {
+					store.Update(st, nil)
 				}
-				store.Update(st, nil)
+				for k := range x.cycles {
+					every := 2 * time.Second
+					if x.slow {
+						every = 6 * time.Second
+					}
+					st.LastCycle = t0.Add(time.Duration(k) * every)
+					store.Update(st, nil)
+				}
 			}
 			h := NewHandler(store, prometheus.NewRegistry())
 			heard := "-"

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -98,9 +97,11 @@ func (h *Handler) allowed(r *http.Request) string {
 // readyz answers 200 once the daemon can serve leases for what it
 // observes: every cluster's first cycle has ended, at least one cluster
 // was observed, and (ha:) the elections and lease state it waits for
-// answered. A cluster whose every cycle failed (wrong address,
-// credentials, TLS, an outage at start) does not keep the replica out of
-// service: the body names it with its error ("never observed b: ..."),
+// answered. A cluster whose every cycle failed for unreachedGrace and
+// unreachedCycles (wrong address, credentials, TLS, an outage at start)
+// does not keep the replica out of service: the body names it, not its
+// error, since /readyz is open in every auth mode and a broker's error
+// names hosts and resolvers (the error is in /v1/lag and the log),
 // lagbridge_observe_errors_total counts its cycles and the alert
 // LagbridgeClusterNeverObserved fires after 5 minutes; quotas on its
 // targets are open (no target, no decision) until it answers. With every
@@ -111,7 +112,7 @@ func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 	var notes, names []string
 	for _, st := range unreached {
 		names = append(names, st.Name)
-		notes = append(notes, fmt.Sprintf("never observed %s since start: %s", st.Name, oneLine(st.Err, 300)))
+		notes = append(notes, fmt.Sprintf("never observed %s since start (its error: /v1/lag, the log)", st.Name))
 	}
 	note := ""
 	if len(notes) > 0 {
@@ -120,7 +121,7 @@ func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 	switch {
 	case len(starting) > 0:
 		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, "not ready: no successful observation yet of %s (first cycle running)%s\n", strings.Join(starting, ", "), note)
+		fmt.Fprintf(w, "not ready: no successful observation yet of %s (first cycles running or failing for under %v)%s\n", strings.Join(starting, ", "), unreachedGrace, note)
 		return
 	case len(observed) == 0:
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -138,18 +139,6 @@ func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	fmt.Fprintf(w, "ready%s\n", note)
-}
-
-// oneLine is s on one line, cut to at most n bytes (at a rune boundary).
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
 }
 
 // LagResponse is the body of GET /v1/lag. Durations are in seconds.

@@ -42,7 +42,22 @@ type Store struct {
 type clusterEntry struct {
 	status ClusterStatus
 	states []lag.State
+	// failedFrom and failed: the start of the first cycle and how many
+	// cycles ended, while none returned data (see Readiness).
+	failedFrom time.Time
+	failed     int
 }
+
+// unreachedGrace and unreachedCycles: a cluster none of whose cycles
+// returned data counts as unreached (named, not waited for by /readyz)
+// only once at least unreachedCycles of them failed over at least
+// unreachedGrace; before, it is still starting. One failed cycle (a
+// metadata timeout, a NATS server up a second late) would otherwise let a
+// pod turn ready without it and a rollout move on.
+const (
+	unreachedGrace  = 5 * time.Second
+	unreachedCycles = 3
+)
 
 // NewStore returns a store expecting the named clusters; readiness waits
 // for all of them.
@@ -68,6 +83,12 @@ func (s *Store) Update(st ClusterStatus, states []lag.State) {
 		sort.Strings(s.order)
 	}
 	st.Targets = len(states)
+	if !st.Observed && !st.LastCycle.IsZero() {
+		if e.failed == 0 {
+			e.failedFrom = st.LastCycle
+		}
+		e.failed++
+	}
 	e.status, e.states = st, states
 	for ch := range s.subs {
 		select {
@@ -131,8 +152,10 @@ func (s *Store) Ready() (bool, []string) {
 }
 
 // Readiness sorts the clusters for /readyz: those observed once, those
-// whose first cycle has not ended yet (starting), and those whose every
-// cycle so far failed (unreached, with the newest cycle's error in Err).
+// whose first cycle has not ended yet or whose failed cycles are still
+// fewer than unreachedCycles or span less than unreachedGrace (starting),
+// and those whose every cycle failed beyond that (unreached, with the
+// newest cycle's error in Err).
 func (s *Store) Readiness() (observed, starting []string, unreached []ClusterStatus) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -140,7 +163,7 @@ func (s *Store) Readiness() (observed, starting []string, unreached []ClusterSta
 		switch st := s.clusters[n].status; {
 		case st.Observed:
 			observed = append(observed, n)
-		case st.LastCycle.IsZero():
+		case st.LastCycle.IsZero(), s.clusters[n].failed < unreachedCycles, st.LastCycle.Sub(s.clusters[n].failedFrom) < unreachedGrace:
 			starting = append(starting, n)
 		default:
 			unreached = append(unreached, st)
