@@ -151,14 +151,7 @@ func TestLoopEngagedOnlyFineTargets(t *testing.T) {
 			asked = append(asked, fine)
 			return true
 		}
-		l := &Loop{Name: "c1", Kind: lag.KindKafka, Source: src, Interval: time.Hour, Store: NewStore(map[string]lag.Kind{"c1": lag.KindKafka}),
-			Engaged: engaged, EngagedInterval: 10 * time.Millisecond}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- l.Run(ctx) }()
-		n := readings(src, c.want, 200*time.Millisecond)
-		cancel()
-		<-done
+		n := runEngaged(src, engaged, c.want)
 		mu.Lock()
 		if c.want == 1 && n != 1 {
 			t.Errorf("%s: %d readings, want 1 (the next an hour later); asked about %v", c.name, n, asked)
@@ -200,14 +193,7 @@ func TestLoopEngagedMixedCluster(t *testing.T) {
 			}
 			return false
 		}
-		l := &Loop{Name: "c1", Kind: lag.KindKafka, Source: src, Interval: time.Hour, Store: NewStore(map[string]lag.Kind{"c1": lag.KindKafka}),
-			Engaged: engaged, EngagedInterval: 10 * time.Millisecond}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- l.Run(ctx) }()
-		n := readings(src, c.want, 200*time.Millisecond)
-		cancel()
-		<-done
+		n := runEngaged(src, engaged, c.want)
 		if c.want == 1 && n != 1 {
 			t.Errorf("%s: %d readings, want 1 (the next an hour later)", c.name, n)
 		}
@@ -215,4 +201,19 @@ func TestLoopEngagedMixedCluster(t *testing.T) {
 			t.Errorf("%s: %d readings, want at least %d at the engaged interval", c.name, n, c.want)
 		}
 	}
+}
+
+// runEngaged runs a loop of cluster c1 over src at an hour's interval and
+// a 10 ms engaged interval, asking engaged, until src gave want readings
+// (or 10 s passed) and 200 ms more; it returns how many it gave.
+func runEngaged(src *slowSource, engaged func([]lag.Target) bool, want int) int {
+	l := &Loop{Name: "c1", Kind: lag.KindKafka, Source: src, Interval: time.Hour, Store: NewStore(map[string]lag.Kind{"c1": lag.KindKafka}),
+		Engaged: engaged, EngagedInterval: 10 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- l.Run(ctx) }()
+	n := readings(src, want, 200*time.Millisecond)
+	cancel()
+	<-done
+	return n
 }
