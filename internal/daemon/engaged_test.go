@@ -217,3 +217,25 @@ func runEngaged(src *slowSource, engaged func([]lag.Target) bool, want int) int 
 	<-done
 	return n
 }
+
+// TestLoopEngagedCoarseLater: once a coarse target is engaged beside the
+// reporting one that switched the cluster, the next cycle comes at the
+// interval, not after engagedHold more fast ones. Red (12 readings where
+// at most 5 are wanted) when the hold runs on.
+func TestLoopEngagedCoarseLater(t *testing.T) {
+	src := &slowSource{report: true, coarse: true}
+	engaged := func(ts []lag.Target) bool {
+		src.mu.Lock()
+		reads := len(src.reads)
+		src.mu.Unlock()
+		for _, tg := range ts {
+			if tg.Topic == "t" || (tg.Topic == "t2" && reads >= 4) {
+				return true
+			}
+		}
+		return false
+	}
+	if n := runEngaged(src, engaged, 4); n > 5 {
+		t.Errorf("%d readings, want at most 5 (4 fast ones, then the interval's)", n)
+	}
+}

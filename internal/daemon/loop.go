@@ -162,8 +162,15 @@ func (l *Loop) Run(ctx context.Context) error {
 			l.OnCycle(at, states)
 		}
 		fast := l.EngagedInterval > 0 && l.EngagedInterval < l.Interval && l.Engaged != nil
-		if fast && l.engaged(states) {
-			quiet = 0
+		if fast {
+			switch fine, coarse := l.engaged(states); {
+			case coarse:
+				quiet = engagedHold // back to the interval at once
+			case fine:
+				quiet = 0
+			case quiet < engagedHold:
+				quiet++
+			}
 		} else if quiet < engagedHold {
 			quiet++
 		}
@@ -193,23 +200,27 @@ func (l *Loop) Run(ctx context.Context) error {
 }
 
 // engaged asks Engaged about the targets of states whose position moves
-// at least every EngagedInterval; false without one, and false while a
-// target read from coarser commits is engaged too: the cycles are the
-// cluster's, so the fast ones would read that target at the engaged
-// interval as well, where its commits come about once a reading and its
-// consumption reads lumpy (commit per poll at 10x: p99 10.39 s against
-// 4.01 s, results.md session 30). Such a cluster keeps the interval, as
-// it did before the engaged cadence, while that target is engaged.
-func (l *Loop) engaged(states []lag.State) bool {
-	var fine, coarse []lag.Target
+// at least every EngagedInterval (fine: a policy is engaged on one) and,
+// when one is, about the others (coarse: one read from coarser commits is
+// engaged too). The cycles are the cluster's, so fast ones would read a
+// coarse target at the engaged interval as well, where its commits come
+// about once a reading and its consumption reads lumpy (commit per poll
+// at 10x: p99 10.39 s against 4.01 s, results.md session 30): such a
+// cluster goes back to the interval at once, as it was before the engaged
+// cadence, while that target is engaged.
+func (l *Loop) engaged(states []lag.State) (fine, coarse bool) {
+	var fs, cs []lag.Target
 	for _, st := range states {
 		if st.MovesWithin(l.EngagedInterval) {
-			fine = append(fine, st.Target)
+			fs = append(fs, st.Target)
 		} else {
-			coarse = append(coarse, st.Target)
+			cs = append(cs, st.Target)
 		}
 	}
-	return len(fine) > 0 && l.Engaged(fine) && (len(coarse) == 0 || !l.Engaged(coarse))
+	if len(fs) == 0 || !l.Engaged(fs) {
+		return false, false
+	}
+	return true, len(cs) > 0 && l.Engaged(cs)
 }
 
 // engagedHold is how many cycles in a row Engaged must say no before the
