@@ -84,12 +84,14 @@ func New(cfg Config) *Member {
 func (m *Member) Run(ctx context.Context, round func(context.Context, *kgo.Client)) error {
 	// Create the topic first, with a plain client: the group joins only
 	// topics that exist.
+	var fails Failures
 	for {
 		err := m.CreateTopic(ctx)
 		if err == nil {
+			fails.OK(m.cfg.Log, m.cfg.What+": creating the topic", "cluster", m.cfg.Cluster, "topic", m.cfg.Topic)
 			break
 		}
-		m.cfg.Log.Warn(m.cfg.What+": creating the topic", "cluster", m.cfg.Cluster, "topic", m.cfg.Topic, "err", err)
+		fails.Fail(m.cfg.Log, m.cfg.What+": creating the topic", err, "cluster", m.cfg.Cluster, "topic", m.cfg.Topic)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -212,4 +214,31 @@ func (m *Member) Release(ctx context.Context) error {
 	defer admin.Close()
 	_, err = kadm.NewClient(admin).LeaveGroup(ctx, kadm.LeaveGroup(m.cfg.Group).InstanceIDs(m.cfg.ID).Reason("lagbridge stops"))
 	return err
+}
+
+// Failures logs a retried operation's failures without a line per retry:
+// the first failure in a row at WARN, the others at DEBUG, and the
+// recovery after them at INFO with how many there were (a cluster never
+// reached logged one WARN a second for as long as it stayed away). The
+// zero value is ready; not safe for concurrent use.
+type Failures struct{ n int }
+
+// Fail logs err for what at WARN if it is the first in a row, else at
+// DEBUG.
+func (f *Failures) Fail(log *slog.Logger, what string, err error, args ...any) {
+	f.n++
+	level := slog.LevelDebug
+	if f.n == 1 {
+		level = slog.LevelWarn
+	}
+	log.Log(context.Background(), level, what, append(args, "err", err, "failures", f.n)...)
+}
+
+// OK ends a run of failures, logging the recovery at INFO if there was
+// one.
+func (f *Failures) OK(log *slog.Logger, what string, args ...any) {
+	if f.n > 0 {
+		log.Info(what+": recovered", append(args, "failures", f.n)...)
+	}
+	f.n = 0
 }

@@ -1,8 +1,12 @@
 package groupmember
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -184,5 +188,34 @@ func TestRounds(t *testing.T) {
 				t.Errorf("%d rounds, want 3", n)
 			}
 		})
+	}
+}
+
+// TestFailures: a run of failures logs its first at WARN and the rest at
+// DEBUG, the recovery at INFO with their count, and a new run WARNs again.
+func TestFailures(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var f Failures
+	f.OK(log, "op") // no run to end: nothing
+	boom := errors.New("boom")
+	for range 3 {
+		f.Fail(log, "op", boom, "cluster", "c")
+	}
+	f.OK(log, "op", "cluster", "c")
+	f.Fail(log, "op", boom)
+	var levels []string
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		for _, w := range strings.Fields(l) {
+			if strings.HasPrefix(w, "level=") {
+				levels = append(levels, strings.TrimPrefix(w, "level="))
+			}
+		}
+	}
+	if got, want := strings.Join(levels, " "), "WARN DEBUG DEBUG INFO WARN"; got != want {
+		t.Errorf("levels %q, want %q\n%s", got, want, buf.String())
+	}
+	if !strings.Contains(buf.String(), `msg="op: recovered" cluster=c failures=3`) {
+		t.Errorf("recovery line lacks its count:\n%s", buf.String())
 	}
 }

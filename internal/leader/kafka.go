@@ -61,9 +61,12 @@ func (k *Kafka) Role(now time.Time) Role { return k.role(now) }
 // called; it starts one goroutine (the group's poll loop), which ends
 // before it returns.
 func (k *Kafka) Run(ctx context.Context) error {
+	var fails groupmember.Failures // rounds run on the group's one poll loop
 	return k.m.Run(ctx, func(ctx context.Context, cl *kgo.Client) {
 		if err := k.round(ctx, cl); err != nil && ctx.Err() == nil {
-			k.cfg.log().Warn("leader election", "cluster", k.cfg.Cluster, "err", err)
+			fails.Fail(k.cfg.log(), "leader election", err, "cluster", k.cfg.Cluster)
+		} else if err == nil {
+			fails.OK(k.cfg.log(), "leader election", "cluster", k.cfg.Cluster)
 		}
 		k.notify(time.Now())
 	})

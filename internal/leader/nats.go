@@ -96,9 +96,12 @@ func (n *NATS) Role(now time.Time) Role { return n.role(now) }
 // reaching NATS are retried every Config.Every; the local lease runs out
 // meanwhile.
 func (n *NATS) Run(ctx context.Context) error {
+	var fails groupmember.Failures // Rounds calls round on this goroutine
 	groupmember.Rounds(ctx, n.stopped, n.cfg.every(), func() {
 		if err := n.round(ctx); err != nil && ctx.Err() == nil {
-			n.cfg.log().Warn("leader election", "cluster", n.cfg.Cluster, "err", err)
+			fails.Fail(n.cfg.log(), "leader election", err, "cluster", n.cfg.Cluster)
+		} else if err == nil {
+			fails.OK(n.cfg.log(), "leader election", "cluster", n.cfg.Cluster)
 		}
 		n.notify(time.Now()) // a lease that ran out turns into following
 	})
