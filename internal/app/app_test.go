@@ -210,14 +210,7 @@ func TestReloadsTokenFiles(t *testing.T) {
 	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fs := config.Flags("test")
-	if err := fs.Parse([]string{"--config", file}); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(fs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := loadConfigFile(t, file)
 	url := "http://" + start(t, cfg) + "/v1/quotas"
 	get := func(token string) int {
 		req, _ := http.NewRequest(http.MethodGet, url, nil)
@@ -254,14 +247,7 @@ func TestTokenReloadWaitsForTwoReads(t *testing.T) {
 	write := func(name, body string) string { return testpki.Write(t, dir, name, []byte(body)) }
 	prod, admins := write("producer-token", "producer-token-0123456\n"), write("admin-tokens", "admin-token-old-0123456789\n")
 	file := write("lagbridge.yaml", fmt.Sprintf("listen: 127.0.0.1:0\nkafka: [{cluster: k, brokers: ['127.0.0.1:9092']}]\nquota:\n  auth:\n    tokens: [{tokenFile: %q, producers: [svc-a]}]\n    adminTokensFile: %q\n", prod, admins))
-	fs := config.Flags("test")
-	if err := fs.Parse([]string{"--config", file}); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(fs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := loadConfigFile(t, file)
 	var logs strings.Builder
 	qs := quotaserver.New(quotaserver.NewHub(), nil, cfg.Quota.Auth, prometheus.NewRegistry())
 	r := tokenReload{cur: cfg, qs: qs, log: slog.New(slog.NewTextHandler(&logs, nil))}
@@ -379,4 +365,18 @@ func TestTLSHandshakeLog(t *testing.T) {
 	if l := line("unsupported versions"); !strings.Contains(l, "level=WARN") {
 		t.Errorf("TLS 1.1's line: %q, want it at WARN", l)
 	}
+}
+
+// loadConfigFile loads the daemon's config as `--config file` does.
+func loadConfigFile(t *testing.T, file string) config.Config {
+	t.Helper()
+	fs := config.Flags("test")
+	if err := fs.Parse([]string{"--config", file}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
