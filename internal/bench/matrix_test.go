@@ -63,6 +63,11 @@ func TestSelectRows(t *testing.T) {
 	}{
 		// A glob on the whole name.
 		{"glob", []string{"kafka/guard/*/1s"}, []string{"kafka/guard/sync/1s", "kafka/guard/async/1s", "kafka/guard/batch/1s"}},
+		// A glob on the first parts (the --rows help's example) and on
+		// the last ones: "*" stops at a slash.
+		{"prefix glob", []string{"kafka/guard/*"}, []string{"kafka/guard/sync/1s", "kafka/guard/sync/250ms", "kafka/guard/async/1s", "kafka/guard/batch/1s"}},
+		{"suffix glob", []string{"nats/*/*/250ms"}, []string{"nats/ack-each/sync/250ms", "nats/ack-batch/sync/250ms"}},
+		{"middle glob", []string{"autocommit-5s*/sync"}, []string{"kafka/autocommit-5s/sync/1s", "kafka/autocommit-5s-java/sync/1s", "kafka/autocommit-5s/sync/250ms", "kafka/autocommit-5s/sync/1s+abandoned", "kafka/autocommit-5s/sync/1s+no-commit-yet"}},
 		// A plain word matches as a substring.
 		{"substring", []string{"abandoned"}, []string{"kafka/autocommit-5s/sync/1s+abandoned", "nats/ack-each/sync/1s+abandoned"}},
 		// Two patterns: the union, in the matrix's order.
