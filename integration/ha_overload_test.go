@@ -313,6 +313,16 @@ func runOverload(t *testing.T, bin string, b *overloadBroker, pair *overloadPair
 	// failover).
 	noClientQuotas := os.Getenv("LAGBRIDGE_HA_NO_CLIENT_QUOTAS") != ""
 	classes := overloadClasses()
+	if b.kafka != "" {
+		// The replicas killed (and at the end stopped with ha) leave
+		// their client quotas on the shared broker: cleared after the
+		// processes' cleanups, which run first.
+		var ids []string
+		for _, c := range classes {
+			ids = append(ids, c.id)
+		}
+		ownClientQuotas(t, b.kafka, ids...)
+	}
 	var producers strings.Builder
 	for _, c := range classes {
 		fmt.Fprintf(&producers, "        - {id: %s, criticality: %s}\n", c.id, c.crit)
