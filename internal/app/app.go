@@ -268,6 +268,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	a.History = history.NewStore(cfg.History, cfg.Interval, time.Now())
 	a.History.Register(a.Registry)
 	a.Decisions = history.NewLog(cfg.History, log.With("component", "quota"), a.Registry)
+	if rep := a.rep; rep != nil {
+		// A decision is in force where this replica serves its own lease
+		// sets (it leads the lease state's cluster, or stands in), or
+		// writes the topic's cluster's client quotas or KV leases (it
+		// leads that cluster). A follower's are marked not served.
+		a.Decisions.Served = func(t quota.Topic) bool { return rep.Serving() || a.el.leading(t.Cluster) }
+	}
 	eng, err := engine.New(engine.Config{
 		Policies: cfg.Quota.Policies, Hub: hub, Publishers: pubs, Logger: log.With("component", "quota"), Log: a.Decisions,
 		Lease: lease, MaxProducers: cfg.Quota.MaxProducers,

@@ -442,6 +442,11 @@ func Line(e history.Event) string {
 		// wrong without the controller's words.
 		line += " (" + e.Reason + ")"
 	}
+	if e.NotServed {
+		// A follower's own decision (ha): its producers were served the
+		// leader's; ask the leader.
+		line += " [not served: this replica followed]"
+	}
 	return line
 }
 

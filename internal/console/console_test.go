@@ -197,6 +197,19 @@ func TestLineHardAge(t *testing.T) {
 	}
 }
 
+// TestLineNotServed: why marks a follower's own decision (ha), which its
+// producers never got, and no other.
+func TestLineNotServed(t *testing.T) {
+	e := history.Event{Kind: history.KindCut, Rule: quota.RuleDrain, Rate: 0, PrevRate: 100}
+	if got := Line(e); strings.Contains(got, "not served") {
+		t.Errorf("served line %q marked", got)
+	}
+	e.NotServed = true
+	if got := Line(e); !strings.HasSuffix(got, " [not served: this replica followed]") {
+		t.Errorf("line %q of a decision not served lacks the mark", got)
+	}
+}
+
 // TestWhyUnknownProducer: an empty why says whether the daemon leases to
 // the producer at all, so a misspelt id does not read as a producer
 // nothing happened to (before: only "no decision ..."); a known producer

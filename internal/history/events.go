@@ -81,6 +81,11 @@ type Event struct {
 	Inputs   Inputs  `json:"inputs"`
 	// Reason is the controller's reason in words.
 	Reason string `json:"reason"`
+	// NotServed marks a decision of a replica whose decisions on the
+	// topic were not in force (Log.Served): a follower's, whose
+	// producers are served the leader's. Omitted (false) on every
+	// event that was served, and without ha.
+	NotServed bool `json:"notServed,omitempty"`
 }
 
 // MarshalJSON writes Rate and PrevRate as numbers, or null with
@@ -139,6 +144,15 @@ type Log struct {
 	threshold float64
 	log       *slog.Logger
 	counter   *prometheus.CounterVec
+	// Served, when set, says whether this replica's decisions on a topic
+	// are in force now (with ha: it leads, or stands in for a silent
+	// leader; internal/app). An event of a topic it says no for is kept
+	// marked Event.NotServed, logged at DEBUG and not counted: a
+	// follower steps every target it observes, but its producers are
+	// served the leader's decisions, which the leader logs. Nil: every
+	// decision is served. Set it before the first Observe; it is called
+	// under the log's lock (and the engine's).
+	Served func(quota.Topic) bool
 
 	mu       sync.Mutex
 	capacity int
@@ -165,7 +179,7 @@ type grant struct {
 // NewLog returns an empty log of cfg.Events events (cfg must be valid),
 // writing each event to logger (nil: slog.Default()) at level Info and
 // counting them in lagbridge_decision_events_total{kind} on reg (nil:
-// not counted).
+// not counted); see Log.Served for the events not served.
 func NewLog(cfg Config, logger *slog.Logger, reg prometheus.Registerer) *Log {
 	cfg = cfg.WithDefaults()
 	if logger == nil {
@@ -175,7 +189,7 @@ func NewLog(cfg Config, logger *slog.Logger, reg prometheus.Registerer) *Log {
 		topics: map[quota.Topic]grant{}, grants: map[grantKey]grant{}, capacity: cfg.Events}
 	l.counter = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lagbridge_decision_events_total",
-		Help: "Quota decisions logged: a topic's signal changed (kind signal), a producer's grant was cut or released beyond history.grantChange.",
+		Help: "Quota decisions logged: a topic's signal changed (kind signal), a producer's grant was cut or released beyond history.grantChange. With ha, only those this replica served (its leases or client quotas were in force).",
 	}, []string{"kind"})
 	for _, k := range []EventKind{KindSignal, KindCut, KindRelease} {
 		l.counter.WithLabelValues(string(k))
@@ -209,6 +223,13 @@ func (l *Log) Observe(now time.Time, topics map[quota.Topic]quota.TopicDecision,
 		}
 		return in
 	}
+	var served map[quota.Topic]bool
+	if l.Served != nil {
+		served = make(map[quota.Topic]bool, len(topics))
+		for t := range topics {
+			served[t] = l.Served(t)
+		}
+	}
 	names := make([]quota.Topic, 0, len(topics))
 	for t := range topics {
 		names = append(names, t)
@@ -226,7 +247,7 @@ func (l *Log) Observe(now time.Time, topics map[quota.Topic]quota.TopicDecision,
 		}
 		ps := slices.Clone(holders[t])
 		sort.Strings(ps)
-		l.add(Event{At: now, Kind: KindSignal, Topic: t, Policy: d.Policy, Rule: d.Rule, Signal: d.Signal.String(),
+		l.add(served, Event{At: now, Kind: KindSignal, Topic: t, Policy: d.Policy, Rule: d.Rule, Signal: d.Signal.String(),
 			PrevSignal: prev.signal.String(), Producers: ps, Rate: d.Rate, PrevRate: prev.rate, Inputs: inputs(d), Reason: d.Reason})
 	}
 	for t := range l.topics {
@@ -255,7 +276,7 @@ func (l *Log) Observe(now time.Time, topics map[quota.Topic]quota.TopicDecision,
 			continue
 		}
 		d := topics[ls.Topic]
-		l.add(Event{At: now, Kind: kind, Topic: ls.Topic, Policy: d.Policy, Rule: d.Rule, Signal: ls.Signal.String(),
+		l.add(served, Event{At: now, Kind: kind, Topic: ls.Topic, Policy: d.Policy, Rule: d.Rule, Signal: ls.Signal.String(),
 			PrevSignal: g.signal.String(), Producers: []string{ls.Producer}, Rate: ls.Rate, PrevRate: g.rate,
 			Inputs: inputs(d), Reason: d.Reason})
 		l.grants[k] = grant{rate: ls.Rate, signal: ls.Signal}
@@ -292,9 +313,20 @@ func (l *Log) change(prev, next float64) EventKind {
 	return ""
 }
 
-// add stores e (with its sequence number), logs it and counts it. Called
-// with l.mu held.
-func (l *Log) add(e Event) {
+// add stores e (with its sequence number), logs it and counts it; an
+// event of a topic not served (Served said no: served holds false for it)
+// is marked so and logged at DEBUG, uncounted. Called with l.mu held.
+func (l *Log) add(served map[quota.Topic]bool, e Event) {
+	if l.Served != nil {
+		// A lease of a topic without a decision (gone this cycle) is
+		// asked about on its own.
+		in, ok := served[e.Topic]
+		if !ok {
+			in = l.Served(e.Topic)
+			served[e.Topic] = in
+		}
+		e.NotServed = !in
+	}
 	l.seq++
 	e.Seq = l.seq
 	if len(l.buf) < l.capacity {
@@ -304,12 +336,21 @@ func (l *Log) add(e Event) {
 		l.start = (l.start + 1) % len(l.buf)
 		l.dropped++
 	}
-	l.counter.WithLabelValues(string(e.Kind)).Inc()
+	if !e.NotServed {
+		l.counter.WithLabelValues(string(e.Kind)).Inc()
+	}
 	attrs := []any{"kind", e.Kind, "topic", e.Topic.String(), "policy", e.Policy, "rule", e.Rule.String(),
 		"signal", e.Signal, "prevSignal", e.PrevSignal, "producers", e.Producers,
 		"rate", RateText(e.Rate), "prevRate", RateText(e.PrevRate), "lag", e.Inputs.Lag, "headAge", logSeconds(e.Inputs.HeadAgeSeconds, "unknown"),
 		"capacity", e.Inputs.Capacity, "capacityKnown", e.Inputs.CapacityKnown,
 		"wait", logSeconds(e.Inputs.WaitSeconds, "unbounded"), "budget", logSeconds(e.Inputs.BudgetSeconds, "none")}
+	if e.NotServed {
+		// A follower's own decision: what it would have served. At
+		// DEBUG, so that the log at INFO of every replica says only
+		// what the producers got.
+		l.log.Debug("quota decision", append(attrs, "served", false)...)
+		return
+	}
 	l.log.Info("quota decision", attrs...)
 }
 

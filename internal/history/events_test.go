@@ -3,6 +3,7 @@ package history
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
@@ -257,5 +258,57 @@ func TestAPI(t *testing.T) {
 	}
 	if guarded != 5+len(bad) {
 		t.Errorf("guard ran %d times, want every request (%d)", guarded, 5+len(bad))
+	}
+}
+
+// TestLogNotServed: with Served saying no for a topic (a follower, whose
+// producers are served the leader's decisions), its events are kept marked
+// NotServed, logged at DEBUG with served=false and not counted; once it
+// says yes (this replica leads, or stands in), they are logged at INFO and
+// counted, unmarked, as without Served. Red before the mark: every event
+// at INFO and counted.
+func TestLogNotServed(t *testing.T) {
+	var logs bytes.Buffer
+	l := NewLog(Config{}, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), prometheus.NewRegistry())
+	serving := false
+	l.Served = func(tp quota.Topic) bool {
+		if tp != orders {
+			t.Errorf("Served asked about %v", tp)
+		}
+		return serving
+	}
+	budget := func(string) time.Duration { return 2 * time.Second }
+	l.Observe(t0, map[quota.Topic]quota.TopicDecision{orders: decision(quota.SignalSlowDown, 100, quota.RuleFollow)},
+		[]quota.Lease{lease("a", 100, quota.SignalSlowDown)}, budget)
+	serving = true
+	l.Observe(t0.Add(time.Second), map[quota.Topic]quota.TopicDecision{orders: decision(quota.SignalSlowDown, 50, quota.RuleDrain)},
+		[]quota.Lease{lease("a", 50, quota.SignalSlowDown)}, budget)
+	evs, _ := l.Events(EventQuery{})
+	var got []string
+	for _, e := range evs {
+		got = append(got, fmt.Sprintf("%s %s->%s notServed=%v", e.Kind, RateText(e.PrevRate), RateText(e.Rate), e.NotServed))
+	}
+	want := []string{"signal unlimited->100/s notServed=true", "cut unlimited->100/s notServed=true", "cut 100/s->50/s notServed=false"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("events %q, want %q", got, want)
+	}
+	var levels []string
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		levels = append(levels, fmt.Sprintf("%v served=%v", m["level"], m["served"]))
+	}
+	if want := []string{"DEBUG served=false", "DEBUG served=false", "INFO served=<nil>"}; strings.Join(levels, "|") != strings.Join(want, "|") {
+		t.Errorf("log lines %q, want %q:\n%s", levels, want, logs.String())
+	}
+	if n := testutil.ToFloat64(l.counter.WithLabelValues(string(KindCut))) + testutil.ToFloat64(l.counter.WithLabelValues(string(KindSignal))); n != 1 {
+		t.Errorf("counted %v events, want the served one", n)
+	}
+	// JSON: notServed only where true.
+	b, _ := json.Marshal(evs)
+	if c := strings.Count(string(b), `"notServed":true`); c != 2 || strings.Contains(string(b), `"notServed":false`) {
+		t.Errorf("JSON has %d notServed:true (want 2) or a notServed:false: %s", c, b)
 	}
 }

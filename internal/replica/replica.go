@@ -187,6 +187,13 @@ func New(cfg Config) *Replicator {
 // reach the served hub only while this replica leads.
 func (r *Replicator) Sink() engine.Hub { return &r.sink }
 
+// Serving reports whether the hub serves this replica's own lease sets
+// now: it leads, or stands in for a silent leader (Config.Silence). Else
+// its producers are served the leader's, and its engine's decisions are
+// not in force (the decision log marks them: history.Log.Served). Safe
+// for concurrent use; it may be called with the engine's lock held.
+func (r *Replicator) Serving() bool { return r.sink.isLeading() || r.sink.isActing() }
+
 // SetEngine sets the engine; call it once, before Start.
 func (r *Replicator) SetEngine(e Engine) { r.eng = e }
 
