@@ -105,7 +105,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 	tracker := lag.NewTracker(l.Rules)
 	status := ClusterStatus{Name: l.Name, Kind: l.Kind}
-	failing := false
+	failures := 0        // failed cycles in a row
 	quiet := engagedHold // cycles since Engaged last said yes
 
 	t := time.NewTimer(l.Interval)
@@ -124,17 +124,22 @@ func (l *Loop) Run(ctx context.Context) error {
 		at := now()
 		dur := at.Sub(start)
 		status.LastCycle, status.Duration = start, dur
+		// The first failure in a row at WARN, the rest at DEBUG, the
+		// recovery at INFO with the count (as groupmember.Failures): a
+		// cluster down for hours logs two lines, and says for how long.
 		if err != nil {
 			status.Err = err.Error()
-			if !failing {
-				log.Warn("observation failed", "err", err, "samples", len(samples))
+			failures++
+			level := slog.LevelDebug
+			if failures == 1 {
+				level = slog.LevelWarn
 			}
-			failing = true
+			log.Log(ctx, level, "observation failed", "err", err, "samples", len(samples), "failures", failures)
 		} else {
-			if failing {
-				log.Info("observation recovered")
+			if failures > 0 {
+				log.Info("observation recovered", "failures", failures)
 			}
-			failing = false
+			failures = 0
 			status.Err = ""
 		}
 		// A partial failure still returns what it could read: use it (the

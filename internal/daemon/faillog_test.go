@@ -1,0 +1,82 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// syncBuffer is a log sink the loop's goroutine writes while the test
+// reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestLoopFailureLog: a cluster whose cycles fail 30 times in a row (30 s
+// down at a 1 s interval) and then answers logs, at INFO and above, one
+// WARN line for the first failure and one INFO line for the recovery with
+// the count; the 29 failures between are at DEBUG, with their count. The
+// rule of groupmember.Failures (e737d3a). Red before: the failures after
+// the first logged nothing, and the recovery no count; red against the
+// mutant that warns every cycle (30 WARN lines).
+func TestLoopFailureLog(t *testing.T) {
+	const down = 30
+	var logs syncBuffer
+	store := NewStore(map[string]lag.Kind{"c1": lag.KindKafka})
+	src := &fakeSource{fail: func(n int) bool { return n <= down }}
+	l := &Loop{Name: "c1", Kind: lag.KindKafka, Source: src, Interval: 5 * time.Millisecond, Store: store,
+		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- l.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(logs.String(), "observation recovered") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("run: %v", err)
+	}
+	count := map[string]int{}
+	var failures []float64
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		count[fmt.Sprintf("%s %s", m["level"], m["msg"])]++
+		if n, ok := m["failures"].(float64); ok {
+			failures = append(failures, n)
+		}
+	}
+	want := map[string]int{"WARN observation failed": 1, "DEBUG observation failed": down - 1, "INFO observation recovered": 1}
+	if fmt.Sprint(count) != fmt.Sprint(want) {
+		t.Errorf("log lines by level %v, want %v:\n%s", count, want, logs.String())
+	}
+	// Counted 1 to 30, and the recovery says 30.
+	if len(failures) != down+1 || failures[0] != 1 || failures[down-1] != down || failures[down] != down {
+		t.Errorf("failures counted %v, want 1..%d then %d", failures, down, down)
+	}
+}
