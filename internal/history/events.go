@@ -223,12 +223,11 @@ func (l *Log) Observe(now time.Time, topics map[quota.Topic]quota.TopicDecision,
 		}
 		return in
 	}
+	// Served is asked once per topic with an event (most cycles have
+	// none; it runs under the engine's lock).
 	var served map[quota.Topic]bool
 	if l.Served != nil {
-		served = make(map[quota.Topic]bool, len(topics))
-		for t := range topics {
-			served[t] = l.Served(t)
-		}
+		served = map[quota.Topic]bool{}
 	}
 	names := make([]quota.Topic, 0, len(topics))
 	for t := range topics {
@@ -314,12 +313,11 @@ func (l *Log) change(prev, next float64) EventKind {
 }
 
 // add stores e (with its sequence number), logs it and counts it; an
-// event of a topic not served (Served said no: served holds false for it)
-// is marked so and logged at DEBUG, uncounted. Called with l.mu held.
+// event of a topic not served (Served said no, asked once per topic and
+// Observe: served caches it) is marked so and logged at DEBUG, uncounted.
+// Called with l.mu held.
 func (l *Log) add(served map[quota.Topic]bool, e Event) {
 	if l.Served != nil {
-		// A lease of a topic without a decision (gone this cycle) is
-		// asked about on its own.
 		in, ok := served[e.Topic]
 		if !ok {
 			in = l.Served(e.Topic)
