@@ -50,6 +50,10 @@ type ClassResult struct {
 type Result struct {
 	// Row is the matrix row the run belongs to.
 	Row Row
+	// Interval is the daemon's observation interval in the run: Row's,
+	// except for a naive run that rows of other intervals share (see
+	// Row.naiveKey), which keeps the one it ran at.
+	Interval time.Duration
 	// Scenario is the scenario the run ran (the row's, scaled).
 	Scenario Scenario
 	// Broker is the cluster's name: kfake, kafka, embedded-nats or nats.
@@ -149,7 +153,7 @@ type Result struct {
 func Analyze(scn Scenario, row Row, broker, mode string, load float64, s *Series, tot Totals) Result {
 	n := s.Bins()
 	bin := s.Bin.Seconds()
-	r := Result{Row: row, Scenario: scn, Broker: broker, Mode: mode, Load: load, Offered: load * scn.Slow,
+	r := Result{Row: row, Interval: row.Interval, Scenario: scn, Broker: broker, Mode: mode, Load: load, Offered: load * scn.Slow,
 		Duration: time.Duration(n) * s.Bin, Totals: tot, Series: s}
 	for c, cl := range scn.Classes {
 		cr := ClassResult{Producer: cl.Producer, Criticality: cl.Criticality,

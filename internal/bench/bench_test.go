@@ -430,6 +430,12 @@ func TestStall(t *testing.T) {
 			}
 		})
 	}
+	// A naive run observed every second, shared with a 250 ms row (the
+	// row relabelled, its interval kept), kept its schedule.
+	shared := Result{Row: testRow, Interval: time.Second, Scenario: testScenario(), Schedule: Schedule{Gap: time.Second, GapAt: 3 * time.Second, Cycles: 10}}
+	if got := Stall(shared); got != "" {
+		t.Errorf("a shared naive run at 1 s: got %q, want none", got)
+	}
 }
 
 // TestMarkdownPhaseNote: the header names the phases of a +no-commit-yet

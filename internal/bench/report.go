@@ -98,10 +98,16 @@ func (t Targets) Check(lb Result, naive *Result) []string {
 // interval; it is measured for the NATS consumers only (0 for the Kafka
 // ones). It is a pure function.
 //
+// The interval is the run's own (Result.Interval): a naive run observed
+// every second and shared with a 250 ms row is judged at 1 s.
+//
 // Example: a 250 ms row whose generator sent 1.5 s late once, and whose
 // daemon observed 0.25 s apart: "generator 1.50s late at 8.10s".
 func Stall(r Result) string {
-	sc, iv := r.Schedule, r.Row.Interval
+	sc, iv := r.Schedule, r.Interval
+	if iv == 0 {
+		iv = r.Row.Interval
+	}
 	var out []string
 	if sc.Behind > iv {
 		out = append(out, fmt.Sprintf("generator %s late at %s", dur(sc.Behind), dur(sc.BehindAt)))
