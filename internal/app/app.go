@@ -270,10 +270,18 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	a.Decisions = history.NewLog(cfg.History, log.With("component", "quota"), a.Registry)
 	if rep := a.rep; rep != nil {
 		// A decision is in force where this replica serves its own lease
-		// sets (it leads the lease state's cluster, or stands in), or
-		// writes the topic's cluster's client quotas or KV leases (it
-		// leads that cluster). A follower's are marked not served.
-		a.Decisions.Served = func(t quota.Topic) bool { return rep.Serving() || a.el.leading(t.Cluster) }
+		// sets (it leads the lease state's cluster, whose quota KV it
+		// also writes, or stands in), or writes the Kafka client quotas
+		// of the topic (its policy sets kafkaClientQuota and this
+		// replica leads the topic's cluster). Leading any other cluster
+		// publishes no decision. A follower's are marked not served.
+		cq := map[string]bool{}
+		for _, p := range cfg.Quota.Policies {
+			cq[p.Name] = p.KafkaClientQuota
+		}
+		a.Decisions.Served = func(t quota.Topic, policy string) bool {
+			return rep.Serving() || t.Kind == lag.KindKafka && cq[policy] && a.el.leading(t.Cluster)
+		}
 	}
 	eng, err := engine.New(engine.Config{
 		Policies: cfg.Quota.Policies, Hub: hub, Publishers: pubs, Logger: log.With("component", "quota"), Log: a.Decisions,

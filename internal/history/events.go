@@ -152,7 +152,7 @@ type Log struct {
 	// served the leader's decisions, which the leader logs. Nil: every
 	// decision is served. Set it before the first Observe; it is called
 	// under the log's lock (and the engine's).
-	Served func(quota.Topic) bool
+	Served func(t quota.Topic, policy string) bool
 
 	mu       sync.Mutex
 	capacity int
@@ -320,7 +320,7 @@ func (l *Log) add(served map[quota.Topic]bool, e Event) {
 	if l.Served != nil {
 		in, ok := served[e.Topic]
 		if !ok {
-			in = l.Served(e.Topic)
+			in = l.Served(e.Topic, e.Policy)
 			served[e.Topic] = in
 		}
 		e.NotServed = !in

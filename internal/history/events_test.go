@@ -271,7 +271,7 @@ func TestLogNotServed(t *testing.T) {
 	var logs bytes.Buffer
 	l := NewLog(Config{}, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), prometheus.NewRegistry())
 	serving := false
-	l.Served = func(tp quota.Topic) bool {
+	l.Served = func(tp quota.Topic, _ string) bool {
 		if tp != orders {
 			t.Errorf("Served asked about %v", tp)
 		}
