@@ -495,10 +495,15 @@
       const tk = e.topic ? [e.topic.kind, e.topic.cluster, e.topic.name].join('/') : '';
       if (tk !== topicKey || e.ms < t0 || e.ms > t1) continue;
       let m = at.get(e.ms);
-      if (!m) at.set(e.ms, (m = { t: e.ms, kind: 'release', signal: null, lines: [] }));
+      if (!m) at.set(e.ms, (m = { t: e.ms, kind: 'release', signal: null, notServed: true, lines: [] }));
+      // A follower's own decision (ha, notServed): drawn faint, never as
+      // a signal line; the marker is a served one if any event at the
+      // instant was served.
+      m.notServed = m.notServed && !!e.notServed;
       if (e.kind === 'signal') m.signal = e.signal;
       if (e.kind === 'signal' || (e.kind === 'cut' && m.kind === 'release')) m.kind = e.kind;
-      m.lines.push(clock(e.ms) + ' ' + e.kind + ' ' + (e.kind === 'signal' ? '' : (e.producers || []).join(', ') + ' ') + eventText(e) + ' · rule ' + e.rule);
+      m.lines.push(clock(e.ms) + ' ' + e.kind + ' ' + (e.kind === 'signal' ? '' : (e.producers || []).join(', ') + ' ') + eventText(e) + ' · rule ' + e.rule +
+        (e.notServed ? ' · not served: this replica followed' : ''));
     }
     return [...at.values()];
   }
@@ -518,9 +523,9 @@
     const shown = list.slice(0, 200);
     const head = el('tr', {}, ...['time', 'kind', 'topic', 'producers', 'change', 'rule', 'inputs']
       .map((h) => el('th', { text: h })));
-    const rows = shown.map((e) => el('tr', { 'data-kind': e.kind, 'data-rule': e.rule || '' },
+    const rows = shown.map((e) => el('tr', { 'data-kind': e.kind, 'data-rule': e.rule || '', class: e.notServed ? 'not-served' : '' },
       el('td', { class: 'num', text: clock(e.ms) + '.' + String(((e.ms % 1000) + 1000) % 1000).padStart(3, '0') }),
-      el('td', {}, badge(e.kind, 'ev-' + e.kind)),
+      el('td', {}, badge(e.kind, 'ev-' + e.kind), ...(e.notServed ? [' ', badge('not served', 'stale', 'this replica followed: its producers were served the leader\'s decision; ask the leader')] : [])),
       el('td', { text: e.topic ? e.topic.cluster + '/' + e.topic.name : '' }),
       el('td', { text: (e.producers || []).join(', ') || '–' }),
       el('td', { text: eventText(e) }),
@@ -716,8 +721,9 @@
       // A signal change is a line across the chart in the new signal's
       // colour; a grant cut (▼) or release (▲) only a tick on the top edge.
       const X = x(m.t);
-      const g = svg('g', { class: 'marker m-' + m.kind + (m.signal ? ' s-' + m.signal : '') });
-      if (m.kind === 'signal') g.append(svg('line', { x1: X.toFixed(1), x2: X.toFixed(1), y1: T, y2: H - B }));
+      const g = svg('g', { class: 'marker m-' + m.kind + (m.signal ? ' s-' + m.signal : '') + (m.notServed ? ' not-served' : '') });
+      if (m.notServed) g.dataset.notServed = '1';
+      if (m.kind === 'signal' && !m.notServed) g.append(svg('line', { x1: X.toFixed(1), x2: X.toFixed(1), y1: T, y2: H - B }));
       const tri = m.kind === 'release' ? [[X - 4, T + 6], [X + 4, T + 6], [X, T]] : [[X - 4, T], [X + 4, T], [X, T + 6]];
       g.append(svg('path', { d: 'M' + tri.map((p) => p[0].toFixed(1) + ',' + p[1]).join('L') + 'Z' }));
       const tt = svg('title', {});
