@@ -45,14 +45,16 @@ func TestLoopFailureLog(t *testing.T) {
 	const down = 30
 	var logs syncBuffer
 	store := NewStore(map[string]lag.Kind{"c1": lag.KindKafka})
-	src := &fakeSource{fail: func(n int) bool { return n <= down }}
+	// A second outage of 5 cycles after 3 good ones: its first failure is
+	// at WARN again (the count restarts at the recovery).
+	src := &fakeSource{fail: func(n int) bool { return n <= down || n > down+3 && n <= down+8 }}
 	l := &Loop{Name: "c1", Kind: lag.KindKafka, Source: src, Interval: 5 * time.Millisecond, Store: store,
 		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- l.Run(ctx) }()
 	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(logs.String(), "observation recovered") && time.Now().Before(deadline) {
+	for strings.Count(logs.String(), "observation recovered") < 2 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	cancel()
@@ -71,12 +73,12 @@ func TestLoopFailureLog(t *testing.T) {
 			failures = append(failures, n)
 		}
 	}
-	want := map[string]int{"WARN observation failed": 1, "DEBUG observation failed": down - 1, "INFO observation recovered": 1}
+	want := map[string]int{"WARN observation failed": 2, "DEBUG observation failed": down - 1 + 4, "INFO observation recovered": 2}
 	if fmt.Sprint(count) != fmt.Sprint(want) {
 		t.Errorf("log lines by level %v, want %v:\n%s", count, want, logs.String())
 	}
 	// Counted 1 to 30, and the recovery says 30.
-	if len(failures) != down+1 || failures[0] != 1 || failures[down-1] != down || failures[down] != down {
+	if len(failures) != down+1+6 || failures[0] != 1 || failures[down-1] != down || failures[down] != down || failures[down+1] != 1 || failures[down+6] != 5 {
 		t.Errorf("failures counted %v, want 1..%d then %d", failures, down, down)
 	}
 }
