@@ -150,8 +150,10 @@ type Log struct {
 	// marked Event.NotServed, logged at DEBUG and not counted: a
 	// follower steps every target it observes, but its producers are
 	// served the leader's decisions, which the leader logs. Nil: every
-	// decision is served. Set it before the first Observe; it is called
-	// under the log's lock (and the engine's).
+	// decision is served. It must depend only on the topic's kind and
+	// cluster and the policy (Observe asks once per such triple a cycle).
+	// Set it before the first Observe; it is called under the log's lock
+	// (and the engine's).
 	Served func(t quota.Topic, policy string) bool
 
 	mu       sync.Mutex
@@ -160,8 +162,22 @@ type Log struct {
 	start    int
 	seq      uint64
 	dropped  uint64
-	topics   map[quota.Topic]grant
-	grants   map[grantKey]grant
+	// topics and grants are what was seen last of each topic's decision
+	// and each lease; servedTopics and servedGrants what was last seen
+	// served (with Served set; nil without). A served cycle compares
+	// with the latter, so a replica that takes over or stands in states
+	// the decisions it now serves, at INFO, even when its own were the
+	// same while it followed.
+	topics       map[quota.Topic]grant
+	grants       map[grantKey]grant
+	servedTopics map[quota.Topic]grant
+	servedGrants map[grantKey]grant
+}
+
+// servedKey is what Served depends on.
+type servedKey struct {
+	kind            lag.Kind
+	cluster, policy string
 }
 
 type grantKey struct {
@@ -223,11 +239,26 @@ func (l *Log) Observe(now time.Time, topics map[quota.Topic]quota.TopicDecision,
 		}
 		return in
 	}
-	// Served is asked once per topic with an event (most cycles have
-	// none; it runs under the engine's lock).
-	var served map[quota.Topic]bool
-	if l.Served != nil {
-		served = map[quota.Topic]bool{}
+	// Served is asked once per cluster and policy (it runs under the
+	// engine's lock).
+	var cache map[servedKey]bool
+	served := func(t quota.Topic, policy string) bool {
+		if l.Served == nil {
+			return true
+		}
+		k := servedKey{t.Kind, t.Cluster, policy}
+		in, ok := cache[k]
+		if !ok {
+			if cache == nil {
+				cache = map[servedKey]bool{}
+			}
+			in = l.Served(t, policy)
+			cache[k] = in
+		}
+		return in
+	}
+	if l.Served != nil && l.servedTopics == nil {
+		l.servedTopics, l.servedGrants = map[quota.Topic]grant{}, map[grantKey]grant{}
 	}
 	names := make([]quota.Topic, 0, len(topics))
 	for t := range topics {
@@ -236,8 +267,16 @@ func (l *Log) Observe(now time.Time, topics map[quota.Topic]quota.TopicDecision,
 	sort.Slice(names, func(i, j int) bool { return names[i].String() < names[j].String() })
 	for _, t := range names {
 		d := topics[t]
-		prev, seen := l.topics[t]
+		in := served(t, d.Policy)
+		base := l.topics
+		if in && l.servedTopics != nil {
+			base = l.servedTopics
+		}
+		prev, seen := base[t]
 		l.topics[t] = grant{rate: d.Rate, signal: d.Signal}
+		if in && l.servedTopics != nil {
+			l.servedTopics[t] = l.topics[t]
+		}
 		if !seen {
 			prev = grant{rate: math.Inf(1), signal: quota.SignalOK} // a topic starts unconstrained
 		}
@@ -246,12 +285,13 @@ func (l *Log) Observe(now time.Time, topics map[quota.Topic]quota.TopicDecision,
 		}
 		ps := slices.Clone(holders[t])
 		sort.Strings(ps)
-		l.add(served, Event{At: now, Kind: KindSignal, Topic: t, Policy: d.Policy, Rule: d.Rule, Signal: d.Signal.String(),
+		l.add(!in, Event{At: now, Kind: KindSignal, Topic: t, Policy: d.Policy, Rule: d.Rule, Signal: d.Signal.String(),
 			PrevSignal: prev.signal.String(), Producers: ps, Rate: d.Rate, PrevRate: prev.rate, Inputs: inputs(d), Reason: d.Reason})
 	}
 	for t := range l.topics {
 		if _, ok := topics[t]; !ok {
 			delete(l.topics, t)
+			delete(l.servedTopics, t)
 		}
 	}
 	current := make(map[grantKey]bool, len(leases))
@@ -265,25 +305,40 @@ func (l *Log) Observe(now time.Time, topics map[quota.Topic]quota.TopicDecision,
 	for _, ls := range sorted {
 		k := grantKey{ls.Producer, ls.Topic}
 		current[k] = true
-		g, seen := l.grants[k]
+		d := topics[ls.Topic]
+		in := served(ls.Topic, d.Policy)
+		base := l.grants
+		if in && l.servedGrants != nil {
+			base = l.servedGrants
+		}
+		g, seen := base[k]
 		if !seen {
 			g = grant{rate: math.Inf(1), signal: quota.SignalOK} // a new producer starts unconstrained
 		}
 		kind := l.change(g.rate, ls.Rate)
 		if kind == "" {
-			l.grants[k] = grant{rate: g.rate, signal: ls.Signal}
+			l.setGrant(k, in, grant{rate: g.rate, signal: ls.Signal})
 			continue
 		}
-		d := topics[ls.Topic]
-		l.add(served, Event{At: now, Kind: kind, Topic: ls.Topic, Policy: d.Policy, Rule: d.Rule, Signal: ls.Signal.String(),
+		l.add(!in, Event{At: now, Kind: kind, Topic: ls.Topic, Policy: d.Policy, Rule: d.Rule, Signal: ls.Signal.String(),
 			PrevSignal: g.signal.String(), Producers: []string{ls.Producer}, Rate: ls.Rate, PrevRate: g.rate,
 			Inputs: inputs(d), Reason: d.Reason})
-		l.grants[k] = grant{rate: ls.Rate, signal: ls.Signal}
+		l.setGrant(k, in, grant{rate: ls.Rate, signal: ls.Signal})
 	}
 	for k := range l.grants {
 		if !current[k] {
 			delete(l.grants, k) // the lease expired: a returning producer starts afresh
+			delete(l.servedGrants, k)
 		}
+	}
+}
+
+// setGrant records g as the last seen of lease k, and as the last seen
+// served when in. Called with l.mu held.
+func (l *Log) setGrant(k grantKey, in bool, g grant) {
+	l.grants[k] = g
+	if in && l.servedGrants != nil {
+		l.servedGrants[k] = g
 	}
 }
 
@@ -313,18 +368,10 @@ func (l *Log) change(prev, next float64) EventKind {
 }
 
 // add stores e (with its sequence number), logs it and counts it; an
-// event of a topic not served (Served said no, asked once per topic and
-// Observe: served caches it) is marked so and logged at DEBUG, uncounted.
-// Called with l.mu held.
-func (l *Log) add(served map[quota.Topic]bool, e Event) {
-	if l.Served != nil {
-		in, ok := served[e.Topic]
-		if !ok {
-			in = l.Served(e.Topic, e.Policy)
-			served[e.Topic] = in
-		}
-		e.NotServed = !in
-	}
+// event not served (Served said no) is marked so and logged at DEBUG,
+// uncounted. Called with l.mu held.
+func (l *Log) add(notServed bool, e Event) {
+	e.NotServed = notServed
 	l.seq++
 	e.Seq = l.seq
 	if len(l.buf) < l.capacity {
