@@ -88,6 +88,7 @@ func startProcess(tb testing.TB, bin, dir, id, yaml string) *haProcess {
 	}
 	tb.Cleanup(func() { logs.Close() })
 	cmd := exec.Command(bin, "run", "--config", cfg)
+	dieWithTest(cmd)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if os.Getenv("LAGBRIDGE_TEST_LOGS") != "" {
 		cmd.Stdout, cmd.Stderr = io.MultiWriter(logs, os.Stderr), io.MultiWriter(logs, os.Stderr)
