@@ -72,6 +72,13 @@ func TestLoopFailureLog(t *testing.T) {
 		if n, ok := m["failures"].(float64); ok {
 			failures = append(failures, n)
 		}
+		// The recovery says since when and for how long.
+		if m["msg"] == "observation recovered" {
+			since, err := time.Parse(time.RFC3339Nano, fmt.Sprint(m["since"]))
+			if err != nil || since.IsZero() || m["for"] == nil {
+				t.Errorf("recovery without since / for: %s", line)
+			}
+		}
 	}
 	want := map[string]int{"WARN observation failed": 2, "DEBUG observation failed": down - 1 + 4, "INFO observation recovered": 2}
 	if fmt.Sprint(count) != fmt.Sprint(want) {

@@ -105,8 +105,9 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 	tracker := lag.NewTracker(l.Rules)
 	status := ClusterStatus{Name: l.Name, Kind: l.Kind}
-	failures := 0        // failed cycles in a row
-	quiet := engagedHold // cycles since Engaged last said yes
+	failures := 0             // failed cycles in a row
+	var failedSince time.Time // the first of them began
+	quiet := engagedHold      // cycles since Engaged last said yes
 
 	t := time.NewTimer(l.Interval)
 	defer t.Stop()
@@ -132,12 +133,12 @@ func (l *Loop) Run(ctx context.Context) error {
 			failures++
 			level := slog.LevelDebug
 			if failures == 1 {
-				level = slog.LevelWarn
+				level, failedSince = slog.LevelWarn, start
 			}
 			log.Log(ctx, level, "observation failed", "err", err, "samples", len(samples), "failures", failures)
 		} else {
 			if failures > 0 {
-				log.Info("observation recovered", "failures", failures)
+				log.Info("observation recovered", "failures", failures, "since", failedSince, "for", at.Sub(failedSince).Round(time.Millisecond))
 			}
 			failures = 0
 			status.Err = ""
