@@ -114,7 +114,7 @@ func (c *consumer) Close() {
 // scenario's capacity, and returns once it is ready (a Kafka group has
 // assigned partitions). daemon is the daemon's base URL, where the Hook
 // and Workers consumers report.
-func startConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, kind ConsumerKind, daemon string, log *slog.Logger) (*consumer, error) {
+func startConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, kind ConsumerKind, members int, daemon string, log *slog.Logger) (*consumer, error) {
 	switch kind {
 	case Marks20ms:
 		return startMarksConsumer(ctx, w, scn, rec)
@@ -123,7 +123,32 @@ func startConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, k
 	case Workers, workersPlain:
 		return startWorkersConsumer(ctx, w, scn, rec, kind == Workers, daemon, log, nil)
 	}
-	return startKafkaConsumer(ctx, w, scn, rec, kind, daemon, log)
+	if members <= 1 {
+		return startKafkaConsumer(ctx, w, scn, rec, kind, 1, daemon, log)
+	}
+	return startKafkaMembers(ctx, w, scn, rec, kind, members, daemon, log)
+}
+
+// startKafkaMembers starts members consumers of kind in one group, each
+// with its own client (and hook), processing at 1/members of the
+// scenario's capacity, so that the group consumes what one consumer does
+// (the Members3 extra). It returns once each has been assigned partitions.
+func startKafkaMembers(ctx context.Context, w *world, scn Scenario, rec *recorder, kind ConsumerKind, members int, daemon string, log *slog.Logger) (*consumer, error) {
+	var ms []*consumer
+	all := &consumer{cancel: func() {}, closeF: func() {
+		for _, m := range ms {
+			m.Close()
+		}
+	}}
+	for i := range members {
+		m, err := startKafkaConsumer(ctx, w, scn, rec, kind, members, daemon, log.With("member", i))
+		if err != nil {
+			all.Close()
+			return nil, err
+		}
+		ms = append(ms, m)
+	}
+	return all, nil
 }
 
 // startKafkaConsumer runs the poll loop most franz-go users write: poll,
@@ -136,7 +161,10 @@ func startConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, k
 // javaPoll). Every other client setting is
 // franz-go's and consumerclient's default. It returns once the group has
 // assigned partitions.
-func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, kind ConsumerKind, daemon string, log *slog.Logger) (*consumer, error) {
+//
+// members is the size of the group the consumer is one member of: it
+// processes at 1/members of the scenario's capacity.
+func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, kind ConsumerKind, members int, daemon string, log *slog.Logger) (*consumer, error) {
 	assigned := make(chan struct{})
 	var once sync.Once
 	opts := []kgo.Opt{kgo.SeedBrokers(w.kafkaAddrs...), kgo.ConsumerGroup(w.group), kgo.ConsumeTopics(w.topic),
@@ -189,6 +217,10 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 	cctx, cancel := context.WithCancel(context.Background())
 	c := &consumer{cancel: cancel, closeF: closeF}
 	p := &pacer{capacity: capacityAt(scn, rec)}
+	if members > 1 {
+		whole := p.capacity
+		p.capacity = func(now time.Time) float64 { return whole(now) / float64(members) }
+	}
 	process := func(r *kgo.Record) error {
 		if err := p.take(cctx); err != nil {
 			return err

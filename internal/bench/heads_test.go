@@ -214,7 +214,7 @@ func TestTrueHeadAgeThroughConsumers(t *testing.T) {
 			storeBacklog(t, w, rec, n, created)
 
 			// The hook reports to nowhere: its reporter fails quietly.
-			c, err := startConsumer(ctx, w, scn, rec, kind, "http://127.0.0.1:1", slog.New(slog.NewTextHandler(io.Discard, nil)))
+			c, err := startConsumer(ctx, w, scn, rec, kind, 1, "http://127.0.0.1:1", slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -377,7 +377,7 @@ func TestGuardSkipsCountAtOnce(t *testing.T) {
 		}
 		rec.ackedAt(0, kafkaAt(res.Record))
 	}
-	c, err := startKafkaConsumer(ctx, w, scn, rec, Guard, "", nil)
+	c, err := startKafkaConsumer(ctx, w, scn, rec, Guard, 1, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -140,7 +140,7 @@ func startJavaOnBacklog(t *testing.T, n int, onCommit func(rec *recorder, offset
 	scn := Scenario{Normal: 200, Slow: 200, NormalFor: time.Minute, Deadline: time.Hour,
 		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
 	began := time.Now()
-	c, err := startConsumer(context.Background(), w, scn, rec, JavaAutoCommit5s, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c, err := startConsumer(context.Background(), w, scn, rec, JavaAutoCommit5s, 1, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -142,7 +142,20 @@ const (
 	// consumer's first commit: the group has live members and no
 	// committed offset when the drop comes.
 	NoCommitYet Extra = "no-commit-yet"
+	// Members3 runs the Kafka consumer as a group of three members, each
+	// with its own client (and hook) at a third of the capacity, so that
+	// the group consumes what one consumer does; members report their
+	// own partitions at their own poll times.
+	Members3 Extra = "members3"
 )
+
+// members is how many members the row's Kafka consumer group runs.
+func (e Extra) members() int {
+	if e == Members3 {
+		return 3
+	}
+	return 1
+}
 
 // Row is one line of the matrix: a consumer, a producer, the daemon's
 // observation interval and an optional extra, on one broker. Each row runs
@@ -219,6 +232,10 @@ func (r Row) validate() []error {
 	}
 	switch r.Extra {
 	case NoExtra, Abandoned, NoCommitYet:
+	case Members3:
+		if r.Broker != BrokerKafka || r.Consumer == Workers || r.Consumer == Marks20ms {
+			add("members3 runs a Kafka poll-loop consumer (not %s/%s) as three members", r.Broker, r.Consumer)
+		}
 	default:
 		add("unknown extra %q", r.Extra)
 	}

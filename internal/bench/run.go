@@ -128,7 +128,7 @@ func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64,
 	}
 
 	rec := newRecorder(len(scn.Classes), scn.Duration(), o.Bin)
-	c, err := startConsumer(ctx, w, scn, rec, kind, d.base, o.Log.With("side", "consumer"))
+	c, err := startConsumer(ctx, w, scn, rec, kind, row.Extra.members(), d.base, o.Log.With("side", "consumer"))
 	if err != nil {
 		return Result{}, err
 	}
