@@ -378,6 +378,18 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 			for _, kt := range o.known[name].topics {
 				names = append(names, kt.name)
 			}
+		} else if gi.state == "PreparingRebalance" || gi.state == "CompletingRebalance" {
+			// A classic group in a rebalance is described without its
+			// members' subscriptions and assignments (Kafka's
+			// GroupMetadata.summary outside Stable): the same, and its
+			// liveness is unknown, until it is Stable again. A group
+			// without commits left for every rebalance, and was
+			// measured from a new first sight after it
+			// (TestRebalanceNoCommits).
+			gi.described = false
+			for _, kt := range o.known[name].topics {
+				names = append(names, kt.name)
+			}
 		}
 		for t := range fr.topics {
 			names = append(names, t)
