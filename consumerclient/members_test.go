@@ -202,3 +202,104 @@ func TestKafkaReporterGroupMembers(t *testing.T) {
 		t.Errorf("a hung member's partitions behind: target source %q, want the commits' (not every lagging partition is reported)", st.Source)
 	}
 }
+
+// TestKafkaReporterMemberWithoutHook: a member with the hook beside one
+// without. Each partition is read from what speaks for it: the hooked
+// member's from its reports, the other's from the broker (no commit yet:
+// from first sight). The target as a whole is read from the less exact
+// source (lag.State.Source), so the controller reads it as a consumer
+// seen through the broker, not through reports alone (once a partition
+// read from the broker is behind: partitions without lag do not count).
+func TestKafkaReporterMemberWithoutHook(t *testing.T) {
+	const topic, group, parts = "mixed", "g", 4
+	c := newKafkaCluster(t, topic, parts)
+	obs, err := kafka.New(kafka.Config{Cluster: "main", Brokers: c.ListenAddrs(), RequestTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	d := newTestDaemon(t, quotaserver.Auth{}, time.Second, lag.KindKafka, obs)
+	target := lag.Target{Kind: lag.KindKafka, Cluster: "main", Topic: topic, Group: group}
+	pctx, stopProduce := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	defer func() { stopProduce(); bg.Wait() }()
+	pcl := newKafkaClient(t, c, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	bg.Go(func() {
+		for pctx.Err() == nil {
+			for p := range int32(parts) {
+				pcl.Produce(pctx, &kgo.Record{Topic: topic, Partition: p, Value: []byte("v")}, nil)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	rep, err := NewKafkaReporter(Config{URL: d.URL, Cluster: "main", Member: "hooked", Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	var mu sync.Mutex
+	plainOwns := map[int32]bool{}
+	hooked := newKafkaClient(t, c, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.WithHooks(rep.Hook()))
+	plain := newKafkaClient(t, c, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range a[topic] {
+				plainOwns[p] = true
+			}
+		}),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, r map[string][]int32) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range r[topic] {
+				delete(plainOwns, p)
+			}
+		}))
+	for _, cl := range []*kgo.Client{hooked, plain} {
+		bg.Go(func() {
+			for pctx.Err() == nil {
+				cl.PollFetches(pctx)
+				select {
+				case <-pctx.Done():
+				case <-time.After(70 * time.Millisecond):
+				}
+			}
+		})
+	}
+	st := d.waitState(t, target, "the hooked member's partitions reported, the other's not", func(st lag.State) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(st.Partitions) != parts || len(plainOwns) == 0 || len(plainOwns) == parts {
+			return false
+		}
+		behind := false
+		for _, p := range st.Partitions {
+			if plainOwns[p.Partition] == (p.Reported.Member == "hooked") {
+				return false
+			}
+			behind = behind || plainOwns[p.Partition] && p.Lag > 0
+		}
+		return behind
+	})
+	for _, p := range st.Partitions {
+		mu.Lock()
+		own := plainOwns[p.Partition]
+		mu.Unlock()
+		if want := lag.SourceConsumer; !own && p.Source != want {
+			t.Errorf("partition %d (the hooked member's): source %q, want %q", p.Partition, p.Source, want)
+		}
+		if own && p.Source == lag.SourceConsumer {
+			t.Errorf("partition %d (the member without the hook): read from a report", p.Partition)
+		}
+	}
+	if st.Source == lag.SourceConsumer {
+		t.Errorf("target source %q with a partition behind read from the broker, want the less exact source", st.Source)
+	}
+	t.Logf("target source %q, lag %d; partitions: %s", st.Source, st.Lag, func() string {
+		var b []string
+		for _, p := range st.Partitions {
+			b = append(b, fmt.Sprintf("%d:%s", p.Partition, p.Source))
+		}
+		return fmt.Sprint(b)
+	}())
+}
