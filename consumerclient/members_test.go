@@ -18,8 +18,9 @@ import (
 // kfake, each with its own hook, polling its own partitions at its own
 // times while records keep coming. The daemon reads each partition from
 // the report of the member that owns it; the members' poll starts differ
-// (so that quota's reportedPoll reads none and memberSpan measures each
-// member's moves from its own). A member that leaves: its partitions are
+// (so quota's reportedPoll reads none, and a move is measured from reading
+// to reading: docs/results.md, session 32, hookmembers). A member that
+// leaves: its partitions are
 // read from their new owners' reports. A member that hangs (stops polling
 // and reporting, still in the group): its partitions fall back to commits
 // once its last report is no longer fresh, and the target is no longer
