@@ -58,7 +58,7 @@ func (c *Controller) judge(tc *control, v *reading) {
 		v.keepsUp, v.queued, v.engaged = true, 0, false
 	}
 	if !tc.limited {
-		tc.satCap, tc.restored = 0, false
+		tc.satCap, tc.restored, tc.satNew, tc.satSeen = 0, false, 0, 0
 		v.allowance = unlearnedWait(tc, v)
 		v.engaged = v.engaged && v.queued-v.allowance > v.engageWait
 		if !v.engaged {

@@ -69,6 +69,11 @@ type control struct {
 	// takes one an episode when keptRate is not known).
 	satCap   float64
 	restored bool
+	// satNew is the highest capacity estimate of the readings decided
+	// saturated since the last drain (RuleDrain), msg/s, and satSeen how
+	// many there were (see restoredProbe).
+	satNew  float64
+	satSeen int
 	// learnedSeen counts the measured readings with a learned cadence,
 	// measuredSeen all measured readings.
 	learnedSeen, measuredSeen int
@@ -711,6 +716,7 @@ func (c *Controller) Adopt(d Decision) {
 		// readings ends the episode restoredProbe reads (satCap), and
 		// its re-open cap (reopenCap).
 		tc.satCap, tc.restored, tc.reopen = 0, false, reopened{}
+		tc.satNew, tc.satSeen = 0, 0
 	}
 	if tc.limited {
 		// The rate of the partitions not avoided (see withShares).

@@ -37,6 +37,10 @@ func TestRestoredProbeGate(t *testing.T) {
 		{"relearn trial", func(_ *control, v *reading) { v.relearn, v.trial = true, true }, 0},
 		{"trial", func(_ *control, v *reading) { v.trial = true }, 0},
 		{"no saturated reading in the episode", func(tc *control, _ *reading) { tc.satCap = 0 }, 0},
+		// A drain since the episode's 900: three saturated readings after
+		// it read at most 400, the reference now; two are not enough.
+		{"three saturated readings since a drain: their highest", func(tc *control, _ *reading) { tc.satCap, tc.satNew, tc.satSeen = 900, 400, 3 }, 3000},
+		{"two saturated readings since a drain: the episode's", func(tc *control, _ *reading) { tc.satCap, tc.satNew, tc.satSeen = 900, 400, 2 }, 0},
 		{"produce over two moves under a step above satCap", func(tc *control, _ *reading) { tc.satCap = 801 }, 0},
 		{"producers not using the rate", func(_ *control, v *reading) { v.binding = false }, 0},
 		{"not kept up over two moves", func(_ *control, v *reading) { v.keptTwo = false }, 0},
@@ -63,13 +67,13 @@ func TestControllerAdoptUnlimitedEndsEpisode(t *testing.T) {
 	c := newCtl(t, ControllerConfig{})
 	c.Step(reported(st(1, 0, 100, 100)), p, leaseT0.Add(time.Second))
 	tc := c.targets[ordersK]
-	tc.satCap, tc.restored = 300, true
+	tc.satCap, tc.restored, tc.satNew, tc.satSeen = 300, true, 200, satReadings
 	c.Adopt(Decision{Target: ordersK, Rate: 100, Capacity: 100})
-	if tc.satCap != 300 || !tc.restored {
-		t.Fatalf("adopted a limited decision: satCap %v, restored %v, want kept", tc.satCap, tc.restored)
+	if tc.satCap != 300 || !tc.restored || satShown(tc) != 200 {
+		t.Fatalf("adopted a limited decision: satCap %v, restored %v, shown %v, want kept", tc.satCap, tc.restored, satShown(tc))
 	}
 	c.Adopt(Decision{Target: ordersK, Rate: math.Inf(1)})
-	if tc.satCap != 0 || tc.restored {
-		t.Errorf("adopted an unlimited decision: satCap %v, restored %v, want 0, false", tc.satCap, tc.restored)
+	if tc.satCap != 0 || tc.restored || satShown(tc) != 0 {
+		t.Errorf("adopted an unlimited decision: satCap %v, restored %v, shown %v, want 0, false, 0", tc.satCap, tc.restored, satShown(tc))
 	}
 }
