@@ -618,12 +618,51 @@ func TestReportDemand(t *testing.T) {
 		_ = p.Produce(context.Background(), &kgo.Record{Topic: "orders"})
 	}
 	clk.Advance(2 * time.Second)
-	rep := p.c.leases.report(start, clk.Now())
-	if len(rep.Topics) != 1 || rep.Topics[0].Demand != 10 {
-		t.Fatalf("report %+v, want demand 10/s", rep)
+	rep, unmeasured := p.c.leases.report(start, clk.Now())
+	if len(rep.Topics) != 1 || rep.Topics[0].Demand != 10 || unmeasured {
+		t.Fatalf("report %+v (unmeasured %v), want demand 10/s measured", rep, unmeasured)
 	}
 	if err := rep.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	if rep, unmeasured := p.c.leases.report(time.Time{}, clk.Now()); rep.Topics[0].Demand != 0 || !unmeasured {
+		t.Fatalf("a first report %+v (unmeasured %v), want 0 unmeasured", rep, unmeasured)
+	}
+}
+
+// TestReportMeasuresDemandSoon: registration reports every topic's demand
+// as 0 (unknown: nothing measured yet); the next report follows within
+// demandWindow, not the daemon's refresh (10 s here), so an unknown demand
+// of a high criticality does not take a limited topic's whole rate from
+// the classes below it for a refresh (natsstart, session 32: a limit
+// before each producer's second report gave checkout 1,758/s and orders
+// and analytics 0). Red when every report waits the refresh. A measured
+// report waits the refresh again.
+func TestReportMeasuresDemandSoon(t *testing.T) {
+	d := newFakeDaemon(t)
+	d.set(quotaproto.LeaseSet{Producer: "svc-a", Version: 1, RefreshAfterMs: 10_000,
+		Leases: []quotaproto.Lease{{Topic: "orders", Signal: "ok", Version: 1, ExpiresAt: time.Now().Add(time.Hour)}}})
+	clk := newFakeClock()
+	c := newKfake(t, 1, "orders")
+	p := newKafkaProducer(t, newKgo(t, c), Config{Producer: "svc-a", Topics: []string{"orders"}, Clock: clk, Mode: Drop,
+		Leases: LeaseConfig{URL: d.srv.URL}})
+	eventually(t, 10*time.Second, "registration", func() bool { return d.posts.Load() == 1 && clk.Waiters() > 0 })
+	if rep, _ := d.lastReport(); len(rep.Topics) != 1 || rep.Topics[0].Demand != 0 {
+		t.Fatalf("registration %+v, want orders at 0 (unknown)", rep)
+	}
+	for range 30 {
+		_ = p.Produce(context.Background(), &kgo.Record{Topic: "orders"})
+	}
+	clk.Advance(demandWindow * 11 / 10) // the jitter's longest
+	eventually(t, 10*time.Second, "the measuring report", func() bool { return d.posts.Load() == 2 })
+	if rep, _ := d.lastReport(); len(rep.Topics) != 1 || rep.Topics[0].Demand < 25 {
+		t.Fatalf("second report %+v, want orders at about 30/1.1 s", rep)
+	}
+	eventually(t, 10*time.Second, "the next wait", func() bool { return clk.Waiters() > 0 })
+	clk.Advance(2 * demandWindow)
+	time.Sleep(20 * time.Millisecond) // give a wrong early report the chance to show
+	if n := d.posts.Load(); n != 2 {
+		t.Fatalf("%d reports within %v of a measured one, want the refresh's wait", n, 2*demandWindow)
 	}
 }
 

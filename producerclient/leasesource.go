@@ -309,8 +309,12 @@ func hintOr(err error, b *backoffState) time.Duration {
 }
 
 // report builds the demand report: every topic, the messages per second
-// asked since the last report.
-func (o *leaseOwner) report(last time.Time, now time.Time) quotaproto.Report {
+// asked since the last report. unmeasured says a demand in it could not be
+// measured (the first report, or one within 100 ms of the last): it says
+// 0, which the daemon reads as unknown, and an unknown demand of a high
+// criticality takes the whole rate of a limited topic from the classes
+// below it (quota.PriorityFair), so the reporter measures again soon.
+func (o *leaseOwner) report(last time.Time, now time.Time) (_ quotaproto.Report, unmeasured bool) {
 	c := o.c
 	topics := *c.topics.Load()
 	r := quotaproto.Report{Producer: c.cfg.Producer, Topics: make([]quotaproto.TopicDemand, 0, len(topics))}
@@ -328,6 +332,8 @@ func (o *leaseOwner) report(last time.Time, now time.Time) quotaproto.Report {
 		d := 0.0
 		if secs >= 0.1 && !last.IsZero() {
 			d = float64(n) / secs
+		} else {
+			unmeasured = true
 		}
 		if len(r.Topics) == quotaproto.MaxTopics {
 			c.cfg.Logger.Warn("lagbridge: more topics than the protocol allows in one report; the rest run on the safe quota", "max", quotaproto.MaxTopics)
@@ -338,8 +344,15 @@ func (o *leaseOwner) report(last time.Time, now time.Time) quotaproto.Report {
 	if skipped > 0 {
 		c.cfg.Logger.Warn("lagbridge: topics with names the protocol refuses (empty, over 249 characters, control characters, invalid UTF-8) are not reported; they run on the safe quota", "topics", skipped)
 	}
-	return r
+	return r, unmeasured
 }
+
+// demandWindow is how soon a report whose demand could not be measured
+// (see report) is followed by one that measures it, when the daemon's
+// refresh is longer: registration said "unknown" for every topic, and the
+// refresh (a third of the lease lifetime, 10 s by default) would leave it
+// so for that long.
+const demandWindow = time.Second
 
 // reporter registers the producer and reports demand: at once, then every
 // refreshAfterMs (jittered ±10%), at once for a new topic, and with backoff
@@ -356,7 +369,8 @@ func (o *leaseOwner) reporter() {
 		default:
 		}
 		now := c.clock.Now()
-		body, _ := json.Marshal(o.report(last, now))
+		rep, unmeasured := o.report(last, now)
+		body, _ := json.Marshal(rep)
 		last = now
 		// A daemon that cannot answer a report within its own refresh
 		// interval (paused, overloaded) is failed over before the leases
@@ -395,6 +409,9 @@ func (o *leaseOwner) reporter() {
 		every := ds.refresh
 		if every <= 0 {
 			every = c.cfg.Leases.ReportInterval
+		}
+		if unmeasured {
+			every = min(every, demandWindow)
 		}
 		every = time.Duration(float64(every) * (0.9 + 0.2*rand.Float64()))
 		if !o.pause(every, c.topicAdded, o.reRegister) {
