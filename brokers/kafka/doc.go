@@ -10,8 +10,10 @@
 // name passes [Config.Topics] and it is not internal. A pair (group, topic)
 // is reported when the group has committed offsets for the topic, or its
 // members subscribe to it or are assigned it, or (a classic group in a
-// rebalance, which Kafka describes without its members' subscriptions and
-// assignments; liveness unknown meanwhile) was reported at the last cycle. Classic groups and KIP-848
+// rebalance, which Kafka describes without its members' subscriptions;
+// liveness from the assignments Kafka 4.x still shows in
+// PreparingRebalance, unknown in CompletingRebalance) was reported at the
+// last cycle. Classic groups and KIP-848
 // ("consumer" protocol) groups are both covered; an Empty group that still
 // has commits keeps being measured, so its lag grows with the log end. Share
 // groups are not observed (their progress is not a committed offset).

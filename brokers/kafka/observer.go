@@ -380,13 +380,18 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 			}
 		} else if gi.state == "PreparingRebalance" || gi.state == "CompletingRebalance" {
 			// A classic group in a rebalance is described without its
-			// members' subscriptions and assignments (Kafka's
-			// GroupMetadata.summary outside Stable): the same, and its
-			// liveness is unknown, until it is Stable again. A group
-			// without commits left for every rebalance, and was
-			// measured from a new first sight after it
-			// (TestRebalanceNoCommits).
-			gi.described = false
+			// members' subscriptions: keep the topics of the last
+			// cycle until it is Stable again (a group without commits
+			// left for every rebalance, and was measured from a new
+			// first sight after it: TestRebalanceNoCommits). Kafka 4.x
+			// keeps a member's last assignment through
+			// PreparingRebalance, so liveness still reads from it there
+			// (a group whose members hold nothing, a member joining
+			// again and again and never syncing, is idle, and is
+			// abandoned after Rules.AbandonAfter); in
+			// CompletingRebalance every assignment is cleared until the
+			// leader syncs (bounded by the rebalance timeout): unknown.
+			gi.described = gi.state != "CompletingRebalance"
 			for _, kt := range o.known[name].topics {
 				names = append(names, kt.name)
 			}
