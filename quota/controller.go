@@ -70,8 +70,9 @@ type control struct {
 	satCap   float64
 	restored bool
 	// satNew is the highest capacity estimate of the readings decided
-	// saturated since the last drain (RuleDrain), msg/s, and satSeen how
-	// many there were (see restoredProbe).
+	// saturated since the last drain (RuleDrain) or since the target was
+	// last unlimited (judged, or adopted), msg/s, and satSeen how many
+	// there were (see restoredProbe).
 	satNew  float64
 	satSeen int
 	// learnedSeen counts the measured readings with a learned cadence,

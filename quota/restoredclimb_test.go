@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -38,10 +39,13 @@ func TestControllerRestoredClimb(t *testing.T) {
 	for _, tc := range []struct {
 		file string
 		at   int // the first reading at which 2,000 msg/s is allowed
+		// ref: the saturated capacity the restore is judged against
+		// (satShown), msg/s, as the reason gives it.
+		ref string
 	}{
-		{"ac1s1s-5x-climb.jsonl", 32},
-		{"ac1s1s-5x-climb2.jsonl", 32},
-		{"cpp1s-10x-late.jsonl", 31},
+		{"ac1s1s-5x-climb.jsonl", 32, "445"},
+		{"ac1s1s-5x-climb2.jsonl", 32, "446"},
+		{"cpp1s-10x-late.jsonl", 31, "428"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			ds := replayStates(t, tc.file, time.Second)
@@ -61,6 +65,8 @@ func TestControllerRestoredClimb(t *testing.T) {
 			}
 			if d := ds[tc.at]; d.Rule != RuleProbeRestored {
 				t.Errorf("reading %d: %s at %.0f/s (%s), want %s", tc.at, d.Rule, d.Rate, d.Reason, RuleProbeRestored)
+			} else if want := "the " + tc.ref + "/s it showed saturated"; !strings.Contains(d.Reason, want) {
+				t.Errorf("reading %d: reason %q, want it judged against %q", tc.at, d.Reason, want)
 			}
 		})
 	}

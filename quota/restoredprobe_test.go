@@ -77,3 +77,21 @@ func TestControllerAdoptUnlimitedEndsEpisode(t *testing.T) {
 		t.Errorf("adopted an unlimited decision: satCap %v, restored %v, shown %v, want 0, false, 0", tc.satCap, tc.restored, satShown(tc))
 	}
 }
+
+// TestControllerJudgedUnlimitedEndsEpisode: a reading judged while the
+// target is not limited (a release, or never limited) forgets what the
+// episode and its readings since the last drain showed saturated, so a
+// later episode is not judged against them (restoredProbe, satShown).
+func TestControllerJudgedUnlimitedEndsEpisode(t *testing.T) {
+	p := Policy{Name: "p", MaxAge: 2 * time.Second}
+	c := newCtl(t, ControllerConfig{})
+	c.Step(reported(st(1, 0, 100, 100)), p, leaseT0.Add(time.Second))
+	tc := c.targets[ordersK]
+	tc.limited = false
+	tc.satCap, tc.restored, tc.satNew, tc.satSeen = 300, true, 200, satReadings
+	c.Step(reported(st(2, 0, 200, 200)), p, leaseT0.Add(2*time.Second))
+	if tc.limited || tc.satCap != 0 || tc.restored || tc.satSeen != 0 || satShown(tc) != 0 {
+		t.Errorf("judged unlimited: limited %v, satCap %v, restored %v, satSeen %d, shown %v, want false, 0, false, 0, 0",
+			tc.limited, tc.satCap, tc.restored, tc.satSeen, satShown(tc))
+	}
+}
