@@ -1,12 +1,10 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,26 +12,9 @@ import (
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/demo"
 	"github.com/lagbridge/lagbridge/internal/history"
+	"github.com/lagbridge/lagbridge/internal/testutil"
 	"github.com/lagbridge/lagbridge/quota"
 )
-
-// lockedBuffer is a log sink several goroutines write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestHAFollowerDecisionLog: two replicas observe one stream (the embedded
 // nats-server) or topic (kfake) whose consumer slows; both step it, but only the
@@ -44,22 +25,7 @@ func (l *lockedBuffer) String() string {
 // the mark (session 31), the follower logged every decision it never
 // served at INFO and listed it as an event like the leader's.
 func TestHAFollowerDecisionLog(t *testing.T) {
-	b, err := demo.StartBrokers(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	slowAt := time.Now().Add(2 * time.Second)
-	w, err := demo.StartWorkload(b, 1000, func(time.Duration) float64 {
-		if time.Now().After(slowAt) {
-			return 150
-		}
-		return 2000
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Close)
+	b := startSlowingDemo(t)
 
 	for _, kind := range []string{"nats", "kafka"} {
 		t.Run(kind, func(t *testing.T) { followerDecisionLog(t, b, kind) })
@@ -84,10 +50,10 @@ func followerDecisionLog(t *testing.T, b *demo.Brokers, kind string) {
 		cfg.Quota.NATSKV.Cluster = cluster
 	}
 	cfg.HA = config.HA{Enabled: true, Name: unique("haev"), SessionTimeout: 6 * time.Second}
-	logs := map[string]*lockedBuffer{}
+	logs := map[string]*testutil.Buffer{}
 	var rs []*haReplica
 	for _, id := range []string{"r0", "r1"} {
-		logs[id] = &lockedBuffer{}
+		logs[id] = &testutil.Buffer{}
 		rs = append(rs, startLoggedReplica(t, cfg, id, logs[id]))
 	}
 	lead := waitOneLeader(t, rs, cluster, 30*time.Second)
@@ -154,7 +120,7 @@ func followerDecisionLog(t *testing.T, b *demo.Brokers, kind string) {
 
 // startLoggedReplica is startReplica with the replica's log, JSON at
 // DEBUG, written to w.
-func startLoggedReplica(tb testing.TB, cfg config.Config, id string, w *lockedBuffer) *haReplica {
+func startLoggedReplica(tb testing.TB, cfg config.Config, id string, w *testutil.Buffer) *haReplica {
 	tb.Helper()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Interval = 250 * time.Millisecond

@@ -9,6 +9,7 @@ import (
 	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/demo"
 	"github.com/lagbridge/lagbridge/internal/history"
+	"github.com/lagbridge/lagbridge/internal/testutil"
 	"github.com/lagbridge/lagbridge/quota"
 )
 
@@ -20,28 +21,13 @@ import (
 // below INFO, the lease leader's are served and at INFO (red when leading
 // the topic's cluster alone counted as serving: served=2, INFO 2 on both).
 func TestHASplitLeadershipServed(t *testing.T) {
-	b, err := demo.StartBrokers(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	slowAt := time.Now().Add(2 * time.Second)
-	w, err := demo.StartWorkload(b, 1000, func(time.Duration) float64 {
-		if time.Now().After(slowAt) {
-			return 150
-		}
-		return 2000
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Close)
+	b := startSlowingDemo(t)
 	for try := range 8 {
 		cfg := demo.Config(b, "", 250*time.Millisecond)
 		cfg.Quota = config.Quota{Policies: []quota.Policy{{Name: "demo", MaxAge: time.Second, Producers: []quota.ProducerSpec{{ID: "svc-a"}}}}}
 		cfg.Quota.NATSKV.Cluster = demo.NATSCluster
 		cfg.HA = config.HA{Enabled: true, Name: unique("split"), SessionTimeout: 6 * time.Second}
-		logs := map[string]*lockedBuffer{"r0": {}, "r1": {}}
+		logs := map[string]*testutil.Buffer{"r0": {}, "r1": {}}
 		var rs []*haReplica
 		done := make(chan *haReplica, 2)
 		for _, id := range []string{"r0", "r1"} {

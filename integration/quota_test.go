@@ -97,11 +97,11 @@ func watchStream(tb testing.TB, base, producer string, topics ...string) <-chan 
 	return ch
 }
 
-// TestQuotaPushedOnBothBrokers: on kfake and the embedded nats-server, the
-// consumer slows; the quota engine cuts the producer's lease on both topics;
-// a client watching the protocol's event stream gets each cut within one
-// observation interval plus 100 ms of the cycle that made it.
-func TestQuotaPushedOnBothBrokers(t *testing.T) {
+// startSlowingDemo starts the demo's brokers (kfake, the embedded
+// nats-server) and its workload, whose consumers process 2,000 msg/s for
+// 2 s and 150 msg/s after, for the life of t.
+func startSlowingDemo(t *testing.T) *demo.Brokers {
+	t.Helper()
 	b, err := demo.StartBrokers(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +118,15 @@ func TestQuotaPushedOnBothBrokers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Close)
+	return b
+}
+
+// TestQuotaPushedOnBothBrokers: on kfake and the embedded nats-server, the
+// consumer slows; the quota engine cuts the producer's lease on both topics;
+// a client watching the protocol's event stream gets each cut within one
+// observation interval plus 100 ms of the cycle that made it.
+func TestQuotaPushedOnBothBrokers(t *testing.T) {
+	b := startSlowingDemo(t)
 
 	const interval, lifetime = 250 * time.Millisecond, 5 * time.Second
 	cfg := demo.Config(b, "", interval)

@@ -1,38 +1,18 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/lagbridge/lagbridge/internal/testutil"
 	"github.com/lagbridge/lagbridge/lag"
 )
-
-// syncBuffer is a log sink the loop's goroutine writes while the test
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestLoopFailureLog: a cluster whose cycles fail 30 times in a row (30 s
 // down at a 1 s interval) and then answers logs, at INFO and above, one
@@ -43,7 +23,7 @@ func (s *syncBuffer) String() string {
 // mutant that warns every cycle (30 WARN lines).
 func TestLoopFailureLog(t *testing.T) {
 	const down = 30
-	var logs syncBuffer
+	var logs testutil.Buffer
 	store := NewStore(map[string]lag.Kind{"c1": lag.KindKafka})
 	// A second outage of 5 cycles after 3 good ones: its first failure is
 	// at WARN again (the count restarts at the recovery).
