@@ -40,6 +40,11 @@ func TestMovesWithin(t *testing.T) {
 		{"200 ms commits, 1 s readings", commits(200*time.Millisecond, time.Second, 10), d, false},
 		{"200 ms commits, 250 ms readings", commits(200*time.Millisecond, d, 40), d, true},
 		{"200 ms commits, 250 ms readings, off", commits(200*time.Millisecond, d, 40), 0, false},
+		// Readings 260 ms apart (the loop's 250 ms and what each
+		// observation took) of a consumer that commits every 50 ms
+		// learn 260 ms: fine (red with CommitInterval <= d alone).
+		{"50 ms commits, 260 ms readings", commits(50*time.Millisecond, 260*time.Millisecond, 40), d, true},
+		{"1 s commits, 260 ms readings", commits(time.Second, 260*time.Millisecond, 40), d, false},
 	} {
 		if got := c.st.MovesWithin(c.d); got != c.want {
 			t.Errorf("%s: MovesWithin(%v) %v, want %v (commit interval %v, source %s)", c.name, c.d, got, c.want, c.st.CommitInterval, c.st.Source)

@@ -82,10 +82,11 @@ type partTrack struct {
 	intervals   [numIntervals]time.Duration
 	nInt        int           // intervals recorded, up to numIntervals
 	ci          time.Duration // median of intervals; 0 while none
-	// seenGap is the readings' spacing at the newest move when the move
-	// before it was seen at the reading just before (every reading saw
+	// seenGap is the longest readings' spacing over the run of readings
+	// that each saw a move, up to the newest move (every reading saw
 	// one): the intervals then measure the readings' spacing, and the
-	// cadence is only known to be no longer. 0 otherwise.
+	// cadence is only known to be no longer. 0 when the newest move came
+	// after a reading that saw none.
 	seenGap time.Duration
 	ends    []endPoint
 
@@ -184,9 +185,15 @@ func (pt *partTrack) fold(p PartitionSample, at time.Time, live bool, r Rules, g
 				pt.prodRate = float64(p.End-pt.moveEnd) / time.Duration(now-pt.moveReadAt).Seconds()
 			}
 			pt.moveEnd, pt.moveReadAt = p.End, now
-			pt.seenGap = 0
+			// The longest spacing of a run of readings that each saw a
+			// move: at the second and later faster readings of such a
+			// run the cadence learned at the slower one is still no more
+			// than known to be at most that spacing (a median of
+			// numIntervals moves takes five faster ones to follow).
 			if len(pt.moves) > 0 && pt.between == 0 {
-				pt.seenGap = gap
+				pt.seenGap = max(pt.seenGap, gap)
+			} else {
+				pt.seenGap = 0
 			}
 			pt.moves = append(pt.moves, move{at: mid, pos: pos})
 			if p.Lag > 0 {

@@ -826,3 +826,37 @@ func TestFasterReadingsKeepCommitsExact(t *testing.T) {
 		}
 	}
 }
+
+// TestFasterReadingsRunKeepCommitsExact: as TestFasterReadingsKeepCommitsExact,
+// but the commits go on at the first two 250 ms readings after the 1 s ones
+// (the daemon's trial of the engaged cadence on a commit-read target, or
+// its switch as a policy engages) and stop only then: the cadence learned
+// at 1 s is still most of the median, and the readings that follow must
+// read the commit, not run an estimate a second past it. Red when seenGap
+// keeps only the newest move's spacing (the second fast move resets it
+// to 250 ms: lag from estimate below the committed at every reading after
+// the stop).
+func TestFasterReadingsRunKeepCommitsExact(t *testing.T) {
+	s := sim{produce: 2000, behind: 0.3, commitEvery: 200 * time.Millisecond, commitPhase: sec(0.1)}
+	tr := NewTracker(func(Target) Rules { return Rules{LagAge: 2 * time.Second} })
+	for i := 1; i <= 20; i++ {
+		at := time.Duration(i) * time.Second
+		tr.Observe(sample(t0.Add(at), 1, s.reading(at)), t0.Add(at))
+	}
+	stop := 20*time.Second + 500*time.Millisecond
+	for _, at := range []time.Duration{stop - 250*time.Millisecond, stop} {
+		if st := tr.Observe(sample(t0.Add(at), 1, s.reading(at)), t0.Add(at)); st.Lag != st.CommittedLag {
+			t.Fatalf("%v: lag %d from %s, want the committed %d at a reading that saw a commit", at, st.Lag, st.Source, st.CommittedLag)
+		}
+	}
+	c := s.committed(stop)
+	for at := stop + 250*time.Millisecond; at <= stop+time.Second; at += 250 * time.Millisecond {
+		now := t0.Add(at)
+		p := PartitionSample{Partition: 0, End: s.end(at), Committed: c, Lag: s.end(at) - c, HeadKnown: true, HeadTime: s.written(c)}
+		st := tr.Observe(sample(now, 1, p), now)
+		if st.Lag != st.CommittedLag || st.Source != SourceCommits {
+			t.Errorf("%v after the commits stopped: lag %d from %s, want the committed %d (commit interval %v, most of it learned at 1 s readings)",
+				at-stop, st.Lag, st.Source, st.CommittedLag, st.CommitInterval)
+		}
+	}
+}

@@ -652,12 +652,15 @@ func (tr *track) foldAck(s Sample) {
 // move at least every d, so that readings every d follow the consumer
 // rather than the lumps of its commits: every lagging partition read
 // from a fresh report of the consumer (Source SourceConsumer), or a
-// commit cadence learned at d or under (CommitInterval, the slowest
-// partition's; learned from readings at least as close, since readings
-// further apart than the cadence learn their own spacing), or every one
-// of the last ackAgeReadings readings came within d of an
-// acknowledgement (AckAge). A target read from commits made every second
-// (a commit per poll of a second's records, a 1 s auto-commit) does not.
+// commit cadence learned at about d or under (CommitInterval, the slowest
+// partition's; on Kafka up to 1.5 d, the readings' jitter; learned from
+// readings at least as close, since readings further apart than the
+// cadence learn their own spacing: the daemon's loop reads a Kafka target
+// whose commits moved at about every reading at d for a trial, see
+// internal/daemon.Loop.Engaged), or every one of the last ackAgeReadings
+// readings came within d of an acknowledgement (AckAge). A target read
+// from commits made every second (a commit per poll of a second's
+// records, a 1 s auto-commit) does not.
 func (s State) MovesWithin(d time.Duration) bool {
 	switch {
 	case d <= 0:
@@ -665,6 +668,13 @@ func (s State) MovesWithin(d time.Duration) bool {
 	case s.Source == SourceConsumer:
 		return true
 	case s.CommitInterval > 0 && s.CommitInterval <= d:
+		return true
+	case s.Target.Kind == KindKafka && s.CommitInterval > 0 && s.CommitInterval <= d*3/2:
+		// About once per reading every d (as lag/ reads commits
+		// exactly): a consumer that commits at each reading every d
+		// learns the readings' spacing, d and a few milliseconds. (A
+		// NATS consumer's ack floor keeps to d: its acks say more,
+		// AckAge.)
 		return true
 	}
 	return s.AckAge > 0 && s.AckAge <= d
