@@ -68,7 +68,11 @@ type Config struct {
 	// target limited, or its wait above the engage threshold), until it
 	// has not been for 8 cycles: a drop in the consumers' capacity is then
 	// seen in a quarter of the time. A cluster where a target read from
-	// commits made about once an interval is engaged keeps the interval.
+	// commits made about once an interval is engaged keeps the interval,
+	// but for a trial of a few fast probes, read by the trial alone, when
+	// those commits moved at about every reading: a Kafka consumer whose
+	// commits move at least every third probe passes it and switches the
+	// cluster.
 	// Never faster than 4 times what the cluster's last observation took.
 	// Default max(250ms, interval/4); from 250ms to 1m; equal to or above
 	// the interval: off (every cycle at the interval). Env

@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/lagbridge/lagbridge/lag"
@@ -72,7 +74,9 @@ type Loop struct {
 	// the interval's readings: at a shorter spacing a span holds a whole
 	// commit or none, and its consumption reads lumpy (a commit per poll
 	// of a second's records read at 250 ms: 1,018-1,525/s for a consumer
-	// of 400/s, session 30).
+	// of 400/s, session 30). One whose commits moved at about every
+	// reading is probed at EngagedInterval for a short trial that tells
+	// the two apart (see engaged); Engaged is then asked about it too.
 	Engaged func(fine []lag.Target) bool
 	// EngagedInterval is the cadence while Engaged; 0, or not shorter
 	// than Interval: the cycles never come faster than Interval.
@@ -108,6 +112,9 @@ func (l *Loop) Run(ctx context.Context) error {
 	failures := 0             // failed cycles in a row
 	var failedSince time.Time // the first of them began
 	quiet := engagedHold      // cycles since Engaged last said yes
+	var tr trial
+	var lastFed time.Time // the last cycle that was no probe of a trial began
+	var states []lag.State
 
 	t := time.NewTimer(l.Interval)
 	defer t.Stop()
@@ -124,61 +131,72 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		at := now()
 		dur := at.Sub(start)
-		status.LastCycle, status.Duration = start, dur
-		// The first failure in a row at WARN, the rest at DEBUG, the
-		// recovery at INFO with the count (as groupmember.Failures): a
-		// cluster down for hours logs two lines, and says for how long.
-		if err != nil {
-			status.Err = err.Error()
-			failures++
-			level := slog.LevelDebug
-			if failures == 1 {
-				level, failedSince = slog.LevelWarn, start
-			}
-			log.Log(ctx, level, "observation failed", "err", err, "samples", len(samples), "failures", failures)
-		} else {
-			if failures > 0 {
-				log.Info("observation recovered", "failures", failures, "since", failedSince, "for", at.Sub(failedSince).Round(time.Millisecond))
-			}
-			failures = 0
-			status.Err = ""
-		}
-		// A partial failure still returns what it could read: use it (the
-		// samples flag what is stale) and count the error all the same.
-		if err == nil || len(samples) > 0 {
-			status.LastSuccess, status.Observed = start, true
-			for _, s := range samples {
-				if l.Reports != nil {
-					l.Reports.Overlay(&s, at)
-				}
-				tracker.Observe(s, at)
-			}
-			for _, g := range tracker.Prune(samples) {
-				log.Info("target gone", "target", g.String())
-			}
-		} else {
-			tracker.Fail(err.Error())
-		}
-		states := tracker.States(at)
-		l.Store.Update(status, states)
-		if l.Metrics != nil {
-			l.Metrics.observed(l.Name, dur, err)
-		}
-		if l.OnCycle != nil {
-			l.OnCycle(at, states)
-		}
 		fast := l.EngagedInterval > 0 && l.EngagedInterval < l.Interval && l.Engaged != nil
-		if fast {
-			switch fine, coarse := l.engaged(states); {
-			case coarse:
-				quiet = engagedHold // back to the interval at once
-			case fine:
-				quiet = 0
-			case quiet < engagedHold:
-				quiet++
+		var resume time.Time // after a failed probe: the interval's next cycle
+		if tr.probes && err == nil && began.Sub(lastFed) < l.Interval-l.EngagedInterval/2 {
+			// A probe of a trial (see trial): between the interval's
+			// cycles, read for the trial alone.
+			if !tr.probe(samples) {
+				quiet = engagedHold // failed: back to the interval at once
+				resume = lastFed.Add(l.Interval)
 			}
-		} else if quiet < engagedHold {
-			quiet++
+		} else {
+			lastFed = began
+			status.LastCycle, status.Duration = start, dur
+			// The first failure in a row at WARN, the rest at DEBUG, the
+			// recovery at INFO with the count (as groupmember.Failures): a
+			// cluster down for hours logs two lines, and says for how long.
+			if err != nil {
+				status.Err = err.Error()
+				failures++
+				level := slog.LevelDebug
+				if failures == 1 {
+					level, failedSince = slog.LevelWarn, start
+				}
+				log.Log(ctx, level, "observation failed", "err", err, "samples", len(samples), "failures", failures)
+			} else {
+				if failures > 0 {
+					log.Info("observation recovered", "failures", failures, "since", failedSince, "for", at.Sub(failedSince).Round(time.Millisecond))
+				}
+				failures = 0
+				status.Err = ""
+			}
+			// A partial failure still returns what it could read: use it (the
+			// samples flag what is stale) and count the error all the same.
+			if err == nil || len(samples) > 0 {
+				status.LastSuccess, status.Observed = start, true
+				for _, s := range samples {
+					if l.Reports != nil {
+						l.Reports.Overlay(&s, at)
+					}
+					tracker.Observe(s, at)
+				}
+				for _, g := range tracker.Prune(samples) {
+					log.Info("target gone", "target", g.String())
+				}
+			} else {
+				tracker.Fail(err.Error())
+			}
+			states = tracker.States(at)
+			l.Store.Update(status, states)
+			if l.Metrics != nil {
+				l.Metrics.observed(l.Name, dur, err)
+			}
+			if l.OnCycle != nil {
+				l.OnCycle(at, states)
+			}
+			if fast {
+				fine, coarse := l.engaged(states, &tr)
+				quiet = nextQuiet(quiet, fine, coarse)
+			} else {
+				quiet = nextQuiet(quiet, false, false)
+			}
+		}
+		if quiet >= engagedHold && tr.on != nil {
+			// Back at the interval while a trial ran: it ends, neither
+			// passed nor failed (the policy let go, or a coarse target
+			// is engaged too).
+			tr.on, tr.probes = nil, false
 		}
 		cadence := l.Interval
 		if fast && quiet < engagedHold {
@@ -187,6 +205,12 @@ func (l *Loop) Run(ctx context.Context) error {
 		ended := time.Now()
 		read := newestAt(samples)
 		regular := ended.Add(nextWait(began, ended, read, cadence, ended))
+		if !resume.IsZero() {
+			regular = resume
+			if regular.Before(ended) {
+				regular = ended
+			}
+		}
 		var seen map[lag.Target]time.Duration
 		if l.Urgent != nil && l.Reports != nil {
 			seen = headAges(states)
@@ -214,19 +238,299 @@ func (l *Loop) Run(ctx context.Context) error {
 // at 10x: p99 10.39 s against 4.01 s, results.md session 30): such a
 // cluster goes back to the interval at once, as it was before the engaged
 // cadence, while that target is engaged.
-func (l *Loop) engaged(states []lag.State) (fine, coarse bool) {
-	var fs, cs []lag.Target
+//
+// A Kafka target read from commits whose cadence, learned at the
+// interval's readings, is about the interval or less (CommitInterval at
+// most 1.5 Interval: its commits moved at most readings) may be finer
+// than the readings can show. When a policy is engaged on such a target
+// (and no coarse one is), the loop cycles at the engaged interval for a
+// trial of trialCycles readings (see trial). While no fine target keeps
+// the cycles fast, those between the interval's are probes: Run hands
+// their samples to the trial alone (trial.probe), and lag/, the store
+// and OnCycle see the interval's readings as before, so a target that
+// fails gives the controller main's inputs. (Fed to the controller, a
+// trial's 0.2 s span that held one poll's commit read a consumer of
+// 400/s at 2,000-2,140/s right after the drop, and commit per poll at 5x
+// lost in both pairs, results.md session 32.) The target fails, and
+// the cluster keeps the interval (the next cycle an interval after the
+// last one read), at the trialMiss-th reading in a row that saw its
+// commits not move with work to commit; it passes at the trial's end,
+// and then counts as fine for trialCycles fast cycles and while its
+// cadence, learned at them, stays within about trialMiss engaged
+// intervals (passedFine). In a cluster already fast for a fine target
+// every trial reading is read: the target passes once its cadence is
+// learned fine (lag.State.MovesWithin) or at the end with one within
+// passedFine. A failed trial waits trialWait interval cycles or more
+// before the next (see trial.fail). After the switch lag/ reads the
+// commits exactly while the cadence learned at the interval is not yet
+// relearned (partTrack.seenGap), and quota/ measures the first short
+// span from the middle of the longer one before it (moveSpan).
+func (l *Loop) engaged(states []lag.State, tr *trial) (fine, coarse bool) {
+	var fs, cs, ts []lag.Target
+	var failed bool
+	passed := make(map[lag.Target]int, len(tr.passed))
 	for _, st := range states {
-		if st.MovesWithin(l.EngagedInterval) {
+		grace, ok := tr.passed[st.Target]
+		switch {
+		case st.MovesWithin(l.EngagedInterval):
 			fs = append(fs, st.Target)
-		} else {
+		case ok && (grace > 0 || l.passedFine(st)):
+			passed[st.Target] = max(grace-1, 0)
+			fs = append(fs, st.Target)
+		case tr.on != nil && tr.onTrial(st.Target):
+			if tr.step(st) {
+				ts = append(ts, st.Target)
+			} else {
+				cs = append(cs, st.Target)
+				failed = true
+			}
+		case tr.on == nil && tr.wait == 0 && l.candidate(st):
+			ts = append(ts, st.Target)
+		default:
 			cs = append(cs, st.Target)
 		}
 	}
-	if len(fs) == 0 || !l.Engaged(fs) {
+	tr.passed = passed
+	switch {
+	case tr.on != nil && failed:
+		tr.fail()
+	case tr.on != nil && len(ts) == 0:
+		tr.pass() // every target on trial is fine by now
+	case tr.on != nil:
+		if tr.left--; tr.left > 0 {
+			break
+		}
+		// The trial ran its course without a gap: each target passes
+		// when its cadence, learned at the fast spacing, is within the
+		// gap a trial allows.
+		for _, st := range states {
+			if !tr.onTrial(st.Target) {
+				continue
+			}
+			if tr.probes || l.passedFine(st) {
+				// Passed by probes, its cadence not yet relearned:
+				// fine for trialCycles fast cycles while it is.
+				tr.passed[st.Target] = trialCycles
+				fs = append(fs, st.Target)
+			} else {
+				cs = append(cs, st.Target)
+				failed = true
+			}
+		}
+		ts = nil
+		if failed {
+			tr.fail()
+		} else {
+			tr.pass()
+		}
+	case tr.wait > 0:
+		tr.wait--
+	}
+	fineEngaged := len(fs) > 0 && l.Engaged(fs)
+	trialEngaged := len(ts) > 0 && l.Engaged(ts)
+	if trialEngaged && tr.on == nil {
+		tr.start(ts, states)
+		tr.probes = !fineEngaged
+	}
+	if fineEngaged {
+		tr.probes = false // the cycles are fast for a fine target: each is read
+	}
+	switch fine = fineEngaged || trialEngaged; {
+	case failed && !fine:
+		return false, true // the trial failed: back to the interval at once
+	case !fine:
 		return false, false
 	}
-	return true, len(cs) > 0 && l.Engaged(cs)
+	coarse = len(cs) > 0 && l.Engaged(cs)
+	if coarse && tr.on != nil {
+		tr.on, tr.probes = nil, false // read at the interval again: no trial
+	}
+	return fine, coarse
+}
+
+// candidate reports whether st may be finer than the readings show: a
+// Kafka target read from commits whose cadence learned at the
+// interval's readings is about one reading or less (see engaged).
+func (l *Loop) candidate(st lag.State) bool {
+	return st.Target.Kind == lag.KindKafka && st.Source != lag.SourceConsumer &&
+		st.CommitInterval > 0 && st.CommitInterval <= l.Interval*3/2
+}
+
+// passedFine reports whether a target that passed a trial (or is at its
+// end) still counts as fine: its cadence, learned at the fast readings,
+// about trialMiss engaged intervals or less (and half of one for the
+// readings' jitter: a cadence of three readings learned at readings
+// 250 ms apart measured 752 ms, lagbridge bench). A 1 s auto-commit
+// learns 1 s.
+func (l *Loop) passedFine(st lag.State) bool {
+	return st.CommitInterval > 0 && st.CommitInterval <= (2*trialMiss+1)*l.EngagedInterval/2
+}
+
+// trial is the loop's trial of the engaged cadence on targets read from
+// commits (see Loop.engaged). Owned by Run's goroutine.
+type trial struct {
+	// on holds the targets on trial; nil: no trial.
+	on map[lag.Target]*onTrial
+	// left is how many more trial readings may come before it ends.
+	left int
+	// wait is how many cycles to go before the next trial may start;
+	// backoff is the wait after the next failure (0: trialWait).
+	wait, backoff int
+	// passed holds the targets that passed a trial, as long as their
+	// cadence stays fine (Loop.passedFine), with the fast cycles they
+	// count as fine before that (a trial by probes: lag/ learned their
+	// cadence at the interval's readings).
+	passed map[lag.Target]int
+	// probes: the trial's readings between the interval's are probes,
+	// read by the trial alone (no fine target keeps the cycles fast):
+	// lag/ and the controller see the interval's readings as before, so
+	// a target that fails the trial gives them main's inputs.
+	probes bool
+}
+
+// onTrial is a target on trial: its committed position (the sum over
+// partitions) at the last reading, and the readings in a row since its
+// commits last moved.
+type onTrial struct {
+	pos  int64
+	miss int
+}
+
+// trialCycles is how many fast readings a trial takes: enough for a
+// cadence learned at 1 s readings (the median of 8 intervals) to be
+// relearned at the fast ones from moves at least every trialMiss of them.
+const trialCycles = 12
+
+// trialMiss is how many fast readings in a row may see no move of a
+// target's commits before its trial fails: a commit per poll of about
+// half a second's records (2,000 msg/s with a backlog of 700-1,700,
+// lagbridge bench kafka/commit-per-poll/sync/1s at 10x before the drop)
+// moves at most every second or third 250 ms reading; a 1 s auto-commit
+// misses three in a row at each of its commits.
+const trialMiss = 3
+
+// trialWait is the interval cycles a first failed trial waits before the
+// next; each failure in a row doubles it, up to trialWaitMax. A 1 s
+// auto-commit, which fails each trial within its first trialMiss+1
+// readings (its commits a second apart), is read at 250 ms for 3-4
+// readings at 4, 8, 16, 32, 64 s and then every 64 s while a policy is
+// engaged on it.
+const (
+	trialWait    = 4
+	trialWaitMax = 64
+)
+
+func (tr *trial) start(ts []lag.Target, states []lag.State) {
+	tr.on, tr.left = make(map[lag.Target]*onTrial, len(ts)), trialCycles
+	for _, st := range states {
+		if slices.Contains(ts, st.Target) {
+			tr.on[st.Target] = &onTrial{pos: committed(st)}
+		}
+	}
+}
+
+func (tr *trial) onTrial(t lag.Target) bool {
+	_, ok := tr.on[t]
+	return ok
+}
+
+// step records a trial reading of st and reports whether it may go on:
+// its commits moved since the last reading, or it had nothing to commit
+// (no committed lag), within trialMiss readings.
+func (tr *trial) step(st lag.State) bool {
+	idle := true
+	for i := range st.Partitions {
+		if st.Partitions[i].CommittedLag > 0 {
+			idle = false
+		}
+	}
+	return tr.stepAt(st.Target, committed(st), idle)
+}
+
+// stepAt is step for target t at committed position pos (idle: nothing
+// to commit).
+func (tr *trial) stepAt(t lag.Target, pos int64, idle bool) bool {
+	o := tr.on[t]
+	if idle || pos > o.pos {
+		o.miss = 0
+	} else {
+		o.miss++
+	}
+	o.pos = pos
+	return o.miss < trialMiss
+}
+
+func (tr *trial) pass() { tr.on, tr.backoff, tr.probes = nil, 0, false }
+
+// probe steps the trial with a probe's samples and reports whether it
+// goes on or passed (false: it failed). A trial by probes passes at its
+// end when no target on it failed.
+func (tr *trial) probe(samples []lag.Sample) bool {
+	if tr.on == nil {
+		return true
+	}
+	for i := range samples {
+		s := &samples[i]
+		if !tr.onTrial(s.Target) {
+			continue
+		}
+		var pos int64
+		idle := true
+		for _, p := range s.Partitions {
+			if p.Committed > 0 {
+				pos += p.Committed
+			}
+			if p.Lag > 0 {
+				idle = false
+			}
+		}
+		if !tr.stepAt(s.Target, pos, idle) {
+			tr.fail()
+			return false
+		}
+	}
+	if tr.left--; tr.left <= 0 {
+		if tr.passed == nil {
+			tr.passed = make(map[lag.Target]int, len(tr.on))
+		}
+		for t := range tr.on {
+			tr.passed[t] = trialCycles
+		}
+		tr.pass()
+	}
+	return true
+}
+
+func (tr *trial) fail() {
+	tr.on, tr.probes = nil, false
+	tr.wait = cmp.Or(tr.backoff, trialWait)
+	tr.backoff = min(tr.wait*2, trialWaitMax)
+}
+
+// committed is the sum of st's committed offsets (partitions without a
+// commit count none).
+func committed(st lag.State) int64 {
+	var n int64
+	for i := range st.Partitions {
+		if c := st.Partitions[i].Committed; c > 0 {
+			n += c
+		}
+	}
+	return n
+}
+
+// nextQuiet is the count of cycles since Engaged last said yes after a
+// cycle that found a policy engaged on a fine target (or one on trial),
+// and on a coarse one (see Loop.engaged): 0 for fine alone, engagedHold
+// (back to the interval at once) for coarse, one more otherwise.
+func nextQuiet(quiet int, fine, coarse bool) int {
+	switch {
+	case coarse:
+		return engagedHold
+	case fine:
+		return 0
+	}
+	return min(quiet+1, engagedHold)
 }
 
 // engagedHold is how many cycles in a row Engaged must say no before the

@@ -867,7 +867,9 @@ func (e *Engine) ClusterDecisions(cluster string) map[lag.Target]quota.Decision 
 // fail-open, an abandoned target, an invalid policy, rates not known
 // yet. The daemon.Loop's Engaged hook: while it holds, the cluster is
 // observed at the engaged interval; the loop asks about the targets
-// whose position moves that finely (lag.State.MovesWithin).
+// whose position moves that finely (lag.State.MovesWithin), or may (a
+// Kafka target read from commits that moved at about every reading, read
+// fast for a trial: daemon.Loop.Engaged).
 func (e *Engine) Engaged(cluster string, targets []lag.Target) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
