@@ -204,6 +204,16 @@ type State struct {
 	// of the time fast in a simulated loop; not guarded yet, see
 	// MovesWithin).
 	AckAge time.Duration `json:"ackAge,omitempty"`
+	// AckedWithin is AckAge over the newest fresh readings in a row that
+	// carried a Sample.LastAck, from two of them on (up to
+	// ackAgeReadings): the longest time from the last acknowledgement to
+	// the reading; 0 while fewer than two did (Kafka: always). It is known
+	// from a target's first readings, before AckAge: a consumer that
+	// acknowledges each message as it handles it reads a few ms at both,
+	// one acknowledging every 1 s reads under 200 ms at two random readings
+	// in a row 1 time in 25 (see AckAge for readings in step with its
+	// acks).
+	AckedWithin time.Duration `json:"ackedWithin,omitempty"`
 
 	// ProduceRate and ConsumeRate are exponentially weighted rates in
 	// messages per second (time constant Rules.RateWindow). RatesKnown is
@@ -634,7 +644,7 @@ func (t *Tracker) Observe(s Sample, now time.Time) State {
 // foldAck records the age of a fresh reading's last acknowledgement and
 // sets State.AckAge.
 func (tr *track) foldAck(s Sample) {
-	tr.state.AckAge = 0
+	tr.state.AckAge, tr.state.AckedWithin = 0, 0
 	if s.LastAck.IsZero() {
 		tr.nAck = 0
 		return
@@ -643,6 +653,9 @@ func (tr *track) foldAck(s Sample) {
 	// Never 0, which says unknown; the broker's clock ahead of ours: 1 ns.
 	tr.ackAges[0] = max(s.At.Sub(s.LastAck), time.Nanosecond)
 	tr.nAck = min(tr.nAck+1, ackAgeReadings)
+	if tr.nAck >= 2 {
+		tr.state.AckedWithin = slices.Max(tr.ackAges[:tr.nAck])
+	}
 	if tr.nAck == ackAgeReadings {
 		tr.state.AckAge = slices.Max(tr.ackAges[:])
 	}

@@ -456,6 +456,18 @@ func noQueueAtCommit(tc *control, st *lag.State, v *reading) bool {
 		// consumer slow from the start shows a head past that within
 		// a reading or two.
 		standing := min(max(v.dt, v.engageWait), v.budget/2)
+		if acksAsItGoes(st, v.engageWait) {
+			// No commit timer: a consumer seen acknowledging as it
+			// goes holds no consumed work behind its ack floor. A NATS
+			// pull consumer acking each message, read every second at
+			// 10x from the start, was read as one (lag 3,931, head
+			// 0.98 s, "capacity 3,999/s") and given a second of startup
+			// allowance ("queued 983ms less 1s"): unlimited, it was
+			// drained at the next reading with 3 s of work queued
+			// (lagbridge bench nats/ack-each/sync/1s at 10x;
+			// TestControllerAckingFirstReading).
+			standing = 0
+		}
 		return v.headAge <= standing+v.engageWait/2 && v.lag <= (v.headAge+v.engageWait/2)*max(v.produced, v.prevProduced)
 	}
 	if !perObs {

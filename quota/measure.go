@@ -636,6 +636,20 @@ func unlearnedWait(tc *control, v *reading) float64 {
 	return max(max(v.engageWait, v.dt)-tc.floor, 0)
 }
 
+// acksAsItGoes reports whether st's consumer is seen acknowledging at
+// least every engage/2 seconds: at each of its readings so far (at least
+// two in a row, lag.State.AckedWithin; NATS only) the broker had processed
+// an acknowledgement within E/2 before the reading. Its ack floor is then
+// where it is, to within E/2 of work (the slack the head tests allow):
+// no commit timer holds consumed work behind it, and the lag at the floor
+// is work queued or in hand (see noQueueAtCommit). A consumer that
+// acknowledges once a second reads acks under 200 ms old at two random
+// readings in a row 1 time in 25 (more when its acks keep step with the
+// readings, as for State.AckAge).
+func acksAsItGoes(st *lag.State, engage float64) bool {
+	return st.AckedWithin > 0 && st.AckedWithin.Seconds() <= engage/2
+}
+
 // startupAtCommits reports whether tc is in its first readings, its
 // standing wait not learned yet (see unlearnedWait).
 func startupAtCommits(tc *control) bool {
