@@ -133,10 +133,15 @@ func (l *Loop) Run(ctx context.Context) error {
 		dur := at.Sub(start)
 		fast := l.EngagedInterval > 0 && l.EngagedInterval < l.Interval && l.Engaged != nil
 		var resume time.Time // after a failed probe: the interval's next cycle
-		if tr.probes && err == nil && began.Sub(lastFed) < l.Interval-l.EngagedInterval/2 {
+		if tr.probes && began.Sub(lastFed) < l.Interval-l.EngagedInterval/2 {
 			// A probe of a trial (see trial): between the interval's
-			// cycles, read for the trial alone.
-			if !tr.probe(samples) {
+			// cycles, read for the trial alone. One that failed (a broker
+			// error, a timeout) says nothing of the commits and is not
+			// fed either: the trial fails, back to the interval.
+			if err != nil {
+				tr.fail()
+			}
+			if err != nil || !tr.probe(samples) {
 				quiet = engagedHold // failed: back to the interval at once
 				resume = lastFed.Add(l.Interval)
 			}
@@ -201,6 +206,19 @@ func (l *Loop) Run(ctx context.Context) error {
 		cadence := l.Interval
 		if fast && quiet < engagedHold {
 			cadence = engagedCadence(l.Interval, l.EngagedInterval, took)
+			if tr.on != nil && cadence > l.EngagedInterval*5/4 {
+				// An observation too slow for the engaged interval: at
+				// readings 340 ms apart a 1 s auto-commit moves at every
+				// third and would pass. The trial fails.
+				probing := tr.probes
+				tr.fail()
+				if probing {
+					quiet, cadence = engagedHold, l.Interval
+					if began.After(lastFed) {
+						resume = lastFed.Add(l.Interval)
+					}
+				}
+			}
 		}
 		ended := time.Now()
 		read := newestAt(samples)
@@ -329,6 +347,9 @@ func (l *Loop) engaged(states []lag.State, tr *trial) (fine, coarse bool) {
 	fineEngaged := len(fs) > 0 && l.Engaged(fs)
 	trialEngaged := len(ts) > 0 && l.Engaged(ts)
 	if trialEngaged && tr.on == nil {
+		// Only the candidates a policy is engaged on: one without a
+		// policy whose commits stop must not fail the trial for them.
+		ts = slices.DeleteFunc(ts, func(t lag.Target) bool { return !l.Engaged([]lag.Target{t}) })
 		tr.start(ts, states)
 		tr.probes = !fineEngaged
 	}

@@ -227,5 +227,8 @@ func TestLoopTrialProbesNotFed(t *testing.T) {
 		if gap := fed[i].Sub(fed[i-1]); gap < interval-fast/2-5*time.Millisecond {
 			t.Errorf("fed reading %d came %v after the one before, want at least %v: a probe reached the controller", i, gap, interval-fast/2)
 		}
+		if gap := fed[i].Sub(fed[i-1]); gap > interval+2*fast {
+			t.Errorf("fed reading %d came %v after the one before, want at most %v: a failed probe delayed the interval's reading", i, gap, interval+2*fast)
+		}
 	}
 }
