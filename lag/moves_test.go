@@ -51,6 +51,22 @@ func TestMovesWithin(t *testing.T) {
 		}
 	}
 
+	// The bound for Kafka commits learned at the readings' spacing: 1.5x
+	// d and no more; a NATS ack floor keeps to d (its acks say more).
+	for _, c := range []struct {
+		kind Kind
+		ci   time.Duration
+		want bool
+	}{
+		{KindKafka, 370 * time.Millisecond, true}, {KindKafka, 400 * time.Millisecond, false},
+		{KindNATS, 250 * time.Millisecond, true}, {KindNATS, 300 * time.Millisecond, false},
+	} {
+		st := State{Target: Target{Kind: c.kind, Cluster: "c", Topic: "t", Group: "g"}, CommitInterval: c.ci}
+		if got := st.MovesWithin(d); got != c.want {
+			t.Errorf("%s, commit interval %v: MovesWithin(%v) %v, want %v", c.kind, c.ci, d, got, c.want)
+		}
+	}
+
 	tr := NewTracker(nil)
 	p := PartitionSample{End: 1000, Lag: 100, Committed: 900, HeadKnown: true, HeadTime: t0}
 	p.Reported = Report{At: t0.Add(time.Second), Position: 950}
