@@ -18,6 +18,7 @@ import (
 type topic struct {
 	// Read-mostly.
 	name     string
+	added    time.Time  // c.clock's time at creation: its demand is counted from then
 	fullWhy  string     // the Reason of an in-flight rejection, built once
 	throttle *throttler // nil when disabled
 	view     atomic.Pointer[quotaView]
@@ -150,7 +151,7 @@ func (c *core) topic(name string) *topic {
 	if t := old[name]; t != nil {
 		return t
 	}
-	t := &topic{name: name}
+	t := &topic{name: name, added: c.clock.Now()}
 	if c.cfg.MaxInFlight > 0 {
 		t.inflight.limit = int64(c.cfg.MaxInFlight)
 		t.fullWhy = fmt.Sprintf("%d messages in flight on %s", t.inflight.limit, name)

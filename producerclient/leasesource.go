@@ -329,8 +329,16 @@ func (o *leaseOwner) report(last time.Time, now time.Time) (_ quotaproto.Report,
 		}
 		asked := t.admitted.Load() + t.refused.Load()
 		n := asked - t.reportedDemand.Swap(asked)
+		// A topic added since the last report (topicAdded, which
+		// reports at once) was counted over part of the window only:
+		// its demand is over the time since it was added (one message
+		// over the 5 s since the last report read 0.2/s).
+		secs, from := secs, last
+		if !last.IsZero() && t.added.After(last) {
+			secs, from = now.Sub(t.added).Seconds(), t.added
+		}
 		d := 0.0
-		if secs >= 0.1 && !last.IsZero() {
+		if secs >= 0.1 && !from.IsZero() {
 			d = float64(n) / secs
 		} else {
 			unmeasured = true
@@ -410,10 +418,13 @@ func (o *leaseOwner) reporter() {
 		if every <= 0 {
 			every = c.cfg.Leases.ReportInterval
 		}
-		if unmeasured {
-			every = min(every, demandWindow)
+		if unmeasured && every > demandWindow {
+			// Spread over 0.5-1.5 windows: producers that start together
+			// do not all measure (and move each other's sets) at once.
+			every = time.Duration(float64(demandWindow) * (0.5 + rand.Float64()))
+		} else {
+			every = time.Duration(float64(every) * (0.9 + 0.2*rand.Float64()))
 		}
-		every = time.Duration(float64(every) * (0.9 + 0.2*rand.Float64()))
 		if !o.pause(every, c.topicAdded, o.reRegister) {
 			return
 		}
