@@ -164,10 +164,11 @@ type Log struct {
 	dropped  uint64
 	// topics and grants are what was seen last of each topic's decision
 	// and each lease; servedTopics and servedGrants what was last seen
-	// served (with Served set; nil without). A served cycle compares
-	// with the latter, so a replica that takes over or stands in states
-	// the decisions it now serves, at INFO, even when its own were the
-	// same while it followed.
+	// served since it last served (with Served set; nil without;
+	// forgotten at a cycle not served). A served cycle compares with the
+	// latter, so a replica that takes over or stands in states the
+	// decisions it now serves, at INFO, even when its own were the same
+	// while it followed or what it served before it followed.
 	topics       map[quota.Topic]grant
 	grants       map[grantKey]grant
 	servedTopics map[quota.Topic]grant
@@ -276,6 +277,10 @@ func (l *Log) Observe(now time.Time, topics map[quota.Topic]quota.TopicDecision,
 		l.topics[t] = grant{rate: d.Rate, signal: d.Signal}
 		if in && l.servedTopics != nil {
 			l.servedTopics[t] = l.topics[t]
+		} else if !in {
+			// What it served before it followed is not what the
+			// producers have now: a takeover states its decision.
+			delete(l.servedTopics, t)
 		}
 		if !seen {
 			prev = grant{rate: math.Inf(1), signal: quota.SignalOK} // a topic starts unconstrained
@@ -339,6 +344,8 @@ func (l *Log) setGrant(k grantKey, in bool, g grant) {
 	l.grants[k] = g
 	if in && l.servedGrants != nil {
 		l.servedGrants[k] = g
+	} else if !in {
+		delete(l.servedGrants, k)
 	}
 }
 
