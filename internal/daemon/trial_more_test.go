@@ -31,6 +31,10 @@ func kSample(group string, end, c int64) lag.Sample {
 		Partitions: []lag.PartitionSample{{End: end, Committed: c, Lag: end - c}}}
 }
 
+// runLoop runs a Loop on src (interval 100 ms, engaged interval 25 ms,
+// engaged as engaged says) until it fed want readings to OnCycle (10 s
+// at most), and returns their times and how many came closer to the one
+// before than the interval less half an engaged one (probe spacing).
 func runLoop(t *testing.T, src Source, engaged func([]lag.Target) bool, want int) (fed []time.Time, fast int) {
 	const interval, eng = 100 * time.Millisecond, 25 * time.Millisecond
 	var mu sync.Mutex

@@ -188,35 +188,9 @@ func (f *stopSource) Observe(context.Context) ([]lag.Sample, error) {
 // source is read more often. Red when the probes are fed (readings 25 ms
 // apart reach OnCycle).
 func TestLoopTrialProbesNotFed(t *testing.T) {
-	const interval, fast = 100 * time.Millisecond, 25 * time.Millisecond
+	const interval, fast = 100 * time.Millisecond, 25 * time.Millisecond // runLoop's
 	src := &stopSource{moving: 4}
-	var mu sync.Mutex
-	var fed []time.Time
-	l := &Loop{Name: "c1", Kind: lag.KindKafka, Source: src, Interval: interval, EngagedInterval: fast,
-		Store:   NewStore(map[string]lag.Kind{"c1": lag.KindKafka}),
-		Engaged: func([]lag.Target) bool { return true },
-		OnCycle: func(time.Time, []lag.State) {
-			mu.Lock()
-			defer mu.Unlock()
-			fed = append(fed, time.Now())
-		}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- l.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		mu.Lock()
-		n := len(fed)
-		mu.Unlock()
-		if n >= 25 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	cancel()
-	<-done
-	mu.Lock()
-	defer mu.Unlock()
+	fed, _ := runLoop(t, src, func([]lag.Target) bool { return true }, 25)
 	src.mu.Lock()
 	reads := src.reads
 	src.mu.Unlock()
