@@ -10,10 +10,14 @@
 // name passes [Config.Topics] and it is not internal. A pair (group, topic)
 // is reported when the group has committed offsets for the topic, or its
 // members subscribe to it or are assigned it, or (a classic group in a
-// rebalance, which Kafka describes without its members' subscriptions;
-// liveness from the assignments Kafka 4.x still shows in
-// PreparingRebalance, unknown in CompletingRebalance) was reported at the
-// last cycle. Classic groups and KIP-848
+// rebalance, which Kafka describes without its members' subscriptions)
+// was reported at the last cycle. A classic group's liveness in
+// PreparingRebalance reads from the assignments where its coordinator
+// still shows them there (Kafka 4.x: a broker that answers DescribeGroups
+// v6), and is unknown on Kafka 3.x, whose classic coordinator shows every
+// member without one outside Stable (read idle, the group was abandoned
+// after Rules.AbandonAfter of rebalance), and in CompletingRebalance.
+// Classic groups and KIP-848
 // ("consumer" protocol) groups are both covered; an Empty group that still
 // has commits keeps being measured, so its lag grows with the log end. Share
 // groups are not observed (their progress is not a committed offset).
@@ -60,7 +64,9 @@
 // Metadata request (to the broker that answered last time, then the others);
 // one ListGroups per broker; one DescribeGroups and
 // (when KIP-848 groups exist) one ConsumerGroupDescribe per group
-// coordinator; OffsetFetch to each coordinator for its groups, batched so
+// coordinator (and, beside them, one ApiVersions to the coordinator of a
+// classic group in PreparingRebalance not asked within 10 minutes);
+// OffsetFetch to each coordinator for its groups, batched so
 // that each answer stays within a quarter of kgo.BrokerMaxReadBytes
 // (planned from each group's answer last cycle, or from the cluster's
 // partition count for a group not seen before: one request per coordinator

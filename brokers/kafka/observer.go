@@ -87,6 +87,72 @@ type Observer struct {
 	// brokers it listed.
 	lastMeta  int32
 	brokerIDs []int32
+	// keeps holds, per broker, whether it shows a classic member's last
+	// assignment in PreparingRebalance (see keepsAssignments), and when
+	// it was asked.
+	keeps map[int32]keepsAnswer
+}
+
+type keepsAnswer struct {
+	keeps bool
+	at    time.Time
+}
+
+// keepsRecheck is how long a broker's keepsAssignments answer is kept
+// (an upgrade restarts a broker under the same node ID).
+const keepsRecheck = 10 * time.Minute
+
+// keepsAssignments says, from a broker's ApiVersions answer, whether it
+// runs the group coordinator of Kafka 4.0 on (KIP-848's, the only one
+// from 4.0 on), which describes a classic group's members with their last
+// assignment in PreparingRebalance. Kafka 3.x's classic coordinator
+// (GroupMetadata.summaryNoMetadata) describes them with none outside
+// Stable: on Kafka 3.9.1 every member of a group in PreparingRebalance
+// showed 0 bytes, on 4.3.1 its last assignment (docs/results.md, session
+// 33). DescribeGroups v6 (KIP-1043) came with 4.0; ConsumerGroupHeartbeat
+// does not tell them apart: 3.7-3.9 list it (v0) even with the classic
+// coordinator only. A 3.x broker running the early new coordinator reads
+// as 3.x: liveness unknown in the rebalance, the safe side.
+func keepsAssignments(resp *kmsg.ApiVersionsResponse) bool {
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == int16(kmsg.DescribeGroups) {
+			return k.MaxVersion >= 6
+		}
+	}
+	return false
+}
+
+// askKeeps asks each broker of ids for its ApiVersions, in parallel, and
+// returns keepsAssignments of those that answered.
+func (o *Observer) askKeeps(ctx context.Context, ids []int32) map[int32]bool {
+	if len(ids) == 0 {
+		return nil
+	}
+	answers := make([]*kmsg.ApiVersionsResponse, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			req := kmsg.NewPtrApiVersionsRequest()
+			// v3 on: a broker refuses an empty software name
+			// (INVALID_REQUEST); kgo's own handshake sends these.
+			if nv := o.cl.OptValues(kgo.SoftwareNameAndVersion); len(nv) == 2 {
+				req.ClientSoftwareName, _ = nv[0].(string)
+				req.ClientSoftwareVersion, _ = nv[1].(string)
+			}
+			kresp, err := o.cl.Broker(int(id)).Request(ctx, req)
+			if resp, ok := kresp.(*kmsg.ApiVersionsResponse); err == nil && ok && resp.ErrorCode == 0 {
+				answers[i] = resp
+			}
+		})
+	}
+	wg.Wait()
+	out := make(map[int32]bool, len(ids))
+	for i, resp := range answers {
+		if resp != nil {
+			out[ids[i]] = keepsAssignments(resp)
+		}
+	}
+	return out
 }
 
 // knownGroup is what the last good cycle saw of a group, used to report its
@@ -156,6 +222,7 @@ func New(cfg Config, opts ...kgo.Opt) (*Observer, error) {
 		offsets:      make(map[string]*groupOffsets),
 		offsetReqs:   make(map[int32]*coordFetches),
 		listReqs:     make(map[int32]*leaderLists),
+		keeps:        make(map[int32]keepsAnswer),
 		answerBudget: max(int(maxRead)/4, 1<<16),
 	}, nil
 }
@@ -329,19 +396,37 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 		all = append(all, name)
 	}
 	slices.Sort(all)
+	// The coordinators of the classic groups listed in PreparingRebalance
+	// not asked within keepsRecheck whether they keep the assignments
+	// there: one ApiVersions each, beside the describes.
+	now := o.cfg.Now()
+	var ask []int32
+	for _, name := range classic {
+		id := listed[name].coordinator
+		if a, ok := o.keeps[id]; listed[name].state == "PreparingRebalance" && (!ok || now.Sub(a.at) >= keepsRecheck) && !slices.Contains(ask, id) {
+			ask = append(ask, id)
+		}
+	}
 	var (
 		described map[string]groupInfo
 		fetched   map[string]*groupOffsets
 	)
 	if len(all) > 0 {
-		var classicInfo, consumerInfo map[string]groupInfo
+		var (
+			classicInfo, consumerInfo map[string]groupInfo
+			asked                     map[int32]bool
+		)
 		o.phase(ctx,
 			func(ctx context.Context) { fetched = o.fetchOffsets(ctx, all, listed, topics, byID) },
 			func(ctx context.Context) { classicInfo = o.describeClassic(ctx, classic) },
 			func(ctx context.Context) { consumerInfo = o.describeConsumer(ctx, consumer, byID) },
+			func(ctx context.Context) { asked = o.askKeeps(ctx, ask) },
 		)
 		if err := o.stopped(ctx); err != nil {
 			return nil, err
+		}
+		for id, keeps := range asked {
+			o.keeps[id] = keepsAnswer{keeps: keeps, at: now}
 		}
 		described = classicInfo
 		for k, v := range consumerInfo {
@@ -388,10 +473,11 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 			// PreparingRebalance, so liveness still reads from it there
 			// (a group whose members hold nothing, a member joining
 			// again and again and never syncing, is idle, and is
-			// abandoned after Rules.AbandonAfter); in
-			// CompletingRebalance every assignment is cleared until the
-			// leader syncs (bounded by the rebalance timeout): unknown.
-			gi.described = gi.state != "CompletingRebalance"
+			// abandoned after Rules.AbandonAfter). Kafka 3.x shows
+			// none outside Stable (keepsAssignments): there liveness
+			// is unknown until Stable, as it is in
+			// CompletingRebalance on both.
+			gi.described = gi.state == "PreparingRebalance" && o.keeps[listed[name].coordinator].keeps
 			for _, kt := range o.known[name].topics {
 				names = append(names, kt.name)
 			}

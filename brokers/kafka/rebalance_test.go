@@ -2,30 +2,68 @@ package kafka
 
 import (
 	"context"
-	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/lagbridge/lagbridge/internal/testutil"
 	"github.com/lagbridge/lagbridge/lag"
 )
 
 // TestRebalanceNoCommits: a classic group without commits whose member
 // holds the topic stays observed while a second member's join holds the
 // group in PreparingRebalance. Kafka describes a classic group outside
-// Stable without its members' subscriptions and assignments
-// (GroupMetadata.summary: summaryNoMetadata), and kfake does the same, so
+// Stable without its members' subscriptions (and 3.x without their
+// assignments: GroupMetadata.summaryNoMetadata), kfake without either, so
 // the topic was listed by nothing and the pair left for the rebalance: the
 // daemon logged "target gone", and its tracker forgot the group (a group
 // without commits is measured from first sight: its lag restarted from 0
 // at every rebalance). The topics of the last cycle are kept, as for a
-// group that could not be described, and the liveness is unknown.
+// group that could not be described.
+//
+// The liveness in PreparingRebalance reads from the assignments where the
+// coordinator keeps them there (keepsAssignments: Kafka 4.x, kfake's
+// versions by default), unknown elsewhere: Kafka 3.x's classic
+// coordinator shows every member with none, and the group read idle, so
+// a rebalance longer than Rules.AbandonAfter abandoned it (kfake with
+// Kafka 3.9's versions: idle on 8a18310). The coordinator is asked once,
+// not at every cycle.
 func TestRebalanceNoCommits(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
+	for _, tc := range []struct {
+		name string
+		opts []kfake.Opt
+		want lag.Liveness
+	}{
+		// kfake, unlike Kafka 4.x, clears the assignments in
+		// PreparingRebalance: no member holds the topic, idle.
+		{"4.x", nil, lag.LiveNo},
+		{"3.9", []kfake.Opt{kfake.MaxVersions(kversion.V3_9_0())}, lag.LiveUnknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testRebalanceNoCommits(t, tc.opts, tc.want)
+		})
+	}
+}
+
+// apiVersionsCount counts the ApiVersions requests a client writes.
+type apiVersionsCount struct{ n atomic.Int32 }
+
+func (h *apiVersionsCount) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
+	if key == int16(kmsg.ApiVersions) {
+		h.n.Add(1)
+	}
+}
+
+func testRebalanceNoCommits(t *testing.T, opts []kfake.Opt, want lag.Liveness) {
+	c := newCluster(t, opts...)
 	cl := newClient(t, c)
 	adm := kadm.NewClient(cl)
 	createTopic(t, adm, "reb", 2, nil)
@@ -33,54 +71,17 @@ func TestRebalanceNoCommits(t *testing.T) {
 	const group = "joiners"
 	ctx := ctxT(t)
 
-	// join sends a classic JoinGroup for the topic (retrying once with
-	// the member id the broker asks for) and returns the member id.
-	join := func(ctx context.Context, member string) (string, *kmsg.JoinGroupResponse, error) {
-		meta := kmsg.NewConsumerMemberMetadata()
-		meta.Topics = []string{"reb"}
-		for {
-			req := kmsg.NewPtrJoinGroupRequest()
-			req.Group, req.MemberID, req.ProtocolType = group, member, "consumer"
-			req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 30_000, 30_000
-			p := kmsg.NewJoinGroupRequestProtocol()
-			p.Name, p.Metadata = "range", meta.AppendTo(nil)
-			req.Protocols = append(req.Protocols, p)
-			resp, err := req.RequestWith(ctx, cl)
-			if err != nil {
-				return "", nil, err
-			}
-			err = kerr.ErrorForCode(resp.ErrorCode)
-			if errors.Is(err, kerr.MemberIDRequired) {
-				member = resp.MemberID
-				continue
-			}
-			return resp.MemberID, resp, err
-		}
-	}
 	// Member a joins alone, leads, and assigns itself both partitions.
-	a, jr, err := join(ctx, "")
-	if err != nil {
-		t.Fatalf("join a: %v", err)
-	}
-	asg := kmsg.NewConsumerMemberAssignment()
-	at := kmsg.NewConsumerMemberAssignmentTopic()
-	at.Topic, at.Partitions = "reb", []int32{0, 1}
-	asg.Topics = append(asg.Topics, at)
-	sync := kmsg.NewPtrSyncGroupRequest()
-	sync.Group, sync.Generation, sync.MemberID = group, jr.Generation, a
-	sync.ProtocolType, sync.Protocol = kmsg.StringPtr("consumer"), kmsg.StringPtr("range")
-	sa := kmsg.NewSyncGroupRequestGroupAssignment()
-	sa.MemberID, sa.MemberAssignment = a, asg.AppendTo(nil)
-	sync.GroupAssignment = append(sync.GroupAssignment, sa)
-	sresp, err := sync.RequestWith(ctx, cl)
+	jr, err := testutil.JoinClassic(ctx, cl, group, "", "reb")
 	if err == nil {
-		err = kerr.ErrorForCode(sresp.ErrorCode)
+		err = testutil.SyncClassic(ctx, cl, jr, group, "reb", map[string][]int32{jr.MemberID: {0, 1}})
 	}
 	if err != nil {
-		t.Fatalf("sync a: %v", err)
+		t.Fatalf("a joins and syncs: %v", err)
 	}
 
-	o := newObserver(t, c, nil)
+	var asks apiVersionsCount
+	o := newObserver(t, c, nil, kgo.WithHooks(&asks))
 	s := mustFind(t, observe(t, o), group, "reb")
 	if s.GroupState != "Stable" || s.Live != lag.LiveYes {
 		t.Fatalf("before the rebalance: state %q live %s, want Stable, live", s.GroupState, s.Live)
@@ -90,7 +91,8 @@ func TestRebalanceNoCommits(t *testing.T) {
 	// for its 30 s rebalance timeout) in PreparingRebalance.
 	jctx, stopJoin := context.WithCancel(context.Background())
 	joined := make(chan struct{})
-	go func() { defer close(joined); _, _, _ = join(jctx, "") }()
+	clb := newClient(t, c)
+	go func() { defer close(joined); _, _ = testutil.JoinClassic(jctx, clb, group, "", "reb") }()
 	defer func() { stopJoin(); <-joined }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -103,14 +105,47 @@ func TestRebalanceNoCommits(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	got := observe(t, o)
-	s = find(got, group, "reb")
-	if s == nil {
-		t.Fatalf("in PreparingRebalance the group without commits left: %s", dump(got))
+	for cycle := range 3 {
+		before := asks.n.Load()
+		got := observe(t, o)
+		s = find(got, group, "reb")
+		if s == nil {
+			t.Fatalf("cycle %d: in PreparingRebalance the group without commits left: %s", cycle, dump(got))
+		}
+		if s.Live != want || s.GroupState != "PreparingRebalance" {
+			t.Errorf("cycle %d in the rebalance: state %q live %s, want PreparingRebalance, %s", cycle, s.GroupState, s.Live, want)
+		}
+		if n := asks.n.Load() - before; cycle > 0 && n != 0 {
+			t.Errorf("cycle %d in the rebalance wrote %d ApiVersions, want 0: the coordinator's answer is kept", cycle, n)
+		}
 	}
-	// kfake, unlike Kafka 4.x, clears the assignments in
-	// PreparingRebalance too: no member holds the topic, idle.
-	if s.Live != lag.LiveNo || s.GroupState != "PreparingRebalance" {
-		t.Errorf("in the rebalance: state %q live %s, want PreparingRebalance, idle", s.GroupState, s.Live)
+}
+
+// TestKeepsAssignments: the brokers' own ApiVersions answers (session 33's
+// probe): Kafka 3.9.1's classic coordinator, which describes a classic
+// group's members without assignments in PreparingRebalance, lists
+// ConsumerGroupHeartbeat too, so only DescribeGroups v6 tells 4.x apart.
+func TestKeepsAssignments(t *testing.T) {
+	answer := func(describeMax, heartbeatMax int16) *kmsg.ApiVersionsResponse {
+		resp := kmsg.NewPtrApiVersionsResponse()
+		for _, k := range [][3]int16{{int16(kmsg.DescribeGroups), 0, describeMax}, {int16(kmsg.ConsumerGroupHeartbeat), 0, heartbeatMax}} {
+			ak := kmsg.NewApiVersionsResponseApiKey()
+			ak.ApiKey, ak.MinVersion, ak.MaxVersion = k[0], k[1], k[2]
+			resp.ApiKeys = append(resp.ApiKeys, ak)
+		}
+		return resp
+	}
+	for _, tc := range []struct {
+		name string
+		resp *kmsg.ApiVersionsResponse
+		want bool
+	}{
+		{"3.9.1", answer(5, 0), false},
+		{"4.3.1", answer(6, 1), true},
+		{"no answer for DescribeGroups", kmsg.NewPtrApiVersionsResponse(), false},
+	} {
+		if got := keepsAssignments(tc.resp); got != tc.want {
+			t.Errorf("%s: keepsAssignments %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

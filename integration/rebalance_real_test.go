@@ -1,0 +1,68 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/lagbridge/lagbridge/integration/kafkatest"
+	"github.com/lagbridge/lagbridge/internal/testutil"
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// TestRealKafkaRebalanceLiveness: a classic group whose only member holds
+// the topic, then a second member's join holds it in PreparingRebalance
+// (the first never rejoins, for its 30 s rebalance timeout). Kafka 4.x's
+// group coordinator describes the first member with its last assignment
+// there: live. Kafka 3.x's classic coordinator describes every member
+// without one outside Stable: 8a18310 read the group idle, so a rebalance
+// longer than rules.abandonAfter abandoned it and released its producers;
+// now live unknown. What to expect is read from the broker's DescribeGroups
+// version (v6 from Kafka 4.0 on). CI runs it on 4.3.1; on 3.9.1 by hand
+// (docs/results.md, session 33, kafka3).
+func TestRealKafkaRebalanceLiveness(t *testing.T) {
+	addr := kafkatest.Bootstrap(t)
+	ctx := ctxT(t, 90*time.Second)
+	want := lag.LiveYes
+	vs, err := kadm.NewClient(client(t, addr)).ApiVersions(ctx)
+	if err != nil {
+		t.Fatalf("api versions: %v", err)
+	}
+	for _, v := range vs.Sorted() {
+		max, _ := v.KeyMaxVersion(int16(kmsg.DescribeGroups))
+		t.Logf("broker %d: DescribeGroups up to v%d (%s)", v.NodeID, max, v.VersionGuess())
+		if max < 6 {
+			want = lag.LiveUnknown
+		}
+	}
+	topic, group := unique("rebalance"), unique("rebalance-g")
+	createTopic(t, addr, topic, 2, nil)
+
+	cl := client(t, addr)
+	jr, err := testutil.JoinClassic(ctx, cl, group, "", topic)
+	if err == nil {
+		err = testutil.SyncClassic(ctx, cl, jr, group, topic, map[string][]int32{jr.MemberID: {0, 1}})
+	}
+	if err != nil {
+		t.Fatalf("a joins and syncs: %v", err)
+	}
+	o := observer(t, addr, group)
+	observeUntil(t, o, topic, group, func(s lag.Sample) bool { return s.GroupState == "Stable" && s.Live == lag.LiveYes })
+
+	// Member b joins from its own client and waits there for a.
+	jctx, stopJoin := context.WithCancel(ctx)
+	joined := make(chan struct{})
+	clb := client(t, addr)
+	go func() { defer close(joined); _, _ = testutil.JoinClassic(jctx, clb, group, "", topic) }()
+	defer func() { stopJoin(); <-joined }()
+	for i := range 3 {
+		s := observeUntil(t, o, topic, group, func(s lag.Sample) bool { return s.GroupState == "PreparingRebalance" })
+		if s.Live != want {
+			t.Fatalf("reading %d in PreparingRebalance: live %s, want %s: %s", i, s.Live, want, dump(s))
+		}
+		t.Logf("reading %d in PreparingRebalance: members %d, live %s", i, s.Members, s.Live)
+	}
+}
