@@ -18,7 +18,9 @@
 #   kafka.sh log              print the path of the broker log
 #
 # Environment (all optional):
-#   KAFKA_VERSION              Kafka version to resolve (default 4.3.1)
+#   KAFKA_VERSION              Kafka version to resolve (default 4.3.1); a 3.x
+#                              (e.g. 3.9.1) runs Kafka 3's classic group
+#                              coordinator, for manual checks (CI runs 4.x)
 #   KAFKA_PORT                 PLAINTEXT port (default 39092; 0 = pick a free one)
 #   KAFKA_CONTROLLER_PORT      controller port (default: a free one)
 #   KAFKA_HEAP_OPTS            broker heap (default -Xms128m -Xmx512m)
@@ -91,6 +93,17 @@ logger.clients.name = org.apache.kafka.clients
 logger.clients.level = WARN
 logger.metadata.name = org.apache.kafka.image.loader
 logger.metadata.level = WARN
+EOF
+  # Kafka 3.x's broker logs through reload4j (log4j 1.x): the same, in its format.
+  cat >"$CONF_DIR/broker-log4j.properties" <<'EOF'
+log4j.rootLogger=INFO, out
+log4j.appender.out=org.apache.log4j.ConsoleAppender
+log4j.appender.out.layout=org.apache.log4j.PatternLayout
+log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.state.change.logger=WARN
+log4j.logger.org.apache.kafka.clients=WARN
+log4j.logger.org.apache.kafka.image.loader=WARN
 EOF
   # Tools: warnings and errors only, to stderr (stdout is the tool's output).
   cat >"$CONF_DIR/tools-log4j2.properties" <<'EOF'
@@ -349,6 +362,7 @@ EOF
     -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
     -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$CONF_DIR/broker-log4j2.properties" \
+    -Dlog4j.configuration="file:$CONF_DIR/broker-log4j.properties" \
     -Dlagbridge.log.level="${KAFKA_LOG_LEVEL:-INFO}" \
     -Dkafka.logs.dir="$data" \
     -cp "$JARS_DIR/*" kafka.Kafka "$props" </dev/null >>"$LOG_FILE" 2>&1 &
@@ -381,9 +395,10 @@ EOF
   fi
   # KIP-848 must be on: check the effective value in the broker's config dump
   # (absent in future versions where the setting is gone and all protocols are on).
+  # Kafka 3.x runs the classic coordinator alone by default: what it is run for.
   local protos
   protos=$(grep -m1 -E '^[[:space:]]*group\.coordinator\.rebalance\.protocols = ' "$LOG_FILE" || true)
-  if [[ -n "$protos" && "$protos" != *consumer* ]]; then
+  if [[ -n "$protos" && "$protos" != *consumer* && "$KAFKA_VERSION" != 3.* ]]; then
     kill -9 "$pid" 2>/dev/null || true
     cleanup_stale
     die "broker runs without the consumer group protocol (KIP-848): $protos"
