@@ -608,10 +608,7 @@ func (e *Engine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
 	}
 	changed := map[string]bool{}
 	for i, td := range r.Topics {
-		demand := td.Demand
-		if demand == 0 {
-			demand = quota.UnknownDemand
-		}
+		demand := demandOf(td)
 		for _, t := range e.topicsNamed(td.Topic) {
 			d := e.topics[t]
 			p, ok := e.policies.ByName(d.Policy)
@@ -632,11 +629,7 @@ func (e *Engine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
 	pr.names, pr.reported = pr.names[:0], pr.reported[:0]
 	for i, td := range r.Topics {
 		pr.names = append(pr.names, td.Topic)
-		demand := td.Demand
-		if demand == 0 {
-			demand = quota.UnknownDemand
-		}
-		pr.reported = append(pr.reported, namedDemand{name: td.Topic, crit: crits[i], demand: demand})
+		pr.reported = append(pr.reported, namedDemand{name: td.Topic, crit: crits[i], demand: demandOf(td)})
 	}
 	pr.at = now
 	if len(errs) > 0 {
@@ -652,6 +645,20 @@ func (e *Engine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
 		e.kickPublishers()
 	}
 	return e.published[r.Producer].set, nil
+}
+
+// demandOf is the demand a report's topic claims, msg/s: a 0 is unknown
+// ([quota.UnknownDemand], its class's whole share under strict priority)
+// unless the producer says it measured it (protocol 1.7): a producer idle
+// on the topic then takes nothing from the others, and receives what
+// nobody asked for ([quota.PriorityFair]'s headroom) until it reports a
+// demand again, which the SDK does at its first message after such a
+// report.
+func demandOf(td quotaproto.TopicDemand) float64 {
+	if td.Demand == 0 && !td.Measured {
+		return quota.UnknownDemand
+	}
+	return td.Demand
 }
 
 // publishOne rebuilds one producer's set from the book and publishes it;

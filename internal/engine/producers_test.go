@@ -287,3 +287,65 @@ func TestNamedBeforeObservedJoinsAtFirstCycle(t *testing.T) {
 		return
 	}
 }
+
+// TestMeasuredIdleTakesNothing: a CRITICAL_PLUS producer idle on a limited
+// topic (it measured no message over its window: demand 0, measured,
+// protocol 1.7) takes nothing from the SHEDDABLE producer that is
+// producing; it gets what nobody asked for, and its class's share again
+// when it reports a demand. An unmeasured 0 (an older client, or the
+// SDK's first report) keeps its meaning: unknown, the class's whole
+// share. Red with demandOf reading every 0 as unknown (main before
+// protocol 1.7, session 32's lead): batch got 0 of the topic's rate for
+// as long as checkout stayed idle.
+func TestMeasuredIdleTakesNothing(t *testing.T) {
+	c := &clock{now: t0}
+	e, hub := newEngine(t, c, twoProducers)
+	w := &world{tr: lag.NewTracker(nil), c: c, e: e, produce: 1000, consume: 2000}
+	w.cycles(10) // healthy long enough for the standing wait to be learned
+	w.consume = 800
+	w.cycles(2)
+	report := func(id string, td quotaproto.TopicDemand) {
+		t.Helper()
+		td.Topic = "orders"
+		if _, err := e.Report(quotaproto.Report{Producer: id, Topics: []quotaproto.TopicDemand{td}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rates := func() (total, checkout, batch float64) {
+		t.Helper()
+		ck, _, _ := hub.Current("checkout")
+		bt, _, _ := hub.Current("batch")
+		return e.Decisions()[0].Rate, rateOf(ck.Leases[0]), rateOf(bt.Leases[0])
+	}
+	report("batch", quotaproto.TopicDemand{Demand: 5000})
+	report("checkout", quotaproto.TopicDemand{Measured: true})
+	total, ck, bt := rates()
+	if !(total > 0) || total >= 1000 {
+		t.Fatalf("the topic's rate %v, want limited below the 1,000/s produced", total)
+	}
+	// Idle, and batch wants more than the topic has: batch takes it all.
+	if ck != 0 || bt != total {
+		t.Fatalf("checkout idle (measured 0): checkout %v, batch %v of %v; want 0 and all", ck, bt, total)
+	}
+	// batch wants less than the topic has: the rest is headroom, half
+	// each (equal weights).
+	want := total / 4
+	report("batch", quotaproto.TopicDemand{Demand: want})
+	if _, ck, bt := rates(); !near(ck, (total-want)/2) || !near(bt, want+(total-want)/2) {
+		t.Fatalf("checkout idle, batch wants %v of %v: checkout %v, batch %v; want the headroom shared", want, total, ck, bt)
+	}
+	// checkout reports an unmeasured 0 (an older client): unknown, the
+	// whole rate under strict priority, as before protocol 1.7.
+	report("batch", quotaproto.TopicDemand{Demand: 5000})
+	report("checkout", quotaproto.TopicDemand{})
+	if _, ck, bt := rates(); ck != total || bt != 0 {
+		t.Fatalf("checkout unknown: checkout %v, batch %v of %v; want all and 0", ck, bt, total)
+	}
+	// checkout produces again: its demand first.
+	report("checkout", quotaproto.TopicDemand{Demand: total / 2})
+	if _, ck, bt := rates(); !near(ck, total/2) || !near(bt, total/2) {
+		t.Fatalf("checkout at %v: checkout %v, batch %v of %v", total/2, ck, bt, total)
+	}
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Max(math.Abs(a), math.Abs(b)) }

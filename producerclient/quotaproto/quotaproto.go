@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -97,8 +98,23 @@ type TopicDemand struct {
 	Criticality string `json:"criticality,omitempty"`
 	// Demand is the rate, in messages per second, that the producer was
 	// asked to send over its last report window (admitted or not); 0 means
-	// unknown, which the allocator treats as "wants its full share".
+	// unknown, which the allocator treats as "wants its full share",
+	// unless Measured says the producer counted none.
 	Demand float64 `json:"demand"`
+	// Measured (protocol 1.7), with Demand 0: the producer measured its
+	// demand over the window and was asked for no message (it is idle on
+	// the topic), so its 0 takes nothing from the others. False or absent:
+	// a 0 is unknown, as before 1.7. A daemon older than 1.7 refuses the
+	// field (RefusesMeasured); the SDK then reports without it.
+	Measured bool `json:"measured,omitempty"`
+}
+
+// RefusesMeasured says whether a daemon's error text (ErrorBody.Error of
+// a 400 to a demand report) refuses the report for its measured field as
+// unknown: a daemon older than protocol 1.7, whose strict decoder answers
+// "malformed body: topics[].measured: unknown field".
+func RefusesMeasured(errText string) bool {
+	return strings.Contains(errText, "topics[].measured: unknown field")
 }
 
 // LeaseSet is a producer's current leases, one per reported topic.
