@@ -113,10 +113,12 @@ func (c *core) admitChecks(m *msg, now int64) (*RejectError, reason) {
 
 // gate is the part of admission that takes nothing: the producer is open,
 // m's context is live, its deadline is after now, and the lease lets it
-// through (viewReject). It returns the lease it read, or the rejection
-// and its reason, uncounted.
+// through (viewReject). A message of a topic idle at the last report asks
+// for a report first (resume). It returns the lease it read, or the
+// rejection and its reason, uncounted.
 func (c *core) gate(m *msg, now int64) (*quotaView, *RejectError, reason) {
 	t := m.t
+	c.resume(t)
 	if c.closed.Load() {
 		return nil, reject(t.name, SignalStop, ErrClosed, "the producer is closed", 0, nil), reasonClosed
 	}
@@ -235,9 +237,17 @@ func (c *core) takeToken(m *msg, now int64) (*RejectError, reason) {
 			return nil, 0
 		}
 		if m.mode == Drop || now+wait > m.limit {
-			// Fail at once rather than wait in vain: the token would
-			// come after the deadline.
-			return rateReject(t, v, wait, nil), reasonRate
+			if m.mode == Block && now < m.limit && t.resumed.Load() {
+				// The topic was idle at the last report and its
+				// report of this message is on the way: its
+				// answer may raise the rate (a 0 to its class's
+				// share).
+				wait = m.limit - now
+			} else {
+				// Fail at once rather than wait in vain: the
+				// token would come after the deadline.
+				return rateReject(t, v, wait, nil), reasonRate
+			}
 		}
 		if err := c.sleep(m.ctx, time.Duration(wait), ch); err != nil && !errors.Is(err, errTimer) {
 			return c.waitErr(t, err, reasonRate, func(err error) *RejectError { return rateReject(t, v, wait, err) })

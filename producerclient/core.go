@@ -23,9 +23,17 @@ type topic struct {
 	throttle *throttler // nil when disabled
 	view     atomic.Pointer[quotaView]
 	changed  atomic.Pointer[chan struct{}] // closed at the next view change
-	bucket   bucket                        // pads itself
-	inflight inflight                      // written on both sides
-	_        [cacheLine]byte
+	// idle: the last report said this topic's demand was a measured 0
+	// (protocol 1.7: no message asked over its window, none in flight),
+	// so the daemon gives it only what nobody asked for. The first
+	// message after it sets resumed and wakes the reporter (core.resume):
+	// the next report says the demand is unknown, its class's share, and
+	// until its answer is in, a Block wait that the rate would fail at
+	// once waits for it (takeToken).
+	idle, resumed atomic.Bool
+	bucket        bucket   // pads itself
+	inflight      inflight // written on both sides
+	_             [cacheLine]byte
 
 	// Written by producing goroutines. Demand (messages asked) is
 	// admitted + refused; reportedDemand is that sum at the last report.
@@ -73,8 +81,9 @@ type core struct {
 	topicsMu sync.Mutex // serialises topic creation
 	topics   atomic.Pointer[map[string]*topic]
 	last     atomic.Pointer[topic] // the topic looked up last
-	// topicAdded wakes the lease reporter when a topic appears.
-	topicAdded chan struct{}
+	// topicAdded wakes the lease reporter when a topic appears;
+	// topicResumed when a topic idle at the last report gets a message.
+	topicAdded, topicResumed chan struct{}
 
 	ctx       context.Context // canceled by Close
 	cancel    context.CancelFunc
@@ -104,7 +113,7 @@ func newCore(cfg Config) (*core, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	c := &core{cfg: cfg, clock: cfg.Clock, mono: newMonotonic(cfg.Clock), topicAdded: make(chan struct{}, 1)}
+	c := &core{cfg: cfg, clock: cfg.Clock, mono: newMonotonic(cfg.Clock), topicAdded: make(chan struct{}, 1), topicResumed: make(chan struct{}, 1)}
 	c.budget = cfg.Retry.Shared
 	if c.budget == nil {
 		b, err := NewRetryBudget(cfg.Retry.Budget, cfg.Clock)
@@ -171,6 +180,21 @@ func (c *core) topic(name string) *topic {
 	default:
 	}
 	return t
+}
+
+// resume notes a message of t, a topic idle at the last report: the
+// first one after that report asks the reporter for a report (see
+// leaseOwner.reporter), which says t's demand is unknown, so that the
+// daemon gives t its class's share within a round trip instead of at the
+// next refresh. It costs an atomic load while t is not idle.
+func (c *core) resume(t *topic) {
+	if t.idle.Load() && t.idle.CompareAndSwap(true, false) {
+		t.resumed.Store(true)
+		select {
+		case c.topicResumed <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // msg is the per-message state that lives across attempts. It is kept

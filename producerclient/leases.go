@@ -236,6 +236,9 @@ type leaseOwner struct {
 	// registered is closed after the first successful report.
 	registered chan struct{}
 	regOnce    atomic.Bool
+	// carried are the topics the last report built said resumed (see
+	// core.resume); the reporter's.
+	carried []*topic
 
 	noLease *quotaView // the safe view before any lease
 

@@ -310,13 +310,18 @@ func hintOr(err error, b *backoffState) time.Duration {
 
 // report builds the demand report: every topic, the messages per second
 // asked since the last report. unmeasured says a demand in it could not be
-// measured (the first report, or one within 100 ms of the last): it says
-// 0, which the daemon reads as unknown, and an unknown demand of a high
-// criticality takes the whole rate of a limited topic from the classes
-// below it (quota.PriorityFair), so the reporter measures again soon.
+// measured (the first report, one within 100 ms of the last, or a topic
+// that resumed since a report that found it idle): it says 0, which the
+// daemon reads as unknown, and an unknown demand of a high criticality
+// takes the whole rate of a limited topic from the classes below it
+// (quota.PriorityFair), so the reporter measures again soon. A topic with
+// no message asked over a measured window and none in flight is idle: its
+// 0 says measured (protocol 1.7), which takes nothing from the others,
+// and its next message asks for a report at once (core.resume).
 func (o *leaseOwner) report(last time.Time, now time.Time) (_ quotaproto.Report, unmeasured bool) {
 	c := o.c
 	topics := *c.topics.Load()
+	o.carried = o.carried[:0]
 	r := quotaproto.Report{Producer: c.cfg.Producer, Topics: make([]quotaproto.TopicDemand, 0, len(topics))}
 	secs := now.Sub(last).Seconds()
 	crit := c.cfg.Criticality.String()
@@ -337,8 +342,15 @@ func (o *leaseOwner) report(last time.Time, now time.Time) (_ quotaproto.Report,
 		if !last.IsZero() && t.added.After(last) {
 			secs, from = now.Sub(t.added).Seconds(), t.added
 		}
-		d := 0.0
-		if secs >= 0.1 && !from.IsZero() {
+		// A topic that resumed is not measured: its first messages
+		// were asked over part of the window, perhaps while a Block
+		// wait held them uncounted.
+		resumed := t.resumed.Load()
+		if resumed {
+			o.carried = append(o.carried, t)
+		}
+		d, measured := 0.0, secs >= 0.1 && !from.IsZero() && !resumed
+		if measured {
 			d = float64(n) / secs
 		} else {
 			unmeasured = true
@@ -347,7 +359,9 @@ func (o *leaseOwner) report(last time.Time, now time.Time) (_ quotaproto.Report,
 			c.cfg.Logger.Warn("lagbridge: more topics than the protocol allows in one report; the rest run on the safe quota", "max", quotaproto.MaxTopics)
 			break
 		}
-		r.Topics = append(r.Topics, quotaproto.TopicDemand{Topic: name, Criticality: crit, Demand: math.Min(d, 1e12)})
+		idle := measured && n == 0 && t.inflight.count() == 0
+		t.idle.Store(idle)
+		r.Topics = append(r.Topics, quotaproto.TopicDemand{Topic: name, Criticality: crit, Demand: math.Min(d, 1e12), Measured: idle})
 	}
 	if skipped > 0 {
 		c.cfg.Logger.Warn("lagbridge: topics with names the protocol refuses (empty, over 249 characters, control characters, invalid UTF-8) are not reported; they run on the safe quota", "topics", skipped)
@@ -362,40 +376,42 @@ func (o *leaseOwner) report(last time.Time, now time.Time) (_ quotaproto.Report,
 // so for that long.
 const demandWindow = time.Second
 
+// measuredRetry is how long the reports go without the measured field
+// after a daemon refused it (older than protocol 1.7), before they carry
+// it again (the daemon may be upgraded meanwhile). A variable for the
+// tests.
+var measuredRetry = 10 * time.Minute
+
 // reporter registers the producer and reports demand: at once, then every
-// refreshAfterMs (jittered ±10%), at once for a new topic, and with backoff
-// after failures.
+// refreshAfterMs (jittered ±10%), at once for a new topic or a topic that
+// resumed after an idle report (at most one such report a demandWindow),
+// and with backoff after failures.
 func (o *leaseOwner) reporter() {
 	c := o.c
 	b := o.newBackoff()
-	var last time.Time
+	var last, lastResume, noMeasured time.Time
 	var refresh time.Duration // the daemon's refreshAfterMs, once answered
+	byResume := false
 	for {
-		// This report includes every topic known now.
+		// This report includes every topic known now, and every resume.
 		select {
 		case <-c.topicAdded:
 		default:
 		}
+		select {
+		case <-c.topicResumed:
+		default:
+		}
 		now := c.clock.Now()
 		rep, unmeasured := o.report(last, now)
-		body, _ := json.Marshal(rep)
+		if now.Before(noMeasured) {
+			o.withoutMeasured(&rep)
+		}
+		if byResume {
+			lastResume = now
+		}
 		last = now
-		// A daemon that cannot answer a report within its own refresh
-		// interval (paused, overloaded) is failed over before the leases
-		// it granted run out, not after RequestTimeout.
-		timeout := c.cfg.Leases.RequestTimeout
-		if refresh > 0 {
-			timeout = min(timeout, max(refresh, time.Second))
-		}
-		// The version held goes along (?version=, as the watch's): a
-		// replica that has not read that set answers with one above it.
-		var q url.Values
-		if held := o.version.Load(); held > 0 {
-			q = url.Values{"version": {strconv.FormatUint(held, 10)}}
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, timeout)
-		ds, idx, err := o.fetchSet(ctx, http.MethodPost, quotaproto.PathLeases, q, body)
-		cancel()
+		ds, idx, err := o.send(rep, refresh, &noMeasured)
 		if c.ctx.Err() != nil {
 			return
 		}
@@ -409,6 +425,11 @@ func (o *leaseOwner) reporter() {
 		b.reset()
 		if !o.deliverSet(ds) {
 			return
+		}
+		// The answer to the topics that resumed is in: Block waits
+		// that a 0 rate would fail at once no longer wait for it.
+		for _, t := range o.carried {
+			t.resumed.Store(false)
 		}
 		if o.regOnce.CompareAndSwap(false, true) {
 			close(o.registered)
@@ -425,8 +446,101 @@ func (o *leaseOwner) reporter() {
 		} else {
 			every = time.Duration(float64(every) * (0.9 + 0.2*rand.Float64()))
 		}
-		if !o.pause(every, c.topicAdded, o.reRegister) {
+		var ok bool
+		if byResume, ok = o.waitReport(every, lastResume); !ok {
 			return
+		}
+	}
+}
+
+// send posts rep to the current daemon and decodes the lease set it
+// answers with. A daemon older than protocol 1.7 refuses the measured
+// field: the same report goes again without it (that daemon reads its 0
+// as unknown), and the reports until *noMeasured go without it too.
+func (o *leaseOwner) send(rep quotaproto.Report, refresh time.Duration, noMeasured *time.Time) (decodedSet, int, error) {
+	c := o.c
+	// A daemon that cannot answer a report within its own refresh
+	// interval (paused, overloaded) is failed over before the leases it
+	// granted run out, not after RequestTimeout.
+	timeout := c.cfg.Leases.RequestTimeout
+	if refresh > 0 {
+		timeout = min(timeout, max(refresh, time.Second))
+	}
+	// The version held goes along (?version=, as the watch's): a replica
+	// that has not read that set answers with one above it.
+	var q url.Values
+	if held := o.version.Load(); held > 0 {
+		q = url.Values{"version": {strconv.FormatUint(held, 10)}}
+	}
+	ds, idx, err := o.post(timeout, q, rep)
+	if se := (*httpStatusError)(nil); errors.As(err, &se) && se.code == http.StatusBadRequest && quotaproto.RefusesMeasured(se.msg) && o.withoutMeasured(&rep) {
+		*noMeasured = c.clock.Now().Add(measuredRetry)
+		c.cfg.Logger.Warn("lagbridge daemon does not know a measured demand (protocol 1.7); idle topics are reported as unknown", "retry", measuredRetry)
+		ds, idx, err = o.post(timeout, q, rep)
+	}
+	return ds, idx, err
+}
+
+// post sends rep to the current daemon within timeout and decodes the
+// lease set it answers with.
+func (o *leaseOwner) post(timeout time.Duration, q url.Values, rep quotaproto.Report) (decodedSet, int, error) {
+	body, _ := json.Marshal(rep)
+	ctx, cancel := context.WithTimeout(o.c.ctx, timeout)
+	defer cancel()
+	return o.fetchSet(ctx, http.MethodPost, quotaproto.PathLeases, q, body)
+}
+
+// withoutMeasured clears the measured field of rep's topics, and their
+// idle marks (a daemon that reads their 0 as unknown needs no report at
+// their next message); it reports whether any topic carried it.
+func (o *leaseOwner) withoutMeasured(rep *quotaproto.Report) bool {
+	topics := *o.c.topics.Load()
+	had := false
+	for i := range rep.Topics {
+		if rep.Topics[i].Measured {
+			rep.Topics[i].Measured, had = false, true
+			if t := topics[rep.Topics[i].Topic]; t != nil {
+				t.idle.Store(false)
+			}
+		}
+	}
+	return had
+}
+
+// waitReport waits d for the next report, or less: a new topic, the
+// daemon forgetting the producer, or a message of a topic idle at the
+// last report (core.resume) ends it. A resume within demandWindow of
+// lastResume, the last report one woke, is held until then: a topic
+// flapping between idle and busy adds at most one report a window. It
+// reports whether a resume ended the wait, and false when the producer
+// closed.
+func (o *leaseOwner) waitReport(d time.Duration, lastResume time.Time) (resumed, ok bool) {
+	c := o.c
+	tm := c.clock.NewTimer(d)
+	defer tm.Stop()
+	wake := c.topicResumed
+	var hold <-chan time.Time
+	for {
+		select {
+		case <-tm.C():
+			return false, true
+		case <-c.topicAdded:
+			return false, true
+		case <-o.reRegister:
+			return false, true
+		case <-c.ctx.Done():
+			return false, false
+		case <-wake:
+			wake = nil
+			wait := lastResume.Add(demandWindow).Sub(c.clock.Now())
+			if wait <= 0 {
+				return true, true
+			}
+			h := c.clock.NewTimer(wait)
+			defer h.Stop()
+			hold = h.C()
+		case <-hold:
+			return true, true
 		}
 	}
 }
