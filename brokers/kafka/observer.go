@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -91,11 +92,36 @@ type Observer struct {
 	// assignment in PreparingRebalance (see keepsAssignments), and when
 	// it was asked.
 	keeps map[int32]keepsAnswer
+	conns *brokerConns
 }
 
 type keepsAnswer struct {
 	keeps bool
 	at    time.Time
+	conns uint64 // o.conns.get(id) when it was asked
+}
+
+// brokerConns counts the connections the client opened to each broker:
+// a broker restarted (an upgrade, a rollback to 3.x) is reached on a new
+// one, and its keepsAssignments answer is asked again. A kgo hook: safe
+// for concurrent use.
+type brokerConns struct {
+	mu sync.Mutex
+	n  map[int32]uint64
+}
+
+func (b *brokerConns) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err == nil {
+		b.mu.Lock()
+		b.n[meta.NodeID]++
+		b.mu.Unlock()
+	}
+}
+
+func (b *brokerConns) get(id int32) uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n[id]
 }
 
 // keepsRecheck is how long a broker's keepsAssignments answer is kept
@@ -202,7 +228,8 @@ func New(cfg Config, opts ...kgo.Opt) (*Observer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(append(kopts, opts...)...)
+	conns := &brokerConns{n: make(map[int32]uint64)}
+	cl, err := kgo.NewClient(append(append(kopts, opts...), kgo.WithHooks(conns))...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: building client: %w", err)
 	}
@@ -223,6 +250,7 @@ func New(cfg Config, opts ...kgo.Opt) (*Observer, error) {
 		offsetReqs:   make(map[int32]*coordFetches),
 		listReqs:     make(map[int32]*leaderLists),
 		keeps:        make(map[int32]keepsAnswer),
+		conns:        conns,
 		answerBudget: max(int(maxRead)/4, 1<<16),
 	}, nil
 }
@@ -397,13 +425,14 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 	}
 	slices.Sort(all)
 	// The coordinators of the classic groups listed in PreparingRebalance
-	// not asked within keepsRecheck whether they keep the assignments
-	// there: one ApiVersions each, beside the describes.
+	// not asked within keepsRecheck, or since the client reconnected to
+	// them (brokerConns), whether they keep the assignments there: one
+	// ApiVersions each, beside the describes.
 	now := o.cfg.Now()
 	var ask []int32
 	for _, name := range classic {
 		id := listed[name].coordinator
-		if a, ok := o.keeps[id]; listed[name].state == "PreparingRebalance" && (!ok || now.Sub(a.at) >= keepsRecheck) && !slices.Contains(ask, id) {
+		if a, ok := o.keeps[id]; listed[name].state == "PreparingRebalance" && (!ok || now.Sub(a.at) >= keepsRecheck || a.conns != o.conns.get(id)) && !slices.Contains(ask, id) {
 			ask = append(ask, id)
 		}
 	}
@@ -426,7 +455,7 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 			return nil, err
 		}
 		for id, keeps := range asked {
-			o.keeps[id] = keepsAnswer{keeps: keeps, at: now}
+			o.keeps[id] = keepsAnswer{keeps: keeps, at: now, conns: o.conns.get(id)}
 		}
 		described = classicInfo
 		for k, v := range consumerInfo {
@@ -477,7 +506,9 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 			// none outside Stable (keepsAssignments): there liveness
 			// is unknown until Stable, as it is in
 			// CompletingRebalance on both.
-			gi.described = gi.state == "PreparingRebalance" && o.keeps[listed[name].coordinator].keeps
+			id := listed[name].coordinator
+			a := o.keeps[id]
+			gi.described = gi.state == "PreparingRebalance" && a.keeps && a.conns == o.conns.get(id)
 			for _, kt := range o.known[name].topics {
 				names = append(names, kt.name)
 			}

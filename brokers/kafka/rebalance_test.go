@@ -117,7 +117,19 @@ func testRebalanceNoCommits(t *testing.T, opts []kfake.Opt, want lag.Liveness) {
 		}
 		if n := asks.n.Load() - before; cycle > 0 && n != 0 {
 			t.Errorf("cycle %d in the rebalance wrote %d ApiVersions, want 0: the coordinator's answer is kept", cycle, n)
+		} else if cycle == 0 && n != 1 {
+			// Not asked in Stable, once in the rebalance.
+			t.Errorf("cycle 0 in the rebalance wrote %d ApiVersions, want 1", n)
 		}
+	}
+	// a rejoins: both joined, the group waits for the leader's sync in
+	// CompletingRebalance, where liveness is unknown on every version.
+	if _, err := testutil.JoinClassic(ctx, cl, group, jr.MemberID, "reb"); err != nil {
+		t.Fatalf("a rejoins: %v", err)
+	}
+	s = mustFind(t, observe(t, o), group, "reb")
+	if s.GroupState != "CompletingRebalance" || s.Live != lag.LiveUnknown {
+		t.Errorf("after both joined: state %q live %s, want CompletingRebalance, unknown", s.GroupState, s.Live)
 	}
 }
 
