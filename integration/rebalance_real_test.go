@@ -31,26 +31,37 @@ func TestRealKafkaRebalanceLiveness(t *testing.T) {
 	if err != nil {
 		t.Fatalf("api versions: %v", err)
 	}
+	wantNone := lag.LiveNo // a holds nothing: idle where the assignments are kept
 	for _, v := range vs.Sorted() {
 		max, _ := v.KeyMaxVersion(int16(kmsg.DescribeGroups))
 		t.Logf("broker %d: DescribeGroups up to v%d (%s)", v.NodeID, max, v.VersionGuess())
 		if max < 6 {
-			want = lag.LiveUnknown
+			want, wantNone = lag.LiveUnknown, lag.LiveUnknown
 		}
 	}
+	t.Run("holds", func(t *testing.T) { rebalanceLiveness(t, ctx, addr, []int32{0, 1}, want) })
+	// a synced with no partition: on 4.x the describe shows its empty
+	// assignment in PreparingRebalance (idle), which only the coordinator's
+	// answer (keepsAssignments) tells from 3.x's none (unknown).
+	t.Run("holds nothing", func(t *testing.T) { rebalanceLiveness(t, ctx, addr, nil, wantNone) })
+}
+
+func rebalanceLiveness(t *testing.T, ctx context.Context, addr string, parts []int32, want lag.Liveness) {
 	topic, group := unique("rebalance"), unique("rebalance-g")
 	createTopic(t, addr, topic, 2, nil)
 
 	cl := client(t, addr)
 	jr, err := testutil.JoinClassic(ctx, cl, group, "", topic)
 	if err == nil {
-		err = testutil.SyncClassic(ctx, cl, jr, group, topic, map[string][]int32{jr.MemberID: {0, 1}})
+		err = testutil.SyncClassic(ctx, cl, jr, group, topic, map[string][]int32{jr.MemberID: parts})
 	}
 	if err != nil {
 		t.Fatalf("a joins and syncs: %v", err)
 	}
 	o := observer(t, addr, group)
-	observeUntil(t, o, topic, group, func(s lag.Sample) bool { return s.GroupState == "Stable" && s.Live == lag.LiveYes })
+	observeUntil(t, o, topic, group, func(s lag.Sample) bool {
+		return s.GroupState == "Stable" && (s.Live == lag.LiveYes) == (len(parts) > 0)
+	})
 
 	// Member b joins from its own client and waits there for a.
 	jctx, stopJoin := context.WithCancel(ctx)
