@@ -96,7 +96,8 @@ logger.metadata.level = WARN
 EOF
   # Kafka 3.x's broker logs through reload4j (log4j 1.x): the same, in its format.
   cat >"$CONF_DIR/broker-log4j.properties" <<'EOF'
-log4j.rootLogger=INFO, out
+log4j.rootLogger=${lagbridge.log.level}, out
+log4j.logger.kafka.server.KafkaRaftServer=INFO
 log4j.appender.out=org.apache.log4j.ConsoleAppender
 log4j.appender.out.layout=org.apache.log4j.PatternLayout
 log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n
