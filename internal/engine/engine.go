@@ -608,7 +608,7 @@ func (e *Engine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
 	}
 	changed := map[string]bool{}
 	for i, td := range r.Topics {
-		demand := demandOf(td)
+		demand := e.demandOf(td)
 		for _, t := range e.topicsNamed(td.Topic) {
 			d := e.topics[t]
 			p, ok := e.policies.ByName(d.Policy)
@@ -629,7 +629,7 @@ func (e *Engine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
 	pr.names, pr.reported = pr.names[:0], pr.reported[:0]
 	for i, td := range r.Topics {
 		pr.names = append(pr.names, td.Topic)
-		pr.reported = append(pr.reported, namedDemand{name: td.Topic, crit: crits[i], demand: demandOf(td)})
+		pr.reported = append(pr.reported, namedDemand{name: td.Topic, crit: crits[i], demand: e.demandOf(td)})
 	}
 	pr.at = now
 	if len(errs) > 0 {
@@ -650,13 +650,21 @@ func (e *Engine) Report(r quotaproto.Report) (quotaproto.LeaseSet, error) {
 // demandOf is the demand a report's topic claims, msg/s: a 0 is unknown
 // ([quota.UnknownDemand], its class's whole share under strict priority)
 // unless the producer says it measured it (protocol 1.7): a producer idle
-// on the topic then takes nothing from the others, and receives what
-// nobody asked for ([quota.PriorityFair]'s headroom) until it reports a
-// demand again, which the SDK does at its first message after such a
-// report.
-func demandOf(td quotaproto.TopicDemand) float64 {
-	if td.Demand == 0 && !td.Measured {
+// on the topic then claims one message per refresh (the lease lifetime's
+// third: 0.3 msg/s at the default 10 s), its lease a burst of 1, so that
+// its first message after idle passes even while the classes below ask
+// for the whole rate, and the report the SDK sends at that message brings
+// its class's share. The trickle comes out of the lower classes (strict
+// priority), not on top of the rate: n idle producers of a class take
+// n x 3/lifetime msg/s from the classes below it, or share the rate among
+// themselves when it is smaller. Beyond it, an idle producer receives what
+// nobody asked for ([quota.PriorityFair]'s headroom).
+func (e *Engine) demandOf(td quotaproto.TopicDemand) float64 {
+	switch {
+	case td.Demand == 0 && !td.Measured:
 		return quota.UnknownDemand
+	case td.Demand == 0:
+		return 3 / e.lifetime.Seconds()
 	}
 	return td.Demand
 }
