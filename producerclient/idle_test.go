@@ -3,6 +3,7 @@ package producerclient
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -35,7 +36,15 @@ func TestReportIdle(t *testing.T) {
 		t.Fatalf("a message in flight: %+v (unmeasured %v, idle %v), want 0 measured but not idle", rep, unmeasured, tp.idle.Load())
 	}
 	tp.inflight.release()
+	// Messages asked over the window, none in flight at the report: a
+	// demand, not idle (its next message needs no report).
+	tp.admitted.Add(3)
 	last := clk.Now()
+	clk.Advance(2 * time.Second)
+	if rep, _ := o.report(last, clk.Now()); rep.Topics[0].Measured || rep.Topics[0].Demand != 1.5 || tp.idle.Load() {
+		t.Fatalf("3 messages over 2 s: %+v (idle %v), want 1.5/s, not idle", rep, tp.idle.Load())
+	}
+	last = clk.Now()
 	clk.Advance(2 * time.Second)
 	if rep, unmeasured := o.report(last, clk.Now()); !rep.Topics[0].Measured || rep.Topics[0].Demand != 0 || unmeasured || !tp.idle.Load() {
 		t.Fatalf("nothing asked for 2 s: %+v (unmeasured %v, idle %v), want 0 measured, idle", rep, unmeasured, tp.idle.Load())
@@ -81,6 +90,13 @@ func TestReportResumesIdleTopic(t *testing.T) {
 	eventually(t, 10*time.Second, "the report at the first message", func() bool { return d.posts.Load() == 3 })
 	if rep, _ := d.lastReport(); len(rep.Topics) != 1 || rep.Topics[0].Demand != 0 || rep.Topics[0].Measured {
 		t.Fatalf("third report %+v, want orders unknown (0, not measured)", rep)
+	}
+	// Its answer is in: the demand window's report measures the topic
+	// again (idle, or the message if the third report missed it), rather
+	// than unknown (0, not measured) for good.
+	eventually(t, 10*time.Second, "the report after the resume's", func() bool { clk.Advance(100 * time.Millisecond); return d.posts.Load() >= 4 })
+	if rep, _ := d.lastReport(); len(rep.Topics) != 1 || (rep.Topics[0].Demand == 0 && !rep.Topics[0].Measured) {
+		t.Fatalf("fourth report %+v, want orders measured again", rep)
 	}
 }
 
@@ -190,5 +206,35 @@ func TestReportOlderDaemonWithoutMeasured(t *testing.T) {
 	advanceUntil("the refresh", 3)
 	if r, _ := counts(); r != 1 {
 		t.Fatalf("%d refusals, want the first only", r)
+	}
+}
+
+// TestBlockResumeEndsAtLimit (review-idlezero): a Block message of a topic
+// idle at the last report, on a lease of 0, waits for its resume report's
+// answer, but no longer than its limit (MaxBlock here) when no answer
+// comes (the daemon hangs): then it is refused as rate limited. Red
+// without takeToken's now < m.limit: it spins past the limit.
+func TestBlockResumeEndsAtLimit(t *testing.T) {
+	d := newFakeDaemon(t)
+	zero := 0.0
+	d.set(quotaproto.LeaseSet{Producer: "svc-a", Version: 1, RefreshAfterMs: 60_000,
+		Leases: []quotaproto.Lease{{Topic: "orders", Rate: &zero, Signal: "slow-down", Version: 1, ExpiresAt: time.Now().Add(time.Hour)}}})
+	p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"}, Mode: Block,
+		MaxBlock: 200 * time.Millisecond, Leases: LeaseConfig{URL: d.srv.URL}})
+	eventually(t, 10*time.Second, "the idle report", func() bool {
+		rep, _ := d.lastReport()
+		return len(rep.Topics) == 1 && rep.Topics[0].Measured
+	})
+	d.paused.Store(true)
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() { done <- p.Produce(context.Background(), &kgo.Record{Topic: "orders"}) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrRateLimited) || time.Since(began) < 150*time.Millisecond {
+			t.Fatalf("after %v: %v, want rate limited at MaxBlock", time.Since(began), err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a Block message waiting for a resume report's answer did not end at its limit")
 	}
 }

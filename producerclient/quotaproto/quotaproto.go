@@ -112,9 +112,12 @@ type TopicDemand struct {
 // RefusesMeasured says whether a daemon's error text (ErrorBody.Error of
 // a 400 to a demand report) refuses the report for its measured field as
 // unknown: a daemon older than protocol 1.7, whose strict decoder answers
-// "malformed body: topics[].measured: unknown field".
+// "malformed body: topics[].measured: unknown field", or, before that
+// decoder (2026-12-01), encoding/json's DisallowUnknownFields:
+// "malformed report: json: unknown field \"measured\"".
 func RefusesMeasured(errText string) bool {
-	return strings.Contains(errText, "topics[].measured: unknown field")
+	return strings.Contains(errText, "topics[].measured: unknown field") ||
+		strings.Contains(errText, `unknown field "measured"`)
 }
 
 // LeaseSet is a producer's current leases, one per reported topic.

@@ -49,3 +49,20 @@ func TestReportValidateAll(t *testing.T) {
 		t.Error("not ErrInvalid")
 	}
 }
+
+// TestRefusesMeasured: both refusals an older daemon gives the 1.7 field
+// (review-idlezero: the lenient decoder's text was not recognised, so every
+// report with an idle topic got a 400 and the leases expired), and none of
+// another 400's.
+func TestRefusesMeasured(t *testing.T) {
+	for text, want := range map[string]bool{
+		"malformed body: topics[].measured: unknown field": true,
+		`malformed report: json: unknown field "measured"`: true,
+		`malformed report: json: unknown field "demands"`:  false,
+		"malformed body: topics[].demand: must be >= 0":    false,
+	} {
+		if got := RefusesMeasured(text); got != want {
+			t.Errorf("RefusesMeasured(%q) = %v, want %v", text, got, want)
+		}
+	}
+}
