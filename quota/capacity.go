@@ -269,16 +269,7 @@ func backlog(tc *control, v *reading, at time.Time) {
 // when nothing was measured since a stall (see estimateCapacity): the
 // estimate kept from before it is for the reading that measures again, not
 // a capacity to read a wait at meanwhile (TestControllerStallUnmeasuredAfter).
-// An estimate taken from the offer that v refutes (offerRefuted) goes back
-// to the rate the commits measured, a lower bound (tc.capLower: not held
-// while the head is late; the next commit measures the rate).
-func readCapacity(tc *control, st *lag.State, v *reading) float64 {
-	switch {
-	case v.measured:
-		tc.offerFrom = 0
-	case offerRefuted(tc, st, v):
-		tc.capacity, tc.capLower, tc.offerFrom = tc.offerFrom, true, 0
-	}
+func readCapacity(tc *control) float64 {
 	if tc.stalled {
 		return 0
 	}
@@ -311,7 +302,7 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 	case cInst < tc.capacity && (v.lag <= 0 || v.lag < v.engageWait*cInst || v.noQueue || v.shadow):
 		cInst = tc.capacity
 	case v.noQueue:
-		cInst = offerCapacity(tc, v, cInst)
+		cInst = max(cInst, v.produced)
 	}
 	if v.lower {
 		cInst = max(cInst, tc.capacity)
@@ -464,7 +455,7 @@ func noQueueAtCommit(tc *control, st *lag.State, v *reading) bool {
 		// of 6; TestControllerOneSecondCommitsFirstReading). A
 		// consumer slow from the start shows a head past that within
 		// a reading or two.
-		standing := startupStanding(v)
+		standing := min(max(v.dt, v.engageWait), v.budget/2)
 		if acksAsItGoes(st, v.engageWait) {
 			// No commit timer: a consumer seen acknowledging as it
 			// goes holds no consumed work behind its ack floor. A NATS
@@ -477,8 +468,7 @@ func noQueueAtCommit(tc *control, st *lag.State, v *reading) bool {
 			// TestControllerAckingFirstReading).
 			standing = 0
 		}
-		v.offerAssumed = v.headAge <= standing+v.engageWait/2 && v.lag <= (v.headAge+v.engageWait/2)*max(v.produced, v.prevProduced)
-		return v.offerAssumed
+		return v.headAge <= standing+v.engageWait/2 && v.lag <= (v.headAge+v.engageWait/2)*max(v.produced, v.prevProduced)
 	}
 	if !perObs {
 		return false
@@ -488,44 +478,6 @@ func noQueueAtCommit(tc *control, st *lag.State, v *reading) bool {
 		standing = max(standing, min(tc.headKept, floorCap(v)))
 	}
 	return v.headAge <= standing+v.engageWait/2
-}
-
-// startupStanding is the standing wait a target read through commits may
-// show in its first readings (see noQueueAtCommit): one observation
-// interval, at least the engage wait, at most half the budget.
-func startupStanding(v *reading) float64 {
-	return min(max(v.dt, v.engageWait), v.budget/2)
-}
-
-// offerRefuted reports whether v, a reading that measured nothing, shows
-// that the capacity estimate tc took from the offer at a first reading
-// (tc.offerFrom, see offerCapacity) was not the consumer's: no commit
-// since, and a head older than the startup standing wait and E/2, which a
-// consumer that kept up with the offer and commits about once per
-// interval cannot show (a 1 s auto-commit whose commit fell just after
-// the reading shows a head of about one interval). The estimate then goes
-// back to the rate its commits measured. A consumer committing per poll,
-// offered 4,000 msg/s with a capacity of 2,000, read at its first
-// measured reading (lag 3,982, head 0.999 s, 704 msg/s committed) as a
-// commit timer's uncommitted work ("queued 996ms less 1s of startup
-// allowance": unlimited, capacity 3,997/s), then, with nothing committed
-// for a reading and its head at 2.0 s, "saturated: capacity 3997/s" at
-// 3,006/s and 1,328/s while the queue grew to 9,785 (lagbridge bench
-// kafka/commit-per-poll/sync/1s at 10x on kfake;
-// TestControllerPerPollOfferNotCapacity).
-func offerRefuted(tc *control, st *lag.State, v *reading) bool {
-	return tc.offerFrom > 0 && !v.measured && fromCommits(st) && v.headKnown && st.HeadAge.Seconds() > startupStanding(v)+v.engageWait/2
-}
-
-// offerCapacity is the capacity a reading that shows no queue reads from
-// cInst, what it consumed: at least what was produced. When that rests on
-// the first readings' allowance alone (v.offerAssumed), cInst is kept in
-// tc.offerFrom for the next readings to fall back to (offerRefuted).
-func offerCapacity(tc *control, v *reading, cInst float64) float64 {
-	if v.offerAssumed && !v.caught && v.produced > cInst && cInst > 0 {
-		tc.offerFrom = cInst
-	}
-	return max(cInst, v.produced)
 }
 
 // commitSpan measures, at each new commit of a consumer whose position is

@@ -150,10 +150,6 @@ type control struct {
 	reopen reopened
 	// sinceCommit: messages produced since lastCommit.
 	sinceCommit float64
-	// offerFrom: the consume rate a first reading measured when it took
-	// the offer for the capacity (see offerCapacity, offerRefuted); 0:
-	// none.
-	offerFrom float64
 	// spanAt and spanPos: the newest commit of a consumer whose position
 	// is estimated between commits, and the sum of its committed offsets
 	// then (see commitSpan).
@@ -606,9 +602,6 @@ type reading struct {
 	// and every commit shows the consumer caught up (see
 	// caughtAtCommits).
 	noQueue, caught bool
-	// offerAssumed: noQueue from the first readings' allowance alone
-	// (see noQueueAtCommit), which takes the offer for the capacity.
-	offerAssumed bool
 	// trial: a probe is let through to tell a standing wait from a
 	// queue (see trialUnderCut).
 	trial bool

@@ -67,7 +67,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	if len(v.avoid) > 0 {
 		v.headAge = max(othersHead(st, v.avoid)-v.since, 0)
 	}
-	v.capacity = readCapacity(tc, st, v)
+	v.capacity = readCapacity(tc)
 	if v.measured {
 		c.measured(tc, st, p, v, sight)
 	}
