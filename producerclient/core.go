@@ -64,6 +64,11 @@ func (t *topic) changedCh() <-chan struct{} { return *t.changed.Load() }
 func (t *topic) setView(v *quotaView, now int64) {
 	t.view.Store(v)
 	t.bucket.set(v.params, now)
+	t.wake()
+}
+
+// wake wakes t's waits (changedCh) to look at its view again.
+func (t *topic) wake() {
 	ch := make(chan struct{})
 	if old := t.changed.Swap(&ch); old != nil {
 		close(*old)

@@ -238,3 +238,88 @@ func TestBlockResumeEndsAtLimit(t *testing.T) {
 		t.Fatal("a Block message waiting for a resume report's answer did not end at its limit")
 	}
 }
+
+// resumeWaiter is a Block producer on a lease of 0 for "orders" from srv,
+// its topic reported idle, with a Block message of that topic sent after
+// before() and waiting for its resume report's answer; it returns the
+// message's result. Its limit (MaxBlock) is a minute: a message that
+// waits for it fails the test's 10 s.
+func resumeWaiter(t *testing.T, url string, idle func() bool, before func()) <-chan error {
+	t.Helper()
+	p := newKafkaProducer(t, newKgo(t, newKfake(t, 1, "orders")), Config{Producer: "svc-a", Topics: []string{"orders"}, Mode: Block,
+		MaxBlock: time.Minute, Leases: LeaseConfig{URL: url}})
+	eventually(t, 10*time.Second, "the idle report", func() bool { return idle() && p.c.topic("orders").idle.Load() })
+	before()
+	done := make(chan error, 1)
+	go func() { done <- p.Produce(context.Background(), &kgo.Record{Topic: "orders"}) }()
+	return done
+}
+
+// refusedBeforeLimit: resumeWaiter's message is refused as rate limited
+// within 10 s (not at its limit, a minute).
+func refusedBeforeLimit(t *testing.T, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrRateLimited) {
+			t.Fatalf("%v, want rate limited", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a Block message still waits for " + what)
+	}
+}
+
+// TestResumeReportFailedReleasesBlock (review-idlezero): when the report
+// a resume asked for fails (the daemon answers 500 from then on), the
+// Block message waiting for its answer decides on the lease in place, 0:
+// refused as rate limited at once, as before the resume, not at its
+// limit. Red on 1675f45 (the message waits its minute).
+func TestResumeReportFailedReleasesBlock(t *testing.T) {
+	d := newFakeDaemon(t)
+	zero := 0.0
+	d.set(quotaproto.LeaseSet{Producer: "svc-a", Version: 1, RefreshAfterMs: 60_000,
+		Leases: []quotaproto.Lease{{Topic: "orders", Rate: &zero, Signal: "slow-down", Version: 1, ExpiresAt: time.Now().Add(time.Hour)}}})
+	idle := func() bool { rep, _ := d.lastReport(); return len(rep.Topics) == 1 && rep.Topics[0].Measured }
+	done := resumeWaiter(t, d.srv.URL, idle, func() { d.inject(1_000_000, http.StatusInternalServerError, "") })
+	refusedBeforeLimit(t, done, "a resume report that failed")
+}
+
+// TestResumeAnswerDroppedReleasesBlock (review-idlezero): the resume
+// report's answer is in but not applied (a set older than the one held,
+// from a daemon behind: the lease in place, 0, stays); the Block message
+// waiting for it decides on that lease: refused as rate limited at once,
+// not at its limit. Red on 1675f45, where the reporter cleared the resume
+// without waking the wait (the message waits its minute).
+func TestResumeAnswerDroppedReleasesBlock(t *testing.T) {
+	var mu sync.Mutex
+	var reports []quotaproto.Report
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != quotaproto.PathLeases {
+			<-r.Context().Done() // a watch that sees no change
+			return
+		}
+		var rep quotaproto.Report
+		_ = json.NewDecoder(r.Body).Decode(&rep)
+		mu.Lock()
+		reports = append(reports, rep)
+		resumed := len(reports) > 1 && len(rep.Topics) == 1 && !rep.Topics[0].Measured
+		mu.Unlock()
+		// Version 5 until the resume's report, answered with version 3.
+		v := uint64(5)
+		if resumed {
+			v = 3
+		}
+		zero := 0.0
+		_ = json.NewEncoder(w).Encode(quotaproto.LeaseSet{Producer: rep.Producer, Version: v, RefreshAfterMs: 60_000,
+			Leases: []quotaproto.Lease{{Topic: "orders", Rate: &zero, Signal: "slow-down", Version: v, ExpiresAt: time.Now().Add(time.Hour)}}})
+	}))
+	t.Cleanup(srv.Close)
+	idle := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := len(reports)
+		return n > 0 && len(reports[n-1].Topics) == 1 && reports[n-1].Topics[0].Measured
+	}
+	done := resumeWaiter(t, srv.URL, idle, func() {})
+	refusedBeforeLimit(t, done, "a resume report whose answer was dropped")
+}

@@ -204,6 +204,10 @@ type leaseUpdate struct {
 	deleted []string // topics whose lease was withdrawn (KV deletes)
 	version uint64   // the set's version (HTTP); 0 for KV
 	isSet   bool
+	// resumed are the topics whose resume (core.resume) the report this
+	// set answers carried: applied, their Block waits decide on the lease
+	// in place (release).
+	resumed []*topic
 }
 
 // activeLease is a lease the owner trusts until expiry. plan, when set,
@@ -237,7 +241,8 @@ type leaseOwner struct {
 	registered chan struct{}
 	regOnce    atomic.Bool
 	// carried are the topics the last report built said resumed (see
-	// core.resume); the reporter's.
+	// core.resume), kept until a report with them is answered; the
+	// reporter's.
 	carried []*topic
 
 	noLease *quotaView // the safe view before any lease
@@ -395,6 +400,7 @@ func (o *leaseOwner) run() {
 			return
 		case u := <-o.updates:
 			o.apply(u)
+			release(u.resumed)
 		case <-tm.C():
 			o.expire()
 			o.due()

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -261,8 +262,24 @@ func (o *leaseOwner) decode(b []byte) (decodedSet, error) {
 	return ds, nil
 }
 
-func (o *leaseOwner) deliverSet(ds decodedSet) bool {
-	return o.deliver(leaseUpdate{leases: ds.leases, version: ds.version, isSet: true})
+func (o *leaseOwner) deliverSet(ds decodedSet, resumed []*topic) bool {
+	return o.deliver(leaseUpdate{leases: ds.leases, version: ds.version, isSet: true, resumed: resumed})
+}
+
+// release ends the resume (core.resume) of ts: a Block wait that a 0
+// rate would fail at once no longer waits for a report's answer, and the
+// waits under way look at the lease in place again. The lease goroutine
+// calls it once it has applied the answer (or dropped it as older than
+// the set held), not the reporter after handing it over: a wait woken in
+// between by the new lease, still 0, would find the resume and wait until
+// its limit. The reporter calls it when the report failed: no answer is
+// coming soon.
+func release(ts []*topic) {
+	for _, t := range ts {
+		if t.resumed.CompareAndSwap(true, false) {
+			t.wake()
+		}
+	}
 }
 
 // retryWait is the wait after a request to daemon idx failed with err.
@@ -321,7 +338,6 @@ func hintOr(err error, b *backoffState) time.Duration {
 func (o *leaseOwner) report(last time.Time, now time.Time) (_ quotaproto.Report, unmeasured bool) {
 	c := o.c
 	topics := *c.topics.Load()
-	o.carried = o.carried[:0]
 	r := quotaproto.Report{Producer: c.cfg.Producer, Topics: make([]quotaproto.TopicDemand, 0, len(topics))}
 	secs := now.Sub(last).Seconds()
 	crit := c.cfg.Criticality.String()
@@ -344,10 +360,12 @@ func (o *leaseOwner) report(last time.Time, now time.Time) (_ quotaproto.Report,
 		}
 		// A topic that resumed is not measured: its first messages
 		// were asked over part of the window, perhaps while a Block
-		// wait held them uncounted.
-		resumed := t.resumed.Load()
-		if resumed {
+		// wait held them uncounted. Nor is one whose resume a failed
+		// report carried (o.carried, kept until an answer).
+		resumed := slices.Contains(o.carried, t)
+		if !resumed && t.resumed.Load() {
 			o.carried = append(o.carried, t)
+			resumed = true
 		}
 		d, measured := 0.0, secs >= 0.1 && !from.IsZero() && !resumed
 		if measured {
@@ -417,20 +435,23 @@ func (o *leaseOwner) reporter() {
 		}
 		if err != nil {
 			o.leaseError("lagbridge lease report failed", err)
+			// No answer is coming soon: the Block waits of the topics
+			// that resumed decide on the lease in place (a 0 fails them
+			// at once, as before the resume); the next report still
+			// says their demand is unknown (o.carried stays).
+			release(o.carried)
 			if !o.pause(o.retryWait(idx, err, &b)) {
 				return
 			}
 			continue
 		}
 		b.reset()
-		if !o.deliverSet(ds) {
+		// The lease goroutine ends the resumes this answer carries
+		// once it has applied it (release).
+		if !o.deliverSet(ds, o.carried) {
 			return
 		}
-		// The answer to the topics that resumed is in: Block waits
-		// that a 0 rate would fail at once no longer wait for it.
-		for _, t := range o.carried {
-			t.resumed.Store(false)
-		}
+		o.carried = nil
 		if o.regOnce.CompareAndSwap(false, true) {
 			close(o.registered)
 		}
@@ -609,7 +630,7 @@ func (o *leaseOwner) watcher() {
 		if !spun {
 			b.reset()
 		}
-		if !o.deliverSet(ds) {
+		if !o.deliverSet(ds, nil) {
 			return
 		}
 		since = ds.version
@@ -702,7 +723,7 @@ func (o *leaseOwner) streamOnce() (got bool, idx int, err error) {
 					if err != nil {
 						skips.skipped(o, err)
 					} else {
-						if !o.deliverSet(ds) {
+						if !o.deliverSet(ds, nil) {
 							return got, idx, nil
 						}
 						got = true
