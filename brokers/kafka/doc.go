@@ -65,9 +65,10 @@
 // one ListGroups per broker; one DescribeGroups and
 // (when KIP-848 groups exist) one ConsumerGroupDescribe per group
 // coordinator (and, beside them, one ApiVersions to the coordinator of a
-// classic group in PreparingRebalance not asked within 10 minutes, or
+// classic group in PreparingRebalance not answered within 10 minutes, or
 // reached on a new connection since: a broker restarted, perhaps rolled
-// back to 3.x, is asked again);
+// back to 3.x, is asked again; one whose ApiVersions failed has no answer
+// kept, and is asked at every cycle until it answers);
 // OffsetFetch to each coordinator for its groups, batched so
 // that each answer stays within a quarter of kgo.BrokerMaxReadBytes
 // (planned from each group's answer last cycle, or from the cluster's

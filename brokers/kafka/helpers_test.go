@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
+	"github.com/lagbridge/lagbridge/internal/testutil"
 	"github.com/lagbridge/lagbridge/lag"
 )
 
@@ -238,5 +239,28 @@ func pollAndCommit(tb testing.TB, cons *kgo.Client, n int) {
 	}
 	if err := cons.CommitUncommittedOffsets(ctxT(tb)); err != nil {
 		tb.Fatal(err)
+	}
+}
+
+// joinPreparing has a new member join the classic group on topic (its
+// member holds it): the group waits in PreparingRebalance for the others
+// to rejoin, which they never do within their rebalance timeout. It
+// returns when the group is there; the func it returns ends the join.
+func joinPreparing(tb testing.TB, c *kfake.Cluster, adm *kadm.Client, group, topic string) func() {
+	tb.Helper()
+	jctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	clb := newClient(tb, c)
+	go func() { defer close(done); _, _ = testutil.JoinClassic(jctx, clb, group, "", topic) }()
+	end := func() { stop(); <-done }
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		dg, err := adm.DescribeGroups(ctxT(tb), group)
+		if err == nil && dg[group].State == "PreparingRebalance" {
+			return end
+		}
+		if time.Now().After(deadline) {
+			end()
+			tb.Fatalf("%s never went PreparingRebalance: %v %+v", group, err, dg)
+		}
 	}
 }

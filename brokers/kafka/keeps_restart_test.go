@@ -1,7 +1,6 @@
 package kafka
 
 import (
-	"context"
 	"net"
 	"testing"
 	"time"
@@ -56,22 +55,7 @@ func TestKeepsBrokerRestart(t *testing.T) {
 			t.Fatalf("a: %v", err)
 		}
 		t.Logf("%s before: %s", group, seen(group).GroupState)
-		jctx, stop := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		clb := newClient(t, c)
-		go func() { defer close(done); _, _ = testutil.JoinClassic(jctx, clb, group, "", "reb") }()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			dg, err := adm.DescribeGroups(ctx, group)
-			if err == nil && dg[group].State == "PreparingRebalance" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("never PreparingRebalance")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		return func() { stop(); <-done }
+		return joinPreparing(t, c, adm, group, "reb")
 	}
 
 	c4 := newCluster(t, kfake.Ports(port))

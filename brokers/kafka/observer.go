@@ -334,6 +334,9 @@ type groupInfo struct {
 	assigned  []string
 	opaque    bool
 	described bool
+	// coordinator is the broker that described a classic group (kgo's
+	// cached coordinator, not necessarily the one that listed it).
+	coordinator int32
 }
 
 // live says whether a member of the group is assigned a partition of
@@ -425,9 +428,11 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 	}
 	slices.Sort(all)
 	// The coordinators of the classic groups listed in PreparingRebalance
-	// not asked within keepsRecheck, or since the client reconnected to
-	// them (brokerConns), whether they keep the assignments there: one
-	// ApiVersions each, beside the describes.
+	// not answered within keepsRecheck, or since the client reconnected
+	// to them (brokerConns), whether they keep the assignments there: one
+	// ApiVersions each, beside the describes. A failed ApiVersions keeps
+	// nothing: asked again at the next cycle (one request to a broker
+	// that fails the describes too).
 	now := o.cfg.Now()
 	var ask []int32
 	for _, name := range classic {
@@ -505,10 +510,12 @@ func (o *Observer) Observe(ctx context.Context) ([]lag.Sample, error) {
 			// abandoned after Rules.AbandonAfter). Kafka 3.x shows
 			// none outside Stable (keepsAssignments): there liveness
 			// is unknown until Stable, as it is in
-			// CompletingRebalance on both.
+			// CompletingRebalance on both. The answer is the lister's:
+			// a group described by another broker (its coordinator
+			// moved between the two) is unknown for this cycle.
 			id := listed[name].coordinator
 			a := o.keeps[id]
-			gi.described = gi.state == "PreparingRebalance" && a.keeps && a.conns == o.conns.get(id)
+			gi.described = gi.state == "PreparingRebalance" && gi.coordinator == id && a.keeps && a.conns == o.conns.get(id)
 			for _, kt := range o.known[name].topics {
 				names = append(names, kt.name)
 			}
@@ -841,7 +848,7 @@ func (o *Observer) describeClassic(ctx context.Context, groups []string) map[str
 		if d.Err != nil {
 			continue
 		}
-		gi := groupInfo{state: d.State, members: len(d.Members), described: true}
+		gi := groupInfo{state: d.State, members: len(d.Members), described: true, coordinator: d.Coordinator.NodeID}
 		for _, m := range d.Members {
 			if a, ok := m.Assigned.AsConsumer(); ok {
 				for _, t := range a.Topics {

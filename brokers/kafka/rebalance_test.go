@@ -1,7 +1,6 @@
 package kafka
 
 import (
-	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,22 +88,7 @@ func testRebalanceNoCommits(t *testing.T, opts []kfake.Opt, want lag.Liveness) {
 
 	// Member b joins: the group waits for a to rejoin (it never does,
 	// for its 30 s rebalance timeout) in PreparingRebalance.
-	jctx, stopJoin := context.WithCancel(context.Background())
-	joined := make(chan struct{})
-	clb := newClient(t, c)
-	go func() { defer close(joined); _, _ = testutil.JoinClassic(jctx, clb, group, "", "reb") }()
-	defer func() { stopJoin(); <-joined }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		dg, err := adm.DescribeGroups(ctx, group)
-		if err == nil && dg[group].State == "PreparingRebalance" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the group never went PreparingRebalance: %v %+v", err, dg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	defer joinPreparing(t, c, adm, group, "reb")()
 	for cycle := range 3 {
 		before := asks.n.Load()
 		got := observe(t, o)
