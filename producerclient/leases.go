@@ -399,6 +399,8 @@ func (o *leaseOwner) run() {
 		case <-c.ctx.Done():
 			return
 		case u := <-o.updates:
+			// Apply first, then release: a Block wait released on
+			// the old lease would be refused by a 0 the answer raises.
 			o.apply(u)
 			release(u.resumed)
 		case <-tm.C():

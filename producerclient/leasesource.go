@@ -440,7 +440,7 @@ func (o *leaseOwner) reporter() {
 			// at once, as before the resume); the next report still
 			// says their demand is unknown (o.carried stays).
 			release(o.carried)
-			if !o.pause(o.retryWait(idx, err, &b)) {
+			if !o.pauseFailed(o.retryWait(idx, err, &b)) {
 				return
 			}
 			continue
@@ -470,6 +470,34 @@ func (o *leaseOwner) reporter() {
 		var ok bool
 		if byResume, ok = o.waitReport(every, lastResume); !ok {
 			return
+		}
+	}
+}
+
+// pauseFailed is the reporter's pause d after a failed report: no
+// report is on the way until it ends, so a topic that resumes meanwhile
+// (core.resume) is carried to the next report, which says its demand is
+// unknown, and its Block waits decide on the lease in place at once
+// (release) instead of waiting out the pause (a Retry-After, MaxBackoff).
+// It sends nothing: resumes do not cut the backoff short. False when the
+// producer closed.
+func (o *leaseOwner) pauseFailed(d time.Duration) bool {
+	c := o.c
+	tm := c.clock.NewTimer(d)
+	defer tm.Stop()
+	for {
+		select {
+		case <-tm.C():
+			return true
+		case <-c.ctx.Done():
+			return false
+		case <-c.topicResumed:
+			for _, t := range *c.topics.Load() {
+				if t.resumed.Load() && !slices.Contains(o.carried, t) {
+					o.carried = append(o.carried, t)
+				}
+			}
+			release(o.carried)
 		}
 	}
 }
