@@ -291,35 +291,19 @@ func TestResumeReportFailedReleasesBlock(t *testing.T) {
 // not at its limit. Red on 1675f45, where the reporter cleared the resume
 // without waking the wait (the message waits its minute).
 func TestResumeAnswerDroppedReleasesBlock(t *testing.T) {
-	var mu sync.Mutex
-	var reports []quotaproto.Report
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != quotaproto.PathLeases {
-			<-r.Context().Done() // a watch that sees no change
-			return
-		}
-		var rep quotaproto.Report
-		_ = json.NewDecoder(r.Body).Decode(&rep)
-		mu.Lock()
-		reports = append(reports, rep)
-		resumed := len(reports) > 1 && len(rep.Topics) == 1 && !rep.Topics[0].Measured
-		mu.Unlock()
-		// Version 5 until the resume's report, answered with version 3.
-		v := uint64(5)
-		if resumed {
-			v = 3
-		}
-		zero := 0.0
-		_ = json.NewEncoder(w).Encode(quotaproto.LeaseSet{Producer: rep.Producer, Version: v, RefreshAfterMs: 60_000,
-			Leases: []quotaproto.Lease{{Topic: "orders", Rate: &zero, Signal: "slow-down", Version: v, ExpiresAt: time.Now().Add(time.Hour)}}})
-	}))
-	t.Cleanup(srv.Close)
-	idle := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		n := len(reports)
-		return n > 0 && len(reports[n-1].Topics) == 1 && reports[n-1].Topics[0].Measured
-	}
-	done := resumeWaiter(t, srv.URL, idle, func() {})
+	d := newFakeDaemon(t)
+	held := zeroLeases("svc-a", "orders")
+	held.Version, held.Leases[0].Version = 5, 5
+	d.set(held)
+	idle := func() bool { rep, _ := d.lastReport(); return len(rep.Topics) == 1 && rep.Topics[0].Measured }
+	done := resumeWaiter(t, d.srv.URL, idle, func() {
+		// The resume's report is answered with version 3; no watch
+		// is woken by it.
+		behind := zeroLeases("svc-a", "orders")
+		behind.Version, behind.Leases[0].Version = 3, 3
+		d.mu.Lock()
+		d.sets["svc-a"] = behind
+		d.mu.Unlock()
+	})
 	refusedBeforeLimit(t, done, "a resume report whose answer was dropped")
 }
