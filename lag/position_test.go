@@ -797,6 +797,36 @@ func TestCadenceRelearnedWhileCaughtUp(t *testing.T) {
 	}
 }
 
+// commitsLearnedAtOneSecond is a consumer committing every 200 ms, 0.3 s
+// behind, read at 1 s for 20 s: the tracker has learned its cadence at
+// 1 s readings.
+func commitsLearnedAtOneSecond() (sim, *Tracker) {
+	s := sim{produce: 2000, behind: 0.3, commitEvery: 200 * time.Millisecond, commitPhase: sec(0.1)}
+	tr := NewTracker(func(Target) Rules { return Rules{LagAge: 2 * time.Second} })
+	for i := 1; i <= 20; i++ {
+		at := time.Duration(i) * time.Second
+		tr.Observe(sample(t0.Add(at), 1, s.reading(at)), t0.Add(at))
+	}
+	return s, tr
+}
+
+// readsCommitsAfterStop reads s's commits stopped at stop every 250 ms for
+// a second after, and wants the committed figures at each reading, not an
+// estimate run past them.
+func readsCommitsAfterStop(t *testing.T, tr *Tracker, s sim, stop time.Duration, learned string) {
+	t.Helper()
+	c := s.committed(stop)
+	for at := stop + 250*time.Millisecond; at <= stop+time.Second; at += 250 * time.Millisecond {
+		now := t0.Add(at)
+		p := PartitionSample{Partition: 0, End: s.end(at), Committed: c, Lag: s.end(at) - c, HeadKnown: true, HeadTime: s.written(c)}
+		st := tr.Observe(sample(now, 1, p), now)
+		if st.Lag != st.CommittedLag || st.Source != SourceCommits {
+			t.Errorf("%v after the commits stopped: lag %d from %s, want the committed %d (commit interval %v, %s)",
+				at-stop, st.Lag, st.Source, st.CommittedLag, st.CommitInterval, learned)
+		}
+	}
+}
+
 // TestFasterReadingsKeepCommitsExact: a consumer seen to commit at every
 // 1 s reading has a learned cadence of 1 s, a measure of the readings, not
 // of it. When the readings come every 250 ms (the daemon's loop observes
@@ -808,23 +838,9 @@ func TestCadenceRelearnedWhileCaughtUp(t *testing.T) {
 // was opened to 9,267-13,901 msg/s (commit per poll, 5x, session 30).
 // Red without seenGap: the estimated lag falls short of the committed.
 func TestFasterReadingsKeepCommitsExact(t *testing.T) {
-	s := sim{produce: 2000, behind: 0.3, commitEvery: 200 * time.Millisecond, commitPhase: sec(0.1)}
-	tr := NewTracker(func(Target) Rules { return Rules{LagAge: 2 * time.Second} })
-	for i := 1; i <= 20; i++ {
-		at := time.Duration(i) * time.Second
-		tr.Observe(sample(t0.Add(at), 1, s.reading(at)), t0.Add(at))
-	}
+	s, tr := commitsLearnedAtOneSecond()
 	stop := 20 * time.Second
-	c := s.committed(stop)
-	for at := stop + 250*time.Millisecond; at <= stop+time.Second; at += 250 * time.Millisecond {
-		now := t0.Add(at)
-		p := PartitionSample{Partition: 0, End: s.end(at), Committed: c, Lag: s.end(at) - c, HeadKnown: true, HeadTime: s.written(c)}
-		st := tr.Observe(sample(now, 1, p), now)
-		if st.Lag != st.CommittedLag || st.Source != SourceCommits {
-			t.Errorf("%v after the commits stopped: lag %d from %s, want the committed %d (commit interval %v learned at 1 s readings)",
-				at-stop, st.Lag, st.Source, st.CommittedLag, st.CommitInterval)
-		}
-	}
+	readsCommitsAfterStop(t, tr, s, stop, "learned at 1 s readings")
 }
 
 // TestFasterReadingsRunKeepCommitsExact: as TestFasterReadingsKeepCommitsExact,
@@ -837,26 +853,12 @@ func TestFasterReadingsKeepCommitsExact(t *testing.T) {
 // to 250 ms: lag from estimate below the committed at every reading after
 // the stop).
 func TestFasterReadingsRunKeepCommitsExact(t *testing.T) {
-	s := sim{produce: 2000, behind: 0.3, commitEvery: 200 * time.Millisecond, commitPhase: sec(0.1)}
-	tr := NewTracker(func(Target) Rules { return Rules{LagAge: 2 * time.Second} })
-	for i := 1; i <= 20; i++ {
-		at := time.Duration(i) * time.Second
-		tr.Observe(sample(t0.Add(at), 1, s.reading(at)), t0.Add(at))
-	}
+	s, tr := commitsLearnedAtOneSecond()
 	stop := 20*time.Second + 500*time.Millisecond
 	for _, at := range []time.Duration{stop - 250*time.Millisecond, stop} {
 		if st := tr.Observe(sample(t0.Add(at), 1, s.reading(at)), t0.Add(at)); st.Lag != st.CommittedLag {
 			t.Fatalf("%v: lag %d from %s, want the committed %d at a reading that saw a commit", at, st.Lag, st.Source, st.CommittedLag)
 		}
 	}
-	c := s.committed(stop)
-	for at := stop + 250*time.Millisecond; at <= stop+time.Second; at += 250 * time.Millisecond {
-		now := t0.Add(at)
-		p := PartitionSample{Partition: 0, End: s.end(at), Committed: c, Lag: s.end(at) - c, HeadKnown: true, HeadTime: s.written(c)}
-		st := tr.Observe(sample(now, 1, p), now)
-		if st.Lag != st.CommittedLag || st.Source != SourceCommits {
-			t.Errorf("%v after the commits stopped: lag %d from %s, want the committed %d (commit interval %v, most of it learned at 1 s readings)",
-				at-stop, st.Lag, st.Source, st.CommittedLag, st.CommitInterval)
-		}
-	}
+	readsCommitsAfterStop(t, tr, s, stop, "most of it learned at 1 s readings")
 }
