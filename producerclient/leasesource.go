@@ -362,11 +362,10 @@ func (o *leaseOwner) report(last time.Time, now time.Time) (_ quotaproto.Report,
 		// were asked over part of the window, perhaps while a Block
 		// wait held them uncounted. Nor is one whose resume a failed
 		// report carried (o.carried, kept until an answer).
-		resumed := slices.Contains(o.carried, t)
-		if !resumed && t.resumed.Load() {
-			o.carried = append(o.carried, t)
-			resumed = true
+		if t.resumed.Load() {
+			o.carry(t)
 		}
+		resumed := slices.Contains(o.carried, t)
 		d, measured := 0.0, secs >= 0.1 && !from.IsZero() && !resumed
 		if measured {
 			d = float64(n) / secs
@@ -474,6 +473,14 @@ func (o *leaseOwner) reporter() {
 	}
 }
 
+// carry keeps a resumed topic for the next report that is answered: it
+// says the topic's demand is unknown until then.
+func (o *leaseOwner) carry(t *topic) {
+	if !slices.Contains(o.carried, t) {
+		o.carried = append(o.carried, t)
+	}
+}
+
 // pauseFailed is the reporter's pause d after a failed report: no
 // report is on the way until it ends, so a topic that resumes meanwhile
 // (core.resume) is carried to the next report, which says its demand is
@@ -493,8 +500,8 @@ func (o *leaseOwner) pauseFailed(d time.Duration) bool {
 			return false
 		case <-c.topicResumed:
 			for _, t := range *c.topics.Load() {
-				if t.resumed.Load() && !slices.Contains(o.carried, t) {
-					o.carried = append(o.carried, t)
+				if t.resumed.Load() {
+					o.carry(t)
 				}
 			}
 			release(o.carried)
