@@ -24,28 +24,65 @@ import (
 // against the mutant that drops the startup standing wait for every
 // target.
 func TestControllerAckingFirstReading(t *testing.T) {
+	replayAckTimes(t, "nats1s-10x-ackstart.jsonl", RuleSaturated, RuleUnlimited, func(t *testing.T, ds []Decision, want Rule) {
+		if d := ds[1]; d.Rule != want || want == RuleSaturated && d.Rate >= 2000 {
+			t.Fatalf("first measured reading (lag %d, head %v): %s at %.0f/s (%s), want %s", d.Lag, d.HeadAge, d.Rule, d.Rate, d.Reason, want)
+		}
+	})
+}
+
+// TestControllerAckingIdleBeforeDrop replays the first 20 readings of
+// lagbridge bench nats/ack-each/sync/1s at 5x (embedded nats-server, main
+// at e362ee6, 2026-12-05 02:32 UTC): a pull consumer acking each message,
+// 2,000 msg/s offered to its 2,000 msg/s, read every second, unlimited;
+// its capacity falls to 400 msg/s between the readings at 02:32:12.696
+// (lag 0) and 02:32:13.697 (lag 1,577, head 0.79 s, acks 5 ms before
+// each reading). Main read the second as idleBefore's (no lag at the
+// reading before, nothing older than the interval: commits of work
+// written since, a lower bound of the capacity), kept the capacity at
+// 2,005/s ("saturated", 1,718/s admitted) and drained only at the next
+// reading, 0.25 s later with 1,938 queued. An ack floor seen moving as
+// the consumer goes is no commit timer's: the reading measures 423/s
+// with a queue, and drains at once. The same readings with acks 600 ms
+// old (a consumer acking about once a second) or without ack times
+// (Kafka commits) keep idleBefore's reading.
+func TestControllerAckingIdleBeforeDrop(t *testing.T) {
+	replayAckTimes(t, "nats1s-5x-idledrop.jsonl", RuleDrain, RuleSaturated, func(t *testing.T, ds []Decision, want Rule) {
+		if len(ds) != 20 {
+			t.Fatalf("%d decisions, want 20", len(ds))
+		}
+		if d := ds[9]; d.Rule != RuleUnlimited || d.Lag != 0 {
+			t.Fatalf("reading before the drop: %s, lag %d, want unlimited at lag 0: the case tests nothing", d.Rule, d.Lag)
+		}
+		if d := ds[10]; d.Rule != want {
+			t.Fatalf("first reading after the drop (lag %d, head %v): %s at %.0f/s (%s), want %s", d.Lag, d.HeadAge, d.Rule, d.Rate, d.Reason, want)
+		}
+	})
+}
+
+// replayAckTimes replays the NATS recording name at 1 s readings three
+// ways and hands each run's decisions to check with the rule wanted: as
+// recorded (acks a few ms before each reading: acking), with AckedWithin
+// 600 ms on every reading (a consumer acking about once a second, whose
+// ack floor may hide a commit timer's lump) and without ack times (as
+// Kafka commits are read): both otherwise.
+func replayAckTimes(t *testing.T, name string, acking, otherwise Rule, check func(*testing.T, []Decision, Rule)) {
+	t.Helper()
 	for _, c := range []struct {
 		name  string
 		acked time.Duration // AckedWithin set on every reading; -1: as recorded
 		want  Rule
 	}{
-		// As recorded: acks a few ms old.
-		{"acking each message", -1, RuleSaturated},
-		// Acks 600 ms before the readings: a commit timer's lump may
-		// lie behind the floor, as before.
-		{"acking once a second", 600 * time.Millisecond, RuleUnlimited},
-		// No ack times: as Kafka commits are read.
-		{"no ack times", 0, RuleUnlimited},
+		{"acking each message", -1, acking},
+		{"acking once a second", 600 * time.Millisecond, otherwise},
+		{"no ack times", 0, otherwise},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var edit func(*lag.State)
 			if c.acked >= 0 {
 				edit = func(st *lag.State) { st.AckedWithin = c.acked }
 			}
-			ds := replayEdited(t, "nats1s-10x-ackstart.jsonl", 0, newCtl(t, ControllerConfig{Interval: time.Second}), edit)
-			if d := ds[1]; d.Rule != c.want || c.want == RuleSaturated && d.Rate >= 2000 {
-				t.Fatalf("first measured reading (lag %d, head %v): %s at %.0f/s (%s), want %s", d.Lag, d.HeadAge, d.Rule, d.Rate, d.Reason, c.want)
-			}
+			check(t, replayEdited(t, name, 0, newCtl(t, ControllerConfig{Interval: time.Second}), edit), c.want)
 		})
 	}
 }

@@ -383,8 +383,17 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 // measured 255 msg/s, the one after 24 again, every other observation for
 // 2.5 s while the consumer kept up with everything (lagbridge bench
 // --hot-partition at 250 ms on kfake; TestControllerIdleBeforeNotDrained).
-func idleBefore(tc *control, v *reading) bool {
-	return tc.has && tc.othersLag <= 0 && v.commits && v.headKnown && v.headAge+v.since <= v.dt
+// A consumer seen acknowledging as it goes (acksAsItGoes) has no commits
+// that fall after the observation: its ack floor is where it is, so the
+// consumption read is what it consumed, and a queue that formed within
+// the interval is a queue. Read as idle before, a NATS pull consumer
+// acking each message, seen with lag 0 at the reading before its capacity
+// fell from 2,000 to 400 msg/s, read lag 1,577 and head 0.79 s at the
+// next as "saturated: capacity 2005/s", was allowed 1,718 msg/s, and was
+// drained only at the reading after, 0.25 s later with 1,938 queued
+// (lagbridge bench nats/ack-each/sync/1s at 5x; TestControllerAckingIdleBeforeDrop).
+func idleBefore(tc *control, st *lag.State, v *reading) bool {
+	return tc.has && tc.othersLag <= 0 && v.commits && v.headKnown && v.headAge+v.since <= v.dt && !acksAsItGoes(st, v.engageWait)
 }
 
 // idleSince returns the time, seconds, since the reading a new target's

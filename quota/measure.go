@@ -291,7 +291,7 @@ func beyondStanding(tc *control, v *reading) {
 // the capacity estimate.
 func (c *Controller) measured(tc *control, st *lag.State, p *Policy, v *reading, sight float64) {
 	v.caught = caughtAtCommits(st, v)
-	v.noQueue = noQueueAtCommit(tc, st, v) || v.caught || idleBefore(tc, v) || idleAtReport(st, v) || idleAtSight(v, sight)
+	v.noQueue = noQueueAtCommit(tc, st, v) || v.caught || idleBefore(tc, st, v) || idleAtReport(st, v) || idleAtSight(v, sight)
 	c.trialUnderCut(tc, v)
 	c.estimateCapacity(tc, st, p, v)
 }
