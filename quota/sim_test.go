@@ -90,6 +90,8 @@ type simPartition struct {
 	// pollEnd is the end of the poll in hand and mark the end of the
 	// one before (simConfig.pollCommits).
 	pollEnd, mark float64
+	// batchEnd is the end of the batch in hand (simConfig.ackBatch).
+	batchEnd float64
 }
 
 func (p *simPartition) backlog() float64 { return p.end - p.consumed }
@@ -175,6 +177,15 @@ type simConfig struct {
 	// reportOwn: each partition's consumer reports its
 	// exact position and head at its own pace (the hook, protocol 1.6).
 	reportOwn bool
+	// natsAcks: a NATS target whose samples carry Sample.LastAck (the
+	// last tick the committed position moved), its commit cadence the
+	// observation interval as lag/ learns it for such a consumer
+	// (testdata/nats1s-5x-idledrop.jsonl).
+	natsAcks bool
+	// ackBatch: the consumer acks the last message of each batch of up
+	// to ackBatch it takes (NATS ack-batch), a batch being what was
+	// written when the one before was done.
+	ackBatch float64
 }
 
 // simFailover is a leader's loss in the simulator, as internal/replica
@@ -249,6 +260,7 @@ type sim struct {
 	now     time.Time
 	// nextCommit is when the consumer commits next (commitEvery > 0).
 	nextCommit time.Time
+	lastAck    time.Time    // the last commit that moved (simConfig.natsAcks)
 	follower   *simFollower // with cfg.failover
 }
 
@@ -326,6 +338,9 @@ func newSim(tb testing.TB, cfg simConfig) *sim {
 	}
 	s := &sim{cfg: cfg, tb: tb, now: simT0, res: &simResult{cfg: cfg},
 		target: lag.Target{Kind: lag.KindKafka, Cluster: "sim", Topic: "orders", Group: "billing"}}
+	if cfg.natsAcks {
+		s.target.Kind = lag.KindNATS
+	}
 	s.tracker = lag.NewTracker(func(lag.Target) lag.Rules { return rules })
 	var err error
 	if s.ctl, err = NewController(cfg.ctl); err != nil {
@@ -572,21 +587,51 @@ func (s *sim) commit() {
 		}
 		s.nextCommit = s.nextCommit.Add(time.Duration(float64(s.cfg.commitEvery) * drift))
 	}
+	if s.cfg.ackBatch > 0 {
+		s.ackBatches()
+		return
+	}
 	for _, part := range s.parts {
+		if part.consumed > part.committed+1e-9 {
+			s.lastAck = s.now
+		}
 		if !s.cfg.pollCommits {
 			part.committed, part.done = part.consumed, part.done[:0]
 			continue
 		}
-		for n := part.mark - part.committed; n > 1e-12 && len(part.done) > 0; {
-			if part.done[0].n <= n {
-				n -= part.done[0].n
-				part.done = part.done[1:]
-				continue
-			}
-			part.done[0].n -= n
-			n = 0
+		part.commitTo(part.mark)
+	}
+}
+
+// commitTo commits p up to pos (never back), dropping what it covers
+// from p.done.
+func (p *simPartition) commitTo(pos float64) {
+	for n := pos - p.committed; n > 1e-12 && len(p.done) > 0; {
+		if p.done[0].n <= n {
+			n -= p.done[0].n
+			p.done = p.done[1:]
+			continue
 		}
-		part.committed = max(part.committed, part.mark)
+		p.done[0].n -= n
+		n = 0
+	}
+	p.committed = max(p.committed, pos)
+}
+
+// ackBatches acks each batch done (simConfig.ackBatch) and takes the next.
+func (s *sim) ackBatches() {
+	for _, part := range s.parts {
+		for part.consumed >= part.batchEnd-1e-9 {
+			if part.batchEnd > part.committed+1e-9 {
+				part.commitTo(part.batchEnd)
+				s.lastAck = s.now
+			}
+			avail := part.end - part.batchEnd
+			if avail < 1e-9 {
+				break
+			}
+			part.batchEnd += min(s.cfg.ackBatch, avail)
+		}
 	}
 }
 
@@ -611,6 +656,9 @@ func (s *sim) poll() {
 func (s *sim) observe(t, dt float64) {
 	cfg, tb, now := &s.cfg, s.tb, s.now
 	smp := lag.Sample{Target: s.target, At: now, Members: cfg.members(t), GroupState: "Stable"}
+	if cfg.natsAcks {
+		smp.LastAck = s.lastAck
+	}
 	noCommit := t < cfg.firstCommit
 	if cfg.firstCommit > 0 {
 		smp.Live = lag.LiveYes
@@ -643,6 +691,9 @@ func (s *sim) observe(t, dt float64) {
 		}
 	}
 	st := s.tracker.Observe(smp, now)
+	if cfg.natsAcks && st.CommitInterval == 0 && st.Source != lag.SourceFirstSight {
+		st.CommitInterval = cfg.interval
+	}
 	if st.CommitInterval == 0 && st.Source != lag.SourceFirstSight && !cfg.learnCadence {
 		st.CommitInterval = cfg.commitEvery
 	}
