@@ -130,11 +130,18 @@ type Result struct {
 	FalseThrottleSeconds int
 
 	// Bound is the excess an observer that sees only commits cannot
-	// avoid after the drop: (AdmittedBefore - Slow) x (commit interval +
+	// avoid after the drop: (AdmittedBefore - Slow) x (CommitGap +
 	// observation interval), messages; Excess is the measured one (see
 	// [ExcessAfterDrop]); AdmittedBefore the mean acked rate before the
 	// drop (msg/s).
 	Excess, Bound, AdmittedBefore float64
+	// CommitGap is the commit interval the bound takes: for a consumer
+	// whose commits the bench sees (CommitMeasured), the longest its
+	// progress stayed invisible around the drop in this run (see
+	// [CommitGapAt]); for the others the row's setting
+	// (ConsumerKind.CommitInterval).
+	CommitGap      time.Duration
+	CommitMeasured bool
 
 	// EndLag and EndHeadAge are the backlog the run leaves behind (the
 	// daemon's last observation); EndTrueHeadAge the bench's last measure
@@ -214,7 +221,11 @@ func Analyze(scn Scenario, row Row, broker, mode string, load float64, s *Series
 	r.FalseThrottleSeconds = len(FalseThrottle(scn, s.Bin, processed, refused))
 	r.AdmittedBefore = rate(acked, 0, drop, bin)
 	r.Excess = ExcessAfterDrop(acked, s.Bin, drop, restore, scn.Slow)
-	r.Bound = ExcessBound(r.AdmittedBefore, scn.Slow, row.Consumer.CommitInterval(), row.Interval)
+	r.CommitGap = row.Consumer.CommitInterval()
+	if row.Consumer.recordsCommits() && len(s.Commits) > 0 {
+		r.CommitGap, r.CommitMeasured = CommitGapAt(s.Commits, scn.DropAt(), scn.DropAt()+row.Interval, scn.RecoverAt()), true
+	}
+	r.Bound = ExcessBound(r.AdmittedBefore, scn.Slow, r.CommitGap, row.Interval)
 
 	r.Schedule = ScheduleOf(s, 0, r.Duration)
 
@@ -516,4 +527,40 @@ func ExcessBound(before, after float64, commitInterval, interval time.Duration) 
 		return 0
 	}
 	return (before - after) * (commitInterval + interval).Seconds()
+}
+
+// CommitGapAt is the commit interval a consumer really had over [from,
+// to]: the longest time one committer went without a commit, over each
+// committer's gaps between consecutive commits that overlap [from, to]
+// (a gap before a committer's first commit starts at 0, the start of the
+// run; one still open after its last commit ends at end). commits are
+// each committer's commit times, ascending. It is a pure function.
+//
+// For the excess bound, [from, to] is the drop and one observation
+// interval after it: an observer that reads every interval looks within
+// it, and would see the drop there from a consumer that commits at once;
+// a gap in force from the drop to that look (a poll in hand at the drop,
+// processed at the reduced capacity before it is committed, or the next
+// one, longer by what was admitted meanwhile) keeps the drop out of sight
+// until it ends. Gaps that start after the look are polls of the excess
+// admitted once the observer could know, and do not count.
+//
+// Example: commits at 9.96 s, 10.02 s and 11.27 s (a 500-record poll at
+// 400 msg/s), a drop at 10 s and 1 s readings: the gaps 0.06 s and 1.25 s
+// overlap [10 s, 11 s]; the commit interval is 1.25 s.
+func CommitGapAt(commits [][]time.Duration, from, to, end time.Duration) time.Duration {
+	var longest time.Duration
+	for _, cs := range commits {
+		prev := time.Duration(0)
+		for _, c := range append(slices.Clone(cs), max(end, to)) {
+			if c > from && prev <= to {
+				longest = max(longest, c-prev)
+			}
+			if prev > to {
+				break
+			}
+			prev = c
+		}
+	}
+	return longest
 }

@@ -511,7 +511,7 @@ func TestCSV(t *testing.T) {
 	// Bin 1 (0.1s): 1,000 msg/s capacity, 500 offered/s, 100 stored/s,
 	// true head age 0.15, the daemon's 0.3, allowed unlimited, no
 	// decision.
-	if want := "0.100,1000,500,100,100,0,0,0.15,0.3,0,inf,,0,0,,0,,,0"; lines[1] != want {
+	if want := "0.100,1000,500,100,100,0,0,0.15,0.3,0,inf,,0,0,,0,,,0,0,"; lines[1] != want {
 		t.Errorf("got %q, want %q", lines[1], want)
 	}
 	// The schedule's columns: the generator 0.4 s late and the consumer
@@ -520,9 +520,12 @@ func TestCSV(t *testing.T) {
 	r.Series.Behind, r.Series.ConsumerBehind = make([]float64, 40), make([]float64, 40)
 	r.Series.Behind[1], r.Series.ConsumerBehind[1] = 0.4, 0.2
 	r.Series.Cycles = []time.Duration{50 * time.Millisecond, 120 * time.Millisecond, 180 * time.Millisecond}
+	// The commits: two members; in bin 2 member 0 commits after 60 ms
+	// and member 1 after 150 ms without one (the longest gap is shown).
+	r.Series.Commits = [][]time.Duration{{50 * time.Millisecond, 110 * time.Millisecond}, {20 * time.Millisecond, 170 * time.Millisecond}}
 	lines = strings.Split(strings.TrimSpace(string(CSV(r))), "\n")
-	if !strings.HasSuffix(lines[0], ",refused,generator_late_s,consumer_late_s,cycles") || !strings.HasSuffix(lines[1], ",0,0,1") || !strings.HasSuffix(lines[2], ",0.4,0.2,2") {
-		t.Errorf("schedule columns:\n%s\n%s\n%s", lines[0], lines[1], lines[2])
+	if !strings.HasSuffix(lines[0], ",refused,generator_late_s,consumer_late_s,cycles,commits,commit_gap_s") || !strings.HasSuffix(lines[1], ",0,0,1,2,") || !strings.HasSuffix(lines[2], ",0.4,0.2,2,2,0.15") {
+		t.Errorf("schedule and commit columns:\n%s\n%s\n%s", lines[0], lines[1], lines[2])
 	}
 }
 

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/lagbridge/lagbridge/consumerclient"
 	"github.com/lagbridge/lagbridge/ttl/kafkaguard"
@@ -124,7 +126,7 @@ func startConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, k
 		return startWorkersConsumer(ctx, w, scn, rec, kind == Workers, daemon, log, nil)
 	}
 	if members <= 1 {
-		return startKafkaConsumer(ctx, w, scn, rec, kind, 1, daemon, log)
+		return startKafkaConsumer(ctx, w, scn, rec, kind, 0, 1, daemon, log)
 	}
 	return startKafkaMembers(ctx, w, scn, rec, kind, members, daemon, log)
 }
@@ -141,7 +143,7 @@ func startKafkaMembers(ctx context.Context, w *world, scn Scenario, rec *recorde
 		}
 	}}
 	for i := range members {
-		m, err := startKafkaConsumer(ctx, w, scn, rec, kind, members, daemon, log.With("member", i))
+		m, err := startKafkaConsumer(ctx, w, scn, rec, kind, i, members, daemon, log.With("member", i))
 		if err != nil {
 			all.Close()
 			return nil, err
@@ -163,8 +165,9 @@ func startKafkaMembers(ctx context.Context, w *world, scn Scenario, rec *recorde
 // assigned partitions.
 //
 // members is the size of the group the consumer is one member of: it
-// processes at 1/members of the scenario's capacity.
-func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, kind ConsumerKind, members int, daemon string, log *slog.Logger) (*consumer, error) {
+// processes at 1/members of the scenario's capacity; member is which one
+// (from 0), its commits' committer in rec.
+func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *recorder, kind ConsumerKind, member, members int, daemon string, log *slog.Logger) (*consumer, error) {
 	assigned := make(chan struct{})
 	var once sync.Once
 	opts := []kgo.Opt{kgo.SeedBrokers(w.kafkaAddrs...), kgo.ConsumerGroup(w.group), kgo.ConsumeTopics(w.topic),
@@ -236,7 +239,7 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 		for cctx.Err() == nil {
 			var recs []*kgo.Record
 			if java {
-				nextCommit = javaPoll(cctx, cl, nextCommit, &recs)
+				nextCommit = javaPoll(cctx, cl, nextCommit, &recs, func(t time.Time) { rec.committed(member, t) })
 			} else {
 				recs = cl.PollFetches(cctx).Records()
 			}
@@ -245,7 +248,9 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 			}
 			if g != nil {
 				done, err := g.Process(cctx, recs, func(_ context.Context, r *kgo.Record) error { return process(r) })
-				_ = cl.CommitRecords(cctx, done...)
+				if len(done) > 0 && cl.CommitRecords(cctx, done...) == nil {
+					rec.committed(member, time.Now())
+				}
 				if err != nil {
 					cl.SetOffsets(kafkaguard.RewindOffsets(recs, done))
 				}
@@ -258,7 +263,9 @@ func startKafkaConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 				}
 			}
 			if perPoll {
-				_ = cl.CommitUncommittedOffsets(cctx)
+				if len(recs) > 0 && cl.CommitUncommittedOffsets(cctx) == nil {
+					rec.committed(member, time.Now())
+				}
 				cl.AllowRebalance()
 			}
 		}
@@ -284,10 +291,19 @@ const (
 // returned, then rebalances if the group asks and returns up to
 // javaMaxPollRecords records into recs. A poll waiting for records wakes
 // at the next commit's time to make it, as Java's does; a poll's records
-// being processed delay it. It returns the next commit's time.
-func javaPoll(ctx context.Context, cl *kgo.Client, nextCommit time.Time, recs *[]*kgo.Record) time.Time {
+// being processed delay it. It returns the next commit's time. committed,
+// when not nil, is told when a commit returned without error.
+func javaPoll(ctx context.Context, cl *kgo.Client, nextCommit time.Time, recs *[]*kgo.Record, committed func(time.Time)) time.Time {
 	if now := time.Now(); !now.Before(nextCommit) {
-		cl.CommitOffsets(ctx, cl.UncommittedOffsets(), nil)
+		var onDone func(*kgo.Client, *kmsg.OffsetCommitRequest, *kmsg.OffsetCommitResponse, error)
+		if committed != nil {
+			onDone = func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+				if err == nil {
+					committed(time.Now())
+				}
+			}
+		}
+		cl.CommitOffsets(ctx, cl.UncommittedOffsets(), onDone)
 		nextCommit = now.Add(javaCommitInterval)
 	}
 	cl.AllowRebalance()
@@ -394,6 +410,7 @@ func startMarksConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 	cctx, cancel := context.WithCancel(context.Background())
 	c := &consumer{cancel: cancel, closeF: cl.Close}
 	p := &pacer{capacity: capacityAt(scn, rec)}
+	var marked atomic.Bool // a record was marked since the last commit
 	c.wg.Go(func() {
 		t := time.NewTicker(marksInterval)
 		defer t.Stop()
@@ -402,7 +419,9 @@ func startMarksConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 			case <-cctx.Done():
 				return
 			case <-t.C:
-				_ = cl.CommitMarkedOffsets(cctx)
+				if marked.Swap(false) && cl.CommitMarkedOffsets(cctx) == nil {
+					rec.committed(0, time.Now())
+				}
 			}
 		}
 	})
@@ -451,6 +470,7 @@ func startMarksConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 			}
 			rec.processed(r, scn.Deadline)
 			cl.MarkCommitRecords(r)
+			marked.Store(true)
 		}
 	})
 	return waitAssigned(ctx, c, assigned, w.group)
@@ -516,10 +536,12 @@ func startNATSConsumer(ctx context.Context, w *world, scn Scenario, rec *recorde
 					last = m
 					continue
 				}
-				_ = m.Ack()
+				if m.Ack() == nil {
+					rec.committed(0, time.Now())
+				}
 			}
-			if last != nil {
-				_ = last.Ack()
+			if last != nil && last.Ack() == nil {
+				rec.committed(0, time.Now())
 			}
 		}
 	})

@@ -377,7 +377,7 @@ func TestGuardSkipsCountAtOnce(t *testing.T) {
 		}
 		rec.ackedAt(0, kafkaAt(res.Record))
 	}
-	c, err := startKafkaConsumer(ctx, w, scn, rec, Guard, 1, "", nil)
+	c, err := startKafkaConsumer(ctx, w, scn, rec, Guard, 0, 1, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

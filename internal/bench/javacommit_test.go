@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -104,12 +105,68 @@ func TestJavaAutoCommitWakesIdlePoll(t *testing.T) {
 	}
 }
 
+// TestCommitsRecorded: the consumers that commit in their own loop record
+// each commit the broker received (Series.Commits, what the excess bound's
+// commit interval is measured from), and only those: commit per poll and
+// Java's auto-commit on a backlog, every commit counted at kfake is in the
+// recorder once the consumer has committed everything (red without the
+// recording: none recorded).
+func TestCommitsRecorded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs kfake for about 7s")
+	}
+	for _, kind := range []ConsumerKind{CommitPerPoll, JavaAutoCommit5s} {
+		t.Run(string(kind), func(t *testing.T) {
+			const n = 600
+			var (
+				mu   sync.Mutex
+				seen []int64
+			)
+			_, rec, _ := startOnBacklog(t, kind, 2000, n, func(_ *recorder, offset int64) {
+				mu.Lock()
+				seen = append(seen, offset)
+				mu.Unlock()
+			})
+			counts := func() (broker, recorded int, last int64) {
+				mu.Lock()
+				broker = len(seen)
+				if broker > 0 {
+					last = seen[broker-1]
+				}
+				mu.Unlock()
+				rec.commitMu.Lock()
+				defer rec.commitMu.Unlock()
+				if len(rec.commits) > 0 {
+					recorded = len(rec.commits[0])
+				}
+				return broker, recorded, last
+			}
+			state := func() string {
+				b, r, last := counts()
+				return fmt.Sprintf("%d commits at the broker (last at offset %d), %d recorded", b, last, r)
+			}
+			waitUntil(t, "every record committed and every commit recorded", state, func() bool {
+				b, r, last := counts()
+				return last == n && b == r
+			})
+		})
+	}
+}
+
 // startJavaOnBacklog starts kfake, a bench world on it with n records
 // stored (dated a millisecond apart up to now), a hook that calls onCommit
 // with each partition-0 offset the world's group commits, and then the
 // autocommit-5s-java consumer at 200 msg/s; it returns the consumer and
 // when it started. All stop at the test's end.
 func startJavaOnBacklog(t *testing.T, n int, onCommit func(rec *recorder, offset int64)) (*consumer, time.Time) {
+	t.Helper()
+	c, _, began := startOnBacklog(t, JavaAutoCommit5s, 200, n, onCommit)
+	return c, began
+}
+
+// startOnBacklog is startJavaOnBacklog for a consumer of kind at capacity
+// msg/s; it returns the consumer, its recorder and when it started.
+func startOnBacklog(t *testing.T, kind ConsumerKind, capacity float64, n int, onCommit func(rec *recorder, offset int64)) (*consumer, *recorder, time.Time) {
 	t.Helper()
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -137,13 +194,13 @@ func startJavaOnBacklog(t *testing.T, n int, onCommit func(rec *recorder, offset
 		}
 		return nil, nil, false
 	})
-	scn := Scenario{Normal: 200, Slow: 200, NormalFor: time.Minute, Deadline: time.Hour,
+	scn := Scenario{Normal: capacity, Slow: capacity, NormalFor: time.Minute, Deadline: time.Hour,
 		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
 	began := time.Now()
-	c, err := startConsumer(context.Background(), w, scn, rec, JavaAutoCommit5s, 1, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c, err := startConsumer(context.Background(), w, scn, rec, kind, 1, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return c, began
+	return c, rec, began
 }

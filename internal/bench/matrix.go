@@ -103,6 +103,19 @@ func (k ConsumerKind) CommitInterval() time.Duration {
 	return 0
 }
 
+// recordsCommits reports whether the bench sees k's commits (or acks) as
+// they are made (Series.Commits): every consumer that commits or acks in
+// its own loop. The ones that commit on franz-go's autocommit timer (the
+// 5 s and 1 s autocommits, the hook, the workers) are not seen; their
+// commit interval is their setting.
+func (k ConsumerKind) recordsCommits() bool {
+	switch k {
+	case CommitPerPoll, Guard, JavaAutoCommit5s, Marks20ms, AckEach, AckBatch:
+		return true
+	}
+	return false
+}
+
 // ProducerKind is how a row's producers call the client.
 type ProducerKind string
 

@@ -188,6 +188,68 @@ func TestExcessBound(t *testing.T) {
 	}
 }
 
+func TestCommitGapAt(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x) * time.Millisecond
+		}
+		return out
+	}
+	from, to, end := 10*time.Second, 11*time.Second, 30*time.Second
+	cases := []struct {
+		name    string
+		commits [][]time.Duration
+		want    time.Duration
+	}{
+		// The doc's example: the poll in hand at the drop, 500 records
+		// at 400 msg/s, committed 1.25 s after the commit that began it.
+		{"poll in hand", [][]time.Duration{ms(9_900, 9_960, 10_020, 11_270, 11_300)}, 1250 * time.Millisecond},
+		// The gap in force at the drop counts whole, from its commit
+		// before the drop.
+		{"straddles the drop", [][]time.Duration{ms(9_000, 9_400, 10_600, 10_700, 11_100, 11_200)}, 1200 * time.Millisecond},
+		// A gap that starts after the window is the excess's own poll.
+		{"starts after the window", [][]time.Duration{ms(9_950, 10_050, 10_950, 11_050, 14_050)}, 900 * time.Millisecond},
+		// A gap that ends before the drop does not count.
+		{"ends before the drop", [][]time.Duration{ms(5_000, 9_990, 10_010, 10_500, 11_000, 11_100)}, 500 * time.Millisecond},
+		// No commit after 10.5 s: invisible until the end.
+		{"still open", [][]time.Duration{ms(9_990, 10_500)}, 19_500 * time.Millisecond},
+		// No commit before the drop: the gap starts with the run.
+		{"first commit after the drop", [][]time.Duration{ms(10_200, 10_300, 11_100, 11_200)}, 10_200 * time.Millisecond},
+		// Members commit their own partitions: the longest member's gap,
+		// not the gaps between the members' commits together.
+		{"members", [][]time.Duration{ms(9_990, 10_010, 10_030, 11_050), ms(9_995, 11_495, 11_500)}, 1500 * time.Millisecond},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := CommitGapAt(c.commits, from, to, end); got != c.want {
+				t.Errorf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestAnalyzeMeasuredCommitGap(t *testing.T) {
+	scn := testScenario() // the drop at 1 s, the restore at 3 s
+	c := func(v int64) func(int) int64 { return func(int) int64 { return v } }
+	s := series(c(50), c(50), c(50), c(0), func(int) float64 { return 0 })
+	// A poll in hand from 0.9 s to 1.6 s, then commits every 100 ms.
+	s.Commits = [][]time.Duration{{800 * time.Millisecond, 900 * time.Millisecond, 1600 * time.Millisecond, 1700 * time.Millisecond}}
+	// 500 msg/s admitted before the drop, 100 after: (500 - 100) x
+	// (0.7 s + 0.25 s) = 380.
+	r := Analyze(scn, testRow, "k", ModeLagbridge, 5, s, Totals{})
+	if r.CommitGap != 700*time.Millisecond || !r.CommitMeasured || math.Abs(r.Bound-380) > 1e-6 {
+		t.Errorf("commit per poll: gap %v (measured %v), bound %v; want 700ms measured, 380", r.CommitGap, r.CommitMeasured, r.Bound)
+	}
+	// A consumer on franz-go's autocommit timer keeps its setting.
+	row := testRow
+	row.Consumer = AutoCommit1s
+	r = Analyze(scn, row, "k", ModeLagbridge, 5, s, Totals{})
+	if r.CommitGap != time.Second || r.CommitMeasured || math.Abs(r.Bound-500) > 1e-6 {
+		t.Errorf("autocommit 1s: gap %v (measured %v), bound %v; want 1s set, 500", r.CommitGap, r.CommitMeasured, r.Bound)
+	}
+}
+
 func TestFalseThrottle(t *testing.T) {
 	scn := testScenario() // 1,000 msg/s for 1s, 100 msg/s for 2s, 1,000 msg/s for 1s
 	bin := 100 * time.Millisecond

@@ -82,6 +82,13 @@ type Series struct {
 	// processing ended, in buckets of AgeBucket (the last bucket holds
 	// everything older).
 	Ages []int64
+	// Commits are the times, from the start of the run, at which the
+	// consumer made its progress visible to the broker: a Kafka commit
+	// that returned without error, a NATS ack. One list per committer
+	// (a member of the group); none for the consumers whose commits the
+	// bench does not see (franz-go's autocommit; see
+	// ConsumerKind.recordsCommits).
+	Commits [][]time.Duration
 }
 
 // AgeBucket is the resolution of Series.Ages.
@@ -130,6 +137,24 @@ type recorder struct {
 	capacity, wait                 []float64
 	reason, rule                   []string
 	cycles                         []time.Duration
+	// commits is Series.Commits, under commitMu.
+	commitMu sync.Mutex
+	commits  [][]time.Duration
+}
+
+// committed records that committer (a member of the group, from 0) made
+// a commit or an ack at t. Commits before the run's start are not kept.
+func (r *recorder) committed(committer int, t time.Time) {
+	d, ok := r.elapsed(t)
+	if !ok || d < 0 || committer < 0 {
+		return
+	}
+	r.commitMu.Lock()
+	defer r.commitMu.Unlock()
+	for len(r.commits) <= committer {
+		r.commits = append(r.commits, nil)
+	}
+	r.commits[committer] = append(r.commits[committer], d)
 }
 
 // setSample records the view at bin i, and the true head age (seconds).
@@ -352,9 +377,15 @@ func (r *recorder) series() *Series {
 		}
 		return out
 	}
+	r.commitMu.Lock()
+	commits := make([][]time.Duration, len(r.commits))
+	for i, c := range r.commits {
+		commits[i] = slices.Clone(c)
+	}
+	r.commitMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return &Series{Bin: r.bin, Offered: cp(r.offered), Acked: cp(r.acked), Good: cp(r.good), Dead: cp(r.dead),
+	return &Series{Commits: commits, Bin: r.bin, Offered: cp(r.offered), Acked: cp(r.acked), Good: cp(r.good), Dead: cp(r.dead),
 		Skipped: cp(r.skipped), Refused: cp(r.refused), RefusedAbove: cp(r.refusedAbove), HeadAge: r.headAge, TrueHeadAge: r.trueHeadAge, Lag: r.lag, Allowed: r.allowed, Decided: r.decided,
 		Capacity: r.capacity, Wait: r.wait, Reason: r.reason, Rule: r.rule, Behind: secs(r.behind), ConsumerBehind: secs(r.consumerBehind), Cycles: slices.Clone(r.cycles), Ages: ages}
 }

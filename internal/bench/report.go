@@ -244,7 +244,7 @@ func Markdown(scn Scenario, results []Result) string {
 		"producers %s; lagbridge side: SDK in Drop mode under the daemon (policy maxAge %s).\n\n",
 		num(scn.Normal), num(scn.Slow), dur(scn.DropAt()), dur(scn.RecoverAt()), num(scn.Normal), dur(scn.Duration()),
 		phaseNote(scn, rowsOf(results)), dur(scn.Deadline), mix(scn), dur(scn.Deadline))
-	b.WriteString("| row | load | goodput, % of possible (naive / lagbridge) | dead work | true head age p99 (daemon's) | refused before / slow / blind / after (whole run) | false-throttle s before / slow / blind / after (whole run) | admitted before / after | excess after the drop / bound (ratio) | lagbridge misses |\n")
+	b.WriteString("| row | load | goodput, % of possible (naive / lagbridge) | dead work | true head age p99 (daemon's) | refused before / slow / blind / after (whole run) | false-throttle s before / slow / blind / after (whole run) | admitted before / after | excess after the drop / bound (ratio), its commit interval | lagbridge misses |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	t := DefaultTargets(scn)
 	for _, p := range pairs(results) {
@@ -276,6 +276,7 @@ func Markdown(scn Scenario, results []Result) string {
 			if l.Bound > 0 {
 				excess += fmt.Sprintf(" (%.2f)", l.Excess/l.Bound)
 			}
+			excess += ", " + commitWords(*l)
 		}
 		misses := "meets every target"
 		if m := t.Check(*l, n); len(m) > 0 {
@@ -361,7 +362,8 @@ func detail(b *strings.Builder, scn Scenario, cols []Result) {
 		return pct(r.Phases[0].AdmittedShare) + " / " + pct(r.Phases[2].AdmittedShare)
 	})
 	row("excess admitted after the drop / bound", func(r Result) string {
-		return fmt.Sprintf("%s / %s", num(math.Round(r.Excess)), num(math.Round(r.Bound)))
+		return fmt.Sprintf("%s / %s: (%s - %s)/s x (%s + I %s)", num(math.Round(r.Excess)), num(math.Round(r.Bound)),
+			num(math.Round(r.AdmittedBefore)), num(r.Scenario.Slow), commitWords(r), shortDur(r.Interval))
 	})
 	row("reaction (produced <= 1.1x capacity)", func(r Result) string { return dur(r.Reaction) })
 	row("recovery (goodput >= 90%)", func(r Result) string { return dur(r.Recovery) })
@@ -431,6 +433,18 @@ func mix(scn Scenario) string {
 		parts[i] = fmt.Sprintf("%s %s %s", c.Producer, c.Criticality, pctPlain(c.Share))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// commitWords is the commit interval r's excess bound took and where it
+// came from: "C 1.25s measured" (the longest gap between commits around
+// the drop in the run, Result.CommitMeasured) or "C 5.00s set" (the
+// row's setting).
+func commitWords(r Result) string {
+	how := "set"
+	if r.CommitMeasured {
+		how = "measured"
+	}
+	return fmt.Sprintf("C %s %s", dur(r.CommitGap), how)
 }
 
 func num(v float64) string {
