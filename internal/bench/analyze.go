@@ -223,7 +223,7 @@ func Analyze(scn Scenario, row Row, broker, mode string, load float64, s *Series
 	r.Excess = ExcessAfterDrop(acked, s.Bin, drop, restore, scn.Slow)
 	r.CommitGap = row.Consumer.CommitInterval()
 	if row.Consumer.recordsCommits() && len(s.Commits) > 0 {
-		r.CommitGap, r.CommitMeasured = CommitGapAt(s.Commits, scn.DropAt(), scn.DropAt()+row.Interval, scn.RecoverAt()), true
+		r.CommitGap, r.CommitMeasured = CommitGapAt(s.Commits, scn.DropAt(), scn.DropAt(), scn.RecoverAt()), true
 	}
 	r.Bound = ExcessBound(r.AdmittedBefore, scn.Slow, r.CommitGap, row.Interval)
 
@@ -536,21 +536,26 @@ func ExcessBound(before, after float64, commitInterval, interval time.Duration) 
 // run; one still open after its last commit ends at end). commits are
 // each committer's commit times, ascending. It is a pure function.
 //
-// For the excess bound, [from, to] is the drop and one observation
-// interval after it: an observer that reads every interval looks within
-// it, and would see the drop there from a consumer that commits at once;
-// a gap in force from the drop to that look (a poll in hand at the drop,
-// processed at the reduced capacity before it is committed, or the next
-// one, longer by what was admitted meanwhile) keeps the drop out of sight
-// until it ends. Gaps that start after the look are polls of the excess
-// admitted once the observer could know, and do not count.
+// A committer with no commit at all is left out, as one the recorder
+// never saw is (a member given no partition commits nothing).
 //
-// Example: commits at 9.96 s, 10.02 s and 11.27 s (a 500-record poll at
-// 400 msg/s), a drop at 10 s and 1 s readings: the gaps 0.06 s and 1.25 s
-// overlap [10 s, 11 s]; the commit interval is 1.25 s.
+// For the excess bound, from = to = the drop: the gap in force at the
+// drop (a poll in hand, worked through at the reduced capacity before it
+// is committed) keeps the drop out of sight until it ends. The polls that
+// begin after the drop hold what was admitted after it, the excess the
+// bound is compared with; counting their gaps would let the bound grow
+// with the excess.
+//
+// Example: commits at 9.96 s, 10.02 s and 11.27 s, a drop at 10 s: the
+// gap in force at the drop is 9.96 s to 10.02 s, the commit interval
+// 0.06 s (the 1.25 s gap after it is a poll of records admitted after the
+// drop); over [10 s, 11 s] it would be 1.25 s.
 func CommitGapAt(commits [][]time.Duration, from, to, end time.Duration) time.Duration {
 	var longest time.Duration
 	for _, cs := range commits {
+		if len(cs) == 0 {
+			continue
+		}
 		prev := time.Duration(0)
 		for _, c := range append(slices.Clone(cs), max(end, to)) {
 			if c > from && prev <= to {

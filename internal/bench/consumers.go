@@ -419,8 +419,12 @@ func startMarksConsumer(ctx context.Context, w *world, scn Scenario, rec *record
 			case <-cctx.Done():
 				return
 			case <-t.C:
-				if marked.Swap(false) && cl.CommitMarkedOffsets(cctx) == nil {
-					rec.committed(0, time.Now())
+				if marked.Swap(false) {
+					if cl.CommitMarkedOffsets(cctx) == nil {
+						rec.committed(0, time.Now())
+					} else {
+						marked.Store(true) // retried at the next tick, as before the recording
+					}
 				}
 			}
 		}

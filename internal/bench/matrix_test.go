@@ -219,6 +219,9 @@ func TestCommitGapAt(t *testing.T) {
 		// Members commit their own partitions: the longest member's gap,
 		// not the gaps between the members' commits together.
 		{"members", [][]time.Duration{ms(9_990, 10_010, 10_030, 11_050), ms(9_995, 11_495, 11_500)}, 1500 * time.Millisecond},
+		// A member that never committed counts as one never recorded,
+		// whichever its index.
+		{"member without commits first", [][]time.Duration{nil, ms(9_990, 10_010, 10_500, 11_200, 30_000)}, 700 * time.Millisecond},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -240,6 +243,14 @@ func TestAnalyzeMeasuredCommitGap(t *testing.T) {
 	r := Analyze(scn, testRow, "k", ModeLagbridge, 5, s, Totals{})
 	if r.CommitGap != 700*time.Millisecond || !r.CommitMeasured || math.Abs(r.Bound-380) > 1e-6 {
 		t.Errorf("commit per poll: gap %v (measured %v), bound %v; want 700ms measured, 380", r.CommitGap, r.CommitMeasured, r.Bound)
+	}
+	// A poll that begins after the drop holds what was admitted after it:
+	// its gap is not the commit interval (the one in force at the drop,
+	// 0.95 s to 1.05 s, is): (500 - 100) x (0.1 s + 0.25 s) = 140.
+	s.Commits = [][]time.Duration{{900 * time.Millisecond, 950 * time.Millisecond, 1050 * time.Millisecond, 1750 * time.Millisecond, 1800 * time.Millisecond}}
+	r = Analyze(scn, testRow, "k", ModeLagbridge, 5, s, Totals{})
+	if r.CommitGap != 100*time.Millisecond || math.Abs(r.Bound-140) > 1e-6 {
+		t.Errorf("poll after the drop: gap %v, bound %v; want 100ms, 140", r.CommitGap, r.Bound)
 	}
 	// A consumer on franz-go's autocommit timer keeps its setting.
 	row := testRow
