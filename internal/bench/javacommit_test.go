@@ -107,15 +107,17 @@ func TestJavaAutoCommitWakesIdlePoll(t *testing.T) {
 
 // TestCommitsRecorded: the consumers that commit in their own loop record
 // each commit the broker received (Series.Commits, what the excess bound's
-// commit interval is measured from), and only those: commit per poll and
-// Java's auto-commit on a backlog, every commit counted at kfake is in the
-// recorder once the consumer has committed everything (red without the
-// recording: none recorded).
+// commit interval is measured from), and only those: commit per poll,
+// Java's auto-commit, the ttl guard and marks-20ms on a backlog, every
+// commit counted at kfake is in the recorder once the consumer has
+// committed everything (red without the recording: none recorded). The
+// NATS consumers' acks are recorded in their own loop and not covered
+// here (kfake plays Kafka only).
 func TestCommitsRecorded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs kfake for about 7s")
 	}
-	for _, kind := range []ConsumerKind{CommitPerPoll, JavaAutoCommit5s} {
+	for _, kind := range []ConsumerKind{CommitPerPoll, JavaAutoCommit5s, Guard, Marks20ms} {
 		t.Run(string(kind), func(t *testing.T) {
 			const n = 600
 			var (
