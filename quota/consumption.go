@@ -326,7 +326,11 @@ func twoMoves(tc *control, st *lag.State, v *reading, span, produced float64) (f
 		v.twoRate = (own.msgs + w.msgs) / (span + w.span)
 	}
 	if w := tc.prevMove; w.span > 0 && othersHead(st, tc.last.AvoidPartitions)-behindWait(tc, v) <= v.engageWait {
-		if avg := (own.msgs + w.msgs) / (span + w.span); avg > v.consumed {
+		msgs := w.msgs
+		if w.held > 0 {
+			msgs = min(msgs, w.held*w.span)
+		}
+		if avg := (own.msgs + msgs) / (span + w.span); avg > v.consumed {
 			span += w.span
 			v.consumed, v.span = avg, span
 			produced += w.produced

@@ -246,7 +246,11 @@ type control struct {
 
 // moveWindow is what one move of the position measured: messages consumed
 // and produced over its span (seconds).
-type moveWindow struct{ msgs, produced, span float64 }
+//
+// held: the rate a skip hold held the move at, where the move could be
+// a skip burst (0: none, or it could not), msg/s; the next move is
+// measured over the two with this one at most that fast (see skipHold).
+type moveWindow struct{ msgs, produced, span, held float64 }
 
 // partTrack is what the controller remembers of one partition.
 type partTrack struct {
