@@ -35,8 +35,12 @@ func TestControllerSkipBurstNotAveraged(t *testing.T) {
 		if got := ds[i-1].Capacity; got > 1.3*capacity {
 			t.Errorf("reading %d (the skip burst): capacity %.0f/s (%s), want the burst held out (at most %.0f/s)", i-1, got, ds[i-1].Rule, 1.3*capacity)
 		}
-		if got := ds[i].Capacity; got > 1.3*capacity {
-			t.Errorf("reading %d (after the skip burst): capacity %.0f/s (%s: %s), want the burst left out of the two moves (at most %.0f/s)", i, got, ds[i].Rule, ds[i].Reason, 1.3*capacity)
+		// At the rate held: 1,511 msg/s as landed (f004b09). The bound
+		// is 1.1x of it, so counting the held move at twice the rate
+		// held, or at its whole span's rate (1,910 and 2,026 msg/s,
+		// review-skipavg2's mutants), fails too.
+		if got, held := ds[i].Capacity, 1511.0; got > 1.1*held {
+			t.Errorf("reading %d (after the skip burst): capacity %.0f/s (%s: %s), want the burst counted at the rate held (at most %.0f/s)", i, got, ds[i].Rule, ds[i].Reason, 1.1*held)
 		}
 		checked = true
 		break
