@@ -328,6 +328,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 		a.loops = append(a.loops, &daemon.Loop{Name: sc.name, Kind: sc.kind, Source: sc.src, Interval: cfg.Interval,
 			Rules: rules, Store: a.Store, Metrics: a.Metrics, Logger: log.With("cluster", sc.name), Reports: consumers, Urgent: eng.Urgent,
 			EngagedInterval: cfg.EngagedCadence(), Engaged: func(fine []lag.Target) bool { return eng.Engaged(sc.name, fine) },
+			NearCapacity: func(fine []lag.Target) bool { return eng.NearCapacity(sc.name, fine, cfg.EngagedCadence()) },
 			OnCycle: func(now time.Time, states []lag.State) {
 				eng.OnCycle(sc.name, now, states)
 				a.sh.offer(sc.name, now)

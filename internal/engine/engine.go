@@ -910,6 +910,40 @@ func (e *Engine) Engaged(cluster string, targets []lag.Target) bool {
 	return false
 }
 
+// nearCapacity is the share of its capacity estimate at which an
+// unlimited target's produce rate counts as running at its capacity
+// (NearCapacity).
+const nearCapacity = 0.9
+
+// NearCapacity reports whether one of the targets of cluster is unlimited
+// (RuleUnlimited, ok, fresh) while produced to nearCapacity or more of its
+// capacity estimate, with a predicted wait under half the engage threshold
+// at the fast interval. The estimate holds the highest rate the consumer
+// was seen to consume (a measured capacity, or, never saturated, what it
+// consumed: then every steadily consumed target is near it). The
+// daemon.Loop's NearCapacity hook: such a target whose position moves
+// finely is read every fast interval, so that a drop of its capacity is
+// seen sooner. The wait keeps out a consumer whose standing queue the
+// faster readings' engage threshold (0.2 s at 250 ms with a 2 s budget)
+// would read as saturated: the switch alone would engage it. (A reporting
+// consumer's poll in hand shows only after its first readings; the loop
+// does not ask about those, see daemon.Loop.NearCapacity.)
+func (e *Engine) NearCapacity(cluster string, targets []lag.Target, fast time.Duration) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ds := e.decisions[cluster]
+	for _, t := range targets {
+		d, ok := ds[t]
+		if !ok || d.Rule != quota.RuleUnlimited || d.Held || d.Signal != quota.SignalOK || d.Capacity <= 0 || d.ProduceRate < nearCapacity*d.Capacity || d.Wait < 0 {
+			continue
+		}
+		if p, ok := e.policies.Match(t); ok && d.Wait < e.ctl.EngageWait(&p, fast)/2 {
+			return true
+		}
+	}
+	return false
+}
+
 // producerStats returns the number of producers kept and of reports
 // refused for want of room.
 func (e *Engine) producerStats() (known int, busy uint64) {
