@@ -65,8 +65,14 @@ type Config struct {
 	// policy is engaged on one of its targets whose position moves at
 	// least that often (a consumer's fresh reports, a commit cadence that
 	// fine, a NATS consumer acking within it: lag.State.MovesWithin) (a
-	// target limited, or its wait above the engage threshold), until it
-	// has not been for 8 cycles: a drop in the consumers' capacity is then
+	// target limited, or its wait above the engage threshold), or while
+	// a target read from the brokers that is fine by its acks (a NATS
+	// consumer acking within it) is unlimited but produced to 90% or more
+	// of the highest rate it was seen to consume (any steadily acking
+	// consumer never seen faster counts: its cluster is then read at this
+	// cadence all the time, 4x the JetStream API calls at the defaults,
+	// on every replica without ha.shards), until it has not been for 8
+	// cycles: a drop in the consumers' capacity is then
 	// seen in a quarter of the time. A cluster where a target read from
 	// commits made about once an interval is engaged keeps the interval,
 	// but for a trial of a few fast probes, read by the trial alone, when

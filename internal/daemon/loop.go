@@ -305,7 +305,10 @@ func (l *Loop) engaged(states []lag.State, tr *trial) (fine, coarse bool) {
 		switch {
 		case st.MovesWithin(l.EngagedInterval):
 			fs = append(fs, st.Target)
-			if st.Source != lag.SourceConsumer {
+			if st.Source != lag.SourceConsumer && st.AckAge > 0 && st.AckAge <= l.EngagedInterval {
+				// Fine by its acks, not by a commit cadence learned at
+				// the fast readings themselves (which would keep a
+				// steady Kafka commit-per-poll target fast for good).
 				ns = append(ns, st.Target)
 			}
 		case ok && (grace > 0 || l.passedFine(st)):

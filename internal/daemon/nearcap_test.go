@@ -25,6 +25,10 @@ func TestLoopNearCapacity(t *testing.T) {
 	acking := lag.State{Target: tg("acks"), AckAge: 5 * time.Millisecond}
 	reporting := lag.State{Target: tg("reports"), Source: lag.SourceConsumer}
 	coarse := lag.State{Target: tg("coarse")}
+	// Fine by a commit cadence learned at the fast readings themselves:
+	// asked, it would keep the cluster fast for good once switched.
+	commits := lag.State{Target: lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "commits", Group: "g"},
+		CommitInterval: 250 * time.Millisecond}
 	never := func([]lag.Target) bool { return false }
 	only := func(topic string) func([]lag.Target) bool {
 		return func(ts []lag.Target) bool {
@@ -40,6 +44,7 @@ func TestLoopNearCapacity(t *testing.T) {
 		{"acking, near its capacity", []lag.State{acking}, never, true, false},
 		{"reporting, near its capacity", []lag.State{reporting}, never, false, false},
 		{"coarse, near its capacity", []lag.State{coarse}, never, false, false},
+		{"commits at the fast readings, near its capacity", []lag.State{commits}, never, false, false},
 		{"acking near, coarse beside it", []lag.State{acking, coarse}, never, true, false},
 		{"reporting engaged, acking near, coarse beside them", []lag.State{reporting, acking, coarse}, only("reports"), true, false},
 	} {

@@ -49,6 +49,9 @@ func TestNearCapacity(t *testing.T) {
 		func(d *quota.Decision) { d.Rule = quota.RuleAbandoned },
 		func(d *quota.Decision) { d.Wait = engage / 2 },
 		func(d *quota.Decision) { d.Wait = -1 },
+		func(d *quota.Decision) { d.Signal = quota.SignalSlowDown },
+		func(d *quota.Decision) { d.Capacity, d.ProduceRate = 0, 0 },
+		func(d *quota.Decision) { d.ProduceRate = 0.85 * d.Capacity },
 	} {
 		e.mu.Lock()
 		d := e.decisions["c1"][target]
@@ -63,6 +66,19 @@ func TestNearCapacity(t *testing.T) {
 		e.decisions["c1"][target] = kept
 		e.mu.Unlock()
 	}
+	// Near at a wait a little under half the engage threshold.
+	e.mu.Lock()
+	d := e.decisions["c1"][target]
+	kept := d
+	d.Wait = engage/2 - time.Millisecond
+	e.decisions["c1"][target] = d
+	e.mu.Unlock()
+	if !e.NearCapacity("c1", all, fast) {
+		t.Errorf("not near its capacity at a wait under half the engage threshold: %+v", d)
+	}
+	e.mu.Lock()
+	e.decisions["c1"][target] = kept
+	e.mu.Unlock()
 	w.consume = 400
 	w.cycles(4)
 	if d := e.Decisions(); len(d) != 1 || d[0].IsUnlimited() {
