@@ -81,8 +81,11 @@ type Loop struct {
 	// NearCapacity, when set, reports whether one of the targets fine is
 	// unlimited but produced to near its capacity
 	// (engine.Engine.NearCapacity); it counts as Engaged for them. Asked
-	// only about the fine targets read from the brokers (a commit or ack
-	// cadence that fine), not those whose consumer reports: a report's
+	// only about the targets read from the brokers that are fine by their
+	// acks (a NATS consumer acking within the engaged interval), not by a
+	// commit cadence, which lag/ learns from the readings' own spacing: a
+	// Kafka commit-per-poll target learned 250 ms at the fast readings and
+	// kept its cluster fast for good. Nor those whose consumer reports: a report's
 	// position is the poll in hand, a standing queue of a poll's work
 	// (0.21 s for the bench's hook at 2,000 msg/s) that the faster
 	// readings' engage threshold (0.2 s at 250 ms) reads as saturated,
