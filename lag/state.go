@@ -690,8 +690,14 @@ func (s State) MovesWithin(d time.Duration) bool {
 		// AckAge.)
 		return true
 	}
-	return s.AckAge > 0 && s.AckAge <= d
+	return s.AcksWithin(d)
 }
+
+// AcksWithin reports whether the broker had processed an acknowledgement
+// of s's consumer within d before the reading (AckAge; NATS only): a
+// position fine by its acks, not by a commit cadence learned from the
+// readings' own spacing.
+func (s State) AcksWithin(d time.Duration) bool { return s.AckAge > 0 && s.AckAge <= d }
 
 // position is where the consumer of p reads next: its commit, or the log
 // start when retention deleted past the commit.

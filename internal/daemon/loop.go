@@ -308,7 +308,7 @@ func (l *Loop) engaged(states []lag.State, tr *trial) (fine, coarse bool) {
 		switch {
 		case st.MovesWithin(l.EngagedInterval):
 			fs = append(fs, st.Target)
-			if st.Source != lag.SourceConsumer && st.AckAge > 0 && st.AckAge <= l.EngagedInterval {
+			if st.Source != lag.SourceConsumer && st.AcksWithin(l.EngagedInterval) {
 				// Fine by its acks, not by a commit cadence learned at
 				// the fast readings themselves (which would keep a
 				// steady Kafka commit-per-poll target fast for good).
