@@ -142,6 +142,9 @@ type Result struct {
 	// (ConsumerKind.CommitInterval).
 	CommitGap      time.Duration
 	CommitMeasured bool
+	// Phase is where the consumer's commits fell between the daemon's
+	// readings, and where it was started (see [RunPhase]).
+	Phase RunPhase
 
 	// EndLag and EndHeadAge are the backlog the run leaves behind (the
 	// daemon's last observation); EndTrueHeadAge the bench's last measure
@@ -224,6 +227,10 @@ func Analyze(scn Scenario, row Row, broker, mode string, load float64, s *Series
 	r.CommitGap = row.Consumer.CommitInterval()
 	if row.Consumer.recordsCommits() && len(s.Commits) > 0 {
 		r.CommitGap, r.CommitMeasured = CommitGapAt(s.Commits, scn.DropAt(), scn.DropAt(), scn.RecoverAt()), true
+	}
+	if row.Consumer.recordsCommits() {
+		r.Phase.Commit = CommitPhase(s.Commits, s.Cycles)
+		r.Phase.CommitKnown = r.Phase.Commit >= 0
 	}
 	r.Bound = ExcessBound(r.AdmittedBefore, scn.Slow, r.CommitGap, row.Interval)
 

@@ -444,7 +444,14 @@ func commitWords(r Result) string {
 	if r.CommitMeasured {
 		how = "measured"
 	}
-	return fmt.Sprintf("C %s %s", dur(r.CommitGap), how)
+	w := fmt.Sprintf("C %s %s", dur(r.CommitGap), how)
+	if r.Phase.CommitKnown {
+		w += fmt.Sprintf(", commits %s after a reading", dur(r.Phase.Commit))
+	}
+	if r.Phase.StartSet {
+		w += fmt.Sprintf(" (consumer started %s after one, --phase)", dur(r.Phase.Start))
+	}
+	return w
 }
 
 func num(v float64) string {

@@ -127,6 +127,13 @@ func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64,
 		}
 	}
 
+	phase := o.Phase.pick(row.Interval)
+	if phase >= 0 {
+		if err := waitPhase(ctx, d, row.Interval, phase); err != nil {
+			return Result{}, err
+		}
+		fmt.Fprintf(o.Out, "  consumer started %s after a daemon cycle (--phase %s)\n", dur(phase), o.Phase)
+	}
 	rec := newRecorder(len(scn.Classes), scn.Duration(), o.Bin)
 	c, err := startConsumer(ctx, w, scn, rec, kind, row.Extra.members(), d.base, o.Log.With("side", "consumer"))
 	if err != nil {
@@ -197,7 +204,9 @@ func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64,
 	if err := d.stop(); err != nil {
 		fmt.Fprintf(o.Out, "  warning: the daemon stopped with %v\n", err)
 	}
-	return Analyze(scn, row, w.name, mode, load, rec.series(), tot), nil
+	r := Analyze(scn, row, w.name, mode, load, rec.series(), tot)
+	r.Phase.Start, r.Phase.StartSet = phase, phase >= 0
+	return r, nil
 }
 
 // rateOf returns how to read a class's rate in force from s's SDK

@@ -166,6 +166,9 @@ type Options struct {
 	Out io.Writer
 	// Log receives the daemon's and the SDK's logs; nil discards them.
 	Log *slog.Logger
+	// Phase is when each run starts its consumer against the daemon's
+	// cycles (--phase); the zero value: at once.
+	Phase StartPhase
 }
 
 func (o Options) withDefaults() Options {
