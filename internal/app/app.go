@@ -325,10 +325,14 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*App, error)
 	consumers := quotaserver.NewConsumers(quotaserver.ConsumersConfig{Fresh: cfg.Lag().ReportFresh, Clusters: watched,
 		Log: log.With("component", "quota")}, a.Registry)
 	for _, sc := range sources {
+		var near func([]lag.Target) bool // nearCapacity: false: never asked
+		if cfg.NearCapacityOn() {
+			near = func(fine []lag.Target) bool { return eng.NearCapacity(sc.name, fine, cfg.EngagedCadence()) }
+		}
 		a.loops = append(a.loops, &daemon.Loop{Name: sc.name, Kind: sc.kind, Source: sc.src, Interval: cfg.Interval,
 			Rules: rules, Store: a.Store, Metrics: a.Metrics, Logger: log.With("cluster", sc.name), Reports: consumers, Urgent: eng.Urgent,
 			EngagedInterval: cfg.EngagedCadence(), Engaged: func(fine []lag.Target) bool { return eng.Engaged(sc.name, fine) },
-			NearCapacity: func(fine []lag.Target) bool { return eng.NearCapacity(sc.name, fine, cfg.EngagedCadence()) },
+			NearCapacity: near,
 			OnCycle: func(now time.Time, states []lag.State) {
 				eng.OnCycle(sc.name, now, states)
 				a.sh.offer(sc.name, now)

@@ -380,3 +380,32 @@ func loadConfigFile(t *testing.T, file string) config.Config {
 	}
 	return cfg
 }
+
+// TestNearCapacityOff: with nearCapacity: false no loop has a
+// NearCapacity hook, so none asks whether a target is near its capacity
+// (daemon.Loop asks a set hook only; TestLoopNearCapacity); by default
+// every loop has one.
+func TestNearCapacityOff(t *testing.T) {
+	off := false
+	for _, c := range []struct {
+		name string
+		near *bool
+		want bool
+	}{{"unset", nil, true}, {"false", &off, false}} {
+		cfg := testConfig(t, "127.0.0.1:0")
+		cfg.NearCapacity = c.near
+		a, err := New(t.Context(), cfg, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		if len(a.loops) == 0 {
+			t.Fatalf("%s: no loop", c.name)
+		}
+		for _, l := range a.loops {
+			if got := l.NearCapacity != nil; got != c.want {
+				t.Errorf("%s: loop %s has a NearCapacity hook: %v, want %v", c.name, l.Name, got, c.want)
+			}
+		}
+	}
+}

@@ -68,11 +68,11 @@ type Config struct {
 	// target limited, or its wait above the engage threshold), or while
 	// a target read from the brokers that is fine by its acks (a NATS
 	// consumer acking within it) is unlimited but produced to 90% or more
-	// of the highest rate it was seen to consume (any steadily acking
-	// consumer never seen faster counts: its cluster is then read at this
-	// cadence all the time, 4x the JetStream API calls at the defaults,
-	// on every replica without ha.shards), until it has not been for 8
-	// cycles: a drop in the consumers' capacity is then
+	// of the highest rate it was seen to consume (NearCapacity; any
+	// steadily acking consumer never seen faster counts: its cluster is
+	// then read at this cadence all the time, 4x the JetStream API calls
+	// at the defaults, on every replica without ha.shards), until it has
+	// not been for 8 cycles: a drop in the consumers' capacity is then
 	// seen in a quarter of the time. A cluster where a target read from
 	// commits made about once an interval is engaged keeps the interval,
 	// but for a trial of a few fast probes, read by the trial alone, when
@@ -84,6 +84,24 @@ type Config struct {
 	// the interval: off (every cycle at the interval). Env
 	// LAGBRIDGE_ENGAGEDINTERVAL. See EngagedCadence.
 	EngagedInterval time.Duration `mapstructure:"engagedInterval"`
+	// NearCapacity reads a NATS cluster at the engaged cadence while one
+	// of its unlimited targets that acks within it is produced to 90% or
+	// more of the highest rate it was seen to consume (see
+	// EngagedInterval): a drop of its consumers' capacity is seen within
+	// 250 ms rather than 1 s (nats/ack-each/sync/1s at 5x: p99 3.4-3.7 s
+	// -> 0.9-1.5 s, results.md, session 34, nearcap), at the cost of a
+	// standing 4x in JetStream API calls for a cluster whose acking
+	// consumers keep up (404/s instead of 101/s for 50 streams x 20
+	// consumers). false: such a cluster is read at the interval until a
+	// policy is engaged; the engaged cadence itself is kept. Default
+	// true; true with the engaged cadence off (engagedInterval not
+	// shorter than the interval) is refused. Env LAGBRIDGE_NEARCAPACITY.
+	// One setting for every cluster, as engagedInterval, whose cadence it
+	// chooses when to use: it asks only about NATS targets (a Kafka
+	// cluster is never read faster for it), and a NATS cluster's
+	// JetStream load has a bound of its own, nats[].infoInterval. See
+	// NearCapacityOn.
+	NearCapacity *bool `mapstructure:"nearCapacity"`
 	// ShutdownTimeout bounds the graceful shutdown. Default 10s.
 	ShutdownTimeout time.Duration `mapstructure:"shutdownTimeout"`
 	Log             Log           `mapstructure:"log"`
@@ -244,6 +262,12 @@ func (c Config) EngagedCadence() time.Duration {
 	return min(e, c.Interval)
 }
 
+// NearCapacityOn reports whether an unlimited target near its capacity
+// is read at the engaged cadence (NearCapacity, true when unset).
+func (c Config) NearCapacityOn() bool {
+	return c.NearCapacity == nil || *c.NearCapacity
+}
+
 // ObservedNATS returns the NATS clusters as the daemon observes them: a
 // cluster's interval, when unset, is the daemon's, and then its
 // infoInterval, when unset, the engaged interval (EngagedCadence): a
@@ -355,7 +379,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 		WeaklyTypedInput: true,
 		ErrorUnused:      true,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
-			unitlessDurationHook, mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","),
+			unitlessDurationHook, numberBoolHook, mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","),
 			mapstructure.TextUnmarshallerHookFunc(), scalarStringHook, intRangeHook),
 	})
 	if err != nil {
@@ -390,6 +414,24 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 		errs = append(errs, e)
 	}
 	return c, errors.Join(errs...)
+}
+
+// numberBoolHook refuses a number for a boolean setting: mapstructure's
+// weak decoding reads any number but 0 as true, so `nearCapacity: 0.8`,
+// written as the fraction it is not, would turn it on with nothing said.
+// (Text, as from the environment, is scalarStringHook's: "1" and "0"
+// are strconv.ParseBool's.)
+func numberBoolHook(from, to reflect.Value) (any, error) {
+	if !from.IsValid() || !to.IsValid() || to.Kind() != reflect.Bool {
+		return from.Interface(), nil
+	}
+	switch from.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return nil, fmt.Errorf("%v is not true or false", from.Interface())
+	}
+	return from.Interface(), nil
 }
 
 // unitlessDurationHook refuses a number without a unit, or a boolean, for
@@ -840,6 +882,14 @@ func (c Config) Validate() error {
 	// (daemon's minEarlySpan).
 	if c.EngagedInterval != 0 && (c.EngagedInterval < 250*time.Millisecond || c.EngagedInterval > time.Minute) {
 		add("engagedInterval", "must be from 250ms to 1m (equal to the interval or more: off), got %v", c.EngagedInterval)
+	}
+	if c.NearCapacity != nil && *c.NearCapacity && c.EngagedCadence() >= c.Interval && c.Interval >= 100*time.Millisecond {
+		e, set := c.EngagedInterval, ""
+		if e == 0 {
+			e, set = max(250*time.Millisecond, c.Interval/4), " (its default at this interval)"
+		}
+		add("nearCapacity", "true needs the engaged cadence, which is off: engagedInterval %v%s is not shorter than the interval %v; set a shorter engagedInterval, or leave nearCapacity unset",
+			e, set, c.Interval)
 	}
 	if c.ShutdownTimeout <= 0 {
 		add("shutdownTimeout", "must be positive, got %v", c.ShutdownTimeout)

@@ -919,3 +919,46 @@ nats:
 		t.Errorf("staleAfter %v, want 15s (3 x cluster c's)", got)
 	}
 }
+
+// TestNearCapacitySetting: nearCapacity is on unless set false, from the
+// file or the environment; true with the engaged cadence off is refused
+// with the other problems, and a number (the fraction it is not) is not
+// read as true.
+func TestNearCapacitySetting(t *testing.T) {
+	const base = "listen: 127.0.0.1:9464\nkafka: [{cluster: main, brokers: ['127.0.0.1:9092']}]\n"
+	for _, c := range []struct {
+		yaml string
+		want bool
+	}{
+		{"", true},
+		{"nearCapacity: true\n", true},
+		{"nearCapacity: false\n", false},
+		{"nearcapacity: false\n", false},
+		{"nearCapacity: false\nengagedInterval: 1s\n", false},
+		{"interval: 250ms\n", true}, // unset: no refusal, the engaged cadence off does the rest
+	} {
+		cfg, err := load(t, "--config", writeFile(t, base+c.yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", c.yaml, err)
+		}
+		if got := cfg.NearCapacityOn(); got != c.want {
+			t.Errorf("%q: near capacity %v, want %v", c.yaml, got, c.want)
+		}
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{"nearCapacity: true\nengagedInterval: 1s\n", "nearCapacity: true needs the engaged cadence, which is off: engagedInterval 1s is not shorter than the interval 1s"},
+		{"nearCapacity: true\ninterval: 250ms\n", "nearCapacity: true needs the engaged cadence, which is off: engagedInterval 250ms (its default at this interval) is not shorter than the interval 250ms"},
+		{"nearCapacity: 0.9\n", "nearCapacity: 0.9 is not true or false"},
+		{"nearCapacity: 1\n", "nearCapacity: 1 is not true or false"},
+		{"nearCapacity: on\n", `nearCapacity: "on" is not true or false`},
+	} {
+		_, err := load(t, "--config", writeFile(t, base+c.yaml+"shutdownTimeout: -1s\n"))
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "shutdownTimeout: must be positive") {
+			t.Errorf("%q: %v; want %q with the other problem", c.yaml, err, c.want)
+		}
+	}
+	t.Setenv("LAGBRIDGE_NEARCAPACITY", "false")
+	if cfg, err := load(t, "--config", writeFile(t, base)); err != nil || cfg.NearCapacityOn() {
+		t.Errorf("LAGBRIDGE_NEARCAPACITY=false: %v, %v", cfg.NearCapacityOn(), err)
+	}
+}
