@@ -7,9 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -111,8 +113,7 @@ func TestJavaAutoCommitWakesIdlePoll(t *testing.T) {
 // Java's auto-commit, the ttl guard and marks-20ms on a backlog, every
 // commit counted at kfake is in the recorder once the consumer has
 // committed everything (red without the recording: none recorded). The
-// NATS consumers' acks are recorded in their own loop and not covered
-// here (kfake plays Kafka only).
+// NATS consumers' acks: TestAcksRecorded.
 func TestCommitsRecorded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs kfake for about 7s")
@@ -205,4 +206,68 @@ func startOnBacklog(t *testing.T, kind ConsumerKind, capacity float64, n int, on
 	}
 	t.Cleanup(c.Close)
 	return c, rec, began
+}
+
+// TestAcksRecorded is TestCommitsRecorded for the NATS consumers on the
+// embedded nats-server: ack each and ack batch, on a backlog, record each
+// ack they sent (Series.Commits, the excess bound's commit interval), and
+// only those: once the consumer's ack floor is the last message, every
+// ack the server routed (a plain subscriber on $JS.ACK.> receives a copy
+// of each) is in the recorder, as many as there (red without the
+// recording: none recorded; red recording each message's ack in ack
+// batch: 600 recorded for a few acks).
+func TestAcksRecorded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the embedded nats-server for about 2s")
+	}
+	for _, kind := range []ConsumerKind{AckEach, AckBatch} {
+		t.Run(string(kind), func(t *testing.T) {
+			const n = 600
+			start := time.Now()
+			w, rec := headsWorld(t, BrokerNATS, start)
+			storeBacklog(t, w, rec, n, func(i int) time.Time { return start.Add(time.Duration(i-n) * time.Millisecond) })
+			var routed atomic.Int64
+			sub, err := w.nc.Subscribe("$JS.ACK.>", func(*natsgo.Msg) { routed.Add(1) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = sub.Unsubscribe() })
+			if err := w.nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			scn := Scenario{Normal: 2000, Slow: 2000, NormalFor: time.Minute, Deadline: time.Hour,
+				Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
+			c, err := startConsumer(context.Background(), w, scn, rec, kind, 1, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			counts := func() (acks, recorded int, floor uint64) {
+				rec.commitMu.Lock()
+				if len(rec.commits) > 0 {
+					recorded = len(rec.commits[0])
+				}
+				rec.commitMu.Unlock()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				if jc, err := w.js.Consumer(ctx, w.topic, w.group); err == nil {
+					if info, err := jc.Info(ctx); err == nil {
+						floor = info.AckFloor.Stream
+					}
+				}
+				return int(routed.Load()), recorded, floor
+			}
+			state := func() string {
+				a, r, floor := counts()
+				return fmt.Sprintf("%d acks at the server (ack floor at stream sequence %d), %d recorded", a, floor, r)
+			}
+			waitUntil(t, "every message acked and every ack recorded", state, func() bool {
+				a, r, floor := counts()
+				return floor == n && a == r
+			})
+			if a, _, _ := counts(); kind == AckBatch && a >= n {
+				t.Errorf("ack batch: %d acks for %d messages, want one a batch", a, n)
+			}
+		})
+	}
 }
