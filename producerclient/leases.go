@@ -400,7 +400,8 @@ func (o *leaseOwner) run() {
 			return
 		case u := <-o.updates:
 			// Apply first, then release: a Block wait released on
-			// the old lease would be refused by a 0 the answer raises.
+			// the old lease would be refused by a 0 the answer raises
+			// (TestResumeAnswerAppliedBeforeRelease).
 			o.apply(u)
 			release(u.resumed)
 		case <-tm.C():
