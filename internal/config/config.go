@@ -380,7 +380,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 		ErrorUnused:      true,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
 			unitlessDurationHook, numberBoolHook, mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","),
-			mapstructure.TextUnmarshallerHookFunc(), scalarStringHook, intRangeHook),
+			mapstructure.TextUnmarshallerHookFunc(), scalarStringHook, intRangeHook, blankUnsetHook),
 	})
 	if err != nil {
 		return Config{}, err
@@ -416,22 +416,32 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	return c, errors.Join(errs...)
 }
 
-// numberBoolHook refuses a number for a boolean setting: mapstructure's
-// weak decoding reads any number but 0 as true, so `nearCapacity: 0.8`,
-// written as the fraction it is not, would turn it on with nothing said.
-// (Text, as from the environment, is scalarStringHook's: "1" and "0"
-// are strconv.ParseBool's.)
+// numberBoolHook refuses a number for a boolean setting but the whole
+// numbers 1 and 0: mapstructure's weak decoding reads any number but 0 as
+// true, so `nearCapacity: 0.8`, written as the fraction it is not, would
+// turn it on with nothing said. 1 and 0 are read as true and false, as
+// they are from the environment (text is scalarStringHook's: "1" and "0"
+// are strconv.ParseBool's), and as they were before this hook: a file
+// with `enabled: 1` still loads.
 func numberBoolHook(from, to reflect.Value) (any, error) {
 	if !from.IsValid() || !to.IsValid() || to.Kind() != reflect.Bool {
 		return from.Interface(), nil
 	}
+	var n float64
 	switch from.Kind() {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
-		reflect.Float32, reflect.Float64:
-		return nil, fmt.Errorf("%v is not true or false", from.Interface())
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		n = float64(from.Int())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		n = float64(from.Uint())
+	case reflect.Float32, reflect.Float64:
+		n = from.Float()
+	default:
+		return from.Interface(), nil
 	}
-	return from.Interface(), nil
+	if n == 0 || n == 1 {
+		return n == 1, nil
+	}
+	return nil, fmt.Errorf("%v is not true or false", from.Interface())
 }
 
 // unitlessDurationHook refuses a number without a unit, or a boolean, for
@@ -551,6 +561,22 @@ func intRangeHook(from, to reflect.Value) (any, error) {
 		return nil, fmt.Errorf("%v is out of range: must be from %d to %d", data, -(int64(1) << (bits - 1)), int64(uint64(1)<<(bits-1)-1))
 	}
 	return nil, fmt.Errorf("%v is out of range: must be from 0 to %d", data, uint64(math.MaxUint64)>>(64-bits))
+}
+
+// blankUnsetHook leaves a pointer setting unset for an empty string, so
+// that it keeps its default, as an empty string does for every other
+// setting (the zero value means the default): mapstructure would decode
+// `nearCapacity: ""` (a template given no value) as a pointer to false,
+// turning off what is on by default, with nothing said. Last of the
+// hooks: the ones before it cannot take the nil it returns.
+func blankUnsetHook(from, to reflect.Value) (any, error) {
+	if !from.IsValid() {
+		return nil, nil
+	}
+	if to.IsValid() && to.Kind() == reflect.Pointer && from.Kind() == reflect.String && from.String() == "" {
+		return nil, nil
+	}
+	return from.Interface(), nil
 }
 
 // decodeErrors splits mapstructure's error into one `path: problem` line

@@ -935,7 +935,8 @@ func TestNearCapacitySetting(t *testing.T) {
 		{"nearCapacity: false\n", false},
 		{"nearcapacity: false\n", false},
 		{"nearCapacity: false\nengagedInterval: 1s\n", false},
-		{"interval: 250ms\n", true}, // unset: no refusal, the engaged cadence off does the rest
+		{"interval: 250ms\n", true},    // unset: no refusal, the engaged cadence off does the rest
+		{"nearCapacity: \"\"\n", true}, // empty: unset, the default, as for every other setting
 	} {
 		cfg, err := load(t, "--config", writeFile(t, base+c.yaml))
 		if err != nil {
@@ -949,12 +950,23 @@ func TestNearCapacitySetting(t *testing.T) {
 		{"nearCapacity: true\nengagedInterval: 1s\n", "nearCapacity: true needs the engaged cadence, which is off: engagedInterval 1s is not shorter than the interval 1s"},
 		{"nearCapacity: true\ninterval: 250ms\n", "nearCapacity: true needs the engaged cadence, which is off: engagedInterval 250ms (its default at this interval) is not shorter than the interval 250ms"},
 		{"nearCapacity: 0.9\n", "nearCapacity: 0.9 is not true or false"},
-		{"nearCapacity: 1\n", "nearCapacity: 1 is not true or false"},
+		{"nearCapacity: 2\n", "nearCapacity: 2 is not true or false"},
 		{"nearCapacity: on\n", `nearCapacity: "on" is not true or false`},
 	} {
 		_, err := load(t, "--config", writeFile(t, base+c.yaml+"shutdownTimeout: -1s\n"))
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "shutdownTimeout: must be positive") {
 			t.Errorf("%q: %v; want %q with the other problem", c.yaml, err, c.want)
+		}
+	}
+	// 1 and 0 are true and false, in the file as in the environment
+	// (strconv.ParseBool), as before numberBoolHook.
+	for _, c := range []struct {
+		yaml     string
+		near, ha bool
+	}{{"nearCapacity: 0\n", false, false}, {"nearCapacity: 1\nha: {enabled: 1}\n", true, true}, {"ha: {enabled: 0}\n", true, false}} {
+		cfg, err := load(t, "--config", writeFile(t, base+c.yaml))
+		if err != nil || cfg.NearCapacityOn() != c.near || cfg.HA.Enabled != c.ha {
+			t.Errorf("%q: near capacity %v, ha %v, %v; want %v, %v", c.yaml, cfg.NearCapacityOn(), cfg.HA.Enabled, err, c.near, c.ha)
 		}
 	}
 	t.Setenv("LAGBRIDGE_NEARCAPACITY", "false")
