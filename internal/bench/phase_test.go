@@ -93,11 +93,14 @@ func TestCommitPhase(t *testing.T) {
 
 func TestCommitWordsPhase(t *testing.T) {
 	r := Result{CommitGap: 5 * time.Second, CommitMeasured: true, Phase: RunPhase{Commit: 120 * time.Millisecond, CommitKnown: true}}
-	if got, want := commitWords(r), "C 5.00s measured, commits 0.12s after a reading"; got != want {
-		t.Errorf("commitWords = %q, want %q", got, want)
+	if got, want := commitWords(r)+timerWords(r), "C 5.00s measured, commits 0.12s after a reading"; got != want {
+		t.Errorf("commitWords + timerWords = %q, want %q", got, want)
 	}
 	r.Phase.Start, r.Phase.StartSet = 450*time.Millisecond, true
-	if got, want := commitWords(r), "C 5.00s measured, commits 0.12s after a reading (consumer started 0.45s after one, --phase)"; got != want {
-		t.Errorf("commitWords = %q, want %q", got, want)
+	if got, want := commitWords(r)+timerWords(r), "C 5.00s measured, commits 0.12s after a reading (consumer started 0.45s after one, --phase)"; got != want {
+		t.Errorf("commitWords + timerWords = %q, want %q", got, want)
+	}
+	if got, want := commitWords(r), "C 5.00s measured"; got != want {
+		t.Errorf("commitWords = %q, want %q (the phase only in the table's column, not the bound's formula)", got, want)
 	}
 }

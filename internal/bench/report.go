@@ -276,7 +276,7 @@ func Markdown(scn Scenario, results []Result) string {
 			if l.Bound > 0 {
 				excess += fmt.Sprintf(" (%.2f)", l.Excess/l.Bound)
 			}
-			excess += ", " + commitWords(*l)
+			excess += ", " + commitWords(*l) + timerWords(*l)
 		}
 		misses := "meets every target"
 		if m := t.Check(*l, n); len(m) > 0 {
@@ -444,7 +444,13 @@ func commitWords(r Result) string {
 	if r.CommitMeasured {
 		how = "measured"
 	}
-	w := fmt.Sprintf("C %s %s", dur(r.CommitGap), how)
+	return fmt.Sprintf("C %s %s", dur(r.CommitGap), how)
+}
+
+// timerWords is where r's consumer committed and was started against
+// the daemon's cycles (RunPhase), for the table; "" when neither is known.
+func timerWords(r Result) string {
+	var w string
 	if r.Phase.CommitKnown {
 		w += fmt.Sprintf(", commits %s after a reading", dur(r.Phase.Commit))
 	}
