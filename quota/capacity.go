@@ -299,6 +299,8 @@ func (c *Controller) estimateCapacity(tc *control, st *lag.State, p *Policy, v *
 			span = max(cInst, span)
 		}
 		cInst = span
+	case v.fall:
+		// The capacity fell: measured by this move alone (see fell).
 	case cInst < tc.capacity && (v.lag <= 0 || v.lag < v.engageWait*cInst || v.noQueue || v.shadow):
 		cInst = tc.capacity
 	case v.noQueue:

@@ -43,7 +43,8 @@ func (c *Controller) judge(tc *control, v *reading) {
 		raw = v.headAge
 	}
 	v.queued = max(queued, 0)
-	v.engaged = v.wait > v.engageWait && !v.spare
+	v.fallWait = fallWait(tc, v)
+	v.engaged = v.wait+v.fallWait > v.engageWait && !v.spare
 	if v.shadow && shadowExplains(v) && (v.engaged || v.measured && !v.keepsUp) {
 		// A stall the observer shared: not believed yet (observerStall).
 		v.held, v.engaged = true, false
@@ -60,7 +61,7 @@ func (c *Controller) judge(tc *control, v *reading) {
 	if !tc.limited {
 		tc.satCap, tc.restored, tc.satNew, tc.satSeen = 0, false, 0, 0
 		v.allowance = unlearnedWait(tc, v)
-		v.engaged = v.engaged && v.queued-v.allowance > v.engageWait
+		v.engaged = v.engaged && v.queued+v.fallWait-v.allowance > v.engageWait
 		if !v.engaged {
 			tc.fellFrom, tc.fellSpent, tc.climbTo, tc.lateWork = 0, false, 0, 0
 		}
@@ -204,6 +205,7 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 		v.consumed, v.span = st.ConsumeRateInstant*v.dt/span, span
 		tc.movePoll, tc.movePollAt = reportedPoll(st), st.At
 		leaveOutSkipped(st, v)
+		v.own, v.ownSpan, v.ownProduced, v.startLag = v.consumed, span, produced, float64(tc.moveLag)
 		tc.moveAt, tc.spanProduced, tc.moveLag, tc.moveGap = st.At, 0, st.Lag, v.dt
 		if firstCommit(tc, st) {
 			v.lower, tc.sightAt = true, time.Time{}

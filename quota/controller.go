@@ -627,6 +627,15 @@ type reading struct {
 	// capped: a probe is capped at tc.capCap however the estimate
 	// reads (see blindStep).
 	estimated, capped bool
+	// own, ownSpan, ownProduced: this move's own consume rate (msg/s),
+	// span (s) and messages produced over it, before twoMoves averages
+	// it with the move before; startLag: the lag at the move before.
+	// fall: the move shows the capacity fell (see Controller.fell);
+	// fallWait: the wait the backlog adds by the next decision at the
+	// rate consumed, (P - C)/C of the interval, seconds (0 unless fall).
+	own, ownSpan, ownProduced, startLag float64
+	fall                                bool
+	fallWait                            float64
 	// spanMeasured: a commit that corrected the estimate measured the
 	// consumption from the commit before it (see correctedSpan).
 	spanMeasured bool

@@ -290,8 +290,11 @@ func beyondStanding(tc *control, v *reading) {
 // up, whether the head shows no queue, a trial probe (trialUnderCut) and
 // the capacity estimate.
 func (c *Controller) measured(tc *control, st *lag.State, p *Policy, v *reading, sight float64) {
-	v.caught = caughtAtCommits(st, v)
-	v.noQueue = noQueueAtCommit(tc, st, v) || v.caught || idleBefore(tc, st, v) || idleAtReport(st, v) || idleAtSight(v, sight)
+	if v.fall = c.fell(tc, st, v); v.fall {
+		v.consumed, v.span, v.spanProduced, v.keepsUp, v.keptTwo = v.own, v.ownSpan, v.ownProduced, false, false
+	}
+	v.caught = !v.fall && caughtAtCommits(st, v)
+	v.noQueue = !v.fall && (noQueueAtCommit(tc, st, v) || v.caught || idleBefore(tc, st, v) || idleAtReport(st, v) || idleAtSight(v, sight))
 	c.trialUnderCut(tc, v)
 	c.estimateCapacity(tc, st, p, v)
 }
@@ -684,4 +687,60 @@ func waitOf(v *reading) float64 {
 		return v.backlog / v.capacity
 	}
 	return math.Inf(1)
+}
+
+// fell reports whether v, a measured reading of an unlimited target, shows
+// its consumer's capacity fell within the interval: read through the
+// commits (or acks) of a consumer that commits about once per observation
+// or more often (a learned cadence of at most 1.5 intervals, its standing
+// wait learned, no partition avoided), the move it ends, taken alone
+// (v.own: not averaged with the move before, see twoMoves), consumed
+// less than 1 - StepThreshold of the capacity estimate, while the
+// consumer had work the whole span: the lag at the move before, or what
+// was produced over the span less what it consumed, exceeds the reading's
+// noise, the work a healthy consumer holds consumed but uncommitted (the
+// standing wait and E/4 of it at the estimate); and the record at its
+// commit had waited past that standing wait and E/2 (a queue, as
+// noQueueAtCommit has it, not a commit's timing).
+//
+// Such a reading read at the estimate from before the drop (2,016/s) is
+// a wait under the engage wait: at 5x on kfake, read every 250 ms, the
+// first reading after the drop of commit per poll and of NATS ack each
+// showed lag +320 in the interval of 500 produced (about 720-750/s
+// consumed, the head at the commit 0.16-0.17 s) and stayed unlimited at
+// "wait 155-158ms" (twoMoves averaged the move to 1,357-1,374/s, and the
+// head within E read as caught up at every commit, noQueue); the cut came
+// a reading later, 0.25 s of the old rate past a consumer of 400/s
+// (docs/results.md, session 34, excessbound; TestControllerFirstFall).
+// Not for positions a consumer reports (the hook: a poll in hand reads
+// still, and its reported spans are poll starts), estimates between
+// commits, a first commit (a lower bound), a stall the observer shared,
+// or a target already limited (its law reads the capacity every
+// reading).
+func (c *Controller) fell(tc *control, st *lag.State, v *reading) bool {
+	if !v.measured || tc.limited || !tc.has || tc.stalled || v.lower || v.shadow || v.own <= 0 || v.prevCap <= 0 ||
+		!fromCommits(st) || !v.learned || v.cadence <= 0 || v.cadence > 1.5*v.dt || !v.headKnown ||
+		tc.floorSeen < floorLearn || len(v.avoid) > 0 || v.ownSpan > 1.5*v.dt || v.own >= (1-c.cfg.StepThreshold)*v.prevCap {
+		return false
+	}
+	standing := tc.floor + v.engageWait/2
+	if v.headAge <= standing {
+		return false
+	}
+	noise := (tc.floor + v.engageWait/4) * v.prevCap
+	return v.startLag > noise || v.ownProduced-v.own*v.ownSpan > noise
+}
+
+// fallWait is the wait, seconds, the backlog of a reading that shows a
+// fall (see fell) adds by the next decision: it grows at (P - C)/C
+// seconds of wait a second at the capacity C the reading measured, for
+// one interval. judge engages on the wait plus this, the wait predicted
+// when the next decision can act: at 2x the new capacity values the
+// first reading's backlog at about the engage wait (0.19-0.26 s), and
+// the interval until the next decision doubles it. 0 without a fall.
+func fallWait(tc *control, v *reading) float64 {
+	if !v.fall || v.capacity <= 0 {
+		return 0
+	}
+	return max(v.produced-v.capacity, 0) / v.capacity * tc.interval
 }

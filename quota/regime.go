@@ -44,6 +44,9 @@ func (c *Controller) regime(tc *control, st *lag.State, v *reading) (Rule, strin
 			return RuleSaturated, overdueReason(tc, st, v)
 		}
 		tc.satCap, tc.satNew, tc.satSeen = max(tc.satCap, v.capacity), max(tc.satNew, v.capacity), tc.satSeen+1
+		if v.fall {
+			return RuleFall, fallReason(v)
+		}
 		return RuleSaturated, fmt.Sprintf("saturated: capacity %.0f/s, wait %s, target %s", v.capacity, secs(v.wait), secs(v.setWait))
 	case !v.measured && st.Source == lag.SourceConsumer:
 		// Limited, and the consumer reports a poll in hand (or nothing
@@ -585,4 +588,10 @@ func follow(tc *control, st *lag.State, v *reading, inForce float64) (Rule, stri
 // since an idle report, not uncommitted work.
 func exactPosition(st *lag.State, v *reading) bool {
 	return st.Source == lag.SourceConsumer || (fromCommits(st) && v.cadence <= v.dt/2)
+}
+
+// fallReason says why RuleFall decided (see Controller.fell).
+func fallReason(v *reading) string {
+	return fmt.Sprintf("capacity fell: consumed %.0f/s of %.0f/s produced with work the whole %s (estimate %.0f/s): saturated at it, wait %s, %s predicted at the next decision, target %s",
+		v.consumed, v.produced, secs(v.span), v.prevCap, secs(v.wait), secs(v.wait+v.fallWait), secs(v.setWait))
 }

@@ -78,6 +78,16 @@ const (
 	// probe step above the rate it kept up with while unlimited when
 	// that is known, else once an episode (see Controller.restoredProbe).
 	RuleProbeRestored
+	// RuleFall: unlimited, and a reading of a consumer read through its
+	// commits (or acks) at a learned cadence of at most 1.5 observations
+	// shows its capacity fell within the interval: the move it ends,
+	// taken alone, consumed well under the estimate while the consumer
+	// had work the whole span, its head at the commit past the standing
+	// wait (see Controller.fell). The backlog is valued at what it
+	// consumed, not the estimate from before, and the target engages on
+	// the wait predicted at the next decision (the wait plus (P - C)/C of
+	// the interval): the saturated law at that capacity.
+	RuleFall
 )
 
 var ruleNames = [...]string{
@@ -101,6 +111,7 @@ var ruleNames = [...]string{
 	RuleObserverStall:   "observer-stall",
 	RuleRelearn:         "relearn",
 	RuleProbeRestored:   "probe-restored",
+	RuleFall:            "fall",
 }
 
 // String returns the rule's name ("drain", "probe", ...), or "Rule(n)".
