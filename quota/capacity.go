@@ -647,7 +647,7 @@ func (c *Controller) correctedSpan(tc *control, st *lag.State, v *reading) {
 // setpoint) uses tau; filling up to the setpoint uses a slower tauFill, so
 // that a saturated consumer is never offered more than maxFill above its
 // capacity.
-func (c *Controller) saturatedLaw(tc *control, v *reading) {
+func (c *Controller) saturatedLaw(tc *control, st *lag.State, v *reading) {
 	cfg := &c.cfg
 	tau := lawTau(v)
 	tauFill := max(tau, (v.setWait-v.engageWait)/maxFill)
@@ -670,7 +670,17 @@ func (c *Controller) saturatedLaw(tc *control, v *reading) {
 	// Nothing consumed of no backlog is no step: caught up after a
 	// drain that admitted nothing, the first reading paused the grant
 	// at 0/s for another second (TestControllerNoStepDownCaughtUp).
-	v.stepDown = v.measured && tc.has && v.wasSaturated && !tc.paused && v.prevCap > 0 &&
+	// A consumer that reports, unlimited before (offered its capacity,
+	// the hook at 5x), is read so too: its first engaged reading after a
+	// drop is a poll in hand still (at most Held in HeldFor, an upper
+	// bound) or a move whose span straddles the drop, neither of them the
+	// new capacity; taken as the capacity, they admitted 1,045 msg/s for
+	// 0.3 s ("saturated: capacity 1209/s") and 377 msg/s ("909/s") to a
+	// consumer of 400 (lagbridge bench kafka/hook/sync/1s at 5x, session
+	// 35; TestControllerFellFromUnlimited). Consumers read from commits
+	// keep the rule as it was (their first reading after a fall is
+	// RuleFall's, see fell, which leaves reported positions out).
+	v.stepDown = v.measured && tc.has && (v.wasSaturated || !tc.limited && st.Source == lag.SourceConsumer) && !tc.paused && v.prevCap > 0 &&
 		v.consumed < (1-cfg.StepThreshold)*v.prevCap && v.backlog > 0 && v.backlog >= v.consumed*v.dt
 	v.stepDown = v.stepDown || v.stillHead
 	if v.stepDown {

@@ -24,33 +24,20 @@ import (
 // HeldFor: 250 for 0.4 s), that cycle reads the capacity below 1,000/s
 // (633/s) and limits at once.
 func TestControllerHeldBoundsAtOnce(t *testing.T) {
-	p := Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5}
 	for _, counts := range []bool{false, true} {
-		c := newCtl(t, ControllerConfig{Interval: time.Second})
-		con := &pollConsumer{rate: 2000, maxPoll: 500, counts: counts}
-		rate := math.Inf(1)
-		at := leaseT0
-		// observe runs the consumer for run seconds and observes it dt
-		// after the last observation.
-		observe := func(run, dt float64) Decision {
-			con.run(run, min(2000, rate))
-			at = at.Add(time.Duration(dt * float64(time.Second)))
-			d := c.Step(con.state(at, dt, 0), p, at)
-			rate = d.Rate
-			return d
-		}
+		h := newHookRun(t, counts)
 		for range 10 {
-			observe(1, 1)
+			h.observe(1, 1)
 		}
 		// The drop 0.7 s into a cycle; the next cycle sees the position
 		// moved (the poll it takes then is in hand), the wake brings
 		// one 0.25 s after that with the position still.
-		con.run(0.7, min(2000, rate))
-		con.rate = 400
-		observe(0.3, 1)
-		d := observe(0.25, 0.25)
-		held := con.now - con.pollAt
-		t.Logf("counts %v: %.2f s into a poll of %.0f: capacity %.0f/s, %v %s", counts, held, con.hand, d.Capacity, d.Rule, d.Reason)
+		h.con.run(0.7, min(2000, h.rate))
+		h.con.rate = 400
+		h.observe(0.3, 1)
+		d := h.observe(0.25, 0.25)
+		held := h.con.now - h.con.pollAt
+		t.Logf("counts %v: %.2f s into a poll of %.0f: capacity %.0f/s, %v %s", counts, held, h.con.hand, d.Capacity, d.Rule, d.Reason)
 		switch {
 		case counts && (d.Capacity >= 1000 || d.IsUnlimited()):
 			t.Errorf("with the records held reported, the first cycle after the drop reads capacity %.0f/s (%s), want below 1,000/s and a limit", d.Capacity, d.Reason)
@@ -58,6 +45,33 @@ func TestControllerHeldBoundsAtOnce(t *testing.T) {
 			t.Errorf("without the records held reported, capacity %.0f/s: the still position was expected to measure nothing yet", d.Capacity)
 		}
 	}
+}
+
+// hookRun is a controller deciding on a pollConsumer (a hook consumer in
+// polls of at most 500 at 2,000/s, offered 2,000/s) under a 2 s maxAge.
+type hookRun struct {
+	t    *testing.T
+	p    Policy
+	c    *Controller
+	con  *pollConsumer
+	rate float64
+	at   time.Time
+}
+
+func newHookRun(t *testing.T, counts bool) *hookRun {
+	return &hookRun{t: t, p: Policy{Name: "p", MaxAge: 2 * time.Second, MinRate: 5},
+		c:   newCtl(t, ControllerConfig{Interval: time.Second}),
+		con: &pollConsumer{rate: 2000, maxPoll: 500, counts: counts}, rate: math.Inf(1), at: leaseT0}
+}
+
+// observe runs the consumer for run seconds and observes it dt after the
+// last observation.
+func (h *hookRun) observe(run, dt float64) Decision {
+	h.con.run(run, min(2000, h.rate))
+	h.at = h.at.Add(time.Duration(dt * float64(time.Second)))
+	d := h.c.Step(h.con.state(h.at, dt, 0), h.p, h.at)
+	h.rate = d.Rate
+	return d
 }
 
 // TestControllerHeldHiccup: a hook consumer of 2,000/s keeping up with

@@ -88,7 +88,7 @@ func (c *Controller) measure(tc *control, st *lag.State, p *Policy, v *reading) 
 	}
 	c.judge(tc, v)
 	v.stillHead = stillAfterPause(tc, st, v)
-	c.saturatedLaw(tc, v)
+	c.saturatedLaw(tc, st, v)
 }
 
 // stillAfterPause reports whether a target paused on a step down (see
