@@ -550,6 +550,10 @@ func TestCommandFlags(t *testing.T) {
 		{"help hot keys", []string{"--help"}, 0, "--hot-keys string"},
 		// A keying that is not one is refused before anything runs.
 		{"bad hot keys", []string{"--hot-partition", "--hot-keys", "keyd"}, 2, `keys must be keyless, keyed or both, got "keyd"`},
+		// --phase is read (and a bad one refused) for the hot-partition
+		// scenario too, not ignored.
+		{"bad phase hot", []string{"--hot-partition", "--hot-keys", "keyd", "--phase", "soon"}, 2, `--phase: "soon" is neither`},
+		{"bad phase", []string{"--phase", "-1s"}, 2, `--phase: "-1s" is neither`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

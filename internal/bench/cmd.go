@@ -56,8 +56,13 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lagbridge bench: unexpected arguments %v\n", fs.Args())
 		return 2
 	}
+	ph, err := ParseStartPhase(*phase)
+	if err != nil {
+		fmt.Fprintf(stderr, "lagbridge bench: %v\n", err)
+		return 2
+	}
 	if *hot {
-		return hotCommand(ctx, HotOptions{Duration: time.Duration(*scale * float64(time.Minute)), Interval: *hotInterval, SlowAfter: *hotSlowAfter, Keys: *hotKeys, Consumer: *hotConsumer, CommitEvery: *hotCommit, KafkaBrokers: *kafkaAddr, Out: stdout}, *out, *verbose, stderr)
+		return hotCommand(ctx, HotOptions{Phase: ph, Duration: time.Duration(*scale * float64(time.Minute)), Interval: *hotInterval, SlowAfter: *hotSlowAfter, Keys: *hotKeys, Consumer: *hotConsumer, CommitEvery: *hotCommit, KafkaBrokers: *kafkaAddr, Out: stdout}, *out, *verbose, stderr)
 	}
 	if *short && !fs.Changed("loads") {
 		*loadList = "2,10"
@@ -97,11 +102,6 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		selected = append(selected, r)
-	}
-	ph, err := ParseStartPhase(*phase)
-	if err != nil {
-		fmt.Fprintf(stderr, "lagbridge bench: %v\n", err)
-		return 2
 	}
 	o := Options{Phase: ph, Scale: *scale, Loads: loads, Rows: selected, Brokers: *brokers, KafkaBrokers: *kafkaAddr, NATSURL: *natsURL,
 		OutDir: *out, Out: stdout}

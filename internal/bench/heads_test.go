@@ -214,7 +214,7 @@ func TestTrueHeadAgeThroughConsumers(t *testing.T) {
 			storeBacklog(t, w, rec, n, created)
 
 			// The hook reports to nowhere: its reporter fails quietly.
-			c, err := startConsumer(ctx, w, scn, rec, kind, 1, "http://127.0.0.1:1", slog.New(slog.NewTextHandler(io.Discard, nil)))
+			c, err := startConsumer(ctx, w, scn, rec, kind, 1, "http://127.0.0.1:1", slog.New(slog.NewTextHandler(io.Discard, nil)), false)
 			if err != nil {
 				t.Fatal(err)
 			}

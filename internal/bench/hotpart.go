@@ -72,6 +72,9 @@ type HotOptions struct {
 	Out io.Writer
 	// Log receives the daemon's and the SDK's logs; nil discards them.
 	Log *slog.Logger
+	// Phase is when each run starts its consumer against the daemon's
+	// cycles (--phase, as the matrix's runs); the zero value: at once.
+	Phase StartPhase
 }
 
 // The keyings [HotOptions].Keys selects.
@@ -314,6 +317,12 @@ func runHot(ctx context.Context, o HotOptions, keyed bool, mode, id string) (Hot
 	}
 	defer func() { _ = d.stop() }()
 	res := HotResult{Broker: w.name, Mode: mode, Keyed: keyed}
+	if phase := o.Phase.pick(o.Interval); phase >= 0 {
+		if err := waitPhase(ctx, d, o.Interval, phase); err != nil {
+			return res, err
+		}
+		fmt.Fprintf(o.Out, "  consumer started %s after a daemon cycle (--phase %s)\n", dur(phase), o.Phase)
+	}
 	c, err := startHotConsumer(ctx, w, o, d.base)
 	if err != nil {
 		return res, err
@@ -801,8 +810,12 @@ func HotMarkdown(o HotOptions, rs []HotResult) string {
 	if o.SlowAfter > 0 {
 		slow = "from " + dur(o.SlowAfter) + " on (at " + num(o.Capacity) + " before; the figures count the records produced from then on)"
 	}
-	fmt.Fprintf(&b, "Hot partition: %d partitions, partition 0's consumer at %s msg/s %s, the others at %s; %s msg/s offered; %s per run; deadline %s; commits every %s%s; observed every %s.\n\n",
-		partitions, num(o.Capacity/o.Slower), slow, num(o.Capacity), num(o.Offered), dur(o.Duration), dur(o.Deadline), dur(o.CommitEvery), hookNote(o), dur(o.Interval))
+	started := ""
+	if o.Phase.Set {
+		started = "; each run's consumer started " + o.Phase.String() + " after a daemon cycle (--phase)"
+	}
+	fmt.Fprintf(&b, "Hot partition: %d partitions, partition 0's consumer at %s msg/s %s, the others at %s; %s msg/s offered; %s per run; deadline %s; commits every %s%s; observed every %s%s.\n\n",
+		partitions, num(o.Capacity/o.Slower), slow, num(o.Capacity), num(o.Offered), dur(o.Duration), dur(o.Deadline), dur(o.CommitEvery), hookNote(o), dur(o.Interval), started)
 	b.WriteString("| broker | keys | mode | refused (% of offered) | refused per partition p0..p5 (keyless) | share to p0 | p0 head age p50 / p99 | p0 dead work | others: head age p99 (max), dead work |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {

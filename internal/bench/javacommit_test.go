@@ -200,7 +200,7 @@ func startOnBacklog(t *testing.T, kind ConsumerKind, capacity float64, n int, on
 	scn := Scenario{Normal: capacity, Slow: capacity, NormalFor: time.Minute, Deadline: time.Hour,
 		Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
 	began := time.Now()
-	c, err := startConsumer(context.Background(), w, scn, rec, kind, 1, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c, err := startConsumer(context.Background(), w, scn, rec, kind, 1, "", slog.New(slog.NewTextHandler(io.Discard, nil)), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestAcksRecorded(t *testing.T) {
 			}
 			scn := Scenario{Normal: 2000, Slow: 2000, NormalFor: time.Minute, Deadline: time.Hour,
 				Classes: []Class{{Producer: "p", Criticality: 1, Share: 1}}}
-			c, err := startConsumer(context.Background(), w, scn, rec, kind, 1, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+			c, err := startConsumer(context.Background(), w, scn, rec, kind, 1, "", slog.New(slog.NewTextHandler(io.Discard, nil)), false)
 			if err != nil {
 				t.Fatal(err)
 			}

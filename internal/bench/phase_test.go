@@ -104,3 +104,19 @@ func TestCommitWordsPhase(t *testing.T) {
 		t.Errorf("commitWords = %q, want %q (the phase only in the table's column, not the bound's formula)", got, want)
 	}
 }
+
+func TestTimerWordsFrequentCommits(t *testing.T) {
+	r := Result{Row: Row{Interval: time.Second}, CommitGap: 70 * time.Millisecond, CommitMeasured: true,
+		Phase: RunPhase{Commit: 200 * time.Millisecond, CommitKnown: true}}
+	if got := timerWords(r); got != "" {
+		t.Errorf("commits 70 ms apart, read every 1 s: %q, want no phase (their median says nothing)", got)
+	}
+	r.Phase.Start, r.Phase.StartSet = 450*time.Millisecond, true
+	if got, want := timerWords(r), " (consumer started 0.45s after one, --phase)"; got != want {
+		t.Errorf("commits 70 ms apart, --phase: %q, want %q", got, want)
+	}
+	r.CommitGap = 5 * time.Second
+	if got, want := timerWords(r), ", commits 0.20s after a reading (consumer started 0.45s after one, --phase)"; got != want {
+		t.Errorf("commits 5 s apart: %q, want %q", got, want)
+	}
+}

@@ -449,9 +449,14 @@ func commitWords(r Result) string {
 
 // timerWords is where r's consumer committed and was started against
 // the daemon's cycles (RunPhase), for the table; "" when neither is known.
+// Where the commits fell is said only of a consumer that commits at most
+// once a reading (its commit interval at least the row's): the phase of
+// commits made more often (a commit per poll, acks every 50 ms) is spread
+// over the interval, and their median says nothing (ack batch at 1 s read
+// "commits 0.20s after a reading" for acks 70 ms apart).
 func timerWords(r Result) string {
 	var w string
-	if r.Phase.CommitKnown {
+	if r.Phase.CommitKnown && r.CommitGap >= r.Row.Interval {
 		w += fmt.Sprintf(", commits %s after a reading", dur(r.Phase.Commit))
 	}
 	if r.Phase.StartSet {

@@ -132,10 +132,14 @@ func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64,
 		if err := waitPhase(ctx, d, row.Interval, phase); err != nil {
 			return Result{}, err
 		}
-		fmt.Fprintf(o.Out, "  consumer started %s after a daemon cycle (--phase %s)\n", dur(phase), o.Phase)
+		who := "consumer"
+		if n := row.Extra.members(); n > 1 {
+			who = fmt.Sprintf("consumer's %d members (together)", n)
+		}
+		fmt.Fprintf(o.Out, "  %s started %s after a daemon cycle (--phase %s)\n", who, dur(phase), o.Phase)
 	}
 	rec := newRecorder(len(scn.Classes), scn.Duration(), o.Bin)
-	c, err := startConsumer(ctx, w, scn, rec, kind, row.Extra.members(), d.base, o.Log.With("side", "consumer"))
+	c, err := startConsumer(ctx, w, scn, rec, kind, row.Extra.members(), d.base, o.Log.With("side", "consumer"), phase >= 0)
 	if err != nil {
 		return Result{}, err
 	}
