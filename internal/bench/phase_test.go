@@ -120,3 +120,24 @@ func TestTimerWordsFrequentCommits(t *testing.T) {
 		t.Errorf("commits 5 s apart: %q, want %q", got, want)
 	}
 }
+
+// TestCellPhaseOneDraw: --phase random draws once a cell, so its naive
+// and lagbridge runs start at the same phase; a row of a shorter
+// interval sharing the naive run takes it modulo its interval.
+func TestCellPhaseOneDraw(t *testing.T) {
+	random := StartPhase{Set: true, Random: true}
+	for i := 0; i < 50; i++ {
+		phases := map[string]time.Duration{}
+		a := cellPhase(phases, "k@5", random, time.Second)
+		b := cellPhase(phases, "k@5", random, time.Second)
+		if a != b || a < 0 || a >= time.Second {
+			t.Fatalf("naive %v, lagbridge %v: want one draw in [0, 1s)", a, b)
+		}
+		if c := cellPhase(phases, "k@5", random, 250*time.Millisecond); c != a%(250*time.Millisecond) {
+			t.Fatalf("250ms row sharing the naive run: %v, want %v", c, a%(250*time.Millisecond))
+		}
+	}
+	if got := cellPhase(map[string]time.Duration{}, "k@5", StartPhase{}, time.Second); got >= 0 {
+		t.Fatalf("no --phase: %v, want negative (at once)", got)
+	}
+}

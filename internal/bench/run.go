@@ -44,6 +44,10 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	var runErr error
 	id := runID(time.Now())
 	naive := map[string]Result{}
+	// One phase a naive run and its lagbridge runs: --phase random
+	// draws once for both sides of a cell (and for a row sharing
+	// another's naive run), so the pair differs in lagbridge alone.
+	phases := map[string]time.Duration{}
 	n := 0
 loop:
 	for ri, row := range o.Rows {
@@ -56,9 +60,10 @@ loop:
 					results = append(results, r)
 					continue
 				}
+				phase := cellPhase(phases, key, o.Phase, row.Interval)
 				n++
 				fmt.Fprintf(o.Out, "\n[row %d/%d] %s, offered %sx = %s msg/s, %s\n", ri+1, len(o.Rows), row.Name(), num(load), num(load*scn.Slow), mode)
-				r, err := runOne(ctx, o, scn, row, load, mode, fmt.Sprintf("%s-%d", id, n))
+				r, err := runOne(ctx, o, scn, row, load, mode, phase, fmt.Sprintf("%s-%d", id, n))
 				if err != nil {
 					runErr = fmt.Errorf("%s %sx %s: %w", row.Name(), num(load), mode, err)
 					break loop
@@ -104,9 +109,24 @@ loop:
 	return results, errors.Join(errs...)
 }
 
+// cellPhase is the phase of a cell's runs (negative: none), drawn once
+// per key (a naive run's) and kept in phases, taken modulo iv for a row
+// of another interval sharing that naive run.
+func cellPhase(phases map[string]time.Duration, key string, p StartPhase, iv time.Duration) time.Duration {
+	phase, ok := phases[key]
+	if !ok {
+		phase = p.pick(iv)
+		phases[key] = phase
+	}
+	if phase > 0 && iv > 0 {
+		phase %= iv
+	}
+	return phase
+}
+
 // runOne runs the scenario once: fresh broker (or topic), daemon,
 // consumer, producers; then tears everything down.
-func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64, mode, id string) (Result, error) {
+func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64, mode string, phase time.Duration, id string) (Result, error) {
 	kind := row.Consumer
 	if mode == ModeNaive {
 		kind = kind.naive()
@@ -127,7 +147,6 @@ func runOne(ctx context.Context, o Options, scn Scenario, row Row, load float64,
 		}
 	}
 
-	phase := o.Phase.pick(row.Interval)
 	if phase >= 0 {
 		if err := waitPhase(ctx, d, row.Interval, phase); err != nil {
 			return Result{}, err
