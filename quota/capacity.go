@@ -647,6 +647,14 @@ func (c *Controller) correctedSpan(tc *control, st *lag.State, v *reading) {
 // setpoint) uses tau; filling up to the setpoint uses a slower tauFill, so
 // that a saturated consumer is never offered more than maxFill above its
 // capacity.
+// fellReadSpacing is the smoothed observation interval, seconds, from
+// which a reporting consumer's first engaged reading after it was
+// unlimited is a step-down (see saturatedLaw): twice the fastest cadence
+// the daemon reads at (250 ms), so a target read at the engaged cadence
+// or a 250 ms interval is left out and one read at 1 s, woken early, is
+// not.
+const fellReadSpacing = 0.5
+
 func (c *Controller) saturatedLaw(tc *control, st *lag.State, v *reading) {
 	cfg := &c.cfg
 	tau := lawTau(v)
@@ -679,8 +687,15 @@ func (c *Controller) saturatedLaw(tc *control, st *lag.State, v *reading) {
 	// consumer of 400 (lagbridge bench kafka/hook/sync/1s at 5x, session
 	// 35; TestControllerFellFromUnlimited). Consumers read from commits
 	// keep the rule as it was (their first reading after a fall is
-	// RuleFall's, see fell, which leaves reported positions out).
-	v.stepDown = v.measured && tc.has && (v.wasSaturated || !tc.limited && st.Source == lag.SourceConsumer) && !tc.paused && v.prevCap > 0 &&
+	// RuleFall's, see fell, which leaves reported positions out). Only
+	// for a target read about once a second or slower (its smoothed
+	// interval at least fellReadSpacing): read every 250 ms, a reporting
+	// consumer's poll in hand shows as a fall without one (review-hook,
+	// session 35: a model group of three reporting members at 250 ms,
+	// step-downs 352 -> 667, refused while idle +40%), and the wake's
+	// late first decision this answers does not happen there.
+	fellUnlimited := !tc.limited && st.Source == lag.SourceConsumer && tc.interval >= fellReadSpacing
+	v.stepDown = v.measured && tc.has && (v.wasSaturated || fellUnlimited) && !tc.paused && v.prevCap > 0 &&
 		v.consumed < (1-cfg.StepThreshold)*v.prevCap && v.backlog > 0 && v.backlog >= v.consumed*v.dt
 	v.stepDown = v.stepDown || v.stillHead
 	if v.stepDown {

@@ -1,6 +1,9 @@
 package quota
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestControllerFellFromUnlimited: the hook consumer of
 // TestControllerHeldBoundsAtOnce (2,000/s in polls of at most 500, its
@@ -12,9 +15,9 @@ import "testing"
 // new one: a mix of the two). Neither is the new capacity, and the backlog
 // is already seconds of work at 400/s.
 //
-// Decided on as the capacity, the law admitted 59-783 msg/s to the
-// consumer of 400 here ("saturated: capacity 633/s", "saturated:
-// capacity 957/s"), and in lagbridge bench kafka/hook/sync/1s at 5x on
+// Decided on as the capacity, the law admitted 151, 269 and 440 msg/s to
+// the consumer of 400 here ("saturated: capacity 633/s", "671/s",
+// "836/s", one case each), and in lagbridge bench kafka/hook/sync/1s at 5x on
 // kfake (session 35) "saturated: capacity 1209/s, wait 703ms" admitted
 // 1,045 msg/s for 0.3 s (true head age p99 2.31 s) and "saturated:
 // capacity 909/s, wait 1.435s" 377 msg/s. A saturated target's reading
@@ -58,6 +61,38 @@ func TestControllerFellFromUnlimited(t *testing.T) {
 		d = h.observe(0.25, 0.25)
 		if d.Rule == RuleStepDown {
 			t.Errorf("%s: paused twice in a row: %s", tc.name, d.Reason)
+		}
+	}
+}
+
+// TestControllerFellUnlimitedNotAtFastReadings: the step-down of
+// TestControllerFellFromUnlimited is for a target read about once a second,
+// whose first decision after a drop is the wake's. Read every 250 ms, the
+// same consumer's poll in hand shows as a fall with no drop at all (a
+// model group of three reporting members at 250 ms, review-hook, session
+// 35: step-downs 352 -> 667, refused while idle +40%), so there the first
+// engaged reading is decided by the law, as before.
+func TestControllerFellUnlimitedNotAtFastReadings(t *testing.T) {
+	for _, after := range []float64{0, 0.1, 0.2} {
+		h := newHookRun(t, true)
+		h.c = newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond})
+		for range 40 {
+			if d := h.observe(0.25, 0.25); !d.IsUnlimited() {
+				t.Fatalf("drop %.1f s into a reading: limited before the drop: %s", after, d.Reason)
+			}
+		}
+		h.con.run(after, min(2000, h.rate))
+		h.con.rate = 400
+		d := h.observe(0.25-after, 0.25)
+		for i := 0; d.IsUnlimited() && i < 8; i++ {
+			d = h.observe(0.25, 0.25)
+		}
+		t.Logf("drop %.1f s into a reading: %v %.0f/s: %s", after, d.Rule, d.Rate, d.Reason)
+		if d.IsUnlimited() {
+			t.Fatalf("drop %.1f s into a reading: still unlimited 2 s after the drop", after)
+		}
+		if d.Rule == RuleStepDown {
+			t.Errorf("drop %.1f s into a reading: the first engaged reading at 250 ms is a step-down (%s); want the law", after, d.Reason)
 		}
 	}
 }
