@@ -206,6 +206,8 @@ func (c *Controller) consumption(tc *control, st *lag.State, v *reading) {
 		tc.movePoll, tc.movePollAt = reportedPoll(st), st.At
 		leaveOutSkipped(st, v)
 		v.own, v.ownSpan, v.ownProduced, v.startLag = v.consumed, span, produced, float64(tc.moveLag)
+		v.ownBefore, v.prodBefore = tc.ownBefore, tc.prodBefore
+		tc.ownBefore, tc.prodBefore = [2]float64{v.consumed, tc.ownBefore[0]}, [2]float64{produced / span, tc.prodBefore[0]}
 		tc.moveAt, tc.spanProduced, tc.moveLag, tc.moveGap = st.At, 0, st.Lag, v.dt
 		if firstCommit(tc, st) {
 			v.lower, tc.sightAt = true, time.Time{}

@@ -94,7 +94,11 @@ type control struct {
 	// movePoll is when the poll the consumer's report showed at
 	// movePollAt started (see reportedPoll); zero: not known.
 	movePoll, movePollAt time.Time
-	interval             float64 // smoothed observation interval, seconds
+	// ownBefore, prodBefore: the consume and produce rates (msg/s) over
+	// the last two moves, each alone (reading.own), the newest first (see
+	// Controller.fell).
+	ownBefore, prodBefore [2]float64
+	interval              float64 // smoothed observation interval, seconds
 	// pollPos is the committed position (the sum over the partitions with
 	// a commit) last seen to move, pollAt the State.At it was seen at and
 	// pollLag the committed lag then (see pollOverdue).
@@ -634,8 +638,10 @@ type reading struct {
 	// fallWait: the wait the backlog adds by the next decision at the
 	// rate consumed, (P - C)/C of the interval, seconds (0 unless fall).
 	own, ownSpan, ownProduced, startLag float64
-	fall                                bool
-	fallWait                            float64
+	// ownBefore, prodBefore: tc's before this move.
+	ownBefore, prodBefore [2]float64
+	fall                  bool
+	fallWait              float64
 	// spanMeasured: a commit that corrected the estimate measured the
 	// consumption from the commit before it (see correctedSpan).
 	spanMeasured bool

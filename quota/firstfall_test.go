@@ -153,3 +153,25 @@ func TestControllerFallNotAtATimer(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerFallNotWhileBehind replays lagbridge bench
+// --rows kafka/guard/sync/250ms --loads 5 on kfake (dbb578e, 07:52 UTC,
+// review-firstread), cut 2 s after the drop. The consumer, offered its
+// capacity (2,000 = 2,000), was still warming up: 1,468 and 1,718 msg/s
+// consumed of ~2,000 produced, lag 33 -> 420; then a move of 1,292/s, the
+// head 0.13 s, read as a fall at reading 7 (1.76 s): 1,249/s decided, 170
+// messages refused and a false-throttle second before the drop, where it
+// stayed unlimited before ("wait 191ms <= engage 201ms"). A fall is a
+// change from a consumer that kept up over the moves before: every
+// decision before the drop is unlimited, and the first after it engages.
+func TestControllerFallNotWhileBehind(t *testing.T) {
+	ds := replayStates(t, "guard250-5x-startfall.jsonl", 250*time.Millisecond)
+	for i, d := range ds[:fallAt] {
+		if !d.IsUnlimited() {
+			t.Errorf("decision %d (before the drop): %s at %.0f/s (%s), want unlimited", i, d.Rule, d.Rate, d.Reason)
+		}
+	}
+	if d := ds[fallAt]; d.IsUnlimited() {
+		t.Errorf("decision %d (the first after the drop): %s (%s), want engaged", fallAt, d.Rule, d.Reason)
+	}
+}
