@@ -69,10 +69,23 @@ func rebalanceLiveness(t *testing.T, ctx context.Context, addr string, parts []i
 	clb := client(t, addr)
 	go func() { defer close(joined); _, _ = testutil.JoinClassic(jctx, clb, group, "", topic) }()
 	defer func() { stopJoin(); <-joined }()
-	for i := range 3 {
+	// A reading may read unknown, the safe side, while the broker's
+	// keepsAssignments answer is asked again (a connection the client
+	// opened to it since: the answer is the lister's, on its current
+	// connection); the liveness must then come back from the
+	// assignments: three readings of want, none of anything else, in at
+	// most six (CI at 52c479f: the first reading unknown once).
+	got := 0
+	for i := 0; got < 3; i++ {
+		if i == 6 {
+			t.Fatalf("%d of 6 readings in PreparingRebalance live %s, want 3", got, want)
+		}
 		s := observeUntil(t, o, topic, group, func(s lag.Sample) bool { return s.GroupState == "PreparingRebalance" })
-		if s.Live != want {
+		if s.Live != want && s.Live != lag.LiveUnknown {
 			t.Fatalf("reading %d in PreparingRebalance: live %s, want %s: %s", i, s.Live, want, dump(s))
+		}
+		if s.Live == want {
+			got++
 		}
 		t.Logf("reading %d in PreparingRebalance: members %d, live %s", i, s.Members, s.Live)
 	}
