@@ -255,11 +255,16 @@ func (c Config) Lag() lag.Rules {
 // (EngagedInterval, its default when unset); the interval when that is not
 // shorter (off).
 func (c Config) EngagedCadence() time.Duration {
-	e := c.EngagedInterval
-	if e == 0 {
-		e = max(250*time.Millisecond, c.Interval/4)
+	return min(c.engagedAsked(), c.Interval)
+}
+
+// engagedAsked is engagedInterval as set, or its default at the interval
+// when unset, before EngagedCadence bounds it by the interval.
+func (c Config) engagedAsked() time.Duration {
+	if c.EngagedInterval == 0 {
+		return max(250*time.Millisecond, c.Interval/4)
 	}
-	return min(e, c.Interval)
+	return c.EngagedInterval
 }
 
 // NearCapacityOn reports whether an unlimited target near its capacity
@@ -910,9 +915,9 @@ func (c Config) Validate() error {
 		add("engagedInterval", "must be from 250ms to 1m (equal to the interval or more: off), got %v", c.EngagedInterval)
 	}
 	if c.NearCapacity != nil && *c.NearCapacity && c.EngagedCadence() >= c.Interval && c.Interval >= 100*time.Millisecond {
-		e, set := c.EngagedInterval, ""
-		if e == 0 {
-			e, set = max(250*time.Millisecond, c.Interval/4), " (its default at this interval)"
+		e, set := c.engagedAsked(), ""
+		if c.EngagedInterval == 0 {
+			set = " (its default at this interval)"
 		}
 		add("nearCapacity", "true needs the engaged cadence, which is off: engagedInterval %v%s is not shorter than the interval %v; set a shorter engagedInterval, or leave nearCapacity unset",
 			e, set, c.Interval)
