@@ -175,3 +175,129 @@ func TestControllerFallNotWhileBehind(t *testing.T) {
 		t.Errorf("decision %d (the first after the drop): %s (%s), want engaged", fallAt, d.Rule, d.Reason)
 	}
 }
+
+// TestControllerFallBounds is TestControllerFirstFall's 5x commit per poll
+// (717/s consumed of 2,011/s at the first reading after the drop, the
+// estimate 2,016/s, the head at the commit 0.17 s, the two moves before
+// 2,022/s of 1,994/s and 2,000/s of 2,000/s) with readings edited to each
+// side of fell's bounds: the learned cadence at most 1.5 readings, the
+// move under 75% of the estimate, the head past the standing wait
+// (about 13 ms here) and E/2 (100 ms) and known, and each of the two
+// moves before at least 75% of the produced or the estimate, the smaller.
+// The cases were red against the mutants of these bounds that every other
+// test passed (the comments say which; mutants36, session 36:
+// docs/results.md).
+func TestControllerFallBounds(t *testing.T) {
+	every := func(ci time.Duration) func(int, *lag.State) {
+		return func(_ int, st *lag.State) {
+			if st.CommitInterval > 0 {
+				st.CommitInterval = ci
+			}
+		}
+	}
+	at := func(k int, edit func(*lag.State)) func(int, *lag.State) {
+		return func(i int, st *lag.State) {
+			if i == k {
+				edit(st)
+			}
+		}
+	}
+	for _, c := range []struct {
+		name string
+		edit func(int, *lag.State)
+		fall bool
+	}{
+		// The learned cadence: moves at every reading, but lag/ learned
+		// commits 1.8 readings apart (2x or 2.5x allowed, or no bound: a
+		// fall). The head at the commit edited to 0.3 s, so that the
+		// commit's age the cadence discounts from it does not bring it
+		// within the standing wait (which alone kept the reading
+		// unlimited).
+		{"cadence 450 ms learned", func(i int, st *lag.State) {
+			every(450*time.Millisecond)(i, st)
+			if i == fallAt {
+				st.HeadAge = 300 * time.Millisecond
+			}
+		}, false},
+		// 1.4 readings: within (1.2x allowed: none).
+		{"cadence 350 ms learned", every(350 * time.Millisecond), true},
+		// The share: 77% of the estimate is no fall (87.5% allowed: a
+		// fall), 72% is.
+		{"1,550/s of 2,400/s", at(fallAt, func(st *lag.State) { st.ConsumeRateInstant, st.ProduceRateInstant = 1550, 2400 }), false},
+		{"1,450/s of 2,400/s", at(fallAt, func(st *lag.State) { st.ConsumeRateInstant, st.ProduceRateInstant = 1450, 2400 }), true},
+		// Work the whole span: 110 records more produced than consumed
+		// over the move are within what a healthy consumer holds (the
+		// standing wait and E/4 at the estimate, about 127; E/4 alone,
+		// 101, or the floor and E/8, 77: a fall), 150 are past it (the
+		// floor and E/2, 228: none).
+		{"1,400/s of 1,840/s", at(fallAt, func(st *lag.State) { st.ConsumeRateInstant, st.ProduceRateInstant = 1400, 1840 }), false},
+		{"1,400/s of 2,000/s", at(fallAt, func(st *lag.State) { st.ConsumeRateInstant, st.ProduceRateInstant = 1400, 2000 }), true},
+		// The head at the commit not known (HeadAgeKnown false): no
+		// queue shown (without the test: a fall on the recorded age).
+		{"head not known", at(fallAt, func(st *lag.State) { st.HeadAgeKnown = false }), false},
+		// The head at the commit: 108 ms is within the standing wait and
+		// E/2, 113 ms (E/2 alone, 100 ms, or E/4 with the floor: a fall);
+		// 120 ms is past it (E with the floor, 213 ms: none).
+		{"head 108 ms", at(fallAt, func(st *lag.State) { st.HeadAge = 108 * time.Millisecond }), false},
+		{"head 120 ms", at(fallAt, func(st *lag.State) { st.HeadAge = 120 * time.Millisecond }), true},
+		// The move before: 74% of the produced is behind (a ratio of 0.5
+		// or 0.6: a fall), 76% kept up (0.9: none).
+		{"move before at 74%", at(fallAt-1, func(st *lag.State) { st.ConsumeRateInstant = 0.74 * st.ProduceRateInstant }), false},
+		{"move before at 76%", at(fallAt-1, func(st *lag.State) { st.ConsumeRateInstant = 0.76 * st.ProduceRateInstant }), true},
+		// The move two before counts too (the first alone: a fall).
+		{"move two before at 70%", at(fallAt-2, func(st *lag.State) { st.ConsumeRateInstant = 0.7 * st.ProduceRateInstant }), false},
+		// Of the smaller of the produced and the estimate: 1,900/s of
+		// 3,000/s kept up with the estimate (75% of the produced alone:
+		// none), 800/s of 1,000/s with what was produced (75% of the
+		// estimate alone: none).
+		{"move before 1,900/s of 3,000/s", at(fallAt-1, func(st *lag.State) { st.ConsumeRateInstant, st.ProduceRateInstant = 1900, 3000 }), true},
+		{"move before 800/s of 1,000/s", at(fallAt-1, func(st *lag.State) { st.ConsumeRateInstant, st.ProduceRateInstant = 800, 1000 }), true},
+		// Nothing produced over the move before: it shows nothing kept
+		// up with (without the produced > 0 test: a fall).
+		{"nothing produced over the move before", at(fallAt-1, func(st *lag.State) { st.ProduceRateInstant = 0 }), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			i := -1
+			ds := replayEdited(t, "cpp250-5x-fall.jsonl", 0, newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}), func(st *lag.State) {
+				i++
+				c.edit(i, st)
+			})
+			if d := ds[fallAt]; (d.Rule == RuleFall) != c.fall {
+				t.Errorf("decision %d: %s at %.0f/s (%s), want %s: %v", fallAt, d.Rule, d.Rate, d.Reason, RuleFall, c.fall)
+			}
+		})
+	}
+}
+
+// TestControllerFallWaitBounds is TestControllerFallPredictedWait's
+// reading edited to each side of fallWait's one interval: with its lag at
+// 24 (a wait of 57 ms at the 398/s it consumed of 796/s) the wait
+// predicted at the next decision is 57 + 251 ms, past E (201 ms): a fall
+// (half an interval, 183 ms: unlimited); with its lag at 20 and 630/s
+// produced (a fall by work the whole span, 59 records over the span
+// against about 51) it is 47 + 146 ms, under E: unlimited (two
+// intervals, 339 ms: a fall). Each was red against that mutant of
+// fallWait, which every other test passed (mutants36, session 36).
+func TestControllerFallWaitBounds(t *testing.T) {
+	for _, c := range []struct {
+		lag      int64
+		produced float64 // 0: as recorded (796/s)
+		fall     bool
+	}{
+		{24, 0, true},
+		{20, 630, false},
+	} {
+		i := -1
+		ds := replayEdited(t, "cpp250-2x-fall.jsonl", 0, newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}), func(st *lag.State) {
+			if i++; i == fallAt {
+				st.Lag = c.lag
+				if c.produced > 0 {
+					st.ProduceRateInstant = c.produced
+				}
+			}
+		})
+		if d := ds[fallAt]; (d.Rule == RuleFall) != c.fall || d.IsUnlimited() == c.fall {
+			t.Errorf("lag %d, %.0f/s produced: decision %d %s at %.0f/s, wait %s (%s), want %s: %v", c.lag, c.produced, fallAt, d.Rule, d.Rate, d.Wait, d.Reason, RuleFall, c.fall)
+		}
+	}
+}
