@@ -96,3 +96,35 @@ func TestControllerFellUnlimitedNotAtFastReadings(t *testing.T) {
 		}
 	}
 }
+
+// TestControllerFellUnlimitedAtHalfSecond: the step-down's gate is the
+// smoothed interval from fellReadSpacing (0.5 s) on, twice the fastest
+// cadence, so a target read every 0.5 s (the engaged cadence of a 2 s
+// interval) is read as TestControllerFellFromUnlimited's: its first
+// engaged reading after a drop 0.1 or 0.2 s into a reading is a
+// step-down. Red with the gate at 0.6 s or more, or past 0.5 s alone
+// (`>` for `>=`); TestControllerFellUnlimitedNotAtFastReadings is red with
+// it at 0.25 s. (Between 0.25 and 0.5 s no test pins it: the review's
+// model of reporting members was read at 250 ms only.)
+func TestControllerFellUnlimitedAtHalfSecond(t *testing.T) {
+	const iv = 0.5
+	for _, after := range []float64{0.1, 0.2} {
+		h := newHookRun(t, true)
+		h.c = newCtl(t, ControllerConfig{Interval: 500 * time.Millisecond})
+		for range 20 {
+			if d := h.observe(iv, iv); !d.IsUnlimited() {
+				t.Fatalf("drop %.1f s into a reading: limited before the drop: %s", after, d.Reason)
+			}
+		}
+		h.con.run(after, min(2000, h.rate))
+		h.con.rate = 400
+		d := h.observe(iv-after, iv)
+		for i := 0; d.IsUnlimited() && i < 8; i++ {
+			d = h.observe(iv, iv)
+		}
+		t.Logf("drop %.1f s into a reading: %v %.0f/s: %s", after, d.Rule, d.Rate, d.Reason)
+		if d.Rule != RuleStepDown {
+			t.Errorf("drop %.1f s into a reading: the first engaged reading at 0.5 s decides %v (%s); want a step-down", after, d.Rule, d.Reason)
+		}
+	}
+}
