@@ -91,22 +91,14 @@ func TestLoopEngagedTrial(t *testing.T) {
 	}
 
 	fast, _ := driveTrial(t, every(time.Second), 60)
-	var runs []int // lengths of the fast runs
-	for i, f := range fast {
-		switch {
-		case f && (i == 0 || !fast[i-1]):
-			runs = append(runs, 1)
-		case f:
-			runs[len(runs)-1]++
-		}
+	fastRuns, _ := runs(fast)
+	t.Logf("1 s auto-commit: fast runs %v; %v", fastRuns, fast)
+	if len(fastRuns) == 0 || len(fastRuns) > 5 {
+		t.Errorf("1 s auto-commit: fast runs %v, want 1-5 trials (a wait of 4, 8, 16 ... cycles between)", fastRuns)
 	}
-	t.Logf("1 s auto-commit: fast runs %v; %v", runs, fast)
-	if len(runs) == 0 || len(runs) > 5 {
-		t.Errorf("1 s auto-commit: fast runs %v, want 1-5 trials (a wait of 4, 8, 16 ... cycles between)", runs)
-	}
-	for _, r := range runs {
+	for _, r := range fastRuns {
 		if r > trialMiss+1 {
-			t.Errorf("1 s auto-commit: fast runs %v, want each trial over within its first %d fast readings", runs, trialMiss+1)
+			t.Errorf("1 s auto-commit: fast runs %v, want each trial over within its first %d fast readings", fastRuns, trialMiss+1)
 			break
 		}
 	}
