@@ -44,6 +44,21 @@ func TestNearCapacity(t *testing.T) {
 	}
 	p, _ := e.policies.Match(target)
 	engage := e.ctl.EngageWait(&p, fast)
+	// nearBy reports NearCapacity with c1's decision edited (then put
+	// back), and the decision it read.
+	nearBy := func(edit func(*quota.Decision)) (bool, quota.Decision) {
+		e.mu.Lock()
+		d := e.decisions["c1"][target]
+		kept := d
+		edit(&d)
+		e.decisions["c1"][target] = d
+		e.mu.Unlock()
+		near := e.NearCapacity("c1", all, fast)
+		e.mu.Lock()
+		e.decisions["c1"][target] = kept
+		e.mu.Unlock()
+		return near, d
+	}
 	for _, edit := range []func(*quota.Decision){
 		func(d *quota.Decision) { d.Held = true },
 		func(d *quota.Decision) { d.Rule = quota.RuleAbandoned },
@@ -53,32 +68,21 @@ func TestNearCapacity(t *testing.T) {
 		func(d *quota.Decision) { d.Capacity, d.ProduceRate = 0, 0 },
 		func(d *quota.Decision) { d.ProduceRate = 0.85 * d.Capacity },
 	} {
-		e.mu.Lock()
-		d := e.decisions["c1"][target]
-		kept := d
-		edit(&d)
-		e.decisions["c1"][target] = d
-		e.mu.Unlock()
-		if e.NearCapacity("c1", all, fast) {
+		if near, d := nearBy(edit); near {
 			t.Errorf("near its capacity by %+v", d)
 		}
-		e.mu.Lock()
-		e.decisions["c1"][target] = kept
-		e.mu.Unlock()
 	}
-	// Near at a wait a little under half the engage threshold.
-	e.mu.Lock()
-	d := e.decisions["c1"][target]
-	kept := d
-	d.Wait = engage/2 - time.Millisecond
-	e.decisions["c1"][target] = d
-	e.mu.Unlock()
-	if !e.NearCapacity("c1", all, fast) {
-		t.Errorf("not near its capacity at a wait under half the engage threshold: %+v", d)
+	// Near at a wait a little under half the engage threshold, and
+	// produced to exactly nearCapacity of the estimate (red with `<=`
+	// for `<`, mutants36).
+	for _, edit := range []func(*quota.Decision){
+		func(d *quota.Decision) { d.Wait = engage/2 - time.Millisecond },
+		func(d *quota.Decision) { d.ProduceRate = nearCapacity * d.Capacity },
+	} {
+		if near, d := nearBy(edit); !near {
+			t.Errorf("not near its capacity by %+v", d)
+		}
 	}
-	e.mu.Lock()
-	e.decisions["c1"][target] = kept
-	e.mu.Unlock()
 	w.consume = 400
 	w.cycles(4)
 	if d := e.Decisions(); len(d) != 1 || d[0].IsUnlimited() {
