@@ -301,3 +301,23 @@ func TestControllerFallWaitBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestControllerFallNotInAStallShadow is TestControllerFirstFall's 5x
+// commit per poll with the first reading after the drop, and every one
+// after it, 0.5 s late (a gap of 751 ms between readings, past gapRatio
+// intervals): a stall the observer shared (observerStall) is not read as
+// a fall, so the reading keeps the estimate (2,016/s) under
+// RuleObserverStall, as every shadowed reading does. Red without fell's
+// shadow test: the move alone (717/s) taken as the capacity in the
+// shadow (mutants36, session 36).
+func TestControllerFallNotInAStallShadow(t *testing.T) {
+	i := -1
+	ds := replayEdited(t, "cpp250-5x-fall.jsonl", 0, newCtl(t, ControllerConfig{Interval: 250 * time.Millisecond}), func(st *lag.State) {
+		if i++; i >= fallAt {
+			st.At = st.At.Add(500 * time.Millisecond)
+		}
+	})
+	if d := ds[fallAt]; d.Rule != RuleObserverStall || d.Capacity < 2000 {
+		t.Errorf("decision %d, 751 ms after the one before: %s at %.0f/s, capacity %.0f/s (%s), want %s keeping the estimate", fallAt, d.Rule, d.Rate, d.Capacity, d.Reason, RuleObserverStall)
+	}
+}
