@@ -389,6 +389,10 @@ type Phase struct {
 	// FalseThrottleSeconds, those in which every refusal was one of them.
 	RefusedAbove     int64
 	AboveOnlySeconds int
+	// MachineSeconds: of FalseThrottleSeconds, those the machine made:
+	// the consumer had work waiting and fell behind its capacity's
+	// schedule by the shortfall (see [MachineHeld]).
+	MachineSeconds int
 }
 
 // PhaseBounds returns the three phases of a run: before the drop [0,
@@ -408,6 +412,7 @@ func phases(scn Scenario, row Row, s *Series, offer float64, processed, refused,
 		below[i] = refused[i] - above[i]
 	}
 	kept := FalseThrottle(scn, s.Bin, processed, below)
+	machine := MachineHeld(scn, s.Bin, processed, s.ConsumerBehind, false1)
 	b := PhaseBounds(scn, row)
 	fill := func(p *Phase, b [2]time.Duration) {
 		from, to := int(b[0]/s.Bin), min(int(b[1]/s.Bin), s.Bins())
@@ -415,6 +420,7 @@ func phases(scn Scenario, row Row, s *Series, offer float64, processed, refused,
 			p.RefusedAbove += above[i]
 		}
 		p.AboveOnlySeconds = p.FalseThrottleSeconds - countIn(kept, b)
+		p.MachineSeconds = countIn(machine, b)
 	}
 	for k, name := range [3]string{"before", "slow", "after"} {
 		out[k] = phase(name, b[k], scn, s, offer, refused, false1)
@@ -486,14 +492,87 @@ func FalseThrottle(scn Scenario, bin time.Duration, processed, refused []int64) 
 	}
 	var out []int
 	for k := 0; (k+1)*per <= len(processed); k++ {
-		var p, rf int64
-		var capa float64
+		var rf int64
 		for i := k * per; i < (k+1)*per; i++ {
-			p += processed[i]
 			rf += refused[i]
-			capa += scn.Capacity(time.Duration(i)*bin+bin/2) * bin.Seconds()
 		}
-		if rf > 0 && float64(p) < 0.9*capa {
+		if p, capa := second(scn, bin, processed, k); rf > 0 && float64(p) < 0.9*capa {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// second returns what the consumer processed in the whole second k of
+// the run (processed is per bin of width bin) and what its capacity
+// allowed in it.
+func second(scn Scenario, bin time.Duration, processed []int64, k int) (p int64, capa float64) {
+	per := int(time.Second / bin)
+	for i := k * per; i < (k+1)*per; i++ {
+		p += processed[i]
+		capa += scn.Capacity(time.Duration(i)*bin+bin/2) * bin.Seconds()
+	}
+	return p, capa
+}
+
+// MachineHeld returns those of the false-throttle seconds secs (see
+// [FalseThrottle]) that the machine made: seconds in which the consumer
+// had work waiting and let it go later than a consumer at its capacity
+// would have, by enough to account for the shortfall. behind is the
+// consumer's lateness per bin (Series.ConsumerBehind: how late it let a
+// message go at worst, behind its capacity's schedule while work waited;
+// nil or empty when not measured, then none is the machine's). The
+// lateness adds up while work waits and restarts when the consumer runs
+// dry, so its growth over a second, from the last bin of the second
+// before in which the consumer processed anything to the last such bin
+// of this one (0 when it fell), is the time the machine took from a
+// consumer with work waiting; the second is the machine's when what it
+// processed plus that time at its capacity reaches the 90% FalseThrottle
+// asks. A consumer that idled in the second restarts its lateness and
+// has no growth to show. It is a pure function.
+//
+// Why: on 2 cores the consumer of a NATS row at 10x, its backlog a few
+// hundred messages all along, was late by 0.13-0.24 s more in each of
+// the 4 false-throttle seconds after the restore of
+// nats/ack-batch/sync/1s in session 35's matrix (1,514-1,766 processed
+// of 2,000): seconds in which it never idled.
+//
+// Example: capacity 2,000 msg/s, 1,700 processed and 5 refused, the
+// lateness 0.10 s at the end of the second before and 0.25 s at the end
+// of this one: 1,700 + 0.15 x 2,000 = 2,000 >= 1,800, the machine's.
+func MachineHeld(scn Scenario, bin time.Duration, processed []int64, behind []float64, secs []int) []int {
+	per := int(time.Second / bin)
+	if per < 1 || len(behind) == 0 || len(secs) == 0 {
+		return nil
+	}
+	// ends[k] is the lateness at the last bin of second k (or before)
+	// in which the consumer processed anything.
+	n := min(len(processed), len(behind)) / per
+	ends := make([]float64, n)
+	last := 0.0
+	for k := range n {
+		for i := k * per; i < (k+1)*per; i++ {
+			if processed[i] > 0 {
+				last = behind[i]
+			}
+		}
+		ends[k] = last
+	}
+	var out []int
+	for _, k := range secs {
+		if k >= n {
+			continue
+		}
+		grew := ends[k]
+		if k > 0 {
+			grew -= ends[k-1]
+		}
+		if grew <= 0 {
+			continue
+		}
+		p, capa := second(scn, bin, processed, k)
+		end := scn.Capacity(time.Duration((k+1)*per)*bin - bin/2)
+		if float64(p)+grew*end >= 0.9*capa {
 			out = append(out, k)
 		}
 	}

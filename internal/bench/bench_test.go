@@ -201,6 +201,36 @@ func TestAnalyze(t *testing.T) {
 			t.Errorf("false-throttle seconds %d, want 4 (unchanged by the split)", r.FalseThrottleSeconds)
 		}
 	})
+	t.Run("held back by the machine", func(t *testing.T) {
+		// Refused throughout. In second 0 the consumer processed 800 of
+		// its 1,000 while it fell 0.2 s further behind its capacity with
+		// work waiting (a NATS consumer's lateness): a false-throttle
+		// second the machine made. In the others it processed nothing.
+		s := series(c(50), c(0), func(i int) int64 {
+			if i < 10 {
+				return 80
+			}
+			return 0
+		}, c(0), func(int) float64 { return 0 })
+		s.ConsumerBehind = make([]float64, len(s.Refused[0]))
+		for i := range s.Refused[0] {
+			s.Refused[0][i] = 50
+			if i < 10 {
+				s.ConsumerBehind[i] = 0.02 * float64(i+1)
+			}
+		}
+		r := Analyze(scn, testRow, "k", ModeLagbridge, 5, s, Totals{})
+		if r.FalseThrottleSeconds != 4 || r.Phases[0].FalseThrottleSeconds != 1 {
+			t.Fatalf("false-throttle seconds %s", falseSeconds(r))
+		}
+		if got := machineSeconds(r); got != "1 / 0 / 0 / 0" {
+			t.Errorf("the machine's %q, want 1 / 0 / 0 / 0", got)
+		}
+		m := DefaultTargets(scn).Check(r, nil)
+		if !slices.Contains(m, "1 false-throttle seconds before the drop (1 with the consumer held back by the machine, work waiting)") {
+			t.Errorf("misses %q", m)
+		}
+	})
 	t.Run("no samples", func(t *testing.T) {
 		// A run the daemon never saw: head age and end lag unknown.
 		s := series(c(0), c(0), c(0), c(0), func(int) float64 { return math.NaN() })

@@ -299,6 +299,83 @@ func TestFalseThrottle(t *testing.T) {
 	}
 }
 
+// TestMachineHeld: of the false-throttle seconds, those in which the
+// consumer's lateness behind its capacity (work waiting) grew by the
+// shortfall are the machine's; a consumer that ran dry restarts its
+// lateness and shows none.
+func TestMachineHeld(t *testing.T) {
+	scn := testScenario() // 1,000 msg/s for 1s, 100 msg/s for 2s, 1,000 msg/s for 1s
+	bin := 100 * time.Millisecond
+	processed := make([]int64, 40)
+	for i := range processed {
+		processed[i] = 80 // 800 of 1,000
+	}
+	for i := 10; i < 30; i++ {
+		processed[i] = 8 // 80 of 100
+	}
+	for i := 30; i < 40; i++ {
+		processed[i] = 50 // 500 of 1,000
+	}
+	ramp := func(from, to float64) func(i int) float64 { // over bins 0-9 of a second
+		return func(i int) float64 { return from + (to-from)*float64(i+1)/10 }
+	}
+	cases := []struct {
+		name   string
+		behind func(i int) float64 // bin i's lateness; nil: not measured
+		want   []int
+	}{
+		// Second 0 fell 0.2 s further behind: 800 + 0.2 x 1,000 >= 900.
+		// Second 3 fell 0.1 s: 500 + 100 < 900, it idled too.
+		{"held back", func(i int) float64 {
+			switch {
+			case i < 10:
+				return ramp(0, 0.2)(i)
+			case i < 30:
+				return 0.2
+			}
+			return ramp(0.2, 0.3)(i - 30)
+		}, []int{0}},
+		// Second 0 fell 0.45 s behind (the machine's); second 2 0.05 s
+		// more, 5 messages' worth of its 100 msg/s: 80 + 5 < 90, not
+		// enough. Second 3's lateness fell from 0.5 s to 0.05 s (the
+		// consumer ran dry): none of it the machine's.
+		{"ran dry", func(i int) float64 {
+			switch {
+			case i < 10:
+				return ramp(0, 0.45)(i)
+			case i < 20:
+				return 0.45
+			case i < 30:
+				return ramp(0.45, 0.5)(i - 20)
+			}
+			return 0.05
+		}, []int{0}},
+		{"not measured", nil, nil},
+	}
+	refused := make([]int64, 40)
+	for i := range refused {
+		refused[i] = 1
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var behind []float64
+			if c.behind != nil {
+				behind = make([]float64, 40)
+				for i := range behind {
+					behind[i] = c.behind(i)
+				}
+			}
+			secs := FalseThrottle(scn, bin, processed, refused)
+			if !slices.Equal(secs, []int{0, 1, 2, 3}) {
+				t.Fatalf("false-throttle seconds %v", secs)
+			}
+			if got := MachineHeld(scn, bin, processed, behind, secs); !slices.Equal(got, c.want) {
+				t.Errorf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
 func TestPhaseBounds(t *testing.T) {
 	scn := DefaultScenario()
 	cases := []struct {
@@ -351,6 +428,13 @@ func TestTargetsCheck(t *testing.T) {
 			r.Phases[2] = Phase{Name: "after", Spare: true, AdmittedShare: 0.9, FalseThrottleSeconds: 3}
 			return r
 		}(), nil, []string{"2 false-throttle seconds before the drop", "3 false-throttle seconds after the restore", "admitted 90.0% of the offer after the restore"}},
+		// The machine's seconds are judged, and said.
+		{"false throttle, the machine's", func() Result {
+			r := good
+			r.FalseThrottleSeconds = 4
+			r.Phases[2] = Phase{Name: "after", Spare: true, AdmittedShare: 1, FalseThrottleSeconds: 4, MachineSeconds: 3}
+			return r
+		}(), nil, []string{"4 false-throttle seconds after the restore (3 with the consumer held back by the machine, work waiting)"}},
 		// False seconds in the slow phase and in the blind window after
 		// the restore (before one commit + one observation interval) are
 		// shown, not judged.

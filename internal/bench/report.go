@@ -56,7 +56,11 @@ func (t Targets) Check(lb Result, naive *Result) []string {
 	}
 	for _, p := range []Phase{lb.Phases[0], lb.Phases[2]} {
 		if p.FalseThrottleSeconds > 0 {
-			miss = append(miss, fmt.Sprintf("%d false-throttle seconds %s", p.FalseThrottleSeconds, phaseWords(p.Name)))
+			m := fmt.Sprintf("%d false-throttle seconds %s", p.FalseThrottleSeconds, phaseWords(p.Name))
+			if p.MachineSeconds > 0 {
+				m += fmt.Sprintf(" (%d with the consumer held back by the machine, work waiting)", p.MachineSeconds)
+			}
+			miss = append(miss, m)
 		}
 	}
 	for _, p := range []Phase{lb.Phases[0], lb.Phases[2]} {
@@ -153,6 +157,13 @@ func aboveRefused(r Result) string {
 func aboveSeconds(r Result) string {
 	return fmt.Sprintf("%d / %d / %d / %d", r.Phases[0].AboveOnlySeconds, r.Phases[1].AboveOnlySeconds,
 		r.Blind.AboveOnlySeconds, r.Phases[2].AboveOnlySeconds)
+}
+
+// machineSeconds is the false-throttle seconds the machine made (see
+// MachineHeld), per window.
+func machineSeconds(r Result) string {
+	return fmt.Sprintf("%d / %d / %d / %d", r.Phases[0].MachineSeconds, r.Phases[1].MachineSeconds,
+		r.Blind.MachineSeconds, r.Phases[2].MachineSeconds)
 }
 
 // shedReasons is what the SDK refused before sending, by reason
@@ -358,6 +369,7 @@ func detail(b *strings.Builder, scn Scenario, cols []Result) {
 	row("of which with the rate in force above the offer (the bucket's burst)", aboveRefused)
 	row("false-throttle seconds, before / slow / blind / after (whole run)", falseSeconds)
 	row("of which with only refusals above the offer", aboveSeconds)
+	row("of which with the consumer held back by the machine, work waiting (NATS rows)", machineSeconds)
 	row("admitted before the drop / after the restore, % of offered", func(r Result) string {
 		return pct(r.Phases[0].AdmittedShare) + " / " + pct(r.Phases[2].AdmittedShare)
 	})
