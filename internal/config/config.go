@@ -67,40 +67,49 @@ type Config struct {
 	// fine, a NATS consumer acking within it: lag.State.MovesWithin) (a
 	// target limited, or its wait above the engage threshold), or while
 	// a target read from the brokers that is fine by its acks (a NATS
-	// consumer acking within it) is unlimited but produced to 90% or more
-	// of the highest rate it was seen to consume (NearCapacity; any
-	// steadily acking consumer never seen faster counts: its cluster is
-	// then read at this cadence all the time, 4x the JetStream API calls
-	// at the defaults, on every replica without ha.shards), until it has
+	// consumer acking within it) or by Kafka commits that passed the
+	// trial below is unlimited but produced to 90% or more of the highest
+	// rate it was seen to consume (NearCapacity; any steady consumer
+	// never seen faster counts: its cluster is then read at this cadence
+	// all the time, 4x the readings at the defaults, 4x the JetStream API
+	// calls for NATS, on every replica without ha.shards), until it has
 	// not been for 8 cycles: a drop in the consumers' capacity is then
 	// seen in a quarter of the time. A cluster where a target read from
-	// commits made about once an interval is engaged keeps the interval,
-	// but for a trial of a few fast probes, read by the trial alone, when
-	// those commits moved at about every reading: a Kafka consumer whose
-	// commits move at least every third probe passes it and switches the
-	// cluster.
+	// commits made about once an interval is engaged, or near its
+	// capacity as above (NearCapacity), keeps the interval, but for a
+	// trial of a few fast probes, read by the trial alone, when those
+	// commits moved at about every reading: a Kafka consumer whose commits
+	// move at least every third probe passes it and switches the cluster;
+	// one that fails it (a 1 s auto-commit) is tried again after 4
+	// interval cycles, then 8, 16, 32 and 64 at most.
 	// Never faster than 4 times what the cluster's last observation took.
 	// Default max(250ms, interval/4); from 250ms to 1m; equal to or above
 	// the interval: off (every cycle at the interval). Env
 	// LAGBRIDGE_ENGAGEDINTERVAL. See EngagedCadence.
 	EngagedInterval time.Duration `mapstructure:"engagedInterval"`
-	// NearCapacity reads a NATS cluster at the engaged cadence while one
-	// of its unlimited targets that acks within it is produced to 90% or
-	// more of the highest rate it was seen to consume (see
-	// EngagedInterval): a drop of its consumers' capacity is seen within
-	// 250 ms rather than 1 s (nats/ack-each/sync/1s at 5x: p99 3.4-3.7 s
-	// -> 0.9-1.5 s, results.md, session 34, nearcap), at the cost of a
-	// standing 4x in JetStream API calls for a cluster whose acking
-	// consumers keep up (404/s instead of 101/s for 50 streams x 20
-	// consumers). false: such a cluster is read at the interval until a
+	// NearCapacity reads a cluster at the engaged cadence while one of
+	// its unlimited targets whose position moves within it (a NATS
+	// consumer acking within it, a Kafka consumer whose commits passed
+	// the engaged cadence's trial; not a consumer that reports) is
+	// produced to 90% or more of the highest rate it was seen to consume
+	// (see EngagedInterval), and tries a Kafka consumer whose commits
+	// moved at about every reading for it: a drop of its consumers'
+	// capacity is seen within 250 ms rather than 1 s
+	// (nats/ack-each/sync/1s at 5x: p99 3.4-3.7 s -> 0.9-1.5 s,
+	// results.md, session 34, nearcap; kafka/commit-per-poll/sync/1s at
+	// 5x: 3.9-4.3 s -> 0.9-2.6 s, session 36, nearkafka), at the cost of
+	// a standing 4x in readings for a cluster whose consumers keep up
+	// (404 JetStream API calls/s instead of 101/s for 50 streams x 20
+	// consumers; a Kafka cluster's readings, never more often than 4x
+	// what one takes) and, for a Kafka consumer that fails the trial (a
+	// 1 s auto-commit), 3-4 probes every 64 s once its waits have
+	// grown. false: such a cluster is read at the interval until a
 	// policy is engaged; the engaged cadence itself is kept. Default
 	// true; true with the engaged cadence off (engagedInterval not
 	// shorter than the interval) is refused. Env LAGBRIDGE_NEARCAPACITY.
 	// One setting for every cluster, as engagedInterval, whose cadence it
-	// chooses when to use: it asks only about NATS targets (a Kafka
-	// cluster is never read faster for it), and a NATS cluster's
-	// JetStream load has a bound of its own, nats[].infoInterval. See
-	// NearCapacityOn.
+	// chooses when to use; a NATS cluster's JetStream load has a bound of
+	// its own, nats[].infoInterval. See NearCapacityOn.
 	NearCapacity *bool `mapstructure:"nearCapacity"`
 	// ShutdownTimeout bounds the graceful shutdown. Default 10s.
 	ShutdownTimeout time.Duration `mapstructure:"shutdownTimeout"`

@@ -81,12 +81,20 @@ type Loop struct {
 	// NearCapacity, when set, reports whether one of the targets fine is
 	// unlimited but produced to near its capacity
 	// (engine.Engine.NearCapacity); it counts as Engaged for them. Asked
-	// only about the targets read from the brokers that are fine by their
-	// acks (a NATS consumer acking within the engaged interval), not by a
-	// commit cadence, which lag/ learns from the readings' own spacing: a
-	// Kafka commit-per-poll target learned 250 ms at the fast readings and
-	// kept its cluster fast for good. Nor those whose consumer reports: a report's
-	// position is the poll in hand, a standing queue of a poll's work
+	// about the targets read from the brokers that are fine by their acks
+	// (a NATS consumer acking within the engaged interval) and about the
+	// Kafka targets read from commits that passed the loop's trial (see
+	// engaged), while they count as fine; not about one fine only by a
+	// commit cadence learned at readings made fast for another target
+	// (lag/ learns it from the readings' own spacing). A Kafka trial
+	// candidate near its capacity starts the trial as an engaged one
+	// does: a consumer whose commits move at about every fast reading
+	// passes it and switches the cluster, one whose commits come about
+	// once a second (a 1 s auto-commit) fails it within trialMiss+1
+	// probes and waits trialWait cycles or more before the next
+	// (lagbridge bench kafka/commit-per-poll/sync/1s at 5x: p99 3.9-4.3 s
+	// -> 0.9-2.6 s; results.md, session 36, nearkafka). Nor those whose
+	// consumer reports: a report's position is the poll in hand, a standing queue of a poll's work
 	// (0.21 s for the bench's hook at 2,000 msg/s) that the faster
 	// readings' engage threshold (0.2 s at 250 ms) reads as saturated,
 	// and once engaged the target keeps the cluster fast (lagbridge
@@ -291,10 +299,14 @@ func (l *Loop) Run(ctx context.Context) error {
 // commits not move with work to commit; it passes at the trial's end,
 // and then counts as fine for trialCycles fast cycles and while its
 // cadence, learned at them, stays within about trialMiss engaged
-// intervals (passedFine). In a cluster already fast for a fine target
-// every trial reading is read: the target passes once its cadence is
-// learned fine (lag.State.MovesWithin) or at the end with one within
-// passedFine. A failed trial waits trialWait interval cycles or more
+// intervals (passedFine). A candidate no policy is engaged on but near
+// its capacity (NearCapacity) is tried the same way; once it passed, it
+// is asked again at each reading while it counts as fine (by passedFine
+// or by its cadence relearned within the engaged interval), so the
+// cluster stays fast while it stays near its capacity. In a cluster
+// already fast for a fine target every trial reading is read: the
+// target passes once its cadence is learned fine (lag.State.MovesWithin)
+// or at the end with one within passedFine. A failed trial waits trialWait interval cycles or more
 // before the next (see trial.fail). After the switch lag/ reads the
 // commits exactly while the cadence learned at the interval is not yet
 // relearned (partTrack.seenGap), and quota/ measures the first short
@@ -308,15 +320,26 @@ func (l *Loop) engaged(states []lag.State, tr *trial) (fine, coarse bool) {
 		switch {
 		case st.MovesWithin(l.EngagedInterval):
 			fs = append(fs, st.Target)
-			if st.Source != lag.SourceConsumer && st.AcksWithin(l.EngagedInterval) {
+			switch {
+			case st.Source == lag.SourceConsumer:
+			case st.AcksWithin(l.EngagedInterval):
 				// Fine by its acks, not by a commit cadence learned at
-				// the fast readings themselves (which would keep a
-				// steady Kafka commit-per-poll target fast for good).
+				// readings made fast for another target (lag/ learns it
+				// from their own spacing).
+				ns = append(ns, st.Target)
+			case ok || tr.onTrial(st.Target):
+				// Fine by commits that passed a trial (or pass it by
+				// this): it stays in passed, and NearCapacity is
+				// asked about it, while it counts as fine.
+				passed[st.Target] = max(grace-1, 0)
 				ns = append(ns, st.Target)
 			}
 		case ok && (grace > 0 || l.passedFine(st)):
 			passed[st.Target] = max(grace-1, 0)
 			fs = append(fs, st.Target)
+			if st.Source != lag.SourceConsumer {
+				ns = append(ns, st.Target)
+			}
 		case tr.on != nil && tr.onTrial(st.Target):
 			if tr.step(st) {
 				ts = append(ts, st.Target)
@@ -366,12 +389,16 @@ func (l *Loop) engaged(states []lag.State, tr *trial) (fine, coarse bool) {
 	case tr.wait > 0:
 		tr.wait--
 	}
-	fineEngaged := len(fs) > 0 && l.Engaged(fs) || len(ns) > 0 && l.NearCapacity != nil && l.NearCapacity(ns)
-	trialEngaged := len(ts) > 0 && l.Engaged(ts)
+	fineEngaged := len(fs) > 0 && l.Engaged(fs) || l.near(ns)
+	trialEngaged := len(ts) > 0 && (l.Engaged(ts) || l.near(ts))
 	if trialEngaged && tr.on == nil {
-		// Only the candidates a policy is engaged on: one without a
-		// policy whose commits stop must not fail the trial for them.
-		ts = slices.DeleteFunc(ts, func(t lag.Target) bool { return !l.Engaged([]lag.Target{t}) })
+		// Only the candidates a policy is engaged on, or near their
+		// capacity: one whose commits stop without either must not
+		// fail the trial for them.
+		ts = slices.DeleteFunc(ts, func(t lag.Target) bool {
+			one := []lag.Target{t}
+			return !l.Engaged(one) && !l.near(one)
+		})
 		tr.start(ts, states)
 		tr.probes = !fineEngaged
 	}
@@ -389,6 +416,11 @@ func (l *Loop) engaged(states []lag.State, tr *trial) (fine, coarse bool) {
 		tr.on, tr.probes = nil, false // read at the interval again: no trial
 	}
 	return fine, coarse
+}
+
+// near asks NearCapacity, when set, about ts (none: no).
+func (l *Loop) near(ts []lag.Target) bool {
+	return len(ts) > 0 && l.NearCapacity != nil && l.NearCapacity(ts)
 }
 
 // candidate reports whether st may be finer than the readings show: a

@@ -14,10 +14,14 @@ import (
 // position is the poll in hand, a standing queue the faster readings
 // would read as saturated), nor for coarse ones: asked only about the
 // acking target, a coarse target beside it cannot send the cluster back
-// to the interval. Red when NearCapacity is not asked (the acking target
-// alone: not fine), when it is asked about every fine target (the
-// reporting one: fine) and when it is asked about the coarse ones
-// (coarse).
+// to the interval. A Kafka target read from commits that moved at about
+// every 1 s reading (a trial candidate) is asked too, and a yes starts
+// its trial by probes (session 36, nearkafka); a reporting Kafka
+// consumer or one committing every 5 s is not asked. Red when
+// NearCapacity is not asked (the acking target alone: not fine), when it
+// is asked about every fine target (the reporting one: fine), when it is
+// asked about the coarse ones (coarse), and when a candidate is not
+// asked (no trial).
 func TestLoopNearCapacity(t *testing.T) {
 	tg := func(topic string) lag.Target {
 		return lag.Target{Kind: lag.KindNATS, Cluster: "c1", Topic: topic, Group: "g"}
@@ -29,6 +33,13 @@ func TestLoopNearCapacity(t *testing.T) {
 	// asked, it would keep the cluster fast for good once switched.
 	commits := lag.State{Target: lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "commits", Group: "g"},
 		CommitInterval: 250 * time.Millisecond}
+	kafka := func(topic string, src lag.Source, every time.Duration) lag.State {
+		return lag.State{Target: lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: topic, Group: "g"},
+			Source: src, CommitInterval: every}
+	}
+	candidate := kafka("candidate", lag.SourceCommits, time.Second)
+	kReporting := kafka("kreports", lag.SourceConsumer, time.Second)
+	k5s := kafka("k5s", lag.SourceCommits, 5*time.Second)
 	never := func([]lag.Target) bool { return false }
 	only := func(topic string) func([]lag.Target) bool {
 		return func(ts []lag.Target) bool {
@@ -47,6 +58,9 @@ func TestLoopNearCapacity(t *testing.T) {
 		{"commits at the fast readings, near its capacity", []lag.State{commits}, never, false, false},
 		{"acking near, coarse beside it", []lag.State{acking, coarse}, never, true, false},
 		{"reporting engaged, acking near, coarse beside them", []lag.State{reporting, acking, coarse}, only("reports"), true, false},
+		{"Kafka commits about every reading, near its capacity: a trial", []lag.State{candidate}, never, true, false},
+		{"Kafka reporting, near its capacity", []lag.State{kReporting}, never, false, false},
+		{"Kafka commits every 5 s, near its capacity", []lag.State{k5s}, never, false, false},
 	} {
 		var asked []lag.Target
 		near := func(ts []lag.Target) bool {
@@ -61,9 +75,12 @@ func TestLoopNearCapacity(t *testing.T) {
 			t.Errorf("%s: fine %v, coarse %v; want %v, %v", c.name, fine, coarseEngaged, c.wantFine, c.wantCoarse)
 		}
 		for _, a := range asked {
-			if a.Topic != "acks" {
+			if a.Topic != "acks" && a.Topic != "candidate" {
 				t.Errorf("%s: NearCapacity asked about %v", c.name, a)
 			}
+		}
+		if on := tr.onTrial(candidate.Target); on != slices.ContainsFunc(c.states, func(s lag.State) bool { return s.Target == candidate.Target }) || on && !tr.probes {
+			t.Errorf("%s: candidate on trial %v (by probes %v)", c.name, on, tr.probes)
 		}
 	}
 }

@@ -1,0 +1,71 @@
+package daemon
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// TestLoopNearCapacityKafkaTrial: a Kafka target read from commits, no
+// policy engaged on it but near its capacity (NearCapacity says yes),
+// starts the trial as an engaged one does (session 36, nearkafka). A
+// consumer that commits every 50 ms or 500 ms (a commit per poll) passes
+// it and keeps the cluster at the engaged interval while it stays near
+// (asked again about it once passed, while it counts as fine); a 1 s
+// auto-commit fails each trial within trialMiss+1 fast readings and waits
+// trialWait interval cycles, then twice that, before the next; a 5 s
+// auto-commit is never tried. Without the hook (nearCapacity: false), or
+// far below its capacity, none is ever read fast. Red before nearkafka
+// (the trial started only for an engaged policy: the 50 / 500 ms
+// committers never fast), when a passed target is not asked again (back
+// to the interval after engagedHold cycles, then a new trial), and when
+// one fine by its cadence relearned at the fast readings leaves passed
+// (the 50 ms committer, MovesWithin at 250 ms, then not asked).
+func TestLoopNearCapacityKafkaTrial(t *testing.T) {
+	const rate = 2000 // written per second
+	every := func(cadence time.Duration) func(time.Duration) int64 {
+		return func(at time.Duration) int64 {
+			last := at.Truncate(cadence) // the newest commit: at whole cadences
+			return int64((max(last, 0) - 500*time.Millisecond).Seconds() * rate)
+		}
+	}
+	never := func([]lag.Target) bool { return false }
+	always := func([]lag.Target) bool { return true }
+	loop := func(near func([]lag.Target) bool) *Loop {
+		return &Loop{Name: "c1", Kind: lag.KindKafka, Interval: time.Second, EngagedInterval: 250 * time.Millisecond,
+			Engaged: never, NearCapacity: near}
+	}
+	for _, cadence := range []time.Duration{50 * time.Millisecond, 500 * time.Millisecond} {
+		fast, tr := driveTrialLoop(t, loop(always), every(cadence), 80)
+		if n := count(fast, 30); n != 50 {
+			t.Errorf("%v commits, near: %d of the last 50 readings followed fast, want 50 (trial passed, still near); %v", cadence, n, fast)
+		}
+		if _, ok := tr.passed[lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "t", Group: "g"}]; !ok || tr.on != nil {
+			t.Errorf("%v commits, near: trial %+v, want passed", cadence, tr)
+		}
+		for name, near := range map[string]func([]lag.Target) bool{"no hook": nil, "far below": never} {
+			if fast, _ := driveTrialLoop(t, loop(near), every(cadence), 60); count(fast, 0) != 0 {
+				t.Errorf("%v commits, %s: %d readings followed fast, want none; %v", cadence, name, count(fast, 0), fast)
+			}
+		}
+	}
+
+	fast, tr := driveTrialLoop(t, loop(always), every(time.Second), 120)
+	fast1, gaps := runs(fast)
+	t.Logf("1 s auto-commit, near: fast runs %v, slow between %v; %v", fast1, gaps, fast)
+	checkTrials(t, "1 s auto-commit, near", fast1, 6)
+	for i := 1; i < len(gaps)-1; i++ { // the last one ends with the run
+		if gaps[i] < 2*gaps[i-1]-1 && gaps[i-1] < trialWaitMax {
+			t.Errorf("1 s auto-commit, near: slow runs between trials %v, want each about twice the one before (the backoff)", gaps)
+			break
+		}
+	}
+	if tr.backoff < 2*trialWait {
+		t.Errorf("1 s auto-commit, near: backoff %d after %d trials, want it grown", tr.backoff, len(fast1))
+	}
+
+	if fast, _ := driveTrialLoop(t, loop(always), every(5*time.Second), 60); count(fast, 0) != 0 {
+		t.Errorf("5 s auto-commit, near: %d readings followed fast, want none (never tried); %v", count(fast, 0), fast)
+	}
+}
