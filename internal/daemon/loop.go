@@ -315,6 +315,7 @@ func (l *Loop) engaged(states []lag.State, tr *trial) (fine, coarse bool) {
 	var fs, cs, ts, ns []lag.Target
 	var failed bool
 	passed := make(map[lag.Target]int, len(tr.passed))
+	near := make(map[lag.Target]bool, len(tr.near))
 	for _, st := range states {
 		grace, ok := tr.passed[st.Target]
 		switch {
@@ -327,17 +328,18 @@ func (l *Loop) engaged(states []lag.State, tr *trial) (fine, coarse bool) {
 				// readings made fast for another target (lag/ learns it
 				// from their own spacing).
 				ns = append(ns, st.Target)
-			case ok || tr.onTrial(st.Target):
+			case ok || tr.near[st.Target] || tr.onTrial(st.Target):
 				// Fine by commits that passed a trial (or pass it by
-				// this): it stays in passed, and NearCapacity is
-				// asked about it, while it counts as fine.
-				passed[st.Target] = max(grace-1, 0)
+				// this): NearCapacity is asked about it while it
+				// counts as fine.
+				near[st.Target] = true
 				ns = append(ns, st.Target)
 			}
 		case ok && (grace > 0 || l.passedFine(st)):
 			passed[st.Target] = max(grace-1, 0)
 			fs = append(fs, st.Target)
 			if st.Source != lag.SourceConsumer {
+				near[st.Target] = true
 				ns = append(ns, st.Target)
 			}
 		case tr.on != nil && tr.onTrial(st.Target):
@@ -353,7 +355,7 @@ func (l *Loop) engaged(states []lag.State, tr *trial) (fine, coarse bool) {
 			cs = append(cs, st.Target)
 		}
 	}
-	tr.passed = passed
+	tr.passed, tr.near = passed, near
 	switch {
 	case tr.on != nil && failed:
 		tr.fail()
@@ -456,6 +458,12 @@ type trial struct {
 	// count as fine before that (a trial by probes: lag/ learned their
 	// cadence at the interval's readings).
 	passed map[lag.Target]int
+	// near holds the targets read from commits that passed a trial and
+	// count as fine since (in passed, or their cadence relearned within
+	// the engaged interval): Loop.engaged asks NearCapacity about them.
+	// It only adds that question: passed and the rest of the rule are
+	// as for a target engaged.
+	near map[lag.Target]bool
 	// probes: the trial's readings between the interval's are probes,
 	// read by the trial alone (no fine target keeps the cycles fast):
 	// lag/ and the controller see the interval's readings as before, so
