@@ -328,18 +328,23 @@ func (l *Loop) engaged(states []lag.State, tr *trial) (fine, coarse bool) {
 				// readings made fast for another target (lag/ learns it
 				// from their own spacing).
 				ns = append(ns, st.Target)
-			case ok || tr.near[st.Target] || tr.onTrial(st.Target):
+			case ok || tr.isNear(st.Target) || tr.onTrial(st.Target):
 				// Fine by commits that passed a trial (or pass it by
 				// this): NearCapacity is asked about it while it
-				// counts as fine.
-				near[st.Target] = true
+				// counts as fine. One that passed a trial started by
+				// NearCapacity alone stays in passed too (see near).
+				sticky := tr.near[st.Target] || tr.onTrial(st.Target) && tr.byNear
+				near[st.Target] = sticky
+				if sticky {
+					passed[st.Target] = max(grace-1, 0)
+				}
 				ns = append(ns, st.Target)
 			}
 		case ok && (grace > 0 || l.passedFine(st)):
 			passed[st.Target] = max(grace-1, 0)
 			fs = append(fs, st.Target)
 			if st.Source != lag.SourceConsumer {
-				near[st.Target] = true
+				near[st.Target] = tr.near[st.Target]
 				ns = append(ns, st.Target)
 			}
 		case tr.on != nil && tr.onTrial(st.Target):
@@ -376,6 +381,7 @@ func (l *Loop) engaged(states []lag.State, tr *trial) (fine, coarse bool) {
 				// Passed by probes, its cadence not yet relearned:
 				// fine for trialCycles fast cycles while it is.
 				tr.passed[st.Target] = trialCycles
+				tr.markNear(st.Target)
 				fs = append(fs, st.Target)
 			} else {
 				cs = append(cs, st.Target)
@@ -403,6 +409,7 @@ func (l *Loop) engaged(states []lag.State, tr *trial) (fine, coarse bool) {
 		})
 		tr.start(ts, states)
 		tr.probes = !fineEngaged
+		tr.byNear = !l.Engaged(ts)
 	}
 	if fineEngaged {
 		tr.probes = false // the cycles are fast for a fine target: each is read
@@ -461,9 +468,18 @@ type trial struct {
 	// near holds the targets read from commits that passed a trial and
 	// count as fine since (in passed, or their cadence relearned within
 	// the engaged interval): Loop.engaged asks NearCapacity about them.
-	// It only adds that question: passed and the rest of the rule are
-	// as for a target engaged.
+	// True for one whose trial NearCapacity alone started (byNear): it
+	// stays in passed while its cadence is relearned within the engaged
+	// interval, so through a drop it counts as fine while passedFine
+	// (commits within about trialMiss fast readings) rather than as
+	// coarse once that cadence drifts past 1.5 engaged intervals; the
+	// cluster then stays fast through the slow phase (guard 5x: p99
+	// 0.96 / 1.52 s, against 3.32 s with main's rule for it, session 36,
+	// nearkafka). A trial a policy started keeps main's rule.
 	near map[lag.Target]bool
+	// byNear: the trial on was started by NearCapacity alone (no policy
+	// engaged on its targets).
+	byNear bool
 	// probes: the trial's readings between the interval's are probes,
 	// read by the trial alone (no fine target keeps the cycles fast):
 	// lag/ and the controller see the interval's readings as before, so
@@ -510,6 +526,21 @@ func (tr *trial) start(ts []lag.Target, states []lag.State) {
 			tr.on[st.Target] = &onTrial{pos: committed(st)}
 		}
 	}
+}
+
+// isNear reports whether NearCapacity is asked about t (see near).
+func (tr *trial) isNear(t lag.Target) bool {
+	_, ok := tr.near[t]
+	return ok
+}
+
+// markNear records that t passed the trial on: asked about (see near),
+// and sticky when the trial was started by NearCapacity alone.
+func (tr *trial) markNear(t lag.Target) {
+	if tr.near == nil {
+		tr.near = make(map[lag.Target]bool)
+	}
+	tr.near[t] = tr.near[t] || tr.byNear
 }
 
 func (tr *trial) onTrial(t lag.Target) bool {
@@ -578,6 +609,7 @@ func (tr *trial) probe(samples []lag.Sample) bool {
 		}
 		for t := range tr.on {
 			tr.passed[t] = trialCycles
+			tr.markNear(t)
 		}
 		tr.pass()
 	}

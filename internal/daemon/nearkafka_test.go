@@ -69,3 +69,35 @@ func TestLoopNearCapacityKafkaTrial(t *testing.T) {
 		t.Errorf("5 s auto-commit, near: %d readings followed fast, want none (never tried); %v", count(fast, 0), fast)
 	}
 }
+
+// TestTrialNearSticky: a Kafka target that passed a trial NearCapacity
+// alone started stays in passed while its cadence is relearned within
+// the engaged interval, and so through the drop counts as fine while it
+// is within passedFine (500 ms: the cluster stays fast, no new trial);
+// one whose trial a policy started keeps main's rule (it leaves passed
+// once fine by its cadence, and at 500 ms is tried again). Red when the
+// near-started target leaves passed (guard 5x: back to the interval in
+// the slow phase, p99 3.32 s against 0.96 / 1.52 s, session 36).
+func TestTrialNearSticky(t *testing.T) {
+	tg := lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "t", Group: "g"}
+	st := func(every time.Duration) []lag.State {
+		return []lag.State{{Target: tg, CommitInterval: every,
+			Partitions: []lag.PartitionState{{PartitionSample: lag.PartitionSample{End: 2000, Committed: 1000, Lag: 1000}}}}}
+	}
+	always := func([]lag.Target) bool { return true }
+	never := func([]lag.Target) bool { return false }
+	for _, byNear := range []bool{true, false} {
+		l := &Loop{Name: "c1", Kind: lag.KindKafka, Interval: time.Second, EngagedInterval: 250 * time.Millisecond,
+			Engaged: never, NearCapacity: always}
+		tr := trial{passed: map[lag.Target]int{tg: 0}, near: map[lag.Target]bool{tg: byNear}}
+		l.engaged(st(250*time.Millisecond), &tr) // fine by its relearned cadence
+		if _, ok := tr.passed[tg]; ok != byNear {
+			t.Errorf("trial started by near %v: in passed %v after a reading fine by its cadence, want %v", byNear, ok, byNear)
+		}
+		l.Engaged, l.NearCapacity = always, never // the drop: limited
+		fine, coarse := l.engaged(st(500*time.Millisecond), &tr)
+		if newTrial := tr.on != nil; !fine || coarse || newTrial == byNear {
+			t.Errorf("trial started by near %v: at 500 ms engaged: fine %v, coarse %v, a new trial %v; want fine, a new trial %v", byNear, fine, coarse, newTrial, !byNear)
+		}
+	}
+}
