@@ -1,0 +1,64 @@
+package daemon
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lagbridge/lagbridge/lag"
+)
+
+// nearLoop is a loop at 1 s, engaged at 250 ms, whose Engaged and
+// NearCapacity hooks say what *engaged and *near say at each call; asked
+// records whether NearCapacity was asked about tg since it was last reset.
+func nearLoop(tg lag.Target, engaged, near *bool, asked *bool) *Loop {
+	return &Loop{Name: "c1", Kind: lag.KindKafka, Interval: time.Second, EngagedInterval: 250 * time.Millisecond,
+		Engaged: func([]lag.Target) bool { return *engaged },
+		NearCapacity: func(ts []lag.Target) bool {
+			if slices.Contains(ts, tg) {
+				*asked = true
+			}
+			return *near
+		}}
+}
+
+// kafkaAt is a reading of tg read from commits (src SourceCommits) or
+// from its consumer's reports (SourceConsumer) whose commit cadence lag/
+// learned is every, committed at pos with 1,000 to commit.
+func kafkaAt(tg lag.Target, src lag.Source, every time.Duration, pos int64) []lag.State {
+	return []lag.State{{Target: tg, Source: src, CommitInterval: every,
+		Partitions: []lag.PartitionState{{PartitionSample: lag.PartitionSample{End: pos + 1000, Committed: pos, Lag: 1000}, CommittedLag: 1000}}}}
+}
+
+// TestTrialPolicyPassedStillAsked: a Kafka target whose trial a policy
+// started (not NearCapacity) and that passed it once its cadence was
+// relearned at the fast readings (a commit every 50 ms: MovesWithin) is
+// asked about by NearCapacity while it stays fine by that cadence, also
+// once the policy let go: near its capacity, the cluster stays fast.
+// Such a target is in near but not in passed (main's rule for a trial a
+// policy started). Red when the fine-by-cadence case does not take a
+// target in near (tr.isNear): the policy lets go and the cluster falls
+// back to the interval with the target still near (mutants36's survivor,
+// session 36).
+func TestTrialPolicyPassedStillAsked(t *testing.T) {
+	tg := lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "t", Group: "g"}
+	engaged, near, asked := true, false, false
+	l := nearLoop(tg, &engaged, &near, &asked)
+	var tr trial
+	l.engaged(kafkaAt(tg, lag.SourceCommits, time.Second, 1000), &tr) // a commit at about every 1 s reading: a candidate
+	if tr.on == nil || tr.byNear {
+		t.Fatalf("no trial a policy started: %+v", tr)
+	}
+	l.engaged(kafkaAt(tg, lag.SourceCommits, 50*time.Millisecond, 1500), &tr) // relearned at the fast readings
+	if _, in := tr.passed[tg]; tr.on != nil || in || !tr.isNear(tg) {
+		t.Fatalf("after a reading fine by its cadence: %+v, want passed, asked about, not kept in passed", tr)
+	}
+	engaged, near = false, true // the policy let go; produced near its capacity
+	for i := range 2 * engagedHold {
+		asked = false
+		fine, coarse := l.engaged(kafkaAt(tg, lag.SourceCommits, 50*time.Millisecond, int64(2000+500*i)), &tr)
+		if !fine || coarse || !asked {
+			t.Fatalf("reading %d after the policy let go, near its capacity: fine %v, coarse %v, NearCapacity asked %v; want fine, asked (trial %+v)", i+1, fine, coarse, asked, tr)
+		}
+	}
+}
