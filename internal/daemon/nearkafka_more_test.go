@@ -62,3 +62,55 @@ func TestTrialPolicyPassedStillAsked(t *testing.T) {
 		}
 	}
 }
+
+// TestTrialPolicyPassedNotSticky: a target whose trial a policy started
+// keeps main's rule however it passed: it leaves passed once its cadence
+// is relearned within the engaged interval, and when that cadence then
+// drifts to 500 ms (within passedFine, not MovesWithin at 250 ms) it is
+// a candidate again and a new trial starts (TestTrialNearSticky feeds
+// that state in; here the trial gets there). It passed either by moving
+// within the engaged interval during the trial, or by probes (its
+// cadence still the interval's: fine for trialCycles cycles, its grace)
+// and then a reading kept by that grace before the cadence is relearned.
+// Red when such a target is read as near-sticky: byNear's term in sticky
+// removed or byNear forced true (the first way), the grace case's near
+// value forced true (the second; mutants36's survivors, session 36).
+func TestTrialPolicyPassedNotSticky(t *testing.T) {
+	tg := lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "t", Group: "g"}
+	for _, how := range []string{"by its cadence", "by probes, then its grace"} {
+		engaged, near, asked := true, false, false
+		l := nearLoop(tg, &engaged, &near, &asked)
+		var tr trial
+		l.engaged(kafkaAt(tg, lag.SourceCommits, time.Second, 1000), &tr)
+		if tr.on == nil || tr.byNear {
+			t.Fatalf("%s: no trial a policy started: %+v", how, tr)
+		}
+		pos := int64(1000)
+		if how == "by its cadence" {
+			pos += 500
+			l.engaged(kafkaAt(tg, lag.SourceCommits, 50*time.Millisecond, pos), &tr)
+		} else {
+			for range trialCycles { // moves at every reading, the cadence still 1 s
+				pos += 500
+				l.engaged(kafkaAt(tg, lag.SourceCommits, time.Second, pos), &tr)
+			}
+			if tr.on != nil || tr.passed[tg] != trialCycles {
+				t.Fatalf("%s: not passed with a grace after %d readings that moved: %+v", how, trialCycles, tr)
+			}
+			pos += 500
+			if fine, _ := l.engaged(kafkaAt(tg, lag.SourceCommits, time.Second, pos), &tr); !fine || tr.near[tg] {
+				t.Errorf("%s: the reading after the pass: fine %v, trial %+v; want fine by its grace, not near-sticky", how, fine, tr)
+			}
+			pos += 500
+			l.engaged(kafkaAt(tg, lag.SourceCommits, 250*time.Millisecond, pos), &tr) // relearned
+		}
+		if _, in := tr.passed[tg]; tr.on != nil || in || tr.near[tg] {
+			t.Errorf("%s: once fine by its cadence: %+v, want passed, out of passed, not near-sticky", how, tr)
+		}
+		pos += 500
+		fine, coarse := l.engaged(kafkaAt(tg, lag.SourceCommits, 500*time.Millisecond, pos), &tr)
+		if !fine || coarse || tr.on == nil {
+			t.Errorf("%s: at a 500 ms cadence, engaged: fine %v, coarse %v, trial %+v; want a new trial (main's rule)", how, fine, coarse, tr)
+		}
+	}
+}
