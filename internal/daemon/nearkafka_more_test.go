@@ -114,3 +114,32 @@ func TestTrialPolicyPassedNotSticky(t *testing.T) {
 		}
 	}
 }
+
+// TestTrialReportedNotAsked: a Kafka target that passed a trial
+// NearCapacity alone started (near-sticky) and whose consumer then
+// reports (its reports fresh: Source SourceConsumer, fine by them) is no
+// longer asked about by NearCapacity: a report's position is the poll in
+// hand, a standing queue the engaged threshold reads as saturated
+// (kafka/hook/sync/1s at 5x, session 34, nearcap). The cluster keeps the
+// interval unless a policy is engaged, and the target leaves passed and
+// near. Red when the fine-by-cadence case takes a reported source
+// (mutants36's survivor, session 36).
+func TestTrialReportedNotAsked(t *testing.T) {
+	tg := lag.Target{Kind: lag.KindKafka, Cluster: "c1", Topic: "t", Group: "g"}
+	engaged, near, asked := false, true, false
+	l := nearLoop(tg, &engaged, &near, &asked)
+	var tr trial
+	l.engaged(kafkaAt(tg, lag.SourceCommits, time.Second, 1000), &tr)
+	if tr.on == nil || !tr.byNear {
+		t.Fatalf("no trial NearCapacity started: %+v", tr)
+	}
+	l.engaged(kafkaAt(tg, lag.SourceCommits, 50*time.Millisecond, 1500), &tr)
+	if _, in := tr.passed[tg]; tr.on != nil || !in || !tr.near[tg] {
+		t.Fatalf("after a reading fine by its cadence: %+v, want passed, near-sticky", tr)
+	}
+	asked = false
+	fine, coarse := l.engaged(kafkaAt(tg, lag.SourceConsumer, 50*time.Millisecond, 2000), &tr)
+	if _, in := tr.passed[tg]; fine || coarse || asked || in || tr.isNear(tg) {
+		t.Errorf("its consumer reporting: fine %v, coarse %v, NearCapacity asked %v, trial %+v; want not fine, not asked, out of passed and near", fine, coarse, asked, tr)
+	}
+}
