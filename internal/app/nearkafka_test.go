@@ -62,17 +62,7 @@ func TestNearCapacityKafka(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var wg sync.WaitGroup
-			defer wg.Wait()
-			defer cancel()
-			wg.Go(func() {
-				if err := a.Run(ctx); err != nil {
-					t.Errorf("run: %v", err)
-				}
-			})
-			updates, unsub := a.Store.Subscribe()
-			defer unsub()
-
+			// The clients close after the goroutines using them have stopped.
 			prod, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic(topic))
 			if err != nil {
 				t.Fatal(err)
@@ -84,6 +74,17 @@ func TestNearCapacityKafka(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cl.Close()
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer cancel()
+			wg.Go(func() {
+				if err := a.Run(ctx); err != nil {
+					t.Errorf("run: %v", err)
+				}
+			})
+			updates, unsub := a.Store.Subscribe()
+			defer unsub()
+
 			wg.Go(func() { // the producer: one record every 5 ms
 				tick := time.NewTicker(5 * time.Millisecond)
 				defer tick.Stop()
