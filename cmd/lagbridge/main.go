@@ -155,8 +155,22 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintf(stdout, "warning: %s\n", w)
 	}
-	fmt.Fprintf(stdout, "config ok: %d kafka and %d nats cluster(s), interval %s, listen %s (%s)\n", len(cfg.Kafka), len(cfg.NATS), cfg.Interval, cfg.Listen, exposure(cfg))
+	fmt.Fprintf(stdout, "config ok: %d kafka and %d nats cluster(s), interval %s (%s), listen %s (%s)\n", len(cfg.Kafka), len(cfg.NATS), cfg.Interval, cadence(cfg), cfg.Listen, exposure(cfg))
 	return 0
+}
+
+// cadence says when the clusters are read faster than the interval (the
+// engaged cadence, and whether nearCapacity uses it): what sets the
+// daemon's read load on the brokers.
+func cadence(cfg config.Config) string {
+	e := cfg.EngagedCadence()
+	switch {
+	case e >= cfg.Interval:
+		return "engaged cadence off"
+	case cfg.NearCapacityOn():
+		return fmt.Sprintf("engaged %s, also near capacity", e)
+	}
+	return fmt.Sprintf("engaged %s, not near capacity", e)
 }
 
 // exposure says in a few words how the daemon is reached and what the

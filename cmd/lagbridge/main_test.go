@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lagbridge/lagbridge/internal/config"
 	"github.com/lagbridge/lagbridge/internal/testpki"
 	"github.com/lagbridge/lagbridge/internal/testutil"
 )
@@ -222,7 +223,7 @@ metrics: {producerGrants: true}
 		t.Fatalf("risky but valid: exit %d\n%s", code, stderr)
 	}
 	for _, want := range []string{"warning: kafka[0].tls.insecureSkipVerify", "warning: quota.auth.mode: none on :9464", "warning: metrics.producerGrants",
-		"config ok", "listen :9464 (http, quota protocol open (quota.auth.mode: none))"} {
+		"config ok", "interval 1s (engaged 250ms, also near capacity)", "listen :9464 (http, quota protocol open (quota.auth.mode: none))"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("missing %q in:\n%s", want, stdout)
 		}
@@ -383,5 +384,24 @@ func TestConsoleClientTLS(t *testing.T) {
 				t.Errorf("exit %d, want %d with %q:\n%s%s", code, c.code, c.want, stdout, stderr)
 			}
 		})
+	}
+}
+
+// TestCheckCadence: `lagbridge check` says when the clusters are read
+// faster than the interval, and whether nearCapacity does so.
+func TestCheckCadence(t *testing.T) {
+	off := false
+	for _, c := range []struct {
+		cfg  config.Config
+		want string
+	}{
+		{config.Config{Interval: time.Second}, "engaged 250ms, also near capacity"},
+		{config.Config{Interval: time.Second, NearCapacity: &off}, "engaged 250ms, not near capacity"},
+		{config.Config{Interval: 4 * time.Second}, "engaged 1s, also near capacity"},
+		{config.Config{Interval: time.Second, EngagedInterval: time.Second}, "engaged cadence off"},
+	} {
+		if got := cadence(c.cfg); got != c.want {
+			t.Errorf("cadence(interval %v, engagedInterval %v, nearCapacity %v) = %q, want %q", c.cfg.Interval, c.cfg.EngagedInterval, c.cfg.NearCapacity, got, c.want)
+		}
 	}
 }
