@@ -43,10 +43,36 @@ func client(tb testing.TB, addr string, opts ...kgo.Opt) *kgo.Client {
 func createTopic(tb testing.TB, addr, topic string, partitions int32, configs map[string]*string) {
 	tb.Helper()
 	adm := kadm.NewClient(client(tb, addr))
-	resp, err := adm.CreateTopic(ctxT(tb, 30*time.Second), partitions, 1, configs, topic)
+	ctx := ctxT(tb, 30*time.Second)
+	resp, err := adm.CreateTopic(ctx, partitions, 1, configs, topic)
 	if err != nil || resp.Err != nil {
 		tb.Fatalf("create topic %s: %v %v", topic, err, resp.Err)
 	}
+	// Wait until the broker's metadata shows a leader for every partition:
+	// a produce right after CreateTopics can read UNKNOWN_TOPIC_OR_PARTITION
+	// past franz-go's few retries on a busy machine (CI at 134fbc7:
+	// TestRealKafkaAbandonedGroup's first produce, 1.25 s after the start).
+	for {
+		ts, err := adm.ListTopics(ctx, topic)
+		if d, ok := ts[topic]; err == nil && ok && d.Err == nil && int32(len(d.Partitions)) == partitions && leadersElected(d) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("create topic %s: no leader for every partition within 30s: %v", topic, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// leadersElected reports whether every partition of d has a leader.
+func leadersElected(d kadm.TopicDetail) bool {
+	for _, p := range d.Partitions {
+		if p.Err != nil || p.Leader < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // produce writes n records to partition p with timestamps ts(i).
