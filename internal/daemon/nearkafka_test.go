@@ -23,13 +23,6 @@ import (
 // one fine by its cadence relearned at the fast readings is not asked
 // (the 50 ms committer, MovesWithin at 250 ms).
 func TestLoopNearCapacityKafkaTrial(t *testing.T) {
-	const rate = 2000 // written per second
-	every := func(cadence time.Duration) func(time.Duration) int64 {
-		return func(at time.Duration) int64 {
-			last := at.Truncate(cadence) // the newest commit: at whole cadences
-			return int64((max(last, 0) - 500*time.Millisecond).Seconds() * rate)
-		}
-	}
 	never := func([]lag.Target) bool { return false }
 	always := func([]lag.Target) bool { return true }
 	loop := func(near func([]lag.Target) bool) *Loop {
@@ -37,7 +30,7 @@ func TestLoopNearCapacityKafkaTrial(t *testing.T) {
 			Engaged: never, NearCapacity: near}
 	}
 	for _, cadence := range []time.Duration{50 * time.Millisecond, 500 * time.Millisecond} {
-		fast, tr := driveTrialLoop(t, loop(always), every(cadence), 80)
+		fast, tr := driveTrialLoop(t, loop(always), commitsSteady(cadence), 80)
 		if n := count(fast, 30); n != 50 {
 			t.Errorf("%v commits, near: %d of the last 50 readings followed fast, want 50 (trial passed, still near); %v", cadence, n, fast)
 		}
@@ -45,13 +38,13 @@ func TestLoopNearCapacityKafkaTrial(t *testing.T) {
 			t.Errorf("%v commits, near: trial %+v, want passed and asked about", cadence, tr)
 		}
 		for name, near := range map[string]func([]lag.Target) bool{"no hook": nil, "far below": never} {
-			if fast, _ := driveTrialLoop(t, loop(near), every(cadence), 60); count(fast, 0) != 0 {
+			if fast, _ := driveTrialLoop(t, loop(near), commitsSteady(cadence), 60); count(fast, 0) != 0 {
 				t.Errorf("%v commits, %s: %d readings followed fast, want none; %v", cadence, name, count(fast, 0), fast)
 			}
 		}
 	}
 
-	fast, tr := driveTrialLoop(t, loop(always), every(time.Second), 120)
+	fast, tr := driveTrialLoop(t, loop(always), commitsSteady(time.Second), 120)
 	fast1, gaps := runs(fast)
 	t.Logf("1 s auto-commit, near: fast runs %v, slow between %v; %v", fast1, gaps, fast)
 	checkTrials(t, "1 s auto-commit, near", fast1, 6)
@@ -65,7 +58,7 @@ func TestLoopNearCapacityKafkaTrial(t *testing.T) {
 		t.Errorf("1 s auto-commit, near: backoff %d after %d trials, want it grown", tr.backoff, len(fast1))
 	}
 
-	if fast, _ := driveTrialLoop(t, loop(always), every(5*time.Second), 60); count(fast, 0) != 0 {
+	if fast, _ := driveTrialLoop(t, loop(always), commitsSteady(5*time.Second), 60); count(fast, 0) != 0 {
 		t.Errorf("5 s auto-commit, near: %d readings followed fast, want none (never tried); %v", count(fast, 0), fast)
 	}
 }

@@ -94,15 +94,8 @@ func checkTrials(t *testing.T, name string, runs []int, most int) {
 // cycles), without the wait (a trial after every failure), and when a
 // passed target is not kept fine after the trial (the 500 ms one).
 func TestLoopEngagedTrial(t *testing.T) {
-	const rate = 2000 // written per second
-	every := func(cadence time.Duration) func(time.Duration) int64 {
-		return func(at time.Duration) int64 {
-			last := at.Truncate(cadence) // the newest commit: at whole cadences
-			return int64((max(last, 0) - 500*time.Millisecond).Seconds() * rate)
-		}
-	}
 	for _, cadence := range []time.Duration{50 * time.Millisecond, 500 * time.Millisecond} {
-		fast, tr := driveTrial(t, every(cadence), 60)
+		fast, tr := driveTrial(t, commitsSteady(cadence), 60)
 		if n := count(fast, 30); n != 30 {
 			t.Errorf("%v commits: %d of the last 30 readings followed fast, want 30 (trial passed); %v", cadence, n, fast)
 		}
@@ -111,12 +104,12 @@ func TestLoopEngagedTrial(t *testing.T) {
 		}
 	}
 
-	fast, _ := driveTrial(t, every(time.Second), 60)
+	fast, _ := driveTrial(t, commitsSteady(time.Second), 60)
 	fastRuns, _ := runs(fast)
 	t.Logf("1 s auto-commit: fast runs %v; %v", fastRuns, fast)
 	checkTrials(t, "1 s auto-commit", fastRuns, 5)
 
-	fast, _ = driveTrial(t, every(5*time.Second), 60)
+	fast, _ = driveTrial(t, commitsSteady(5*time.Second), 60)
 	if n := count(fast, 0); n != 0 {
 		t.Errorf("5 s auto-commit: %d readings followed fast, want none (never tried); %v", n, fast)
 	}
@@ -210,4 +203,9 @@ func TestLoopTrialProbesNotFed(t *testing.T) {
 			t.Errorf("fed reading %d came %v after the one before, want at most %v: a failed probe delayed the interval's reading", i, gap, interval+2*fast)
 		}
 	}
+}
+
+// commitsSteady is commitsEvery at one cadence throughout.
+func commitsSteady(cadence time.Duration) func(time.Duration) int64 {
+	return commitsEvery(func(time.Duration) time.Duration { return cadence })
 }
