@@ -144,8 +144,11 @@ func TestRealKafkaClientQuotaCutBounded(t *testing.T) {
 					t.Fatal(err)
 				}
 				cur, _ := publish.NewClientQuotas(client(t, addr), testLogger(t)).Current(ctxT(t, 10*time.Second))
-				t.Logf("t=%2ds rate %g: stored %.0f B/s; records stored so far %d; longest throttle %s",
-					i, rate, cur[id], stored.Load(), time.Duration(m.ns.Load()))
+				// The step and its time since t0, the clock of the throttles
+				// listed below (the steps drift from whole seconds: each
+				// publish takes its time, more under load).
+				t.Logf("step %2d, t=%4.1fs, rate %g: stored %.0f B/s; records stored so far %d; longest throttle %s",
+					i, time.Since(time.Unix(0, m.t0.Load())).Seconds(), rate, cur[id], stored.Load(), time.Duration(m.ns.Load()))
 				time.Sleep(time.Second)
 			}
 			m.mu.Lock()
@@ -157,6 +160,9 @@ func TestRealKafkaClientQuotaCutBounded(t *testing.T) {
 			// before and after it held the shared client.id 7.4 s once
 			// (3.6 s in the other runs): the steps down to 0 reach
 			// quotas Kafka's rule turns into holds of several intervals.
+			// CI at 600ceeb held the 60 s case 10.164 s 11 s after a
+			// burst, as the burst left the steering's span while Kafka
+			// still counted it (Steering.mayHoldFloor, cutflake37).
 			if l := time.Duration(m.ns.Load()); l >= 10*time.Second {
 				t.Errorf("%d producer(s) of one client.id cut to 0 were throttled %s at one response, want under 10 s (issue 17)", c.procs, l)
 			}
