@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -188,20 +189,28 @@ func (f *stopSource) Observe(context.Context) ([]lag.Sample, error) {
 func TestLoopTrialProbesNotFed(t *testing.T) {
 	const interval, fast = 100 * time.Millisecond, 25 * time.Millisecond // runLoop's
 	src := &stopSource{moving: 4}
-	fed, _ := runLoop(t, src, func([]lag.Target) bool { return true }, 25)
+	fed, _ := runLoop(t, src, func([]lag.Target) bool { return true }, 40)
 	src.mu.Lock()
 	reads := src.reads
 	src.mu.Unlock()
 	if reads <= len(fed) {
 		t.Errorf("%d readings, %d of them fed: want probes besides (a trial at least)", reads, len(fed))
 	}
+	var late []string
 	for i := 1; i < len(fed); i++ {
 		if gap := fed[i].Sub(fed[i-1]); gap < interval-fast/2-5*time.Millisecond {
 			t.Errorf("fed reading %d came %v after the one before, want at least %v: a probe reached the controller", i, gap, interval-fast/2)
 		}
 		if gap := fed[i].Sub(fed[i-1]); gap > interval+2*fast {
-			t.Errorf("fed reading %d came %v after the one before, want at most %v: a failed probe delayed the interval's reading", i, gap, interval+2*fast)
+			late = append(late, fmt.Sprintf("reading %d after %v", i, gap.Round(time.Millisecond)))
 		}
+	}
+	// A failed probe that delays the interval's reading does so at every
+	// failed trial (3 of 40 readings, each ~interval+3*fast after the one
+	// before); one late gap is the machine's (a 154 ms one was seen beside
+	// busy loops), so one is let through.
+	if len(late) > 1 {
+		t.Errorf("%d fed readings came more than %v after the one before (%v): a failed probe delayed the interval's reading", len(late), interval+2*fast, late)
 	}
 }
 
