@@ -33,7 +33,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	kafkaAddr := fs.StringSlice("kafka", nil, "run the Kafka rows on this real cluster (seed broker addresses) instead of embedded kfake")
 	natsURL := fs.String("nats", "", "run the NATS rows on this real server (JetStream enabled) instead of an embedded one")
 	strict := fs.Bool("strict", false, "exit 3 when a lagbridge run misses a target of issue 12")
-	phase := fs.String("phase", "", "start each run's consumer (and its commit timer) this long after one of the daemon's observation cycles (e.g. 450ms, modulo the row's interval), or at a phase drawn at random for each run (random); default: at once once the daemon is ready")
+	phase := fs.String("phase", "", "start each run's consumer (and its commit timer) this long after one of the daemon's observation cycles (e.g. 450ms, modulo the row's interval), or at a phase drawn at random once for each cell, the same for its naive and lagbridge runs (random); default: at once once the daemon is ready")
 	verbose := fs.Bool("verbose", false, "print the daemon's and the SDK's logs")
 	hot := fs.Bool("hot-partition", false, "run the hot-partition scenario instead of the matrix: 6 partitions, partition 0's consumer 100x slower, keyless and keyed producers, naive and lagbridge (on kfake, or on --kafka); --scale multiplies its 60s runs")
 	hotInterval := fs.Duration("hot-interval", time.Second, "the daemon's observation interval in the hot-partition scenario")
