@@ -126,8 +126,12 @@ type Policy struct {
 	// Zero by default; must be < MaxAge.
 	ProcessingTime time.Duration `json:"processingTime,omitempty" mapstructure:"processingTime"`
 	// MinRate is a floor in messages per second: the controller never
-	// allows less than this in total (not even under stop), and the
-	// allocator splits it across the producers by weight. Zero by
+	// sets a rate below this in total, and the allocator splits it
+	// across the producers by weight. Under stop (RuleHardAge,
+	// RuleConsumerStopped) the leases carry it as their rate, but the
+	// SDK admits nothing while a lease says stop (ErrStop); only a
+	// Kafka client quota (kafkaClientQuota), which is set from the
+	// rate, lets producers without the SDK send it then. Zero by
 	// default: the rate may be cut to nothing.
 	MinRate float64 `json:"minRate,omitempty" mapstructure:"minRate"`
 	// Producers lists producers with their weight and criticality.
