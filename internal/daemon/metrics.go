@@ -49,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer, store *Store) *Metrics {
 		}, []string{"cluster"}),
 		fastCycles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lagbridge_observe_engaged_cycles_total",
-			Help: "Observation cycles of a cluster followed by the next sooner than the interval (at the engaged interval, or 4 times what the observation took when that is longer), because a policy was engaged on the cluster (a target limited or its wait above the engage threshold) or was until a few cycles before.",
+			Help: "Observation cycles of a cluster followed by the next sooner than the interval (at the engaged interval, or 4 times what the observation took when that is longer), because a policy was engaged on the cluster (a target limited or its wait above the engage threshold) or was until a few cycles before, an unlimited target was near its capacity (nearCapacity), or a Kafka target's trial of the engaged cadence was probing.",
 		}, []string{"cluster"}),
 		lagDesc: prometheus.NewDesc("lagbridge_consumer_lag_messages", "Unconsumed messages of a consumer group (Kafka) or consumer (NATS: pending plus ack pending).", targetLabels, nil),
 		ageDesc: prometheus.NewDesc("lagbridge_head_age_seconds", "Age of the oldest unconsumed message.", targetLabels, nil),
