@@ -30,6 +30,7 @@ import (
 
 	"github.com/lagbridge/lagbridge/internal/daemon"
 	"github.com/lagbridge/lagbridge/internal/history"
+	"github.com/lagbridge/lagbridge/lag"
 	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 	"github.com/lagbridge/lagbridge/quota"
 )
@@ -201,6 +202,45 @@ func (c *Client) readiness(ctx context.Context) string {
 type quotas struct {
 	Targets   []quota.Decision      `json:"targets"`
 	Producers []quotaproto.LeaseSet `json:"producers"`
+	Policies  []quota.Policy        `json:"policies"`
+}
+
+// clientQuota reports whether the daemon sets a Kafka client quota from
+// the rate of policy's decisions on a topic of kind: the policy sets
+// kafkaClientQuota, enforces, and lists producer (with producer "", any
+// producer). known is false when the policies could not be read (ps nil).
+func clientQuota(ps []quota.Policy, kind lag.Kind, policy, producer string) (quoted, known bool) {
+	if ps == nil {
+		return false, false
+	}
+	i := slices.IndexFunc(ps, func(p quota.Policy) bool { return p.Name == policy })
+	if i < 0 || kind != lag.KindKafka {
+		return false, true
+	}
+	p := ps[i]
+	listed := slices.ContainsFunc(p.Producers, func(s quota.ProducerSpec) bool { return producer == "" || s.ID == producer })
+	return p.KafkaClientQuota && p.Mode != quota.ModeAdvise && listed, true
+}
+
+// granted is rate r under signal as the SDK's producers get it, for
+// humans. Under stop the SDK admits nothing whatever the rate (ErrStop,
+// producerclient): the rate, the policy's minRate, reaches only a Kafka
+// client quota (kafkaClientQuota, for producers without the SDK), said
+// beside it where one is set (quoted) or, when the policies could not be
+// read (!known), where one may be. Before, status showed "20/s" and why
+// "-> 20/s, stop" for a minRate: 20 policy whose SDK producers delivered
+// nothing (newuser7, session 37).
+func granted(r float64, signal string, quoted, known bool) string {
+	if signal != quota.SignalStop.String() || r == 0 {
+		return rate(r)
+	}
+	switch {
+	case !known:
+		return "0/s (client quota, if set: " + rate(r) + ")"
+	case quoted:
+		return "0/s (client quota " + rate(r) + ")"
+	}
+	return "0/s"
 }
 
 // Status writes a compact view of the daemon: its clusters, every target
@@ -258,7 +298,8 @@ func Status(ctx context.Context, c *Client, w io.Writer) error {
 		}
 		allowed, signal, rule := "no quota", "-", "-"
 		if d, ok := decisions[t.Target.String()]; ok {
-			allowed, signal, rule = rate(d.Rate), d.Signal.String(), d.Rule.String()
+			quoted, known := clientQuota(q.Policies, t.Target.Kind, d.Policy, "")
+			allowed, signal, rule = granted(d.Rate, d.Signal.String(), quoted, known), d.Signal.String(), d.Rule.String()
 		}
 		st := string(t.Status)
 		if t.UncommittedPartitions > 0 {
@@ -283,7 +324,7 @@ func Status(ctx context.Context, c *Client, w io.Writer) error {
 		for _, l := range set.Leases {
 			r := "unlimited"
 			if l.Rate != nil {
-				r = rate(*l.Rate)
+				r = granted(*l.Rate, l.Signal, leaseQuoted(q, set.Producer, l.Topic), true)
 			}
 			retry, avoid, mode := "-", "-", "enforce"
 			if l.RetryAfterMs > 0 {
@@ -303,6 +344,16 @@ func Status(ctx context.Context, c *Client, w io.Writer) error {
 		fmt.Fprintln(tw, "(no producer has reported)")
 	}
 	return tw.Flush()
+}
+
+// leaseQuoted reports whether producer's lease on topic (a name: leases
+// name no cluster) gets a Kafka client quota: a Kafka target of that
+// topic is decided by a policy that sets one for producer.
+func leaseQuoted(q quotas, producer, topic string) bool {
+	return slices.ContainsFunc(q.Targets, func(d quota.Decision) bool {
+		quoted, _ := clientQuota(q.Policies, d.Target.Kind, d.Policy, producer)
+		return d.Target.Topic == topic && quoted
+	})
 }
 
 // shards writes which replica observes which shards of each cluster, one
@@ -375,8 +426,12 @@ func Why(ctx context.Context, c *Client, w io.Writer, producer string, since tim
 	if resp.Dropped > 0 {
 		fmt.Fprintf(w, "note: the log dropped its %d oldest events (history.events)\n", resp.Dropped)
 	}
+	var q quotas
+	if len(resp.Events) > 0 && c.get(ctx, "/v1/quotas", &q) == nil && q.Policies == nil {
+		q.Policies = []quota.Policy{} // read: no policy
+	}
 	for _, e := range resp.Events {
-		fmt.Fprintln(w, Line(e))
+		fmt.Fprintln(w, line(e, q.Policies, producer))
 	}
 	if len(resp.Events) == 0 {
 		fmt.Fprintf(w, "no decision cut, released or signalled %s in that time\n", producer)
@@ -416,13 +471,23 @@ func unknownProducer(ctx context.Context, c *Client, w io.Writer, producer strin
 // Line is one event in words:
 //
 //	04:12:04.120 cut     kafka/demo-kafka/orders  1000/s -> 0/s, slow-down  rule drain: lag 3400, head age 3.40s, capacity 400/s, predicted wait 8.50s, budget 2s
-func Line(e history.Event) string {
+//
+// A rate under stop reads as what the SDK admits, none (see granted); the
+// policies are not known here, so a Kafka client quota under stop is
+// named as one that may be set. Why, which reads the policies, says
+// whether it is.
+func Line(e history.Event) string { return line(e, nil, "") }
+
+// line is Line with the daemon's policies (nil: not known) and the
+// producer why is about ("": any).
+func line(e history.Event, ps []quota.Policy, producer string) string {
+	quoted, known := clientQuota(ps, e.Topic.Kind, e.Policy, producer)
 	var what string
 	switch e.Kind {
 	case history.KindSignal:
-		what = fmt.Sprintf("signal %s -> %s, allowed %s", e.PrevSignal, e.Signal, rate(e.Rate))
+		what = fmt.Sprintf("signal %s -> %s, allowed %s", e.PrevSignal, e.Signal, granted(e.Rate, e.Signal, quoted, known))
 	default:
-		what = fmt.Sprintf("%s -> %s, %s", rate(e.PrevRate), rate(e.Rate), e.Signal)
+		what = fmt.Sprintf("%s -> %s, %s", granted(e.PrevRate, e.PrevSignal, quoted, known), granted(e.Rate, e.Signal, quoted, known), e.Signal)
 	}
 	in := e.Inputs
 	capacity := rate(in.Capacity)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,10 @@ import (
 
 	"github.com/lagbridge/lagbridge/internal/daemon"
 	"github.com/lagbridge/lagbridge/internal/history"
+	"github.com/lagbridge/lagbridge/internal/publish"
+	"github.com/lagbridge/lagbridge/internal/quotaserver"
 	"github.com/lagbridge/lagbridge/lag"
+	"github.com/lagbridge/lagbridge/producerclient/quotaproto"
 	"github.com/lagbridge/lagbridge/quota"
 )
 
@@ -271,5 +275,106 @@ func TestUntrustedCAHint(t *testing.T) {
 	c.HTTP = private.Client()
 	if err := Status(context.Background(), c, &bytes.Buffer{}); err != nil && strings.Contains(err.Error(), hint) {
 		t.Errorf("a trusted CA: %v", err)
+	}
+}
+
+// quotaEngine is the quota server's engine for a test: the controller's
+// decisions and the policies, as /v1/quotas shows them; no producer
+// reports.
+type quotaEngine struct {
+	targets  []quota.Decision
+	policies []quota.Policy
+}
+
+func (e quotaEngine) Report(quotaproto.Report) (quotaproto.LeaseSet, error) {
+	return quotaproto.LeaseSet{}, errors.New("no reports here")
+}
+
+func (e quotaEngine) Quotas() ([]quota.Decision, []quota.Policy) { return e.targets, e.policies }
+
+// TestStopShown: a stop's rate is the policy's minRate, carried by the
+// leases, but the SDK admits nothing under stop (producerclient's ErrStop):
+// only a Kafka client quota lets that rate through, to producers without
+// the SDK. status and why say 0/s and name the client quota where the
+// policy sets one (newuser7, session 37: before, "ALLOWED 20/s ... stop"
+// and "unlimited -> 20/s, stop" while the SDK producer delivered nothing
+// for 41 s). The decisions are the controller's, for two stopped
+// consumers under minRate: 20; the API is the daemon's handlers.
+func TestStopShown(t *testing.T) {
+	now := time.Now()
+	kt := lag.Target{Kind: lag.KindKafka, Cluster: "c", Topic: "orders", Group: "billing"}
+	nt := lag.Target{Kind: lag.KindNATS, Cluster: "n", Topic: "EVENTS", Group: "worker"}
+	pols := []quota.Policy{
+		{Name: "orders", MaxAge: 2 * time.Second, MinRate: 20, KafkaClientQuota: true, Producers: []quota.ProducerSpec{{ID: "p"}}},
+		{Name: "events", MaxAge: 2 * time.Second, MinRate: 20, Producers: []quota.ProducerSpec{{ID: "q"}}},
+	}
+	ctl, err := quota.NewController(quota.ControllerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := daemon.NewStore(map[string]lag.Kind{"c": lag.KindKafka, "n": lag.KindNATS})
+	var ds []quota.Decision
+	for i, tg := range []lag.Target{kt, nt} {
+		st := lag.State{Target: tg, Status: lag.StatusStopped, Lag: 5000, HeadAge: 16 * time.Second, HeadAgeKnown: true, At: now, RatesKnown: true}
+		store.Update(daemon.ClusterStatus{Name: tg.Cluster, Kind: tg.Kind, Observed: true, LastSuccess: now}, []lag.State{st})
+		d := ctl.Step(st, pols[i], now)
+		if d.Signal != quota.SignalStop || d.Rate != 20 {
+			t.Fatalf("%s: the controller decided %s at %v/s, want stop at minRate 20", tg, d.Signal, d.Rate)
+		}
+		ds = append(ds, d)
+	}
+	leases := []quota.Lease{
+		{Producer: "p", Topic: quota.TopicOf(kt), Rate: 20, Signal: quota.SignalStop},
+		{Producer: "q", Topic: quota.TopicOf(nt), Rate: 20, Signal: quota.SignalStop},
+	}
+	h := daemon.NewHandler(store, prometheus.NewRegistry())
+	log := history.NewLog(history.Config{}, slog.New(slog.DiscardHandler), nil)
+	log.Observe(now, map[quota.Topic]quota.TopicDecision{quota.TopicOf(kt): quota.TopicDecision(ds[0]), quota.TopicOf(nt): quota.TopicDecision(ds[1])},
+		leases, func(string) time.Duration { return 2 * time.Second })
+	(&history.API{Store: history.NewStore(history.Config{}, time.Second, now.Add(-time.Hour)), Log: log}).Register(h.Mux, nil, nil)
+	hub := quotaserver.NewHub()
+	defer hub.Close()
+	for _, l := range leases {
+		hub.Publish(publish.Set(l.Producer, []quota.Lease{l}, nil, now, time.Minute))
+	}
+	quotaserver.New(hub, quotaEngine{ds, pols}, quotaserver.Auth{}, prometheus.NewRegistry()).Register(h.Mux)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	ctx, c := context.Background(), &Client{BaseURL: srv.URL}
+
+	var st bytes.Buffer
+	if err := Status(ctx, c, &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`(?m)^c/orders/billing +stopped .* 0/s \(client quota 20/s\) +stop +consumer-stopped$`,
+		`(?m)^n/EVENTS/worker +stopped .* 0/s +stop +consumer-stopped$`,
+		`(?m)^p +orders +0/s \(client quota 20/s\) +stop `,
+		`(?m)^q +EVENTS +0/s +stop `,
+	} {
+		if !regexp.MustCompile(want).MatchString(st.String()) {
+			t.Errorf("status lacks %s:\n%s", want, st.String())
+		}
+	}
+	for producer, wants := range map[string][]string{
+		"p": {"signal  kafka/c/orders  signal ok -> stop, allowed 0/s (client quota 20/s)  rule consumer-stopped",
+			"cut     kafka/c/orders  unlimited -> 0/s (client quota 20/s), stop  rule consumer-stopped"},
+		"q": {"signal  nats/n/EVENTS  signal ok -> stop, allowed 0/s  rule consumer-stopped",
+			"cut     nats/n/EVENTS  unlimited -> 0/s, stop  rule consumer-stopped"},
+	} {
+		var out bytes.Buffer
+		if err := Why(ctx, c, &out, producer, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range wants {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("why %s lacks %q:\n%s", producer, want, out.String())
+			}
+		}
+	}
+	// Line, without the policies, says a client quota may be set.
+	e := history.Event{Kind: history.KindCut, Topic: quota.TopicOf(kt), Policy: "orders", Signal: "stop", PrevSignal: "ok", Rate: 20, PrevRate: math.Inf(1)}
+	if got := Line(e); !strings.Contains(got, "unlimited -> 0/s (client quota, if set: 20/s), stop") {
+		t.Errorf("line without the policies: %q", got)
 	}
 }

@@ -164,7 +164,7 @@ func fakeAPI(tb testing.TB, quotas bool) *httptest.Server {
 		fmt.Fprintf(w, `{"producers": [
   {"producer":"checkout","version":4,"refreshAfterMs":1000,"leases":[{"topic":"orders","rate":300,"burst":30,"signal":"stop","version":4,"expiresAt":%q,"reason":"dead on arrival"}]},
   {"producer":"audit","version":2,"refreshAfterMs":1000,"leases":[{"topic":"orders","rate":100,"signal":"slow-down","retryAfterMs":1500,"avoidPartitions":[2,5],"advisory":true,"version":2,"expiresAt":%[1]q}]}],
- "policies": [{"name":"orders","maxAge":5000000000}],
+ "policies": [{"name":"orders","maxAge":5000000000,"minRate":300,"kafkaClientQuota":true,"producers":[{"id":"checkout"}]}],
  "targets": [
   {"target":{"kind":"kafka","cluster":"main","topic":"orders","group":"billing"},"policy":"orders","signal":"stop","rate":400,
    "capacity":400,"capacityKnown":true,"wait":2000000000,"targetWait":2500000000,"headAge":1000000000,"lag":10,"reason":"over budget",
@@ -280,8 +280,11 @@ func TestBrowserFakeAPI(t *testing.T) {
 	if len(st.Points) != 6 {
 		t.Errorf("want 3 charts per target, got %v", st.Points)
 	}
-	for _, want := range []string{"stop", "slow-down", "checkout", "audit", "advise", "allowed 400/s", "unlimited",
-		"policy orders", "5.00s" /* max age from the policy */, "2, 5" /* avoided partitions */, "max age"} {
+	// Under stop the SDK admits nothing whatever the rate: the card and
+	// the lease say 0/s and name the Kafka client quota the policy sets
+	// from the rate (before: "allowed 400/s", session 37).
+	for _, want := range []string{"stop", "slow-down", "checkout", "audit", "advise", "allowed 0/s (client quota 400/s)", "unlimited",
+		"0/s (client quota 300/s)", "policy orders", "5.00s" /* max age from the policy */, "2, 5" /* avoided partitions */, "max age"} {
 		if !strings.Contains(st.Text, want) {
 			t.Errorf("page lacks %q", want)
 		}

@@ -34,6 +34,7 @@
   let polls = 0;
   let lastNow = Date.now(); // server time of the newest answer
   let firstSeen = null; // server time of the oldest point: the axis grows from it up to WINDOW
+  let policies = new Map(); // the policies of the newest v1/quotas answer, by name (clientQuotaOf)
 
   // ---------- small helpers ----------
 
@@ -135,6 +136,7 @@
   // says why there is nothing when there is nothing.
   function quotasOf(res) {
     const q = { ok: false, why: 'no quotas configured', producers: [], byTarget: new Map(), byTopic: new Map(), policies: new Map() };
+    policies = q.policies;
     if (!res || res.error) {
       q.why = 'quotas unavailable: ' + (res && res.error ? res.error.message : 'no answer');
       return q;
@@ -175,10 +177,32 @@
     return null;
   }
 
+  // allowedOf is the decision's rate as the SDK's producers get it: under
+  // stop the SDK admits nothing whatever the rate (ErrStop), so 0 (the rate,
+  // the policy's minRate, reaches only a Kafka client quota: grantText).
   function allowedOf(d) {
     if (!d) return null;
+    if (d.signal === 'stop') return 0;
     if (d.unlimited || typeof d.rate !== 'number') return Infinity;
     return d.rate;
+  }
+
+  // clientQuotaOf says whether the daemon sets a Kafka client quota from
+  // the rate of policy's decisions on a topic of kind: the policy sets
+  // kafkaClientQuota, enforces and lists producer (with none, any).
+  function clientQuotaOf(kind, policy, producer) {
+    const p = policies.get(policy);
+    if (!p || kind !== 'kafka' || !p.kafkaClientQuota || p.mode === 'advise') return false;
+    return (Array.isArray(p.producers) ? p.producers : []).some((s) => s && (!producer || s.id === producer));
+  }
+
+  // grantText is rate v under signal as the SDK's producers get it: under
+  // stop the SDK admits nothing whatever the rate (ErrStop); the rate, the
+  // policy's minRate, reaches only a Kafka client quota (producers without
+  // the SDK), named where one is set (quoted). As status and why say it.
+  function grantText(v, signal, quoted) {
+    if (signal !== 'stop' || !v) return rate(v);
+    return quoted ? '0/s (client quota ' + rate(v) + ')' : '0/s';
   }
 
   // ---------- the loop ----------
@@ -223,7 +247,7 @@
     for (const s of Array.isArray(b.targets) ? b.targets : []) {
       const pts = (Array.isArray(s.points) ? s.points : []).map((p) => ({
         t: p.t, lag: p.lag, head: p.headAgeSeconds, produce: p.produceRate, consume: p.consumeRate,
-        allowed: p.unlimited ? Infinity : p.allowed, maxAge: null, targetWait: null,
+        allowed: p.signal === 'stop' ? 0 : p.unlimited ? Infinity : p.allowed, maxAge: null, targetWait: null,
       }));
       if (!pts.length) continue;
       const key = keyOf(s);
@@ -423,9 +447,10 @@
     const maxAge = maxAgeOf(q, d);
     const targetWait = d && d.targetWait > 0 ? d.targetWait / 1e9 : null;
     const allowed = allowedOf(d);
+    const allowedText = d ? grantText(d.unlimited || typeof d.rate !== 'number' ? Infinity : d.rate, d.signal, clientQuotaOf(d.target && d.target.kind, d.policy)) : 'no quota';
 
     if (d) {
-      const bits = [badge(d.signal, d.signal, d.reason), el('span', { text: allowed === Infinity ? 'unlimited' : 'allowed ' + rate(allowed) })];
+      const bits = [badge(d.signal, d.signal, d.reason), el('span', { text: allowed === Infinity ? 'unlimited' : 'allowed ' + allowedText })];
       if (d.policy) bits.push(el('span', { class: 'badge outline', text: 'policy ' + d.policy }));
       if (d.advisory) bits.push(el('span', { class: 'badge outline', text: 'advise only' }));
       if (d.held) bits.push(el('span', { class: 'badge outline', text: 'held (stale data)' }));
@@ -439,7 +464,7 @@
     s.deadline.v.textContent = maxAge != null ? dur(maxAge) : targetWait != null ? dur(targetWait) + ' (target wait)' : '–';
     s.produce.v.textContent = t.ratesKnown === false ? '–' : rate(t.produceRate);
     s.consume.v.textContent = t.ratesKnown === false ? '–' : rate(t.consumeRate);
-    s.allowed.v.textContent = d ? rate(allowed) : 'no quota';
+    s.allowed.v.textContent = allowedText;
     s.drain.v.textContent = t.timeToDrainSeconds == null ? (t.lag > 0 ? 'never' : '–') : dur(t.timeToDrainSeconds);
     s.members.v.textContent = t.members < 0 ? '?' : String(t.members);
     const why = [el('b', { text: t.rule ? t.rule + ': ' : '' }), t.reason || ''];
@@ -474,10 +499,12 @@
 
   // eventText says what an event changed: "ok → slow-down" or
   // "1,000/s → 0/s".
+  // A rate under stop reads as the SDK gets it (grantText).
   function eventText(e) {
-    const r = (v, u) => (u || v == null ? 'unlimited' : rate(v));
-    if (e.kind === 'signal') return e.prevSignal + ' → ' + e.signal + ' (allowed ' + r(e.rate, e.unlimited) + ')';
-    return r(e.prevRate, e.prevUnlimited) + ' → ' + r(e.rate, e.unlimited) + (e.signal ? ' · ' + e.signal : '');
+    const quoted = clientQuotaOf(e.topic && e.topic.kind, e.policy);
+    const r = (v, u, signal) => grantText(u || v == null ? Infinity : v, signal, quoted);
+    if (e.kind === 'signal') return e.prevSignal + ' → ' + e.signal + ' (allowed ' + r(e.rate, e.unlimited, e.signal) + ')';
+    return r(e.prevRate, e.prevUnlimited, e.prevSignal) + ' → ' + r(e.rate, e.unlimited, e.signal) + (e.signal ? ' · ' + e.signal : '');
   }
 
   function inputsText(e) {
@@ -742,6 +769,13 @@
     box.legend.replaceChildren(...legend);
   }
 
+  // leaseQuoted says whether producer's lease on topic (a name: leases name
+  // no cluster) gets a Kafka client quota (clientQuotaOf).
+  function leaseQuoted(q, producer, topic) {
+    return [...q.byTarget.values(), ...q.byTopic.values()].some((d) => d.target && d.target.topic === topic &&
+      clientQuotaOf(d.target.kind, d.policy, producer));
+  }
+
   function renderProducers(q, now) {
     const box = document.getElementById('producers');
     if (!q.ok) {
@@ -765,7 +799,7 @@
         el('td', { text: producer }),
         el('td', { text: l.topic }),
         el('td', {}, badge(l.signal || 'ok', l.signal || 'ok')),
-        el('td', { class: 'num', text: l.rate == null ? 'unlimited' : rate(l.rate) }),
+        el('td', { class: 'num', text: l.rate == null ? 'unlimited' : grantText(l.rate, l.signal, leaseQuoted(q, producer, l.topic)) }),
         el('td', { class: 'num', text: l.rate == null ? '–' : String(l.burst || Math.max(1, Math.round(l.rate / 10))) }),
         el('td', { class: 'num', text: l.retryAfterMs ? dur(l.retryAfterMs / 1000) : '–' }),
         el('td', { text: l.avoidPartitions && l.avoidPartitions.length ? l.avoidPartitions.join(', ') : '–' }),
