@@ -208,13 +208,17 @@ type quotas struct {
 // clientQuota reports whether the daemon sets a Kafka client quota from
 // the rate of policy's decisions on a topic of kind: the policy sets
 // kafkaClientQuota, enforces, and lists producer (with producer "", any
-// producer). known is false when the policies could not be read (ps nil).
+// producer). known is false when the policies could not be read (ps nil)
+// for a Kafka topic: a NATS topic never gets a client quota.
 func clientQuota(ps []quota.Policy, kind lag.Kind, policy, producer string) (quoted, known bool) {
+	if kind != lag.KindKafka {
+		return false, true
+	}
 	if ps == nil {
 		return false, false
 	}
 	i := slices.IndexFunc(ps, func(p quota.Policy) bool { return p.Name == policy })
-	if i < 0 || kind != lag.KindKafka {
+	if i < 0 {
 		return false, true
 	}
 	p := ps[i]
@@ -266,6 +270,7 @@ func Status(ctx context.Context, c *Client, w io.Writer) error {
 	for _, d := range q.Targets {
 		decisions[d.Target.String()] = d
 	}
+	topics := topicDecisions(q.Targets)
 	fmt.Fprintf(w, "lagbridge at %s, %s\n", c.BaseURL, lagResp.GeneratedAt.Local().Format("15:04:05"))
 	if ready := c.readiness(ctx); ready != "" && ready != "ready" {
 		fmt.Fprintf(w, "readyz: %s\n", ready) // /readyz's body: a cluster never reached; with ha, the role per cluster
@@ -298,7 +303,7 @@ func Status(ctx context.Context, c *Client, w io.Writer) error {
 		}
 		allowed, signal, rule := "no quota", "-", "-"
 		if d, ok := decisions[t.Target.String()]; ok {
-			quoted, known := clientQuota(q.Policies, t.Target.Kind, d.Policy, "")
+			quoted, known := clientQuota(q.Policies, t.Target.Kind, topics[quota.TopicOf(t.Target)].Policy, "")
 			allowed, signal, rule = granted(d.Rate, d.Signal.String(), quoted, known), d.Signal.String(), d.Rule.String()
 		}
 		st := string(t.Status)
@@ -324,7 +329,8 @@ func Status(ctx context.Context, c *Client, w io.Writer) error {
 		for _, l := range set.Leases {
 			r := "unlimited"
 			if l.Rate != nil {
-				r = granted(*l.Rate, l.Signal, leaseQuoted(q, set.Producer, l.Topic), true)
+				quoted, known := leaseQuoted(q.Policies, topics, set.Producer, l.Topic)
+				r = granted(*l.Rate, l.Signal, quoted, known)
 			}
 			retry, avoid, mode := "-", "-", "enforce"
 			if l.RetryAfterMs > 0 {
@@ -346,14 +352,37 @@ func Status(ctx context.Context, c *Client, w io.Writer) error {
 	return tw.Flush()
 }
 
+// topicDecisions combines the targets' decisions per topic as the engine
+// does (quota.CombineTopics): a topic's client quotas follow the policy
+// of its binding decision, not each group's.
+func topicDecisions(ds []quota.Decision) map[quota.Topic]quota.TopicDecision {
+	out := map[quota.Topic]quota.TopicDecision{}
+	for _, td := range quota.CombineTopics(ds) {
+		out[td.Topic()] = td
+	}
+	return out
+}
+
 // leaseQuoted reports whether producer's lease on topic (a name: leases
-// name no cluster) gets a Kafka client quota: a Kafka target of that
-// topic is decided by a policy that sets one for producer.
-func leaseQuoted(q quotas, producer, topic string) bool {
-	return slices.ContainsFunc(q.Targets, func(d quota.Decision) bool {
-		quoted, _ := clientQuota(q.Policies, d.Target.Kind, d.Policy, producer)
-		return d.Target.Topic == topic && quoted
-	})
+// name no cluster) gets a Kafka client quota: every topic of that name
+// (of topics, by cluster) is a Kafka one decided by a policy that sets one
+// for producer (quoted), or none is. When they disagree (the same name on
+// a NATS and a Kafka cluster, or under two policies), the lease is the
+// strictest of the clusters' (publish.Set) and which one it is is not
+// known here: known is false.
+func leaseQuoted(ps []quota.Policy, topics map[quota.Topic]quota.TopicDecision, producer, topic string) (quoted, known bool) {
+	var yes, no int
+	for t, d := range topics {
+		if t.Name != topic {
+			continue
+		}
+		if c, _ := clientQuota(ps, t.Kind, d.Policy, producer); c {
+			yes++
+		} else {
+			no++
+		}
+	}
+	return yes > 0 && no == 0, yes == 0 || no == 0
 }
 
 // shards writes which replica observes which shards of each cluster, one

@@ -378,3 +378,120 @@ func TestStopShown(t *testing.T) {
 		t.Errorf("line without the policies: %q", got)
 	}
 }
+
+// stopServer is the daemon's API (the real handlers) with targets[i]'s
+// consumer stopped under pols[i] (the controller's decisions), each
+// signalled and cut in the decision log, and producer's leases on them.
+func stopServer(tb testing.TB, pols []quota.Policy, targets []lag.Target, producer string) string {
+	tb.Helper()
+	now := time.Now()
+	ctl, err := quota.NewController(quota.ControllerConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	kinds := map[string]lag.Kind{}
+	for _, tg := range targets {
+		kinds[tg.Cluster] = tg.Kind
+	}
+	store := daemon.NewStore(kinds)
+	var ds []quota.Decision
+	states := map[string][]lag.State{}
+	for i, tg := range targets {
+		st := lag.State{Target: tg, Status: lag.StatusStopped, Lag: 5000, HeadAge: 16 * time.Second, HeadAgeKnown: true, At: now, RatesKnown: true}
+		states[tg.Cluster] = append(states[tg.Cluster], st)
+		ds = append(ds, ctl.Step(st, pols[i], now))
+	}
+	for cl, sts := range states {
+		store.Update(daemon.ClusterStatus{Name: cl, Kind: kinds[cl], Observed: true, LastSuccess: now}, sts)
+	}
+	tds := map[quota.Topic]quota.TopicDecision{}
+	var leases []quota.Lease
+	for _, td := range quota.CombineTopics(ds) {
+		tds[td.Topic()] = td
+		leases = append(leases, quota.Lease{Producer: producer, Topic: td.Topic(), Rate: td.Rate, Signal: td.Signal, Advisory: td.Advisory})
+	}
+	h := daemon.NewHandler(store, prometheus.NewRegistry())
+	log := history.NewLog(history.Config{}, slog.New(slog.DiscardHandler), nil)
+	log.Observe(now, tds, leases, func(string) time.Duration { return 2 * time.Second })
+	(&history.API{Store: history.NewStore(history.Config{}, time.Second, now.Add(-time.Hour)), Log: log}).Register(h.Mux, nil, nil)
+	hub := quotaserver.NewHub()
+	tb.Cleanup(hub.Close)
+	hub.Publish(publish.Set(producer, leases, nil, now, time.Minute))
+	quotaserver.New(hub, quotaEngine{ds, pols}, quotaserver.Auth{}, prometheus.NewRegistry()).Register(h.Mux)
+	srv := httptest.NewServer(h)
+	tb.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestStopShownCases: what TestStopShown leaves out. A client quota is
+// named only where the daemon sets one (internal/publish's
+// ClientQuotaPublisher.quoted: Kafka, kafkaClientQuota, not advise, the
+// producer listed), and a lease's name on two clusters that disagree says
+// it may be.
+func TestStopShownCases(t *testing.T) {
+	kt := lag.Target{Kind: lag.KindKafka, Cluster: "c", Topic: "orders", Group: "billing"}
+	nt := lag.Target{Kind: lag.KindNATS, Cluster: "n", Topic: "orders", Group: "worker"}
+	at := lag.Target{Kind: lag.KindKafka, Cluster: "c", Topic: "audit", Group: "billing"}
+	pol := func(name string, cq bool, mode quota.Mode, ids ...string) quota.Policy {
+		p := quota.Policy{Name: name, MaxAge: 2 * time.Second, MinRate: 20, KafkaClientQuota: cq, Mode: mode}
+		for _, id := range ids {
+			p.Producers = append(p.Producers, quota.ProducerSpec{ID: id})
+		}
+		return p
+	}
+	cases := []struct {
+		name     string
+		pols     []quota.Policy
+		targets  []lag.Target
+		producer string
+		want     []string // regexps over status, then why's output
+	}{
+		// kafkaClientQuota on a NATS stream sets nothing (config check
+		// warns): 0/s, no client quota.
+		{"nats", []quota.Policy{pol("orders", true, "", "p")}, []lag.Target{nt}, "p", []string{
+			`(?m)^n/orders/worker .* 0/s +stop `, `(?m)^p +orders +0/s +stop `, `unlimited -> 0/s, stop`}},
+		// Advise sets no client quota.
+		{"advise", []quota.Policy{pol("orders", true, quota.ModeAdvise, "p")}, []lag.Target{kt}, "p", []string{
+			`(?m)^c/orders/billing .* 0/s +stop `, `(?m)^p +orders +0/s +stop .* advise$`, `unlimited -> 0/s, stop`}},
+		// A producer the policy does not list gets no client quota.
+		{"unlisted", []quota.Policy{pol("orders", true, "", "p")}, []lag.Target{kt}, "u", []string{
+			`(?m)^u +orders +0/s +stop `, `unlimited -> 0/s, stop`}},
+		// Another topic's client quota is not this one's.
+		{"other topic", []quota.Policy{pol("orders", true, "", "p"), pol("audit", false, "", "p")}, []lag.Target{kt, at}, "p", []string{
+			`(?m)^p +orders +0/s \(client quota 20/s\) +stop `, `(?m)^p +audit +0/s +stop `}},
+		// orders on Kafka c (client quota) and NATS n (none): the
+		// lease is one of the two, which is not known.
+		{"two clusters", []quota.Policy{pol("orders", true, "", "p"), pol("events", false, "", "p")}, []lag.Target{kt, nt}, "p", []string{
+			`(?m)^c/orders/billing .* 0/s \(client quota 20/s\) +stop `, `(?m)^n/orders/worker .* 0/s +stop `,
+			`(?m)^p +orders +0/s \(client quota, if set: 20/s\) +stop `,
+			`kafka/c/orders  unlimited -> 0/s \(client quota 20/s\), stop`, `nats/n/orders  unlimited -> 0/s, stop`}},
+		// Two groups of orders under two policies: the topic's decision
+		// is the stricter group's (quota.CombineTopic), whose policy
+		// sets no client quota, so the daemon sets none for either.
+		{"two groups", []quota.Policy{pol("orders", true, "", "p"), {Name: "plain", MaxAge: 2 * time.Second, MinRate: 10, Producers: []quota.ProducerSpec{{ID: "p"}}}},
+			[]lag.Target{kt, {Kind: lag.KindKafka, Cluster: "c", Topic: "orders", Group: "audit"}}, "p", []string{
+				`(?m)^c/orders/audit .* 0/s +stop `, `(?m)^c/orders/billing .* 0/s +stop `, `(?m)^p +orders +0/s +stop `}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, c := context.Background(), &Client{BaseURL: stopServer(t, tc.pols, tc.targets, tc.producer)}
+			var out bytes.Buffer
+			if err := Status(ctx, c, &out); err != nil {
+				t.Fatal(err)
+			}
+			if err := Why(ctx, c, &out, tc.producer, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tc.want {
+				if !regexp.MustCompile(want).MatchString(out.String()) {
+					t.Errorf("lacks %s:\n%s", want, out.String())
+				}
+			}
+		})
+	}
+	// Line without the policies: a NATS topic never has a client quota.
+	e := history.Event{Kind: history.KindCut, Topic: quota.TopicOf(nt), Policy: "orders", Signal: "stop", PrevSignal: "ok", Rate: 20, PrevRate: math.Inf(1)}
+	if got := Line(e); !strings.Contains(got, "unlimited -> 0/s, stop") {
+		t.Errorf("a NATS line without the policies: %q", got)
+	}
+}

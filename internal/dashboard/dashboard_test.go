@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -162,15 +163,22 @@ func fakeAPI(tb testing.TB, quotas bool) *httptest.Server {
 		exp := start.Add(time.Duration(calls.Load())*time.Second + 8*time.Second).Format(time.RFC3339Nano)
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"producers": [
-  {"producer":"checkout","version":4,"refreshAfterMs":1000,"leases":[{"topic":"orders","rate":300,"burst":30,"signal":"stop","version":4,"expiresAt":%q,"reason":"dead on arrival"}]},
+  {"producer":"checkout","version":4,"refreshAfterMs":1000,"leases":[{"topic":"orders","rate":300,"burst":30,"signal":"stop","version":4,"expiresAt":%q,"reason":"dead on arrival"},
+    {"topic":"EVENTS","rate":50,"signal":"stop","version":4,"expiresAt":%[1]q},{"topic":"ledger","rate":60,"signal":"stop","version":4,"expiresAt":%[1]q},
+    {"topic":"journal","rate":70,"signal":"stop","advisory":true,"version":4,"expiresAt":%[1]q}]},
+  {"producer":"guest","version":1,"refreshAfterMs":1000,"leases":[{"topic":"orders","rate":20,"signal":"stop","version":1,"expiresAt":%[1]q}]},
   {"producer":"audit","version":2,"refreshAfterMs":1000,"leases":[{"topic":"orders","rate":100,"signal":"slow-down","retryAfterMs":1500,"avoidPartitions":[2,5],"advisory":true,"version":2,"expiresAt":%[1]q}]}],
- "policies": [{"name":"orders","maxAge":5000000000,"minRate":300,"kafkaClientQuota":true,"producers":[{"id":"checkout"}]}],
+ "policies": [{"name":"orders","maxAge":5000000000,"minRate":300,"kafkaClientQuota":true,"producers":[{"id":"checkout"}]},
+  {"name":"advised","maxAge":5000000000,"minRate":70,"kafkaClientQuota":true,"mode":"advise","producers":[{"id":"checkout"}]}],
  "targets": [
   {"target":{"kind":"kafka","cluster":"main","topic":"orders","group":"billing"},"policy":"orders","signal":"stop","rate":400,
    "capacity":400,"capacityKnown":true,"wait":2000000000,"targetWait":2500000000,"headAge":1000000000,"lag":10,"reason":"over budget",
    "avoidPartitions":[2,5]},
   {"target":{"kind":"nats","cluster":"js","topic":"EVENTS","group":""},"policy":"events","signal":"ok","unlimited":true,
-   "capacity":510,"wait":0,"targetWait":1000000000,"headAge":0,"lag":12,"reason":"keeps up"}]}`, exp)
+   "capacity":510,"wait":0,"targetWait":1000000000,"headAge":0,"lag":12,"reason":"keeps up"},
+  {"target":{"kind":"kafka","cluster":"main","topic":"ledger","group":"books"},"policy":"orders","signal":"stop","rate":60},
+  {"target":{"kind":"nats","cluster":"js","topic":"ledger","group":"books"},"policy":"orders","signal":"stop","rate":60},
+  {"target":{"kind":"kafka","cluster":"main","topic":"journal","group":"books"},"policy":"advised","signal":"stop","rate":70,"advisory":true}]}`, exp)
 	})
 	// History: the minute before the first /v1/lag answer, a point every
 	// 5s, lag rising to 1,200; and one downsampled point before it.
@@ -199,7 +207,7 @@ func fakeAPI(tb testing.TB, quotas bool) *httptest.Server {
    "signal":"stop","prevSignal":"slow-down","producers":["audit","checkout"],"rate":0,"prevRate":250,
    "inputs":{"lag":900,"headAgeSeconds":7.5,"capacity":400,"capacityKnown":true,"waitSeconds":9.5,"targetWaitSeconds":1,"budgetSeconds":5},"reason":"dead on arrival"},
   {"seq":2,"at":%[3]q,"kind":"cut","topic":{"kind":"kafka","cluster":"main","name":"orders"},"policy":"orders","rule":"hard-age",
-   "signal":"stop","prevSignal":"slow-down","producers":["checkout"],"rate":0,"prevRate":300,
+   "signal":"stop","prevSignal":"slow-down","producers":["checkout"],"rate":300,"prevRate":350,
    "inputs":{"lag":900,"headAgeSeconds":7.5,"capacity":400,"capacityKnown":true,"waitSeconds":9.5,"targetWaitSeconds":1,"budgetSeconds":5},"reason":"dead on arrival"}]}`,
 			start.Format(time.RFC3339Nano), start.Add(-2*time.Minute).Format(time.RFC3339Nano), at)
 	})
@@ -224,6 +232,7 @@ type pageState struct {
 	Markers   map[string]int   `json:"markers"`
 	Timeline  []string         `json:"timeline"`
 	Parts     []string         `json:"parts"`
+	Leases    []string         `json:"leases"`
 	History   string           `json:"history"`
 }
 
@@ -243,6 +252,7 @@ const readPage = `(() => {
     injected: document.querySelectorAll('img[src=x]').length,
     timeline: [...document.querySelectorAll('#timeline tr[data-kind]')].map((r) => r.dataset.kind + ' ' + r.dataset.rule),
     parts: [...document.querySelectorAll('[data-key^="kafka/"] tr[data-partition]')].map((r) => r.innerText.replace(/\s+/g, ' ').trim()),
+    leases: [...document.querySelectorAll('#producers tr[data-producer]')].map((r) => r.innerText.replace(/\s+/g, ' ').trim()),
     history: document.body.dataset.history};
 })()`
 
@@ -276,7 +286,7 @@ func TestBrowserFakeAPI(t *testing.T) {
 	if err := b.Navigate(ctx, full.URL+"/?refresh=100ms&window=30s"); err != nil {
 		t.Fatal(err)
 	}
-	st := waitPage(t, b, 20*time.Second, func(s pageState) bool { return s.Cards == 2 && minPoints(s) >= 5 && s.Producers == 2 })
+	st := waitPage(t, b, 20*time.Second, func(s pageState) bool { return s.Cards == 2 && minPoints(s) >= 5 && s.Producers == 6 })
 	if len(st.Points) != 6 {
 		t.Errorf("want 3 charts per target, got %v", st.Points)
 	}
@@ -288,6 +298,21 @@ func TestBrowserFakeAPI(t *testing.T) {
 		if !strings.Contains(st.Text, want) {
 			t.Errorf("page lacks %q", want)
 		}
+	}
+	// A stop lease's client quota is its topic's: none on the NATS stream
+	// EVENTS; on ledger, a Kafka and a NATS target, it may be (the lease
+	// is one of the two; status says the same); none in mode advise
+	// (journal) nor for a producer the policy does not list (guest). The
+	// rates chart's allowed line reads 0 under stop, not the decision's 400.
+	// (A row: producer, topic, signal, allowed rate, burst, ...)
+	for _, want := range []string{"checkout EVENTS stop 0/s 5 ", "checkout ledger stop 0/s (client quota, if set: 60/s) 6 ",
+		"checkout journal stop 0/s 7 ", "checkout orders stop 0/s (client quota 300/s) 30 ", "guest orders stop 0/s 2 "} {
+		if !slices.ContainsFunc(st.Leases, func(r string) bool { return strings.HasPrefix(r, want) }) {
+			t.Errorf("no lease row %q in %q", want, st.Leases)
+		}
+	}
+	if strings.Contains(st.Text, "allowed 400") {
+		t.Errorf("the page shows the stop's 400/s as allowed:\n%s", st.Text)
 	}
 	if st.Injected != 0 || !strings.Contains(st.Text, "<img src=x onerror=alert(1)>") {
 		t.Errorf("a group name was rendered as HTML (injected %d)", st.Injected)
@@ -315,7 +340,8 @@ func TestBrowserFakeAPI(t *testing.T) {
 	if strings.Join(st.Timeline, "|") != "cut hard-age|signal hard-age" {
 		t.Errorf("timeline rows %q", st.Timeline)
 	}
-	for _, want := range []string{"300/s → 0/s", "slow-down → stop", "budget 5.00s", "predicted wait 9.50s"} {
+	// A cut to a stop at checkout's share: the client quota it sets.
+	for _, want := range []string{"350/s → 0/s (client quota 300/s)", "slow-down → stop", "budget 5.00s", "predicted wait 9.50s"} {
 		if !strings.Contains(st.Text, want) {
 			t.Errorf("timeline lacks %q", want)
 		}

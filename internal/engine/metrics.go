@@ -33,10 +33,10 @@ func NewCollector(reg prometheus.Registerer, e *Engine) *Collector {
 	t := []string{"cluster", "topic", "group"}
 	c := &Collector{
 		e:          e,
-		rate:       prometheus.NewDesc("lagbridge_quota_rate", "Allowed produce rate of a target in messages per second; +Inf when unlimited. Under signal stop the SDK admits none of it: it is the policy's minRate, which reaches only a Kafka client quota (kafkaClientQuota).", t, nil),
+		rate:       prometheus.NewDesc("lagbridge_quota_rate", "Allowed produce rate of a target in messages per second; +Inf when unlimited. Under signal stop the SDK admits none of it (in mode advise it sends anyway): it is the policy's minRate, which reaches only a Kafka client quota (kafkaClientQuota).", t, nil),
 		signal:     prometheus.NewDesc("lagbridge_quota_signal", "1 for the target's current signal (ok, slow-down, stop, avoid-partitions), 0 for the others.", append(t[:3:3], "signal"), nil),
 		retryAfter: prometheus.NewDesc("lagbridge_quota_retry_after_seconds", "Retry-after hint sent with slow-down.", t, nil),
-		grant:      prometheus.NewDesc("lagbridge_quota_grant", "Rate granted to a producer on a topic in messages per second; +Inf when unlimited. Under signal stop the SDK admits none of it: only a Kafka client quota (kafkaClientQuota) lets it through.", []string{"cluster", "topic", "producer"}, nil),
+		grant:      prometheus.NewDesc("lagbridge_quota_grant", "Rate granted to a producer on a topic in messages per second; +Inf when unlimited. Under signal stop the SDK admits none of it (in mode advise it sends anyway): only a Kafka client quota (kafkaClientQuota) lets it through.", []string{"cluster", "topic", "producer"}, nil),
 		producers:  prometheus.NewDesc("lagbridge_quota_producers", "Producers holding a lease on a topic.", []string{"cluster", "topic"}, nil),
 		refused:    prometheus.NewDesc("lagbridge_quota_refused_producers", "Producers a topic's policy does not list that were refused a share (a stop lease).", []string{"cluster", "topic"}, nil),
 		known:      prometheus.NewDesc("lagbridge_quota_known_producers", "Producer ids the daemon keeps leases for (at most quota.maxProducers).", nil, nil),

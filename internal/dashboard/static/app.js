@@ -200,8 +200,11 @@
   // stop the SDK admits nothing whatever the rate (ErrStop); the rate, the
   // policy's minRate, reaches only a Kafka client quota (producers without
   // the SDK), named where one is set (quoted). As status and why say it.
-  function grantText(v, signal, quoted) {
+  // With known false (a lease's topic name on clusters that disagree) it
+  // may be.
+  function grantText(v, signal, quoted, known = true) {
     if (signal !== 'stop' || !v) return rate(v);
+    if (!known) return '0/s (client quota, if set: ' + rate(v) + ')';
     return quoted ? '0/s (client quota ' + rate(v) + ')' : '0/s';
   }
 
@@ -770,10 +773,24 @@
   }
 
   // leaseQuoted says whether producer's lease on topic (a name: leases name
-  // no cluster) gets a Kafka client quota (clientQuotaOf).
+  // no cluster) gets a Kafka client quota (clientQuotaOf): every decision
+  // of that name says so (quoted) or none does (known). Where they
+  // disagree (the name on a NATS and a Kafka cluster, or under two
+  // policies) the lease is the strictest of the clusters' and which one
+  // is not known here (as status says it).
   function leaseQuoted(q, producer, topic) {
-    return [...q.byTarget.values(), ...q.byTopic.values()].some((d) => d.target && d.target.topic === topic &&
-      clientQuotaOf(d.target.kind, d.policy, producer));
+    let yes = 0, no = 0;
+    for (const d of [...q.byTarget.values(), ...q.byTopic.values()]) {
+      if (!d.target || d.target.topic !== topic) continue;
+      if (clientQuotaOf(d.target.kind, d.policy, producer)) yes++;
+      else no++;
+    }
+    return { quoted: yes > 0 && no === 0, known: yes === 0 || no === 0 };
+  }
+
+  function leaseGrant(q, producer, l) {
+    const lq = leaseQuoted(q, producer, l.topic);
+    return grantText(l.rate, l.signal, lq.quoted, lq.known);
   }
 
   function renderProducers(q, now) {
@@ -799,7 +816,7 @@
         el('td', { text: producer }),
         el('td', { text: l.topic }),
         el('td', {}, badge(l.signal || 'ok', l.signal || 'ok')),
-        el('td', { class: 'num', text: l.rate == null ? 'unlimited' : grantText(l.rate, l.signal, leaseQuoted(q, producer, l.topic)) }),
+        el('td', { class: 'num', text: l.rate == null ? 'unlimited' : leaseGrant(q, producer, l) }),
         el('td', { class: 'num', text: l.rate == null ? '–' : String(l.burst || Math.max(1, Math.round(l.rate / 10))) }),
         el('td', { class: 'num', text: l.retryAfterMs ? dur(l.retryAfterMs / 1000) : '–' }),
         el('td', { text: l.avoidPartitions && l.avoidPartitions.length ? l.avoidPartitions.join(', ') : '–' }),
