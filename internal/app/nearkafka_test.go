@@ -27,8 +27,10 @@ import (
 // with a 1 s auto-commit (which fails each trial: no move for three
 // probes in a row, and a trial waits 4, 8, 16 ... readings after a
 // failed one), every reading the controller gets is an interval apart;
-// the auto-commit's trials are tried (cycles at the engaged cadence: its
-// probes), nearCapacity false's are not. Red before nearkafka (session 36): near-capacity asked only
+// nearCapacity false's trials are never tried (no cycle at the engaged
+// cadence); the auto-commit's are when lag/ learned its cadence as about
+// one reading, which depends on where its ticker falls against the
+// readings (CI at 658c4e0 drew a phase with none in 20 readings). Red before nearkafka (session 36): near-capacity asked only
 // about NATS targets fine by their acks, so the per-poll committer's
 // readings stayed 1 s apart.
 func TestNearCapacityKafka(t *testing.T) {
@@ -41,10 +43,15 @@ func TestNearCapacityKafka(t *testing.T) {
 		wantFast bool
 		cycles   int  // readings to watch when none should come fast
 		probed   bool // read at the engaged cadence at all (a trial's probes)
+		// phased: whether a trial is tried depends on where the commit
+		// ticker falls against the readings (commits seen at every other
+		// reading learn a 2 s cadence: no candidate), so probed is not
+		// asserted.
+		phased bool
 	}{
-		{"commit per poll", nil, []kgo.Opt{kgo.DisableAutoCommit()}, true, true, 0, true},
-		{"commit per poll, nearCapacity false", &off, []kgo.Opt{kgo.DisableAutoCommit()}, true, false, 20, false},
-		{"1 s auto-commit", nil, []kgo.Opt{kgo.AutoCommitInterval(time.Second)}, false, false, 20, true},
+		{"commit per poll", nil, []kgo.Opt{kgo.DisableAutoCommit()}, true, true, 0, true, false},
+		{"commit per poll, nearCapacity false", &off, []kgo.Opt{kgo.DisableAutoCommit()}, true, false, 20, false, false},
+		{"1 s auto-commit", nil, []kgo.Opt{kgo.AutoCommitInterval(time.Second)}, false, false, 20, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -145,7 +152,7 @@ func TestNearCapacityKafka(t *testing.T) {
 				}
 			}
 			t.Logf("%d readings, %d of them under 0.6 s after the one before; %.0f cycles at the engaged cadence", read, fast, engaged)
-			if (engaged > 0) != c.probed {
+			if !c.phased && (engaged > 0) != c.probed {
 				t.Errorf("%.0f cycles at the engaged cadence, want some: %v (a trial tried)", engaged, c.probed)
 			}
 		})
