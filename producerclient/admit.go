@@ -228,6 +228,12 @@ func (c *core) takeToken(m *msg, now int64) (*RejectError, reason) {
 		if !first {
 			now = c.mono.nanos()
 		}
+		if v.advisory && v.signal == SignalStop {
+			// Enforced, a stop refuses every message whatever the
+			// rate (viewReject): each is a violation, sent anyway.
+			t.advisory.Add(1)
+			return nil, 0
+		}
 		ok, wait := t.bucket.admit(now, m.crit)
 		if ok {
 			return nil, 0
@@ -273,8 +279,11 @@ func (c *core) admitN(m *msg, n int, now int64) (int, *RejectError, reason) {
 		return 0, r, why
 	}
 	slots := int(t.inflight.tryAcquireN(int64(n)))
-	k, wait := t.bucket.admitN(now, m.crit, slots)
-	if k < slots {
+	k, wait := slots, int64(0)
+	if v.advisory && v.signal == SignalStop {
+		// Every message a violation, as in takeToken.
+		t.advisory.Add(uint64(slots))
+	} else if k, wait = t.bucket.admitN(now, m.crit, slots); k < slots {
 		if v.advisory {
 			t.advisory.Add(uint64(slots - k))
 			k = slots

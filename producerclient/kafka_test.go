@@ -472,10 +472,19 @@ func TestKafkaStopSignal(t *testing.T) {
 	if re.Rule != "" {
 		t.Fatalf("a lease without a rule gave the rejection rule %q", re.Rule)
 	}
-	// An advisory stop is reported, not enforced.
+	// An advisory stop is reported, not enforced: every record is a
+	// violation, the ones under the lease's rate too (enforced, a stop
+	// refuses them whatever the rate; they counted 0 before).
 	setLease(t, p.c, quotaproto.Lease{Topic: "orders", Rate: ptr(100.0), Signal: quotaproto.SignalStop, Advisory: true, Version: 4})
 	if err := p.Produce(context.Background(), &kgo.Record{Topic: "orders"}); err != nil {
 		t.Fatalf("advisory stop enforced: %v", err)
+	}
+	batch := []*kgo.Record{{Topic: "orders"}, {Topic: "orders"}, {Topic: "orders"}}
+	if err := p.ProduceBatch(context.Background(), batch).FirstErr(); err != nil {
+		t.Fatalf("advisory stop enforced on a batch: %v", err)
+	}
+	if got := p.Stats().Topics["orders"].AdvisoryViolations; got != 4 {
+		t.Fatalf("advisory violations under an advisory stop: %d, want 4 (every record)", got)
 	}
 }
 

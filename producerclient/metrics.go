@@ -31,7 +31,7 @@ func newCollector(c *core) *collector {
 		retries:        d("retries_total", "Retries granted by the retry budget.", "topic"),
 		acked:          d("acked_total", "Messages acknowledged by the broker.", "topic"),
 		brokerErrs:     d("broker_errors_total", "Failed broker attempts.", "topic"),
-		advisory:       d("advisory_violations_total", "Messages over an advisory lease's rate (sent anyway).", "topic"),
+		advisory:       d("advisory_violations_total", "Messages an enforced lease would have refused, sent anyway: over an advisory lease's rate, and every one under an advisory stop.", "topic"),
 		inFlight:       d("in_flight", "Messages admitted and not yet finally acknowledged or failed.", "topic"),
 		quotaRate:      d("quota_rate", "Enforced rate in messages per second (+Inf: unlimited).", "topic"),
 		quotaSignal:    d("quota_signal", "Signal of the enforced quota: 0 ok, 1 slow-down, 2 stop, 3 avoid-partitions.", "topic"),
@@ -127,8 +127,9 @@ type Stats struct {
 type TopicStats struct {
 	// Admitted by the local quota; Attempts sent to the broker (first
 	// tries and retries); Retries granted; Acked by the broker;
-	// BrokerErrors failed attempts; AdvisoryViolations over an advisory
-	// lease's rate.
+	// BrokerErrors failed attempts; AdvisoryViolations what an enforced
+	// lease would have refused: over an advisory lease's rate, and every
+	// message under an advisory stop.
 	Admitted, Attempts, Retries, Acked, BrokerErrors, AdvisoryViolations uint64
 	// Rejected by reason: rate, in_flight, throttled, stop,
 	// quota_unavailable, closed, expired, broker, retry_budget, canceled,
