@@ -139,18 +139,7 @@ func TestNearCapacityKafka(t *testing.T) {
 				}
 				last = at
 			}
-			engaged := 0.0 // cycles at the engaged cadence, probes too
-			mfs, err := a.Registry.Gather()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, mf := range mfs {
-				if mf.GetName() == "lagbridge_observe_engaged_cycles_total" {
-					for _, m := range mf.GetMetric() {
-						engaged += m.GetCounter().GetValue()
-					}
-				}
-			}
+			engaged := counterTotal(t, a, "lagbridge_observe_engaged_cycles_total") // probes too
 			t.Logf("%d readings, %d of them under 0.6 s after the one before; %.0f cycles at the engaged cadence", read, fast, engaged)
 			if !c.phased && (engaged > 0) != c.probed {
 				t.Errorf("%.0f cycles at the engaged cadence, want some: %v (a trial tried)", engaged, c.probed)

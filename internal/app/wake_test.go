@@ -125,18 +125,7 @@ func TestLateReportCyclesEarly(t *testing.T) {
 		t.Errorf("the cycle that saw the late records came %v after the one before, want an early one (a quarter interval after, %v), not at the next interval (%v)", gap, interval/4, interval)
 	}
 	// The series is there from the first cycle (at 0): count the cycles.
-	early := 0.0
-	mfs, err := a.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "lagbridge_observe_early_cycles_total" {
-			for _, m := range mf.GetMetric() {
-				early += m.GetCounter().GetValue()
-			}
-		}
-	}
+	early := counterTotal(t, a, "lagbridge_observe_early_cycles_total")
 	if early < 1 {
 		t.Errorf("lagbridge_observe_early_cycles_total: %v, want at least one early cycle", early)
 	}
@@ -147,4 +136,22 @@ func TestLateReportCyclesEarly(t *testing.T) {
 	if !decided {
 		t.Errorf("no decision of %v at the early cycle (%v): %+v", tg, late.At, a.Engine.Decisions())
 	}
+}
+
+// counterTotal is the sum of the app's counter name over all its series.
+func counterTotal(t *testing.T, a *App, name string) float64 {
+	t.Helper()
+	mfs, err := a.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
 }
