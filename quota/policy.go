@@ -237,6 +237,20 @@ func (p *Policy) Producer(id string) (ProducerSpec, bool) {
 	return ProducerSpec{}, false
 }
 
+// ClientQuotaFor reports whether the policy's Kafka client quotas reach
+// producer: KafkaClientQuota is set and producer is listed ("": any
+// producer, so some listed one).
+func (p *Policy) ClientQuotaFor(producer string) bool {
+	if !p.KafkaClientQuota {
+		return false
+	}
+	if producer == "" {
+		return len(p.Producers) > 0
+	}
+	_, ok := p.Producer(producer)
+	return ok
+}
+
 // Validate returns every problem of p at once, joined with errors.Join, each
 // a [*FieldError] wrapping [ErrInvalidPolicy] with a field path relative to
 // the policy ("maxAge", "producers[1].weight"); nil when p is valid.

@@ -221,9 +221,7 @@ func clientQuota(ps []quota.Policy, kind lag.Kind, policy, producer string) (quo
 	if i < 0 {
 		return false, true
 	}
-	p := ps[i]
-	listed := slices.ContainsFunc(p.Producers, func(s quota.ProducerSpec) bool { return producer == "" || s.ID == producer })
-	return p.KafkaClientQuota && p.Mode != quota.ModeAdvise && listed, true
+	return ps[i].ClientQuotaFor(producer) && ps[i].Mode != quota.ModeAdvise, true
 }
 
 // granted is rate r under signal as the SDK's producers get it, for

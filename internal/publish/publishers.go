@@ -293,7 +293,7 @@ func (p *ClientQuotaPublisher) quoted(s Snapshot, l quota.Lease) (quota.TopicDec
 		return d, false
 	}
 	pol, ok := s.Policies.ByName(d.Policy)
-	return d, ok && pol.KafkaClientQuota && slices.ContainsFunc(pol.Producers, func(ps quota.ProducerSpec) bool { return ps.ID == l.Producer })
+	return d, ok && pol.ClientQuotaFor(l.Producer)
 }
 
 // topics returns the names of the cluster's topics whose listed producers
